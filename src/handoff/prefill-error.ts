@@ -1,0 +1,78 @@
+import { describeValue } from '../util/describe-value.js';
+
+/**
+ * What went wrong with a prefill:
+ * - `not_activated`: no prefill route was ready ("Prefill router not yet activated");
+ * - `prefill`: the prefill itself failed ("Prefill execution failed: ...");
+ * - `no_disaggregated_params`: prefill answered without the handoff parameters decode needs
+ *   ("No disaggregated params in prefill response: ...").
+ */
+export type PrefillErrorKind = 'not_activated' | 'prefill' | 'no_disaggregated_params';
+
+const BRAND = Symbol.for('disagg.PrefillError');
+
+const PREFIXES: Record<PrefillErrorKind, string> = {
+  not_activated: 'Prefill router not yet activated',
+  prefill: 'Prefill execution failed',
+  no_disaggregated_params: 'No disaggregated params in prefill response',
+};
+
+/**
+ * A failed prefill. The message starts with the kind's fixed text and ends with the worker's
+ * own text (`detail`); `cause` keeps the original error so callers above can retry by the
+ * type of the root cause.
+ *
+ * Branded with `Symbol.for`, so {@link PrefillError.is} recognises instances from another
+ * copy of the library (ESM next to CommonJS).
+ *
+ * @example
+ * try { await task.wait(); } catch (error) {
+ *   if (PrefillError.is(error) && error.kind === 'prefill') retryLater(error.cause);
+ * }
+ */
+export class PrefillError extends Error {
+  override readonly name = 'PrefillError';
+  readonly kind: PrefillErrorKind;
+  /** The worker's own text, without the kind's prefix (empty for `not_activated`). */
+  readonly detail: string;
+
+  constructor(kind: PrefillErrorKind, detail = '', options?: { cause?: unknown }) {
+    const prefix = PREFIXES[kind];
+    if (prefix === undefined) {
+      throw new TypeError(
+        `Unknown PrefillError kind ${describeValue(kind)}: expected "not_activated", "prefill" or "no_disaggregated_params"`,
+      );
+    }
+    super(detail === '' ? prefix : `${prefix}: ${detail}`, options);
+    this.kind = kind;
+    this.detail = detail;
+  }
+
+  /** True for a `PrefillError` from any copy of the library. */
+  static is(value: unknown): value is PrefillError {
+    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
+  /**
+   * Turns whatever a prefill rejected with into a `PrefillError` of kind `prefill`: a
+   * `PrefillError` is returned as it is; anything else becomes the `cause`, and its text the
+   * detail. Non-`Error` values (strings, `undefined`, plain objects) are described safely.
+   */
+  static from(reason: unknown): PrefillError {
+    if (PrefillError.is(reason)) return reason;
+    return new PrefillError('prefill', reasonText(reason), { cause: reason });
+  }
+
+  get [BRAND](): true {
+    return true;
+  }
+}
+
+function reasonText(reason: unknown): string {
+  if (reason instanceof Error) return reason.message || reason.name;
+  if (typeof reason === 'string') return reason;
+  if (typeof reason === 'object' && reason !== null && typeof (reason as { message?: unknown }).message === 'string') {
+    return (reason as { message: string }).message;
+  }
+  return describeValue(reason);
+}

@@ -1,0 +1,15 @@
+// The package root: re-exports only. Layers: wire protocol, runtime, prefill handoff.
+
+export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
+export {
+  type DecodeDispatch,
+  type DecodeStream,
+  PrefillTask,
+  type PrefillTaskOptions,
+} from './handoff/prefill-task.js';
+export { Annotated, AnnotatedError, type AnnotatedErrorBody } from './protocol/annotated.js';
+export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
+export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-output.js';
+export { type AsyncEngineContext, Controller } from './runtime/controller.js';
+export type { Logger, LogMethod } from './runtime/logger.js';
+export { ResponseStream } from './runtime/response-stream.js';

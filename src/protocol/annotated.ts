@@ -1,0 +1,107 @@
+/**
+ * One item of an engine's response stream: data, an annotation, or an error, in the
+ * reference's JSON shape (`data`, `id`, `event`, `comment`, `error`).
+ *
+ * An error item has `event: "error"`. It carries its message twice so that every reader
+ * understands it: in `error` (newer readers) and in `comment` (older readers).
+ */
+export interface Annotated<T> {
+  data?: T;
+  id?: string;
+  event?: string;
+  comment?: string[];
+  error?: string | AnnotatedErrorBody;
+}
+
+/** The object form of `Annotated.error` that some producers send. */
+export interface AnnotatedErrorBody {
+  message: string;
+  [field: string]: unknown;
+}
+
+/**
+ * The error that {@link Annotated.err} returns for an error item that does not carry an
+ * in-process `Error` (for example one that crossed the wire as JSON).
+ */
+export class AnnotatedError extends Error {
+  override readonly name = 'AnnotatedError';
+}
+
+/**
+ * Where an error item created in this process keeps the original `Error`. Registered with
+ * `Symbol.for` so that ESM and CommonJS copies of the library agree on it; non-enumerable so
+ * that it never reaches JSON.
+ */
+const ORIGINAL_ERROR = Symbol.for('disagg.annotated.originalError');
+
+const UNKNOWN_ERROR = 'unknown error';
+
+/**
+ * A data item.
+ *
+ * @example
+ * Annotated.fromData(LLMEngineOutput.length()); // { data: { token_ids: [], finish_reason: 'length' } }
+ */
+function fromData<T>(data: T): Annotated<T> {
+  return { data };
+}
+
+/**
+ * An error item. Given an `Error`, the item keeps it (non-enumerably) so that
+ * {@link Annotated.err} returns the very same object in this process, with its `cause`
+ * chain and type; its message is also written into the JSON fields.
+ *
+ * @example
+ * const item = Annotated.fromError(new Error('decode worker lost'));
+ * JSON.stringify(item); // {"event":"error","comment":["decode worker lost"],"error":"decode worker lost"}
+ */
+function fromError<T = never>(error: string | Error): Annotated<T> {
+  const message = typeof error === 'string' ? error : error.message || error.name || UNKNOWN_ERROR;
+  const item: Annotated<T> = { event: 'error', comment: [message], error: message };
+  if (typeof error !== 'string') {
+    Object.defineProperty(item, ORIGINAL_ERROR, { value: error, enumerable: false });
+  }
+  return item;
+}
+
+/**
+ * True for an error item: `event` is `"error"` or an `error` field is present. Safe on any
+ * value, including `null` and items read from the wire.
+ */
+function isError(item: unknown): boolean {
+  if (typeof item !== 'object' || item === null) return false;
+  const candidate = item as Annotated<unknown>;
+  return candidate.event === 'error' || (candidate.error !== undefined && candidate.error !== null);
+}
+
+/** The text of an error item, from `error` (string or `{message}`), else `comment`. */
+function errorMessage(item: Annotated<unknown>): string {
+  const { error, comment } = item;
+  if (typeof error === 'string' && error !== '') return error;
+  if (typeof error === 'object' && error !== null && typeof error.message === 'string') {
+    return error.message;
+  }
+  if (Array.isArray(comment) && comment.length > 0) return comment.join(', ');
+  return UNKNOWN_ERROR;
+}
+
+/**
+ * The error an item carries, or `undefined` for a non-error item. An item made by
+ * {@link Annotated.fromError} in this process returns the original `Error`; any other error
+ * item (for example one parsed from JSON) returns an {@link AnnotatedError} with its message.
+ */
+function err(item: unknown): Error | undefined {
+  if (!isError(item)) return undefined;
+  const original = (item as { [ORIGINAL_ERROR]?: unknown })[ORIGINAL_ERROR];
+  if (original instanceof Error) return original;
+  return new AnnotatedError(errorMessage(item as Annotated<unknown>));
+}
+
+/** Helpers for {@link Annotated} items. */
+export const Annotated = {
+  fromData,
+  fromError,
+  isError,
+  err,
+  errorMessage,
+} as const;

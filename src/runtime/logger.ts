@@ -1,0 +1,29 @@
+import { pino } from 'pino';
+
+/** One log method in pino's calling convention: a merge object first, then the message. */
+export type LogMethod = (fields: object, message?: string) => void;
+
+/**
+ * The logger shape the library writes through: the four pino level methods it uses. A pino
+ * logger (or a child of one) fits as it is; so does any object with these methods.
+ *
+ * @example
+ * PrefillTask.spawn(prefill(), { logger: pino().child({ requestId }) });
+ */
+export interface Logger {
+  error: LogMethod;
+  warn: LogMethod;
+  info: LogMethod;
+  debug: LogMethod;
+}
+
+let libraryLogger: Logger | undefined;
+
+/**
+ * The logger used when none is given: pino at level `warn`, named `disagg`, writing JSON
+ * lines to stderr. Created on first use, so importing the library opens nothing.
+ */
+export function defaultLogger(): Logger {
+  libraryLogger ??= pino({ name: 'disagg', level: 'warn' }, pino.destination({ dest: 2, sync: true }));
+  return libraryLogger;
+}

@@ -1,0 +1,56 @@
+import type { AsyncEngineContext } from './controller.js';
+
+/**
+ * An engine's response: an async iterable of items plus the context that cancels the work
+ * producing them.
+ *
+ * It adds nothing to iteration: `[Symbol.asyncIterator]()` is the source's own, so a
+ * `for await` over a `ResponseStream` costs what the source costs. Closing the iterator
+ * (`break`, `return()`) closes the source.
+ *
+ * @example
+ * const context = new Controller();
+ * const stream = new ResponseStream(tokens(), context);
+ * for await (const item of stream) console.log(item);
+ */
+export class ResponseStream<T> implements AsyncIterable<T> {
+  readonly #source: AsyncIterable<T>;
+  /** The context of the work behind this stream; stopping it asks that work to stop. */
+  readonly context: AsyncEngineContext;
+
+  /**
+   * @throws {TypeError} when `source` is not async iterable or `context` is not a context.
+   */
+  constructor(source: AsyncIterable<T>, context: AsyncEngineContext) {
+    if (!isAsyncIterable(source)) {
+      throw new TypeError('ResponseStream expects an AsyncIterable source (an object with [Symbol.asyncIterator]())');
+    }
+    if (!isContext(context)) {
+      throw new TypeError('ResponseStream expects an AsyncEngineContext (for example a Controller) as its context');
+    }
+    this.#source = source;
+    this.context = context;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<T> {
+    return this.#source[Symbol.asyncIterator]();
+  }
+}
+
+/** True when `value` has a callable `[Symbol.asyncIterator]`. */
+export function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { [Symbol.asyncIterator]?: unknown })[Symbol.asyncIterator] === 'function'
+  );
+}
+
+/** True when `value` looks like an {@link AsyncEngineContext} (it can be stopped). */
+export function isContext(value: unknown): value is AsyncEngineContext {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { stopGenerating?: unknown }).stopGenerating === 'function'
+  );
+}

@@ -1,0 +1,205 @@
+import { describe, expect, it } from 'vitest';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { PrefillTask } from '../../src/handoff/prefill-task.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { deferred, flush, isPending, recordingLogger } from '../support/async.js';
+
+const quiet = () => recordingLogger().logger;
+
+describe('PrefillTask.spawn and wait (rules 1-3)', () => {
+  it('starts a prefill function at once, before anyone waits', () => {
+    let started = false;
+    PrefillTask.spawn(
+      async () => {
+        started = true;
+      },
+      { logger: quiet() },
+    );
+    expect(started).toBe(true);
+  });
+
+  it('adopts a prefill that is already running', async () => {
+    const prefill = deferred();
+    const task = PrefillTask.spawn(prefill.promise, { logger: quiet() });
+    expect(await isPending(task.wait())).toBe(true);
+    prefill.resolve();
+    await expect(task.wait()).resolves.toBeUndefined();
+  });
+
+  it('wait may be called any number of times, before and after the outcome', async () => {
+    const prefill = deferred();
+    const task = PrefillTask.spawn(prefill.promise, { logger: quiet() });
+    const early = [task.wait(), task.wait()];
+    prefill.resolve();
+    await expect(Promise.all([...early, task.wait(), task.wait()])).resolves.toHaveLength(4);
+  });
+
+  it('a failure rejects wait with a PrefillError keeping the worker text and the original cause', async () => {
+    const original = new Error('prefill connection lost');
+    const task = PrefillTask.spawn(Promise.reject(original), { logger: quiet() });
+    const error = await task.wait().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(PrefillError);
+    expect(PrefillError.is(error)).toBe(true);
+    const prefillError = error as PrefillError;
+    expect(prefillError.kind).toBe('prefill');
+    expect(prefillError.name).toBe('PrefillError');
+    expect(prefillError.message).toBe('Prefill execution failed: prefill connection lost');
+    expect(prefillError.cause).toBe(original);
+    // Every wait rejects with the same error object.
+    await expect(task.wait()).rejects.toBe(prefillError);
+  });
+
+  it('a PrefillError from the prefill is kept as it is, kind included', async () => {
+    const original = new PrefillError('no_disaggregated_params', 'first output had no data');
+    const task = PrefillTask.spawn(Promise.reject(original), { logger: quiet() });
+    await expect(task.wait()).rejects.toBe(original);
+  });
+
+  it.each([
+    ['a string', 'worker said no', 'Prefill execution failed: worker said no'],
+    ['undefined', undefined, 'Prefill execution failed: undefined'],
+    ['an object with a message', { message: 'gone', code: 7 }, 'Prefill execution failed: gone'],
+    ['a plain object', { code: 7 }, 'Prefill execution failed: {"code":7}'],
+    ['null', null, 'Prefill execution failed: null'],
+  ])('a rejection with %s becomes a PrefillError with readable text', async (_, reason, message) => {
+    const task = PrefillTask.spawn(Promise.reject(reason), { logger: quiet() });
+    const error = (await task.wait().catch((e: unknown) => e)) as PrefillError;
+    expect(error).toBeInstanceOf(PrefillError);
+    expect(error.message).toBe(message);
+    expect(error.cause).toBe(reason);
+  });
+
+  it('a function that throws synchronously is a failed prefill, not a crash', async () => {
+    const task = PrefillTask.spawn(
+      () => {
+        throw new Error('bad request body');
+      },
+      { logger: quiet() },
+    );
+    await expect(task.wait()).rejects.toThrow('Prefill execution failed: bad request body');
+  });
+
+  it('a function that returns no promise is a failed prefill with a clear message', async () => {
+    const task = PrefillTask.spawn((() => undefined) as unknown as () => Promise<void>, { logger: quiet() });
+    await expect(task.wait()).rejects.toThrow(
+      'The prefill function returned undefined; expected a promise (PromiseLike<void>)',
+    );
+  });
+
+  it('refuses work that is neither a promise nor a function', () => {
+    expect(() => PrefillTask.spawn(42 as unknown as Promise<void>)).toThrow(
+      new TypeError('PrefillTask.spawn expects a promise or a function returning one, got 42'),
+    );
+  });
+
+  it('logs a failure once at warn level with the error, even when nobody waits', async () => {
+    const { logger, records } = recordingLogger();
+    const prefill = deferred();
+    PrefillTask.spawn(prefill.promise, { logger });
+    prefill.reject(new Error('worker crashed'));
+    await flush();
+    expect(records).toHaveLength(1);
+    const [record] = records;
+    expect(record?.level).toBe('warn');
+    expect(record?.message).toBe('Prefill background task failed');
+    const logged = (record?.fields as { err: PrefillError }).err;
+    expect(logged).toBeInstanceOf(PrefillError);
+    expect(logged.message).toContain('worker crashed');
+  });
+
+  it('does not log a success', async () => {
+    const { logger, records } = recordingLogger();
+    const task = PrefillTask.spawn(Promise.resolve(), { logger });
+    await task.wait();
+    expect(records).toEqual([]);
+  });
+
+  it('a logger that throws does not turn a failure into an unhandled rejection', async () => {
+    const throwing = { ...quiet(), warn: () => { throw new Error('log sink down'); } };
+    const task = PrefillTask.spawn(Promise.reject(new Error('x')), { logger: throwing });
+    await expect(task.wait()).rejects.toThrow('Prefill execution failed: x');
+  });
+});
+
+describe('PrefillTask.checkOutput (rule 4)', () => {
+  const check = (item: unknown) => () => PrefillTask.checkOutput(item as Annotated<LLMEngineOutput>);
+
+  it('an error item fails with the router text and keeps the error as cause', () => {
+    const cause = new Error('worker 3 unreachable');
+    let thrown: unknown;
+    try {
+      PrefillTask.checkOutput(Annotated.fromError(cause));
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(PrefillError);
+    expect((thrown as PrefillError).message).toBe(
+      'Prefill execution failed: Prefill router returned error in output stream: worker 3 unreachable',
+    );
+    expect((thrown as PrefillError).cause).toBe(cause);
+  });
+
+  it('an error item read from JSON fails the same way', () => {
+    const item = JSON.parse(JSON.stringify(Annotated.fromError('kv pool exhausted')));
+    expect(check(item)).toThrow('Prefill router returned error in output stream: kv pool exhausted');
+  });
+
+  it('the error item is checked before the finish reason', () => {
+    const item = { ...Annotated.fromError('first'), data: LLMEngineOutput.error('second') };
+    expect(check(item)).toThrow('returned error in output stream: first');
+  });
+
+  it('finish reason {error} fails with the backend text', () => {
+    expect(check(Annotated.fromData(LLMEngineOutput.error('CUDA OOM')))).toThrow(
+      new PrefillError('prefill', 'Prefill backend failed: CUDA OOM'),
+    );
+  });
+
+  it.each(['cancelled', 'abort'])('finish reason %s fails as cancelled before the handoff', (reason) => {
+    expect(check({ data: { token_ids: [], finish_reason: reason } })).toThrow(
+      'Prefill execution failed: Prefill backend cancelled before completing the handoff',
+    );
+  });
+
+  it.each([
+    ['no data', {}],
+    ['no finish reason', Annotated.fromData({ token_ids: [1] })],
+    ['eos', Annotated.fromData(LLMEngineOutput.eos())],
+    ['length', Annotated.fromData(LLMEngineOutput.length())],
+    ['stop', Annotated.fromData(LLMEngineOutput.stop())],
+    ['content_filter', Annotated.fromData({ token_ids: [], finish_reason: 'content_filter' as const })],
+    ['a null item', null],
+  ])('anything else is success: %s', (_, item) => {
+    expect(check(item)).not.toThrow();
+  });
+});
+
+describe('forwardDecode argument checks', () => {
+  it('rejects a decode that is neither a promise nor a function', async () => {
+    const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
+    await expect(task.forwardDecode(42 as never, new Controller())).rejects.toThrow(
+      new TypeError(
+        'forwardDecode expects a decode dispatch (a promise of a ResponseStream, or a function (signal) => promise), got 42',
+      ),
+    );
+  });
+
+  it('rejects a missing request context', async () => {
+    const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
+    await expect(task.forwardDecode(deferred<never>().promise, undefined as never)).rejects.toThrow(
+      "forwardDecode expects the request's AsyncEngineContext as its second argument, got undefined",
+    );
+  });
+
+  it('rejects a dispatch that resolves to something that is not a stream', async () => {
+    const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
+    await expect(task.forwardDecode(Promise.resolve(null as never), new Controller())).rejects.toThrow(
+      'The decode dispatch resolved to null; expected a ResponseStream',
+    );
+  });
+});
