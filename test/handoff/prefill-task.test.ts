@@ -104,10 +104,10 @@ describe('PrefillTask.spawn and wait (rules 1-3)', () => {
     prefill.reject(new Error('worker crashed'));
     await flush();
     expect(records).toHaveLength(1);
-    const [record] = records;
-    expect(record?.level).toBe('warn');
-    expect(record?.message).toBe('Prefill background task failed');
-    const logged = (record?.fields as { err: PrefillError }).err;
+    const record = records[0] as (typeof records)[number];
+    expect(record.level).toBe('warn');
+    expect(record.message).toBe('Prefill background task failed');
+    const logged = (record.fields as { err: PrefillError }).err;
     expect(logged).toBeInstanceOf(PrefillError);
     expect(logged.message).toContain('worker crashed');
   });
@@ -120,7 +120,12 @@ describe('PrefillTask.spawn and wait (rules 1-3)', () => {
   });
 
   it('a logger that throws does not turn a failure into an unhandled rejection', async () => {
-    const throwing = { ...quiet(), warn: () => { throw new Error('log sink down'); } };
+    const throwing = {
+      ...quiet(),
+      warn: () => {
+        throw new Error('log sink down');
+      },
+    };
     const task = PrefillTask.spawn(Promise.reject(new Error('x')), { logger: throwing });
     await expect(task.wait()).rejects.toThrow('Prefill execution failed: x');
   });

@@ -1,0 +1,63 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { beforeAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const EXPORTS = [
+  'Annotated',
+  'AnnotatedError',
+  'Controller',
+  'FinishReason',
+  'LLMEngineOutput',
+  'PrefillError',
+  'PrefillTask',
+  'ResponseStream',
+];
+
+describe('the built package, as a router imports it', () => {
+  beforeAll(() => {
+    if (!existsSync(`${root}/dist/index.js`) || !existsSync(`${root}/dist/index.cjs`)) {
+      throw new Error('dist/ is missing: run `npm run build` first (`npm test` does)');
+    }
+  });
+
+  it('require("disagg") gives every export by name (CommonJS)', () => {
+    const cjs = createRequire(`${root}/package.json`)('disagg');
+    expect(Object.keys(cjs).sort()).toEqual(EXPORTS);
+  });
+
+  it('import("disagg") gives every export by name (ESM), and errors branded in one copy are recognised by the other', () => {
+    const script = `
+      import * as esm from 'disagg';
+      import { createRequire } from 'node:module';
+      const cjs = createRequire(import.meta.url)('disagg');
+      const fromCjs = new cjs.PrefillError('prefill', 'x');
+      console.log(JSON.stringify({
+        names: Object.keys(esm).sort(),
+        sameClass: esm.PrefillError === cjs.PrefillError,
+        recognised: esm.PrefillError.is(fromCjs),
+      }));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    expect(JSON.parse(run.stdout)).toEqual({ names: EXPORTS, sameClass: false, recognised: true });
+  });
+
+  it('a whole handoff runs from the CommonJS build', async () => {
+    const { PrefillTask, Controller, ResponseStream, Annotated, LLMEngineOutput } = createRequire(
+      `${root}/package.json`,
+    )('disagg');
+    async function* decode() {
+      yield Annotated.fromData({ token_ids: [1] });
+      yield Annotated.fromData(LLMEngineOutput.length());
+    }
+    const context = new Controller('cjs');
+    const task = PrefillTask.spawn(Promise.resolve());
+    const stream = await task.forwardDecode(Promise.resolve(new ResponseStream(decode(), context)), context);
+    const items = [];
+    for await (const item of stream) items.push(item);
+    expect(items.map((item) => item.data.finish_reason ?? null)).toEqual([null, 'length']);
+  });
+});
