@@ -1,0 +1,53 @@
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const read = (path: string) => readFileSync(`${root}/${path}`, 'utf8');
+
+describe('the README stays true', () => {
+  it("the README's API example is examples/quick-start.ts, word for word", () => {
+    const readme = read('README.md');
+    const block = /## API\n\n```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+    expect(block).toBe(read('examples/quick-start.ts'));
+  });
+
+  it('the quick-start example runs against the built package and prints what it says', () => {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'examples/quick-start.ts'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
+    expect(run.stderr).toBe('');
+    expect(run.stdout).toBe('Hello\n world\nlength\n');
+  });
+
+  it('the README quick start is the two commands', () => {
+    const readme = read('README.md');
+    expect(readme).toContain('npm ci && npm run demo');
+    expect(readme).toContain('npm ci && npm test');
+    const scripts = JSON.parse(read('package.json')).scripts;
+    expect(scripts.demo).toBeDefined();
+    expect(scripts.test).toContain('test:unit');
+  });
+});
+
+describe('npm run demo', () => {
+  it('shows tokens before prefill ends, the held terminal, and a late failure replacing success', () => {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'examples/demo.ts'], { cwd: root, encoding: 'utf8' });
+    expect(run.status).toBe(0);
+    expect(run.stderr).toBe('');
+    const [first, second, third] = run.stdout.split(/\n(?=\d\. )/).slice(1);
+    // Scenario 1: a token reaches the client before prefill succeeds; the terminal after it.
+    const lines = (first ?? '').split('\n');
+    const firstToken = lines.findIndex((line) => line.includes('client   <- token'));
+    const prefillDone = lines.findIndex((line) => line.includes('prefill  succeeded'));
+    const finish = lines.findIndex((line) => line.includes('<- finish_reason: length'));
+    expect(firstToken).toBeGreaterThan(-1);
+    expect(firstToken).toBeLessThan(prefillDone);
+    expect(prefillDone).toBeLessThan(finish);
+    expect(second).toContain('<- error: Prefill execution failed: KV transfer timed out (NIXL)');
+    expect(second).not.toContain('<- finish_reason');
+    expect(third).toContain('request context stopped: yes');
+  });
+});
