@@ -2,9 +2,10 @@ import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
-import { FAILED, PENDING, type PrefillOutcome, type PrefillState } from './prefill-outcome.js';
+import { FAILED, PENDING, type PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
 type Item = Annotated<LLMEngineOutput>;
+type Step = IteratorResult<Item, undefined>;
 
 /** How an item read while prefill is pending is treated (rules 11-13). */
 const FLOWING = 0;
@@ -16,11 +17,6 @@ function classify(item: Item): typeof FLOWING | typeof FAILURE | typeof TERMINAL
   const reason = item?.data?.finish_reason;
   if (reason === undefined || reason === null) return FLOWING;
   return FinishReason.isFailure(reason) ? FAILURE : TERMINAL;
-}
-
-/** A rejection of the decode iterator's `next()`, carried through a turn as a value. */
-class Thrown {
-  constructor(readonly error: unknown) {}
 }
 
 /**
@@ -39,148 +35,214 @@ export function closeQuietly(iterator: AsyncIterator<unknown>): void {
 
 function ignore(): void {}
 
+const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
+
 /**
- * Phase B of `forwardDecode`: the decode stream, guarded by the prefill outcome.
+ * Phase B of `forwardDecode`: the decode iterator, guarded by the prefill outcome.
  *
- * An async generator does the work; the object returned is that generator with `return()`
- * and `throw()` extended to close the decode iterator even when the generator has not
- * started or is waiting on prefill, so a consumer can always close the stream.
+ * The rules live in one async generator (`#guard`). This object is the thin iterator in
+ * front of it, for three things a generator cannot do by itself:
+ * - close: a generator suspended on an `await` queues `return()` until it yields again, and
+ *   one that never started skips its `finally`; closing here closes the decode iterator at
+ *   once and wakes the generator, so a consumer can always end the stream;
+ * - hand off: once prefill has succeeded and the generator has nothing queued, `next()` goes
+ *   straight to the decode iterator, so the forward-only path costs one method call per item
+ *   instead of a second generator;
+ * - start lazily: a stream whose prefill has already succeeded never creates the generator.
  *
  * @internal
  */
-export function guardDecode(
-  outcome: PrefillOutcome,
-  source: AsyncIterator<Item>,
-  requestContext: AsyncEngineContext,
-  streamContext: AsyncEngineContext,
-): AsyncGenerator<Item, void, undefined> {
-  // The one pending "turn": a promise the generator awaits while prefill is pending. It is
-  // settled by whichever comes first: the in-flight decode pull, the prefill outcome (via the
-  // listener registered once below), or the consumer closing the stream.
-  let resolveTurn: ((value: unknown) => void) | undefined;
-  let sourceOpen = true;
-  let closing = false;
+export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
+  readonly #outcome: PrefillOutcome;
+  readonly #source: AsyncIterator<Item>;
+  readonly #requestContext: AsyncEngineContext;
+  readonly #streamContext: AsyncEngineContext;
+  #generator: AsyncGenerator<Item, void, undefined> | undefined;
+  /** Settles the turn the generator is awaiting: a decode pull, prefill, or a close. */
+  #resolveTurn: ((step: Step | undefined) => void) | undefined;
+  #pull: Promise<Step> | undefined;
+  #sourceOpen = true;
+  #closing = false;
+  /** Handed off: `next()` reads the decode iterator directly. */
+  #direct = false;
+  /**
+   * Prefill has succeeded and the generator is suspended at a yield with nothing queued. (A
+   * generator that yields while another next() is queued resumes at once, without suspending,
+   * and clears this before any other code runs: ECMA-262 AsyncGeneratorYield.)
+   */
+  #mayHandOff = false;
 
-  const startTurn = (resolve: (value: unknown) => void): void => {
-    resolveTurn = resolve;
+  // Created once per stream, never per item.
+  readonly #raceTurn = (resolve: (step: Step | undefined) => void, reject: (error: unknown) => void): void => {
+    this.#resolveTurn = resolve;
+    (this.#pull as Promise<Step>).then(resolve, reject);
   };
-  const endTurn = (value: unknown): void => {
-    const resolve = resolveTurn;
-    if (resolve !== undefined) {
-      resolveTurn = undefined;
-      resolve(value);
-    }
+  readonly #waitTurn = (resolve: (step: Step | undefined) => void): void => {
+    this.#resolveTurn = resolve;
   };
-  const onPullRejected = (error: unknown): void => endTurn(new Thrown(error));
-  const onPrefillSettled = (): void => endTurn(undefined);
-  const closeSource = (): void => {
-    if (sourceOpen) {
-      sourceOpen = false;
-      closeQuietly(source);
-    }
+  readonly #wake = (): void => {
+    this.#resolveTurn?.(undefined);
   };
 
-  async function* run(): AsyncGenerator<Item, void, undefined> {
-    outcome.listen(onPrefillSettled);
+  constructor(
+    outcome: PrefillOutcome,
+    source: AsyncIterator<Item>,
+    requestContext: AsyncEngineContext,
+    streamContext: AsyncEngineContext,
+  ) {
+    this.#outcome = outcome;
+    this.#source = source;
+    this.#requestContext = requestContext;
+    this.#streamContext = streamContext;
+    // Rule 10 from the first item: nothing to guard.
+    if (outcome.state === SUCCEEDED) this.#direct = true;
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<Step> {
+    if (this.#direct) return this.#source.next() as Promise<Step>;
+    if (this.#mayHandOff) {
+      this.#handOff();
+      return this.#source.next() as Promise<Step>;
+    }
+    if (this.#generator === undefined) {
+      if (this.#closing) return Promise.resolve(DONE); // closed before the first read
+      this.#generator = this.#guard();
+    }
+    return this.#generator.next() as Promise<Step>;
+  }
+
+  return(value?: unknown): Promise<Step> {
+    this.#close();
+    if (this.#generator === undefined || this.#direct) return Promise.resolve(DONE);
+    return this.#generator.return(value as undefined) as Promise<Step>;
+  }
+
+  throw(error?: unknown): Promise<Step> {
+    this.#close();
+    if (this.#generator === undefined || this.#direct) return Promise.reject(error);
+    return this.#generator.throw(error) as Promise<Step>;
+  }
+
+  #close(): void {
+    this.#closing = true;
+    this.#closeSource();
+    this.#wake();
+  }
+
+  #closeSource(): void {
+    if (this.#sourceOpen) {
+      this.#sourceOpen = false;
+      closeQuietly(this.#source);
+    }
+  }
+
+  /** From now on the decode iterator answers directly; the idle generator is finished. */
+  #handOff(): void {
+    this.#direct = true;
+    this.#mayHandOff = false;
+    // Suspended at a yield with nothing queued: return() runs its finally at once, which
+    // leaves the decode iterator open because #direct is set.
+    (this.#generator as AsyncGenerator<Item, void, undefined>).return(undefined).then(undefined, ignore);
+  }
+
+  async *#guard(): AsyncGenerator<Item, void, undefined> {
+    const outcome = this.#outcome;
+    const source = this.#source;
+    outcome.listen(this.#wake);
     // A pull started while prefill was pending and left unread when prefill won the race.
-    let inFlight: Promise<IteratorResult<Item>> | undefined;
+    let inFlight: Promise<Step> | undefined;
     try {
       // Racing mode. Every check of `outcome.state` comes before the decode result is used:
       // a prefill outcome that is already known wins over a decode item that is also ready.
       while (outcome.state === PENDING) {
-        const pull = Promise.resolve(source.next());
-        pull.then(endTurn, onPullRejected);
-        const settled = await new Promise(startTurn);
-        if (closing) return;
+        const pull = Promise.resolve(source.next() as Promise<Step>);
+        this.#pull = pull;
+        let step: Step | undefined;
+        try {
+          step = await new Promise(this.#raceTurn);
+        } catch (error) {
+          if (this.#closing) return;
+          if (outcome.state !== PENDING) {
+            inFlight = pull;
+            break;
+          }
+          this.#sourceOpen = false;
+          throw error;
+        }
+        if (this.#closing) return;
         if (outcome.state !== PENDING) {
           inFlight = pull;
           break;
         }
-        if (settled instanceof Thrown) {
-          sourceOpen = false;
-          throw settled.error;
-        }
-        const result = settled as IteratorResult<Item>;
-        const item = result.value as Item;
-        const kind = result.done === true ? TERMINAL : classify(item);
+        const result = step as Step;
+        const kind = result.done === true ? TERMINAL : classify(result.value);
         if (kind === FLOWING) {
-          yield item;
+          yield result.value as Item;
           continue;
         }
         if (kind === FAILURE) {
           // Rule 11: a decode failure is the answer; prefill is not awaited, nothing stopped.
-          closeSource();
-          yield item;
+          this.#closeSource();
+          yield result.value as Item;
           return;
         }
         // Rule 12: hold the terminal (an item with a finish reason, or the end) for prefill.
-        if (result.done === true) sourceOpen = false;
+        if (result.done === true) this.#sourceOpen = false;
         if (outcome.state === PENDING) {
-          await new Promise(startTurn);
-          if (closing) return;
+          await new Promise(this.#waitTurn);
+          if (this.#closing) return;
         }
         // The await above may have changed the state; TypeScript cannot know.
         if ((outcome.state as PrefillState) === FAILED) break;
-        closeSource();
-        if (result.done !== true) yield item;
+        this.#closeSource();
+        if (result.done !== true) {
+          yield result.value as Item;
+        }
         return;
       }
 
       if (outcome.state === FAILED) {
         // Rules 9 and 12: one error item replaces whatever decode would have said.
-        closeSource();
-        requestContext.stopGenerating();
-        streamContext.stopGenerating();
+        this.#closeSource();
+        this.#requestContext.stopGenerating();
+        this.#streamContext.stopGenerating();
         yield Annotated.fromError<LLMEngineOutput>(outcome.error as Error);
         return;
       }
 
       // Rule 10: prefill succeeded; forward the rest unchanged, starting with the pull that
-      // was in flight when it did, so that no item is lost or reordered.
-      outcome.unlisten(onPrefillSettled);
-      let next = inFlight ?? source.next();
+      // was in flight when it did, so that no item is lost or reordered. After each yield
+      // with nothing else queued, next() hands off to the decode iterator.
+      outcome.unlisten(this.#wake);
+      let next = inFlight ?? (source.next() as Promise<Step>);
       for (;;) {
-        let result: IteratorResult<Item>;
+        let result: Step;
         try {
           result = await next;
         } catch (error) {
-          sourceOpen = false;
+          this.#sourceOpen = false;
           throw error;
         }
         if (result.done === true) {
-          sourceOpen = false;
+          this.#sourceOpen = false;
           return;
         }
+        this.#mayHandOff = true;
         yield result.value;
-        next = source.next();
+        this.#mayHandOff = false;
+        next = source.next() as Promise<Step>;
       }
     } finally {
-      outcome.unlisten(onPrefillSettled);
-      resolveTurn = undefined;
-      // Rule 14 and early exits: close decode, never touch prefill.
-      closeSource();
+      outcome.unlisten(this.#wake);
+      this.#resolveTurn = undefined;
+      this.#pull = undefined;
+      this.#mayHandOff = false;
+      // Rule 14 and early exits: close decode (unless it was handed off), never touch prefill.
+      if (!this.#direct) this.#closeSource();
     }
   }
-
-  const generator = run();
-  const generatorReturn = generator.return.bind(generator);
-  const generatorThrow = generator.throw.bind(generator);
-  // A generator that is suspended on an await (not a yield) queues return() until it yields
-  // again, and one that never started skips its finally block. Both would leave the decode
-  // iterator open, or a consumer waiting on a prefill that may never settle; so closing
-  // closes the source at once and wakes the pending turn, then lets the generator finish.
-  const close = (): void => {
-    closing = true;
-    closeSource();
-    endTurn(undefined);
-  };
-  generator.return = (value) => {
-    close();
-    return generatorReturn(value);
-  };
-  generator.throw = (error) => {
-    close();
-    return generatorThrow(error);
-  };
-  return generator;
 }

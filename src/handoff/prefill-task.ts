@@ -5,7 +5,7 @@ import type { AsyncEngineContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { isAsyncIterable, isContext, ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
-import { closeQuietly, guardDecode } from './decode-guard.js';
+import { closeQuietly, GuardedDecodeIterator } from './decode-guard.js';
 import { PrefillError } from './prefill-error.js';
 import { FAILED, PENDING, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
@@ -250,7 +250,7 @@ class GuardedDecode implements AsyncIterable<Item> {
     this.#parts = [outcome, stream, requestContext];
   }
 
-  [Symbol.asyncIterator](): AsyncGenerator<Item, void, undefined> {
+  [Symbol.asyncIterator](): AsyncIterableIterator<Item> {
     const parts = this.#parts;
     if (parts === undefined) {
       throw new TypeError(
@@ -259,6 +259,6 @@ class GuardedDecode implements AsyncIterable<Item> {
     }
     this.#parts = undefined;
     const [outcome, stream, requestContext] = parts;
-    return guardDecode(outcome, stream[Symbol.asyncIterator](), requestContext, stream.context);
+    return new GuardedDecodeIterator(outcome, stream[Symbol.asyncIterator](), requestContext, stream.context);
   }
 }

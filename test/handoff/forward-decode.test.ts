@@ -557,6 +557,53 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
     );
   });
 
+  it("after prefill succeeds and the guard is idle, next() hands the decode iterator's own promise through", async () => {
+    const source = new ScriptedSource([token(1), token(2), token(3)]);
+    const answered: Promise<IteratorResult<Item>>[] = [];
+    const next = source.next.bind(source);
+    source.next = () => {
+      const promise = next();
+      answered.push(promise);
+      return promise;
+    };
+    const { prefill, iterator } = await wrapped(source);
+    expect((await iterator.next()).value).toEqual(token(1));
+    prefill.resolve();
+    await flush();
+    expect((await iterator.next()).value).toEqual(token(2)); // read by the guard, then idle
+    const third = iterator.next();
+    expect(third).toBe(answered[answered.length - 1]); // straight from the source
+    expect((await third).value).toEqual(token(3));
+    await iterator.return?.();
+    expect(source.closed).toBe(true);
+  });
+
+  it('a stream whose prefill succeeded before the first read is the decode iterator, guarded only for return()', async () => {
+    const source = new ScriptedSource([token(1)]).end();
+    const { prefill, task, response } = await wrapped(source);
+    prefill.resolve();
+    await task.wait();
+    const iterator = response[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    expect((await iterator.next()).done).toBe(true);
+    expect(source.nextCalls).toBe(2);
+  });
+
+  it('concurrent next() calls keep their order across the hand-off to the decode iterator', async () => {
+    const source = new ScriptedSource();
+    const { prefill, iterator } = await wrapped(source);
+    const reads = [iterator.next(), iterator.next(), iterator.next()];
+    await flush();
+    prefill.resolve();
+    await flush();
+    const more = [iterator.next(), iterator.next()];
+    for (let id = 1; id <= 5; id++) source.push(token(id));
+    source.end();
+    const ids = (await Promise.all([...reads, ...more])).map((r) => r.value?.data?.token_ids[0]);
+    expect(ids).toEqual([1, 2, 3, 4, 5]);
+    expect((await iterator.next()).done).toBe(true);
+  });
+
   it('one prefill can guard several decode streams, and wakes each of them', async () => {
     const { prefill, task } = pendingPrefill();
     const sources = [new ScriptedSource([lengthItem()]), new ScriptedSource([lengthItem()])];

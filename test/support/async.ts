@@ -45,7 +45,8 @@ export const lengthItem = (): Item => Annotated.fromData(LLMEngineOutput.length(
 
 /**
  * A decode source the test drives by hand: items are pushed, `next()` waits for them, and
- * every call of `next()` and `return()` is counted.
+ * every call of `next()` and `return()` is counted. Like any well-behaved iterator, once it
+ * has answered `done` it keeps answering `done`.
  */
 export class ScriptedSource implements AsyncIterableIterator<Item> {
   nextCalls = 0;
@@ -81,7 +82,10 @@ export class ScriptedSource implements AsyncIterableIterator<Item> {
     this.nextCalls += 1;
     if (this.#finished) return Promise.resolve({ value: undefined, done: true });
     const queued = this.#queue.shift();
-    if (queued !== undefined) return this.#settle(queued);
+    if (queued !== undefined) {
+      if (!('error' in queued) && queued.done === true) this.#finished = true;
+      return this.#settle(queued);
+    }
     const waiter = deferred<IteratorResult<Item>>();
     this.#waiting.push(waiter);
     return waiter.promise;
@@ -104,6 +108,10 @@ export class ScriptedSource implements AsyncIterableIterator<Item> {
       this.#queue.push(entry);
     } else if ('error' in entry) {
       waiter.reject(entry.error);
+    } else if (entry.done === true) {
+      this.#finished = true;
+      waiter.resolve(entry);
+      for (const queued of this.#waiting.splice(0)) queued.resolve(entry);
     } else {
       waiter.resolve(entry);
     }
