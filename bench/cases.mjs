@@ -158,7 +158,11 @@ export const CASES = {
   },
 };
 
-/** Many streams at once: `streams` requests of `tokens` items, prefill settling mid-stream. */
+/**
+ * Many streams at once: `streams` requests of `tokens` items each, all started together, each
+ * prefill settling at a random point of its own decode stream (the same points in every mode).
+ * With `measureLive`, also the peak of the live heap (after a full GC) while they run.
+ */
 export const CONCURRENT_MODES = {
   plain: 'unwrapped (the baseline)',
   passThrough: 'plain pass-through async generator',
@@ -166,7 +170,7 @@ export const CONCURRENT_MODES = {
   handWritten: 'hand-written AsyncIterator class',
 };
 
-export async function concurrent({ streams, tokens, mode, seed }) {
+export async function concurrent({ streams, tokens, mode, seed, measureLive = false }) {
   let state = seed >>> 0 || 1;
   const random = () => {
     // xorshift32: the same schedule in every run and for both modes
@@ -177,7 +181,12 @@ export async function concurrent({ streams, tokens, mode, seed }) {
   };
   let items = 0;
   let peak = 0;
+  const total = streams * tokens;
+  let nextSample = measureLive ? Math.floor(total / 8) : Number.POSITIVE_INFINITY;
+  // Live heap, not garbage: a full GC at every eighth of the run, in a round that is not timed.
   const sample = () => {
+    nextSample += Math.floor(total / 8);
+    globalThis.gc();
     const used = process.memoryUsage().heapUsed;
     if (used > peak) peak = used;
   };
@@ -204,7 +213,7 @@ export async function concurrent({ streams, tokens, mode, seed }) {
     }
     for await (const _ of stream) {
       items += 1;
-      if ((items & 4095) === 0) sample();
+      if (items >= nextSample) sample();
     }
     await prefill.promise;
   }

@@ -12,7 +12,7 @@ const { values: args } = parseArgs({
   options: {
     items: { type: 'string', default: '1000000' },
     rounds: { type: 'string', default: '5' },
-    passes: { type: 'string', default: '3' },
+    passes: { type: 'string', default: '5' },
     streams: { type: 'string', default: '10000' },
     tokens: { type: 'string', default: '100' },
     out: { type: 'string', default: fileURLToPath(new URL('results.json', import.meta.url)) },
@@ -40,7 +40,7 @@ for (let pass = 0; pass < passes; pass++) {
   }
   for (const mode of Object.keys(CONCURRENT_MODES)) {
     concurrentRuns[mode].push(
-      runWorker('concurrent', mode, `--streams=${args.streams}`, `--tokens=${args.tokens}`, '--rounds=3'),
+      runWorker('concurrent', mode, `--streams=${args.streams}`, `--tokens=${args.tokens}`, '--rounds=2'),
     );
   }
   process.stderr.write(`pass ${pass + 1}/${passes} done\n`);
@@ -54,11 +54,15 @@ const rows = Object.entries(perCase).map(([name, runs]) => ({
   retainedPerItem: median(runs.map((r) => r.retainedPerItem)),
 }));
 const byName = Object.fromEntries(rows.map((row) => [row.name, row]));
-const base = byName.baseline;
+const perPassRatio = (name, reference, field) =>
+  median(perCase[name].map((run, pass) => run[field] / perCase[reference][pass][field]));
 const pass = byName.passThrough;
 for (const row of rows) {
-  row.timeVsBaseline = row.nsPerItem / base.nsPerItem;
-  row.timeVsPassThrough = row.nsPerItem / pass.nsPerItem;
+  // Ratios are taken within each pass (processes run back to back, on the machine as it was
+  // then) and their median reported: the machine's speed drifts between passes by more than
+  // the differences measured here.
+  row.timeVsBaseline = perPassRatio(row.name, 'baseline', 'nsPerItem');
+  row.timeVsPassThrough = perPassRatio(row.name, 'passThrough', 'nsPerItem');
   row.allocationVsPassThrough = row.allocatedPerItem / pass.allocatedPerItem;
 }
 const concurrentRows = Object.entries(concurrentRuns).map(([mode, runs]) => ({
@@ -67,8 +71,11 @@ const concurrentRows = Object.entries(concurrentRuns).map(([mode, runs]) => ({
   itemsPerSecond: median(runs.map((r) => r.itemsPerSecond)),
   peakHeapPerStream: median(runs.map((r) => r.peakHeapPerStream)),
 }));
-const plainRow = concurrentRows.find((row) => row.mode === 'plain');
-for (const row of concurrentRows) row.throughputRatio = row.itemsPerSecond / plainRow.itemsPerSecond;
+for (const row of concurrentRows) {
+  row.throughputRatio = median(
+    concurrentRuns[row.mode].map((run, pass) => run.itemsPerSecond / concurrentRuns.plain[pass].itemsPerSecond),
+  );
+}
 const concurrent = {
   streams: Number(args.streams),
   tokens: Number(args.tokens),

@@ -96,17 +96,15 @@ if (kind === 'stream') {
   const tokens = Number(options.tokens ?? 100);
   await concurrent({ streams: Math.min(streams, 1000), tokens, mode: name, seed: 7 }); // warm-up
   const results = [];
-  for (let r = 0; r < rounds; r++) {
-    collect();
-    const base = process.memoryUsage().heapUsed;
-    const result = await concurrent({ streams, tokens, mode: name, seed: 11 + r });
-    results.push({ ...result, peakPerStream: Math.max(0, result.peakHeap - base) / streams });
-  }
+  for (let r = 0; r < rounds; r++) results.push(await concurrent({ streams, tokens, mode: name, seed: 11 + r }));
+  collect();
+  const base = process.memoryUsage().heapUsed;
+  const live = await concurrent({ streams, tokens, mode: name, seed: 11, measureLive: true });
   console.log(
     JSON.stringify({
       name,
       itemsPerSecond: median(results.map((r) => r.itemsPerSecond)),
-      peakHeapPerStream: median(results.map((r) => r.peakPerStream)),
+      peakHeapPerStream: Math.max(0, live.peakHeap - base) / streams,
       items: results[0].items,
     }),
   );
