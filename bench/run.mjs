@@ -117,7 +117,7 @@ for (const row of rows) {
 }
 lines.push('');
 lines.push(
-  `| ${concurrent.streams} concurrent streams x ${concurrent.tokens} tokens, prefill settling mid-stream | items/s | x unwrapped | peak heap B/stream |`,
+  `| ${concurrent.streams} concurrent streams x ${concurrent.tokens} tokens, prefill settling mid-stream | items/s | x unwrapped | peak live heap B/stream |`,
 );
 lines.push('|---|---:|---:|---:|');
 for (const row of concurrentRows) {
