@@ -215,26 +215,30 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
       }
 
       // Rule 10: prefill succeeded; forward the rest unchanged, starting with the pull that
-      // was in flight when it did, so that no item is lost or reordered. After each yield
-      // with nothing else queued, next() hands off to the decode iterator.
+      // was in flight when it did, so that no item is lost or reordered. Each pull is still
+      // awaited through a turn, so that closing wakes the generator even if decode is stuck.
+      // After each yield with nothing else queued, next() hands off to the decode iterator.
       outcome.unlisten(this.#wake);
-      let next = inFlight ?? (source.next() as Promise<Step>);
+      let pull = inFlight ?? Promise.resolve(source.next() as Promise<Step>);
       for (;;) {
-        let result: Step;
+        this.#pull = pull;
+        let result: Step | undefined;
         try {
-          result = await next;
+          result = await new Promise(this.#raceTurn);
         } catch (error) {
+          if (this.#closing) return;
           this.#sourceOpen = false;
           throw error;
         }
-        if (result.done === true) {
+        if (this.#closing) return;
+        if ((result as Step).done === true) {
           this.#sourceOpen = false;
           return;
         }
         this.#mayHandOff = true;
-        yield result.value;
+        yield (result as Step).value as Item;
         this.#mayHandOff = false;
-        next = source.next() as Promise<Step>;
+        pull = Promise.resolve(source.next() as Promise<Step>);
       }
     } finally {
       outcome.unlisten(this.#wake);

@@ -45,8 +45,8 @@ export const lengthItem = (): Item => Annotated.fromData(LLMEngineOutput.length(
 
 /**
  * A decode source the test drives by hand: items are pushed, `next()` waits for them, and
- * every call of `next()` and `return()` is counted. Like any well-behaved iterator, once it
- * has answered `done` it keeps answering `done`.
+ * every call of `next()` and `return()` is counted. Like an async generator, once it has
+ * answered `done` or thrown, it answers `done` from then on.
  */
 export class ScriptedSource implements AsyncIterableIterator<Item> {
   nextCalls = 0;
@@ -78,12 +78,17 @@ export class ScriptedSource implements AsyncIterableIterator<Item> {
     return this.returnCalls > 0;
   }
 
+  /** Whether it has answered `done` (to a `next()`, or because it was closed). */
+  get finished(): boolean {
+    return this.#finished;
+  }
+
   next(): Promise<IteratorResult<Item>> {
     this.nextCalls += 1;
     if (this.#finished) return Promise.resolve({ value: undefined, done: true });
     const queued = this.#queue.shift();
     if (queued !== undefined) {
-      if (!('error' in queued) && queued.done === true) this.#finished = true;
+      if ('error' in queued || queued.done === true) this.#finished = true;
       return this.#settle(queued);
     }
     const waiter = deferred<IteratorResult<Item>>();
@@ -107,7 +112,9 @@ export class ScriptedSource implements AsyncIterableIterator<Item> {
     if (waiter === undefined) {
       this.#queue.push(entry);
     } else if ('error' in entry) {
+      this.#finished = true;
       waiter.reject(entry.error);
+      for (const queued of this.#waiting.splice(0)) queued.resolve({ value: undefined, done: true });
     } else if (entry.done === true) {
       this.#finished = true;
       waiter.resolve(entry);
