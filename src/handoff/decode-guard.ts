@@ -26,8 +26,7 @@ function classify(item: Item): typeof FLOWING | typeof FAILURE | typeof TERMINAL
  */
 export function closeQuietly(iterator: AsyncIterator<unknown>): void {
   try {
-    const closing = iterator.return?.();
-    if (closing !== undefined && typeof closing.then === 'function') closing.then(undefined, ignore);
+    Promise.resolve(iterator.return?.()).then(undefined, ignore);
   } catch {
     // A source whose return() throws is closed as far as we can close it.
   }
@@ -45,9 +44,10 @@ const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
  * - close: a generator suspended on an `await` queues `return()` until it yields again, and
  *   one that never started skips its `finally`; closing here closes the decode iterator at
  *   once and wakes the generator, so a consumer can always end the stream;
- * - hand off: once prefill has succeeded and the generator has nothing queued, `next()` goes
- *   straight to the decode iterator, so the forward-only path costs one method call per item
- *   instead of a second generator;
+ * - hand off: once prefill has succeeded and the generator is idle at a yield, `next()` goes
+ *   straight to the decode iterator (the generator stays parked at that yield until the
+ *   stream is closed), so the forward-only path costs one method call per item instead of a
+ *   second generator;
  * - start lazily: a stream whose prefill has already succeeded never creates the generator.
  *
  * @internal
@@ -63,7 +63,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   #pull: Promise<Step> | undefined;
   #sourceOpen = true;
   #closing = false;
-  /** Handed off: `next()` reads the decode iterator directly. */
+  /** Prefill had succeeded before the first read: the generator is never needed. */
   #direct = false;
   /**
    * Prefill has succeeded and the generator is suspended at a yield with nothing queued. (A
@@ -103,11 +103,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   }
 
   next(): Promise<Step> {
-    if (this.#direct) return this.#source.next() as Promise<Step>;
-    if (this.#mayHandOff) {
-      this.#handOff();
-      return this.#source.next() as Promise<Step>;
-    }
+    if (this.#direct || this.#mayHandOff) return this.#source.next() as Promise<Step>;
     if (this.#generator === undefined) {
       if (this.#closing) return Promise.resolve(DONE); // closed before the first read
       this.#generator = this.#guard();
@@ -117,14 +113,12 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
 
   return(value?: unknown): Promise<Step> {
     this.#close();
-    if (this.#generator === undefined || this.#direct) return Promise.resolve(DONE);
-    return this.#generator.return(value as undefined) as Promise<Step>;
+    return (this.#generator?.return(value as undefined) as Promise<Step> | undefined) ?? Promise.resolve(DONE);
   }
 
   throw(error?: unknown): Promise<Step> {
     this.#close();
-    if (this.#generator === undefined || this.#direct) return Promise.reject(error);
-    return this.#generator.throw(error) as Promise<Step>;
+    return (this.#generator?.throw(error) as Promise<Step> | undefined) ?? Promise.reject(error);
   }
 
   #close(): void {
@@ -138,15 +132,6 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
       this.#sourceOpen = false;
       closeQuietly(this.#source);
     }
-  }
-
-  /** From now on the decode iterator answers directly; the idle generator is finished. */
-  #handOff(): void {
-    this.#direct = true;
-    this.#mayHandOff = false;
-    // Suspended at a yield with nothing queued: return() runs its finally at once, which
-    // leaves the decode iterator open because #direct is set.
-    (this.#generator as AsyncGenerator<Item, void, undefined>).return(undefined).then(undefined, ignore);
   }
 
   async *#guard(): AsyncGenerator<Item, void, undefined> {
@@ -165,7 +150,6 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         try {
           step = await new Promise(this.#raceTurn);
         } catch (error) {
-          if (this.#closing) return;
           if (outcome.state !== PENDING) {
             inFlight = pull;
             break;
@@ -186,16 +170,16 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         }
         if (kind === FAILURE) {
           // Rule 11: a decode failure is the answer; prefill is not awaited, nothing stopped.
+          // Done with decode and prefill before the yield, in case the consumer never asks again.
           this.#closeSource();
+          outcome.unlisten(this.#wake);
           yield result.value as Item;
           return;
         }
         // Rule 12: hold the terminal (an item with a finish reason, or the end) for prefill.
         if (result.done === true) this.#sourceOpen = false;
-        if (outcome.state === PENDING) {
-          await new Promise(this.#waitTurn);
-          if (this.#closing) return;
-        }
+        await new Promise(this.#waitTurn);
+        if (this.#closing) return;
         // The await above may have changed the state; TypeScript cannot know.
         if ((outcome.state as PrefillState) === FAILED) break;
         this.#closeSource();
@@ -226,7 +210,6 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         try {
           result = await new Promise(this.#raceTurn);
         } catch (error) {
-          if (this.#closing) return;
           this.#sourceOpen = false;
           throw error;
         }
@@ -245,8 +228,8 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
       this.#resolveTurn = undefined;
       this.#pull = undefined;
       this.#mayHandOff = false;
-      // Rule 14 and early exits: close decode (unless it was handed off), never touch prefill.
-      if (!this.#direct) this.#closeSource();
+      // Rule 14 and early exits: close decode, never touch prefill.
+      this.#closeSource();
     }
   }
 }

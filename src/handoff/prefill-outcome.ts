@@ -41,25 +41,26 @@ export class PrefillOutcome {
     );
   }
 
-  /**
-   * Calls `listener` once when prefill settles. Returns false (and registers nothing) when it
-   * has settled already.
-   */
-  listen(listener: () => void): boolean {
-    if (this.#listeners === undefined) return false;
-    this.#listeners.add(listener);
-    return true;
+  /** Calls `listener` once when prefill settles; does nothing if it has settled already. */
+  listen(listener: () => void): void {
+    this.#listeners?.add(listener);
   }
 
   unlisten(listener: () => void): void {
     this.#listeners?.delete(listener);
   }
 
+  /** How many streams are waiting on this prefill (for the leak tests). */
+  get listenerCount(): number {
+    return this.#listeners?.size ?? 0;
+  }
+
+  // Runs once: the prefill promise settles once.
   #settle(state: PrefillState): void {
     this.state = state;
-    const listeners = this.#listeners;
+    const listeners = this.#listeners as Set<() => void>;
     // Dropped so that nothing a stream registered stays reachable from a settled task.
     this.#listeners = undefined;
-    if (listeners !== undefined) for (const listener of listeners) listener();
+    for (const listener of listeners) listener();
   }
 }

@@ -7,7 +7,7 @@ import { isAsyncIterable, isContext, ResponseStream } from '../runtime/response-
 import { describeValue } from '../util/describe-value.js';
 import { closeQuietly, GuardedDecodeIterator } from './decode-guard.js';
 import { PrefillError } from './prefill-error.js';
-import { FAILED, PENDING, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
+import { FAILED, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
 type Item = Annotated<LLMEngineOutput>;
 
@@ -28,6 +28,14 @@ export interface PrefillTaskOptions {
 }
 
 /**
+ * The prefill outcome behind a task, for the library's own tests (listener counts). Not
+ * exported from the package.
+ *
+ * @internal
+ */
+export let outcomeOf: (task: PrefillTask) => PrefillOutcome;
+
+/**
  * A prefill running in the background, detached from whoever waits for it, and the guard
  * that keeps a decode stream honest about it.
  *
@@ -43,6 +51,10 @@ export interface PrefillTaskOptions {
  */
 export class PrefillTask {
   readonly #outcome: PrefillOutcome;
+
+  static {
+    outcomeOf = (task) => task.#outcome;
+  }
 
   private constructor(outcome: PrefillOutcome) {
     this.#outcome = outcome;
@@ -176,15 +188,14 @@ export class PrefillTask {
       (error: unknown): Dispatched => ({ ok: false, error }),
     );
 
-    if (outcome.state === PENDING) {
-      let wake: (() => void) | undefined;
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        outcome.listen(resolve);
-        dispatched.then(() => resolve());
-      });
-      outcome.unlisten(wake as () => void);
-    }
+    // The race of phase A (a prefill that has already succeeded registers nothing).
+    let wake: (() => void) | undefined;
+    await new Promise<void>((resolve) => {
+      wake = resolve;
+      outcome.listen(resolve);
+      dispatched.then(() => resolve());
+    });
+    outcome.unlisten(wake as () => void);
 
     // Biased: the prefill state is read before the dispatch's result is used. (The await
     // above may have changed it; TypeScript cannot know.)

@@ -156,12 +156,10 @@ export class Controller implements AsyncEngineContext {
     } finally {
       this.#propagating = false;
     }
-    const wasLive = this.#state === LIVE;
     this.#state = target;
-    if (wasLive) {
-      this.#stopped.open();
-      this.#abort?.abort(this.#reason());
-    }
+    // Both are idempotent: a kill after a stop changes neither the latch nor the signal.
+    this.#stopped.open();
+    this.#abort?.abort(this.#reason());
     if (target === KILLED) this.#killed.open();
   }
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
-import { type DecodeStream, PrefillTask } from '../../src/handoff/prefill-task.js';
+import { type DecodeStream, outcomeOf, PrefillTask } from '../../src/handoff/prefill-task.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -161,6 +161,19 @@ describe('phase A: while the decode dispatch is pending (rules 5-8)', () => {
     await flush();
     expect(lateContext.isStopped()).toBe(true);
     expect(lateSource.closed).toBe(true);
+  });
+
+  it('5. a prefill that has already failed releases a decode stream that was already dispatched', async () => {
+    const task = settledPrefill('failed');
+    await task.wait().catch(() => {});
+    const decodeContext = new Controller('decode');
+    const source = new ScriptedSource([token(1)]);
+    await expect(
+      task.forwardDecode(Promise.resolve(decodeStream(source, decodeContext)), new Controller()),
+    ).rejects.toBeInstanceOf(PrefillError);
+    await flush();
+    expect(decodeContext.isStopped()).toBe(true);
+    expect(source.closed).toBe(true);
   });
 
   it('5. a prefill that has already failed wins before decode is even dispatched', async () => {
@@ -580,11 +593,20 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
 
   it('a stream whose prefill succeeded before the first read is the decode iterator, guarded only for return()', async () => {
     const source = new ScriptedSource([token(1)]).end();
+    const answered: Promise<IteratorResult<Item>>[] = [];
+    const next = source.next.bind(source);
+    source.next = () => {
+      const promise = next();
+      answered.push(promise);
+      return promise;
+    };
     const { prefill, task, response } = await wrapped(source);
     prefill.resolve();
     await task.wait();
     const iterator = response[Symbol.asyncIterator]();
-    expect((await iterator.next()).value).toEqual(token(1));
+    const first = iterator.next();
+    expect(first).toBe(answered[0]);
+    expect((await first).value).toEqual(token(1));
     expect((await iterator.next()).done).toBe(true);
     expect(source.nextCalls).toBe(2);
   });
@@ -602,6 +624,68 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
     const ids = (await Promise.all([...reads, ...more])).map((r) => r.value?.data?.token_ids[0]);
     expect(ids).toEqual([1, 2, 3, 4, 5]);
     expect((await iterator.next()).done).toBe(true);
+  });
+
+  it('the iterator is its own async iterable', async () => {
+    const { iterator } = await wrapped(new ScriptedSource());
+    expect((iterator as AsyncIterableIterator<Item>)[Symbol.asyncIterator]()).toBe(iterator);
+  });
+
+  it("closing early calls the decode iterator's return() exactly once", async () => {
+    const source = new ScriptedSource([token(1), token(2)]);
+    const { iterator } = await wrapped(source);
+    await iterator.next();
+    await iterator.return?.();
+    await iterator.return?.();
+    expect(source.returnCalls).toBe(1);
+  });
+
+  it('biased: a prefill failure in the same turn as a rejected decode pull wins', async () => {
+    const source = new ScriptedSource();
+    const { prefill, iterator } = await wrapped(source);
+    const next = iterator.next();
+    await flush();
+    source.fail(new Error('socket reset'));
+    prefill.reject(failure());
+    const { value } = await next;
+    expect(Annotated.err(value)).toBeInstanceOf(PrefillError);
+  });
+
+  it('a pull queued behind others is never overtaken by a read after the hand-off', async () => {
+    const source = new ScriptedSource();
+    const { prefill, iterator } = await wrapped(source);
+    const [a, b, c] = [iterator.next(), iterator.next(), iterator.next()];
+    await flush();
+    prefill.resolve();
+    await flush();
+    source.push(token(1));
+    await a; // the guard now waits on b's pull, with c still queued behind it
+    const d = iterator.next();
+    for (const id of [2, 3, 4]) source.push(token(id));
+    const ids = (await Promise.all([a, b, c, d])).map((r) => r.value?.data?.token_ids[0]);
+    expect(ids).toEqual([1, 2, 3, 4]);
+  });
+
+  it('streams unregister from the prefill when they end, so a long prefill holds nothing of them', async () => {
+    const { prefill, task } = pendingPrefill();
+    const outcome = outcomeOf(task);
+    const source = new ScriptedSource([token(1), Annotated.fromError('decode lost')]);
+    const response = await task.forwardDecode(Promise.resolve(decodeStream(source)), new Controller());
+    expect(outcome.listenerCount).toBe(0); // phase A's own listener is gone
+    const iterator = response[Symbol.asyncIterator]();
+    await iterator.next();
+    expect(outcome.listenerCount).toBe(1);
+    await iterator.next(); // the decode failure ends the stream
+    expect(outcome.listenerCount).toBe(0);
+    const closed = await task.forwardDecode(
+      Promise.resolve(decodeStream(new ScriptedSource([token(1)]))),
+      new Controller(),
+    );
+    const early = closed[Symbol.asyncIterator]();
+    await early.next();
+    await early.return?.();
+    expect(outcome.listenerCount).toBe(0);
+    prefill.resolve();
   });
 
   it('one prefill can guard several decode streams, and wakes each of them', async () => {

@@ -208,3 +208,39 @@ describe('forwardDecode argument checks', () => {
     );
   });
 });
+
+describe('PrefillError', () => {
+  it.each([
+    ['not_activated', '', 'Prefill router not yet activated'],
+    ['prefill', 'worker 3 lost', 'Prefill execution failed: worker 3 lost'],
+    [
+      'no_disaggregated_params',
+      'first output had no data',
+      'No disaggregated params in prefill response: first output had no data',
+    ],
+  ] as const)('kind %s reads "%s"', (kind, detail, message) => {
+    const error = new PrefillError(kind, detail);
+    expect(error.message).toBe(message);
+    expect(error.kind).toBe(kind);
+    expect(error.detail).toBe(detail);
+    expect(error.name).toBe('PrefillError');
+  });
+
+  it('refuses an unknown kind, naming the ones it knows', () => {
+    expect(() => new PrefillError('bogus' as 'prefill')).toThrow(
+      new TypeError(
+        'Unknown PrefillError kind "bogus": expected "not_activated", "prefill" or "no_disaggregated_params"',
+      ),
+    );
+  });
+
+  it('an Error without a message is described by its name', () => {
+    expect(PrefillError.from(new TypeError('')).message).toBe('Prefill execution failed: TypeError');
+  });
+
+  it('is() is false for other errors and values', () => {
+    for (const value of [new Error('x'), null, undefined, 'PrefillError', { kind: 'prefill' }]) {
+      expect(PrefillError.is(value)).toBe(false);
+    }
+  });
+});

@@ -144,3 +144,35 @@ describe('Controller', () => {
     expect(() => context.linkChild(context)).toThrow('A context cannot be linked as its own child');
   });
 });
+
+describe('Controller details', () => {
+  it('hands out one signal, however often it is asked for', () => {
+    const context = new Controller();
+    expect(context.signal).toBe(context.signal);
+  });
+
+  it.each([
+    ['null', null],
+    ['a string', 'child'],
+    ['an object without kill()', { stopGenerating() {} }],
+  ])('refuses to link %s', (_, child) => {
+    expect(() => new Controller().linkChild(child as unknown as Controller)).toThrow(
+      'linkChild expects an AsyncEngineContext (an object with stopGenerating() and kill())',
+    );
+  });
+
+  it('tells each child once, however often the parent is stopped or killed', () => {
+    const calls: string[] = [];
+    const child = {
+      stopGenerating: () => calls.push('stop'),
+      kill: () => calls.push('kill'),
+    } as unknown as Controller;
+    const parent = new Controller();
+    parent.linkChild(child);
+    parent.stop();
+    parent.stopGenerating();
+    parent.kill();
+    parent.kill();
+    expect(calls).toEqual(['stop', 'kill']);
+  });
+});
