@@ -149,13 +149,11 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         let step: Step | undefined;
         try {
           step = await new Promise(this.#raceTurn);
-        } catch (error) {
-          if (outcome.state !== PENDING) {
-            inFlight = pull;
-            break;
-          }
-          this.#sourceOpen = false;
-          throw error;
+        } catch {
+          // Decode threw. Handled after the loop: a failed prefill still wins (biased), and
+          // otherwise the forward path rethrows it.
+          inFlight = pull;
+          break;
         }
         if (this.#closing) return;
         if (outcome.state !== PENDING) {

@@ -1,9 +1,9 @@
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
-import type { AsyncEngineContext } from '../runtime/controller.js';
+import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
-import { isAsyncIterable, isContext, ResponseStream } from '../runtime/response-stream.js';
+import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
 import { closeQuietly, GuardedDecodeIterator } from './decode-guard.js';
 import { PrefillError } from './prefill-error.js';
@@ -240,8 +240,7 @@ function asDecodeStream(value: unknown, fallbackContext: AsyncEngineContext): De
 function releaseLate(dispatch: PromiseLike<unknown>): void {
   Promise.resolve(dispatch)
     .then((value) => {
-      if (value === undefined || value === null) return;
-      const context = (value as { context?: unknown }).context;
+      const context = (value as { context?: unknown } | null | undefined)?.context;
       if (isContext(context)) context.stopGenerating();
       if (isAsyncIterable(value)) closeQuietly(value[Symbol.asyncIterator]());
     }, ignore)

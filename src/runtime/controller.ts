@@ -37,6 +37,15 @@ export interface AsyncEngineContext {
   linkChild(child: AsyncEngineContext): void;
 }
 
+/** True when `value` looks like an {@link AsyncEngineContext} (it can be stopped). */
+export function isContext(value: unknown): value is AsyncEngineContext {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { stopGenerating?: unknown }).stopGenerating === 'function'
+  );
+}
+
 const LIVE = 0;
 const STOPPED = 1;
 const KILLED = 2;
@@ -131,12 +140,7 @@ export class Controller implements AsyncEngineContext {
   }
 
   linkChild(child: AsyncEngineContext): void {
-    if (
-      child === null ||
-      typeof child !== 'object' ||
-      typeof child.stopGenerating !== 'function' ||
-      typeof child.kill !== 'function'
-    ) {
+    if (!isContext(child) || typeof child.kill !== 'function') {
       throw new TypeError('linkChild expects an AsyncEngineContext (an object with stopGenerating() and kill())');
     }
     if (child === this) throw new TypeError('A context cannot be linked as its own child');

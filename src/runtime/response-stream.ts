@@ -1,4 +1,4 @@
-import type { AsyncEngineContext } from './controller.js';
+import { type AsyncEngineContext, isContext } from './controller.js';
 
 /**
  * An engine's response: an async iterable of items plus the context that cancels the work
@@ -43,14 +43,5 @@ export function isAsyncIterable(value: unknown): value is AsyncIterable<unknown>
     typeof value === 'object' &&
     value !== null &&
     typeof (value as { [Symbol.asyncIterator]?: unknown })[Symbol.asyncIterator] === 'function'
-  );
-}
-
-/** True when `value` looks like an {@link AsyncEngineContext} (it can be stopped). */
-export function isContext(value: unknown): value is AsyncEngineContext {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as { stopGenerating?: unknown }).stopGenerating === 'function'
   );
 }

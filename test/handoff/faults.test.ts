@@ -237,3 +237,19 @@ describe('no leaks', () => {
     }
   });
 });
+
+describe('the prefill outcome', () => {
+  it('holds no listener once prefill has settled', async () => {
+    const { prefill, task } = pendingPrefill();
+    const { outcomeOf } = await import('../../src/handoff/prefill-task.js');
+    const response = await task.forwardDecode(
+      Promise.resolve(decodeStream(new ScriptedSource([token(1)]))),
+      new Controller(),
+    );
+    await response[Symbol.asyncIterator]().next();
+    expect(outcomeOf(task).listenerCount).toBe(1);
+    prefill.resolve();
+    await task.wait();
+    expect(outcomeOf(task).listenerCount).toBe(0);
+  });
+});

@@ -176,6 +176,18 @@ describe('phase A: while the decode dispatch is pending (rules 5-8)', () => {
     expect(source.closed).toBe(true);
   });
 
+  it('5. a late dispatch without a context of its own is still closed', async () => {
+    const { prefill, task } = pendingPrefill();
+    const dispatch = deferred<DecodeStream>();
+    const call = task.forwardDecode(dispatch.promise, new Controller());
+    prefill.reject(failure());
+    await expect(call).rejects.toBeInstanceOf(PrefillError);
+    const source = new ScriptedSource([token(1)]);
+    dispatch.resolve(source as unknown as DecodeStream);
+    await flush();
+    expect(source.closed).toBe(true);
+  });
+
   it('5. a prefill that has already failed wins before decode is even dispatched', async () => {
     const task = settledPrefill('failed');
     await task.wait().catch(() => {});
@@ -624,6 +636,39 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
     const ids = (await Promise.all([...reads, ...more])).map((r) => r.value?.data?.token_ids[0]);
     expect(ids).toEqual([1, 2, 3, 4, 5]);
     expect((await iterator.next()).done).toBe(true);
+  });
+
+  it('13. tokens whose finish_reason is null (as engines send them in JSON) flow at once', async () => {
+    const item = { data: { token_ids: [5], finish_reason: null } } as Item;
+    const { iterator } = await wrapped(new ScriptedSource([item]));
+    const next = iterator.next();
+    expect(await isPending(next)).toBe(false);
+    expect((await next).value).toBe(item);
+  });
+
+  it('a decode throw after prefill succeeded mid-pull reaches the consumer, and decode is not closed again', async () => {
+    const source = new ScriptedSource();
+    const { prefill, iterator } = await wrapped(source);
+    const next = iterator.next();
+    await flush();
+    prefill.resolve();
+    await flush();
+    const broken = new Error('socket reset');
+    source.fail(broken);
+    await expect(next).rejects.toBe(broken);
+    expect(source.returnCalls).toBe(0);
+  });
+
+  it('after return(), next() answers done even from a decode iterator that ignores return()', async () => {
+    const source = new ScriptedSource([token(1), token(2), token(3)]);
+    source.return = async () => ({ value: undefined, done: true }); // keeps its items
+    const { prefill, iterator } = await wrapped(source);
+    prefill.resolve();
+    await flush();
+    await iterator.next(); // read by the guard, then parked: reads go straight to decode
+    await iterator.next();
+    await iterator.return?.();
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
   });
 
   it('the iterator is its own async iterable', async () => {

@@ -91,10 +91,28 @@ describe('PrefillTask.spawn and wait (rules 1-3)', () => {
     );
   });
 
-  it('refuses work that is neither a promise nor a function', () => {
-    expect(() => PrefillTask.spawn(42 as unknown as Promise<void>)).toThrow(
-      new TypeError('PrefillTask.spawn expects a promise or a function returning one, got 42'),
+  it.each([
+    ['42', 42],
+    ['null', null],
+    ['{}', {}],
+    // biome-ignore lint/suspicious/noThenProperty: a non-callable then is the point of this case
+    ['{"then":1}', { then: 1 }],
+  ])('refuses work that is neither a promise nor a function: %s', (shown, work) => {
+    expect(() => PrefillTask.spawn(work as unknown as Promise<void>)).toThrow(
+      new TypeError(`PrefillTask.spawn expects a promise or a function returning one, got ${shown}`),
     );
+  });
+
+  it('a function that returns null is a failed prefill with a clear message', async () => {
+    const task = PrefillTask.spawn((() => null) as unknown as () => Promise<void>, { logger: quiet() });
+    await expect(task.wait()).rejects.toThrow('The prefill function returned null; expected a promise');
+  });
+
+  it('a plain thenable is adopted like a promise', async () => {
+    // biome-ignore lint/suspicious/noThenProperty: a hand-made thenable is the point of this test
+    const thenable = { then: (resolve: () => void) => resolve() } as unknown as PromiseLike<void>;
+    const task = PrefillTask.spawn(thenable, { logger: quiet() });
+    await expect(task.wait()).resolves.toBeUndefined();
   });
 
   it('logs a failure once at warn level with the error, even when nobody waits', async () => {
@@ -194,6 +212,13 @@ describe('forwardDecode argument checks', () => {
     );
   });
 
+  it('rejects a decode that is an object but not a promise', async () => {
+    const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
+    await expect(task.forwardDecode({} as never, new Controller())).rejects.toThrow(
+      'forwardDecode expects a decode dispatch (a promise of a ResponseStream, or a function (signal) => promise), got {}',
+    );
+  });
+
   it('rejects a missing request context', async () => {
     const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
     await expect(task.forwardDecode(deferred<never>().promise, undefined as never)).rejects.toThrow(
@@ -224,6 +249,11 @@ describe('PrefillError', () => {
     expect(error.kind).toBe(kind);
     expect(error.detail).toBe(detail);
     expect(error.name).toBe('PrefillError');
+  });
+
+  it('a kind without detail reads as the kind alone', () => {
+    expect(new PrefillError('not_activated').message).toBe('Prefill router not yet activated');
+    expect(new PrefillError('prefill').detail).toBe('');
   });
 
   it('refuses an unknown kind, naming the ones it knows', () => {
