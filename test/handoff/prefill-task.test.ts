@@ -108,6 +108,13 @@ describe('PrefillTask.spawn and wait (rules 1-3)', () => {
     await expect(task.wait()).rejects.toThrow('The prefill function returned null; expected a promise');
   });
 
+  it('a prefill function may return a callable thenable', async () => {
+    // biome-ignore lint/suspicious/noThenProperty: a callable thenable is the point of this test
+    const thenable = Object.assign(() => {}, { then: (resolve: () => void) => resolve() });
+    const task = PrefillTask.spawn(() => thenable as unknown as PromiseLike<void>, { logger: quiet() });
+    await expect(task.wait()).resolves.toBeUndefined();
+  });
+
   it('a plain thenable is adopted like a promise', async () => {
     // biome-ignore lint/suspicious/noThenProperty: a hand-made thenable is the point of this test
     const thenable = { then: (resolve: () => void) => resolve() } as unknown as PromiseLike<void>;
@@ -216,6 +223,13 @@ describe('forwardDecode argument checks', () => {
     const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
     await expect(task.forwardDecode({} as never, new Controller())).rejects.toThrow(
       'forwardDecode expects a decode dispatch (a promise of a ResponseStream, or a function (signal) => promise), got {}',
+    );
+  });
+
+  it('rejects a request context that cannot be stopped', async () => {
+    const task = PrefillTask.spawn(deferred().promise, { logger: quiet() });
+    await expect(task.forwardDecode(deferred<never>().promise, { id: 'x' } as never)).rejects.toThrow(
+      'forwardDecode expects the request\'s AsyncEngineContext as its second argument, got {"id":"x"}',
     );
   });
 

@@ -39,5 +39,8 @@ describe('ResponseStream', () => {
     expect(() => new ResponseStream((async function* () {})(), undefined as unknown as Controller)).toThrow(
       'ResponseStream expects an AsyncEngineContext',
     );
+    expect(() => new ResponseStream((async function* () {})(), { id: 'x' } as unknown as Controller)).toThrow(
+      'ResponseStream expects an AsyncEngineContext',
+    );
   });
 });
