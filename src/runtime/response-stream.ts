@@ -11,7 +11,7 @@ import { type AsyncEngineContext, isContext } from './controller.js';
  * @example
  * const context = new Controller();
  * const stream = new ResponseStream(tokens(), context);
- * for await (const item of stream) console.log(item);
+ * for await (const item of stream) send(item);
  */
 export class ResponseStream<T> implements AsyncIterable<T> {
   readonly #source: AsyncIterable<T>;

@@ -584,20 +584,13 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
 
   it("after prefill succeeds and the guard is idle, next() hands the decode iterator's own promise through", async () => {
     const source = new ScriptedSource([token(1), token(2), token(3)]);
-    const answered: Promise<IteratorResult<Item>>[] = [];
-    const next = source.next.bind(source);
-    source.next = () => {
-      const promise = next();
-      answered.push(promise);
-      return promise;
-    };
     const { prefill, iterator } = await wrapped(source);
     expect((await iterator.next()).value).toEqual(token(1));
     prefill.resolve();
     await flush();
     expect((await iterator.next()).value).toEqual(token(2)); // read by the guard, then idle
     const third = iterator.next();
-    expect(third).toBe(answered[answered.length - 1]); // straight from the source
+    expect(third).toBe(source.answers[source.answers.length - 1]); // straight from the source
     expect((await third).value).toEqual(token(3));
     await iterator.return?.();
     expect(source.closed).toBe(true);
@@ -605,19 +598,12 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
 
   it('a stream whose prefill succeeded before the first read is the decode iterator, guarded only for return()', async () => {
     const source = new ScriptedSource([token(1)]).end();
-    const answered: Promise<IteratorResult<Item>>[] = [];
-    const next = source.next.bind(source);
-    source.next = () => {
-      const promise = next();
-      answered.push(promise);
-      return promise;
-    };
     const { prefill, task, response } = await wrapped(source);
     prefill.resolve();
     await task.wait();
     const iterator = response[Symbol.asyncIterator]();
     const first = iterator.next();
-    expect(first).toBe(answered[0]);
+    expect(first).toBe(source.answers[0]);
     expect((await first).value).toEqual(token(1));
     expect((await iterator.next()).done).toBe(true);
     expect(source.nextCalls).toBe(2);

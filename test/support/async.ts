@@ -51,6 +51,8 @@ export const lengthItem = (): Item => Annotated.fromData(LLMEngineOutput.length(
 export class ScriptedSource implements AsyncIterableIterator<Item> {
   nextCalls = 0;
   returnCalls = 0;
+  /** Every promise `next()` has returned, in order (to check what a wrapper hands through). */
+  readonly answers: Promise<IteratorResult<Item>>[] = [];
   readonly #queue: Array<IteratorResult<Item> | { error: unknown }> = [];
   readonly #waiting: Deferred<IteratorResult<Item>>[] = [];
   #finished = false;
@@ -84,6 +86,12 @@ export class ScriptedSource implements AsyncIterableIterator<Item> {
   }
 
   next(): Promise<IteratorResult<Item>> {
+    const answer = this.#answer();
+    this.answers.push(answer);
+    return answer;
+  }
+
+  #answer(): Promise<IteratorResult<Item>> {
     this.nextCalls += 1;
     if (this.#finished) return Promise.resolve({ value: undefined, done: true });
     const queued = this.#queue.shift();
