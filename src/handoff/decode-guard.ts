@@ -103,11 +103,10 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   }
 
   next(): Promise<Step> {
+    // After return() or throw(), nothing more: not even from a decode iterator that ignored it.
+    if (this.#closing) return Promise.resolve(DONE);
     if (this.#direct || this.#mayHandOff) return this.#source.next() as Promise<Step>;
-    if (this.#generator === undefined) {
-      if (this.#closing) return Promise.resolve(DONE); // closed before the first read
-      this.#generator = this.#guard();
-    }
+    this.#generator ??= this.#guard();
     return this.#generator.next() as Promise<Step>;
   }
 

@@ -655,6 +655,16 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
     await iterator.next();
     await iterator.return?.();
     expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    // The same for a stream whose prefill had succeeded before its first read.
+    const late = new ScriptedSource([token(1), token(2)]);
+    late.return = async () => ({ value: undefined, done: true });
+    const second = await wrapped(late);
+    second.prefill.resolve();
+    await second.task.wait();
+    const direct = second.response[Symbol.asyncIterator]();
+    await direct.next();
+    await direct.return?.();
+    expect(await direct.next()).toEqual({ value: undefined, done: true });
   });
 
   it('the iterator is its own async iterable', async () => {
