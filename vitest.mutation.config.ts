@@ -7,7 +7,12 @@ import { defineConfig } from 'vitest/config';
 // process-wide flags of vitest.config.ts, so this config stands alone.
 export default defineConfig({
   test: {
-    include: ['test/handoff/**/*.test.ts', 'test/runtime/**/*.test.ts', 'test/protocol/**/*.test.ts'],
+    include: [
+      'test/handoff/**/*.test.ts',
+      'test/runtime/**/*.test.ts',
+      'test/protocol/**/*.test.ts',
+      'test/flow/**/*.test.ts',
+    ],
     exclude: ['test/handoff/memory.test.ts', 'test/runtime/logger.test.ts'],
     restoreMocks: true,
   },

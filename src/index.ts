@@ -1,5 +1,17 @@
-// The package root: re-exports only. Layers: wire protocol, runtime, prefill handoff.
+// The package root: re-exports only. Layers: wire protocol, runtime, prefill handoff, flow.
 
+export {
+  type BootstrapRoomOptions,
+  MAX_BOOTSTRAP_ROOM,
+  mintBootstrapRoom,
+} from './flow/bootstrap-room.js';
+export {
+  HANDOFF_FIELDS,
+  HandoffFieldError,
+  type SanitizeOptions,
+  sanitizeClientRequest,
+} from './flow/handoff-fields.js';
+export { decodeRequest, prefillRequest, type RequestBody } from './flow/request-shaping.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {
   type DecodeDispatch,

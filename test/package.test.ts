@@ -10,10 +10,17 @@ const EXPORTS = [
   'AnnotatedError',
   'Controller',
   'FinishReason',
+  'HANDOFF_FIELDS',
+  'HandoffFieldError',
   'LLMEngineOutput',
+  'MAX_BOOTSTRAP_ROOM',
   'PrefillError',
   'PrefillTask',
   'ResponseStream',
+  'decodeRequest',
+  'mintBootstrapRoom',
+  'prefillRequest',
+  'sanitizeClientRequest',
 ];
 
 describe('the built package, as a router imports it', () => {

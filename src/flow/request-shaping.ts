@@ -1,0 +1,52 @@
+/**
+ * The two request bodies of a disaggregated request, made from the client's OpenAI-style
+ * body: a prefill copy with a one-token budget, and a decode body that keeps the client's own
+ * values exactly.
+ */
+
+/** An OpenAI-compatible request body (completions or chat completions), as JSON. */
+export type RequestBody = Record<string, unknown>;
+
+/**
+ * The prefill leg's body: a copy of `request` that can produce exactly one token and answers
+ * in one piece.
+ *
+ * - `max_tokens` and `max_completion_tokens` become 1 (both: servers differ in which they read);
+ * - `min_tokens` is removed: with a budget of one token, a minimum above one is a contradiction
+ *   that some engines reject and others honour by ignoring the budget;
+ * - `stream` becomes false and `stream_options` is removed;
+ * - `n` becomes 1 (and `best_of` is removed): prefill computes the prompt once.
+ *
+ * The client's object is not changed.
+ *
+ * @example
+ * prefillRequest({ model: 'm', prompt: 'Hi', max_tokens: 200, stream: true, min_tokens: 5 });
+ * // { model: 'm', prompt: 'Hi', max_tokens: 1, max_completion_tokens: 1, stream: false, n: 1 }
+ */
+export function prefillRequest(request: RequestBody): RequestBody {
+  const { min_tokens: _min, stream_options: _options, best_of: _bestOf, ...rest } = checkBody(request);
+  return { ...rest, max_tokens: 1, max_completion_tokens: 1, stream: false, n: 1 };
+}
+
+/**
+ * The decode leg's body: the client's request with the handoff fields added. Every value the
+ * client sent stays as it was (an absent `max_tokens` stays absent); a handoff field set to
+ * `undefined` is left out.
+ *
+ * @example
+ * decodeRequest(client, { kv_transfer_params: prefillAnswer.kv_transfer_params });
+ */
+export function decodeRequest(request: RequestBody, handoff: RequestBody = {}): RequestBody {
+  const body: RequestBody = { ...checkBody(request) };
+  for (const [field, value] of Object.entries(handoff)) if (value !== undefined) body[field] = value;
+  return body;
+}
+
+function checkBody(request: RequestBody): RequestBody {
+  if (typeof request !== 'object' || request === null || Array.isArray(request)) {
+    throw new TypeError(
+      `A request body must be a JSON object, got ${Array.isArray(request) ? 'an array' : String(request)}`,
+    );
+  }
+  return request;
+}

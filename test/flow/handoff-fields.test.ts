@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { HANDOFF_FIELDS, HandoffFieldError, sanitizeClientRequest } from '../../src/flow/handoff-fields.js';
+
+describe('client-supplied handoff fields', () => {
+  it.each(HANDOFF_FIELDS)('%s is stripped by default', (field) => {
+    const body = sanitizeClientRequest({ prompt: 'x', [field]: 'client value' });
+    expect(body).toEqual({ prompt: 'x' });
+  });
+
+  it('returns the same object when there is nothing to strip', () => {
+    const client = { prompt: 'x' };
+    expect(sanitizeClientRequest(client)).toBe(client);
+  });
+
+  it('strips from a copy, never from the client object', () => {
+    const client = { prompt: 'x', transfer_id: 't-1' };
+    sanitizeClientRequest(client);
+    expect(client).toEqual({ prompt: 'x', transfer_id: 't-1' });
+  });
+
+  it('can reject instead, naming every offending field', () => {
+    const request = { kv_transfer_params: { remote_host: '10.0.0.9' }, prompt: 'x', bootstrap_room: 1 };
+    let error: unknown;
+    try {
+      sanitizeClientRequest(request, { clientHandoffFields: 'reject' });
+    } catch (e) {
+      error = e;
+    }
+    expect(HandoffFieldError.is(error)).toBe(true);
+    expect(error).toBeInstanceOf(HandoffFieldError);
+    const typed = error as HandoffFieldError;
+    expect(typed.name).toBe('HandoffFieldError');
+    expect(typed.kind).toBe('client_handoff_fields');
+    expect(typed.fields).toEqual(['kv_transfer_params', 'bootstrap_room']);
+    expect(typed.message).toBe(
+      'The request sets "kv_transfer_params", "bootstrap_room", which only the router may set (handoff fields); remove them',
+    );
+  });
+
+  it('a field set to undefined or null by the client still counts as set', () => {
+    expect(sanitizeClientRequest({ prompt: 'x', bootstrap_host: null })).toEqual({ prompt: 'x' });
+  });
+
+  it('takes its own list of fields', () => {
+    expect(sanitizeClientRequest({ a: 1, kv_transfer_params: {} }, { fields: ['a'] })).toEqual({
+      kv_transfer_params: {},
+    });
+  });
+
+  it('refuses an unknown mode', () => {
+    expect(() => sanitizeClientRequest({}, { clientHandoffFields: 'ignore' as 'strip' })).toThrow(
+      'clientHandoffFields must be "strip" or "reject", got "ignore"',
+    );
+  });
+});
