@@ -11,6 +11,7 @@ export {
   type SanitizeOptions,
   sanitizeClientRequest,
 } from './flow/handoff-fields.js';
+export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
 export { decodeRequest, prefillRequest, type RequestBody } from './flow/request-shaping.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {

@@ -17,6 +17,7 @@ const EXPORTS = [
   'PrefillError',
   'PrefillTask',
   'ResponseStream',
+  'classifyPrefill',
   'decodeRequest',
   'mintBootstrapRoom',
   'prefillRequest',

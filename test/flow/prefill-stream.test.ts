@@ -1,0 +1,147 @@
+import { describe, expect, it } from 'vitest';
+import { classifyPrefill } from '../../src/flow/prefill-stream.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { type Item, recordingLogger, ScriptedSource } from '../support/async.js';
+
+const quiet = { logger: recordingLogger().logger };
+const out = (data: Record<string, unknown>): Item => Annotated.fromData({ token_ids: [1], ...data });
+const vllmParams = { remote_engine_id: 'e1', remote_block_ids: [1, 2], remote_host: '10.0.0.2', remote_port: 5600 };
+
+async function failure(items: Item[]) {
+  const source = new ScriptedSource(items).end();
+  const error = await classifyPrefill(source, quiet).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(PrefillError);
+  return { error: error as PrefillError, source };
+}
+
+describe('classifyPrefill', () => {
+  it("a sequential handoff: the params and the prefill leg's prompt_tokens_details", async () => {
+    const usage = {
+      prompt_tokens: 900,
+      completion_tokens: 1,
+      total_tokens: 901,
+      prompt_tokens_details: { cached_tokens: 512 },
+    };
+    const first = out({ finish_reason: 'length', disaggregated_params: vllmParams, completion_usage: usage });
+    const result = await classifyPrefill(new ScriptedSource([first]).end(), quiet);
+    expect(result).toEqual({
+      kind: 'handoff',
+      params: vllmParams,
+      output: first,
+      promptTokensDetails: { cached_tokens: 512 },
+    });
+  });
+
+  it('params that arrive on a later output (a streamed prefill) are found', async () => {
+    const result = await classifyPrefill(
+      new ScriptedSource([out({}), out({ finish_reason: 'length', disaggregated_params: vllmParams })]).end(),
+      quiet,
+    );
+    expect(result).toMatchObject({ kind: 'handoff', params: vllmParams });
+  });
+
+  it('no output at all is a PrefillError', async () => {
+    const { error } = await failure([]);
+    expect(error.kind).toBe('prefill');
+    expect(error.message).toBe('Prefill execution failed: Prefill router returned no output (stream ended)');
+  });
+
+  it('an error first item is a PrefillError with the worker text and the cause, and closes the stream', async () => {
+    const cause = new Error('prefill worker 2 gone');
+    const { error, source } = await failure([Annotated.fromError(cause), out({})]);
+    expect(error.message).toBe(
+      'Prefill execution failed: Prefill router returned error in output: prefill worker 2 gone',
+    );
+    expect(error.cause).toBe(cause);
+    expect(source.closed).toBe(true);
+  });
+
+  it('an error item later in the stream fails it too', async () => {
+    const { error } = await failure([out({ disaggregated_params: vllmParams }), Annotated.fromError('late')]);
+    expect(error.message).toContain('returned error in output: late');
+  });
+
+  it('no disaggregated_params is a PrefillError of kind no_disaggregated_params', async () => {
+    const { error } = await failure([out({ finish_reason: 'length' })]);
+    expect(error.kind).toBe('no_disaggregated_params');
+    expect(error.message).toBe('No disaggregated params in prefill response: no output carried disaggregated_params');
+  });
+
+  it('an output without data is a no_disaggregated_params error', async () => {
+    const { error } = await failure([{ event: 'metrics' } as Item]);
+    expect(error.kind).toBe('no_disaggregated_params');
+  });
+
+  it.each([
+    ['a null ctx_request_id', { ctx_request_id: null, request_type: 'context_only' }],
+    ['context_only without one', { request_type: 'context_only', first_gen_tokens: [5] }],
+  ])('a TensorRT-LLM context response with %s fails before any decode', async (_, params) => {
+    const { error } = await failure([out({ finish_reason: 'length', disaggregated_params: params })]);
+    expect(error.kind).toBe('no_disaggregated_params');
+    expect(error.message).toContain('ctx_request_id');
+  });
+
+  it('a TensorRT-LLM context response with its ctx_request_id hands off', async () => {
+    const params = { ctx_request_id: 4242, request_type: 'context_only' };
+    const result = await classifyPrefill(
+      new ScriptedSource([out({ finish_reason: 'length', disaggregated_params: params })]).end(),
+      quiet,
+    );
+    expect(result).toMatchObject({ kind: 'handoff', params });
+  });
+
+  it.each(['stop', 'eos'] as const)(
+    'a first output finished by %s ends the request without decode, disaggregated_params stripped',
+    async (reason) => {
+      const source = new ScriptedSource([out({ finish_reason: reason, text: 'Hi', disaggregated_params: vllmParams })]);
+      const result = await classifyPrefill(source, quiet);
+      expect(result.kind).toBe('finished');
+      expect(result.output.data).toEqual({ token_ids: [1], finish_reason: reason, text: 'Hi' });
+      expect(source.closed).toBe(true);
+    },
+  );
+
+  it('an early handoff: the bootstrap triple at once, the rest drained in the background', async () => {
+    const room = '9223372036854775000'; // above 2^53: must stay exact
+    const first = out({
+      disaggregated_params: { bootstrap_host: '10.0.0.3', bootstrap_port: 8998, bootstrap_room: room },
+    });
+    const source = new ScriptedSource([first]);
+    const result = await classifyPrefill(source, quiet);
+    if (result.kind !== 'early') throw new Error(`expected an early handoff, got ${result.kind}`);
+    expect(result.bootstrap).toEqual({
+      bootstrap_host: '10.0.0.3',
+      bootstrap_port: 8998,
+      bootstrap_room: 9223372036854775000n,
+    });
+    source.push(out({})).push(Annotated.fromData(LLMEngineOutput.length())).end();
+    await expect(result.task.wait()).resolves.toBeUndefined();
+  });
+
+  it('an early handoff whose prefill later fails fails its task', async () => {
+    const first = out({ disaggregated_params: { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 7n } });
+    const source = new ScriptedSource([first]);
+    const result = await classifyPrefill(source, quiet);
+    if (result.kind !== 'early') throw new Error('expected an early handoff');
+    source.push(Annotated.fromData(LLMEngineOutput.error('NIXL transfer failed'))).end();
+    await expect(result.task.wait()).rejects.toThrow('Prefill backend failed: NIXL transfer failed');
+  });
+
+  it.each([
+    ['no host', { bootstrap_port: 1, bootstrap_room: 1 }],
+    ['a port of 65536', { bootstrap_host: 'h', bootstrap_port: 65536, bootstrap_room: 1 }],
+    ['a negative room', { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: -1 }],
+    ['a room of 2^64', { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: (1n << 64n).toString() }],
+  ])('an incomplete bootstrap triple (%s) is not an early handoff', async (_, params) => {
+    const result = await classifyPrefill(
+      new ScriptedSource([out({ finish_reason: 'length', disaggregated_params: params })]).end(),
+      quiet,
+    );
+    expect(result.kind).toBe('handoff');
+  });
+});
