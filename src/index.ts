@@ -6,6 +6,15 @@ export {
   mintBootstrapRoom,
 } from './flow/bootstrap-room.js';
 export {
+  type Connector,
+  earlyBootstrap,
+  type Handoff,
+  sglangBootstrap,
+  trtllmContextFirst,
+  vllmNixl,
+} from './flow/connectors.js';
+export { type DisaggregateOptions, disaggregate, type Engine, type PrefillWorker } from './flow/disaggregate.js';
+export {
   HANDOFF_FIELDS,
   HandoffFieldError,
   type SanitizeOptions,

@@ -19,9 +19,14 @@ const EXPORTS = [
   'ResponseStream',
   'classifyPrefill',
   'decodeRequest',
+  'disaggregate',
+  'earlyBootstrap',
   'mintBootstrapRoom',
   'prefillRequest',
   'sanitizeClientRequest',
+  'sglangBootstrap',
+  'trtllmContextFirst',
+  'vllmNixl',
 ];
 
 describe('the built package, as a router imports it', () => {

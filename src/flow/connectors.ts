@@ -1,0 +1,107 @@
+import type { BootstrapInfo } from './prefill-stream.js';
+import { decodeRequest, prefillRequest, type RequestBody } from './request-shaping.js';
+
+/** What decode needs from prefill: its handoff parameters, or the rendezvous both legs share. */
+export type Handoff =
+  | { kind: 'params'; params: unknown; promptTokensDetails?: Record<string, unknown> }
+  | { kind: 'bootstrap'; bootstrap: BootstrapInfo };
+
+/**
+ * How one engine family hands KV from prefill to decode, as pure functions over request
+ * bodies. `family` says how the flow runs the two legs:
+ * - `sequential`: prefill runs to completion, its parameters go into the decode body;
+ * - `concurrent`: the router mints the rendezvous and sends both legs at once;
+ * - `early`: prefill's first output carries the rendezvous; decode starts then.
+ */
+export interface Connector {
+  readonly name: string;
+  readonly family: 'sequential' | 'concurrent' | 'early';
+  /** The prefill leg's body (given the rendezvous in the concurrent family). */
+  prefillBody(request: RequestBody, bootstrap?: BootstrapInfo): RequestBody;
+  /** The decode leg's body. */
+  decodeBody(request: RequestBody, handoff: Handoff): RequestBody;
+}
+
+function paramsOf(handoff: Handoff, connector: string): unknown {
+  if (handoff.kind !== 'params')
+    throw new TypeError(`The ${connector} connector hands off by parameters, not by a rendezvous`);
+  return handoff.params;
+}
+
+function bootstrapOf(handoff: Handoff, connector: string): BootstrapInfo {
+  if (handoff.kind !== 'bootstrap')
+    throw new TypeError(`The ${connector} connector hands off by a rendezvous, not by parameters`);
+  return handoff.bootstrap;
+}
+
+/**
+ * vLLM with the NIXL connector (pull): prefill is asked to keep its KV for a remote decode;
+ * the `kv_transfer_params` it answers with go into the decode body unchanged.
+ */
+export const vllmNixl: Connector = Object.freeze({
+  name: 'vllm-nixl',
+  family: 'sequential',
+  prefillBody: (request: RequestBody) => ({
+    ...prefillRequest(request),
+    kv_transfer_params: {
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    },
+  }),
+  decodeBody: (request: RequestBody, handoff: Handoff) =>
+    decodeRequest(request, { kv_transfer_params: paramsOf(handoff, 'vllm-nixl') }),
+});
+
+/**
+ * TensorRT-LLM, context first: the context (prefill) request is `context_only`; the
+ * generation request carries the context response's parameters (`ctx_request_id` and
+ * friends) as `generation_only`.
+ */
+export const trtllmContextFirst: Connector = Object.freeze({
+  name: 'trtllm-context-first',
+  family: 'sequential',
+  prefillBody: (request: RequestBody) => ({
+    ...prefillRequest(request),
+    disaggregated_params: { request_type: 'context_only' },
+  }),
+  decodeBody: (request: RequestBody, handoff: Handoff) => {
+    const params = paramsOf(handoff, 'trtllm-context-first');
+    return decodeRequest(request, {
+      disaggregated_params: { ...(params as Record<string, unknown>), request_type: 'generation_only' },
+    });
+  },
+});
+
+/**
+ * SGLang prefill/decode with a router-made rendezvous: both legs carry the same
+ * `bootstrap_host`, `bootstrap_port` and `bootstrap_room` and are sent at once.
+ */
+export const sglangBootstrap: Connector = Object.freeze({
+  name: 'sglang-bootstrap',
+  family: 'concurrent',
+  prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
+    if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
+    return { ...prefillRequest(request), ...bootstrap };
+  },
+  decodeBody: (request: RequestBody, handoff: Handoff) =>
+    decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
+});
+
+/**
+ * Early handoff: prefill's first streamed output names the rendezvous; decode is sent with it
+ * while prefill keeps streaming.
+ */
+export const earlyBootstrap: Connector = Object.freeze({
+  name: 'early-bootstrap',
+  family: 'early',
+  prefillBody: (request: RequestBody) => prefillRequest(request),
+  // A prefill that finished without naming a rendezvous hands off its parameters instead.
+  decodeBody: (request: RequestBody, handoff: Handoff) =>
+    handoff.kind === 'bootstrap'
+      ? decodeRequest(request, { ...handoff.bootstrap })
+      : decodeRequest(request, { disaggregated_params: handoff.params }),
+});

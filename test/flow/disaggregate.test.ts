@@ -1,0 +1,283 @@
+import { describe, expect, it } from 'vitest';
+import { earlyBootstrap, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../../src/flow/connectors.js';
+import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
+import { HandoffFieldError } from '../../src/flow/handoff-fields.js';
+import type { RequestBody } from '../../src/flow/request-shaping.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { type AsyncEngineContext, Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
+
+const logger = recordingLogger().logger;
+const client = { model: 'm', prompt: 'Hello', max_tokens: 64, stream: true, min_tokens: 3 };
+const kvParams = { remote_engine_id: 'e1', remote_block_ids: [4, 5], remote_host: '10.0.0.2', remote_port: 5600 };
+
+/** A fake engine: records what it was sent and answers with a scripted stream. */
+function engine(answer: (body: RequestBody) => ScriptedSource) {
+  const calls: Array<{ body: RequestBody; context: AsyncEngineContext; source: ScriptedSource }> = [];
+  const run: Engine = async (body, context) => {
+    const source = answer(body);
+    calls.push({ body, context, source });
+    return new ResponseStream(source, context);
+  };
+  return { run, calls };
+}
+
+const decodeTokens = () =>
+  engine(() => new ScriptedSource([token(1), token(2), Annotated.fromData(LLMEngineOutput.length())]).end());
+
+describe('disaggregate, sequential (vLLM NIXL)', () => {
+  it('prefill with a one-token budget, then decode with its kv_transfer_params and the client values', async () => {
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
+      ]).end(),
+    );
+    const decode = decodeTokens();
+    const context = new Controller('req-7');
+    const stream = await disaggregate({
+      request: client,
+      context,
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    expect((await collect(stream)).map((i) => i.data?.token_ids)).toEqual([[1], [2], []]);
+    const [prefillCall] = prefill.calls;
+    expect(prefillCall?.body).toMatchObject({ max_tokens: 1, max_completion_tokens: 1, stream: false, n: 1 });
+    expect(prefillCall?.body).not.toHaveProperty('min_tokens');
+    expect(prefillCall?.body.kv_transfer_params).toEqual({
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    });
+    expect(decode.calls[0]?.body).toEqual({ ...client, kv_transfer_params: kvParams });
+    // Prefill ran on its own context with the same id; decode on the client's.
+    expect(prefillCall?.context).not.toBe(context);
+    expect(prefillCall?.context.id).toBe('req-7');
+    expect(decode.calls[0]?.context).toBe(context);
+  });
+
+  it('a client stop never reaches prefill, and decode is still dispatched to claim the KV', async () => {
+    const context = new Controller('req-8');
+    const prefill = engine(() => {
+      context.stopGenerating(); // the client leaves while prefill runs
+      return new ScriptedSource([
+        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
+      ]).end();
+    });
+    const decode = decodeTokens();
+    await disaggregate({
+      request: client,
+      context,
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    expect(prefill.calls[0]?.context.isStopped()).toBe(false);
+    expect(decode.calls).toHaveLength(1);
+  });
+
+  it('a prefill that finishes the request is the whole answer: no decode, no disaggregated_params', async () => {
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({ token_ids: [2], finish_reason: 'eos', disaggregated_params: kvParams }),
+      ]).end(),
+    );
+    const decode = decodeTokens();
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    expect((await collect(stream)).map((i) => i.data)).toEqual([{ token_ids: [2], finish_reason: 'eos' }]);
+    expect(decode.calls).toHaveLength(0);
+  });
+
+  it.each([
+    ['an error first item', () => new ScriptedSource([Annotated.fromError('prefill OOM')]).end(), 'prefill OOM'],
+    ['no output', () => new ScriptedSource([]).end(), 'returned no output'],
+    [
+      'no disaggregated_params',
+      () => new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end(),
+      'No disaggregated params',
+    ],
+  ])('%s fails the request with a PrefillError before any decode', async (_, answer, text) => {
+    const prefill = engine(answer);
+    const decode = decodeTokens();
+    const call = disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    await expect(call).rejects.toBeInstanceOf(PrefillError);
+    await expect(call).rejects.toThrow(text);
+    expect(decode.calls).toHaveLength(0);
+  });
+
+  it('a prefill dispatch that fails is a PrefillError keeping the cause', async () => {
+    const refused = new Error('connect ECONNREFUSED');
+    const call = disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: () => Promise.reject(refused),
+      decode: decodeTokens().run,
+      connector: vllmNixl,
+      logger,
+    });
+    await expect(call).rejects.toMatchObject({ name: 'PrefillError', cause: refused });
+  });
+
+  it('client handoff fields are stripped by default, refused when configured', async () => {
+    const request = { ...client, kv_transfer_params: { remote_host: 'attacker' } };
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
+      ]).end(),
+    );
+    const decode = decodeTokens();
+    await disaggregate({
+      request,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    expect(decode.calls[0]?.body.kv_transfer_params).toEqual(kvParams);
+    await expect(
+      disaggregate({
+        request,
+        context: new Controller(),
+        prefill: prefill.run,
+        decode: decode.run,
+        connector: vllmNixl,
+        clientHandoffFields: 'reject',
+      }),
+    ).rejects.toBeInstanceOf(HandoffFieldError);
+  });
+});
+
+describe('disaggregate, sequential (TensorRT-LLM context first)', () => {
+  it('context_only, then generation_only with the context response parameters', async () => {
+    const ctx = { ctx_request_id: 77, first_gen_tokens: [5], request_type: 'context_only' };
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({ token_ids: [5], finish_reason: 'length', disaggregated_params: ctx }),
+      ]).end(),
+    );
+    const decode = decodeTokens();
+    await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: trtllmContextFirst,
+      logger,
+    });
+    expect(prefill.calls[0]?.body.disaggregated_params).toEqual({ request_type: 'context_only' });
+    expect(decode.calls[0]?.body.disaggregated_params).toEqual({ ...ctx, request_type: 'generation_only' });
+  });
+});
+
+describe('disaggregate, concurrent (SGLang bootstrap)', () => {
+  it('both legs at once with the same rendezvous, the room congruent to the dp rank', async () => {
+    const prefill = engine(() => new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end());
+    const decode = decodeTokens();
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: { bootstrapHost: '10.0.0.3', bootstrapPort: 8998, dpRank: 2, dpSize: 4 },
+      logger,
+    });
+    expect(await collect(stream)).toHaveLength(3);
+    const prefillBody = prefill.calls[0]?.body as RequestBody;
+    const decodeBody = decode.calls[0]?.body as RequestBody;
+    for (const field of ['bootstrap_host', 'bootstrap_port', 'bootstrap_room'])
+      expect(decodeBody[field]).toBe(prefillBody[field]);
+    expect(typeof decodeBody.bootstrap_room).toBe('bigint');
+    expect((decodeBody.bootstrap_room as bigint) % 4n).toBe(2n);
+    expect(prefillBody).toMatchObject({ bootstrap_host: '10.0.0.3', bootstrap_port: 8998, max_tokens: 1 });
+    expect(decodeBody.max_tokens).toBe(64);
+  });
+
+  it('a prefill failure while decode streams ends the client stream with one error item', async () => {
+    const prefillSource = new ScriptedSource();
+    const prefill = engine(() => prefillSource);
+    const decodeSource = new ScriptedSource([token(1)]);
+    const decode = engine(() => decodeSource);
+    const context = new Controller();
+    const stream = await disaggregate({
+      request: client,
+      context,
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+      logger,
+    });
+    const reading = collect(stream);
+    await flush();
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.error('bootstrap timed out'))).end();
+    const items = await reading;
+    expect(items[0]).toEqual(token(1));
+    expect(Annotated.err(items[1])?.message).toContain('bootstrap timed out');
+    expect(context.isStopped()).toBe(true);
+  });
+
+  it('refuses a concurrent connector without the prefill worker rendezvous', async () => {
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: decodeTokens().run,
+        decode: decodeTokens().run,
+        connector: sglangBootstrap,
+      }),
+    ).rejects.toThrow('needs prefillWorker');
+  });
+});
+
+describe('disaggregate, early handoff', () => {
+  it('decode starts on the first prefill output while prefill keeps streaming; the terminal waits for it', async () => {
+    const first = Annotated.fromData({
+      token_ids: [9],
+      disaggregated_params: { bootstrap_host: 'h', bootstrap_port: 7000, bootstrap_room: '18446744073709551615' },
+    });
+    const prefillSource = new ScriptedSource([first]);
+    const prefill = engine(() => prefillSource);
+    const decode = decodeTokens();
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: earlyBootstrap,
+      logger,
+    });
+    expect(decode.calls[0]?.body.bootstrap_room).toBe(18446744073709551615n);
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    expect((await iterator.next()).value).toEqual(token(2));
+    const terminal = iterator.next();
+    await flush();
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    expect((await terminal).value?.data?.finish_reason).toBe('length');
+  });
+});
