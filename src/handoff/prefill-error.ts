@@ -63,9 +63,46 @@ export class PrefillError extends Error {
     return new PrefillError('prefill', reasonText(reason), { cause: reason });
   }
 
+  /**
+   * Whether the same request may succeed if sent again, judged from the cause chain: a
+   * refused, reset or timed-out connection, or a 5xx answer, is retryable; a cancellation
+   * (an `AbortError`), a 4xx answer, or anything unknown is not. Decided by the first cause
+   * that says either way.
+   */
+  get retryable(): boolean {
+    return isRetryable(this.cause, 0);
+  }
+
   get [BRAND](): true {
     return true;
   }
+}
+
+/** Error codes of Node and undici for connections that failed or timed out. */
+const RETRYABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_CLOSED',
+]);
+
+function isRetryable(cause: unknown, depth: number): boolean {
+  if (typeof cause !== 'object' || cause === null || depth > 16) return false;
+  const { name, code, status } = cause as { name?: unknown; code?: unknown; status?: unknown };
+  if (name === 'AbortError') return false;
+  if (name === 'TimeoutError') return true;
+  if (typeof code === 'string' && RETRYABLE_CODES.has(code)) return true;
+  if (typeof status === 'number') return status >= 500;
+  return isRetryable((cause as { cause?: unknown }).cause, depth + 1);
 }
 
 function reasonText(reason: unknown): string {

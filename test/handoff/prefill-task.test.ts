@@ -288,3 +288,36 @@ describe('PrefillError', () => {
     }
   });
 });
+
+describe('PrefillError.retryable, from the cause chain', () => {
+  const withCode = (code: string) => Object.assign(new Error(code), { code });
+  it.each([
+    ['a refused connection', withCode('ECONNREFUSED'), true],
+    ['a reset connection', withCode('ECONNRESET'), true],
+    ['an undici socket error', withCode('UND_ERR_SOCKET'), true],
+    ['a timeout', new DOMException('timed out', 'TimeoutError'), true],
+    ['a 503 answer', Object.assign(new Error('unavailable'), { status: 503 }), true],
+    ['a 400 answer', Object.assign(new Error('bad request'), { status: 400 }), false],
+    ['a cancellation', new DOMException('aborted', 'AbortError'), false],
+    ['an unknown error', new Error('something'), false],
+    ['a string', 'worker said no', false],
+    ['nothing', undefined, false],
+  ])('%s: %s', (_, cause, retryable) => {
+    expect(PrefillError.from(cause).retryable).toBe(retryable);
+  });
+
+  it('looks through wrapped causes, and stops at the first that says either way', () => {
+    const deep = new Error('fetch failed', { cause: new Error('socket', { cause: withCode('ECONNRESET') }) });
+    expect(PrefillError.from(deep).retryable).toBe(true);
+    const cancelledFirst = new DOMException('aborted', 'AbortError');
+    Object.defineProperty(cancelledFirst, 'cause', { value: withCode('ECONNRESET') });
+    expect(PrefillError.from(cancelledFirst).retryable).toBe(false);
+  });
+
+  it('a cycle in the cause chain ends the search', () => {
+    const a = new Error('a');
+    const b = new Error('b', { cause: a });
+    Object.defineProperty(a, 'cause', { value: b });
+    expect(PrefillError.from(a).retryable).toBe(false);
+  });
+});
