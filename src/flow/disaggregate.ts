@@ -11,6 +11,7 @@ import type { Connector } from './connectors.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
 import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
 import type { RequestBody } from './request-shaping.js';
+import { withPrefillUsage } from './usage.js';
 
 type Item = Annotated<LLMEngineOutput>;
 
@@ -49,7 +50,8 @@ export interface DisaggregateOptions {
  * - sequential: prefill runs to completion with a one-token budget, its answer is classified
  *   ({@link classifyPrefill}); a finished first output is the whole answer, otherwise decode
  *   is dispatched with the handoff parameters, also when the client has already stopped, so
- *   that the decode worker takes (and frees) the KV;
+ *   that the decode worker takes (and frees) the KV; the usage it reports gets the prefill
+ *   leg's `prompt_tokens_details` (cached tokens are counted where the prompt was computed);
  * - concurrent: the rendezvous is minted here, both legs are sent at once, and
  *   `PrefillTask.forwardDecode` watches prefill while decode streams;
  * - early: decode starts as soon as prefill's first output names the rendezvous, watched by
@@ -97,16 +99,19 @@ export async function disaggregate(options: DisaggregateOptions): Promise<Respon
           ) as PromiseLike<DecodeStream>,
         context,
       );
-    case 'handoff':
+    case 'handoff': {
+      const { promptTokensDetails } = result;
       // Dispatched even if the client has stopped: the decode worker must claim the KV.
-      return decode(
+      const stream = await decode(
         connector.decodeBody(request, {
           kind: 'params',
           params: result.params,
-          ...(result.promptTokensDetails === undefined ? {} : { promptTokensDetails: result.promptTokensDetails }),
+          ...(promptTokensDetails === undefined ? {} : { promptTokensDetails }),
         }),
         context,
-      ) as Promise<ResponseStream<Item>>;
+      );
+      return promptTokensDetails === undefined ? stream : withPrefillUsage(stream, promptTokensDetails);
+    }
   }
 }
 

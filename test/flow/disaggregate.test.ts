@@ -281,3 +281,78 @@ describe('disaggregate, early handoff', () => {
     expect((await terminal).value?.data?.finish_reason).toBe('length');
   });
 });
+
+describe('usage', () => {
+  it("cached_tokens in the client's usage comes from the prefill leg, not from decode", async () => {
+    const prefillUsage = {
+      prompt_tokens: 900,
+      completion_tokens: 1,
+      total_tokens: 901,
+      prompt_tokens_details: { cached_tokens: 512 },
+    };
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({
+          token_ids: [9],
+          finish_reason: 'length',
+          disaggregated_params: kvParams,
+          completion_usage: prefillUsage,
+        }),
+      ]).end(),
+    );
+    const decodeUsage = {
+      prompt_tokens: 900,
+      completion_tokens: 2,
+      total_tokens: 902,
+      prompt_tokens_details: { cached_tokens: 0 },
+    };
+    const tokenItem = token(1);
+    const decode = engine(() =>
+      new ScriptedSource([
+        tokenItem,
+        Annotated.fromData({ token_ids: [], finish_reason: 'length', completion_usage: decodeUsage }),
+      ]).end(),
+    );
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    const items = await collect(stream);
+    expect(items[0]).toBe(tokenItem); // items without usage pass through as they are
+    expect(items[1]?.data?.completion_usage).toEqual({ ...decodeUsage, prompt_tokens_details: { cached_tokens: 512 } });
+    expect(decodeUsage.prompt_tokens_details.cached_tokens).toBe(0); // decode's own object untouched
+  });
+
+  it('closing the client stream closes decode', async () => {
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({
+          token_ids: [9],
+          finish_reason: 'length',
+          disaggregated_params: kvParams,
+          completion_usage: {
+            prompt_tokens: 1,
+            completion_tokens: 1,
+            total_tokens: 2,
+            prompt_tokens_details: { cached_tokens: 1 },
+          },
+        }),
+      ]).end(),
+    );
+    const decode = engine(() => new ScriptedSource([token(1), token(2)]));
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      logger,
+    });
+    for await (const _ of stream) break;
+    expect(decode.calls[0]?.source.closed).toBe(true);
+  });
+});
