@@ -4,13 +4,13 @@ import { PrefillTask } from '../handoff/prefill-task.js';
 import type { Annotated } from '../protocol/annotated.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
-import type { Logger } from '../runtime/logger.js';
+import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { mintBootstrapRoom } from './bootstrap-room.js';
 import type { Connector } from './connectors.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
 import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
-import type { RequestBody } from './request-shaping.js';
+import { decodeRequest, type RequestBody } from './request-shaping.js';
 import { withPrefillUsage } from './usage.js';
 
 type Item = Annotated<LLMEngineOutput>;
@@ -39,6 +39,13 @@ export interface DisaggregateOptions {
   prefillWorker?: PrefillWorker;
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
+  /**
+   * Conditional disaggregation: answer true to send this request straight to decode
+   * (aggregated), for example for a short or cache-hot prompt. If it throws, the request is
+   * disaggregated anyway (and the error logged at warn), unless it was a cancellation
+   * (`AbortError`), which fails the request.
+   */
+  skipPrefill?: (request: RequestBody) => boolean | PromiseLike<boolean>;
   logger?: Logger;
 }
 
@@ -66,6 +73,10 @@ export async function disaggregate(options: DisaggregateOptions): Promise<Respon
   const request = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
   const prefillContext = new Controller(context.id);
   const taskOptions = logger === undefined ? {} : { logger };
+
+  if (options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger))) {
+    return decode(decodeRequest(request), context);
+  }
 
   if (connector.family === 'concurrent') {
     const bootstrap = rendezvous(options.prefillWorker, connector.name);
@@ -112,6 +123,20 @@ export async function disaggregate(options: DisaggregateOptions): Promise<Respon
       );
       return promptTokensDetails === undefined ? stream : withPrefillUsage(stream, promptTokensDetails);
     }
+  }
+}
+
+async function shouldSkip(
+  skipPrefill: NonNullable<DisaggregateOptions['skipPrefill']>,
+  request: RequestBody,
+  logger: Logger | undefined,
+): Promise<boolean> {
+  try {
+    return (await skipPrefill(request)) === true;
+  } catch (error) {
+    if ((error as { name?: unknown } | null)?.name === 'AbortError') throw error;
+    (logger ?? defaultLogger()).warn({ err: error }, 'skipPrefill failed; disaggregating the request');
+    return false;
   }
 }
 

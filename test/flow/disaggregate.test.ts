@@ -356,3 +356,75 @@ describe('usage', () => {
     expect(decode.calls[0]?.source.closed).toBe(true);
   });
 });
+
+describe('skipPrefill (conditional disaggregation)', () => {
+  const prefillOk = () =>
+    engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
+      ]).end(),
+    );
+
+  it('true sends the request straight to decode with the client values, and no prefill', async () => {
+    const prefill = prefillOk();
+    const decode = decodeTokens();
+    const stream = await disaggregate({
+      request: { ...client, bootstrap_room: 1 },
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      skipPrefill: async () => true,
+      logger,
+    });
+    expect(await collect(stream)).toHaveLength(3);
+    expect(prefill.calls).toHaveLength(0);
+    expect(decode.calls[0]?.body).toEqual(client);
+  });
+
+  it('false, or anything but true, disaggregates', async () => {
+    const prefill = prefillOk();
+    await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decodeTokens().run,
+      connector: vllmNixl,
+      skipPrefill: () => false,
+      logger,
+    });
+    expect(prefill.calls).toHaveLength(1);
+  });
+
+  it('a planning error falls back to remote prefill and is logged; a cancellation fails the request', async () => {
+    const recorded = recordingLogger();
+    const prefill = prefillOk();
+    await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decodeTokens().run,
+      connector: vllmNixl,
+      skipPrefill: () => {
+        throw new Error('cache index unavailable');
+      },
+      logger: recorded.logger,
+    });
+    expect(prefill.calls).toHaveLength(1);
+    expect(recorded.records.map((r) => [r.level, r.message])).toEqual([
+      ['warn', 'skipPrefill failed; disaggregating the request'],
+    ]);
+    const cancelled = new DOMException('client gone', 'AbortError');
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: prefill.run,
+        decode: decodeTokens().run,
+        connector: vllmNixl,
+        skipPrefill: () => Promise.reject(cancelled),
+        logger,
+      }),
+    ).rejects.toBe(cancelled);
+  });
+});
