@@ -25,16 +25,20 @@ function engine(answer: (body: RequestBody) => ScriptedSource) {
   return { run, calls };
 }
 
+/** A prefill worker that hands off with vLLM's kv_transfer_params. */
+const prefillWithParams = () =>
+  engine(() =>
+    new ScriptedSource([
+      Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
+    ]).end(),
+  );
+
 const decodeTokens = () =>
   engine(() => new ScriptedSource([token(1), token(2), Annotated.fromData(LLMEngineOutput.length())]).end());
 
 describe('disaggregate, sequential (vLLM NIXL)', () => {
   it('prefill with a one-token budget, then decode with its kv_transfer_params and the client values', async () => {
-    const prefill = engine(() =>
-      new ScriptedSource([
-        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
-      ]).end(),
-    );
+    const prefill = prefillWithParams();
     const decode = decodeTokens();
     const context = new Controller('req-7');
     const stream = await disaggregate({
@@ -143,11 +147,7 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
 
   it('client handoff fields are stripped by default, refused when configured', async () => {
     const request = { ...client, kv_transfer_params: { remote_host: 'attacker' } };
-    const prefill = engine(() =>
-      new ScriptedSource([
-        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
-      ]).end(),
-    );
+    const prefill = prefillWithParams();
     const decode = decodeTokens();
     await disaggregate({
       request,
@@ -358,15 +358,10 @@ describe('usage', () => {
 });
 
 describe('skipPrefill (conditional disaggregation)', () => {
-  const prefillOk = () =>
-    engine(() =>
-      new ScriptedSource([
-        Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
-      ]).end(),
-    );
+  const prefillOk = () => prefillWithParams();
 
   it('true sends the request straight to decode with the client values, and no prefill', async () => {
-    const prefill = prefillOk();
+    const prefill = prefillWithParams();
     const decode = decodeTokens();
     const stream = await disaggregate({
       request: { ...client, bootstrap_room: 1 },
@@ -383,7 +378,7 @@ describe('skipPrefill (conditional disaggregation)', () => {
   });
 
   it('false, or anything but true, disaggregates', async () => {
-    const prefill = prefillOk();
+    const prefill = prefillWithParams();
     await disaggregate({
       request: client,
       context: new Controller(),
@@ -398,7 +393,7 @@ describe('skipPrefill (conditional disaggregation)', () => {
 
   it('a planning error falls back to remote prefill and is logged; a cancellation fails the request', async () => {
     const recorded = recordingLogger();
-    const prefill = prefillOk();
+    const prefill = prefillWithParams();
     await disaggregate({
       request: client,
       context: new Controller(),
