@@ -358,8 +358,6 @@ describe('usage', () => {
 });
 
 describe('skipPrefill (conditional disaggregation)', () => {
-  const prefillOk = () => prefillWithParams();
-
   it('true sends the request straight to decode with the client values, and no prefill', async () => {
     const prefill = prefillWithParams();
     const decode = decodeTokens();
