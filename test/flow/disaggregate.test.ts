@@ -36,6 +36,17 @@ const prefillWithParams = () =>
 const decodeTokens = () =>
   engine(() => new ScriptedSource([token(1), token(2), Annotated.fromData(LLMEngineOutput.length())]).end());
 
+/** The sequential vLLM flow for `client` on a fresh context, with the given fake engines. */
+const viaVllm = (prefill: { run: Engine }, decode: { run: Engine }) =>
+  disaggregate({
+    request: client,
+    context: new Controller(),
+    prefill: prefill.run,
+    decode: decode.run,
+    connector: vllmNixl,
+    logger,
+  });
+
 describe('disaggregate, sequential (vLLM NIXL)', () => {
   it('prefill with a one-token budget, then decode with its kv_transfer_params and the client values', async () => {
     const prefill = prefillWithParams();
@@ -96,14 +107,7 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
       ]).end(),
     );
     const decode = decodeTokens();
-    const stream = await disaggregate({
-      request: client,
-      context: new Controller(),
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: vllmNixl,
-      logger,
-    });
+    const stream = await viaVllm(prefill, decode);
     expect((await collect(stream)).map((i) => i.data)).toEqual([{ token_ids: [2], finish_reason: 'eos' }]);
     expect(decode.calls).toHaveLength(0);
   });
@@ -119,14 +123,7 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
   ])('%s fails the request with a PrefillError before any decode', async (_, answer, text) => {
     const prefill = engine(answer);
     const decode = decodeTokens();
-    const call = disaggregate({
-      request: client,
-      context: new Controller(),
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: vllmNixl,
-      logger,
-    });
+    const call = viaVllm(prefill, decode);
     await expect(call).rejects.toBeInstanceOf(PrefillError);
     await expect(call).rejects.toThrow(text);
     expect(decode.calls).toHaveLength(0);
@@ -313,14 +310,7 @@ describe('usage', () => {
         Annotated.fromData({ token_ids: [], finish_reason: 'length', completion_usage: decodeUsage }),
       ]).end(),
     );
-    const stream = await disaggregate({
-      request: client,
-      context: new Controller(),
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: vllmNixl,
-      logger,
-    });
+    const stream = await viaVllm(prefill, decode);
     const items = await collect(stream);
     expect(items[0]).toBe(tokenItem); // items without usage pass through as they are
     expect(items[1]?.data?.completion_usage).toEqual({ ...decodeUsage, prompt_tokens_details: { cached_tokens: 512 } });
@@ -344,14 +334,7 @@ describe('usage', () => {
       ]).end(),
     );
     const decode = engine(() => new ScriptedSource([token(1), token(2)]));
-    const stream = await disaggregate({
-      request: client,
-      context: new Controller(),
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: vllmNixl,
-      logger,
-    });
+    const stream = await viaVllm(prefill, decode);
     for await (const _ of stream) break;
     expect(decode.calls[0]?.source.closed).toBe(true);
   });
