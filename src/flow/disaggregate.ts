@@ -1,42 +1,58 @@
-import { PrefillError } from '../handoff/prefill-error.js';
-import type { DecodeStream } from '../handoff/prefill-task.js';
-import { PrefillTask } from '../handoff/prefill-task.js';
 import type { Annotated } from '../protocol/annotated.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
-import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
+import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
-import { ResponseStream } from '../runtime/response-stream.js';
-import { mintBootstrapRoom } from './bootstrap-room.js';
+import type { ResponseStream } from '../runtime/response-stream.js';
+import { describeValue } from '../util/describe-value.js';
 import type { Connector } from './connectors.js';
+import { checkBudget, checkDeadlines, type Deadlines } from './deadlines.js';
+import { DEFAULT_CLEANUP_BUDGET_MS } from './decode-leg.js';
+import { type FlowEventListener, FlowRecorder } from './events.js';
+import { type EngineCall, FlowRun } from './flow-run.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
-import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
-import { decodeRequest, type RequestBody } from './request-shaping.js';
-import { withPrefillUsage } from './usage.js';
+import type { RequestBody } from './request-shaping.js';
+import { type Lease, WorkerPool } from './worker-pool.js';
 
 type Item = Annotated<LLMEngineOutput>;
 
-/** An engine leg: a request body and its context in, a response stream out. */
-export type Engine = (request: RequestBody, context: AsyncEngineContext) => PromiseLike<ResponseStream<Item>>;
+/**
+ * An engine leg: a request body, the leg's context and the worker chosen for it in, a
+ * response stream out. The worker is the one picked from `prefillWorkers`/`decodeWorkers`
+ * (or `prefillWorker`), `undefined` when there is no pool.
+ */
+export type Engine<W = unknown> = (
+  request: RequestBody,
+  context: AsyncEngineContext,
+  worker?: W,
+) => PromiseLike<ResponseStream<Item>>;
 
-/** The prefill worker's rendezvous, for the concurrent family. */
+/**
+ * What the flow reads from a prefill worker for the concurrent family: where decode meets
+ * prefill (`bootstrapHost`, `bootstrapPort`) and its data-parallel rank and size, which the
+ * room must agree with. Other fields (a URL, an id) are yours.
+ */
 export interface PrefillWorker {
-  bootstrapHost: string;
-  bootstrapPort: number;
+  bootstrapHost?: string;
+  bootstrapPort?: number;
   dpRank?: number;
   dpSize?: number;
 }
 
 /** Options of {@link disaggregate}. */
-export interface DisaggregateOptions {
+export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   /** The client's request body (OpenAI-style JSON). */
   request: RequestBody;
   /** The client's request context: a client stop reaches decode, never prefill. */
   context: AsyncEngineContext;
-  prefill: Engine;
-  decode: Engine;
+  prefill: Engine<P>;
+  decode: Engine<D>;
   connector: Connector;
-  /** Required by the concurrent family: where decode meets prefill. */
-  prefillWorker?: PrefillWorker;
+  /** The one prefill worker (the concurrent family needs its rendezvous); or use `prefillWorkers`. */
+  prefillWorker?: P;
+  /** Prefill workers to choose from, one per request; the chosen one is the engine's third argument. */
+  prefillWorkers?: WorkerPool<P>;
+  /** Decode workers to choose from, one per request; the chosen one is the engine's third argument. */
+  decodeWorkers?: WorkerPool<D>;
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
@@ -46,6 +62,15 @@ export interface DisaggregateOptions {
    * (`AbortError`), which fails the request.
    */
   skipPrefill?: (request: RequestBody) => boolean | PromiseLike<boolean>;
+  /** Budgets per phase; each overrun is a `DeadlineError` naming its phase. None by default. */
+  deadlines?: Deadlines;
+  /**
+   * How long decode may take to claim the KV once the client has gone (default 120,000 ms);
+   * past it the decode leg is killed and the handoff counted as orphaned (`CleanupError`).
+   */
+  cleanupBudgetMs?: number;
+  /** Receives the request's lifecycle events (see {@link FlowEvent}), synchronously. */
+  onEvent?: FlowEventListener;
   logger?: Logger;
 }
 
@@ -64,65 +89,99 @@ export interface DisaggregateOptions {
  * - early: decode starts as soon as prefill's first output names the rendezvous, watched by
  *   the task that drains the rest of prefill.
  *
+ * Decode runs on its own context too (same id). A client stop or kill reaches it once decode
+ * has answered for the first time (it has then taken the KV); before that, the leg is read
+ * until it does, within `cleanupBudgetMs`, so that no KV is stranded on the prefill worker.
+ *
+ * The client stream ends after its first terminal item (a finish reason or an error item) and
+ * has exactly one outcome, reported by the `finished` event. A prefill failure after decode
+ * started is one error item; a deadline is one error item carrying the `DeadlineError`.
+ *
+ * @example
+ * const stream = await disaggregate({
+ *   request: body, context: new Controller(requestId), connector: vllmNixl,
+ *   prefill: (body, context) => prefillEngine(body, context),
+ *   decode: (body, context) => decodeEngine(body, context),
+ *   deadlines: { prefillFirstOutputMs: 30_000, idleMs: 10_000 },
+ * });
+ * for await (const item of stream) send(item);
+ *
  * @throws {PrefillError} when prefill fails before decode is dispatched;
+ *   {DeadlineError} when a budget runs out before the client stream exists;
  *   {HandoffFieldError} for client handoff fields with `clientHandoffFields: 'reject'`;
- *   {TypeError} for a concurrent connector without `prefillWorker`.
+ *   {TypeError} for invalid options, or a concurrent connector without a prefill worker rendezvous.
  */
-export async function disaggregate(options: DisaggregateOptions): Promise<ResponseStream<Item>> {
-  const { connector, context, prefill, decode, logger } = options;
+export async function disaggregate<P = PrefillWorker, D = unknown>(
+  options: DisaggregateOptions<P, D>,
+): Promise<ResponseStream<Item>> {
+  checkOptions(options);
+  const { connector, context, logger } = options;
   const request = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
-  const prefillContext = new Controller(context.id);
-  const taskOptions = logger === undefined ? {} : { logger };
+  const deadlines = checkDeadlines(options.deadlines);
+  const cleanupBudgetMs = checkBudget('cleanupBudgetMs', options.cleanupBudgetMs, DEFAULT_CLEANUP_BUDGET_MS);
+  const log = () => logger ?? defaultLogger();
 
-  if (options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger))) {
-    return decode(decodeRequest(request), context);
+  const skip = options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger));
+  const prefillLease: Lease<unknown> | undefined = skip
+    ? undefined
+    : (options.prefillWorkers?.acquire() ??
+      (options.prefillWorker === undefined ? undefined : fixedLease(options.prefillWorker)));
+  const decodeLease = options.decodeWorkers?.acquire();
+  const run = new FlowRun({
+    request,
+    client: context,
+    prefill: options.prefill as EngineCall,
+    decode: options.decode as EngineCall,
+    connector,
+    prefillLease,
+    decodeLease,
+    deadlines,
+    cleanupBudgetMs,
+    recorder: new FlowRecorder(context.id, options.onEvent, log),
+    logger: log,
+  });
+  return run.start(skip);
+}
+
+function fixedLease<W>(worker: W): Lease<W> {
+  return { worker, release: () => {} };
+}
+
+function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
+  if (typeof options !== 'object' || options === null) {
+    throw new TypeError(`disaggregate expects an options object, got ${describeValue(options)}`);
   }
-
-  if (connector.family === 'concurrent') {
-    const bootstrap = rendezvous(options.prefillWorker, connector.name);
-    const task = PrefillTask.spawn(async () => {
-      const stream = await prefill(connector.prefillBody(request, bootstrap), prefillContext);
-      for await (const item of stream) PrefillTask.checkOutput(item);
-    }, taskOptions);
-    return task.forwardDecode(
-      () =>
-        decode(connector.decodeBody(request, { kind: 'bootstrap', bootstrap }), context) as PromiseLike<DecodeStream>,
-      context,
+  if (!isContext(options.context)) {
+    throw new TypeError(
+      `disaggregate expects context to be the client's AsyncEngineContext, got ${describeValue(options.context)}`,
     );
   }
-
-  let prefillStream: ResponseStream<Item>;
-  try {
-    prefillStream = await prefill(connector.prefillBody(request), prefillContext);
-  } catch (error) {
-    throw PrefillError.from(error);
-  }
-  const result: PrefillResult = await classifyPrefill(prefillStream, taskOptions);
-  switch (result.kind) {
-    case 'finished':
-      return new ResponseStream(once(result.output), context);
-    case 'early':
-      return result.task.forwardDecode(
-        () =>
-          decode(
-            connector.decodeBody(request, { kind: 'bootstrap', bootstrap: result.bootstrap }),
-            context,
-          ) as PromiseLike<DecodeStream>,
-        context,
+  for (const leg of ['prefill', 'decode'] as const) {
+    if (typeof options[leg] !== 'function') {
+      throw new TypeError(
+        `disaggregate expects ${leg} to be an engine function (request, context, worker) => Promise<ResponseStream>, got ${describeValue(options[leg])}`,
       );
-    case 'handoff': {
-      const { promptTokensDetails } = result;
-      // Dispatched even if the client has stopped: the decode worker must claim the KV.
-      const stream = await decode(
-        connector.decodeBody(request, {
-          kind: 'params',
-          params: result.params,
-          ...(promptTokensDetails === undefined ? {} : { promptTokensDetails }),
-        }),
-        context,
-      );
-      return promptTokensDetails === undefined ? stream : withPrefillUsage(stream, promptTokensDetails);
     }
+  }
+  const { connector } = options;
+  if (
+    typeof connector !== 'object' ||
+    connector === null ||
+    !['sequential', 'concurrent', 'early'].includes(connector.family) ||
+    typeof connector.prefillBody !== 'function' ||
+    typeof connector.decodeBody !== 'function'
+  ) {
+    throw new TypeError(
+      `disaggregate expects connector to be a Connector (family, prefillBody, decodeBody), such as vllmNixl or sglangBootstrap; got ${describeValue(connector)}`,
+    );
+  }
+  for (const pool of ['prefillWorkers', 'decodeWorkers'] as const) {
+    if (options[pool] !== undefined && !(options[pool] instanceof WorkerPool)) {
+      throw new TypeError(`disaggregate expects ${pool} to be a WorkerPool, got ${describeValue(options[pool])}`);
+    }
+  }
+  if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
+    throw new TypeError(`onEvent must be a function (event) => void, got ${describeValue(options.onEvent)}`);
   }
 }
 
@@ -138,22 +197,4 @@ async function shouldSkip(
     (logger ?? defaultLogger()).warn({ err: error }, 'skipPrefill failed; disaggregating the request');
     return false;
   }
-}
-
-function rendezvous(worker: PrefillWorker | undefined, connector: string): BootstrapInfo {
-  if (worker === undefined || typeof worker.bootstrapHost !== 'string' || !Number.isInteger(worker.bootstrapPort)) {
-    throw new TypeError(
-      `The ${connector} connector sends both legs at once and needs prefillWorker: { bootstrapHost, bootstrapPort }`,
-    );
-  }
-  const dp = worker.dpSize === undefined ? {} : { dpRank: worker.dpRank ?? 0, dpSize: worker.dpSize };
-  return {
-    bootstrap_host: worker.bootstrapHost,
-    bootstrap_port: worker.bootstrapPort,
-    bootstrap_room: mintBootstrapRoom(dp),
-  };
-}
-
-async function* once(item: Item): AsyncGenerator<Item> {
-  yield item;
 }

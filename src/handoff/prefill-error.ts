@@ -65,9 +65,9 @@ export class PrefillError extends Error {
 
   /**
    * Whether the same request may succeed if sent again, judged from the cause chain: a
-   * refused, reset or timed-out connection, or a 5xx answer, is retryable; a cancellation
-   * (an `AbortError`), a 4xx answer, or anything unknown is not. Decided by the first cause
-   * that says either way.
+   * refused, reset or timed-out connection, a deadline that ran out, or a 5xx answer, is
+   * retryable; a cancellation (an `AbortError`), a 4xx answer, or anything unknown is not.
+   * Decided by the first cause that says either way.
    */
   get retryable(): boolean {
     return isRetryable(this.cause, 0);
@@ -99,7 +99,7 @@ function isRetryable(cause: unknown, depth: number): boolean {
   if (typeof cause !== 'object' || cause === null || depth > 16) return false;
   const { name, code, status } = cause as { name?: unknown; code?: unknown; status?: unknown };
   if (name === 'AbortError') return false;
-  if (name === 'TimeoutError') return true;
+  if (name === 'TimeoutError' || name === 'DeadlineError') return true;
   if (typeof code === 'string' && RETRYABLE_CODES.has(code)) return true;
   if (typeof status === 'number') return status >= 500;
   return isRetryable((cause as { cause?: unknown }).cause, depth + 1);

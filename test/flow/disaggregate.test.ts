@@ -6,35 +6,11 @@ import type { RequestBody } from '../../src/flow/request-shaping.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
-import { type AsyncEngineContext, Controller } from '../../src/runtime/controller.js';
-import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
+import { client, decodeTokens, engine, kvParams, prefillWithParams } from '../support/flow.js';
 
 const logger = recordingLogger().logger;
-const client = { model: 'm', prompt: 'Hello', max_tokens: 64, stream: true, min_tokens: 3 };
-const kvParams = { remote_engine_id: 'e1', remote_block_ids: [4, 5], remote_host: '10.0.0.2', remote_port: 5600 };
-
-/** A fake engine: records what it was sent and answers with a scripted stream. */
-function engine(answer: (body: RequestBody) => ScriptedSource) {
-  const calls: Array<{ body: RequestBody; context: AsyncEngineContext; source: ScriptedSource }> = [];
-  const run: Engine = async (body, context) => {
-    const source = answer(body);
-    calls.push({ body, context, source });
-    return new ResponseStream(source, context);
-  };
-  return { run, calls };
-}
-
-/** A prefill worker that hands off with vLLM's kv_transfer_params. */
-const prefillWithParams = () =>
-  engine(() =>
-    new ScriptedSource([
-      Annotated.fromData({ token_ids: [9], finish_reason: 'length', disaggregated_params: kvParams }),
-    ]).end(),
-  );
-
-const decodeTokens = () =>
-  engine(() => new ScriptedSource([token(1), token(2), Annotated.fromData(LLMEngineOutput.length())]).end());
 
 /** The sequential vLLM flow for `client` on a fresh context, with the given fake engines. */
 const viaVllm = (prefill: { run: Engine }, decode: { run: Engine }) =>
@@ -73,10 +49,11 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
       remote_port: null,
     });
     expect(decode.calls[0]?.body).toEqual({ ...client, kv_transfer_params: kvParams });
-    // Prefill ran on its own context with the same id; decode on the client's.
+    // Each leg ran on its own context with the client's id.
     expect(prefillCall?.context).not.toBe(context);
     expect(prefillCall?.context.id).toBe('req-7');
-    expect(decode.calls[0]?.context).toBe(context);
+    expect(decode.calls[0]?.context).not.toBe(context);
+    expect(decode.calls[0]?.context.id).toBe('req-7');
   });
 
   it('a client stop never reaches prefill, and decode is still dispatched to claim the KV', async () => {
@@ -247,7 +224,7 @@ describe('disaggregate, concurrent (SGLang bootstrap)', () => {
         decode: decodeTokens().run,
         connector: sglangBootstrap,
       }),
-    ).rejects.toThrow('needs prefillWorker');
+    ).rejects.toThrow("needs the prefill worker's rendezvous");
   });
 });
 

@@ -1,0 +1,144 @@
+import { describeValue } from '../util/describe-value.js';
+
+/**
+ * The budgets of one request, in milliseconds. Each is optional; an absent budget never
+ * expires. What each one measures:
+ * - `totalMs`: from the call of `disaggregate` to the end of the client stream;
+ * - `prefillFirstOutputMs`: from the prefill dispatch to prefill's first output;
+ * - `handoffMs`: from prefill's first output until the handoff is done: prefill has completed
+ *   and decode's stream is open (the window in which a prefill worker holds KV for decode);
+ * - `decodeFirstTokenMs`: how long the first read of the decode stream may wait for decode;
+ * - `idleMs`: how long each later read may wait for decode's next item.
+ *
+ * The decode budgets count only time spent waiting on decode, never time the client takes
+ * between reads, so a slow reader is not mistaken for a stuck worker.
+ */
+export interface Deadlines {
+  totalMs?: number;
+  prefillFirstOutputMs?: number;
+  handoffMs?: number;
+  decodeFirstTokenMs?: number;
+  idleMs?: number;
+}
+
+/** The phase whose budget ran out: the key of {@link Deadlines} without `Ms`. */
+export type DeadlinePhase = 'total' | 'prefillFirstOutput' | 'handoff' | 'decodeFirstToken' | 'idle';
+
+const PHASES: readonly DeadlinePhase[] = ['total', 'prefillFirstOutput', 'handoff', 'decodeFirstToken', 'idle'];
+
+const PHASE_TEXT: Record<DeadlinePhase, string> = {
+  total: 'the request',
+  prefillFirstOutput: "prefill's first output",
+  handoff: 'the handoff from prefill to decode',
+  decodeFirstToken: "decode's first token",
+  idle: "decode's next item",
+};
+
+const LEG_OF: Record<DeadlinePhase, 'prefill' | 'decode'> = {
+  total: 'decode',
+  prefillFirstOutput: 'prefill',
+  handoff: 'prefill',
+  decodeFirstToken: 'decode',
+  idle: 'decode',
+};
+
+const BRAND = Symbol.for('disagg.DeadlineError');
+
+/**
+ * A budget of {@link Deadlines} ran out. `phase` names it, `budgetMs` says what it was; the
+ * message says both. A deadline is the router's decision, so the leg it stopped is stopped
+ * for good; a caller above may retry (`retryable` is true: the same request can succeed on a
+ * less busy worker).
+ *
+ * @example
+ * for await (const item of stream) {
+ *   const error = Annotated.err(item);
+ *   if (DeadlineError.is(error) && error.phase === 'idle') metrics.stuckDecode.inc();
+ * }
+ */
+export class DeadlineError extends Error {
+  override readonly name = 'DeadlineError';
+  readonly kind = 'deadline';
+  readonly phase: DeadlinePhase;
+  readonly budgetMs: number;
+  /** The leg that was late: prefill's phases, decode's, and for `total` the one still running. */
+  readonly leg: 'prefill' | 'decode';
+  readonly retryable = true;
+
+  constructor(phase: DeadlinePhase, budgetMs: number, leg: 'prefill' | 'decode' = LEG_OF[phase]) {
+    super(`Deadline exceeded: ${PHASE_TEXT[phase]} took longer than its budget of ${budgetMs} ms (${phase})`);
+    this.phase = phase;
+    this.budgetMs = budgetMs;
+    this.leg = leg;
+  }
+
+  /** True for a `DeadlineError` from any copy of the library. */
+  static is(value: unknown): value is DeadlineError {
+    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
+  get [BRAND](): true {
+    return true;
+  }
+}
+
+/** The first `DeadlineError` in an error's cause chain (how a deadline reaches prefill's error). */
+export function deadlineIn(error: unknown): DeadlineError | undefined {
+  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
+    if (DeadlineError.is(at)) return at;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/**
+ * Checks a `deadlines` option and returns it frozen.
+ *
+ * @throws {TypeError} for anything but an object of positive finite numbers under the known keys.
+ */
+export function checkDeadlines(value: unknown): Readonly<Deadlines> {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null) {
+    throw new TypeError(`deadlines must be an object of millisecond budgets, got ${describeValue(value)}`);
+  }
+  const known = new Set(PHASES.map((phase) => `${phase}Ms`));
+  for (const [key, budget] of Object.entries(value)) {
+    if (!known.has(key)) {
+      throw new TypeError(`Unknown deadline ${JSON.stringify(key)}: expected one of ${[...known].join(', ')}`);
+    }
+    if (budget !== undefined && !isBudget(budget)) {
+      throw new TypeError(`deadlines.${key} must be a positive number of milliseconds, got ${describeValue(budget)}`);
+    }
+  }
+  return Object.freeze({ ...(value as Deadlines) });
+}
+
+/**
+ * Checks a budget in milliseconds.
+ *
+ * @throws {TypeError} naming `option` for anything but a positive finite number.
+ */
+export function checkBudget(option: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!isBudget(value)) {
+    throw new TypeError(`${option} must be a positive number of milliseconds, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
+function isBudget(value: unknown): value is number {
+  return typeof value === 'number' && Number.isFinite(value) && value > 0;
+}
+
+/**
+ * Calls `expire` after `ms` unless cancelled first; returns the cancel function (idempotent).
+ * The timer does not keep the process alive: a deadline is a guard, not work.
+ */
+export function startTimer(ms: number | undefined, expire: () => void): () => void {
+  if (ms === undefined) return noop;
+  const timer = setTimeout(expire, ms);
+  timer.unref?.();
+  return () => clearTimeout(timer);
+}
+
+function noop(): void {}

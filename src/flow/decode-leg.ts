@@ -1,0 +1,311 @@
+import { closeQuietly } from '../handoff/decode-guard.js';
+import { Annotated } from '../protocol/annotated.js';
+import { FinishReason } from '../protocol/finish-reason.js';
+import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
+import type { Logger } from '../runtime/logger.js';
+import { ResponseStream } from '../runtime/response-stream.js';
+import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
+import type { FlowRecorder } from './events.js';
+import { WatchedIterator } from './watched-iterator.js';
+
+type Item = Annotated<LLMEngineOutput>;
+type Step = IteratorResult<Item, undefined>;
+
+const BRAND = Symbol.for('disagg.CleanupError');
+
+/**
+ * The client had gone, and the decode worker did not take the KV prefill had committed for
+ * it within the clean-up budget. The decode leg was killed; the prefill worker may hold the
+ * KV until its own timeout (an orphaned handoff, counted by {@link orphanedHandoffs}). It is
+ * a cancellation: nobody is waiting for this request any more, so it is reported through the
+ * logger (warn) and the `cleanupExpired` event, not to a client.
+ */
+export class CleanupError extends Error {
+  override readonly name = 'CleanupError';
+  readonly kind = 'cleanup';
+  readonly budgetMs: number;
+  readonly retryable = false;
+
+  constructor(requestId: string, budgetMs: number) {
+    super(
+      `Handoff clean-up gave up: decode did not take the KV of request ${requestId} within ${budgetMs} ms after the client left`,
+    );
+    this.budgetMs = budgetMs;
+  }
+
+  /** True for a `CleanupError` from any copy of the library. */
+  static is(value: unknown): value is CleanupError {
+    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
+  get [BRAND](): true {
+    return true;
+  }
+}
+
+let orphaned = 0;
+
+/** How many handoffs this process gave up cleaning up (each a {@link CleanupError}). */
+export function orphanedHandoffs(): number {
+  return orphaned;
+}
+
+/** The default clean-up budget: how long decode may take to claim the KV once the client has gone. */
+export const DEFAULT_CLEANUP_BUDGET_MS = 120_000;
+
+const LIVE = 0;
+const STOP = 1;
+const KILL = 2;
+
+/** @internal */
+export interface DecodeLegOptions {
+  client: AsyncEngineContext;
+  deadlines: Readonly<Deadlines>;
+  cleanupBudgetMs: number;
+  /** False when no KV is handed to this leg (aggregated): a client stop reaches it at once. */
+  handoff: boolean;
+  recorder: FlowRecorder;
+  logger: () => Logger;
+  /** Whether prefill is still running (a decode terminal then waits: `terminalHeld`). */
+  prefillPending: () => boolean;
+  /** Called once when the leg is over: its stream ended, or it was cleaned up or given up. */
+  onEnd: () => void;
+}
+
+/**
+ * The decode leg of one request, on its own context with the client's id.
+ *
+ * A client that leaves reaches decode only once decode has answered for the first time: until
+ * then the decode worker has not taken the KV prefill committed for it, and cancelling it
+ * would strand that KV on the prefill worker. So a client stop (or a consumer that closes the
+ * stream) before that first answer turns the leg into a clean-up: decode is read until it
+ * answers, then stopped; if it has not answered within the clean-up budget, it is killed and
+ * the handoff counted as orphaned. After the first answer a client stop or kill is passed on
+ * at once.
+ *
+ * It also times decode (first token and idle budgets, counting only time spent waiting on
+ * decode) and reports its part of the request's events.
+ *
+ * @internal
+ */
+export class DecodeLeg {
+  /** The context the decode engine gets. */
+  readonly context: Controller;
+  readonly #options: DecodeLegOptions;
+  #claimed = false;
+  #clientLeft: typeof LIVE | typeof STOP | typeof KILL = LIVE;
+  #ended = false;
+  /** The consumer closed the stream, or will never read it. */
+  #abandoned = false;
+  #finishedOutput = false;
+  #heldAt: number | undefined;
+  #source: AsyncIterator<Item> | undefined;
+  #iterator: WatchedIterator<Item> | undefined;
+  #pendingExpiry: DeadlineError | undefined;
+  #cancelCleanup: (() => void) | undefined;
+  /** What the client's stop and kill subscriptions reach; cleared when the leg ends. */
+  readonly #link: { leg: DecodeLeg | undefined };
+
+  constructor(options: DecodeLegOptions) {
+    this.#options = options;
+    this.context = new Controller(options.client.id);
+    this.#claimed = !options.handoff;
+    // Once per request, on the client's own latches; the link is cut when the leg ends so a
+    // long-lived client context does not keep the leg (and its stream) alive.
+    const link = { leg: this as DecodeLeg | undefined };
+    this.#link = link;
+    const { client } = options;
+    const left = (strength: typeof STOP | typeof KILL) => {
+      const leg = link.leg;
+      if (leg !== undefined) leg.#left(strength);
+    };
+    client.stopped().then(() => left(client.isKilled() ? KILL : STOP), ignore);
+    client.killed().then(() => left(KILL), ignore);
+  }
+
+  /** True once decode has answered (an item, the end, or an error): it has taken the KV. */
+  get claimed(): boolean {
+    return this.#claimed;
+  }
+
+  /**
+   * Wraps the decode engine's stream. When the client has already gone, the stream is read
+   * here for the clean-up and the client gets a stream of one `cancelled` item instead.
+   */
+  open(stream: ResponseStream<Item>): ResponseStream<Item> {
+    const { recorder, deadlines } = this.#options;
+    recorder.emit({ type: 'decodeOpened' });
+    const source = stream[Symbol.asyncIterator]();
+    this.#source = source;
+    if (this.#ended) {
+      // Given up (clean-up budget) before the stream came: release it.
+      this.context.kill();
+      closeQuietly(source);
+      return cancelledStream(stream.context);
+    }
+    if (this.#clientLeft !== LIVE || this.#pendingExpiry !== undefined) {
+      this.#abandoned = true;
+      this.#drainForClaim(source);
+      return cancelledStream(stream.context);
+    }
+    const iterator = new WatchedIterator<Item>(source, {
+      budget: (read) => {
+        const ms = read === 0 ? deadlines.decodeFirstTokenMs : deadlines.idleMs;
+        return ms === undefined ? undefined : { ms, phase: read === 0 ? 'decodeFirstToken' : 'idle' };
+      },
+      deadline: (phase, ms) => new DeadlineError(phase, ms, 'decode'),
+      observe: (step) => this.#observe(step),
+      expired: (error) => Promise.resolve({ value: Annotated.fromError<LLMEngineOutput>(error), done: false }),
+      onExpired: () => {
+        this.context.kill();
+        this.#end();
+      },
+      onClose: (closing) => this.#close(closing),
+    });
+    this.#iterator = iterator;
+    return new ResponseStream(iterator, stream.context);
+  }
+
+  /** The dispatch failed: there is no decode to wait for. */
+  dispatchFailed(): void {
+    this.#end();
+  }
+
+  /**
+   * Prefill failed: no KV will come, so decode is killed now instead of being cleaned up.
+   * (Closing its stream is the prefill guard's job; a stream that opens later is released.)
+   */
+  abandon(): void {
+    if (this.#ended) return;
+    this.context.kill();
+    this.#end();
+  }
+
+  /**
+   * A request deadline ran out: a pending read answers with the error item; a stream not yet
+   * open is cleaned up when it opens (the KV may be committed).
+   */
+  expire(error: DeadlineError): void {
+    if (this.#ended) return;
+    if (this.#iterator !== undefined) {
+      this.#iterator.expire(error);
+      return;
+    }
+    this.#pendingExpiry = error;
+    this.#startCleanupBudget();
+  }
+
+  /** Milliseconds the decode terminal has waited for prefill, or undefined if it did not. */
+  heldFor(): number | undefined {
+    return this.#heldAt === undefined ? undefined : this.#options.recorder.elapsed() - this.#heldAt;
+  }
+
+  #observe(step: Step | undefined): void {
+    if (!this.#claimed) this.#claim();
+    if (step === undefined || step.done === true) {
+      this.#end();
+      return;
+    }
+    const item = step.value;
+    const reason = item?.data?.finish_reason;
+    const terminal = reason !== undefined && reason !== null;
+    if (terminal || Annotated.isError(item)) this.#finishedOutput = true;
+    if (terminal && !FinishReason.isFailure(reason) && this.#options.prefillPending()) {
+      this.#heldAt = this.#options.recorder.elapsed();
+      this.#options.recorder.emit({ type: 'terminalHeld' });
+    }
+  }
+
+  #claim(): void {
+    this.#claimed = true;
+    this.#cancelCleanup?.();
+    this.#cancelCleanup = undefined;
+    this.#options.recorder.emit({ type: 'kvClaimed' });
+    if (this.#clientLeft === KILL) this.context.kill();
+    else if (this.#clientLeft === STOP) this.context.stopGenerating();
+    if (this.#abandoned) {
+      if (this.#source !== undefined) closeQuietly(this.#source);
+      this.context.stopGenerating();
+      this.#end();
+    }
+  }
+
+  #left(strength: typeof STOP | typeof KILL): void {
+    if (this.#ended || this.#clientLeft >= strength) return;
+    this.#clientLeft = strength;
+    if (this.#claimed) {
+      if (strength === KILL) this.context.kill();
+      else this.context.stopGenerating();
+      return;
+    }
+    this.#startCleanupBudget();
+  }
+
+  /** The consumer closed the stream (the guard closes decode this way too). */
+  #close(source: AsyncIterator<Item>): void {
+    this.#abandoned = true;
+    if (this.#claimed || this.#ended) {
+      closeQuietly(source);
+      // A decode that already sent its terminal has nothing left to stop.
+      if (!this.#finishedOutput && !this.#ended) this.context.stopGenerating();
+      this.#end();
+      return;
+    }
+    this.#startCleanupBudget();
+    const iterator = this.#iterator as WatchedIterator<Item>;
+    // A read in flight claims when it answers; otherwise read once more for the claim.
+    if (iterator.reads === 0) this.#drainForClaim(source);
+  }
+
+  #drainForClaim(source: AsyncIterator<Item>): void {
+    this.#startCleanupBudget();
+    let read: Promise<unknown>;
+    try {
+      read = Promise.resolve(source.next());
+    } catch (error) {
+      read = Promise.reject(error);
+    }
+    const claimed = () => {
+      if (!this.#claimed && !this.#ended) this.#claim();
+    };
+    read.then(claimed, claimed);
+  }
+
+  #startCleanupBudget(): void {
+    if (this.#cancelCleanup !== undefined || this.#claimed || this.#ended) return;
+    const { cleanupBudgetMs } = this.#options;
+    this.#cancelCleanup = startTimer(cleanupBudgetMs, () => this.#giveUp(cleanupBudgetMs));
+  }
+
+  #giveUp(budgetMs: number): void {
+    this.#cancelCleanup = undefined;
+    if (this.#claimed || this.#ended) return;
+    orphaned++;
+    const error = new CleanupError(this.context.id, budgetMs);
+    this.context.kill();
+    if (this.#source !== undefined) closeQuietly(this.#source);
+    this.#options.logger().warn({ err: error, requestId: this.context.id }, 'Orphaned handoff');
+    this.#options.recorder.emit({ type: 'cleanupExpired', error });
+    this.#end();
+  }
+
+  #end(): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#cancelCleanup?.();
+    this.#cancelCleanup = undefined;
+    this.#link.leg = undefined;
+    this.#options.onEnd();
+  }
+}
+
+function cancelledStream(context: AsyncEngineContext): ResponseStream<Item> {
+  return new ResponseStream(once(Annotated.fromData(LLMEngineOutput.cancelled())), context);
+}
+
+async function* once(item: Item): AsyncGenerator<Item> {
+  yield item;
+}
+
+function ignore(): void {}

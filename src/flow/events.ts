@@ -1,0 +1,139 @@
+import type { Logger } from '../runtime/logger.js';
+
+/** How a request was served. */
+export type Strategy = 'sequential' | 'concurrent' | 'early' | 'aggregated';
+
+/** Which leg an error came from. */
+export type Leg = 'prefill' | 'decode';
+
+/** What every event carries. */
+export interface FlowEventBase {
+  /** The client's request id (both legs use it). */
+  requestId: string;
+  /** Milliseconds since `disaggregate` was called (`performance.now()` based). */
+  elapsedMs: number;
+  /** True for an event that came after the `finished` event (the client stream had ended). */
+  late: boolean;
+}
+
+/**
+ * One step in the life of a request, in the order they can happen. Exactly one `finished`
+ * per request; `settled` is always the last event (every leg is over, clean-ups included).
+ *
+ * - `routed`: the strategy and the chosen workers (before anything is dispatched);
+ * - `prefillDispatched`, `prefillFirstOutput`, `prefillCompleted`, `prefillFailed`;
+ * - `handoff`: decode has what it needs from prefill (the parameters, or the rendezvous);
+ * - `decodeDispatched`, `decodeOpened` (its stream is there), `kvClaimed` (decode answered
+ *   for the first time, so it has taken the KV), `firstToken` (first item to the client);
+ * - `terminalHeld` / `terminalReleased`: decode finished before prefill did, and waited;
+ * - `cleanupExpired`: the client had gone and decode did not take the KV within the clean-up
+ *   budget: an orphaned handoff;
+ * - `finished`: the client stream's one outcome;
+ * - `settled`: nothing more will happen for this request.
+ */
+export type FlowEvent = FlowEventBase &
+  (
+    | { type: 'routed'; strategy: Strategy; prefillWorker?: unknown; decodeWorker?: unknown }
+    | { type: 'prefillDispatched' }
+    | { type: 'prefillFirstOutput' }
+    | { type: 'handoff'; handoff: 'params' | 'bootstrap' }
+    | { type: 'prefillCompleted' }
+    | { type: 'prefillFailed'; error: Error }
+    | { type: 'decodeDispatched' }
+    | { type: 'decodeOpened' }
+    | { type: 'kvClaimed' }
+    | { type: 'firstToken' }
+    | { type: 'terminalHeld' }
+    | { type: 'terminalReleased'; heldMs: number }
+    | { type: 'cleanupExpired'; error: Error }
+    | { type: 'finished'; outcome: 'success' | 'error' | 'cancelled'; leg?: Leg; error?: Error }
+    | { type: 'settled' }
+  );
+
+/** The type of one event, by its `type`. */
+export type FlowEventOf<K extends FlowEvent['type']> = Extract<FlowEvent, { type: K }>;
+
+/** Receives the events of a request, synchronously, in order. What it throws is logged and ignored. */
+export type FlowEventListener = (event: FlowEvent) => void;
+
+type Payload = FlowEvent extends infer E ? (E extends FlowEvent ? Omit<E, keyof FlowEventBase> : never) : never;
+
+/**
+ * The event log of one request: stamps events, marks late ones, keeps `finished` to one and
+ * emits `settled` once every part that asked to be waited for is over.
+ *
+ * @internal
+ */
+export class FlowRecorder {
+  readonly #requestId: string;
+  readonly #listener: FlowEventListener | undefined;
+  readonly #logger: () => Logger;
+  readonly #start = performance.now();
+  #finished = false;
+  #settled = false;
+  /** Parts still running (the client stream, the prefill leg, the decode leg). */
+  #open = 0;
+
+  constructor(requestId: string, listener: FlowEventListener | undefined, logger: () => Logger) {
+    this.#requestId = requestId;
+    this.#listener = listener;
+    this.#logger = logger;
+  }
+
+  get finished(): boolean {
+    return this.#finished;
+  }
+
+  /** Milliseconds since the request started. */
+  elapsed(): number {
+    return performance.now() - this.#start;
+  }
+
+  emit(event: Payload): void {
+    if (this.#listener === undefined || this.#settled) return;
+    const stamped = {
+      ...event,
+      requestId: this.#requestId,
+      elapsedMs: this.elapsed(),
+      late: this.#finished && event.type !== 'settled',
+    } as FlowEvent;
+    try {
+      this.#listener(stamped);
+    } catch (error) {
+      this.#logger().warn({ err: error, event: event.type }, 'A flow event listener threw; ignored');
+    }
+  }
+
+  /** Emits the one `finished` event; later calls do nothing. */
+  finish(outcome: FlowEventOf<'finished'>['outcome'], leg?: Leg, error?: Error): void {
+    if (this.#finished) return;
+    this.emit({
+      type: 'finished',
+      outcome,
+      ...(leg === undefined ? {} : { leg }),
+      ...(error === undefined ? {} : { error }),
+    });
+    this.#finished = true;
+    this.#maybeSettle();
+  }
+
+  /** A part that must end before `settled`; call the returned function once when it has. */
+  hold(): () => void {
+    this.#open++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#open--;
+      this.#maybeSettle();
+    };
+  }
+
+  #maybeSettle(): void {
+    if (this.#open > 0 || this.#settled) return;
+    // Settled only after the one outcome: a part that ends first waits for the others.
+    if (!this.#finished) return;
+    this.emit({ type: 'settled' });
+    this.#settled = true;
+  }
+}

@@ -1,0 +1,368 @@
+import { closeQuietly } from '../handoff/decode-guard.js';
+import { PrefillError } from '../handoff/prefill-error.js';
+import { type DecodeStream, PrefillTask } from '../handoff/prefill-task.js';
+import type { Annotated } from '../protocol/annotated.js';
+import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
+import type { Logger } from '../runtime/logger.js';
+import { ResponseStream } from '../runtime/response-stream.js';
+import { mintBootstrapRoom } from './bootstrap-room.js';
+import { ClientStream, clientError, legOf } from './client-stream.js';
+import type { Connector } from './connectors.js';
+import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
+import { DecodeLeg } from './decode-leg.js';
+import type { FlowRecorder, Strategy } from './events.js';
+import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
+import { decodeRequest, type RequestBody } from './request-shaping.js';
+import { withPrefillUsage } from './usage.js';
+import { WatchedIterator } from './watched-iterator.js';
+import type { Lease } from './worker-pool.js';
+
+type Item = Annotated<LLMEngineOutput>;
+
+/** An engine leg as the flow calls it: body, context, and the worker chosen for it. */
+export type EngineCall = (
+  request: RequestBody,
+  context: AsyncEngineContext,
+  worker: unknown,
+) => PromiseLike<ResponseStream<Item>>;
+
+/** @internal */
+export interface FlowSetup {
+  request: RequestBody;
+  client: AsyncEngineContext;
+  prefill: EngineCall;
+  decode: EngineCall;
+  connector: Connector;
+  prefillLease: Lease<unknown> | undefined;
+  decodeLease: Lease<unknown> | undefined;
+  deadlines: Readonly<Deadlines>;
+  cleanupBudgetMs: number;
+  recorder: FlowRecorder;
+  logger: () => Logger;
+}
+
+/**
+ * Interrupts one await at a time with a deadline: `guard(p)` settles like `p` unless
+ * `trip(error)` comes first. A promise guarded after the trip rejects at once. Only the
+ * current await is reachable from here, never one per item.
+ */
+class Tripwire {
+  error: DeadlineError | undefined;
+  #reject: ((error: unknown) => void) | undefined;
+
+  guard<T>(work: PromiseLike<T>): Promise<T> {
+    const guarded = new Promise<T>((resolve, reject) => {
+      if (this.error !== undefined) reject(this.error);
+      this.#reject = reject;
+      Promise.resolve(work).then(resolve, reject);
+    });
+    const clear = () => {
+      this.#reject = undefined;
+    };
+    guarded.then(clear, clear);
+    return guarded;
+  }
+
+  trip(error: DeadlineError): void {
+    if (this.error !== undefined) return;
+    this.error = error;
+    this.#reject?.(error);
+  }
+}
+
+const IDLE = 0;
+const RUNNING = 1;
+const DONE = 2;
+const FAILED = 3;
+
+/**
+ * One request through the flow: the state both legs and the deadlines share.
+ *
+ * @internal
+ */
+export class FlowRun {
+  readonly #setup: FlowSetup;
+  readonly #prefillContext: Controller;
+  readonly #prefillTrip = new Tripwire();
+  readonly #flowTrip = new Tripwire();
+  #prefillState: typeof IDLE | typeof RUNNING | typeof DONE | typeof FAILED = IDLE;
+  #prefillReader: WatchedIterator<Item> | undefined;
+  #releasePrefill: (() => void) | undefined;
+  #leg: DecodeLeg | undefined;
+  #decodeOpened = false;
+  #cancelTotal: () => void;
+  #cancelFirstOutput: (() => void) | undefined;
+  #cancelHandoff: (() => void) | undefined;
+
+  constructor(setup: FlowSetup) {
+    this.#setup = setup;
+    this.#prefillContext = new Controller(setup.client.id);
+    const total = setup.deadlines.totalMs;
+    this.#cancelTotal = startTimer(total, () =>
+      this.#expire(new DeadlineError('total', total as number, this.#prefillRunning() ? 'prefill' : 'decode')),
+    );
+  }
+
+  /** Runs the request by the connector's family; rejects only before the client stream exists. */
+  async start(skip: boolean): Promise<ResponseStream<Item>> {
+    const { connector, recorder, request } = this.#setup;
+    const strategy: Strategy = skip ? 'aggregated' : connector.family;
+    recorder.emit({
+      type: 'routed',
+      strategy,
+      ...(skip || this.#setup.prefillLease === undefined ? {} : { prefillWorker: this.#setup.prefillLease.worker }),
+      ...(this.#setup.decodeLease === undefined ? {} : { decodeWorker: this.#setup.decodeLease.worker }),
+    });
+    try {
+      if (skip) {
+        this.#setup.prefillLease?.release();
+        return this.#toClient(await this.#flowTrip.guard(this.#dispatchDecode(decodeRequest(request), false)));
+      }
+      if (connector.family === 'concurrent') return await this.#concurrent();
+      return await this.#sequentialOrEarly();
+    } catch (error) {
+      this.#failBeforeStream(error);
+      throw clientError(error);
+    }
+  }
+
+  async #concurrent(): Promise<ResponseStream<Item>> {
+    const { connector, request, recorder } = this.#setup;
+    const bootstrap = rendezvous(this.#setup.prefillLease?.worker, connector.name);
+    const task = PrefillTask.spawn(async () => {
+      const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap));
+      for (let step = await reader.next(); step.done !== true; step = await reader.next()) {
+        PrefillTask.checkOutput(step.value);
+      }
+    }, this.#taskOptions());
+    this.#watch(task);
+    recorder.emit({ type: 'handoff', handoff: 'bootstrap' });
+    const body = connector.decodeBody(request, { kind: 'bootstrap', bootstrap });
+    const stream = await this.#flowTrip.guard(
+      task.forwardDecode(() => this.#dispatchDecode(body, true), this.#setup.client),
+    );
+    return this.#toClient(stream);
+  }
+
+  async #sequentialOrEarly(): Promise<ResponseStream<Item>> {
+    const { connector, request, recorder } = this.#setup;
+    let result: PrefillResult;
+    try {
+      const reader = await this.#dispatchPrefill(connector.prefillBody(request));
+      result = await classifyPrefill(reader, this.#taskOptions());
+    } catch (error) {
+      this.#prefillEnded(error);
+      throw PrefillError.from(error);
+    }
+    switch (result.kind) {
+      case 'finished': {
+        this.#prefillEnded();
+        this.#setup.decodeLease?.release();
+        const context = this.#setup.client;
+        return this.#toClient(new ResponseStream(once(result.output), context));
+      }
+      case 'early': {
+        this.#watch(result.task);
+        recorder.emit({ type: 'handoff', handoff: 'bootstrap' });
+        const body = connector.decodeBody(request, { kind: 'bootstrap', bootstrap: result.bootstrap });
+        const stream = await this.#flowTrip.guard(
+          result.task.forwardDecode(() => this.#dispatchDecode(body, true), this.#setup.client),
+        );
+        return this.#toClient(stream);
+      }
+      case 'handoff': {
+        this.#prefillEnded();
+        recorder.emit({ type: 'handoff', handoff: 'params' });
+        const { promptTokensDetails } = result;
+        const body = connector.decodeBody(request, {
+          kind: 'params',
+          params: result.params,
+          ...(promptTokensDetails === undefined ? {} : { promptTokensDetails }),
+        });
+        // Dispatched even if the client has gone: the decode worker must take the KV.
+        const stream = await this.#flowTrip.guard(this.#dispatchDecode(body, true));
+        return this.#toClient(
+          promptTokensDetails === undefined ? stream : withPrefillUsage(stream, promptTokensDetails),
+        );
+      }
+    }
+  }
+
+  /** Sends the prefill leg, on its own context, and reads its answer under prefill's budgets. */
+  async #dispatchPrefill(body: RequestBody): Promise<WatchedIterator<Item>> {
+    const { deadlines, recorder } = this.#setup;
+    this.#prefillState = RUNNING;
+    this.#releasePrefill = recorder.hold();
+    recorder.emit({ type: 'prefillDispatched' });
+    const firstOutputMs = deadlines.prefillFirstOutputMs;
+    this.#cancelFirstOutput = startTimer(firstOutputMs, () =>
+      this.#expirePrefill(new DeadlineError('prefillFirstOutput', firstOutputMs as number)),
+    );
+    const dispatch = Promise.resolve().then(() =>
+      this.#setup.prefill(body, this.#prefillContext, this.#setup.prefillLease?.worker),
+    );
+    // A stream that arrives after a deadline gave up on it is released.
+    dispatch.then((stream) => {
+      if (this.#prefillTrip.error !== undefined) closeQuietly(stream[Symbol.asyncIterator]());
+    }, ignore);
+    const stream = await this.#prefillTrip.guard(dispatch);
+    const reader = new WatchedIterator<Item>(stream[Symbol.asyncIterator](), {
+      budget: () => undefined,
+      deadline: (phase, ms) => new DeadlineError(phase, ms),
+      observe: (step, read) => {
+        if (read === 0 && step !== undefined && step.done !== true) this.#firstOutput();
+      },
+      expired: (error) => Promise.reject(error),
+    });
+    this.#prefillReader = reader;
+    if (this.#prefillTrip.error !== undefined) reader.expire(this.#prefillTrip.error);
+    return reader;
+  }
+
+  #firstOutput(): void {
+    this.#cancelFirstOutput?.();
+    this.#cancelFirstOutput = undefined;
+    this.#setup.recorder.emit({ type: 'prefillFirstOutput' });
+    const handoffMs = this.#setup.deadlines.handoffMs;
+    this.#cancelHandoff = startTimer(handoffMs, () =>
+      this.#expire(new DeadlineError('handoff', handoffMs as number, this.#prefillRunning() ? 'prefill' : 'decode')),
+    );
+  }
+
+  /** Sends the decode leg on its own context (see {@link DecodeLeg}). */
+  async #dispatchDecode(body: RequestBody, handoff: boolean): Promise<DecodeStream> {
+    const { recorder, decodeLease } = this.#setup;
+    const releaseLeg = recorder.hold();
+    const leg = new DecodeLeg({
+      client: this.#setup.client,
+      deadlines: this.#setup.deadlines,
+      cleanupBudgetMs: this.#setup.cleanupBudgetMs,
+      handoff,
+      recorder,
+      logger: this.#setup.logger,
+      prefillPending: () => this.#prefillRunning(),
+      onEnd: () => {
+        decodeLease?.release();
+        releaseLeg();
+      },
+    });
+    this.#leg = leg;
+    if (this.#prefillState === FAILED) leg.abandon();
+    recorder.emit({ type: 'decodeDispatched' });
+    let stream: ResponseStream<Item>;
+    try {
+      stream = await this.#setup.decode(body, leg.context, decodeLease?.worker);
+    } catch (error) {
+      leg.dispatchFailed();
+      throw error;
+    }
+    this.#decodeOpened = true;
+    this.#handoffDone();
+    return leg.open(stream);
+  }
+
+  #toClient(stream: ResponseStream<Item>): ResponseStream<Item> {
+    const leg = this.#leg;
+    const client = new ClientStream(stream[Symbol.asyncIterator](), {
+      recorder: this.#setup.recorder,
+      heldFor: () => leg?.heldFor(),
+      onEnd: () => this.#clientEnded(),
+    });
+    return new ResponseStream(client, stream.context);
+  }
+
+  #clientEnded(): void {
+    this.#cancelTotal();
+    this.#cancelHandoff?.();
+  }
+
+  #failBeforeStream(error: unknown): void {
+    this.#clientEnded();
+    this.#cancelFirstOutput?.();
+    if (this.#leg === undefined) this.#setup.decodeLease?.release();
+    if (this.#prefillState === IDLE) this.#setup.prefillLease?.release();
+    const shown = clientError(error);
+    this.#setup.recorder.finish('error', legOf(error), shown instanceof Error ? shown : undefined);
+  }
+
+  /** Follows a background prefill (concurrent and early families) to its end. */
+  #watch(task: PrefillTask): void {
+    task.wait().then(
+      () => this.#prefillEnded(),
+      (error: unknown) => this.#prefillEnded(error),
+    );
+  }
+
+  #prefillEnded(error?: unknown): void {
+    if (this.#prefillState === DONE || this.#prefillState === FAILED) return;
+    this.#prefillState = error === undefined ? DONE : FAILED;
+    this.#cancelFirstOutput?.();
+    this.#cancelFirstOutput = undefined;
+    const { recorder } = this.#setup;
+    if (error === undefined) {
+      recorder.emit({ type: 'prefillCompleted' });
+      this.#handoffDone();
+    } else {
+      recorder.emit({ type: 'prefillFailed', error: PrefillError.from(error) });
+      // No KV will come: a decode waiting for it is stopped now, not cleaned up later.
+      this.#leg?.abandon();
+    }
+    this.#setup.prefillLease?.release();
+    this.#releasePrefill?.();
+  }
+
+  /** The handoff is over once prefill has completed and decode's stream is open. */
+  #handoffDone(): void {
+    if (this.#prefillState === DONE && this.#decodeOpened) {
+      this.#cancelHandoff?.();
+      this.#cancelHandoff = undefined;
+    }
+  }
+
+  #prefillRunning(): boolean {
+    return this.#prefillState === RUNNING;
+  }
+
+  /** A deadline of prefill's: the prefill leg is stopped for good (the router's decision). */
+  #expirePrefill(error: DeadlineError): void {
+    if (!this.#prefillRunning()) return;
+    this.#prefillTrip.trip(error);
+    this.#prefillContext.kill();
+    this.#prefillReader?.expire(error);
+  }
+
+  /** A request deadline (total, handoff): stop what is still running. */
+  #expire(error: DeadlineError): void {
+    if (this.#setup.recorder.finished) return;
+    this.#expirePrefill(error);
+    this.#flowTrip.trip(error);
+    this.#leg?.expire(error);
+  }
+
+  #taskOptions(): { logger: Logger } {
+    return { logger: this.#setup.logger() };
+  }
+}
+
+/** The rendezvous of the chosen prefill worker (concurrent family). */
+function rendezvous(worker: unknown, connector: string): BootstrapInfo {
+  const { bootstrapHost, bootstrapPort, dpRank, dpSize } = (worker ?? {}) as Record<string, unknown>;
+  if (typeof bootstrapHost !== 'string' || bootstrapHost === '' || !Number.isInteger(bootstrapPort)) {
+    throw new TypeError(
+      `The ${connector} connector sends both legs at once and needs the prefill worker's rendezvous: prefillWorker (or prefillWorkers) with { bootstrapHost, bootstrapPort }`,
+    );
+  }
+  const dp = dpSize === undefined ? {} : { dpRank: (dpRank ?? 0) as number, dpSize: dpSize as number };
+  return {
+    bootstrap_host: bootstrapHost,
+    bootstrap_port: bootstrapPort as number,
+    bootstrap_room: mintBootstrapRoom(dp),
+  };
+}
+
+async function* once(item: Item): AsyncGenerator<Item> {
+  yield item;
+}
+
+function ignore(): void {}

@@ -1,0 +1,114 @@
+import { describeValue } from '../util/describe-value.js';
+
+/**
+ * Picks one worker for a request. Built in: `'round-robin'` (each worker in turn) and
+ * `'least-in-flight'` (the worker with the fewest requests under way, ties in turn). A
+ * function gets the candidates and the pool (for `inFlight`) and returns one of the
+ * candidates.
+ */
+export type Selection<W> = 'round-robin' | 'least-in-flight' | ((candidates: readonly W[], pool: WorkerPool<W>) => W);
+
+/** Options of {@link WorkerPool}. */
+export interface WorkerPoolOptions<W> {
+  /** How a worker is chosen; `'round-robin'` when omitted. */
+  selection?: Selection<W>;
+}
+
+/** One use of a worker: `release()` (idempotent) when the leg on it is over. */
+export interface Lease<W> {
+  readonly worker: W;
+  release(): void;
+}
+
+/**
+ * A list of interchangeable workers (prefill or decode) and the choice among them, with a
+ * count of requests in flight on each that `disaggregate` keeps: a worker is leased when its
+ * leg is dispatched and released when that leg is over (a prefill leg when prefill has
+ * settled, a decode leg when its stream has ended or been cleaned up).
+ *
+ * Share one pool between requests; its counts are what least-in-flight chooses by.
+ *
+ * @example
+ * const prefillWorkers = new WorkerPool(
+ *   [{ url: 'http://p0:8000', bootstrapHost: 'p0', bootstrapPort: 8998 }],
+ *   { selection: 'least-in-flight' },
+ * );
+ * disaggregate({ ..., prefillWorkers, prefill: (body, context, worker) => call(worker.url, body, context) });
+ */
+export class WorkerPool<W> {
+  readonly #workers: readonly W[];
+  readonly #inFlight = new Map<W, number>();
+  readonly #select: (candidates: readonly W[], pool: WorkerPool<W>) => W;
+  #turn = 0;
+
+  /**
+   * @throws {TypeError} for an empty list, or an unknown selection.
+   */
+  constructor(workers: readonly W[], options: WorkerPoolOptions<W> = {}) {
+    if (!Array.isArray(workers) || workers.length === 0) {
+      throw new TypeError(`WorkerPool expects a non-empty array of workers, got ${describeValue(workers)}`);
+    }
+    this.#workers = Object.freeze([...workers]);
+    for (const worker of this.#workers) this.#inFlight.set(worker, 0);
+    const selection = options.selection ?? 'round-robin';
+    if (selection === 'round-robin') this.#select = (candidates) => this.#next(candidates);
+    else if (selection === 'least-in-flight') this.#select = (candidates) => this.#leastInFlight(candidates);
+    else if (typeof selection === 'function') this.#select = selection;
+    else {
+      throw new TypeError(
+        `Unknown worker selection ${describeValue(selection)}: expected 'round-robin', 'least-in-flight' or a function`,
+      );
+    }
+  }
+
+  /** The workers, in the order given. */
+  get workers(): readonly W[] {
+    return this.#workers;
+  }
+
+  /** How many leases of `worker` are not yet released. */
+  inFlight(worker: W): number {
+    return this.#inFlight.get(worker) ?? 0;
+  }
+
+  /**
+   * Chooses a worker and counts one more request on it until the lease is released.
+   *
+   * @throws {TypeError} when a selection function returns something that is not one of the
+   *   candidates.
+   */
+  acquire(): Lease<W> {
+    const worker = this.#select(this.#workers, this);
+    if (!this.#inFlight.has(worker)) {
+      throw new TypeError(`The worker selection returned ${describeValue(worker)}, which is not a worker of this pool`);
+    }
+    this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) + 1);
+    let released = false;
+    return {
+      worker,
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) - 1);
+      },
+    };
+  }
+
+  #next(candidates: readonly W[]): W {
+    const worker = candidates[this.#turn % candidates.length] as W;
+    this.#turn = (this.#turn + 1) % candidates.length;
+    return worker;
+  }
+
+  #leastInFlight(candidates: readonly W[]): W {
+    // Start from the round-robin position so that ties rotate instead of piling on the first.
+    const start = this.#turn % candidates.length;
+    let best = candidates[start] as W;
+    for (let offset = 1; offset < candidates.length; offset++) {
+      const worker = candidates[(start + offset) % candidates.length] as W;
+      if (this.inFlight(worker) < this.inFlight(best)) best = worker;
+    }
+    this.#turn = (start + 1) % candidates.length;
+    return best;
+  }
+}
