@@ -69,8 +69,12 @@ export interface DecodeLegOptions {
   logger: () => Logger;
   /** Whether prefill is still running (a decode terminal then waits: `terminalHeld`). */
   prefillPending: () => boolean;
+  /** Whether prefill has failed (read synchronously: then no KV will come). */
+  prefillFailed: () => boolean;
   /** Called once when the leg is over: its stream ended, or it was cleaned up or given up. */
   onEnd: () => void;
+  /** Called when a clean-up for a client that left is over (claimed or given up). */
+  onCleanupOver: () => void;
 }
 
 /**
@@ -150,6 +154,8 @@ export class DecodeLeg {
       return cancelledStream(stream.context);
     }
     const iterator = new WatchedIterator<Item>(source, {
+      // A request deadline (total, handoff) must be able to interrupt any read.
+      interruptible: deadlines.totalMs !== undefined || deadlines.handoffMs !== undefined,
       budget: (read) => {
         const ms = read === 0 ? deadlines.decodeFirstTokenMs : deadlines.idleMs;
         return ms === undefined ? undefined : { ms, phase: read === 0 ? 'decodeFirstToken' : 'idle' };
@@ -229,10 +235,18 @@ export class DecodeLeg {
       this.context.stopGenerating();
       this.#end();
     }
+    if ((this.#clientLeft !== LIVE || this.#abandoned) && !this.#options.prefillFailed()) {
+      this.#options.onCleanupOver();
+    }
   }
 
   #left(strength: typeof STOP | typeof KILL): void {
     if (this.#ended || this.#clientLeft >= strength) return;
+    // The library stops the client itself when prefill fails: nothing to clean up then.
+    if (this.#options.prefillFailed()) {
+      this.abandon();
+      return;
+    }
     this.#clientLeft = strength;
     if (this.#claimed) {
       if (strength === KILL) this.context.kill();
@@ -240,12 +254,15 @@ export class DecodeLeg {
       return;
     }
     this.#startCleanupBudget();
+    // Nobody may be reading: read for the claim now (kept for the next read, so nothing is lost).
+    const iterator = this.#iterator;
+    if (iterator !== undefined && iterator.reads === 0) iterator.prefetch();
   }
 
   /** The consumer closed the stream (the guard closes decode this way too). */
   #close(source: AsyncIterator<Item>): void {
     this.#abandoned = true;
-    if (this.#claimed || this.#ended) {
+    if (this.#claimed || this.#ended || this.#options.prefillFailed()) {
       closeQuietly(source);
       // A decode that already sent its terminal has nothing left to stop.
       if (!this.#finishedOutput && !this.#ended) this.context.stopGenerating();
@@ -288,6 +305,7 @@ export class DecodeLeg {
     this.#options.logger().warn({ err: error, requestId: this.context.id }, 'Orphaned handoff');
     this.#options.recorder.emit({ type: 'cleanupExpired', error });
     this.#end();
+    this.#options.onCleanupOver();
   }
 
   #end(): void {

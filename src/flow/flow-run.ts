@@ -90,6 +90,8 @@ export class FlowRun {
   #prefillReader: WatchedIterator<Item> | undefined;
   #releasePrefill: (() => void) | undefined;
   #leg: DecodeLeg | undefined;
+  /** The background prefill (concurrent and early families): its state is read synchronously. */
+  #task: PrefillTask | undefined;
   #decodeOpened = false;
   #cancelTotal: () => void;
   #cancelFirstOutput: (() => void) | undefined;
@@ -208,6 +210,9 @@ export class FlowRun {
     }, ignore);
     const stream = await this.#prefillTrip.guard(dispatch);
     const reader = new WatchedIterator<Item>(stream[Symbol.asyncIterator](), {
+      // Every read: a prefill killed by a deadline may end its stream cleanly, which must not
+      // pass for a completed prefill.
+      interruptible: true,
       budget: () => undefined,
       deadline: (phase, ms) => new DeadlineError(phase, ms),
       observe: (step, read) => {
@@ -242,10 +247,14 @@ export class FlowRun {
       recorder,
       logger: this.#setup.logger,
       prefillPending: () => this.#prefillRunning(),
+      prefillFailed: () => (this.#task === undefined ? this.#prefillState === FAILED : this.#task.state === 'failed'),
       onEnd: () => {
         decodeLease?.release();
         releaseLeg();
       },
+      // The client left and the clean-up is over: that is the request's outcome, if it has
+      // none yet (a client stream nobody reads any more never reports one itself).
+      onCleanupOver: () => recorder.finish('cancelled'),
     });
     this.#leg = leg;
     if (this.#prefillState === FAILED) leg.abandon();
@@ -288,6 +297,7 @@ export class FlowRun {
 
   /** Follows a background prefill (concurrent and early families) to its end. */
   #watch(task: PrefillTask): void {
+    this.#task = task;
     task.wait().then(
       () => this.#prefillEnded(),
       (error: unknown) => this.#prefillEnded(error),
@@ -321,6 +331,7 @@ export class FlowRun {
   }
 
   #prefillRunning(): boolean {
+    if (this.#task !== undefined) return this.#task.state === 'pending';
     return this.#prefillState === RUNNING;
   }
 

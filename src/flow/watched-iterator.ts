@@ -7,6 +7,11 @@ const DONE = Object.freeze({ value: undefined, done: true }) as IteratorResult<n
 
 /** The hooks that make a {@link WatchedIterator} a prefill reader or a decode leg. */
 export interface WatchHooks<T> {
+  /**
+   * Whether a read without a budget can still be interrupted by `expire` (a turn per read);
+   * without it such a read hands the source's promise through.
+   */
+  interruptible: boolean;
   /** The budget of read number `read` (0 for the first), or undefined for none. */
   budget(read: number): { ms: number; phase: DeadlinePhase } | undefined;
   /** Makes the deadline error of a phase (the caller knows the budgets). */
@@ -24,8 +29,9 @@ export interface WatchHooks<T> {
 /**
  * Reads a source under per-read budgets and an external expiry, without ever racing a
  * long-lived promise: each read with a budget gets its own turn promise, settled either by
- * the source's answer or by the timer, and the timer is cleared as soon as the answer comes.
- * A read without a budget hands the source's promise through.
+ * the source's answer or by the timer (or `expire`), and the timer is cleared as soon as the
+ * answer comes. A read without a budget, when nothing else can interrupt it, hands the
+ * source's promise through.
  *
  * After a deadline the source is closed without waiting for it (it may be stuck; an async
  * generator's `return()` would queue behind the stuck `next()`), the pending read answers
@@ -43,6 +49,8 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   #cancelTimer: (() => void) | undefined;
   /** The expiry answer for the next read, when the deadline came between reads. */
   #answerNext: Promise<Step<T>> | undefined;
+  /** A read started early by {@link prefetch}, for the next `next()`. */
+  #prefetched: Promise<Step<T>> | undefined;
   /** How many steps have been observed (reads settle in order). */
   #observed = 0;
   // Created once per iterator, never per read.
@@ -75,6 +83,11 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   }
 
   next(): Promise<Step<T>> {
+    const prefetched = this.#prefetched;
+    if (prefetched !== undefined) {
+      this.#prefetched = undefined;
+      return prefetched;
+    }
     if (this.#stopped) {
       const answer = this.#answerNext;
       this.#answerNext = undefined;
@@ -84,10 +97,12 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     const pull = Promise.resolve(this.#source.next() as Promise<Step<T>>);
     const observed = this.#hooks.observe === undefined ? pull : pull.then(this.#observeStep, this.#observeError);
     const budget = this.#hooks.budget(read);
-    if (budget === undefined) return observed;
+    if (budget === undefined && !this.#hooks.interruptible) return observed;
     return new Promise<Step<T>>((resolve, reject) => {
       this.#settleTurn = resolve;
-      this.#cancelTimer = startTimer(budget.ms, () => this.expire(this.#hooks.deadline(budget.phase, budget.ms)));
+      if (budget !== undefined) {
+        this.#cancelTimer = startTimer(budget.ms, () => this.expire(this.#hooks.deadline(budget.phase, budget.ms)));
+      }
       observed.then(
         (step) => {
           this.#clearTurn();
@@ -102,6 +117,19 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   }
 
   /**
+   * Starts the next read now, before anyone asks: its answer is what the next `next()`
+   * returns, so nothing is lost or reordered. For a leg that must be read while its reader
+   * is away. Does nothing once stopped or when a prefetched read is waiting.
+   */
+  prefetch(): void {
+    if (this.#stopped || this.#prefetched !== undefined) return;
+    const read = this.next();
+    // Its rejection belongs to whoever reads it next, if anyone does.
+    read.then(undefined, ignore);
+    this.#prefetched = read;
+  }
+
+  /**
    * Stops the watch with a deadline error: closes the source, answers a pending read with
    * `hooks.expired(error)`, and makes every later read done (the first later read gets the
    * expiry answer when no read was pending). Idempotent; does nothing after `return()`.
@@ -110,9 +138,10 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#expiredWith = error;
-    closeQuietly(this.#source);
     const settle = this.#settleTurn;
     this.#clearTurn();
+    // Closed after taking the turn: a source that answers `done` when closed must not get in first.
+    closeQuietly(this.#source);
     const answer = this.#hooks.expired(error);
     // A rejection here is the answer of the read (or nobody's): never unhandled.
     answer.then(undefined, ignore);
@@ -132,6 +161,7 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   }
 
   #close(): void {
+    this.#prefetched = undefined;
     if (this.#stopped) return;
     this.#stopped = true;
     this.#cancelTimer?.();

@@ -7,7 +7,7 @@ import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
 import { closeQuietly, GuardedDecodeIterator } from './decode-guard.js';
 import { PrefillError } from './prefill-error.js';
-import { FAILED, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
+import { FAILED, PENDING, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
 type Item = Annotated<LLMEngineOutput>;
 
@@ -117,6 +117,15 @@ export class PrefillTask {
     if (FinishReason.isCancelled(reason)) {
       throw new PrefillError('prefill', 'Prefill backend cancelled before completing the handoff');
     }
+  }
+
+  /**
+   * Where the prefill stands, read synchronously: `'pending'`, `'succeeded'` or `'failed'`.
+   * It changes once, when the prefill settles, before anything waiting on it runs.
+   */
+  get state(): 'pending' | 'succeeded' | 'failed' {
+    const { state } = this.#outcome;
+    return state === PENDING ? 'pending' : state === SUCCEEDED ? 'succeeded' : 'failed';
   }
 
   /**

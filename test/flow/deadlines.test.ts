@@ -1,0 +1,226 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { checkBudget, checkDeadlines, DeadlineError } from '../../src/flow/deadlines.js';
+import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
+import { client, decodeTokens, engine, eventLog, handoffItem, prefillWithParams } from '../support/flow.js';
+
+const logger = recordingLogger().logger;
+
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+const run = (options: Partial<DisaggregateOptions<unknown, unknown>>) =>
+  disaggregate({
+    request: client,
+    context: new Controller('req-d'),
+    prefill: prefillWithParams().run,
+    decode: decodeTokens().run,
+    connector: vllmNixl,
+    logger,
+    ...options,
+  });
+
+/** Settles what can settle, then lets `ms` of fake time pass. */
+async function elapse(ms: number): Promise<void> {
+  await flush();
+  await vi.advanceTimersByTimeAsync(ms);
+  await flush();
+}
+
+const sglangWorker = { bootstrapHost: '10.0.0.3', bootstrapPort: 8998 };
+
+describe('DeadlineError', () => {
+  it('names its phase, budget and leg, and is retryable, also as the cause of a PrefillError', () => {
+    const error = new DeadlineError('idle', 250);
+    expect(error).toMatchObject({ name: 'DeadlineError', kind: 'deadline', phase: 'idle', budgetMs: 250 });
+    expect(error.leg).toBe('decode');
+    expect(new DeadlineError('handoff', 1).leg).toBe('prefill');
+    expect(error.message).toBe("Deadline exceeded: decode's next item took longer than its budget of 250 ms (idle)");
+    expect(error.retryable).toBe(true);
+    expect(PrefillError.from(error).retryable).toBe(true);
+    expect(DeadlineError.is({ [Symbol.for('disagg.DeadlineError')]: true })).toBe(true);
+    expect(DeadlineError.is(new Error('x'))).toBe(false);
+  });
+
+  it('refuses budgets that are not positive numbers of milliseconds, and unknown phases', () => {
+    expect(checkDeadlines(undefined)).toEqual({});
+    expect(checkDeadlines({ idleMs: 5, totalMs: undefined })).toEqual({ idleMs: 5, totalMs: undefined });
+    expect(() => checkDeadlines({ idleMs: 0 })).toThrow('deadlines.idleMs must be a positive number of milliseconds');
+    expect(() => checkDeadlines({ idleMs: Number.NaN })).toThrow(TypeError);
+    expect(() => checkDeadlines({ totalMs: '5s' })).toThrow('got "5s"');
+    expect(() => checkDeadlines({ idle: 5 })).toThrow('Unknown deadline "idle": expected one of totalMs');
+    expect(() => checkDeadlines(5)).toThrow('deadlines must be an object');
+    expect(checkBudget('cleanupBudgetMs', undefined, 7)).toBe(7);
+    expect(() => checkBudget('cleanupBudgetMs', -1, 7)).toThrow('cleanupBudgetMs must be a positive number');
+  });
+
+  it('disaggregate refuses a bad deadline before dispatching anything', async () => {
+    const prefill = prefillWithParams();
+    await expect(run({ prefill: prefill.run, deadlines: { idleMs: -1 } })).rejects.toThrow(TypeError);
+    await expect(run({ cleanupBudgetMs: Number.POSITIVE_INFINITY })).rejects.toThrow('cleanupBudgetMs');
+    expect(prefill.calls).toHaveLength(0);
+  });
+});
+
+describe('deadlines per phase', () => {
+  it('prefillFirstOutput: a prefill that says nothing fails the request, and the prefill leg is killed', async () => {
+    const prefill = engine(() => new ScriptedSource());
+    const decode = decodeTokens();
+    const call = run({ prefill: prefill.run, decode: decode.run, deadlines: { prefillFirstOutputMs: 1000 } });
+    call.catch(() => {});
+    await elapse(999);
+    expect(prefill.calls[0]?.context.isKilled()).toBe(false);
+    await elapse(1);
+    await expect(call).rejects.toMatchObject({ name: 'DeadlineError', phase: 'prefillFirstOutput', leg: 'prefill' });
+    expect(prefill.calls[0]?.context.isKilled()).toBe(true);
+    expect(prefill.calls[0]?.source.closed).toBe(true);
+    expect(decode.calls).toHaveLength(0);
+  });
+
+  it('prefillFirstOutput also covers a prefill dispatch that never answers', async () => {
+    let prefillContext: Controller | undefined;
+    const stuck: Engine = (_, context) => {
+      prefillContext = context as Controller;
+      return new Promise(() => {});
+    };
+    const call = run({ prefill: stuck, deadlines: { prefillFirstOutputMs: 50 } });
+    call.catch(() => {});
+    await elapse(50);
+    await expect(call).rejects.toMatchObject({ phase: 'prefillFirstOutput' });
+    expect(prefillContext?.isKilled()).toBe(true);
+  });
+
+  it('handoff: a prefill that answered but never completes fails the request before decode', async () => {
+    const prefill = engine(() => new ScriptedSource([handoffItem()]));
+    const decode = decodeTokens();
+    const call = run({ prefill: prefill.run, decode: decode.run, deadlines: { handoffMs: 200 } });
+    call.catch(() => {});
+    await elapse(200);
+    await expect(call).rejects.toMatchObject({ name: 'DeadlineError', phase: 'handoff', leg: 'prefill' });
+    expect(prefill.calls[0]?.context.isKilled()).toBe(true);
+    expect(decode.calls).toHaveLength(0);
+  });
+
+  it('handoff: a decode dispatch that hangs after the KV commit fails the request, and decode is still cleaned up', async () => {
+    const decodeSource = new ScriptedSource([token(1)]);
+    let open: (() => void) | undefined;
+    const decodeContexts: Controller[] = [];
+    const slowDecode: Engine = (_, context) => {
+      decodeContexts.push(context as Controller);
+      return new Promise((resolve) => {
+        open = () => resolve(new ResponseStream(decodeSource, context));
+      });
+    };
+    const call = run({ decode: slowDecode, deadlines: { handoffMs: 200 } });
+    call.catch(() => {});
+    await elapse(200);
+    await expect(call).rejects.toMatchObject({ phase: 'handoff', leg: 'decode' });
+    // The decode worker answers late: it is read until it has taken the KV, then stopped.
+    open?.();
+    await flush();
+    expect(decodeSource.nextCalls).toBe(1);
+    expect(decodeSource.closed).toBe(true);
+    expect(decodeContexts[0]?.isStopped()).toBe(true);
+  });
+
+  it('handoff (concurrent): a prefill that never completes ends a streaming decode with the deadline', async () => {
+    const prefillSource = new ScriptedSource([Annotated.fromData({ token_ids: [] })]);
+    const prefill = engine(() => prefillSource);
+    const decode = engine(() => new ScriptedSource([token(1), Annotated.fromData(LLMEngineOutput.length())]).end());
+    const stream = await run({
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      deadlines: { handoffMs: 300 },
+    });
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    const held = iterator.next(); // the length terminal waits for prefill
+    await elapse(300);
+    const error = Annotated.err((await held).value);
+    expect(error).toMatchObject({ name: 'DeadlineError', phase: 'handoff', leg: 'prefill' });
+    expect((await iterator.next()).done).toBe(true);
+    expect(prefill.calls[0]?.context.isKilled()).toBe(true);
+    expect(decode.calls[0]?.context.isStopped()).toBe(true);
+  });
+
+  it('decodeFirstToken: a decode that never answers ends the client stream with the deadline', async () => {
+    const decode = engine(() => new ScriptedSource());
+    const stream = await run({ decode: decode.run, deadlines: { decodeFirstTokenMs: 400 } });
+    const iterator = stream[Symbol.asyncIterator]();
+    const first = iterator.next();
+    await elapse(400);
+    expect(Annotated.err((await first).value)).toMatchObject({ phase: 'decodeFirstToken', leg: 'decode' });
+    expect((await iterator.next()).done).toBe(true);
+    expect(decode.calls[0]?.context.isKilled()).toBe(true);
+    expect(decode.calls[0]?.source.closed).toBe(true);
+  });
+
+  it('idle: a decode that stalls between tokens ends the stream; the time a slow reader takes does not count', async () => {
+    const decodeSource = new ScriptedSource([token(1), token(2)]);
+    const decode = engine(() => decodeSource);
+    const stream = await run({ decode: decode.run, deadlines: { idleMs: 100, decodeFirstTokenMs: 100 } });
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    await elapse(10_000); // the client is slow to read again: not decode's fault
+    expect((await iterator.next()).value).toEqual(token(2));
+    const third = iterator.next();
+    await elapse(99);
+    decodeSource.push(token(3));
+    expect((await third).value).toEqual(token(3));
+    const fourth = iterator.next();
+    await elapse(100);
+    expect(Annotated.err((await fourth).value)).toMatchObject({ name: 'DeadlineError', phase: 'idle' });
+    expect(decode.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('total: the whole request is bounded, also while tokens keep coming', async () => {
+    const decodeSource = new ScriptedSource();
+    const decode = engine(() => decodeSource);
+    const stream = await run({ decode: decode.run, deadlines: { totalMs: 1000, idleMs: 600 } });
+    const iterator = stream[Symbol.asyncIterator]();
+    for (let i = 0; i < 2; i++) {
+      const next = iterator.next();
+      await elapse(400);
+      decodeSource.push(token(i));
+      expect((await next).value).toEqual(token(i));
+    }
+    const last = iterator.next();
+    await elapse(200);
+    expect(Annotated.err((await last).value)).toMatchObject({ phase: 'total', leg: 'decode', budgetMs: 1000 });
+    expect((await iterator.next()).done).toBe(true);
+    expect(decode.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('total: before the client stream exists, the request fails with the deadline of the leg that was running', async () => {
+    const prefill = engine(() => new ScriptedSource());
+    const call = run({ prefill: prefill.run, deadlines: { totalMs: 700 } });
+    call.catch(() => {});
+    await elapse(700);
+    await expect(call).rejects.toMatchObject({ name: 'DeadlineError', phase: 'total', leg: 'prefill' });
+    expect(prefill.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('a request that finishes in time leaves no timer behind and reports success', async () => {
+    const log = eventLog();
+    const stream = await run({
+      deadlines: { totalMs: 5000, prefillFirstOutputMs: 5000, handoffMs: 5000, decodeFirstTokenMs: 5000, idleMs: 5000 },
+      onEvent: log.onEvent,
+    });
+    for await (const _ of stream);
+    await flush();
+    expect(vi.getTimerCount()).toBe(0);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+  });
+});
