@@ -13,7 +13,17 @@ export {
   trtllmContextFirst,
   vllmNixl,
 } from './flow/connectors.js';
+export { DeadlineError, type DeadlinePhase, type Deadlines } from './flow/deadlines.js';
+export { CleanupError, DEFAULT_CLEANUP_BUDGET_MS, orphanedHandoffs } from './flow/decode-leg.js';
 export { type DisaggregateOptions, disaggregate, type Engine, type PrefillWorker } from './flow/disaggregate.js';
+export type {
+  FlowEvent,
+  FlowEventBase,
+  FlowEventListener,
+  FlowEventOf,
+  Leg,
+  Strategy,
+} from './flow/events.js';
 export {
   HANDOFF_FIELDS,
   HandoffFieldError,
@@ -22,6 +32,7 @@ export {
 } from './flow/handoff-fields.js';
 export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
 export { decodeRequest, prefillRequest, type RequestBody } from './flow/request-shaping.js';
+export { type Lease, type Selection, WorkerPool, type WorkerPoolOptions } from './flow/worker-pool.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {
   type DecodeDispatch,

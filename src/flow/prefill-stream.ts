@@ -124,12 +124,24 @@ function details(item: Item): Record<string, unknown> | undefined {
   return found === undefined || found === null ? undefined : (found as Record<string, unknown>);
 }
 
-/** The bootstrap triple, when all three fields are present and valid. */
+/**
+ * The bootstrap triple, when all three fields are present and valid.
+ *
+ * @throws {PrefillError} (`no_disaggregated_params`) for a room that arrived as a JSON number
+ *   above 2^53 - 1: it has already lost precision, and the decode worker would wait for a
+ *   rendezvous that never comes.
+ */
 function bootstrapInfo(params: unknown): BootstrapInfo | undefined {
   if (typeof params !== 'object' || params === null) return undefined;
   const { bootstrap_host: host, bootstrap_port: port, bootstrap_room: room } = params as Record<string, unknown>;
   if (typeof host !== 'string' || host === '') return undefined;
   if (!Number.isInteger(port) || (port as number) < 0 || (port as number) >= 65536) return undefined;
+  if (typeof room === 'number' && Number.isInteger(room) && !Number.isSafeInteger(room) && room > 0) {
+    throw new PrefillError(
+      'no_disaggregated_params',
+      `bootstrap_room ${room} arrived as a JSON number above 2^53 - 1 and has lost precision; read the response with a lossless JSON parser (or send the room as a string)`,
+    );
+  }
   const exactRoom = toRoom(room);
   if (exactRoom === undefined) return undefined;
   return { bootstrap_host: host, bootstrap_port: port as number, bootstrap_room: exactRoom };

@@ -123,6 +123,27 @@ describe('classifyPrefill', () => {
     await expect(result.task.wait()).resolves.toBeUndefined();
   });
 
+  it.each([
+    ['2^53 - 1 as a JSON number', 9007199254740991, 9007199254740991n],
+    ['2^53 as a decimal string', '9007199254740992', 9007199254740992n],
+    ['2^53 + 1 as a decimal string', '9007199254740993', 9007199254740993n],
+    ['2^53 + 1 as a bigint', 9007199254740993n, 9007199254740993n],
+    ['2^64 - 1 as a decimal string', '18446744073709551615', 18446744073709551615n],
+  ])('a room at the 2^53 edge stays exact: %s', async (_, room, exact) => {
+    const first = out({ disaggregated_params: { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: room } });
+    const result = await classifyPrefill(new ScriptedSource([first]).end(), quiet);
+    expect(result.kind === 'early' && result.bootstrap.bootstrap_room).toBe(exact);
+  });
+
+  it('a room that arrived as a JSON number above 2^53 - 1 is refused: it has already lost precision', async () => {
+    const { bootstrap_room: room } = JSON.parse('{"bootstrap_room": 9007199254740993}');
+    expect(room).toBe(9007199254740992); // what JSON.parse made of it
+    const first = out({ disaggregated_params: { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: room } });
+    const call = classifyPrefill(new ScriptedSource([first]), quiet);
+    await expect(call).rejects.toMatchObject({ name: 'PrefillError', kind: 'no_disaggregated_params' });
+    await expect(call).rejects.toThrow('bootstrap_room 9007199254740992 arrived as a JSON number above 2^53 - 1');
+  });
+
   it('an early handoff whose prefill later fails fails its task', async () => {
     const first = out({ disaggregated_params: { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 7n } });
     const source = new ScriptedSource([first]);

@@ -1,0 +1,201 @@
+import { describe, expect, it } from 'vitest';
+import { earlyBootstrap, sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { type DisaggregateOptions, disaggregate } from '../../src/flow/disaggregate.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
+import { client, decodeTokens, engine, eventLog, handoffItem, prefillWithParams } from '../support/flow.js';
+
+const logger = recordingLogger().logger;
+const sglangWorker = { bootstrapHost: '10.0.0.3', bootstrapPort: 8998 };
+
+const run = (options: Partial<DisaggregateOptions<unknown, unknown>>) =>
+  disaggregate({
+    request: client,
+    context: new Controller('req-e'),
+    prefill: prefillWithParams().run,
+    decode: decodeTokens().run,
+    connector: vllmNixl,
+    logger,
+    ...options,
+  });
+
+describe('lifecycle events', () => {
+  it('sequential: every step in order, stamped with the request id and time, none late', async () => {
+    const log = eventLog();
+    await collect(await run({ onEvent: log.onEvent }));
+    await flush();
+    expect(log.types()).toEqual([
+      'routed',
+      'prefillDispatched',
+      'prefillFirstOutput',
+      'prefillCompleted',
+      'handoff',
+      'decodeDispatched',
+      'decodeOpened',
+      'kvClaimed',
+      'firstToken',
+      'finished',
+      'settled',
+    ]);
+    expect(log.of('routed')).toMatchObject([{ strategy: 'sequential' }]);
+    expect(log.of('handoff')).toMatchObject([{ handoff: 'params' }]);
+    expect(log.of('finished')).toEqual([expect.objectContaining({ outcome: 'success' })]);
+    let previous = 0;
+    for (const event of log.events) {
+      expect(event).toMatchObject({ requestId: 'req-e', late: false });
+      expect(event.elapsedMs).toBeGreaterThanOrEqual(previous);
+      previous = event.elapsedMs;
+    }
+  });
+
+  it('concurrent: a decode terminal held for prefill is reported when held and when released', async () => {
+    const prefillSource = new ScriptedSource();
+    const log = eventLog();
+    const stream = await run({
+      prefill: engine(() => prefillSource).run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      onEvent: log.onEvent,
+    });
+    const reading = collect(stream);
+    await flush();
+    expect(log.types()).toContain('terminalHeld');
+    expect(log.types()).not.toContain('finished');
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    expect(await reading).toHaveLength(3);
+    await flush();
+    const types = log.types();
+    expect(types.slice(0, 2)).toEqual(['routed', 'prefillDispatched']);
+    expect(types.indexOf('terminalHeld')).toBeLessThan(types.indexOf('prefillCompleted'));
+    expect(types.slice(-3)).toEqual(['terminalReleased', 'finished', 'settled']);
+    expect(log.of('terminalReleased')[0]?.heldMs).toBeGreaterThanOrEqual(0);
+    expect(log.of('routed')).toMatchObject([{ strategy: 'concurrent', prefillWorker: sglangWorker }]);
+  });
+
+  it('a prefill failure after the client stream ended is a late event, and settled still comes last', async () => {
+    const prefillSource = new ScriptedSource();
+    const log = eventLog();
+    const stream = await run({
+      prefill: engine(() => prefillSource).run,
+      decode: engine(() => new ScriptedSource([Annotated.fromError('decode OOM')])).run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      onEvent: log.onEvent,
+    });
+    const items = await collect(stream); // a decode failure does not wait for prefill
+    expect(Annotated.err(items[0])?.message).toBe('decode OOM');
+    expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'decode' }]);
+    expect(log.types()).not.toContain('settled'); // prefill is still running
+    prefillSource.push(Annotated.fromError('KV transfer aborted')).end();
+    await flush();
+    expect(log.of('prefillFailed')).toMatchObject([{ late: true }]);
+    expect(log.of('prefillFailed')[0]?.error.message).toContain('KV transfer aborted');
+    expect(log.types().at(-1)).toBe('settled');
+    expect(log.of('finished')).toHaveLength(1);
+  });
+
+  it.each([
+    [
+      'prefill fails before decode',
+      { prefill: engine(() => new ScriptedSource([Annotated.fromError('prefill OOM')]).end()).run },
+      { outcome: 'error', leg: 'prefill' },
+    ],
+    [
+      'the decode dispatch fails',
+      { decode: () => Promise.reject(Object.assign(new Error('decode refused'), { status: 503 })) },
+      { outcome: 'error', leg: 'decode' },
+    ],
+    [
+      'decode fails mid-stream',
+      { decode: engine(() => new ScriptedSource([token(1)]).fail(new Error('connection reset'))).run },
+      { outcome: 'error', leg: 'decode' },
+    ],
+    [
+      'decode reports an error finish reason',
+      { decode: engine(() => new ScriptedSource([Annotated.fromData(LLMEngineOutput.error('NaN logits'))])).run },
+      { outcome: 'error', leg: 'decode' },
+    ],
+  ] as const)('exactly one finished event when %s', async (_, engines, finished) => {
+    const log = eventLog();
+    try {
+      await collect(await run({ ...engines, onEvent: log.onEvent }));
+    } catch {
+      // The outcome is what the event says.
+    }
+    await flush();
+    expect(log.of('finished')).toMatchObject([finished]);
+    expect(log.of('finished')[0]?.error).toBeInstanceOf(Error);
+    expect(log.types().at(-1)).toBe('settled');
+  });
+
+  it('a consumer that stops reading early finishes the request as cancelled, once', async () => {
+    const log = eventLog();
+    const stream = await run({
+      decode: engine(() => new ScriptedSource([token(1), token(2)])).run,
+      onEvent: log.onEvent,
+    });
+    for await (const _ of stream) break;
+    await flush();
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+    expect(log.types().at(-1)).toBe('settled');
+  });
+
+  it('a prefill that finishes the request: no decode events, one success', async () => {
+    const log = eventLog();
+    const prefill = engine(() =>
+      new ScriptedSource([Annotated.fromData<LLMEngineOutput>({ token_ids: [2], finish_reason: 'eos' })]).end(),
+    );
+    await collect(await run({ prefill: prefill.run, onEvent: log.onEvent }));
+    expect(log.types()).toEqual([
+      'routed',
+      'prefillDispatched',
+      'prefillFirstOutput',
+      'prefillCompleted',
+      'firstToken',
+      'finished',
+      'settled',
+    ]);
+  });
+
+  it('early handoff and skipped prefill say so in routed', async () => {
+    const early = eventLog();
+    const first = Annotated.fromData({
+      token_ids: [9],
+      disaggregated_params: { bootstrap_host: 'h', bootstrap_port: 7000, bootstrap_room: 5 },
+    });
+    await collect(
+      await run({
+        prefill: engine(() => new ScriptedSource([first, handoffItem()]).end()).run,
+        connector: earlyBootstrap,
+        onEvent: early.onEvent,
+      }),
+    );
+    expect(early.of('routed')).toMatchObject([{ strategy: 'early' }]);
+    expect(early.of('handoff')).toMatchObject([{ handoff: 'bootstrap' }]);
+    const skipped = eventLog();
+    await collect(await run({ skipPrefill: () => true, onEvent: skipped.onEvent }));
+    expect(skipped.of('routed')).toMatchObject([{ strategy: 'aggregated' }]);
+    expect(skipped.types()).not.toContain('prefillDispatched');
+    expect(skipped.types()).not.toContain('kvClaimed');
+  });
+
+  it('a listener that throws is logged and changes nothing', async () => {
+    const recorded = recordingLogger();
+    const items = await collect(
+      await run({
+        logger: recorded.logger,
+        onEvent: () => {
+          throw new Error('metrics exporter down');
+        },
+      }),
+    );
+    expect(items).toHaveLength(3);
+    expect(recorded.records[0]).toMatchObject({ level: 'warn', message: 'A flow event listener threw; ignored' });
+  });
+
+  it('refuses an onEvent that is not a function', async () => {
+    await expect(run({ onEvent: 'log' as never })).rejects.toThrow('onEvent must be a function');
+  });
+});

@@ -1,0 +1,139 @@
+import { describe, expect, it } from 'vitest';
+import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { disaggregate } from '../../src/flow/disaggregate.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
+import { client, decodeTokens, engine, eventLog, prefillWithParams } from '../support/flow.js';
+
+const logger = recordingLogger().logger;
+
+describe('WorkerPool', () => {
+  it('round-robin (the default) takes each worker in turn', () => {
+    const pool = new WorkerPool(['a', 'b', 'c']);
+    expect([1, 2, 3, 4, 5].map(() => pool.acquire().worker)).toEqual(['a', 'b', 'c', 'a', 'b']);
+  });
+
+  it('least-in-flight takes the least busy worker, ties in turn, and counts until release', () => {
+    const pool = new WorkerPool(['a', 'b', 'c'], { selection: 'least-in-flight' });
+    const first = pool.acquire();
+    const second = pool.acquire();
+    expect([first.worker, second.worker]).toEqual(['a', 'b']);
+    expect(pool.acquire().worker).toBe('c');
+    first.release();
+    first.release(); // idempotent
+    expect(pool.inFlight('a')).toBe(0);
+    expect(pool.acquire().worker).toBe('a');
+    second.release();
+    expect(pool.acquire().worker).toBe('b');
+    expect(pool.workers.map((w) => pool.inFlight(w))).toEqual([1, 1, 1]);
+  });
+
+  it('a selection function chooses among the candidates and must return one of them', () => {
+    const pool = new WorkerPool([{ id: 1 }, { id: 2 }], { selection: (candidates) => candidates[1] as { id: number } });
+    expect(pool.acquire().worker).toEqual({ id: 2 });
+    const wrong = new WorkerPool([{ id: 1 }], { selection: () => ({ id: 1 }) });
+    expect(() => wrong.acquire()).toThrow('which is not a worker of this pool');
+  });
+
+  it('refuses an empty list or an unknown selection, saying what was expected', () => {
+    expect(() => new WorkerPool([])).toThrow('WorkerPool expects a non-empty array of workers');
+    expect(() => new WorkerPool(['a'], { selection: 'random' as never })).toThrow(
+      "expected 'round-robin', 'least-in-flight' or a function",
+    );
+  });
+});
+
+describe('disaggregate with worker pools', () => {
+  it('each engine gets the worker chosen for its leg, and the leases end with the legs', async () => {
+    const prefillWorkers = new WorkerPool([{ url: 'http://p0' }, { url: 'http://p1' }]);
+    const decodeWorkers = new WorkerPool([{ url: 'http://d0' }], { selection: 'least-in-flight' });
+    const prefill = prefillWithParams();
+    const decodeSource = new ScriptedSource([token(1)]);
+    const decode = engine(() => decodeSource);
+    const log = eventLog();
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: vllmNixl,
+      prefillWorkers,
+      decodeWorkers,
+      onEvent: log.onEvent,
+      logger,
+    });
+    expect(prefill.calls[0]?.worker).toEqual({ url: 'http://p0' });
+    expect(decode.calls[0]?.worker).toEqual({ url: 'http://d0' });
+    expect(log.of('routed')).toMatchObject([
+      { prefillWorker: { url: 'http://p0' }, decodeWorker: { url: 'http://d0' } },
+    ]);
+    expect(prefillWorkers.inFlight(prefillWorkers.workers[0] as { url: string })).toBe(0); // prefill is over
+    expect(decodeWorkers.inFlight(decodeWorkers.workers[0] as { url: string })).toBe(1); // decode streams
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    decodeSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    await iterator.next();
+    await flush();
+    expect(decodeWorkers.inFlight(decodeWorkers.workers[0] as { url: string })).toBe(0);
+  });
+
+  it("concurrent: the rendezvous is the chosen prefill worker's, with its dp rank", async () => {
+    const prefillWorkers = new WorkerPool([
+      { bootstrapHost: 'p0', bootstrapPort: 8998, dpRank: 1, dpSize: 2 },
+      { bootstrapHost: 'p1', bootstrapPort: 8999, dpRank: 3, dpSize: 4 },
+    ]);
+    const rooms: bigint[] = [];
+    for (const expected of ['p0', 'p1']) {
+      const decode = decodeTokens();
+      await collect(
+        await disaggregate({
+          request: client,
+          context: new Controller(),
+          prefill: engine(() => new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end()).run,
+          decode: decode.run,
+          connector: sglangBootstrap,
+          prefillWorkers,
+          logger,
+        }),
+      );
+      expect(decode.calls[0]?.body.bootstrap_host).toBe(expected);
+      rooms.push(decode.calls[0]?.body.bootstrap_room as bigint);
+    }
+    expect((rooms[0] as bigint) % 2n).toBe(1n);
+    expect((rooms[1] as bigint) % 4n).toBe(3n);
+  });
+
+  it('a request that fails before decode releases both leases', async () => {
+    const prefillWorkers = new WorkerPool(['p']);
+    const decodeWorkers = new WorkerPool(['d']);
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: engine(() => new ScriptedSource([Annotated.fromError('prefill OOM')]).end()).run,
+        decode: decodeTokens().run,
+        connector: vllmNixl,
+        prefillWorkers,
+        decodeWorkers,
+        logger,
+      }),
+    ).rejects.toThrow('prefill OOM');
+    expect([prefillWorkers.inFlight('p'), decodeWorkers.inFlight('d')]).toEqual([0, 0]);
+  });
+
+  it('refuses a pool that is not a WorkerPool', async () => {
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: prefillWithParams().run,
+        decode: decodeTokens().run,
+        connector: vllmNixl,
+        prefillWorkers: ['p'] as never,
+      }),
+    ).rejects.toThrow('prefillWorkers to be a WorkerPool');
+  });
+});
