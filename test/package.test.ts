@@ -79,3 +79,26 @@ describe('the built package, as a router imports it', () => {
     expect(items.map((item) => item.data.finish_reason ?? null)).toEqual([null, 'length']);
   });
 });
+
+describe('the disagg/rxjs subpath, as a router imports it', () => {
+  it('both formats give toObservable, fromObservable and flowEvents, sharing the root copy of the library', () => {
+    const script = `
+      import * as esm from 'disagg/rxjs';
+      import * as root from 'disagg';
+      import { createRequire } from 'node:module';
+      import { of } from 'rxjs';
+      const require = createRequire(import.meta.url);
+      const cjs = require('disagg/rxjs');
+      console.log(JSON.stringify({
+        esm: Object.keys(esm).sort(),
+        cjs: Object.keys(cjs).sort(),
+        sharedEsm: esm.fromObservable(of(1), new root.Controller()) instanceof root.ResponseStream,
+        sharedCjs: cjs.fromObservable(of(1), new (require('disagg').Controller)()) instanceof require('disagg').ResponseStream,
+      }));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    const names = ['flowEvents', 'fromObservable', 'toObservable'];
+    expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, sharedEsm: true, sharedCjs: true });
+  });
+});
