@@ -73,8 +73,6 @@ export interface DecodeLegOptions {
   prefillFailed: () => boolean;
   /** Called once when the leg is over: its stream ended, or it was cleaned up or given up. */
   onEnd: () => void;
-  /** Called when a clean-up for a client that left is over (claimed or given up). */
-  onCleanupOver: () => void;
 }
 
 /**
@@ -105,6 +103,7 @@ export class DecodeLeg {
   #finishedOutput = false;
   #heldAt: number | undefined;
   #source: AsyncIterator<Item> | undefined;
+  #sourceClosed = false;
   #iterator: WatchedIterator<Item> | undefined;
   #pendingExpiry: DeadlineError | undefined;
   #cancelCleanup: (() => void) | undefined;
@@ -145,7 +144,7 @@ export class DecodeLeg {
     if (this.#ended) {
       // Given up (clean-up budget) before the stream came: release it.
       this.context.kill();
-      closeQuietly(source);
+      this.#closeSource();
       return cancelledStream(stream.context);
     }
     if (this.#clientLeft !== LIVE || this.#pendingExpiry !== undefined) {
@@ -185,6 +184,8 @@ export class DecodeLeg {
   abandon(): void {
     if (this.#ended) return;
     this.context.kill();
+    // A stream the leg reads by itself (for a client that left) is the leg's to close.
+    if (this.#abandoned) this.#closeSource();
     this.#end();
   }
 
@@ -231,12 +232,9 @@ export class DecodeLeg {
     if (this.#clientLeft === KILL) this.context.kill();
     else if (this.#clientLeft === STOP) this.context.stopGenerating();
     if (this.#abandoned) {
-      if (this.#source !== undefined) closeQuietly(this.#source);
+      this.#closeSource();
       this.context.stopGenerating();
       this.#end();
-    }
-    if ((this.#clientLeft !== LIVE || this.#abandoned) && !this.#options.prefillFailed()) {
-      this.#options.onCleanupOver();
     }
   }
 
@@ -263,7 +261,7 @@ export class DecodeLeg {
   #close(source: AsyncIterator<Item>): void {
     this.#abandoned = true;
     if (this.#claimed || this.#ended || this.#options.prefillFailed()) {
-      closeQuietly(source);
+      this.#closeSource();
       // A decode that already sent its terminal has nothing left to stop.
       if (!this.#finishedOutput && !this.#ended) this.context.stopGenerating();
       this.#end();
@@ -283,10 +281,11 @@ export class DecodeLeg {
     } catch (error) {
       read = Promise.reject(error);
     }
-    const claimed = () => {
+    const answered = () => {
       if (!this.#claimed && !this.#ended) this.#claim();
+      else this.#closeSource(); // the leg ended meanwhile (prefill failed, or gave up)
     };
-    read.then(claimed, claimed);
+    read.then(answered, answered);
   }
 
   #startCleanupBudget(): void {
@@ -301,11 +300,17 @@ export class DecodeLeg {
     orphaned++;
     const error = new CleanupError(this.context.id, budgetMs);
     this.context.kill();
-    if (this.#source !== undefined) closeQuietly(this.#source);
+    this.#closeSource();
     this.#options.logger().warn({ err: error, requestId: this.context.id }, 'Orphaned handoff');
     this.#options.recorder.emit({ type: 'cleanupExpired', error });
     this.#end();
-    this.#options.onCleanupOver();
+  }
+
+  /** Closes decode's iterator once, without waiting for it. */
+  #closeSource(): void {
+    if (this.#source === undefined || this.#sourceClosed) return;
+    this.#sourceClosed = true;
+    closeQuietly(this.#source);
   }
 
   #end(): void {

@@ -96,10 +96,12 @@ export class FlowRun {
   #cancelTotal: () => void;
   #cancelFirstOutput: (() => void) | undefined;
   #cancelHandoff: (() => void) | undefined;
+  #unwatchClient: (() => void) | undefined;
 
   constructor(setup: FlowSetup) {
     this.#setup = setup;
     this.#prefillContext = new Controller(setup.client.id);
+    this.#watchClient();
     const total = setup.deadlines.totalMs;
     this.#cancelTotal = startTimer(total, () =>
       this.#expire(new DeadlineError('total', total as number, this.#prefillRunning() ? 'prefill' : 'decode')),
@@ -116,6 +118,8 @@ export class FlowRun {
       ...(skip || this.#setup.prefillLease === undefined ? {} : { prefillWorker: this.#setup.prefillLease.worker }),
       ...(this.#setup.decodeLease === undefined ? {} : { decodeWorker: this.#setup.decodeLease.worker }),
     });
+    // Until the client stream exists, legs come and go: settled must wait for all of them.
+    const releaseStart = recorder.hold();
     try {
       if (skip) {
         this.#setup.prefillLease?.release();
@@ -126,6 +130,8 @@ export class FlowRun {
     } catch (error) {
       this.#failBeforeStream(error);
       throw clientError(error);
+    } finally {
+      releaseStart();
     }
   }
 
@@ -247,14 +253,11 @@ export class FlowRun {
       recorder,
       logger: this.#setup.logger,
       prefillPending: () => this.#prefillRunning(),
-      prefillFailed: () => (this.#task === undefined ? this.#prefillState === FAILED : this.#task.state === 'failed'),
+      prefillFailed: () => this.#prefillFailed(),
       onEnd: () => {
         decodeLease?.release();
         releaseLeg();
       },
-      // The client left and the clean-up is over: that is the request's outcome, if it has
-      // none yet (a client stream nobody reads any more never reports one itself).
-      onCleanupOver: () => recorder.finish('cancelled'),
     });
     this.#leg = leg;
     if (this.#prefillState === FAILED) leg.abandon();
@@ -284,6 +287,7 @@ export class FlowRun {
   #clientEnded(): void {
     this.#cancelTotal();
     this.#cancelHandoff?.();
+    this.#unwatchClient?.();
   }
 
   #failBeforeStream(error: unknown): void {
@@ -293,6 +297,30 @@ export class FlowRun {
     if (this.#prefillState === IDLE) this.#setup.prefillLease?.release();
     const shown = clientError(error);
     this.#setup.recorder.finish('error', legOf(error), shown instanceof Error ? shown : undefined);
+  }
+
+  /**
+   * A client that leaves finishes the request as cancelled, at once: whatever the stream
+   * still delivers afterwards goes to nobody, and a router that stops reading never reports
+   * an outcome itself. A stop the library makes after a prefill failure is not the client
+   * leaving: that request fails with the prefill error. One subscription per request, on the
+   * client's own latch; what it reaches is cut once the request is over.
+   */
+  #watchClient(): void {
+    const link = { run: this as FlowRun | undefined };
+    const { client, recorder } = this.#setup;
+    client.stopped().then(() => {
+      const run = link.run;
+      link.run = undefined;
+      if (run !== undefined && !run.#prefillFailed()) recorder.finish('cancelled');
+    }, ignore);
+    this.#unwatchClient = () => {
+      link.run = undefined;
+    };
+  }
+
+  #prefillFailed(): boolean {
+    return this.#task === undefined ? this.#prefillState === FAILED : this.#task.state === 'failed';
   }
 
   /** Follows a background prefill (concurrent and early families) to its end. */

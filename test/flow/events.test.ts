@@ -142,6 +142,40 @@ describe('lifecycle events', () => {
     expect(log.types().at(-1)).toBe('settled');
   });
 
+  it('a client that leaves finishes the request as cancelled at once, even if the stream is still read', async () => {
+    const log = eventLog();
+    const context = new Controller();
+    const stream = await run({ context, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    context.stopGenerating();
+    await flush();
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+    while (!(await iterator.next()).done); // the rest goes to nobody
+    expect(log.of('finished')).toHaveLength(1);
+  });
+
+  it('the stop the library makes after a prefill failure is not the client leaving: the outcome is the error', async () => {
+    const prefillSource = new ScriptedSource();
+    const log = eventLog();
+    const context = new Controller();
+    const stream = await run({
+      context,
+      prefill: engine(() => prefillSource).run,
+      decode: engine(() => new ScriptedSource([token(1)])).run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      onEvent: log.onEvent,
+    });
+    const reading = collect(stream);
+    await flush();
+    prefillSource.push(Annotated.fromError('prefill OOM')).end();
+    await reading;
+    await flush();
+    expect(context.isStopped()).toBe(true); // rule 9 stops the request context
+    expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'prefill' }]);
+  });
+
   it('a prefill that finishes the request: no decode events, one success', async () => {
     const log = eventLog();
     const prefill = engine(() =>

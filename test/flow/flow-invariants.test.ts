@@ -1,0 +1,293 @@
+import fc from 'fast-check';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { earlyBootstrap, sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { type Deadlines, deadlineIn } from '../../src/flow/deadlines.js';
+import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { FinishReason } from '../../src/protocol/finish-reason.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { deferred, flush, type Item, isPending, recordingLogger, ScriptedSource, token } from '../support/async.js';
+import { client, eventLog, handoffItem } from '../support/flow.js';
+
+const RUNS = Number(process.env.DISAGG_PROPERTY_RUNS ?? 300);
+const SEED = process.env.DISAGG_PROPERTY_SEED === 'random' ? undefined : 20261130;
+
+const ACTIONS = [
+  'prefillOutput',
+  'prefillOk',
+  'prefillError',
+  'prefillThrow',
+  'decodeOpen',
+  'decodeToken',
+  'decodeTerminal',
+  'decodeEnd',
+  'decodeError',
+  'decodeThrow',
+  'read',
+  'read',
+  'return',
+  'clientStop',
+  'clientKill',
+  'tick',
+  'flush',
+] as const;
+type Action = (typeof ACTIONS)[number];
+
+const families = { sequential: vllmNixl, concurrent: sglangBootstrap, early: earlyBootstrap } as const;
+
+const bootstrapItem = () =>
+  Annotated.fromData<LLMEngineOutput>({
+    token_ids: [],
+    disaggregated_params: { bootstrap_host: 'p0', bootstrap_port: 8998, bootstrap_room: '9007199254740993' },
+  });
+
+/** One request through the flow, driven by `actions`, then run to its end; returns what was observed. */
+async function scenario(family: keyof typeof families, actions: Action[], deadlines: Deadlines, deferDecode: boolean) {
+  const context = new Controller('req-p');
+  const prefillSource = new ScriptedSource();
+  const decodeSource = new ScriptedSource();
+  let prefillContext: Controller | undefined;
+  let decodeContext: Controller | undefined;
+  const opening = deferred<void>();
+  if (!deferDecode) opening.resolve();
+  const prefill: Engine = async (_, ctx) => {
+    prefillContext = ctx as Controller;
+    return new ResponseStream(prefillSource, ctx);
+  };
+  const decode: Engine = async (_, ctx) => {
+    decodeContext = ctx as Controller;
+    await opening.promise;
+    return new ResponseStream(decodeSource, ctx);
+  };
+  const prefillWorkers = new WorkerPool([{ bootstrapHost: 'p0', bootstrapPort: 8998, dpRank: 1, dpSize: 2 }]);
+  const decodeWorkers = new WorkerPool(['d0']);
+  const log = eventLog();
+  const outcome: {
+    items: Item[];
+    rejected?: unknown;
+    readError?: unknown;
+    afterEnd: Item[];
+    clientLeft: boolean;
+  } = { items: [], afterEnd: [], clientLeft: false };
+  const call = disaggregate({
+    request: client,
+    context,
+    prefill,
+    decode,
+    connector: families[family],
+    prefillWorkers,
+    decodeWorkers,
+    deadlines,
+    cleanupBudgetMs: 500,
+    onEvent: log.onEvent,
+    logger: recordingLogger().logger,
+  });
+  let iterator: AsyncIterator<Item> | undefined;
+  call.then(
+    (stream) => {
+      iterator = stream[Symbol.asyncIterator]();
+    },
+    (error: unknown) => {
+      outcome.rejected = error;
+    },
+  );
+  let reading: Promise<unknown> | undefined;
+  let ended = false;
+  let prefillPushed = false;
+  const prefillOutput = () => {
+    const first = !prefillPushed;
+    prefillPushed = true;
+    if (family === 'early' && first) return bootstrapItem();
+    return Annotated.fromData<LLMEngineOutput>({ token_ids: [] });
+  };
+  const read = () => {
+    if (iterator === undefined || reading !== undefined) return;
+    reading = iterator.next().then(
+      (step) => {
+        reading = undefined;
+        if (step.done === true) ended = true;
+        else if (ended) outcome.afterEnd.push(step.value);
+        else outcome.items.push(step.value);
+      },
+      (error: unknown) => {
+        reading = undefined;
+        ended = true;
+        outcome.readError = error;
+      },
+    );
+  };
+
+  for (const action of actions) {
+    switch (action) {
+      case 'prefillOutput':
+        prefillSource.push(prefillOutput());
+        break;
+      case 'prefillOk':
+        if (family === 'early' && !prefillPushed) prefillSource.push(prefillOutput());
+        prefillSource.push(family === 'sequential' ? handoffItem() : Annotated.fromData(LLMEngineOutput.length()));
+        prefillSource.end();
+        prefillPushed = true;
+        break;
+      case 'prefillError':
+        prefillSource.push(Annotated.fromError('prefill failed')).end();
+        break;
+      case 'prefillThrow':
+        prefillSource.fail(new Error('prefill connection reset'));
+        break;
+      case 'decodeOpen':
+        opening.resolve();
+        break;
+      case 'decodeToken':
+        decodeSource.push(token(1));
+        break;
+      case 'decodeTerminal':
+        decodeSource.push(Annotated.fromData(LLMEngineOutput.length()));
+        break;
+      case 'decodeEnd':
+        decodeSource.end();
+        break;
+      case 'decodeError':
+        decodeSource.push(Annotated.fromError('decode failed'));
+        break;
+      case 'decodeThrow':
+        decodeSource.fail(new Error('decode connection reset'));
+        break;
+      case 'read':
+        read();
+        break;
+      case 'return':
+        if (iterator !== undefined) {
+          await iterator.return?.();
+          ended = true;
+        }
+        break;
+      case 'clientStop':
+      case 'clientKill':
+        if (!context.isStopped() && log.of('finished').length === 0) outcome.clientLeft = true;
+        if (action === 'clientStop') context.stopGenerating();
+        else context.kill();
+        break;
+      case 'tick':
+        await vi.advanceTimersByTimeAsync(60);
+        break;
+      case 'flush':
+        await flush();
+        break;
+    }
+  }
+
+  // Run everything to its end: both workers finish, the client reads to the end.
+  if (family === 'early' && !prefillPushed) prefillSource.push(prefillOutput());
+  prefillSource.push(family === 'sequential' ? handoffItem() : Annotated.fromData(LLMEngineOutput.length())).end();
+  opening.resolve();
+  decodeSource.push(token(2)).push(Annotated.fromData(LLMEngineOutput.length())).end();
+  for (let round = 0; round < 40; round++) {
+    await flush();
+    await vi.advanceTimersByTimeAsync(100);
+    if (reading !== undefined) {
+      if (await isPending(reading as Promise<unknown>)) continue;
+      await reading;
+    }
+    if (ended || outcome.rejected !== undefined) break;
+    read();
+  }
+  const stuckRead = reading !== undefined && (await isPending(reading as Promise<unknown>));
+  // Past every budget: clean-ups finish or give up.
+  await vi.advanceTimersByTimeAsync(5000);
+  await flush();
+  return {
+    outcome,
+    ended: ended || outcome.rejected !== undefined,
+    stuckRead,
+    log,
+    context,
+    prefillContext,
+    decodeContext,
+    decodeSource,
+    leases: [prefillWorkers.inFlight(prefillWorkers.workers[0] as never), decodeWorkers.inFlight('d0')],
+  };
+}
+
+const isTerminal = (item: Item) => {
+  if (Annotated.isError(item)) return true;
+  const reason = item?.data?.finish_reason;
+  return reason !== undefined && reason !== null;
+};
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('the flow under random interleavings', () => {
+  it('never hangs; one terminal, nothing after it; exactly one outcome; settled last; leases back; the client never cancels prefill', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom('sequential', 'concurrent', 'early') as fc.Arbitrary<keyof typeof families>,
+        fc.array(fc.constantFrom(...ACTIONS), { maxLength: 24 }),
+        fc.record(
+          {
+            idleMs: fc.constant(150),
+            totalMs: fc.constant(900),
+            decodeFirstTokenMs: fc.constant(300),
+            prefillFirstOutputMs: fc.constant(200),
+            handoffMs: fc.constant(400),
+          },
+          { requiredKeys: [] },
+        ),
+        fc.boolean(),
+        async (family, actions, deadlines, deferDecode) => {
+          vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+          try {
+            const seen = await scenario(family, actions, deadlines, deferDecode);
+            const { outcome, log } = seen;
+            // Never hangs: the client stream (or the call) ends once both workers have.
+            expect(seen.stuckRead).toBe(false);
+            expect(seen.ended).toBe(true);
+            // One terminal at most, and it is the last item; nothing after the end.
+            const firstTerminal = outcome.items.findIndex(isTerminal);
+            if (firstTerminal >= 0) expect(firstTerminal).toBe(outcome.items.length - 1);
+            expect(outcome.afterEnd).toEqual([]);
+            // Exactly one outcome, and settled once, last.
+            const finished = log.of('finished');
+            expect(finished).toHaveLength(1);
+            expect(log.types().filter((type) => type === 'settled')).toHaveLength(1);
+            expect(log.types().at(-1)).toBe('settled');
+            // The outcome agrees with what the client saw, or is 'cancelled' if the client left
+            // while the request was under way (it may still have been read afterwards).
+            const last = outcome.items.at(-1);
+            let expected: string | undefined;
+            if (outcome.rejected !== undefined || outcome.readError !== undefined) expected = 'error';
+            else if (last !== undefined && Annotated.isError(last)) expected = 'error';
+            else if (last !== undefined && isTerminal(last)) {
+              const reason = last.data?.finish_reason;
+              expected = FinishReason.isError(reason)
+                ? 'error'
+                : FinishReason.isCancelled(reason)
+                  ? 'cancelled'
+                  : 'success';
+            }
+            if (outcome.clientLeft) expect(['cancelled', expected]).toContain(finished[0]?.outcome);
+            else if (expected !== undefined) expect(finished[0]?.outcome).toBe(expected);
+            // Every lease is back once the request has settled.
+            expect(seen.leases).toEqual([0, 0]);
+            // Nothing the client does cancels prefill: only a deadline may stop it.
+            const prefillDeadline =
+              deadlineIn(log.of('finished')[0]?.error) !== undefined ||
+              deadlineIn(log.of('prefillFailed')[0]?.error) !== undefined;
+            if (!prefillDeadline) expect(seen.prefillContext?.isStopped() ?? false).toBe(false);
+            // A decode that was opened is closed or finished by the end.
+            if (seen.decodeContext !== undefined && seen.decodeSource.nextCalls > 0) {
+              expect(seen.decodeSource.finished).toBe(true);
+            }
+          } finally {
+            vi.useRealTimers();
+          }
+        },
+      ),
+      { numRuns: RUNS, ...(SEED === undefined ? {} : { seed: SEED }) },
+    );
+  }, 120_000);
+});
