@@ -1,6 +1,14 @@
 // The streams the benchmark compares. Each case turns a decode source into the stream a
 // client would read, and says what must stay alive while it is read (the prefill).
-import { Annotated, Controller, PrefillTask, ResponseStream } from 'disagg';
+import {
+  Annotated,
+  Controller,
+  disaggregate,
+  LLMEngineOutput,
+  PrefillTask,
+  ResponseStream,
+  sglangBootstrap,
+} from 'disagg';
 import { from, takeUntil } from 'rxjs';
 import { HandWrittenGuard } from './hand-written-iterator.mjs';
 
@@ -102,6 +110,26 @@ async function wrapped(prefill, count) {
   return { task, stream };
 }
 
+/** A prefill response that answers once `prefill` settles. */
+async function* prefillStream(prefill) {
+  await prefill.promise;
+  yield Annotated.fromData(LLMEngineOutput.length());
+}
+
+/** The whole flow (concurrent family), prefill pending, optionally with every decode budget armed. */
+async function flow(prefill, count, deadlines) {
+  return disaggregate({
+    request: { model: 'm', prompt: 'p', max_tokens: count, stream: true },
+    context: new Controller('bench'),
+    prefill: async (_, context) => new ResponseStream(prefillStream(prefill), context),
+    decode: async (_, context) => new ResponseStream(decodeSource(count), context),
+    connector: sglangBootstrap,
+    prefillWorker: { bootstrapHost: '127.0.0.1', bootstrapPort: 8998 },
+    ...(deadlines === undefined ? {} : { deadlines }),
+    logger: silent,
+  });
+}
+
 /**
  * Each case: `open(count)` resolves to `{ stream, keep }`; `keep` is what the router holds
  * while the stream is read (the prefill, still pending where the case says so).
@@ -147,6 +175,21 @@ export const CASES = {
     open: async (count) => {
       const prefill = pendingPrefill();
       return { stream: perItemRace(prefill.promise, decodeSource(count)), keep: { prefill } };
+    },
+  },
+  flowPending: {
+    label: 'disaggregate (whole flow, concurrent), prefill pending',
+    open: async (count) => {
+      const prefill = pendingPrefill();
+      return { stream: await flow(prefill, count), keep: { prefill } };
+    },
+  },
+  flowDeadlines: {
+    label: 'disaggregate, prefill pending, total + idle budgets armed',
+    open: async (count) => {
+      const prefill = pendingPrefill();
+      const deadlines = { totalMs: 3_600_000, decodeFirstTokenMs: 60_000, idleMs: 60_000 };
+      return { stream: await flow(prefill, count, deadlines), keep: { prefill } };
     },
   },
   rxjs: {

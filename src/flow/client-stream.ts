@@ -38,8 +38,11 @@ export interface ClientStreamHooks {
   recorder: FlowRecorder;
   /** Milliseconds decode's terminal waited for prefill, if it did. */
   heldFor(): number | undefined;
-  /** Called once when the client stream is over (it ended, failed or was closed). */
-  onEnd(): void;
+  /**
+   * Called once when the client stream is over, before what is behind it is closed; `early`
+   * when the consumer closed it before decode's end.
+   */
+  onEnd(early: boolean): void;
 }
 
 /**
@@ -118,7 +121,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
   }
 
   return(): Promise<Step> {
-    if (!this.#done) this.#end('cancelled');
+    if (!this.#done) this.#end('cancelled', undefined, undefined, true);
     return Promise.resolve(DONE);
   }
 
@@ -126,11 +129,11 @@ export class ClientStream implements AsyncIterableIterator<Item> {
     return this.return();
   }
 
-  #end(outcome: 'success' | 'error' | 'cancelled', leg?: Leg, error?: Error): void {
+  #end(outcome: 'success' | 'error' | 'cancelled', leg?: Leg, error?: Error, early = false): void {
     this.#done = true;
+    this.#hooks.onEnd(early);
     // Whatever is behind us is done too; a source that already ended ignores this.
     closeQuietly(this.#inner);
     this.#hooks.recorder.finish(outcome, leg, error);
-    this.#hooks.onEnd();
   }
 }

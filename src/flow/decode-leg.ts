@@ -161,6 +161,9 @@ export class DecodeLeg {
       },
       deadline: (phase, ms) => new DeadlineError(phase, ms, 'decode'),
       observe: (step) => this.#observe(step),
+      // Once decode has taken the KV and prefill is over, there is nothing left to watch per
+      // item: the leg ends when the client stream closes it.
+      observing: () => !this.#claimed || this.#options.prefillPending(),
       expired: (error) => Promise.resolve({ value: Annotated.fromError<LLMEngineOutput>(error), done: false }),
       onExpired: () => {
         this.context.kill();
@@ -201,6 +204,17 @@ export class DecodeLeg {
     }
     this.#pendingExpiry = error;
     this.#startCleanupBudget();
+  }
+
+  /**
+   * The client stream has ended with decode's own end (a terminal or error item, the end, or
+   * a failed read): nothing is left to stop, and the leg is over. (Once decode has taken the KV
+   * and prefill is over, reads are not observed, so this is how the leg learns it.)
+   */
+  clientFinished(): void {
+    this.#finishedOutput = true;
+    this.#closeSource();
+    this.#end();
   }
 
   /** Milliseconds the decode terminal has waited for prefill, or undefined if it did not. */

@@ -279,7 +279,10 @@ export class FlowRun {
     const client = new ClientStream(stream[Symbol.asyncIterator](), {
       recorder: this.#setup.recorder,
       heldFor: () => leg?.heldFor(),
-      onEnd: () => this.#clientEnded(),
+      onEnd: (early) => {
+        if (!early) leg?.clientFinished();
+        this.#clientEnded();
+      },
     });
     return new ResponseStream(client, stream.context);
   }

@@ -16,8 +16,10 @@ export interface WatchHooks<T> {
   budget(read: number): { ms: number; phase: DeadlinePhase } | undefined;
   /** Makes the deadline error of a phase (the caller knows the budgets). */
   deadline(phase: DeadlinePhase, ms: number): DeadlineError;
-  /** Sees every step read from the source (and a source error), in order. */
+  /** Sees every step read from the source (and a source error), in order, while `observing()`. */
   observe?(step: Step<T> | undefined, read: number): void;
+  /** Whether the next read is to be observed (unobserved reads cost one promise less). */
+  observing?(): boolean;
   /** What the read that a deadline interrupted answers: a rejection, or a last item. */
   expired(error: DeadlineError): Promise<Step<T>>;
   /** Called once when a deadline stopped the watch, after the source was closed. */
@@ -95,7 +97,11 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     }
     const read = this.#reads++;
     const pull = Promise.resolve(this.#source.next() as Promise<Step<T>>);
-    const observed = this.#hooks.observe === undefined ? pull : pull.then(this.#observeStep, this.#observeError);
+    const hooks = this.#hooks;
+    const observed =
+      hooks.observe === undefined || hooks.observing?.() === false
+        ? pull
+        : pull.then(this.#observeStep, this.#observeError);
     const budget = this.#hooks.budget(read);
     if (budget === undefined && !this.#hooks.interruptible) return observed;
     return new Promise<Step<T>>((resolve, reject) => {
