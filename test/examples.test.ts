@@ -22,6 +22,23 @@ describe('the README stays true', () => {
     expect(run.stdout).toBe('Hello\n world\nlength\n');
   });
 
+  it("the README's flow example is examples/flow.ts, word for word, and it runs", () => {
+    const block = /### The flow: `disaggregate`\n\n[\s\S]*?```ts\n([\s\S]*?)```/.exec(read('README.md'))?.[1];
+    expect(block).toBe(read('examples/flow.ts'));
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'examples/flow.ts'], { cwd: root, encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    expect(run.stdout).toBe(
+      [
+        'prefill on http://prefill-0:8100: max_tokens 1',
+        'decode on http://decode-0:8200: max_tokens 16, KV from {"remote_engine_id":"e1","remote_block_ids":[1,2]}',
+        'Hello',
+        '!',
+        'outcome: success',
+        '',
+      ].join('\n'),
+    );
+  });
+
   it('the README quick start is the two commands', () => {
     const readme = read('README.md');
     expect(readme).toContain('npm ci && npm run demo');
