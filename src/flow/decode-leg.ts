@@ -127,11 +127,6 @@ export class DecodeLeg {
     client.killed().then(() => left(KILL), ignore);
   }
 
-  /** True once decode has answered (an item, the end, or an error): it has taken the KV. */
-  get claimed(): boolean {
-    return this.#claimed;
-  }
-
   /**
    * Wraps the decode engine's stream. When the client has already gone, the stream is read
    * here for the clean-up and the client gets a stream of one `cancelled` item instead.
@@ -165,10 +160,7 @@ export class DecodeLeg {
       // item: the leg ends when the client stream closes it.
       observing: () => !this.#claimed || this.#options.prefillPending(),
       expired: (error) => Promise.resolve({ value: Annotated.fromError<LLMEngineOutput>(error), done: false }),
-      onExpired: () => {
-        this.context.kill();
-        this.#end();
-      },
+      onExpired: (_, expiring) => this.#expired(expiring),
       onClose: (closing) => this.#close(closing),
     });
     this.#iterator = iterator;
@@ -212,6 +204,8 @@ export class DecodeLeg {
    * and prefill is over, reads are not observed, so this is how the leg learns it.)
    */
   clientFinished(): void {
+    // A deadline ended the client's stream before decode answered: the clean-up owns the leg.
+    if (this.#abandoned && !this.#claimed) return;
     this.#finishedOutput = true;
     this.#closeSource();
     this.#end();
@@ -269,6 +263,24 @@ export class DecodeLeg {
     // Nobody may be reading: read for the claim now (kept for the next read, so nothing is lost).
     const iterator = this.#iterator;
     if (iterator !== undefined && iterator.reads === 0) iterator.prefetch();
+  }
+
+  /**
+   * A deadline ended the client's view of decode. Once decode has taken the KV it is killed;
+   * before that it may hold the only claim on KV prefill committed, so it is cleaned up like a
+   * stream whose client left: read until it answers (within the clean-up budget), then stopped.
+   */
+  #expired(source: AsyncIterator<Item>): void {
+    if (this.#claimed || this.#options.prefillFailed()) {
+      this.context.kill();
+      this.#closeSource();
+      this.#end();
+      return;
+    }
+    this.#abandoned = true;
+    this.#startCleanupBudget();
+    // A read in flight claims when it answers; otherwise read once more for the claim.
+    if ((this.#iterator as WatchedIterator<Item>).reads === 0) this.#drainForClaim(source);
   }
 
   /** The consumer closed the stream (the guard closes decode this way too). */

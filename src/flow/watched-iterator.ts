@@ -22,8 +22,11 @@ export interface WatchHooks<T> {
   observing?(): boolean;
   /** What the read that a deadline interrupted answers: a rejection, or a last item. */
   expired(error: DeadlineError): Promise<Step<T>>;
-  /** Called once when a deadline stopped the watch, after the source was closed. */
-  onExpired?(error: DeadlineError): void;
+  /**
+   * Called once when a deadline stopped the watch, with the source still open: the hook
+   * decides what becomes of it. Without the hook the source is closed.
+   */
+  onExpired?(error: DeadlineError, source: AsyncIterator<T>): void;
   /** Called by `return()`/`throw()` instead of closing the source, when given. */
   onClose?(source: AsyncIterator<T>): void;
 }
@@ -136,8 +139,8 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   }
 
   /**
-   * Stops the watch with a deadline error: closes the source, answers a pending read with
-   * `hooks.expired(error)`, and makes every later read done (the first later read gets the
+   * Stops the watch with a deadline error: answers a pending read with `hooks.expired(error)`,
+   * closes the source (or leaves that to `hooks.onExpired`), and makes every later read done (the first later read gets the
    * expiry answer when no read was pending). Idempotent; does nothing after `return()`.
    */
   expire(error: DeadlineError): void {
@@ -146,14 +149,14 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     this.#expiredWith = error;
     const settle = this.#settleTurn;
     this.#clearTurn();
-    // Closed after taking the turn: a source that answers `done` when closed must not get in first.
-    closeQuietly(this.#source);
     const answer = this.#hooks.expired(error);
     // A rejection here is the answer of the read (or nobody's): never unhandled.
     answer.then(undefined, ignore);
     if (settle === undefined) this.#answerNext = answer;
     else settle(answer);
-    this.#hooks.onExpired?.(error);
+    // Only after the turn is settled: a source that answers `done` when closed must not get in first.
+    if (this.#hooks.onExpired === undefined) closeQuietly(this.#source);
+    else this.#hooks.onExpired(error, this.#source);
   }
 
   return(): Promise<Step<T>> {

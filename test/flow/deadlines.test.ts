@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
 import { checkBudget, checkDeadlines, DeadlineError } from '../../src/flow/deadlines.js';
+import { orphanedHandoffs } from '../../src/flow/decode-leg.js';
 import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
@@ -155,16 +156,35 @@ describe('deadlines per phase', () => {
     expect(decode.calls[0]?.context.isStopped()).toBe(true);
   });
 
-  it('decodeFirstToken: a decode that never answers ends the client stream with the deadline', async () => {
+  it('decodeFirstToken: a decode that never answers ends the client stream with the deadline, and is cleaned up', async () => {
     const decode = engine(() => new ScriptedSource());
-    const stream = await run({ decode: decode.run, deadlines: { decodeFirstTokenMs: 400 } });
+    const before = orphanedHandoffs();
+    const stream = await run({ decode: decode.run, deadlines: { decodeFirstTokenMs: 400 }, cleanupBudgetMs: 1000 });
     const iterator = stream[Symbol.asyncIterator]();
     const first = iterator.next();
     await elapse(400);
     expect(Annotated.err((await first).value)).toMatchObject({ phase: 'decodeFirstToken', leg: 'decode' });
     expect((await iterator.next()).done).toBe(true);
+    // It may still be the only claim on the KV prefill committed: given the clean-up budget
+    // to answer, then killed.
+    expect(decode.calls[0]?.context.isStopped()).toBe(false);
+    await elapse(1000);
     expect(decode.calls[0]?.context.isKilled()).toBe(true);
     expect(decode.calls[0]?.source.closed).toBe(true);
+    expect(orphanedHandoffs()).toBe(before + 1);
+  });
+
+  it('decodeFirstToken: a decode that answers after its deadline is stopped as soon as it has taken the KV', async () => {
+    const decodeSource = new ScriptedSource();
+    const decode = engine(() => decodeSource);
+    const stream = await run({ decode: decode.run, deadlines: { decodeFirstTokenMs: 400 } });
+    const first = stream[Symbol.asyncIterator]().next();
+    await elapse(400);
+    expect(Annotated.err((await first).value)).toMatchObject({ phase: 'decodeFirstToken' });
+    decodeSource.push(token(1));
+    await flush();
+    expect(decode.calls[0]?.context.isStopped()).toBe(true);
+    expect(decodeSource.closed).toBe(true);
   });
 
   it('idle: a decode that stalls between tokens ends the stream; the time a slow reader takes does not count', async () => {
