@@ -1,0 +1,154 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { DeadlineError } from '../../src/flow/deadlines.js';
+import { WatchedIterator, type WatchHooks } from '../../src/flow/watched-iterator.js';
+import { flush, type Item, isPending, ScriptedSource, token } from '../support/async.js';
+
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+const errorItem = (error: DeadlineError): Promise<IteratorResult<Item, undefined>> =>
+  Promise.resolve({ value: { event: 'error', error: error.message }, done: false });
+
+function watch(source: ScriptedSource, hooks: Partial<WatchHooks<Item>> = {}) {
+  return new WatchedIterator<Item>(source, {
+    interruptible: false,
+    budget: () => undefined,
+    deadline: (phase, ms) => new DeadlineError(phase, ms),
+    expired: errorItem,
+    ...hooks,
+  });
+}
+
+describe('WatchedIterator', () => {
+  it("without a budget or interruption, a read is the source's own promise", () => {
+    const source = new ScriptedSource([token(1)]);
+    const iterator = watch(source);
+    expect(iterator.next()).toBe(source.answers[0]);
+  });
+
+  it('a read over budget answers with the expiry at the deadline, then everything is done', async () => {
+    const source = new ScriptedSource();
+    const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+    const read = iterator.next();
+    await vi.advanceTimersByTimeAsync(99);
+    expect(await isPending(read)).toBe(true);
+    await vi.advanceTimersByTimeAsync(1);
+    expect((await read).value).toMatchObject({ event: 'error', error: expect.stringContaining('(idle)') });
+    expect(iterator.expired).toBe(true);
+    expect(source.closed).toBe(true);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('an answer within budget clears the timer', async () => {
+    const source = new ScriptedSource();
+    const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+    const read = iterator.next();
+    source.push(token(1));
+    expect((await read).value).toEqual(token(1));
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('each read gets the budget its index says', async () => {
+    const budgets: number[] = [];
+    const source = new ScriptedSource([token(1), token(2)]);
+    const iterator = watch(source, {
+      budget: (read) => {
+        budgets.push(read);
+        return undefined;
+      },
+    });
+    await iterator.next();
+    await iterator.next();
+    expect(budgets).toEqual([0, 1]);
+  });
+
+  it('an expiry between reads is the answer of the next read', async () => {
+    const source = new ScriptedSource([token(1)]);
+    const iterator = watch(source, { interruptible: true });
+    await iterator.next();
+    iterator.expire(new DeadlineError('total', 5));
+    expect((await iterator.next()).value).toMatchObject({ event: 'error' });
+    expect((await iterator.next()).done).toBe(true);
+  });
+
+  it('an interruptible read is answered by expire even when the source would answer done on close', async () => {
+    const source = new ScriptedSource();
+    const iterator = watch(source, { interruptible: true, expired: (error) => Promise.reject(error) });
+    const read = iterator.next();
+    iterator.expire(new DeadlineError('handoff', 5));
+    await expect(read).rejects.toMatchObject({ name: 'DeadlineError', phase: 'handoff' });
+  });
+
+  it('onExpired decides what becomes of the source', async () => {
+    const source = new ScriptedSource();
+    const seen: unknown[] = [];
+    const iterator = watch(source, { interruptible: true, onExpired: (error, open) => seen.push(error, open) });
+    const read = iterator.next();
+    const error = new DeadlineError('decodeFirstToken', 5);
+    iterator.expire(error);
+    await read;
+    expect(seen).toEqual([error, source]);
+    expect(source.closed).toBe(false);
+  });
+
+  it('prefetch starts the next read now and hands it to the next next(), in order', async () => {
+    const source = new ScriptedSource([token(1), token(2)]);
+    const iterator = watch(source);
+    iterator.prefetch();
+    iterator.prefetch(); // one at a time
+    expect(source.nextCalls).toBe(1);
+    expect((await iterator.next()).value).toEqual(token(1));
+    expect((await iterator.next()).value).toEqual(token(2));
+  });
+
+  it('observe sees every step while observing() says so; a thrown read is observed as undefined', async () => {
+    const seen: Array<[unknown, number]> = [];
+    let observing = true;
+    const source = new ScriptedSource([token(1), token(2), token(3)]);
+    const iterator = watch(source, {
+      observe: (step, read) => seen.push([step?.value, read]),
+      observing: () => observing,
+    });
+    await iterator.next();
+    observing = false;
+    await iterator.next();
+    observing = true;
+    await iterator.next();
+    source.fail(new Error('reset'));
+    await expect(iterator.next()).rejects.toThrow('reset');
+    expect(seen).toEqual([
+      [token(1), 0],
+      [token(3), 1],
+      [undefined, 2],
+    ]);
+  });
+
+  it('return() hands the source to onClose once, or closes it; later reads are done', async () => {
+    const closed: unknown[] = [];
+    const source = new ScriptedSource([token(1)]);
+    const iterator = watch(source, { onClose: (open) => closed.push(open) });
+    iterator.prefetch();
+    expect(await iterator.return()).toEqual({ value: undefined, done: true });
+    await iterator.return();
+    expect(closed).toEqual([source]);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    const plain = new ScriptedSource();
+    await watch(plain).return();
+    await flush();
+    expect(plain.closed).toBe(true);
+  });
+
+  it('return() during a budgeted read clears its timer and never expires it', async () => {
+    const source = new ScriptedSource();
+    const iterator = watch(source, { budget: () => ({ ms: 50, phase: 'idle' }) });
+    const read = iterator.next();
+    await iterator.return();
+    expect(vi.getTimerCount()).toBe(0);
+    expect((await read).done).toBe(true); // the closed source answered it
+    expect(iterator.expired).toBe(false);
+  });
+});
