@@ -12,8 +12,9 @@ export default defineConfig({
       'test/runtime/**/*.test.ts',
       'test/protocol/**/*.test.ts',
       'test/flow/**/*.test.ts',
+      'test/rxjs/**/*.test.ts',
     ],
-    exclude: ['test/handoff/memory.test.ts', 'test/runtime/logger.test.ts'],
+    exclude: ['test/handoff/memory.test.ts', 'test/flow/memory.test.ts', 'test/runtime/logger.test.ts'],
     restoreMocks: true,
   },
 });
