@@ -40,6 +40,9 @@ export {
   PrefillTask,
   type PrefillTaskOptions,
 } from './handoff/prefill-task.js';
+export { type HttpApi, type HttpEngineOptions, httpEngine } from './http/http-engine.js';
+export { parseJson, stringifyJson } from './http/json.js';
+export { UpstreamError, type UpstreamErrorKind } from './http/upstream-error.js';
 export { Annotated, AnnotatedError, type AnnotatedErrorBody } from './protocol/annotated.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-output.js';

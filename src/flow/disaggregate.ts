@@ -32,7 +32,10 @@ export type Engine<W = unknown> = (
  * room must agree with. Other fields (a URL, an id) are yours.
  */
 export interface PrefillWorker {
+  /** The host of the worker's bootstrap server; the host of `url` when omitted. */
   bootstrapHost?: string;
+  /** The worker's base URL (for HTTP engines). */
+  url?: string;
   bootstrapPort?: number;
   dpRank?: number;
   dpSize?: number;

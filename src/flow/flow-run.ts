@@ -389,10 +389,12 @@ export class FlowRun {
 
 /** The rendezvous of the chosen prefill worker (concurrent family). */
 function rendezvous(worker: unknown, connector: string): BootstrapInfo {
-  const { bootstrapHost, bootstrapPort, dpRank, dpSize } = (worker ?? {}) as Record<string, unknown>;
+  const { bootstrapPort, dpRank, dpSize, url } = (worker ?? {}) as Record<string, unknown>;
+  // The host defaults to the worker's own: its bootstrap server runs beside its HTTP server.
+  const bootstrapHost = (worker as { bootstrapHost?: unknown } | undefined)?.bootstrapHost ?? hostOf(url);
   if (typeof bootstrapHost !== 'string' || bootstrapHost === '' || !Number.isInteger(bootstrapPort)) {
     throw new TypeError(
-      `The ${connector} connector sends both legs at once and needs the prefill worker's rendezvous: prefillWorker (or prefillWorkers) with { bootstrapHost, bootstrapPort }`,
+      `The ${connector} connector sends both legs at once and needs the prefill worker's rendezvous: prefillWorker (or prefillWorkers) with { bootstrapPort } and { bootstrapHost } or a { url } to take the host from`,
     );
   }
   const dp = dpSize === undefined ? {} : { dpRank: (dpRank ?? 0) as number, dpSize: dpSize as number };
@@ -401,6 +403,15 @@ function rendezvous(worker: unknown, connector: string): BootstrapInfo {
     bootstrap_port: bootstrapPort as number,
     bootstrap_room: mintBootstrapRoom(dp),
   };
+}
+
+function hostOf(url: unknown): string | undefined {
+  if (typeof url !== 'string') return undefined;
+  try {
+    return new URL(url).hostname;
+  } catch {
+    return undefined;
+  }
 }
 
 async function* once(item: Item): AsyncGenerator<Item> {

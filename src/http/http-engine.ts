@@ -1,0 +1,296 @@
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+import { type Dispatcher, request } from 'undici';
+import type { Engine } from '../flow/disaggregate.js';
+import { Annotated } from '../protocol/annotated.js';
+import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { AsyncEngineContext } from '../runtime/controller.js';
+import { ResponseStream } from '../runtime/response-stream.js';
+import { describeValue } from '../util/describe-value.js';
+import { parseJson, stringifyJson } from './json.js';
+import { errorText, generateReader, outputFromOpenAI } from './openai-output.js';
+import { UpstreamError } from './upstream-error.js';
+
+type Item = Annotated<LLMEngineOutput>;
+type Step = IteratorResult<Item, undefined>;
+
+/** Which HTTP API an engine calls. `auto`: chat completions for a body with `messages`, else completions. */
+export type HttpApi = 'auto' | 'completions' | 'chat' | 'generate';
+
+const PATHS: Record<Exclude<HttpApi, 'auto'>, string> = {
+  completions: '/v1/completions',
+  chat: '/v1/chat/completions',
+  generate: '/generate',
+};
+
+/** Options of {@link httpEngine}. */
+export interface HttpEngineOptions<W> {
+  /**
+   * The worker's base URL (`http://host:port`), or how to read it from the worker chosen for
+   * the leg. Default: the worker's `url` field.
+   */
+  url?: string | ((worker: W | undefined) => string);
+  /** Which API to call; `auto` by default. */
+  api?: HttpApi;
+  /** The undici dispatcher (connection pool); undici's global keep-alive agent by default. */
+  dispatcher?: Dispatcher;
+  /** Extra request headers (an API key, say). */
+  headers?: Record<string, string>;
+  /** The header that carries the request id, the same on both legs; `x-request-id` by default. */
+  requestIdHeader?: string;
+}
+
+/**
+ * An engine that calls an OpenAI-compatible worker (vLLM, SGLang) over HTTP and streams its
+ * answer as `Annotated<LLMEngineOutput>` items.
+ *
+ * - The body is sent as JSON with exact 64-bit integers (a `bigint` `bootstrap_room` stays
+ *   exact) and the context's id in `x-request-id`; the context's `signal` aborts the call, so
+ *   stopping the context stops the worker.
+ * - A streamed answer (`text/event-stream`) is read with eventsource-parser, one item per
+ *   chunk, until `data: [DONE]`; a JSON answer (the one-token prefill leg) is one item, with
+ *   vLLM's `kv_transfer_params` as `disaggregated_params`. Integers above 2^53 - 1 in answers
+ *   are read as `bigint`s.
+ * - Before the stream: an error status rejects with an {@link UpstreamError} keeping the
+ *   status and body (4xx not retryable, 5xx retryable), as does a connection failure (with its
+ *   code, retryable). After it started: a broken connection, an `error` event, an error chunk
+ *   or a stream cut before `[DONE]` is one error item carrying the `UpstreamError`, then the
+ *   end; a stopped context ends the stream with a `cancelled` item.
+ * - Closing the stream (`return()`) destroys the response body at once, which ends the call.
+ *
+ * @example
+ * const engine = httpEngine<{ url: string }>(); // the worker chosen by a WorkerPool has the url
+ * disaggregate({ ..., connector: vllmNixl, prefill: engine, decode: engine, prefillWorkers, decodeWorkers });
+ */
+export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = {}): Engine<W> {
+  const api = options.api ?? 'auto';
+  if (api !== 'auto' && !(api in PATHS)) {
+    throw new TypeError(`Unknown api ${describeValue(api)}: expected 'auto', 'completions', 'chat' or 'generate'`);
+  }
+  const idHeader = options.requestIdHeader ?? 'x-request-id';
+  const extraHeaders = options.headers ?? {};
+  return async (body, context, worker) => {
+    const route = api === 'auto' ? (Array.isArray(body.messages) ? 'chat' : 'completions') : api;
+    const url = joinUrl(baseUrl(options.url, worker), PATHS[route]);
+    const streaming = body.stream === true;
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await request(url, {
+        method: 'POST',
+        headers: {
+          ...extraHeaders,
+          'content-type': 'application/json',
+          accept: streaming ? 'text/event-stream' : 'application/json',
+          [idHeader]: context.id,
+        },
+        body: stringifyJson(body),
+        signal: context.signal,
+        ...(options.dispatcher === undefined ? {} : { dispatcher: options.dispatcher }),
+      });
+    } catch (error) {
+      throw isAbort(error) ? error : UpstreamError.fromFailure(url, error);
+    }
+    if (response.statusCode >= 400) {
+      let text = '';
+      try {
+        text = await response.body.text();
+      } catch {
+        // The status says enough.
+      }
+      throw UpstreamError.fromStatus(url, response.statusCode, text);
+    }
+    const contentType = String(response.headers['content-type'] ?? '');
+    const convert = route === 'generate' ? generateReader() : outputFromOpenAI;
+    const mode = contentType.includes('text/event-stream') ? 'sse' : 'json';
+    return new ResponseStream(new BodyItems(response.body, url, mode, convert, context), context);
+  };
+}
+
+function baseUrl<W>(option: HttpEngineOptions<W>['url'], worker: W | undefined): string {
+  const url =
+    typeof option === 'function' ? option(worker) : (option ?? (worker as { url?: unknown } | undefined)?.url);
+  if (typeof url !== 'string' || url === '') {
+    throw new TypeError(
+      `httpEngine needs the worker's base URL: pass { url } (a string, or a function of the worker), or give each worker a url; got ${describeValue(url)}`,
+    );
+  }
+  return url;
+}
+
+function joinUrl(base: string, path: string): string {
+  return base.endsWith('/') ? `${base.slice(0, -1)}${path}` : `${base}${path}`;
+}
+
+function isAbort(error: unknown): boolean {
+  const { name, code } = (error ?? {}) as { name?: unknown; code?: unknown };
+  return name === 'AbortError' || code === 'UND_ERR_ABORTED';
+}
+
+const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
+
+/**
+ * The items of one response body: SSE events or one JSON document. A class, not a generator:
+ * `return()` must destroy the body at once, even while a read is waiting on the network.
+ */
+class BodyItems implements AsyncIterableIterator<Item> {
+  readonly #body: Dispatcher.ResponseData['body'];
+  readonly #chunks: AsyncIterator<Buffer>;
+  readonly #url: string;
+  readonly #json: boolean;
+  readonly #convert: (json: unknown) => Item;
+  readonly #context: AsyncEngineContext;
+  readonly #decoder = new TextDecoder();
+  readonly #parser: EventSourceParser | undefined;
+  #items: Item[] = [];
+  #at = 0;
+  #text = '';
+  #finished = false;
+  #terminal = false;
+
+  constructor(
+    body: Dispatcher.ResponseData['body'],
+    url: string,
+    mode: 'sse' | 'json',
+    convert: (json: unknown) => Item,
+    context: AsyncEngineContext,
+  ) {
+    this.#body = body;
+    this.#chunks = body[Symbol.asyncIterator]();
+    this.#url = url;
+    this.#json = mode === 'json';
+    this.#convert = convert;
+    this.#context = context;
+    this.#parser = mode === 'sse' ? createParser({ onEvent: (event) => this.#event(event) }) : undefined;
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  async next(): Promise<Step> {
+    for (;;) {
+      if (this.#at < this.#items.length) {
+        const value = this.#items[this.#at++] as Item;
+        if (this.#at === this.#items.length) {
+          this.#items = [];
+          this.#at = 0;
+        }
+        return { value, done: false };
+      }
+      if (this.#finished) return DONE;
+      let chunk: IteratorResult<Buffer>;
+      try {
+        chunk = await this.#chunks.next();
+      } catch (error) {
+        this.#broke(error);
+        continue;
+      }
+      if (chunk.done === true) this.#bodyEnded();
+      else if (this.#json) this.#text += this.#decoder.decode(chunk.value, { stream: true });
+      else (this.#parser as EventSourceParser).feed(this.#decoder.decode(chunk.value, { stream: true }));
+    }
+  }
+
+  return(): Promise<Step> {
+    this.#items = [];
+    this.#at = 0;
+    this.#close();
+    return Promise.resolve(DONE);
+  }
+
+  #event(event: EventSourceMessage): void {
+    if (this.#finished) return;
+    if (event.data === '[DONE]') {
+      this.#close();
+      return;
+    }
+    if (event.event === 'error') {
+      this.#fail(
+        new UpstreamError(
+          'status',
+          `${this.#url} sent an error event: ${errorText(safeParse(event.data)) ?? event.data}`,
+          { url: this.#url, body: event.data },
+        ),
+      );
+      return;
+    }
+    this.#push(event.data);
+  }
+
+  #push(data: string): void {
+    let json: unknown;
+    try {
+      json = parseJson(data);
+    } catch (error) {
+      this.#fail(UpstreamError.fromFailure(this.#url, error));
+      return;
+    }
+    const item = this.#convert(json);
+    if (Annotated.isError(item)) {
+      // The worker's own error chunk: its text, as an UpstreamError the caller can inspect.
+      this.#fail(
+        new UpstreamError('status', `${this.#url} failed: ${Annotated.errorMessage(item)}`, {
+          url: this.#url,
+          body: data,
+        }),
+      );
+      return;
+    }
+    const reason = item.data?.finish_reason;
+    if (reason !== undefined && reason !== null) this.#terminal = true;
+    this.#items.push(item);
+  }
+
+  #bodyEnded(): void {
+    if (this.#json) {
+      this.#text += this.#decoder.decode();
+      if (this.#text.trim() === '') {
+        this.#fail(new UpstreamError('protocol', `${this.#url} answered an empty body`, { url: this.#url }));
+        return;
+      }
+      this.#push(this.#text);
+      this.#finished = true;
+      return;
+    }
+    if (!this.#finished && !this.#terminal) {
+      this.#fail(
+        new UpstreamError('connection', `${this.#url} ended its event stream before [DONE]`, {
+          url: this.#url,
+          code: 'ECONNRESET',
+        }),
+      );
+      return;
+    }
+    this.#finished = true;
+  }
+
+  /** A read failed: a stop of ours ends the stream as cancelled; anything else is the worker's failure. */
+  #broke(error: unknown): void {
+    if (this.#finished) return;
+    if (isAbort(error) || this.#context.isStopped()) {
+      this.#items.push(Annotated.fromData(LLMEngineOutput.cancelled()));
+      this.#close();
+      return;
+    }
+    this.#fail(UpstreamError.fromFailure(this.#url, error));
+  }
+
+  #fail(error: UpstreamError): void {
+    this.#items.push(Annotated.fromError<LLMEngineOutput>(error));
+    this.#close();
+  }
+
+  #close(): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    // Ends the call now, whatever is in flight; a destroyed body's pending read settles.
+    this.#body.destroy();
+  }
+}
+
+function safeParse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,134 @@
+import { describeValue } from '../util/describe-value.js';
+
+/**
+ * How a call to a worker failed:
+ * - `status`: the worker answered with an HTTP error status (its body is kept);
+ * - `connection`: the worker could not be reached, or the connection broke (refused, reset,
+ *   timed out);
+ * - `protocol`: the worker answered something that is not what its protocol says (bad JSON,
+ *   an unexpected content type).
+ */
+export type UpstreamErrorKind = 'status' | 'connection' | 'protocol';
+
+const BRAND = Symbol.for('disagg.UpstreamError');
+
+/** Error codes of Node and undici for connections that failed or broke. */
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_CLOSED',
+]);
+
+/**
+ * A worker call that failed. The message carries the worker's own text (the `message` of an
+ * OpenAI-style error body, or the body itself); `status` and `body` keep the HTTP answer;
+ * `cause` keeps the network error. `retryable`: a 5xx answer or a connection failure may
+ * succeed elsewhere or later; a 4xx answer or a protocol error will not.
+ *
+ * @example
+ * if (UpstreamError.is(error) && error.status === 400) reply(400, error.body);
+ */
+export class UpstreamError extends Error {
+  override readonly name = 'UpstreamError';
+  readonly kind: UpstreamErrorKind;
+  /** The worker's URL that was called. */
+  readonly url: string;
+  /** The HTTP status the worker answered with (kind `status`). */
+  readonly status: number | undefined;
+  /** The body the worker answered with, as text (kind `status`). */
+  readonly body: string | undefined;
+  /** The network error code (`ECONNREFUSED`, `UND_ERR_SOCKET`, ...), for kind `connection`. */
+  readonly code: string | undefined;
+
+  constructor(
+    kind: UpstreamErrorKind,
+    message: string,
+    options: { url: string; status?: number; body?: string; code?: string; cause?: unknown },
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.kind = kind;
+    this.url = options.url;
+    this.status = options.status;
+    this.body = options.body;
+    this.code = options.code;
+  }
+
+  /** Whether the same request may succeed if sent again (5xx, or a connection failure). */
+  get retryable(): boolean {
+    if (this.kind === 'status') return (this.status as number) >= 500;
+    return this.kind === 'connection';
+  }
+
+  /** True for an `UpstreamError` from any copy of the library. */
+  static is(value: unknown): value is UpstreamError {
+    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
+  /** An error status, with the worker's own text taken from its body. */
+  static fromStatus(url: string, status: number, body: string): UpstreamError {
+    return new UpstreamError('status', `${url} answered ${status}: ${workerText(body)}`, { url, status, body });
+  }
+
+  /**
+   * A failed call or a broken stream: a connection failure when the error says so (its code),
+   * otherwise a protocol error. An `UpstreamError` is returned as it is.
+   */
+  static fromFailure(url: string, error: unknown): UpstreamError {
+    if (UpstreamError.is(error)) return error;
+    const code = codeOf(error);
+    const text = error instanceof Error ? error.message || error.name : describeValue(error);
+    if (code !== undefined && CONNECTION_CODES.has(code)) {
+      return new UpstreamError('connection', `${url} could not be reached or broke off: ${text} (${code})`, {
+        url,
+        code,
+        cause: error,
+      });
+    }
+    return new UpstreamError('protocol', `${url} answered something unexpected: ${text}`, { url, cause: error });
+  }
+
+  get [BRAND](): true {
+    return true;
+  }
+}
+
+/** The code of an error or of the first cause that has one (undici nests the socket error). */
+function codeOf(error: unknown): string | undefined {
+  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+const MAX_TEXT = 500;
+
+/** The worker's own words: an OpenAI-style `{error: {message}}` or `{message}`, else the body. */
+function workerText(body: string): string {
+  try {
+    const parsed = JSON.parse(body) as { error?: unknown; message?: unknown; detail?: unknown };
+    const error = parsed?.error;
+    if (typeof error === 'object' && error !== null && typeof (error as { message?: unknown }).message === 'string') {
+      return (error as { message: string }).message;
+    }
+    if (typeof error === 'string') return error;
+    if (typeof parsed?.message === 'string') return parsed.message;
+    if (typeof parsed?.detail === 'string') return parsed.detail;
+  } catch {
+    // Not JSON: the body itself is the worker's text.
+  }
+  const text = body.trim();
+  if (text === '') return '(empty body)';
+  return text.length > MAX_TEXT ? `${text.slice(0, MAX_TEXT)}...` : text;
+}

@@ -1,0 +1,10 @@
+// The `disagg/testing` subpath: fake prefill and decode workers that speak the vLLM and SGLang
+// protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs.
+export {
+  type FakeRequest,
+  type FakeWorker,
+  type FakeWorkerOptions,
+  type Fault,
+  startFakeWorker,
+} from './fake-worker.js';
+export { type KvHandoff, KvLedger } from './kv-ledger.js';
