@@ -224,7 +224,7 @@ class Worker implements FakeWorker {
     if (fault?.type === 'status') return answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
     if (fault?.type === 'hang') return;
     if (this.role === 'prefill' && this.#isPrefillCall(body)) return this.#prefill(req, res, record, fault);
-    return this.#decode(req, res, record, fault);
+    return this.#decode(res, record, fault);
   }
 
   #isPrefillCall(body: Record<string, unknown>): boolean {
@@ -274,7 +274,7 @@ class Worker implements FakeWorker {
   }
 
   /** Takes the KV (vLLM: from the prefill worker named in the body; SGLang: at its bootstrap), then streams. */
-  async #decode(req: IncomingMessage, res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
+  async #decode(res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
     const { body } = record;
     const abort = new AbortController();
     res.on('close', () => abort.abort());

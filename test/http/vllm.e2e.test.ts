@@ -3,7 +3,6 @@ import { vllmNixl } from '../../src/flow/connectors.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { httpEngine } from '../../src/http/http-engine.js';
-import { Annotated } from '../../src/protocol/annotated.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { type FakeWorker, startFakeWorker } from '../../src/testing/index.js';
 import { collect, recordingLogger } from '../support/async.js';
