@@ -319,7 +319,8 @@ class Worker implements FakeWorker {
 
   #breakStream(res: ServerResponse, fault: Fault): void {
     if (fault.type === 'reset') {
-      res.destroy();
+      // Once what was written has left, so that the client sees the tokens, then the break.
+      this.#timer(20, () => res.destroy());
       return;
     }
     const message = (fault as { message?: string }).message ?? 'injected failure mid-stream';

@@ -1,0 +1,45 @@
+import { afterEach, expect } from 'vitest';
+import { type FakeWorker, type FakeWorkerOptions, startFakeWorker } from '../../src/testing/index.js';
+
+/**
+ * Fake workers for one test file: started by `start`, closed after each test, and checked
+ * then: no KV left held or stranded on any of them, unless the test said it expects some
+ * (`leaveKv`, for failures no router can clean up, such as a decode worker that refuses the
+ * request before taking the KV).
+ */
+export function fakeWorkers() {
+  let workers: FakeWorker[] = [];
+  const leftBehind = new Set<FakeWorker>();
+  afterEach(async () => {
+    try {
+      for (const worker of workers) {
+        if (leftBehind.has(worker)) continue;
+        expect(worker.ledger.outstanding(), `KV left held on the ${worker.role} worker`).toEqual([]);
+        expect(worker.ledger.stranded(), `KV stranded on the ${worker.role} worker`).toEqual([]);
+      }
+    } finally {
+      await Promise.all(workers.map((worker) => worker.close()));
+      workers = [];
+      leftBehind.clear();
+    }
+  });
+  return {
+    async start(options: FakeWorkerOptions): Promise<FakeWorker> {
+      const worker = await startFakeWorker(options);
+      workers.push(worker);
+      return worker;
+    },
+    leaveKv(worker: FakeWorker): void {
+      leftBehind.add(worker);
+    },
+  };
+}
+
+/** Resolves once `check()` holds, polling on the event loop (for effects on the far side of a socket). */
+export async function eventually(check: () => boolean, what: string, tries = 500): Promise<void> {
+  for (let i = 0; i < tries; i++) {
+    if (check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new Error(`never happened: ${what}`);
+}
