@@ -20,16 +20,20 @@ const EXPORTS = [
   'PrefillError',
   'PrefillTask',
   'ResponseStream',
+  'UpstreamError',
   'WorkerPool',
   'classifyPrefill',
   'decodeRequest',
   'disaggregate',
   'earlyBootstrap',
+  'httpEngine',
   'mintBootstrapRoom',
   'orphanedHandoffs',
+  'parseJson',
   'prefillRequest',
   'sanitizeClientRequest',
   'sglangBootstrap',
+  'stringifyJson',
   'trtllmContextFirst',
   'vllmNixl',
 ];
@@ -100,5 +104,23 @@ describe('the disagg/rxjs subpath, as a router imports it', () => {
     expect(run.stderr).toBe('');
     const names = ['flowEvents', 'fromObservable', 'toObservable'];
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, sharedEsm: true, sharedCjs: true });
+  });
+});
+
+describe('the disagg/testing subpath', () => {
+  it('both formats start a fake worker that answers on loopback', () => {
+    const script = `
+      import * as esm from 'disagg/testing';
+      import { createRequire } from 'node:module';
+      const cjs = createRequire(import.meta.url)('disagg/testing');
+      const worker = await cjs.startFakeWorker({ role: 'decode', protocol: 'vllm' });
+      const health = await fetch(worker.url + '/health').then((r) => r.json());
+      await worker.close();
+      console.log(JSON.stringify({ esm: Object.keys(esm).sort(), cjs: Object.keys(cjs).sort(), health }));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    const names = ['KvLedger', 'startFakeWorker'];
+    expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, health: { status: 'ok' } });
   });
 });
