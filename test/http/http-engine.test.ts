@@ -1,0 +1,180 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { httpEngine } from '../../src/http/http-engine.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { collect } from '../support/async.js';
+import { eventually } from '../support/http.js';
+
+type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
+
+const servers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((close) => close()));
+});
+
+/** A loopback server answering with `handler` (for what well-behaved fake workers never do). */
+async function serve(handler: Handler): Promise<{ url: string; closed: () => boolean }> {
+  let clientClosed = false;
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => handler(req, res, Buffer.concat(chunks).toString('utf8')));
+    res.on('close', () => {
+      if (!res.writableFinished) clientClosed = true;
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  servers.push(
+    () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, closed: () => clientClosed };
+}
+
+const sse = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/event-stream' });
+const chunk = (text: string, finish: string | null = null) =>
+  `data: ${JSON.stringify({ choices: [{ index: 0, text, finish_reason: finish }] })}\n\n`;
+const streamed = { model: 'm', prompt: 'p', stream: true };
+
+describe('httpEngine', () => {
+  it('sends the body as exact JSON with the request id, to the route the body calls for', async () => {
+    const seen: Array<{ path?: string; id?: string | string[]; type?: string; body: string }> = [];
+    const { url } = await serve((req, res, body) => {
+      seen.push({ path: req.url, id: req.headers['x-request-id'], type: req.headers['content-type'], body });
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ choices: [{ text: 'x', finish_reason: 'length' }] }));
+    });
+    const engine = httpEngine({ url });
+    await collect(await engine({ prompt: 'p', bootstrap_room: 9223372036854775807n }, new Controller('req-9')));
+    await collect(await engine({ messages: [{ role: 'user', content: 'hi' }] }, new Controller('req-10')));
+    expect(seen).toEqual([
+      {
+        path: '/v1/completions',
+        id: 'req-9',
+        type: 'application/json',
+        body: '{"prompt":"p","bootstrap_room":9223372036854775807}',
+      },
+      {
+        path: '/v1/chat/completions',
+        id: 'req-10',
+        type: 'application/json',
+        body: '{"messages":[{"role":"user","content":"hi"}]}',
+      },
+    ]);
+  });
+
+  it('reads integers above 2^53 - 1 in streamed chunks exactly', async () => {
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.write(
+        `data: {"choices":[{"text":"","finish_reason":null}],"disaggregated_params":{"bootstrap_room":9007199254740993}}\n\n`,
+      );
+      res.end(`${chunk('', 'stop')}data: [DONE]\n\n`);
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items[0]?.data?.disaggregated_params).toEqual({ bootstrap_room: 9007199254740993n });
+  });
+
+  it('an error status rejects with the status and body; a closed port with a retryable connection error', async () => {
+    const { url } = await serve((_, res) => {
+      res.writeHead(429, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: 'rate limited' } }));
+    });
+    const call = httpEngine({ url })(streamed, new Controller());
+    await expect(call).rejects.toMatchObject({ name: 'UpstreamError', status: 429, retryable: false });
+    await expect(call).rejects.toThrow('answered 429: rate limited');
+    const refused = httpEngine({ url: 'http://127.0.0.1:1' })(streamed, new Controller());
+    await expect(refused).rejects.toMatchObject({ name: 'UpstreamError', kind: 'connection', retryable: true });
+  });
+
+  it.each([
+    ['a stream cut before [DONE]', (res: ServerResponse) => res.end(chunk('a')), 'before [DONE]', true],
+    [
+      'an SSE error event',
+      (res: ServerResponse) => res.end(`${chunk('a')}event: error\ndata: {"error":{"message":"engine died"}}\n\n`),
+      'engine died',
+      false,
+    ],
+    ['a chunk that is not JSON', (res: ServerResponse) => res.end(`${chunk('a')}data: {oops\n\n`), 'unexpected', false],
+    [
+      "the worker's own error chunk",
+      (res: ServerResponse) => res.end(`${chunk('a')}data: {"object":"error","message":"CUDA OOM"}\n\n`),
+      'CUDA OOM',
+      false,
+    ],
+  ])('after the stream started, %s is one error item after the items before it', async (_, answer, text, retryable) => {
+    const { url } = await serve((__, res) => {
+      sse(res);
+      answer(res);
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items[0]?.data?.text).toBe('a');
+    expect(items).toHaveLength(2);
+    const error = Annotated.err(items[1]);
+    expect(error).toMatchObject({ name: 'UpstreamError', retryable });
+    expect(error?.message).toContain(text);
+  });
+
+  it('a JSON answer is one item, whatever was asked; an empty body is a protocol error item', async () => {
+    const { url } = await serve((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        req.url === '/v1/completions' ? JSON.stringify({ choices: [{ text: 'all', finish_reason: 'stop' }] }) : '',
+      );
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items.map((item) => item.data)).toEqual([{ token_ids: [], text: 'all', finish_reason: 'stop' }]);
+    const empty = await collect(await httpEngine({ url, api: 'chat' })(streamed, new Controller()));
+    expect(Annotated.err(empty[0])?.message).toContain('empty body');
+  });
+
+  it('a stopped context aborts the call: the stream ends with a cancelled item, the worker sees the close', async () => {
+    const server = await serve((_, res) => {
+      sse(res);
+      res.write(chunk('a'));
+    });
+    const context = new Controller();
+    const iterator = (await httpEngine({ url: server.url })(streamed, context))[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.data?.text).toBe('a');
+    const waiting = iterator.next();
+    context.stopGenerating();
+    expect((await waiting).value?.data?.finish_reason).toBe('cancelled');
+    expect((await iterator.next()).done).toBe(true);
+    await eventually(server.closed, 'the worker saw the client go');
+  });
+
+  it('return() ends the call at once, even with a read waiting on the network', async () => {
+    const server = await serve((_, res) => {
+      sse(res);
+      res.write(chunk('a'));
+    });
+    const iterator = (await httpEngine({ url: server.url })(streamed, new Controller()))[Symbol.asyncIterator]();
+    await iterator.next();
+    const waiting = iterator.next();
+    expect(await iterator.return?.()).toEqual({ value: undefined, done: true });
+    await waiting.catch(() => {}); // settles, one way or the other
+    await eventually(server.closed, 'the worker saw the client go');
+    expect((await iterator.next()).done).toBe(true);
+  });
+
+  it('takes the url from the chosen worker or a function of it; refuses a missing url and an unknown api', async () => {
+    const { url } = await serve((_, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ choices: [{ text: 'ok', finish_reason: 'stop' }] }));
+    });
+    const byField = httpEngine<{ url: string }>();
+    expect((await collect(await byField({ prompt: 'p' }, new Controller(), { url })))[0]?.data?.text).toBe('ok');
+    const byFunction = httpEngine<{ host: string }>({ url: (worker) => `http://${worker?.host}` });
+    const host = url.replace('http://', '');
+    expect((await collect(await byFunction({ prompt: 'p' }, new Controller(), { host })))[0]?.data?.text).toBe('ok');
+    await expect(byField({ prompt: 'p' }, new Controller())).rejects.toThrow("httpEngine needs the worker's base URL");
+    expect(() => httpEngine({ api: 'responses' as never })).toThrow(
+      "expected 'auto', 'completions', 'chat' or 'generate'",
+    );
+  });
+});

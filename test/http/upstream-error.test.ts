@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+
+const url = 'http://10.0.0.2:8000/v1/completions';
+
+describe('UpstreamError', () => {
+  it("an error status keeps the status and body, and says the worker's own words", () => {
+    const body = JSON.stringify({ object: 'error', error: { message: 'max_tokens must be at most 4096', code: 400 } });
+    const error = UpstreamError.fromStatus(url, 400, body);
+    expect(error).toMatchObject({ name: 'UpstreamError', kind: 'status', status: 400, body, url, retryable: false });
+    expect(error.message).toBe(`${url} answered 400: max_tokens must be at most 4096`);
+    expect(UpstreamError.fromStatus(url, 502, 'Bad Gateway').message).toBe(`${url} answered 502: Bad Gateway`);
+    expect(UpstreamError.fromStatus(url, 503, '').message).toContain('(empty body)');
+    expect(UpstreamError.fromStatus(url, 500, JSON.stringify({ detail: 'engine dead' })).message).toContain(
+      'engine dead',
+    );
+  });
+
+  it('5xx and connection failures are retryable, also through a PrefillError; 4xx and protocol errors are not', () => {
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.2:8000'), { code: 'ECONNREFUSED' });
+    const connection = UpstreamError.fromFailure(url, refused);
+    expect(connection).toMatchObject({ kind: 'connection', code: 'ECONNREFUSED', retryable: true, cause: refused });
+    expect(PrefillError.from(connection).retryable).toBe(true);
+    expect(PrefillError.from(UpstreamError.fromStatus(url, 503, 'busy')).retryable).toBe(true);
+    expect(PrefillError.from(UpstreamError.fromStatus(url, 404, 'no model')).retryable).toBe(false);
+    const protocol = UpstreamError.fromFailure(url, new SyntaxError('Unexpected token <'));
+    expect(protocol).toMatchObject({ kind: 'protocol', retryable: false });
+    expect(protocol.message).toContain('Unexpected token <');
+  });
+
+  it("undici's nested socket error is found by its code; an UpstreamError is kept as it is", () => {
+    const nested = Object.assign(new TypeError('fetch failed'), {
+      cause: Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }),
+    });
+    expect(UpstreamError.fromFailure(url, nested)).toMatchObject({ kind: 'connection', code: 'UND_ERR_SOCKET' });
+    const same = UpstreamError.fromStatus(url, 500, 'x');
+    expect(UpstreamError.fromFailure(url, same)).toBe(same);
+    expect(UpstreamError.is({ [Symbol.for('disagg.UpstreamError')]: true })).toBe(true);
+    expect(UpstreamError.is(new Error('x'))).toBe(false);
+  });
+});
