@@ -132,6 +132,31 @@ describe('SGLang (bootstrap) over loopback HTTP', () => {
     expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'decode' }]);
   });
 
+  it('a client that leaves at once: decode still takes the KV from prefill, then is stopped', async () => {
+    const workers = await pair({}, { tokens: 50, tokenIntervalMs: 10 });
+    const context = new Controller();
+    const { call, log } = run(workers, { context });
+    context.stopGenerating(); // before either worker has answered anything
+    const outcome = await call.then(collect, (error: unknown) => error);
+    expect(outcome).toBeDefined();
+    await eventually(() => workers.prefill.ledger.claimed().length === 1, 'KV claimed by decode');
+    await eventually(() => workers.prefill.requests[0]?.completed === true, 'prefill completed');
+    await eventually(() => workers.decode.requests[0]?.aborted === true, 'decode stopped after the claim');
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+  });
+
+  it('a prefill worker that is down: a retryable PrefillError, and decode is stopped', async () => {
+    const workers = await pair();
+    await workers.prefill.close();
+    const { call } = run(workers);
+    const failure = await call.then(
+      (stream) => collect(stream).then((items) => Annotated.err(items.at(-1))),
+      (error: unknown) => error,
+    );
+    expect(failure).toMatchObject({ name: 'PrefillError', retryable: true });
+    await eventually(() => workers.decode.requests[0]?.aborted === true, 'decode stopped');
+  });
+
   it('a client that leaves mid-stream stops decode; prefill still runs to completion', async () => {
     const workers = await pair({}, { tokens: 50, tokenIntervalMs: 10 });
     const context = new Controller();
