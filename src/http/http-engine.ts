@@ -200,7 +200,9 @@ class BodyItems implements AsyncIterableIterator<Item> {
   #event(event: EventSourceMessage): void {
     if (this.#finished) return;
     if (event.data === '[DONE]') {
-      this.#close();
+      this.#finished = true;
+      // Read what is left (the end of the body) so that the connection goes back to the pool.
+      this.#body.dump().then(undefined, ignore);
       return;
     }
     if (event.event === 'error') {
@@ -286,6 +288,8 @@ class BodyItems implements AsyncIterableIterator<Item> {
     this.#body.destroy();
   }
 }
+
+function ignore(): void {}
 
 function safeParse(text: string): unknown {
   try {

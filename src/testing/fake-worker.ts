@@ -74,6 +74,8 @@ export interface FakeWorker {
   readonly ledger: KvLedger;
   /** Every generation request it received, in order. */
   readonly requests: FakeRequest[];
+  /** How many TCP connections it has accepted (a pooled client reuses them). */
+  readonly connections: number;
   /** Changes the fault of later requests (undefined for none). */
   setFault(fault: FakeWorkerOptions['fault']): void;
   /** Stops accepting, ends every open connection and pending wait, and resolves once closed. */
@@ -137,6 +139,7 @@ class Worker implements FakeWorker {
   readonly #cancels = new Set<() => void>();
   #fault: FakeWorkerOptions['fault'];
   #port = 0;
+  #connections = 0;
   #blocks = 0;
 
   constructor(options: FakeWorkerOptions) {
@@ -145,6 +148,7 @@ class Worker implements FakeWorker {
     this.protocol = options.protocol;
     this.#fault = options.fault;
     this.#server.on('connection', (socket) => {
+      this.#connections++;
       this.#sockets.add(socket);
       socket.on('close', () => this.#sockets.delete(socket));
     });
@@ -156,6 +160,10 @@ class Worker implements FakeWorker {
 
   get port(): number {
     return this.#port;
+  }
+
+  get connections(): number {
+    return this.#connections;
   }
 
   get bootstrapPort(): number {

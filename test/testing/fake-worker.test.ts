@@ -33,6 +33,15 @@ describe('startFakeWorker', () => {
     expect(worker.requests[0]?.completed).toBe(true);
   });
 
+  it('httpEngine keeps connections alive: ten calls in a row reuse their connections', async () => {
+    const worker = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const engine = httpEngine({ url: worker.url });
+    for (let i = 0; i < 10; i++) await collect(await engine({ prompt: 'p', stream: true }, new Controller()));
+    expect(worker.requests).toHaveLength(10);
+    // One, or two when a body's last bytes are still in flight as the next call starts.
+    expect(worker.connections).toBeLessThanOrEqual(2);
+  });
+
   it('chooses a fault per request with a function, and changes faults with setFault', async () => {
     const worker = await fakes.start({
       role: 'decode',
