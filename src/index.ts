@@ -32,7 +32,13 @@ export {
 } from './flow/handoff-fields.js';
 export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
 export { decodeRequest, prefillRequest, type RequestBody } from './flow/request-shaping.js';
-export { type Lease, type Selection, WorkerPool, type WorkerPoolOptions } from './flow/worker-pool.js';
+export {
+  type Lease,
+  NoWorkerError,
+  type Selection,
+  WorkerPool,
+  type WorkerPoolOptions,
+} from './flow/worker-pool.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {
   type DecodeDispatch,

@@ -17,6 +17,7 @@ const EXPORTS = [
   'HandoffFieldError',
   'LLMEngineOutput',
   'MAX_BOOTSTRAP_ROOM',
+  'NoWorkerError',
   'PrefillError',
   'PrefillTask',
   'ResponseStream',

@@ -52,9 +52,15 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   connector: Connector;
   /** The one prefill worker (the concurrent family needs its rendezvous); or use `prefillWorkers`. */
   prefillWorker?: P;
-  /** Prefill workers to choose from, one per request; the chosen one is the engine's third argument. */
+  /**
+   * Prefill workers to choose from, one per request; the chosen one is the engine's third
+   * argument. When none is in rotation the request is served aggregated (straight to decode).
+   */
   prefillWorkers?: WorkerPool<P>;
-  /** Decode workers to choose from, one per request; the chosen one is the engine's third argument. */
+  /**
+   * Decode workers to choose from, one per request; the chosen one is the engine's third
+   * argument. When none is in rotation the call rejects with a `NoWorkerError`.
+   */
   decodeWorkers?: WorkerPool<D>;
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
@@ -124,12 +130,23 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const cleanupBudgetMs = checkBudget('cleanupBudgetMs', options.cleanupBudgetMs, DEFAULT_CLEANUP_BUDGET_MS);
   const log = () => logger ?? defaultLogger();
 
-  const skip = options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger));
-  const prefillLease: Lease<unknown> | undefined = skip
-    ? undefined
-    : (options.prefillWorkers?.acquire() ??
-      (options.prefillWorker === undefined ? undefined : fixedLease(options.prefillWorker)));
-  const decodeLease = options.decodeWorkers?.acquire();
+  let skip = options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger));
+  let prefillLease: Lease<unknown> | undefined;
+  if (!skip && options.prefillWorkers !== undefined) {
+    if (options.prefillWorkers.available.length === 0) {
+      // As the reference router does: no prefill worker in rotation, so decode serves the
+      // request whole rather than failing it.
+      log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
+      skip = true;
+    } else prefillLease = options.prefillWorkers.acquire();
+  } else if (!skip && options.prefillWorker !== undefined) prefillLease = fixedLease(options.prefillWorker);
+  let decodeLease: Lease<unknown> | undefined;
+  try {
+    decodeLease = options.decodeWorkers?.acquire();
+  } catch (error) {
+    prefillLease?.release();
+    throw error;
+  }
   const run = new FlowRun({
     request,
     client: context,

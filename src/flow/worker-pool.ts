@@ -20,6 +20,28 @@ export interface Lease<W> {
   release(): void;
 }
 
+const BRAND = Symbol.for('disagg.NoWorkerError');
+
+/** Every worker of a pool is out of rotation (marked down by health checks). */
+export class NoWorkerError extends Error {
+  override readonly name = 'NoWorkerError';
+  readonly kind = 'no_worker';
+  readonly retryable = true;
+
+  constructor(size: number) {
+    super(`No worker is available: all ${size} of the pool are out of rotation`);
+  }
+
+  /** True for a `NoWorkerError` from any copy of the library. */
+  static is(value: unknown): value is NoWorkerError {
+    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
+  get [BRAND](): true {
+    return true;
+  }
+}
+
 /**
  * A list of interchangeable workers (prefill or decode) and the choice among them, with a
  * count of requests in flight on each that `disaggregate` keeps: a worker is leased when its
@@ -38,6 +60,7 @@ export interface Lease<W> {
 export class WorkerPool<W> {
   readonly #workers: readonly W[];
   readonly #inFlight = new Map<W, number>();
+  readonly #down = new Set<W>();
   readonly #select: (candidates: readonly W[], pool: WorkerPool<W>) => W;
   #turn = 0;
 
@@ -66,20 +89,46 @@ export class WorkerPool<W> {
     return this.#workers;
   }
 
+  /** The workers in rotation: all but those marked down. */
+  get available(): readonly W[] {
+    return this.#down.size === 0 ? this.#workers : this.#workers.filter((worker) => !this.#down.has(worker));
+  }
+
+  /**
+   * Takes a worker out of rotation (`false`, say after failed health checks) or puts it back
+   * (`true`). Leases already taken are not affected.
+   *
+   * @throws {TypeError} for a worker that is not in this pool.
+   */
+  setAvailable(worker: W, available: boolean): void {
+    if (!this.#inFlight.has(worker)) {
+      throw new TypeError(`setAvailable: ${describeValue(worker)} is not a worker of this pool`);
+    }
+    if (available) this.#down.delete(worker);
+    else this.#down.add(worker);
+  }
+
+  /** Whether `worker` is in rotation. */
+  isAvailable(worker: W): boolean {
+    return this.#inFlight.has(worker) && !this.#down.has(worker);
+  }
+
   /** How many leases of `worker` are not yet released. */
   inFlight(worker: W): number {
     return this.#inFlight.get(worker) ?? 0;
   }
 
   /**
-   * Chooses a worker and counts one more request on it until the lease is released.
+   * Chooses a worker in rotation and counts one more request on it until the lease is released.
    *
-   * @throws {TypeError} when a selection function returns something that is not one of the
-   *   candidates.
+   * @throws {NoWorkerError} when every worker is out of rotation;
+   *   {TypeError} when a selection function returns something that is not one of the candidates.
    */
   acquire(): Lease<W> {
-    const worker = this.#select(this.#workers, this);
-    if (!this.#inFlight.has(worker)) {
+    const candidates = this.available;
+    if (candidates.length === 0) throw new NoWorkerError(this.#workers.length);
+    const worker = this.#select(candidates, this);
+    if (!candidates.includes(worker)) {
       throw new TypeError(`The worker selection returned ${describeValue(worker)}, which is not a worker of this pool`);
     }
     this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) + 1);

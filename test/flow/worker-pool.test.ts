@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
-import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -36,6 +36,21 @@ describe('WorkerPool', () => {
     expect(pool.acquire().worker).toEqual({ id: 2 });
     const wrong = new WorkerPool([{ id: 1 }], { selection: () => ({ id: 1 }) });
     expect(() => wrong.acquire()).toThrow('which is not a worker of this pool');
+  });
+
+  it('workers marked down leave the rotation until marked up; none left is a NoWorkerError', () => {
+    const pool = new WorkerPool(['a', 'b', 'c'], { selection: 'least-in-flight' });
+    pool.setAvailable('b', false);
+    expect(pool.available).toEqual(['a', 'c']);
+    expect([pool.acquire().worker, pool.acquire().worker, pool.acquire().worker]).not.toContain('b');
+    pool.setAvailable('a', false);
+    pool.setAvailable('c', false);
+    expect(() => pool.acquire()).toThrow(NoWorkerError);
+    expect(() => pool.acquire()).toThrow('all 3 of the pool are out of rotation');
+    pool.setAvailable('b', true);
+    expect(pool.acquire().worker).toBe('b');
+    expect(pool.isAvailable('b')).toBe(true);
+    expect(() => pool.setAvailable('z', true)).toThrow('is not a worker of this pool');
   });
 
   it('refuses an empty list or an unknown selection, saying what was expected', () => {
@@ -122,6 +137,47 @@ describe('disaggregate with worker pools', () => {
       }),
     ).rejects.toThrow('prefill OOM');
     expect([prefillWorkers.inFlight('p'), decodeWorkers.inFlight('d')]).toEqual([0, 0]);
+  });
+
+  it('no prefill worker in rotation: the request is served aggregated (as the reference does); no decode worker: NoWorkerError', async () => {
+    const prefillWorkers = new WorkerPool(['p']);
+    prefillWorkers.setAvailable('p', false);
+    const prefill = prefillWithParams();
+    const decode = decodeTokens();
+    const log = eventLog();
+    const recorded = recordingLogger();
+    const items = await collect(
+      await disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: prefill.run,
+        decode: decode.run,
+        connector: vllmNixl,
+        prefillWorkers,
+        onEvent: log.onEvent,
+        logger: recorded.logger,
+      }),
+    );
+    expect(items).toHaveLength(3);
+    expect(prefill.calls).toHaveLength(0);
+    expect(log.of('routed')).toMatchObject([{ strategy: 'aggregated' }]);
+    expect(recorded.records[0]?.message).toBe('No prefill worker is available; serving the request aggregated');
+    const decodeWorkers = new WorkerPool(['d']);
+    decodeWorkers.setAvailable('d', false);
+    const both = new WorkerPool(['p']);
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: prefill.run,
+        decode: decode.run,
+        connector: vllmNixl,
+        prefillWorkers: both,
+        decodeWorkers,
+        logger,
+      }),
+    ).rejects.toBeInstanceOf(NoWorkerError);
+    expect(both.inFlight('p')).toBe(0);
   });
 
   it('refuses a pool that is not a WorkerPool', async () => {
