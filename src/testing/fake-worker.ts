@@ -314,7 +314,8 @@ class Worker implements FakeWorker {
       if (i === breakAt) return this.#breakStream(res, fault as Fault);
       await this.#pause(interval);
       if (res.destroyed) return;
-      res.write(`data: ${stringifyJson(format.chunk(i, null))}\n\n`);
+      // As a real server does: no faster than the client reads.
+      if (!res.write(`data: ${stringifyJson(format.chunk(i, null))}\n\n`) && !(await drained(res))) return;
     }
     if (breakAt >= count) return this.#breakStream(res, fault as Fault);
     res.write(
@@ -417,6 +418,21 @@ class Worker implements FakeWorker {
     this.#timers.add(timer);
     return timer;
   }
+}
+
+/** Resolves true when the response can take more, false when it closed first. */
+function drained(res: ServerResponse): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+      resolve(ok);
+    };
+    const onDrain = () => done(true);
+    const onClose = () => done(false);
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
 }
 
 function kvKey(engineId: string, blocks: unknown): string {

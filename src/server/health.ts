@@ -1,0 +1,96 @@
+import { type Dispatcher, request } from 'undici';
+import type { WorkerPool } from '../flow/worker-pool.js';
+import type { Logger } from '../runtime/logger.js';
+
+type Named = { url: string };
+
+/** Options of {@link HealthChecker}. */
+export interface HealthOptions {
+  /** Between rounds of probes; 5,000 ms by default. */
+  intervalMs?: number;
+  /** How long one probe may take; 2,000 ms by default. */
+  timeoutMs?: number;
+  logger: Logger;
+  dispatcher?: Dispatcher;
+}
+
+/**
+ * Keeps failing workers out of rotation: every worker's `GET /health` is probed each round; a
+ * worker that fails (or that a request found unreachable) leaves its pool's rotation and comes
+ * back at its first successful probe.
+ *
+ * @internal
+ */
+export class HealthChecker {
+  readonly #pools: Array<{ role: string; pool: WorkerPool<Named> }>;
+  readonly #options: HealthOptions;
+  #timer: NodeJS.Timeout | undefined;
+  #round: Promise<void> | undefined;
+
+  constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
+    this.#pools = pools;
+    this.#options = options;
+  }
+
+  /** Probes every worker once, now. */
+  check(): Promise<void> {
+    this.#round ??= Promise.all(
+      this.#pools.flatMap(({ role, pool }) => pool.workers.map((worker) => this.#probe(role, pool, worker))),
+    ).then(
+      () => {
+        this.#round = undefined;
+      },
+      () => {
+        this.#round = undefined;
+      },
+    );
+    return this.#round;
+  }
+
+  /** Probes every `intervalMs` until `stop()`; the timer does not keep the process alive. */
+  start(): void {
+    if (this.#timer !== undefined) return;
+    this.#timer = setInterval(() => {
+      this.check().then(undefined, () => {});
+    }, this.#options.intervalMs ?? 5000);
+    this.#timer.unref();
+  }
+
+  stop(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** A request found `worker` unreachable: out of rotation until a probe says otherwise. */
+  failed(role: string, worker: Named): void {
+    const entry = this.#pools.find((candidate) => candidate.role === role);
+    if (entry === undefined || !entry.pool.workers.includes(worker) || !entry.pool.isAvailable(worker)) return;
+    entry.pool.setAvailable(worker, false);
+    this.#options.logger.warn(
+      { worker: worker.url, role },
+      'Worker unreachable; out of rotation until it answers a probe',
+    );
+  }
+
+  async #probe(role: string, pool: WorkerPool<Named>, worker: Named): Promise<void> {
+    let healthy = false;
+    try {
+      const answer = await request(`${worker.url.replace(/\/$/, '')}/health`, {
+        signal: AbortSignal.timeout(this.#options.timeoutMs ?? 2000),
+        ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
+      });
+      await answer.body.dump();
+      healthy = answer.statusCode === 200;
+    } catch {
+      healthy = false;
+    }
+    if (healthy === pool.isAvailable(worker)) return;
+    pool.setAvailable(worker, healthy);
+    const log = healthy ? this.#options.logger.info : this.#options.logger.warn;
+    log.call(
+      this.#options.logger,
+      { worker: worker.url, role },
+      healthy ? 'Worker back in rotation' : 'Worker failed its health check; out of rotation',
+    );
+  }
+}

@@ -1,0 +1,133 @@
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { FlowEvent } from '../flow/events.js';
+import type { WorkerPool } from '../flow/worker-pool.js';
+
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const TOKEN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+
+/** A worker as the metrics name it. */
+type Named = { url: string };
+
+/**
+ * The proxy's Prometheus metrics, in a registry of its own (so that an embedding application's
+ * default registry is left alone), fed from the flow's lifecycle events.
+ *
+ * @internal
+ */
+export class ProxyMetrics {
+  readonly registry = new Registry();
+  readonly #requests: Counter<'outcome' | 'leg'>;
+  readonly #ttft: Histogram;
+  readonly #prefill: Histogram;
+  readonly #handoff: Histogram;
+  readonly #interToken: Histogram;
+  readonly #held: Histogram;
+  readonly #orphans: Counter;
+
+  constructor(pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> }) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    this.#requests = new Counter({
+      name: 'disagg_requests_total',
+      help: 'Requests by outcome (success, error, cancelled) and, for errors, the leg that failed',
+      labelNames: ['outcome', 'leg'],
+      registers,
+    });
+    this.#ttft = new Histogram({
+      name: 'disagg_time_to_first_token_seconds',
+      help: 'From the request reaching the router to its first token leaving it',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.#prefill = new Histogram({
+      name: 'disagg_prefill_duration_seconds',
+      help: 'From the prefill dispatch to prefill completing',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.#handoff = new Histogram({
+      name: 'disagg_handoff_window_seconds',
+      help: "From prefill's first output to decode taking the KV (the prefill worker holds it meanwhile)",
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.#interToken = new Histogram({
+      name: 'disagg_inter_token_latency_seconds',
+      help: 'Between consecutive streamed chunks leaving the router',
+      buckets: TOKEN_BUCKETS,
+      registers,
+    });
+    this.#held = new Histogram({
+      name: 'disagg_held_terminal_wait_seconds',
+      help: "How long decode's last chunk waited for prefill to succeed",
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.#orphans = new Counter({
+      name: 'disagg_orphaned_handoffs_total',
+      help: 'Handoffs given up after the clean-up budget: KV left on a prefill worker',
+      registers,
+    });
+    new Gauge({
+      name: 'disagg_in_flight_requests',
+      help: 'Requests under way per worker',
+      labelNames: ['role', 'worker'],
+      registers,
+      collect() {
+        for (const [role, pool] of Object.entries(pools)) {
+          for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.inFlight(worker));
+        }
+      },
+    });
+    new Gauge({
+      name: 'disagg_worker_available',
+      help: 'Whether a worker is in rotation (1) or taken out by health checks (0)',
+      labelNames: ['role', 'worker'],
+      registers,
+      collect() {
+        for (const [role, pool] of Object.entries(pools)) {
+          for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.isAvailable(worker) ? 1 : 0);
+        }
+      },
+    });
+  }
+
+  /** An event listener that feeds the metrics of one request. */
+  listener(): (event: FlowEvent) => void {
+    let prefillDispatched: number | undefined;
+    let firstOutput: number | undefined;
+    return (event) => {
+      switch (event.type) {
+        case 'prefillDispatched':
+          prefillDispatched = event.elapsedMs;
+          break;
+        case 'prefillFirstOutput':
+          firstOutput = event.elapsedMs;
+          break;
+        case 'prefillCompleted':
+          if (prefillDispatched !== undefined) this.#prefill.observe((event.elapsedMs - prefillDispatched) / 1000);
+          break;
+        case 'kvClaimed':
+          if (firstOutput !== undefined) this.#handoff.observe((event.elapsedMs - firstOutput) / 1000);
+          break;
+        case 'firstToken':
+          this.#ttft.observe(event.elapsedMs / 1000);
+          break;
+        case 'terminalReleased':
+          this.#held.observe(event.heldMs / 1000);
+          break;
+        case 'cleanupExpired':
+          this.#orphans.inc();
+          break;
+        case 'finished':
+          this.#requests.inc({ outcome: event.outcome, leg: event.leg ?? '' });
+          break;
+      }
+    };
+  }
+
+  /** The gap between two chunks written to a client. */
+  interToken(seconds: number): void {
+    this.#interToken.observe(seconds);
+  }
+}

@@ -1,0 +1,164 @@
+import { randomUUID } from 'node:crypto';
+import { DeadlineError } from '../flow/deadlines.js';
+import { HandoffFieldError } from '../flow/handoff-fields.js';
+import { NoWorkerError } from '../flow/worker-pool.js';
+import { PrefillError } from '../handoff/prefill-error.js';
+import { UpstreamError } from '../http/upstream-error.js';
+import type { Annotated } from '../protocol/annotated.js';
+import { FinishReason } from '../protocol/finish-reason.js';
+import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+
+type Item = Annotated<LLMEngineOutput>;
+
+/** The two OpenAI routes the proxy serves. */
+export type Route = 'completions' | 'chat';
+
+/**
+ * Turns engine outputs into OpenAI responses for one request: streamed chunks (chat deltas,
+ * with the role on the first; completion texts), a final usage chunk when the client asked
+ * for `stream_options.include_usage`, and the whole response for a non-streamed request.
+ *
+ * @internal
+ */
+export class OpenAIWriter {
+  readonly #route: Route;
+  readonly #model: string;
+  readonly #id: string;
+  readonly #created = Math.floor(Date.now() / 1000);
+  readonly #includeUsage: boolean;
+  #usage: CompletionUsage | undefined;
+  #roleSent = false;
+  readonly #texts: string[] = [];
+  readonly #finish: Array<string | null> = [];
+
+  constructor(route: Route, body: Record<string, unknown>) {
+    this.#route = route;
+    this.#model = typeof body.model === 'string' ? body.model : 'unknown';
+    this.#id = `${route === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
+    this.#includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
+  }
+
+  /** The SSE `data:` payload of one item, or undefined for an item that says nothing (no text, no finish). */
+  chunk(item: Item): string | undefined {
+    const data = item.data;
+    if (data === undefined || data === null) return undefined;
+    if (data.completion_usage !== undefined && data.completion_usage !== null) this.#usage = data.completion_usage;
+    const text = typeof data.text === 'string' ? data.text : '';
+    const reason =
+      data.finish_reason === undefined || data.finish_reason === null
+        ? null
+        : FinishReason.toOpenAI(data.finish_reason);
+    if (text === '' && reason === null) return undefined;
+    const index = typeof data.index === 'number' ? data.index : 0;
+    const choice =
+      this.#route === 'chat'
+        ? { index, delta: this.#delta(text), logprobs: null, finish_reason: reason }
+        : { index, text, logprobs: null, finish_reason: reason };
+    return JSON.stringify({
+      id: this.#id,
+      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      created: this.#created,
+      model: this.#model,
+      choices: [choice],
+    });
+  }
+
+  /** The usage chunk that ends a stream for a client that asked for it. */
+  usageChunk(): string | undefined {
+    if (!this.#includeUsage || this.#usage === undefined) return undefined;
+    return JSON.stringify({
+      id: this.#id,
+      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      created: this.#created,
+      model: this.#model,
+      choices: [],
+      usage: this.#usage,
+    });
+  }
+
+  /** Keeps an item for the whole (non-streamed) response. */
+  add(item: Item): void {
+    const data = item.data;
+    if (data === undefined || data === null) return;
+    const index = typeof data.index === 'number' ? data.index : 0;
+    if (typeof data.text === 'string') this.#texts[index] = (this.#texts[index] ?? '') + data.text;
+    if (data.finish_reason !== undefined && data.finish_reason !== null) {
+      this.#finish[index] = FinishReason.toOpenAI(data.finish_reason);
+    }
+    if (data.completion_usage !== undefined && data.completion_usage !== null) this.#usage = data.completion_usage;
+  }
+
+  /** The whole response of a non-streamed request. */
+  whole(): object {
+    const count = Math.max(1, this.#texts.length, this.#finish.length);
+    const choices = Array.from({ length: count }, (_, index) => {
+      const text = this.#texts[index] ?? '';
+      const finish_reason = this.#finish[index] ?? 'stop';
+      return this.#route === 'chat'
+        ? { index, message: { role: 'assistant', content: text }, logprobs: null, finish_reason }
+        : { index, text, logprobs: null, finish_reason };
+    });
+    return {
+      id: this.#id,
+      object: this.#route === 'chat' ? 'chat.completion' : 'text_completion',
+      created: this.#created,
+      model: this.#model,
+      choices,
+      ...(this.#usage === undefined ? {} : { usage: this.#usage }),
+    };
+  }
+
+  #delta(text: string): Record<string, string> {
+    if (this.#roleSent) return text === '' ? {} : { content: text };
+    this.#roleSent = true;
+    return { role: 'assistant', content: text };
+  }
+}
+
+/** An error as the proxy answers it: the HTTP status before the first byte, and the OpenAI body. */
+export interface ErrorAnswer {
+  status: number;
+  body: { error: { message: string; type: string; code: number | string | null; param: null; leg?: string } };
+}
+
+/**
+ * What the client is told about a failure: a worker's 4xx passes through with its own words
+ * (the request was bad, on either leg); other worker failures are 502, an overrun deadline 504,
+ * no worker in rotation 503, a request the router refuses 400; anything else 500. `leg` says
+ * which leg failed.
+ */
+export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAnswer {
+  const message = error instanceof Error ? error.message : String(error);
+  const upstream = findUpstream(error);
+  let status = 500;
+  let type = 'internal_error';
+  if (error instanceof HandoffFieldError || (error as { name?: unknown } | null)?.name === 'HandoffFieldError') {
+    status = 400;
+    type = 'invalid_request_error';
+  } else if (DeadlineError.is(error)) {
+    status = 504;
+    type = 'timeout';
+  } else if (NoWorkerError.is(error) || (error as { name?: unknown } | null)?.name === 'ShutdownError') {
+    status = 503;
+    type = 'service_unavailable';
+  } else if (upstream?.kind === 'status' && (upstream.status as number) < 500) {
+    status = upstream.status as number;
+    type = 'invalid_request_error';
+  } else if (upstream !== undefined || PrefillError.is(error)) {
+    status = 502;
+    type = 'upstream_error';
+  }
+  const which = leg ?? (PrefillError.is(error) ? 'prefill' : DeadlineError.is(error) ? error.leg : undefined);
+  return {
+    status,
+    body: { error: { message, type, code: status, param: null, ...(which === undefined ? {} : { leg: which }) } },
+  };
+}
+
+function findUpstream(error: unknown): UpstreamError | undefined {
+  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
+    if (UpstreamError.is(at)) return at;
+    at = (at as { cause?: unknown }).cause;
+  }
+  return undefined;
+}

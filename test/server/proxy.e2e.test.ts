@@ -1,0 +1,215 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type Proxy, type ProxyOptions } from '../../src/server/proxy.js';
+import type { FakeWorkerOptions } from '../../src/testing/index.js';
+import { recordingLogger } from '../support/async.js';
+import { eventually, fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: Proxy[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0 })));
+  proxies = [];
+});
+
+async function setup(
+  protocol: 'vllm' | 'sglang',
+  workers: { prefill?: Partial<FakeWorkerOptions>; decode?: Partial<FakeWorkerOptions> } = {},
+  options: Partial<ProxyOptions> = {},
+) {
+  const prefill = await fakes.start({ role: 'prefill', protocol, ...workers.prefill });
+  const decode = await fakes.start({ role: 'decode', protocol, tokens: 4, ...workers.decode });
+  const logger = recordingLogger();
+  const proxy = createProxy({
+    connector: protocol,
+    prefill: [{ url: prefill.url, bootstrapPort: prefill.bootstrapPort }],
+    decode: [{ url: decode.url }],
+    logger: logger.logger,
+    ...options,
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0);
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  return { prefill, decode, proxy, url, client, logs: logger.records };
+}
+
+async function text(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>): Promise<string> {
+  let out = '';
+  for await (const chunk of stream) out += chunk.choices[0]?.delta?.content ?? '';
+  return out;
+}
+
+describe('disagg proxy, with the official openai client', () => {
+  for (const protocol of ['vllm', 'sglang'] as const) {
+    it(`${protocol}: a streaming chat completion, with how it was served in the headers`, async () => {
+      const { client, prefill, decode } = await setup(protocol);
+      const { data: stream, response } = await client.chat.completions
+        .create({ model: 'fake-model', messages: [{ role: 'user', content: 'Hi' }], stream: true })
+        .withResponse();
+      expect(await text(stream)).toBe('tok0 tok1 tok2 tok3 ');
+      expect(response.headers.get('x-disagg-strategy')).toBe(
+        protocol === 'vllm' ? 'disaggregated-sequential' : 'disaggregated-concurrent',
+      );
+      expect(response.headers.get('x-disagg-prefill-worker')).toBe(prefill.url);
+      expect(response.headers.get('x-disagg-decode-worker')).toBe(decode.url);
+      const requestId = response.headers.get('x-request-id');
+      expect([prefill.requests[0]?.requestId, decode.requests[0]?.requestId]).toEqual([requestId, requestId]);
+      expect(prefill.ledger.claimed()).toHaveLength(1);
+    });
+  }
+
+  it('a non-streamed completion, with usage', async () => {
+    const { client } = await setup('vllm');
+    const completion = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 });
+    expect(completion.choices[0]).toMatchObject({ text: 'tok0 tok1 tok2 ', finish_reason: 'length' });
+    expect(completion.usage?.completion_tokens).toBe(3);
+  });
+
+  it('a streamed completion with include_usage ends with the usage chunk', async () => {
+    const { client } = await setup('vllm');
+    const stream = await client.completions.create({
+      model: 'fake-model',
+      prompt: 'Say',
+      max_tokens: 2,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.map((chunk) => chunk.choices[0]?.text ?? null)).toEqual(['tok0 ', 'tok1 ', '', null]);
+    expect(chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens).toEqual(expect.any(Number));
+  });
+
+  it("a decode worker's 400 is the client's BadRequestError with the worker's words; never an empty 200", async () => {
+    const { client, prefill } = await setup('vllm', {
+      decode: { fault: { type: 'status', status: 400, message: 'context too long' } },
+    });
+    const call = client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'x' }],
+      stream: true,
+    });
+    await expect(call).rejects.toBeInstanceOf(OpenAI.BadRequestError);
+    await expect(call).rejects.toThrow('context too long');
+    fakes.leaveKv(prefill); // refused before taking the KV: the prefill worker's own timeout frees it
+  });
+
+  it('a prefill failure before the first byte is a real 502 saying the prefill leg failed', async () => {
+    const { client } = await setup('vllm', {
+      prefill: { fault: { type: 'status', status: 503, message: 'prefill down' } },
+    });
+    const error = await client.completions.create({ model: 'm', prompt: 'x', stream: true }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect((error as Error).message).toContain('prefill down');
+    expect((error as { error?: { leg?: string } }).error?.leg).toBe('prefill');
+  });
+
+  it('a decode failure after streaming started is one SSE error event naming the leg, then the end', async () => {
+    const { url } = await setup('vllm', {
+      decode: { fault: { type: 'error-event', afterTokens: 2, message: 'decode OOM' } },
+    });
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', stream: true }),
+    });
+    expect(answer.statusCode).toBe(200);
+    const body = await answer.body.text();
+    const events = body.trim().split('\n\n');
+    expect(events.slice(0, 2).every((event) => event.startsWith('data: {'))).toBe(true);
+    expect(events[2]).toMatch(
+      /^event: error\ndata: \{"error":\{"message":".*decode OOM.*","type":"upstream_error","code":502,"param":null,"leg":"decode"\}\}$/,
+    );
+    expect(events).toHaveLength(3); // nothing after the error, no [DONE]
+  });
+
+  it('the same failure surfaces as an APIError from the openai client stream', async () => {
+    const { client } = await setup(
+      'sglang',
+      { prefill: { fault: { type: 'late-failure', message: 'KV transfer aborted' } } },
+      {},
+    );
+    const error = await client.chat.completions
+      .create({ model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true })
+      .then((stream) => text(stream))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as Error).message).toContain('KV transfer aborted');
+  });
+
+  it('GET /v1/models comes from a decode worker; /health, /ready and /metrics answer', async () => {
+    const { client, url } = await setup('vllm', { decode: { model: 'llama-fake' } });
+    const models = await client.models.list();
+    expect(models.data.map((model) => model.id)).toEqual(['llama-fake']);
+    expect((await request(`${url}/health`)).statusCode).toBe(200);
+    expect(await (await request(`${url}/ready`)).body.json()).toEqual({
+      ready: true,
+      prefill_workers: 1,
+      decode_workers: 1,
+    });
+    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_requests_total{outcome="success",leg=""} 1');
+    for (const name of [
+      'disagg_time_to_first_token_seconds_count 1',
+      'disagg_prefill_duration_seconds_count 1',
+      'disagg_handoff_window_seconds_count 1',
+      'disagg_inter_token_latency_seconds',
+      'disagg_held_terminal_wait_seconds',
+      'disagg_in_flight_requests{role="decode"',
+      'disagg_orphaned_handoffs_total 0',
+    ]) {
+      expect(metrics).toContain(name);
+    }
+  });
+
+  it('a failing worker leaves the rotation and comes back; /ready follows', async () => {
+    const { url, decode, proxy } = await setup('vllm', {}, { healthIntervalMs: 20 });
+    decode.setFault(undefined);
+    await decode.close();
+    await eventually(() => proxy.decodeWorkers.available.length === 0, 'decode out of rotation');
+    expect((await request(`${url}/ready`)).statusCode).toBe(503);
+  });
+
+  it('no prefill worker in rotation: requests are served by decode alone, and say so', async () => {
+    const { client, prefill, proxy } = await setup('vllm', {}, { healthIntervalMs: 20 });
+    await prefill.close();
+    await eventually(() => proxy.prefillWorkers.available.length === 0, 'prefill out of rotation');
+    const { data, response } = await client.completions
+      .create({ model: 'm', prompt: 'x', max_tokens: 2 })
+      .withResponse();
+    expect(data.choices[0]?.text).toBe('tok0 tok1 ');
+    expect(response.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+  });
+
+  it('a client that never reads: past the limit the decode leg is stopped instead of buffered', async () => {
+    const { url, decode } = await setup('vllm', { decode: { tokens: 200_000 } }, { slowClientTimeoutMs: 200 });
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', stream: true }),
+    });
+    expect(answer.statusCode).toBe(200);
+    // Never read: the socket fills, the proxy waits 200 ms, then gives the request up.
+    await eventually(() => decode.requests[0]?.aborted === true, 'decode stopped', 2000);
+    answer.body.destroy();
+  }, 20_000);
+
+  it('graceful shutdown: new requests refused, a request under way ended by an SSE error after the grace period', async () => {
+    const { client, proxy, url } = await setup('vllm', { decode: { tokens: 1000, tokenIntervalMs: 20 } });
+    const stream = await client.completions.create({ model: 'm', prompt: 'x', stream: true });
+    const reading = (async () => {
+      let count = 0;
+      for await (const _ of stream) count++;
+      return count;
+    })().catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await proxy.close({ gracePeriodMs: 100 });
+    const error = await reading;
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as Error).message).toContain('shutting down');
+    await expect(request(`${url}/health`)).rejects.toThrow();
+  });
+});
