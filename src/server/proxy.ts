@@ -64,7 +64,7 @@ export interface ProxyOptions {
 }
 
 /** A running (or ready to run) proxy. */
-export interface Proxy {
+export interface ProxyServer {
   readonly server: Server;
   readonly metrics: ProxyMetrics;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
@@ -107,11 +107,11 @@ interface InFlight {
  * const url = await proxy.listen(8000);
  * process.on('SIGTERM', () => proxy.close());
  */
-export function createProxy(options: ProxyOptions): Proxy {
+export function createProxy(options: ProxyOptions): ProxyServer {
   return new DisaggProxy(options);
 }
 
-class DisaggProxy implements Proxy {
+class DisaggProxy implements ProxyServer {
   readonly server: Server;
   readonly metrics: ProxyMetrics;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;

@@ -1,13 +1,13 @@
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createProxy, type Proxy, type ProxyOptions } from '../../src/server/proxy.js';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
 import { recordingLogger } from '../support/async.js';
 import { eventually, fakeWorkers } from '../support/http.js';
 
 const fakes = fakeWorkers();
-let proxies: Proxy[] = [];
+let proxies: ProxyServer[] = [];
 afterEach(async () => {
   await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0 })));
   proxies = [];
