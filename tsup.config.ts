@@ -1,13 +1,26 @@
 import { defineConfig } from 'tsup';
 
-export default defineConfig({
-  entry: { index: 'src/index.ts', rxjs: 'src/rxjs/index.ts', testing: 'src/testing/index.ts' },
-  // Both entries share one copy of the library's code (one ResponseStream class per format).
-  splitting: true,
-  format: ['esm', 'cjs'],
-  dts: true,
-  sourcemap: true,
-  clean: true,
-  target: 'node20',
-  platform: 'node',
-});
+export default defineConfig([
+  {
+    // The library and its subpaths, for import and require.
+    entry: { index: 'src/index.ts', rxjs: 'src/rxjs/index.ts', testing: 'src/testing/index.ts' },
+    format: ['esm', 'cjs'],
+    // All entries share one copy of the library's code (one ResponseStream class per format).
+    splitting: true,
+    dts: true,
+    sourcemap: true,
+    clean: true,
+    target: 'node20',
+    platform: 'node',
+  },
+  {
+    // The `disagg` command (the package's bin): ESM only, with its shebang.
+    entry: { cli: 'src/cli/disagg.ts' },
+    format: ['esm'],
+    dts: false,
+    sourcemap: true,
+    clean: false,
+    target: 'node20',
+    platform: 'node',
+  },
+]);

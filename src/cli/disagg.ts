@@ -1,0 +1,84 @@
+#!/usr/bin/env node
+// The `disagg` command. The only module that writes to the console: a command-line tool.
+import { createRequire } from 'node:module';
+import { pino } from 'pino';
+import { ConfigError, loadServeConfig, SERVE_USAGE } from '../server/config.js';
+import { createProxy } from '../server/proxy.js';
+
+const USAGE = `Usage: disagg <command>
+
+Commands:
+  serve     run the OpenAI-compatible disaggregating proxy (disagg serve --help)
+
+Options:
+  --version  print the version
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === '--version' || command === '-v') {
+    const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
+    console.log(version);
+    return 0;
+  }
+  if (command !== 'serve') {
+    (command === undefined || command === '--help' || command === '-h' ? console.log : console.error)(USAGE);
+    return command === undefined || command === '--help' || command === '-h' ? 0 : 2;
+  }
+  let config: ReturnType<typeof loadServeConfig>;
+  try {
+    config = loadServeConfig(rest);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    console.error(`disagg serve: ${error.message}\n\n${SERVE_USAGE}`);
+    return 2;
+  }
+  if (config === 'help') {
+    console.log(SERVE_USAGE);
+    return 0;
+  }
+  const logger = pino({ level: config.logLevel });
+  const proxy = createProxy({
+    connector: config.connector,
+    prefill: config.prefill,
+    decode: config.decode,
+    selection: config.selection,
+    deadlines: config.deadlines,
+    ...(config.cleanupBudgetMs === undefined ? {} : { cleanupBudgetMs: config.cleanupBudgetMs }),
+    healthIntervalMs: config.healthIntervalMs,
+    slowClientTimeoutMs: config.slowClientTimeoutMs,
+    logger,
+  });
+  const url = await proxy.listen(config.port, config.host);
+  logger.info(
+    {
+      url,
+      connector: config.connector,
+      prefill: config.prefill.map((w) => w.url),
+      decode: config.decode.map((w) => w.url),
+    },
+    'disagg serve listening',
+  );
+  await new Promise<void>((resolve) => {
+    const stop = (signal: NodeJS.Signals) => {
+      logger.info({ signal, gracePeriodMs: config.gracePeriodMs }, 'Shutting down');
+      process.off('SIGTERM', stop);
+      process.off('SIGINT', stop);
+      proxy.close({ gracePeriodMs: config.gracePeriodMs }).then(resolve, resolve);
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+  });
+  logger.info('Stopped');
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    console.error(error);
+    process.exitCode = 1;
+  },
+);

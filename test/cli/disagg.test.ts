@@ -1,0 +1,70 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { fakeWorkers } from '../support/http.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const bin = `${root}/dist/cli.js`;
+const fakes = fakeWorkers();
+
+describe('the disagg command (built)', () => {
+  it('prints its usage and version; a bad setting exits 2 saying what was expected', () => {
+    expect(spawnSync(process.execPath, [bin, '--help'], { encoding: 'utf8' }).stdout).toContain('disagg serve');
+    expect(spawnSync(process.execPath, [bin, '--version'], { encoding: 'utf8' }).stdout.trim()).toMatch(
+      /^\d+\.\d+\.\d+/,
+    );
+    const bad = spawnSync(process.execPath, [bin, 'serve', '--connector', 'trt'], { encoding: 'utf8' });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("--connector must be 'vllm' or 'sglang'");
+  });
+
+  it('serve: answers a completion through fake workers, and stops cleanly on SIGTERM', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const child = spawn(
+      process.execPath,
+      [
+        bin,
+        'serve',
+        '--connector',
+        'vllm',
+        '--prefill',
+        prefill.url,
+        '--decode',
+        decode.url,
+        '--port',
+        '0',
+        '--host',
+        '127.0.0.1',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no listening line in: ${out}`)), 10_000);
+      child.stdout.on('data', () => {
+        const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
+        if (line !== undefined) {
+          clearTimeout(timer);
+          resolve(JSON.parse(line).url);
+        }
+      });
+    });
+    const answer = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
+    });
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
+    expect(((await answer.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(out).toContain('"msg":"request finished"');
+    expect(out).toContain('"msg":"Stopped"');
+  }, 20_000);
+});

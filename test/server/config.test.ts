@@ -1,0 +1,110 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadServeConfig } from '../../src/server/config.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'disagg-config-'));
+const file = (name: string, text: string) => {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+};
+
+describe('disagg serve configuration', () => {
+  it('from arguments, with repeated and comma-separated workers and the defaults', () => {
+    const config = loadServeConfig(
+      [
+        '--connector',
+        'vllm',
+        '--prefill',
+        'http://p0:8100,http://p1:8100',
+        '--decode',
+        'http://d0:8200',
+        '--decode',
+        'http://d1:8200',
+      ],
+      {},
+    );
+    expect(config).toEqual({
+      connector: 'vllm',
+      prefill: [{ url: 'http://p0:8100' }, { url: 'http://p1:8100' }],
+      decode: [{ url: 'http://d0:8200' }, { url: 'http://d1:8200' }],
+      host: '0.0.0.0',
+      port: 8000,
+      selection: 'least-in-flight',
+      deadlines: {},
+      cleanupBudgetMs: undefined,
+      healthIntervalMs: 5000,
+      slowClientTimeoutMs: 30_000,
+      gracePeriodMs: 30_000,
+      logLevel: 'info',
+    });
+  });
+
+  it('from a YAML or JSON file and the environment; arguments win over the environment, which wins over the file', () => {
+    const yaml = file(
+      'disagg.yaml',
+      `connector: sglang
+prefill:
+  - url: http://p0:30000
+    bootstrapPort: 9000
+  - http://p1:30000
+decode: [http://d0:30000]
+port: 9000
+deadlines:
+  idleMs: 5000
+`,
+    );
+    const config = loadServeConfig(['--port', '9100'], {
+      DISAGG_CONFIG: yaml,
+      DISAGG_PORT: '9050',
+      DISAGG_LOG_LEVEL: 'warn',
+    });
+    expect(config).toMatchObject({
+      connector: 'sglang',
+      prefill: [
+        { url: 'http://p0:30000', bootstrapPort: 9000 },
+        { url: 'http://p1:30000', bootstrapPort: 8998 },
+      ],
+      decode: [{ url: 'http://d0:30000' }],
+      port: 9100,
+      deadlines: { idleMs: 5000 },
+      logLevel: 'warn',
+    });
+    const json = file(
+      'disagg.json',
+      JSON.stringify({ connector: 'vllm', prefill: ['http://p'], decode: ['http://d'] }),
+    );
+    expect(loadServeConfig(['--config', json], { DISAGG_DECODE: 'http://d9' })).toMatchObject({
+      decode: [{ url: 'http://d9' }],
+    });
+  });
+
+  it.each([
+    [['--prefill', 'http://p', '--decode', 'http://d'], "--connector must be 'vllm' or 'sglang', got undefined"],
+    [['--connector', 'vllm', '--decode', 'http://d'], '--prefill is required'],
+    [['--connector', 'vllm', '--prefill', 'p0:8000', '--decode', 'http://d'], 'is not an http(s) URL'],
+    [
+      ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--port', 'x'],
+      '--port must be a non-negative number',
+    ],
+    [
+      ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--deadline-idle-ms', '0'],
+      'deadlines.idleMs',
+    ],
+    [
+      ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--selection', 'random'],
+      '--selection must be',
+    ],
+    [['--nope'], "Unknown option '--nope'"],
+    [['--config', '/no/such/file.yaml'], 'Cannot read the config file'],
+  ])('refuses %j, saying what was expected', (args, message) => {
+    expect(() => loadServeConfig(args, {})).toThrow(ConfigError);
+    expect(() => loadServeConfig(args, {})).toThrow(message);
+  });
+
+  it('--help asks for the usage', () => {
+    expect(loadServeConfig(['--help'], {})).toBe('help');
+  });
+});
