@@ -1,85 +1,80 @@
-// The main job of disagg, on simulated in-process engines: a prefill and a decode running at
-// once (as with SGLang's bootstrap handoff), guarded by PrefillTask.forwardDecode.
+// The main job of disagg, on an embedded default: fake SGLang prefill and decode workers on
+// loopback, the disagg proxy in front of them, and the official openai client talking to it.
 //
 //   npm run demo
 //
-// Each scenario prints a timeline: what the engines do, and what the client receives.
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Annotated, Controller, LLMEngineOutput, PrefillTask, ResponseStream } from '../src/index.js';
+// 1. A streaming chat completion: tokens as they arrive, and the request's timeline as the
+//    proxy saw it (prefill and decode run at once; the last chunk waits for prefill).
+// 2. A prefill that fails after the handoff, mid-stream: the client gets one clean SSE error
+//    naming the failing leg, never a half-answer passed off as a success.
+import OpenAI from 'openai';
+import type { FlowEvent } from '../src/index.js';
+import { createProxy } from '../src/server/proxy.js';
+import { startFakeWorker } from '../src/testing/index.js';
 
-type Item = Annotated<LLMEngineOutput>;
+const quiet = { error() {}, warn() {}, info() {}, debug() {} };
+// Prefill takes 60 ms for the prompt, then 300 ms to move the KV; decode streams meanwhile.
+const prefill = await startFakeWorker({ role: 'prefill', protocol: 'sglang', tokenIntervalMs: 60, transferMs: 300 });
+const decode = await startFakeWorker({ role: 'decode', protocol: 'sglang', tokens: 5, tokenIntervalMs: 40 });
+const timeline: FlowEvent[] = [];
+const proxy = createProxy({
+  connector: 'sglang',
+  prefill: [{ url: prefill.url, bootstrapPort: prefill.bootstrapPort }],
+  decode: [{ url: decode.url }],
+  logger: quiet,
+  onEvent: (event) => timeline.push(event),
+});
+const url = await proxy.listen(0);
+const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'not-needed', maxRetries: 0 });
+const ms = (value: number) => `+${String(Math.round(value)).padStart(4)} ms`;
 
-const WORDS = ['Disaggregated', ' serving', ' splits', ' prefill', ' from', ' decode', '.'];
-let started = 0;
-let terminalSentAt: number | undefined;
-
-function log(actor: string, text: string): void {
-  const at = `+${String(Math.round(performance.now() - started)).padStart(5)} ms`;
-  console.log(`  ${at}  ${actor.padEnd(8)} ${text}`);
+console.log(`disagg demo: SGLang prefill ${prefill.url} and decode ${decode.url}, the proxy at ${url}\n`);
+console.log('1. A streaming chat completion through the proxy (openai client)');
+const started = performance.now();
+const { data: stream, response } = await client.chat.completions
+  .create({ model: 'fake-model', messages: [{ role: 'user', content: 'Explain disaggregation' }], stream: true })
+  .withResponse();
+console.log(`   served as: ${response.headers.get('x-disagg-strategy')}`);
+for await (const chunk of stream) {
+  const choice = chunk.choices[0];
+  if (choice?.delta?.content)
+    console.log(`   ${ms(performance.now() - started)}  client <- ${JSON.stringify(choice.delta.content)}`);
+  if (choice?.finish_reason)
+    console.log(`   ${ms(performance.now() - started)}  client <- finish_reason: ${choice.finish_reason}`);
 }
-
-/** A prefill worker: computes the prompt's KV for `ms`, then succeeds or fails. */
-async function prefillEngine(ms: number, failure?: string): Promise<void> {
-  log('prefill', `started (${ms} ms of prompt work)`);
-  await sleep(ms);
-  if (failure !== undefined) {
-    log('prefill', `FAILED: ${failure}`);
-    throw new Error(failure);
-  }
-  log('prefill', 'succeeded: KV handed to the decode worker');
+console.log("   the proxy's timeline of that request:");
+for (const event of timeline.filter((event) => event.type !== 'settled')) {
+  const detail =
+    event.type === 'terminalReleased'
+      ? ` (held ${Math.round(event.heldMs)} ms for prefill)`
+      : event.type === 'finished'
+        ? `: ${event.outcome}`
+        : '';
+  console.log(`   ${ms(event.elapsedMs)}  ${event.type}${detail}${event.late ? ' (late)' : ''}`);
 }
+console.log(
+  `   KV handoffs on the prefill worker: ${prefill.ledger.claimed().length} claimed, ${prefill.ledger.outstanding().length} left behind\n`,
+);
 
-/** A decode worker: one token every `intervalMs`, then a `length` terminal. Stops when told. */
-function decodeEngine(intervalMs: number, context: Controller): Promise<ResponseStream<Item>> {
-  async function* tokens(): AsyncGenerator<Item> {
-    try {
-      for (const [i, text] of WORDS.entries()) {
-        await sleep(intervalMs, undefined, { signal: context.signal });
-        yield Annotated.fromData({ token_ids: [1000 + i], text });
-      }
-      await sleep(intervalMs, undefined, { signal: context.signal });
-      terminalSentAt = performance.now();
-      log('decode', 'sends its terminal (finish_reason: length); held until prefill settles');
-      yield Annotated.fromData(LLMEngineOutput.length());
-    } catch (error) {
-      if ((error as Error).name !== 'AbortError') throw error;
-      log('decode', 'stopped by its context');
-    }
-  }
-  log('decode', 'dispatched');
-  return Promise.resolve(new ResponseStream(tokens(), context));
-}
-
-async function scenario(title: string, prefillMs: number, decodeIntervalMs: number, failure?: string) {
-  console.log(`\n${title}`);
-  started = performance.now();
-  terminalSentAt = undefined;
-  const client = new Controller('demo-request');
-  const decodeContext = new Controller('demo-request');
-  client.linkChild(decodeContext);
-  // Prefill runs detached, on its own context: nothing the client does cancels it.
-  const task = PrefillTask.spawn(() => prefillEngine(prefillMs, failure), {
-    logger: { error() {}, warn() {}, info() {}, debug() {} },
+console.log('2. The prefill worker fails after the handoff, while decode is streaming');
+prefill.setFault({ type: 'late-failure', message: 'KV transfer aborted (NIXL timeout)' });
+try {
+  const failing = await client.chat.completions.create({
+    model: 'fake-model',
+    messages: [{ role: 'user', content: 'Explain disaggregation' }],
+    stream: true,
   });
-  const stream = await task.forwardDecode(decodeEngine(decodeIntervalMs, decodeContext), client);
-  let text = '';
-  for await (const item of stream) {
-    const error = Annotated.err(item);
-    if (error !== undefined) {
-      log('client', `<- error: ${error.message}`);
-    } else if (item.data?.finish_reason) {
-      const held = Math.round(performance.now() - (terminalSentAt ?? performance.now()));
-      log('client', `<- finish_reason: ${item.data.finish_reason} after a ${held} ms hold  (text: "${text}")`);
-    } else {
-      text += item.data?.text ?? '';
-      log('client', `<- token ${JSON.stringify(item.data?.text)}`);
-    }
+  for await (const chunk of failing) {
+    const text = chunk.choices[0]?.delta?.content;
+    if (text) console.log(`   client <- ${JSON.stringify(text)}`);
   }
-  log('client', `stream ended; request context stopped: ${client.isStopped() ? 'yes' : 'no'}`);
-  await sleep(5); // lets the decode worker report how it stopped before the next scenario
+  console.log('   (no error?)');
+} catch (error) {
+  const leg = (error as { error?: { leg?: string } }).error?.leg;
+  console.log(
+    `   client <- SSE error (${error instanceof OpenAI.APIError ? 'OpenAI.APIError' : 'error'}, leg: ${leg}): ${(error as Error).message}`,
+  );
 }
 
-await scenario('1. Tokens flow while prefill is still running; the terminal waits for prefill', 700, 60);
-await scenario('2. A late prefill failure replaces the decode success', 700, 60, 'KV transfer timed out (NIXL)');
-await scenario('3. A prefill failure mid-stream stops decode at once', 250, 60, 'prefill worker 2 lost');
-console.log('\nSee README.md for the rules behind each line.');
+await proxy.close({ gracePeriodMs: 0 });
+await Promise.all([prefill.close(), decode.close()]);

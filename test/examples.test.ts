@@ -50,8 +50,32 @@ describe('the README stays true', () => {
 });
 
 describe('npm run demo', () => {
-  it('shows tokens before prefill ends, the held terminal, and a late failure replacing success', () => {
+  it('runs fake workers and the proxy: tokens through the openai client, the timeline, then a clean SSE error', () => {
     const run = spawnSync(process.execPath, ['--import', 'tsx', 'examples/demo.ts'], { cwd: root, encoding: 'utf8' });
+    expect(run.status).toBe(0);
+    expect(run.stderr).toBe('');
+    const [first, second] = run.stdout.split(/\n(?=\d\. )/).slice(1);
+    expect(first).toContain('served as: disaggregated-concurrent');
+    expect(first).toContain('client <- "tok0 "');
+    expect(first).toContain('client <- finish_reason: stop');
+    const timeline = (first ?? '').split('\n');
+    const at = (name: string) => timeline.findIndex((line) => line.trim().endsWith(name) || line.includes(`${name} (`));
+    expect(at('firstToken')).toBeGreaterThan(-1);
+    expect(at('firstToken')).toBeLessThan(at('prefillCompleted')); // tokens flowed while prefill ran
+    expect(at('terminalReleased')).toBeGreaterThan(at('prefillCompleted')); // the last chunk waited
+    expect(first).toContain('finished: success');
+    expect(first).toContain('1 claimed, 0 left behind');
+    expect(second).toContain('client <- SSE error (OpenAI.APIError, leg: prefill)');
+    expect(second).toContain('KV transfer aborted (NIXL timeout)');
+  });
+});
+
+describe('npm run demo:handoff', () => {
+  it('shows tokens before prefill ends, the held terminal, and a late failure replacing success', () => {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'examples/handoff-demo.ts'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
     expect(run.status).toBe(0);
     expect(run.stderr).toBe('');
     const [first, second, third] = run.stdout.split(/\n(?=\d\. )/).slice(1);

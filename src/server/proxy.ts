@@ -59,6 +59,8 @@ export interface ProxyOptions {
   /** The largest request body accepted; 8 MiB by default. */
   maxBodyBytes?: number;
   logger?: Logger;
+  /** Receives every request's lifecycle events (see `FlowEvent`), for your own logs or traces. */
+  onEvent?: (event: FlowEvent) => void;
   /** The undici dispatcher for worker calls (connection pool); undici's global one by default. */
   dispatcher?: Dispatcher;
 }
@@ -258,8 +260,16 @@ class DisaggProxy implements ProxyServer {
     const observe = this.metrics.listener();
     let routed: FlowEventOf<'routed'> | undefined;
     let finished: FlowEventOf<'finished'> | undefined;
+    const tap = this.#options.onEvent;
     const onEvent = (event: FlowEvent) => {
       observe(event);
+      if (tap !== undefined) {
+        try {
+          tap(event);
+        } catch (error) {
+          this.#logger.warn({ err: error }, 'The onEvent tap threw; ignored');
+        }
+      }
       if (event.type === 'routed') routed = event;
       else if (event.type === 'finished') finished = event;
     };

@@ -15,7 +15,8 @@ import { KvLedger } from './kv-ledger.js';
  * - `slow`: stream with `tokenIntervalMs` between tokens;
  * - `never-bootstrap`: SGLang decode never connects to prefill, a prefill never answers
  *   after committing its KV; vLLM decode never pulls the KV (and never answers);
- * - `late-failure`: a prefill fails after its KV was taken (SGLang) or after computing (vLLM);
+ * - `late-failure`: a prefill fails after its KV was taken (SGLang; `afterMs` later) or after
+ *   computing (vLLM);
  * - `no-claim`: decode streams without taking the KV, which stays on the prefill worker.
  */
 export type Fault =
@@ -25,7 +26,7 @@ export type Fault =
   | { type: 'reset'; afterTokens?: number }
   | { type: 'slow'; tokenIntervalMs: number }
   | { type: 'never-bootstrap' }
-  | { type: 'late-failure'; message?: string }
+  | { type: 'late-failure'; message?: string; afterMs?: number }
   | { type: 'no-claim' };
 
 /** A request a fake worker received. */
@@ -54,6 +55,11 @@ export interface FakeWorkerOptions {
   fault?: Fault | ((request: FakeRequest) => Fault | undefined);
   /** How long a prefill holds committed KV before freeing it as stranded; 60,000 ms by default. */
   kvTimeoutMs?: number;
+  /**
+   * SGLang prefill: how long the KV transfer takes once decode has connected, before prefill
+   * answers (meanwhile decode streams); 0 by default.
+   */
+  transferMs?: number;
   /** How long a rendezvous waits for its peer (SGLang); 30,000 ms by default. */
   bootstrapTimeoutMs?: number;
   /** The model id it serves (`/v1/models`); `fake-model` by default. */
@@ -274,7 +280,9 @@ class Worker implements FakeWorker {
       if (!res.destroyed) answerError(res, 500, `bootstrap room ${room} timed out waiting for decode`);
       return;
     }
+    await this.#pause(this.#options.transferMs ?? 0);
     if (fault?.type === 'late-failure') {
+      await this.#pause(fault.afterMs ?? 0);
       return answerError(res, 500, fault.message ?? 'KV transfer aborted after the bootstrap');
     }
     record.completed = true;
