@@ -3,7 +3,12 @@ import { defineConfig } from 'tsup';
 export default defineConfig([
   {
     // The library and its subpaths, for import and require.
-    entry: { index: 'src/index.ts', rxjs: 'src/rxjs/index.ts', testing: 'src/testing/index.ts' },
+    entry: {
+      index: 'src/index.ts',
+      rxjs: 'src/rxjs/index.ts',
+      testing: 'src/testing/index.ts',
+      server: 'src/server/index.ts',
+    },
     format: ['esm', 'cjs'],
     // All entries share one copy of the library's code (one ResponseStream class per format).
     splitting: true,

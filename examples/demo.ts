@@ -9,7 +9,7 @@
 //    naming the failing leg, never a half-answer passed off as a success.
 import OpenAI from 'openai';
 import type { FlowEvent } from '../src/index.js';
-import { createProxy } from '../src/server/proxy.js';
+import { createProxy } from '../src/server/index.js';
 import { startFakeWorker } from '../src/testing/index.js';
 
 const quiet = { error() {}, warn() {}, info() {}, debug() {} };

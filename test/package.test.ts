@@ -125,3 +125,18 @@ describe('the disagg/testing subpath', () => {
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, health: { status: 'ok' } });
   });
 });
+
+describe('the disagg/server subpath', () => {
+  it('both formats give createProxy and the configuration loader', () => {
+    const script = `
+      import * as esm from 'disagg/server';
+      import { createRequire } from 'node:module';
+      const cjs = createRequire(import.meta.url)('disagg/server');
+      console.log(JSON.stringify({ esm: Object.keys(esm).sort(), cjs: Object.keys(cjs).sort() }));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    const names = ['ConfigError', 'createProxy', 'loadServeConfig'];
+    expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names });
+  });
+});

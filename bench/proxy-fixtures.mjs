@@ -1,0 +1,65 @@
+// Child processes of bench/proxy.mjs, so that the workers and the relays do not share an
+// event loop with what is measured. Prints one JSON line with the URLs, runs until stdin ends.
+//   node bench/proxy-fixtures.mjs workers <tokens> <intervalMs>
+//   node bench/proxy-fixtures.mjs relays <decodeUrl> <tokens>
+import { createServer } from 'node:http';
+import { startFakeWorker } from 'disagg/testing';
+import Fastify from 'fastify';
+import { Agent, request } from 'undici';
+
+const [kind, ...rest] = process.argv.slice(2);
+const closers = [];
+
+if (kind === 'workers') {
+  const [tokens, interval] = rest.map(Number);
+  const prefill = await startFakeWorker({ role: 'prefill', protocol: 'vllm' });
+  // Paced, as a GPU streams tokens; and unpaced, for the relays' throughput.
+  const decode = await startFakeWorker({ role: 'decode', protocol: 'vllm', tokens, tokenIntervalMs: interval });
+  const fast = await startFakeWorker({ role: 'decode', protocol: 'vllm', tokens });
+  closers.push(
+    () => prefill.close(),
+    () => decode.close(),
+    () => fast.close(),
+  );
+  console.log(JSON.stringify({ prefill: prefill.url, decode: decode.url, fast: fast.url }));
+} else {
+  const [decodeUrl, tokens] = rest;
+  const dispatcher = new Agent({ connections: 128 });
+  const body = JSON.stringify({ model: 'm', prompt: 'Benchmark prompt', max_tokens: Number(tokens), stream: true });
+  const upstream = () =>
+    request(`${decodeUrl}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      dispatcher,
+    });
+  // Each relay passes the decode worker's SSE stream through and nothing else.
+  const relay = async (res, answer) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    for await (const chunk of answer.body) if (!res.write(chunk)) await new Promise((r) => res.once('drain', r));
+    res.end();
+  };
+  const bare = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => upstream().then((answer) => relay(res, answer)));
+  });
+  await new Promise((resolve) => bare.listen(0, '127.0.0.1', resolve));
+  const fastify = Fastify({ logger: false });
+  fastify.post('/v1/completions', async (_request, reply) => {
+    const answer = await upstream();
+    reply.hijack();
+    await relay(reply.raw, answer);
+  });
+  const fastifyUrl = await fastify.listen({ port: 0, host: '127.0.0.1' });
+  closers.push(
+    () => fastify.close(),
+    () => new Promise((resolve) => bare.close(resolve)),
+  );
+  console.log(JSON.stringify({ bare: `http://127.0.0.1:${bare.address().port}`, fastify: fastifyUrl }));
+}
+
+process.stdin.resume();
+process.stdin.on('end', async () => {
+  await Promise.all(closers.map((close) => close()));
+  process.exit(0);
+});
