@@ -173,14 +173,15 @@ export class DecodeLeg {
   }
 
   /**
-   * Prefill failed: no KV will come, so decode is killed now instead of being cleaned up.
-   * (Closing its stream is the prefill guard's job; a stream that opens later is released.)
+   * Prefill failed: no KV will come, so decode is killed and its stream closed now instead of
+   * being cleaned up. Nothing more from decode is forwarded after a prefill failure (the guard
+   * answers with the prefill error), and nobody may be reading it any more. A stream that
+   * opens later is released.
    */
   abandon(): void {
     if (this.#ended) return;
     this.context.kill();
-    // A stream the leg reads by itself (for a client that left) is the leg's to close.
-    if (this.#abandoned) this.#closeSource();
+    this.#closeSource();
     this.#end();
   }
 

@@ -1,10 +1,11 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
 import { CleanupError, orphanedHandoffs } from '../../src/flow/decode-leg.js';
-import { type DisaggregateOptions, disaggregate } from '../../src/flow/disaggregate.js';
+import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
 import { client, decodeTokens, engine, eventLog, handoffItem, prefillWithParams } from '../support/flow.js';
 
@@ -152,6 +153,103 @@ describe('after the KV commit, decode takes the KV even if the client has gone',
     await vi.advanceTimersByTimeAsync(200_000);
     expect(orphanedHandoffs()).toBe(before);
     expect(log.types()).not.toContain('cleanupExpired');
+  });
+
+  it('a decode that finished normally is never stopped, also when the stream is closed after it', async () => {
+    const decode = decodeTokens();
+    const stream = await run({ decode: decode.run });
+    const iterator = stream[Symbol.asyncIterator]();
+    for (let step = await iterator.next(); step.done !== true; step = await iterator.next());
+    await iterator.return?.();
+    await flush();
+    expect(decode.calls[0]?.context.isStopped()).toBe(false);
+  });
+
+  it('a client that stops, then kills, before decode answered: the kill reaches decode once it has', async () => {
+    const decodeSource = new ScriptedSource();
+    const decode = engine(() => decodeSource);
+    const context = new Controller();
+    await run({ context, decode: decode.run });
+    context.stopGenerating();
+    await flush();
+    context.kill();
+    await flush();
+    expect(decode.calls[0]?.context.isStopped()).toBe(false);
+    decodeSource.push(token(1));
+    await flush();
+    expect(decode.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('a client that stops and a consumer that closes start one clean-up budget, not two', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const decodeSource = new ScriptedSource();
+    const decode = engine(() => decodeSource);
+    const context = new Controller();
+    const stream = await run({ context, decode: decode.run });
+    context.stopGenerating();
+    await flush();
+    await stream[Symbol.asyncIterator]().return?.();
+    await flush();
+    expect(vi.getTimerCount()).toBe(1);
+    decodeSource.push(token(1));
+    await flush();
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('a decode stream that arrives after the clean-up gave up is closed and killed', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const decodeSource = new ScriptedSource();
+    let open: (() => void) | undefined;
+    const decodeContexts: Controller[] = [];
+    const slowDecode: Engine = (_, context) => {
+      decodeContexts.push(context as Controller);
+      return new Promise((resolve) => {
+        open = () => resolve(new ResponseStream(decodeSource, context));
+      });
+    };
+    const context = new Controller();
+    const call = run({ context, decode: slowDecode, cleanupBudgetMs: 1000 });
+    await flush();
+    context.stopGenerating(); // the client leaves while the decode dispatch is pending
+    await flush();
+    await vi.advanceTimersByTimeAsync(1000);
+    open?.();
+    await flush();
+    expect(decodeSource.closed).toBe(true);
+    expect(decodeContexts[0]?.isKilled()).toBe(true);
+    await call.catch(() => {});
+  });
+
+  it('a leg reading for a client that left is closed when prefill then fails', async () => {
+    const prefillSource = new ScriptedSource();
+    const decodeSource = new ScriptedSource();
+    const context = new Controller();
+    await run({
+      context,
+      prefill: engine(() => prefillSource).run,
+      decode: engine(() => decodeSource).run,
+      connector: sglangBootstrap,
+      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+    });
+    context.stopGenerating(); // nobody reads any more; the leg reads for the claim
+    await flush();
+    expect(decodeSource.nextCalls).toBe(1);
+    prefillSource.push(Annotated.fromError('prefill lost')).end();
+    await flush();
+    expect(decodeSource.closed).toBe(true);
+  });
+
+  it('a deadline before the first read still lets decode take the KV, then stops it', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const decodeSource = new ScriptedSource();
+    const decode = engine(() => decodeSource);
+    await run({ decode: decode.run, deadlines: { totalMs: 100 } });
+    await vi.advanceTimersByTimeAsync(100); // nobody has read the stream yet
+    expect(decodeSource.nextCalls).toBe(1); // read for the claim
+    decodeSource.push(token(1));
+    await flush();
+    expect(decodeSource.closed).toBe(true);
+    expect(decode.calls[0]?.context.isStopped()).toBe(true);
   });
 
   it('aggregated (skipPrefill): no KV to take, so a client stop reaches decode at once', async () => {

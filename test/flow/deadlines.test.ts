@@ -223,6 +223,34 @@ describe('deadlines per phase', () => {
     expect(decode.calls[0]?.context.isKilled()).toBe(true);
   });
 
+  it('total: a decode stuck mid-stream is interrupted even with no decode budget set', async () => {
+    const decodeSource = new ScriptedSource([token(1)]);
+    const decode = engine(() => decodeSource);
+    const stream = await run({ decode: decode.run, deadlines: { totalMs: 500 } });
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    const stuck = iterator.next();
+    await elapse(500);
+    expect(Annotated.err((await stuck).value)).toMatchObject({ name: 'DeadlineError', phase: 'total' });
+    expect((await iterator.next()).done).toBe(true);
+    expect(decode.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('handoff (concurrent): with no decode budget, a decode read waiting for its first token is interrupted', async () => {
+    const prefillSource = new ScriptedSource([Annotated.fromData({ token_ids: [] })]);
+    const decode = engine(() => new ScriptedSource());
+    const stream = await run({
+      prefill: engine(() => prefillSource).run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      deadlines: { handoffMs: 300 },
+    });
+    const first = stream[Symbol.asyncIterator]().next();
+    await elapse(300);
+    expect(Annotated.err((await first).value)).toMatchObject({ name: 'DeadlineError', phase: 'handoff' });
+  });
+
   it('total: before the client stream exists, the request fails with the deadline of the leg that was running', async () => {
     const prefill = engine(() => new ScriptedSource());
     const call = run({ prefill: prefill.run, deadlines: { totalMs: 700 } });
