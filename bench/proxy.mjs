@@ -128,13 +128,18 @@ const decode = { url: urls.decode };
 const body = { model: 'm', prompt: 'Benchmark prompt', max_tokens: TOKENS, stream: true };
 
 const runs = { direct: [], proxy: [], bare: [], fastify: [] };
-await load(`${decode.url}/v1/completions`, body); // warm-up
-await load(`${proxyUrl}/v1/completions`, body);
+const targets = {
+  direct: `${decode.url}/v1/completions`,
+  proxy: `${proxyUrl}/v1/completions`,
+  bare: bareUrl,
+  fastify: fastifyUrl,
+};
+for (const url of Object.values(targets)) await load(url, body); // warm-up, every path
 for (let pass = 0; pass < PASSES; pass++) {
-  runs.direct.push(await load(`${decode.url}/v1/completions`, body));
-  runs.proxy.push(await load(`${proxyUrl}/v1/completions`, body));
-  runs.bare.push(await load(bareUrl, body));
-  runs.fastify.push(await load(fastifyUrl, body));
+  // Each pass in another order, so that drift on the machine favours no path.
+  const order = Object.keys(targets);
+  if (pass % 2 === 1) order.reverse();
+  for (const name of order) runs[name].push(await load(targets[name], body));
   process.stderr.write(`pass ${pass + 1}/${PASSES} done\n`);
 }
 const perPass = (a, b, field) => median(runs[a].map((run, i) => run[field] / runs[b][i][field]));
