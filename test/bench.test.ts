@@ -31,3 +31,25 @@ describe('npm run bench (smoke run, small N)', () => {
     expect(out).not.toMatch(/NaN|Infinity/);
   }, 60_000);
 });
+
+describe('npm run bench:proxy (smoke run, small N)', () => {
+  it('runs every path through real processes and prints the table and the ratios', () => {
+    const run = spawnSync(
+      process.execPath,
+      ['bench/proxy.mjs', '--requests=40', '--concurrency=4', '--tokens=8', '--passes=1', '--interval=1'],
+      { cwd: root, encoding: 'utf8', timeout: 120_000 },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    for (const label of [
+      'client -> decode worker (no prefill)',
+      'client -> disagg proxy -> prefill, then decode',
+      'client -> bare node:http SSE relay -> decode',
+      'client -> fastify SSE relay -> decode',
+    ]) {
+      expect(run.stdout).toContain(`| ${label} |`);
+    }
+    expect(run.stdout).toMatch(/proxy \/ direct: TTFT \d+\.\d+ x, per token \d+\.\d+ x, requests\/s \d+\.\d+ x/);
+    expect(run.stdout).toMatch(/fastify \/ node:http relay: requests\/s \d+\.\d+ x/);
+    expect(run.stdout).not.toMatch(/NaN|Infinity/);
+  }, 130_000);
+});

@@ -84,6 +84,8 @@ export interface FakeWorker {
   readonly connections: number;
   /** Changes the fault of later requests (undefined for none). */
   setFault(fault: FakeWorkerOptions['fault']): void;
+  /** Makes `GET /health` answer 503 (`false`) or 200 (`true`, the start). */
+  setHealthy(healthy: boolean): void;
   /** Stops accepting, ends every open connection and pending wait, and resolves once closed. */
   close(): Promise<void>;
 }
@@ -144,6 +146,7 @@ class Worker implements FakeWorker {
   readonly #timers = new Set<NodeJS.Timeout>();
   readonly #cancels = new Set<() => void>();
   #fault: FakeWorkerOptions['fault'];
+  #healthy = true;
   #port = 0;
   #connections = 0;
   #blocks = 0;
@@ -180,6 +183,10 @@ class Worker implements FakeWorker {
     this.#fault = fault;
   }
 
+  setHealthy(healthy: boolean): void {
+    this.#healthy = healthy;
+  }
+
   listen(): Promise<void> {
     return new Promise((resolve, reject) => {
       this.#server.once('error', reject);
@@ -203,7 +210,9 @@ class Worker implements FakeWorker {
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0] as string;
-    if (req.method === 'GET' && path === '/health') return answerJson(res, 200, { status: 'ok' });
+    if (req.method === 'GET' && path === '/health') {
+      return this.#healthy ? answerJson(res, 200, { status: 'ok' }) : answerError(res, 503, 'unhealthy');
+    }
     if (req.method === 'GET' && path === '/v1/models') {
       const id = this.#options.model ?? 'fake-model';
       return answerJson(res, 200, { object: 'list', data: [{ id, object: 'model', owned_by: 'disagg-fake' }] });

@@ -167,10 +167,22 @@ describe('disagg proxy, with the official openai client', () => {
 
   it('a failing worker leaves the rotation and comes back; /ready follows', async () => {
     const { url, decode, proxy } = await setup('vllm', {}, { healthIntervalMs: 20 });
-    decode.setFault(undefined);
-    await decode.close();
+    decode.setHealthy(false);
     await eventually(() => proxy.decodeWorkers.available.length === 0, 'decode out of rotation');
     expect((await request(`${url}/ready`)).statusCode).toBe(503);
+    decode.setHealthy(true);
+    await eventually(() => proxy.decodeWorkers.available.length === 1, 'decode back in rotation');
+    expect((await request(`${url}/ready`)).statusCode).toBe(200);
+  });
+
+  it('a worker a request could not reach leaves the rotation at once', async () => {
+    const { client, decode, prefill, proxy } = await setup('vllm', {}, { healthIntervalMs: 60_000 });
+    await decode.close();
+    const error = await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect(proxy.decodeWorkers.available).toEqual([]);
+    fakes.leaveKv(prefill); // committed for a decode worker that was gone: freed by prefill's own timeout
   });
 
   it('no prefill worker in rotation: requests are served by decode alone, and say so', async () => {
