@@ -1,3 +1,4 @@
+import { findCause } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 
 /**
@@ -84,11 +85,7 @@ export class DeadlineError extends Error {
 
 /** The first `DeadlineError` in an error's cause chain (how a deadline reaches prefill's error). */
 export function deadlineIn(error: unknown): DeadlineError | undefined {
-  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
-    if (DeadlineError.is(at)) return at;
-    at = (at as { cause?: unknown }).cause;
-  }
-  return undefined;
+  return findCause(error, DeadlineError.is);
 }
 
 /**

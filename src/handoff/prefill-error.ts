@@ -1,3 +1,4 @@
+import { CONNECTION_ERROR_CODES } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 
 /**
@@ -78,29 +79,12 @@ export class PrefillError extends Error {
   }
 }
 
-/** Error codes of Node and undici for connections that failed or timed out. */
-const RETRYABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ECONNABORTED',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EAI_AGAIN',
-  'UND_ERR_SOCKET',
-  'UND_ERR_CONNECT_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'UND_ERR_CLOSED',
-]);
-
 function isRetryable(cause: unknown, depth: number): boolean {
   if (typeof cause !== 'object' || cause === null || depth > 16) return false;
   const { name, code, status } = cause as { name?: unknown; code?: unknown; status?: unknown };
   if (name === 'AbortError') return false;
   if (name === 'TimeoutError' || name === 'DeadlineError') return true;
-  if (typeof code === 'string' && RETRYABLE_CODES.has(code)) return true;
+  if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) return true;
   if (typeof status === 'number') return status >= 500;
   return isRetryable((cause as { cause?: unknown }).cause, depth + 1);
 }

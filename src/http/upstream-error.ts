@@ -1,3 +1,4 @@
+import { CONNECTION_ERROR_CODES, findCause } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 
 /**
@@ -11,23 +12,6 @@ import { describeValue } from '../util/describe-value.js';
 export type UpstreamErrorKind = 'status' | 'connection' | 'protocol';
 
 const BRAND = Symbol.for('disagg.UpstreamError');
-
-/** Error codes of Node and undici for connections that failed or broke. */
-const CONNECTION_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ECONNABORTED',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EAI_AGAIN',
-  'UND_ERR_SOCKET',
-  'UND_ERR_CONNECT_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'UND_ERR_CLOSED',
-]);
 
 /**
  * A worker call that failed. The message carries the worker's own text (the `message` of an
@@ -87,7 +71,7 @@ export class UpstreamError extends Error {
     if (UpstreamError.is(error)) return error;
     const code = codeOf(error);
     const text = error instanceof Error ? error.message || error.name : describeValue(error);
-    if (code !== undefined && CONNECTION_CODES.has(code)) {
+    if (code !== undefined && CONNECTION_ERROR_CODES.has(code)) {
       return new UpstreamError('connection', `${url} could not be reached or broke off: ${text} (${code})`, {
         url,
         code,
@@ -104,12 +88,8 @@ export class UpstreamError extends Error {
 
 /** The code of an error or of the first cause that has one (undici nests the socket error). */
 function codeOf(error: unknown): string | undefined {
-  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
-    const code = (at as { code?: unknown }).code;
-    if (typeof code === 'string') return code;
-    at = (at as { cause?: unknown }).cause;
-  }
-  return undefined;
+  const found = findCause(error, (candidate) => typeof (candidate as { code?: unknown }).code === 'string');
+  return (found as { code?: string } | undefined)?.code;
 }
 
 const MAX_TEXT = 500;

@@ -7,6 +7,7 @@ import { UpstreamError } from '../http/upstream-error.js';
 import type { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { findCause } from '../util/cause-chain.js';
 
 type Item = Annotated<LLMEngineOutput>;
 
@@ -129,7 +130,7 @@ export interface ErrorAnswer {
  */
 export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAnswer {
   const message = error instanceof Error ? error.message : String(error);
-  const upstream = findUpstream(error);
+  const upstream = findCause(error, UpstreamError.is);
   let status = 500;
   let type = 'internal_error';
   if (error instanceof HandoffFieldError || (error as { name?: unknown } | null)?.name === 'HandoffFieldError') {
@@ -153,12 +154,4 @@ export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAn
     status,
     body: { error: { message, type, code: status, param: null, ...(which === undefined ? {} : { leg: which }) } },
   };
-}
-
-function findUpstream(error: unknown): UpstreamError | undefined {
-  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
-    if (UpstreamError.is(at)) return at;
-    at = (at as { cause?: unknown }).cause;
-  }
-  return undefined;
 }

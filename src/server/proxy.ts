@@ -17,6 +17,7 @@ import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import { findCause } from '../util/cause-chain.js';
 import { HealthChecker } from './health.js';
 import { ProxyMetrics } from './metrics.js';
 import { errorAnswer, OpenAIWriter, type Route } from './openai-format.js';
@@ -428,21 +429,16 @@ class DisaggProxy implements ProxyServer {
 
   /** A worker a request could not reach leaves the rotation until a probe finds it again. */
   #noteUnreachable(error: unknown, routed: FlowEventOf<'routed'> | undefined): void {
-    let at: unknown = error;
-    for (let depth = 0; typeof at === 'object' && at !== null && depth < 8; depth++) {
-      if (UpstreamError.is(at) && at.kind === 'connection') {
-        for (const [role, worker] of [
-          ['prefill', routed?.prefillWorker],
-          ['decode', routed?.decodeWorker],
-        ] as const) {
-          const candidate = worker as { url?: string } | undefined;
-          if (candidate?.url !== undefined && at.url.startsWith(candidate.url.replace(/\/$/, ''))) {
-            this.#health.failed(role, candidate as { url: string });
-          }
-        }
-        return;
+    const upstream = findCause(error, UpstreamError.is);
+    if (upstream?.kind !== 'connection') return;
+    for (const [role, worker] of [
+      ['prefill', routed?.prefillWorker],
+      ['decode', routed?.decodeWorker],
+    ] as const) {
+      const candidate = worker as { url?: string } | undefined;
+      if (candidate?.url !== undefined && upstream.url.startsWith(candidate.url.replace(/\/$/, ''))) {
+        this.#health.failed(role, candidate as { url: string });
       }
-      at = (at as { cause?: unknown }).cause;
     }
   }
 }

@@ -1,24 +1,16 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/flow/connectors.js';
 import { CleanupError, orphanedHandoffs } from '../../src/flow/decode-leg.js';
-import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
+import type { DisaggregateOptions, Engine } from '../../src/flow/disaggregate.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, eventLog, handoffItem, prefillWithParams } from '../support/flow.js';
+import { decodeTokens, engine, eventLog, handoffItem, runFlow } from '../support/flow.js';
 
 const run = (options: Partial<DisaggregateOptions<unknown, unknown>>) =>
-  disaggregate({
-    request: client,
-    context: new Controller('req-c'),
-    prefill: prefillWithParams().run,
-    decode: decodeTokens().run,
-    connector: vllmNixl,
-    logger: recordingLogger().logger,
-    ...options,
-  });
+  runFlow({ context: new Controller('req-c'), ...options });
 
 afterEach(() => {
   vi.useRealTimers();

@@ -1,17 +1,17 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/flow/connectors.js';
 import { checkBudget, checkDeadlines, DeadlineError } from '../../src/flow/deadlines.js';
 import { orphanedHandoffs } from '../../src/flow/decode-leg.js';
-import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
+import type { DisaggregateOptions, Engine } from '../../src/flow/disaggregate.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, eventLog, handoffItem, prefillWithParams } from '../support/flow.js';
+import { decodeTokens, engine, eventLog, handoffItem, prefillWithParams, runFlow } from '../support/flow.js';
 
-const logger = recordingLogger().logger;
+const _logger = recordingLogger().logger;
 
 beforeEach(() => {
   vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
@@ -21,15 +21,7 @@ afterEach(() => {
 });
 
 const run = (options: Partial<DisaggregateOptions<unknown, unknown>>) =>
-  disaggregate({
-    request: client,
-    context: new Controller('req-d'),
-    prefill: prefillWithParams().run,
-    decode: decodeTokens().run,
-    connector: vllmNixl,
-    logger,
-    ...options,
-  });
+  runFlow({ context: new Controller('req-d'), ...options });
 
 /** Settles what can settle, then lets `ms` of fake time pass. */
 async function elapse(ms: number): Promise<void> {

@@ -1,25 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { earlyBootstrap, sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
-import { type DisaggregateOptions, disaggregate } from '../../src/flow/disaggregate.js';
+import { earlyBootstrap, sglangBootstrap } from '../../src/flow/connectors.js';
+import type { DisaggregateOptions } from '../../src/flow/disaggregate.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, eventLog, handoffItem, prefillWithParams } from '../support/flow.js';
+import { engine, eventLog, handoffItem, runFlow } from '../support/flow.js';
 
-const logger = recordingLogger().logger;
+const _logger = recordingLogger().logger;
 const sglangWorker = { bootstrapHost: '10.0.0.3', bootstrapPort: 8998 };
 
 const run = (options: Partial<DisaggregateOptions<unknown, unknown>>) =>
-  disaggregate({
-    request: client,
-    context: new Controller('req-e'),
-    prefill: prefillWithParams().run,
-    decode: decodeTokens().run,
-    connector: vllmNixl,
-    logger,
-    ...options,
-  });
+  runFlow({ context: new Controller('req-e'), ...options });
 
 describe('lifecycle events', () => {
   it('sequential: every step in order, stamped with the request id and time, none late', async () => {

@@ -5,16 +5,10 @@ import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { type Item, recordingLogger, ScriptedSource, token } from '../support/async.js';
 import { client, eventLog } from '../support/flow.js';
+import { collectGarbage } from '../support/heap.js';
 
 const ITEMS = 200_000;
 const LIMIT = 8 * 1024 * 1024;
-
-function collectGarbage(): void {
-  const gc = (globalThis as { gc?: () => void }).gc;
-  if (gc === undefined) throw new Error('run the memory tests with --expose-gc (vitest.config.ts sets it)');
-  gc();
-  gc();
-}
 
 async function* tokens(count: number): AsyncGenerator<Item> {
   const item = token(7);

@@ -1,11 +1,12 @@
-import type { Engine } from '../../src/flow/disaggregate.js';
+import { vllmNixl } from '../../src/flow/connectors.js';
+import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import type { FlowEvent } from '../../src/flow/events.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
-import type { AsyncEngineContext } from '../../src/runtime/controller.js';
+import { type AsyncEngineContext, Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
-import { ScriptedSource, token } from './async.js';
+import { recordingLogger, ScriptedSource, token } from './async.js';
 
 export const client = { model: 'm', prompt: 'Hello', max_tokens: 64, stream: true, min_tokens: 3 };
 export const kvParams = {
@@ -56,4 +57,21 @@ export function eventLog() {
     of: <K extends FlowEvent['type']>(type: K) =>
       events.filter((event): event is Extract<FlowEvent, { type: K }> => event.type === type),
   };
+}
+
+/**
+ * `disaggregate` with test defaults: the client request above on a fresh context, the vLLM
+ * connector, a prefill worker that hands off and a decode worker that streams two tokens, a
+ * logger that records; any option can be replaced.
+ */
+export function runFlow(options: Partial<DisaggregateOptions<unknown, unknown>> = {}) {
+  return disaggregate({
+    request: client,
+    context: new Controller(),
+    prefill: prefillWithParams().run,
+    decode: decodeTokens().run,
+    connector: vllmNixl,
+    logger: recordingLogger().logger,
+    ...options,
+  });
 }
