@@ -90,6 +90,7 @@ const STRATEGY_HEADER: Record<FlowEventOf<'routed'>['strategy'], string> = {
 
 interface InFlight {
   context: Controller;
+  res: ServerResponse;
   /** Ends the response now with a shutdown error (the grace period is over). */
   shutdown(): void;
 }
@@ -185,7 +186,12 @@ class DisaggProxy implements ProxyServer {
     while (this.#inFlight.size > 0 && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, Math.min(50, Math.max(1, deadline - Date.now()))));
     }
-    for (const entry of [...this.#inFlight]) entry.shutdown();
+    const ending = [...this.#inFlight].map((entry) => {
+      entry.shutdown();
+      return finished(entry.res);
+    });
+    // Let those last answers leave before the sockets go (bounded: a client may not read).
+    await Promise.race([Promise.all(ending), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
     this.server.closeAllConnections();
     await closed;
   }
@@ -252,7 +258,16 @@ class DisaggProxy implements ProxyServer {
 
     const context = new Controller(requestId);
     const started = performance.now();
-    const entry: InFlight = { context, shutdown: () => {} };
+    // Until the relay takes over, ending it at shutdown is a 503 (nothing was sent yet).
+    const entry: InFlight = {
+      context,
+      res,
+      shutdown: () => {
+        context.stopGenerating();
+        const answer = errorAnswer(new ShutdownError());
+        answerJson(res, answer.status, answer.body);
+      },
+    };
     this.#inFlight.add(entry);
     // A client that goes away stops the request (the flow still lets decode take the KV).
     res.on('close', () => {
@@ -458,6 +473,15 @@ class ShutdownError extends Error {
   constructor() {
     super('The proxy is shutting down; the request was ended before it finished');
   }
+}
+
+/** Resolves once the response has been sent or its connection closed. */
+function finished(res: ServerResponse): Promise<void> {
+  if (res.writableFinished || res.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    res.once('finish', () => resolve());
+    res.once('close', () => resolve());
+  });
 }
 
 function setRouteHeaders(res: ServerResponse, routed: FlowEventOf<'routed'> | undefined): void {

@@ -224,4 +224,15 @@ describe('disagg proxy, with the official openai client', () => {
     expect((error as Error).message).toContain('shutting down');
     await expect(request(`${url}/health`)).rejects.toThrow();
   });
+
+  it('graceful shutdown ends a non-streamed request under way with a 503, not a reset', async () => {
+    const { client, proxy } = await setup('vllm', { decode: { tokens: 1000, tokenIntervalMs: 20 } });
+    const call = client.completions.create({ model: 'm', prompt: 'x' }).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await proxy.close({ gracePeriodMs: 50 });
+    const error = await call;
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
+    expect((error as Error).message).toContain('shutting down');
+  });
 });
