@@ -5,6 +5,7 @@ import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
+import { once } from '../util/once.js';
 import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
 import type { FlowRecorder } from './events.js';
 import { WatchedIterator } from './watched-iterator.js';
@@ -278,26 +279,31 @@ export class DecodeLeg {
       this.#end();
       return;
     }
-    this.#abandoned = true;
-    this.#startCleanupBudget();
-    // A read in flight claims when it answers; otherwise read once more for the claim.
-    if ((this.#iterator as WatchedIterator<Item>).reads === 0) this.#drainForClaim(source);
+    this.#cleanUp(source);
   }
 
   /** The consumer closed the stream (the guard closes decode this way too). */
   #close(source: AsyncIterator<Item>): void {
-    this.#abandoned = true;
     if (this.#claimed || this.#ended || this.#options.prefillFailed()) {
+      this.#abandoned = true;
       this.#closeSource();
       // A decode that already sent its terminal has nothing left to stop.
       if (!this.#finishedOutput && !this.#ended) this.context.stopGenerating();
       this.#end();
       return;
     }
+    this.#cleanUp(source);
+  }
+
+  /**
+   * Nobody reads decode for a client any more, but it may hold the only claim on KV prefill
+   * committed: read it until it answers (a read in flight will; otherwise one more read),
+   * within the clean-up budget, then stop it (`#claim`).
+   */
+  #cleanUp(source: AsyncIterator<Item>): void {
+    this.#abandoned = true;
     this.#startCleanupBudget();
-    const iterator = this.#iterator as WatchedIterator<Item>;
-    // A read in flight claims when it answers; otherwise read once more for the claim.
-    if (iterator.reads === 0) this.#drainForClaim(source);
+    if ((this.#iterator as WatchedIterator<Item>).reads === 0) this.#drainForClaim(source);
   }
 
   #drainForClaim(source: AsyncIterator<Item>): void {
@@ -352,10 +358,6 @@ export class DecodeLeg {
 
 function cancelledStream(context: AsyncEngineContext): ResponseStream<Item> {
   return new ResponseStream(once(Annotated.fromData(LLMEngineOutput.cancelled())), context);
-}
-
-async function* once(item: Item): AsyncGenerator<Item> {
-  yield item;
 }
 
 function ignore(): void {}

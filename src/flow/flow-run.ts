@@ -6,6 +6,7 @@ import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
+import { once } from '../util/once.js';
 import { mintBootstrapRoom } from './bootstrap-room.js';
 import { ClientStream, clientError, legOf } from './client-stream.js';
 import type { Connector } from './connectors.js';
@@ -412,10 +413,6 @@ function hostOf(url: unknown): string | undefined {
   } catch {
     return undefined;
   }
-}
-
-async function* once(item: Item): AsyncGenerator<Item> {
-  yield item;
 }
 
 function ignore(): void {}
