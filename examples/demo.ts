@@ -13,8 +13,8 @@ import { createProxy } from '../src/server/index.js';
 import { startFakeWorker } from '../src/testing/index.js';
 
 const quiet = { error() {}, warn() {}, info() {}, debug() {} };
-// Prefill takes 60 ms for the prompt, then 300 ms to move the KV; decode streams meanwhile.
-const prefill = await startFakeWorker({ role: 'prefill', protocol: 'sglang', tokenIntervalMs: 60, transferMs: 300 });
+// Prefill takes 60 ms for the prompt, then 600 ms to move the KV; decode streams meanwhile.
+const prefill = await startFakeWorker({ role: 'prefill', protocol: 'sglang', tokenIntervalMs: 60, transferMs: 600 });
 const decode = await startFakeWorker({ role: 'decode', protocol: 'sglang', tokens: 5, tokenIntervalMs: 40 });
 const timeline: FlowEvent[] = [];
 const proxy = createProxy({
