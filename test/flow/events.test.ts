@@ -168,6 +168,26 @@ describe('lifecycle events', () => {
     expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'prefill' }]);
   });
 
+  it("decode's own cancelled finish reason is a cancelled outcome, not a success", async () => {
+    const log = eventLog();
+    const stream = await run({
+      decode: engine(() => new ScriptedSource([token(1), Annotated.fromData(LLMEngineOutput.cancelled())]).end()).run,
+      onEvent: log.onEvent,
+    });
+    expect((await collect(stream)).map((item) => item.data?.finish_reason ?? null)).toEqual([null, 'cancelled']);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+  });
+
+  it('a read in flight when the consumer closes the stream answers done, not a late item', async () => {
+    const decodeSource = new ScriptedSource();
+    const stream = await run({ decode: engine(() => decodeSource).run });
+    const iterator = stream[Symbol.asyncIterator]();
+    const reading = iterator.next();
+    await iterator.return?.();
+    decodeSource.push(token(1));
+    expect(await reading).toEqual({ value: undefined, done: true });
+  });
+
   it('a prefill that finishes the request: no decode events, one success', async () => {
     const log = eventLog();
     const prefill = engine(() =>
