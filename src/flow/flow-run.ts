@@ -123,7 +123,6 @@ export class FlowRun {
     const releaseStart = recorder.hold();
     try {
       if (skip) {
-        this.#setup.prefillLease?.release();
         return this.#toClient(await this.#flowTrip.guard(this.#dispatchDecode(decodeRequest(request), false)));
       }
       if (connector.family === 'concurrent') return await this.#concurrent();
@@ -228,7 +227,6 @@ export class FlowRun {
       expired: (error) => Promise.reject(error),
     });
     this.#prefillReader = reader;
-    if (this.#prefillTrip.error !== undefined) reader.expire(this.#prefillTrip.error);
     return reader;
   }
 
@@ -261,7 +259,6 @@ export class FlowRun {
       },
     });
     this.#leg = leg;
-    if (this.#prefillState === FAILED) leg.abandon();
     recorder.emit({ type: 'decodeDispatched' });
     let stream: ResponseStream<Item>;
     try {

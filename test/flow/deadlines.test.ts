@@ -93,6 +93,46 @@ describe('deadlines per phase', () => {
     expect(prefillContext?.isKilled()).toBe(true);
   });
 
+  it('prefillFirstOutput: a prefill stream that arrives after the deadline is closed', async () => {
+    const late = new ScriptedSource([handoffItem()]);
+    let open: (() => void) | undefined;
+    const slowPrefill: Engine = (_, context) =>
+      new Promise((resolve) => {
+        open = () => resolve(new ResponseStream(late, context));
+      });
+    const call = run({ prefill: slowPrefill, deadlines: { prefillFirstOutputMs: 100 } });
+    call.catch(() => {});
+    await elapse(100);
+    await expect(call).rejects.toMatchObject({ phase: 'prefillFirstOutput' });
+    open?.();
+    await flush();
+    expect(late.closed).toBe(true);
+  });
+
+  it('handoff (concurrent): decode opening while prefill still runs does not end the handoff budget', async () => {
+    const prefillSource = new ScriptedSource([Annotated.fromData({ token_ids: [] })]);
+    let open: (() => void) | undefined;
+    const decodeSource = new ScriptedSource([token(1)]);
+    const slowDecode: Engine = (_, context) =>
+      new Promise((resolve) => {
+        open = () => resolve(new ResponseStream(decodeSource, context));
+      });
+    const call = run({
+      prefill: engine(() => prefillSource).run,
+      decode: slowDecode,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      deadlines: { handoffMs: 300 },
+    });
+    await elapse(100); // prefill's first output is in: the handoff budget runs
+    open?.(); // decode opens, prefill has not completed
+    const iterator = (await call)[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    const waiting = iterator.next();
+    await elapse(300);
+    expect(Annotated.err((await waiting).value)).toMatchObject({ phase: 'handoff' });
+  });
+
   it('handoff: a prefill that answered but never completes fails the request before decode', async () => {
     const prefill = engine(() => new ScriptedSource([handoffItem()]));
     const decode = decodeTokens();
@@ -200,7 +240,8 @@ describe('deadlines per phase', () => {
   it('total: the whole request is bounded, also while tokens keep coming', async () => {
     const decodeSource = new ScriptedSource();
     const decode = engine(() => decodeSource);
-    const stream = await run({ decode: decode.run, deadlines: { totalMs: 1000, idleMs: 600 } });
+    const prefill = prefillWithParams();
+    const stream = await run({ prefill: prefill.run, decode: decode.run, deadlines: { totalMs: 1000, idleMs: 600 } });
     const iterator = stream[Symbol.asyncIterator]();
     for (let i = 0; i < 2; i++) {
       const next = iterator.next();
@@ -213,6 +254,7 @@ describe('deadlines per phase', () => {
     expect(Annotated.err((await last).value)).toMatchObject({ phase: 'total', leg: 'decode', budgetMs: 1000 });
     expect((await iterator.next()).done).toBe(true);
     expect(decode.calls[0]?.context.isKilled()).toBe(true);
+    expect(prefill.calls[0]?.context.isStopped()).toBe(false); // prefill had completed: left alone
   });
 
   it('total: a decode stuck mid-stream is interrupted even with no decode budget set', async () => {
@@ -250,6 +292,23 @@ describe('deadlines per phase', () => {
     await elapse(700);
     await expect(call).rejects.toMatchObject({ name: 'DeadlineError', phase: 'total', leg: 'prefill' });
     expect(prefill.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('total: once the client has left, the deadline no longer stops a prefill still running', async () => {
+    const prefillSource = new ScriptedSource([Annotated.fromData({ token_ids: [] })]);
+    const prefill = engine(() => prefillSource);
+    const context = new Controller();
+    await run({
+      context,
+      prefill: prefill.run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      deadlines: { totalMs: 500 },
+    });
+    context.stopGenerating();
+    await elapse(500);
+    expect(prefill.calls[0]?.context.isStopped()).toBe(false);
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
   });
 
   it('a request that finishes in time leaves no timer behind and reports success', async () => {

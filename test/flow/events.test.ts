@@ -64,6 +64,7 @@ describe('lifecycle events', () => {
     expect(types.slice(-3)).toEqual(['terminalReleased', 'finished', 'settled']);
     expect(log.of('terminalReleased')[0]?.heldMs).toBeGreaterThanOrEqual(0);
     expect(log.of('routed')).toMatchObject([{ strategy: 'concurrent', prefillWorker: sglangWorker }]);
+    expect(log.of('handoff')).toMatchObject([{ handoff: 'bootstrap' }]);
   });
 
   it('a prefill failure after the client stream ended is a late event, and settled still comes last', async () => {

@@ -180,6 +180,40 @@ describe('disaggregate with worker pools', () => {
     expect(both.inFlight('p')).toBe(0);
   });
 
+  it('leases end also when prefill finishes the request, or the rendezvous is missing', async () => {
+    const prefillWorkers = new WorkerPool(['p']);
+    const decodeWorkers = new WorkerPool(['d']);
+    const finishing = engine(() =>
+      new ScriptedSource([Annotated.fromData<LLMEngineOutput>({ token_ids: [2], finish_reason: 'eos' })]).end(),
+    );
+    await collect(
+      await disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: finishing.run,
+        decode: decodeTokens().run,
+        connector: vllmNixl,
+        prefillWorkers,
+        decodeWorkers,
+        logger,
+      }),
+    );
+    expect([prefillWorkers.inFlight('p'), decodeWorkers.inFlight('d')]).toEqual([0, 0]);
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: finishing.run,
+        decode: decodeTokens().run,
+        connector: sglangBootstrap,
+        prefillWorkers, // 'p' has no bootstrap host or port
+        decodeWorkers,
+        logger,
+      }),
+    ).rejects.toThrow(TypeError);
+    expect([prefillWorkers.inFlight('p'), decodeWorkers.inFlight('d')]).toEqual([0, 0]);
+  });
+
   it('refuses a pool that is not a WorkerPool', async () => {
     await expect(
       disaggregate({
