@@ -120,6 +120,26 @@ describe('httpEngine', () => {
     expect(error?.message).toContain(text);
   });
 
+  it('a stream that ends after its finish chunk but without [DONE] is complete, not an error', async () => {
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.end(chunk('a') + chunk('', 'length'));
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items.map((item) => item.data?.finish_reason ?? null)).toEqual([null, 'length']);
+  });
+
+  it('return() drops what was already parsed: nothing is read after it', async () => {
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.write(chunk('a') + chunk('b') + chunk('c'));
+    });
+    const iterator = (await httpEngine({ url })(streamed, new Controller()))[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.data?.text).toBe('a');
+    await iterator.return?.();
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
   it('a JSON answer is one item, whatever was asked; an empty body is a protocol error item', async () => {
     const { url } = await serve((req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
