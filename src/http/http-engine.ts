@@ -142,6 +142,12 @@ class BodyItems implements AsyncIterableIterator<Item> {
   readonly #parser: EventSourceParser | undefined;
   #items: Item[] = [];
   #at = 0;
+  /**
+   * The finish item, held until the next event: OpenAI servers (vLLM) send the usage of a
+   * stream in a chunk of its own after the finish chunk, and the library's terminal output
+   * carries its usage, so that chunk is folded into it. [DONE] follows at once.
+   */
+  #held: Item | undefined;
   #text = '';
   #finished = false;
   #terminal = false;
@@ -200,6 +206,7 @@ class BodyItems implements AsyncIterableIterator<Item> {
   #event(event: EventSourceMessage): void {
     if (this.#finished) return;
     if (event.data === '[DONE]') {
+      this.#release();
       this.#finished = true;
       // Read what is left (the end of the body) so that the connection goes back to the pool.
       this.#body.dump().then(undefined, ignore);
@@ -218,10 +225,10 @@ class BodyItems implements AsyncIterableIterator<Item> {
     this.#push(event.data);
   }
 
-  #push(data: string): void {
+  #push(text: string): void {
     let json: unknown;
     try {
-      json = parseJson(data);
+      json = parseJson(text);
     } catch (error) {
       this.#fail(UpstreamError.fromFailure(this.#url, error));
       return;
@@ -232,14 +239,36 @@ class BodyItems implements AsyncIterableIterator<Item> {
       this.#fail(
         new UpstreamError('status', `${this.#url} failed: ${Annotated.errorMessage(item)}`, {
           url: this.#url,
-          body: data,
+          body: text,
         }),
       );
       return;
     }
-    const reason = item.data?.finish_reason;
-    if (reason !== undefined && reason !== null) this.#terminal = true;
+    const output = item.data;
+    const held = this.#held;
+    if (held !== undefined && isUsageOnly(output)) {
+      this.#held = undefined;
+      this.#items.push({
+        ...held,
+        data: { ...(held.data as LLMEngineOutput), completion_usage: output?.completion_usage },
+      });
+      return;
+    }
+    this.#release();
+    const reason = output?.finish_reason;
+    if (reason !== undefined && reason !== null) {
+      this.#terminal = true;
+      this.#held = item;
+      return;
+    }
     this.#items.push(item);
+  }
+
+  /** Delivers the held finish item as it is. */
+  #release(): void {
+    if (this.#held === undefined) return;
+    this.#items.push(this.#held);
+    this.#held = undefined;
   }
 
   #bodyEnded(): void {
@@ -250,9 +279,11 @@ class BodyItems implements AsyncIterableIterator<Item> {
         return;
       }
       this.#push(this.#text);
+      this.#release();
       this.#finished = true;
       return;
     }
+    this.#release();
     if (!this.#finished && !this.#terminal) {
       this.#fail(
         new UpstreamError('connection', `${this.#url} ended its event stream before [DONE]`, {
@@ -269,6 +300,7 @@ class BodyItems implements AsyncIterableIterator<Item> {
   #broke(error: unknown): void {
     if (this.#finished) return;
     if (isAbort(error) || this.#context.isStopped()) {
+      this.#release();
       this.#items.push(Annotated.fromData(LLMEngineOutput.cancelled()));
       this.#close();
       return;
@@ -277,6 +309,7 @@ class BodyItems implements AsyncIterableIterator<Item> {
   }
 
   #fail(error: UpstreamError): void {
+    this.#release();
     this.#items.push(Annotated.fromError<LLMEngineOutput>(error));
     this.#close();
   }
@@ -290,6 +323,18 @@ class BodyItems implements AsyncIterableIterator<Item> {
 }
 
 function ignore(): void {}
+
+/** A chunk that says nothing but the usage (`choices: []` with `usage`). */
+function isUsageOnly(data: LLMEngineOutput | null | undefined): boolean {
+  if (data === undefined || data === null) return false;
+  const { completion_usage: usage, finish_reason: reason, text } = data;
+  return (
+    usage !== undefined &&
+    usage !== null &&
+    (reason === undefined || reason === null) &&
+    (text === undefined || text === '')
+  );
+}
 
 function safeParse(text: string): unknown {
   try {

@@ -326,6 +326,9 @@ class Worker implements FakeWorker {
       return answerJson(res, 200, format.whole(count, finish, usageOf(body, count)));
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    // As vLLM does for chat: a first chunk with the role and no text.
+    const opening = format.opening();
+    if (opening !== undefined) res.write(`data: ${stringifyJson(opening)}\n\n`);
     const breakAt = fault?.type === 'error-event' || fault?.type === 'reset' ? (fault.afterTokens ?? 1) : -1;
     for (let i = 0; i < count; i++) {
       if (i === breakAt) return this.#breakStream(res, fault as Fault);
@@ -335,9 +338,9 @@ class Worker implements FakeWorker {
       if (!res.write(`data: ${stringifyJson(format.chunk(i, null))}\n\n`) && !(await drained(res))) return;
     }
     if (breakAt >= count) return this.#breakStream(res, fault as Fault);
-    res.write(
-      `data: ${stringifyJson(format.chunk(count, finish, wantsUsage(body) ? usageOf(body, count) : undefined))}\n\n`,
-    );
+    res.write(`data: ${stringifyJson(format.chunk(count, finish))}\n\n`);
+    // As vLLM does: the usage in a chunk of its own, with no choices.
+    if (wantsUsage(body)) res.write(`data: ${stringifyJson(format.usage(usageOf(body, count)))}\n\n`);
     res.write('data: [DONE]\n\n');
     record.completed = true;
     res.end();
@@ -510,7 +513,9 @@ function oneTokenAnswer(record: FakeRequest, model: string | undefined) {
 }
 
 interface Format {
+  opening(): object | undefined;
   chunk(index: number, finish: string | null, usage?: object): object;
+  usage(usage: object): object;
   whole(count: number, finish: string, usage: object): object;
 }
 
@@ -522,6 +527,13 @@ function formatFor(path: string, model = 'fake-model'): Format {
   const created = Math.floor(Date.now() / 1000);
   if (path === '/v1/chat/completions') {
     return {
+      opening: () => ({
+        id,
+        object: 'chat.completion.chunk',
+        created,
+        model,
+        choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }],
+      }),
       chunk: (index, finish, usage) => ({
         id,
         object: 'chat.completion.chunk',
@@ -530,6 +542,7 @@ function formatFor(path: string, model = 'fake-model'): Format {
         choices: [{ index: 0, delta: finish === null ? { content: `tok${index} ` } : {}, finish_reason: finish }],
         ...(usage === undefined ? {} : { usage }),
       }),
+      usage: (usage) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }),
       whole: (count, finish, usage) => ({
         id,
         object: 'chat.completion',
@@ -542,6 +555,7 @@ function formatFor(path: string, model = 'fake-model'): Format {
   }
   if (path === '/generate') {
     return {
+      opening: () => undefined,
       chunk: (index, finish, usage) => ({
         text: text(finish === null ? index + 1 : index),
         meta_info: {
@@ -551,6 +565,7 @@ function formatFor(path: string, model = 'fake-model'): Format {
           completion_tokens: finish === null ? index + 1 : index,
         },
       }),
+      usage: (usage) => ({ text: '', meta_info: { id, finish_reason: null, ...usage } }),
       whole: (count, finish, usage) => ({
         text: text(count),
         meta_info: {
@@ -563,6 +578,7 @@ function formatFor(path: string, model = 'fake-model'): Format {
     };
   }
   return {
+    opening: () => undefined,
     chunk: (index, finish, usage) => ({
       id,
       object: 'text_completion',
@@ -571,6 +587,7 @@ function formatFor(path: string, model = 'fake-model'): Format {
       choices: [{ index: 0, text: finish === null ? `tok${index} ` : '', finish_reason: finish }],
       ...(usage === undefined ? {} : { usage }),
     }),
+    usage: (usage) => ({ id, object: 'text_completion', created, model, choices: [], usage }),
     whole: (count, finish, usage) => ({
       id,
       object: 'text_completion',

@@ -129,6 +129,20 @@ describe('httpEngine', () => {
     expect(items.map((item) => item.data?.finish_reason ?? null)).toEqual([null, 'length']);
   });
 
+  it("a usage chunk after the finish chunk (vLLM's include_usage) is folded into the finish item", async () => {
+    const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.write(chunk('a') + chunk('', 'stop'));
+      setTimeout(() => res.end(`data: ${JSON.stringify({ choices: [], usage })}\n\ndata: [DONE]\n\n`), 20);
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items.map((item) => item.data)).toEqual([
+      { token_ids: [], text: 'a', index: 0 },
+      { token_ids: [], text: '', index: 0, finish_reason: 'stop', completion_usage: usage },
+    ]);
+  });
+
   it('return() drops what was already parsed: nothing is read after it', async () => {
     const { url } = await serve((_, res) => {
       sse(res);

@@ -139,6 +139,59 @@ describe('disagg proxy, with the official openai client', () => {
     expect((error as Error).message).toContain('KV transfer aborted');
   });
 
+  it("the caller's x-request-id is used on both legs and echoed", async () => {
+    const { url, prefill, decode } = await setup('vllm');
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'caller-42' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 1 }),
+    });
+    await answer.body.dump();
+    expect(answer.headers['x-request-id']).toBe('caller-42');
+    expect([prefill.requests[0]?.requestId, decode.requests[0]?.requestId]).toEqual(['caller-42', 'caller-42']);
+  });
+
+  it('refuses a body that is not a JSON object (400) or is too large (413), before any worker is called', async () => {
+    const { url, prefill } = await setup('vllm', {}, { maxBodyBytes: 200 });
+    const post = (body: string) =>
+      request(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const array = await post('[1, 2]');
+    expect(array.statusCode).toBe(400);
+    expect(await array.body.json()).toMatchObject({
+      error: { type: 'invalid_request_error', message: expect.stringContaining('JSON object') },
+    });
+    const broken = await post('{"model":');
+    expect(broken.statusCode).toBe(400);
+    await broken.body.dump();
+    const large = await post(JSON.stringify({ model: 'm', prompt: 'x'.repeat(100_000) }));
+    expect(large.statusCode).toBe(413);
+    expect(await large.body.json()).toMatchObject({ error: { message: 'The request body is larger than 200 bytes' } });
+    expect(prefill.requests).toHaveLength(0);
+  });
+
+  it('a client that disconnects mid-stream stops the decode leg', async () => {
+    const { url, decode } = await setup('vllm', { decode: { tokens: 1000, tokenIntervalMs: 10 } });
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', stream: true }),
+    });
+    for await (const chunk of answer.body) {
+      if (String(chunk).includes('tok2')) break; // breaking destroys the connection
+    }
+    await eventually(() => decode.requests[0]?.aborted === true, 'decode stopped');
+  });
+
+  it('a non-streamed request whose prefill fails after the handoff is a 502 naming the prefill leg', async () => {
+    const { client } = await setup('sglang', {
+      prefill: { fault: { type: 'late-failure', afterMs: 50, message: 'KV transfer aborted' } },
+      decode: { tokens: 20, tokenIntervalMs: 5 },
+    });
+    const error = await client.completions.create({ model: 'm', prompt: 'x' }).catch((e: unknown) => e);
+    expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect((error as { error?: { leg?: string } }).error?.leg).toBe('prefill');
+  });
+
   it('GET /v1/models comes from a decode worker; /health, /ready and /metrics answer', async () => {
     const { client, url } = await setup('vllm', { decode: { model: 'llama-fake' } });
     const models = await client.models.list();
