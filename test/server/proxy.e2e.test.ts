@@ -218,23 +218,54 @@ describe('disagg proxy, with the official openai client', () => {
     }
   });
 
+  it('metrics: the held terminal of a concurrent request, and an orphaned handoff', async () => {
+    const sglang = await setup('sglang', { prefill: { transferMs: 150 }, decode: { tokens: 2 } });
+    const stream = await sglang.client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'x' }],
+      stream: true,
+    });
+    expect(await text(stream)).toBe('tok0 tok1 ');
+    const held = await (await request(`${sglang.url}/metrics`)).body.text();
+    expect(held).toContain('disagg_held_terminal_wait_seconds_count 1');
+
+    const vllm = await setup('vllm', { decode: { fault: { type: 'never-bootstrap' } } }, { cleanupBudgetMs: 100 });
+    const answer = request(`${vllm.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', stream: true }),
+      signal: AbortSignal.timeout(300), // the client gives up while decode has not answered
+    });
+    await answer.catch(() => {});
+    await eventually(() => vllm.decode.requests[0]?.aborted === true, 'decode given up');
+    const orphaned = await (await request(`${vllm.url}/metrics`)).body.text();
+    expect(orphaned).toContain('disagg_orphaned_handoffs_total 1');
+    fakes.leaveKv(vllm.prefill);
+  });
+
   it('a failing worker leaves the rotation and comes back; /ready follows', async () => {
-    const { url, decode, proxy } = await setup('vllm', {}, { healthIntervalMs: 20 });
+    const { url, decode, proxy, logs } = await setup('vllm', {}, { healthIntervalMs: 20 });
     decode.setHealthy(false);
     await eventually(() => proxy.decodeWorkers.available.length === 0, 'decode out of rotation');
     expect((await request(`${url}/ready`)).statusCode).toBe(503);
+    await new Promise((resolve) => setTimeout(resolve, 100)); // more failed rounds: logged once
+    expect(logs.filter((record) => record.message === 'Worker failed its health check; out of rotation')).toHaveLength(
+      1,
+    );
     decode.setHealthy(true);
     await eventually(() => proxy.decodeWorkers.available.length === 1, 'decode back in rotation');
     expect((await request(`${url}/ready`)).statusCode).toBe(200);
   });
 
   it('a worker a request could not reach leaves the rotation at once', async () => {
-    const { client, decode, prefill, proxy } = await setup('vllm', {}, { healthIntervalMs: 60_000 });
+    const { client, decode, prefill, proxy, logs } = await setup('vllm', {}, { healthIntervalMs: 60_000 });
     await decode.close();
     const error = await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
     expect(proxy.decodeWorkers.available).toEqual([]);
+    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 }).catch(() => {});
+    expect(logs.filter((record) => record.message?.startsWith('Worker unreachable'))).toHaveLength(1);
     fakes.leaveKv(prefill); // committed for a decode worker that was gone: freed by prefill's own timeout
   });
 
