@@ -8,19 +8,15 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, kvParams, prefillWithParams } from '../support/flow.js';
+import { client, decodeTokens, engine, kvParams, prefillWithParams, runFlow } from '../support/flow.js';
 
 const logger = recordingLogger().logger;
 
 /** The sequential vLLM flow for `client` on a fresh context, with the given fake engines. */
 const viaVllm = (prefill: { run: Engine }, decode: { run: Engine }) =>
-  disaggregate({
-    request: client,
-    context: new Controller(),
+  runFlow({
     prefill: prefill.run,
     decode: decode.run,
-    connector: vllmNixl,
-    logger,
   });
 
 describe('disaggregate, sequential (vLLM NIXL)', () => {
@@ -108,13 +104,9 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
 
   it('a prefill dispatch that fails is a PrefillError keeping the cause', async () => {
     const refused = new Error('connect ECONNREFUSED');
-    const call = disaggregate({
-      request: client,
-      context: new Controller(),
+    const call = runFlow({
       prefill: () => Promise.reject(refused),
       decode: decodeTokens().run,
-      connector: vllmNixl,
-      logger,
     });
     await expect(call).rejects.toMatchObject({ name: 'PrefillError', cause: refused });
   });
@@ -337,14 +329,10 @@ describe('skipPrefill (conditional disaggregation)', () => {
 
   it('false, or anything but true, disaggregates', async () => {
     const prefill = prefillWithParams();
-    await disaggregate({
-      request: client,
-      context: new Controller(),
+    await runFlow({
       prefill: prefill.run,
       decode: decodeTokens().run,
-      connector: vllmNixl,
       skipPrefill: () => false,
-      logger,
     });
     expect(prefill.calls).toHaveLength(1);
   });
@@ -369,14 +357,10 @@ describe('skipPrefill (conditional disaggregation)', () => {
     ]);
     const cancelled = new DOMException('client gone', 'AbortError');
     await expect(
-      disaggregate({
-        request: client,
-        context: new Controller(),
+      runFlow({
         prefill: prefill.run,
         decode: decodeTokens().run,
-        connector: vllmNixl,
         skipPrefill: () => Promise.reject(cancelled),
-        logger,
       }),
     ).rejects.toBe(cancelled);
   });

@@ -6,7 +6,7 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, eventLog, prefillWithParams } from '../support/flow.js';
+import { client, decodeTokens, engine, eventLog, prefillWithParams, runFlow } from '../support/flow.js';
 
 const logger = recordingLogger().logger;
 
@@ -69,16 +69,12 @@ describe('disaggregate with worker pools', () => {
     const decodeSource = new ScriptedSource([token(1)]);
     const decode = engine(() => decodeSource);
     const log = eventLog();
-    const stream = await disaggregate({
-      request: client,
-      context: new Controller(),
+    const stream = await runFlow({
       prefill: prefill.run,
       decode: decode.run,
-      connector: vllmNixl,
       prefillWorkers,
       decodeWorkers,
       onEvent: log.onEvent,
-      logger,
     });
     expect(prefill.calls[0]?.worker).toEqual({ url: 'http://p0' });
     expect(decode.calls[0]?.worker).toEqual({ url: 'http://d0' });
@@ -125,15 +121,11 @@ describe('disaggregate with worker pools', () => {
     const prefillWorkers = new WorkerPool(['p']);
     const decodeWorkers = new WorkerPool(['d']);
     await expect(
-      disaggregate({
-        request: client,
-        context: new Controller(),
+      runFlow({
         prefill: engine(() => new ScriptedSource([Annotated.fromError('prefill OOM')]).end()).run,
         decode: decodeTokens().run,
-        connector: vllmNixl,
         prefillWorkers,
         decodeWorkers,
-        logger,
       }),
     ).rejects.toThrow('prefill OOM');
     expect([prefillWorkers.inFlight('p'), decodeWorkers.inFlight('d')]).toEqual([0, 0]);
@@ -166,15 +158,11 @@ describe('disaggregate with worker pools', () => {
     decodeWorkers.setAvailable('d', false);
     const both = new WorkerPool(['p']);
     await expect(
-      disaggregate({
-        request: client,
-        context: new Controller(),
+      runFlow({
         prefill: prefill.run,
         decode: decode.run,
-        connector: vllmNixl,
         prefillWorkers: both,
         decodeWorkers,
-        logger,
       }),
     ).rejects.toBeInstanceOf(NoWorkerError);
     expect(both.inFlight('p')).toBe(0);
@@ -187,15 +175,11 @@ describe('disaggregate with worker pools', () => {
       new ScriptedSource([Annotated.fromData<LLMEngineOutput>({ token_ids: [2], finish_reason: 'eos' })]).end(),
     );
     await collect(
-      await disaggregate({
-        request: client,
-        context: new Controller(),
+      await runFlow({
         prefill: finishing.run,
         decode: decodeTokens().run,
-        connector: vllmNixl,
         prefillWorkers,
         decodeWorkers,
-        logger,
       }),
     );
     expect([prefillWorkers.inFlight('p'), decodeWorkers.inFlight('d')]).toEqual([0, 0]);
@@ -216,12 +200,9 @@ describe('disaggregate with worker pools', () => {
 
   it('refuses a pool that is not a WorkerPool', async () => {
     await expect(
-      disaggregate({
-        request: client,
-        context: new Controller(),
+      runFlow({
         prefill: prefillWithParams().run,
         decode: decodeTokens().run,
-        connector: vllmNixl,
         prefillWorkers: ['p'] as never,
       }),
     ).rejects.toThrow('prefillWorkers to be a WorkerPool');

@@ -64,8 +64,8 @@ export function eventLog() {
  * connector, a prefill worker that hands off and a decode worker that streams two tokens, a
  * logger that records; any option can be replaced.
  */
-export function runFlow(options: Partial<DisaggregateOptions<unknown, unknown>> = {}) {
-  return disaggregate({
+export function runFlow<P = unknown, D = unknown>(options: Partial<DisaggregateOptions<P, D>> = {}) {
+  return disaggregate<P, D>({
     request: client,
     context: new Controller(),
     prefill: prefillWithParams().run,
