@@ -192,6 +192,13 @@ describe('disagg proxy, with the official openai client', () => {
     expect((error as { error?: { leg?: string } }).error?.leg).toBe('prefill');
   });
 
+  it('keeps idle client connections 72 s (Node: 5 s), configurable', async () => {
+    const { proxy } = await setup('vllm');
+    expect([proxy.server.keepAliveTimeout, proxy.server.headersTimeout]).toEqual([72_000, 73_000]);
+    const custom = await setup('vllm', {}, { keepAliveTimeoutMs: 10_000 });
+    expect(custom.proxy.server.keepAliveTimeout).toBe(10_000);
+  });
+
   it('GET /v1/models comes from a decode worker; /health, /ready and /metrics answer', async () => {
     const { client, url } = await setup('vllm', { decode: { model: 'llama-fake' } });
     const models = await client.models.list();
