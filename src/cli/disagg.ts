@@ -47,6 +47,8 @@ async function main(argv: string[]): Promise<number> {
     ...(config.cleanupBudgetMs === undefined ? {} : { cleanupBudgetMs: config.cleanupBudgetMs }),
     healthIntervalMs: config.healthIntervalMs,
     slowClientTimeoutMs: config.slowClientTimeoutMs,
+    keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+    maxBodyBytes: config.maxBodyBytes,
     logger,
   });
   const url = await proxy.listen(config.port, config.host);

@@ -18,6 +18,8 @@ export interface ServeConfig {
   healthIntervalMs: number;
   slowClientTimeoutMs: number;
   gracePeriodMs: number;
+  keepAliveTimeoutMs: number;
+  maxBodyBytes: number;
   logLevel: string;
 }
 
@@ -39,6 +41,8 @@ const OPTIONS = {
   'health-interval-ms': { type: 'string' },
   'slow-client-timeout-ms': { type: 'string' },
   'grace-period-ms': { type: 'string' },
+  'keep-alive-timeout-ms': { type: 'string' },
+  'max-body-bytes': { type: 'string' },
   'log-level': { type: 'string' },
   'deadline-total-ms': { type: 'string' },
   'deadline-prefill-first-output-ms': { type: 'string' },
@@ -68,6 +72,8 @@ given with --config or DISAGG_CONFIG, JSON or YAML, holds the same settings in c
   --health-interval-ms N           between worker health probes (5000)
   --slow-client-timeout-ms N       how long a client may not read before it is given up (30000)
   --grace-period-ms N              on SIGTERM, time for requests under way (30000)
+  --keep-alive-timeout-ms N        how long idle client connections stay open (72000)
+  --max-body-bytes N               the largest request body accepted (8388608)
   --log-level LEVEL                pino level (default info)
 `;
 
@@ -165,6 +171,14 @@ export function loadServeConfig(args: string[], env: NodeJS.ProcessEnv = process
       ) ?? 30_000,
     gracePeriodMs:
       optionalNumber('--grace-period-ms', pick('grace-period-ms', 'DISAGG_GRACE_PERIOD_MS', 'gracePeriodMs')) ?? 30_000,
+    keepAliveTimeoutMs:
+      optionalNumber(
+        '--keep-alive-timeout-ms',
+        pick('keep-alive-timeout-ms', 'DISAGG_KEEP_ALIVE_TIMEOUT_MS', 'keepAliveTimeoutMs'),
+      ) ?? 72_000,
+    maxBodyBytes:
+      optionalNumber('--max-body-bytes', pick('max-body-bytes', 'DISAGG_MAX_BODY_BYTES', 'maxBodyBytes')) ??
+      8 * 1024 * 1024,
     logLevel: String(pick('log-level', 'DISAGG_LOG_LEVEL', 'logLevel') ?? 'info'),
   };
 }

@@ -38,6 +38,8 @@ describe('disagg serve configuration', () => {
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
       gracePeriodMs: 30_000,
+      keepAliveTimeoutMs: 72_000,
+      maxBodyBytes: 8 * 1024 * 1024,
       logLevel: 'info',
     });
   });
@@ -56,10 +58,11 @@ deadlines:
   idleMs: 5000
 `,
     );
-    const config = loadServeConfig(['--port', '9100'], {
+    const config = loadServeConfig(['--port', '9100', '--max-body-bytes', '1000'], {
       DISAGG_CONFIG: yaml,
       DISAGG_PORT: '9050',
       DISAGG_LOG_LEVEL: 'warn',
+      DISAGG_KEEP_ALIVE_TIMEOUT_MS: '5000',
     });
     expect(config).toMatchObject({
       connector: 'sglang',
@@ -71,6 +74,8 @@ deadlines:
       port: 9100,
       deadlines: { idleMs: 5000 },
       logLevel: 'warn',
+      keepAliveTimeoutMs: 5000,
+      maxBodyBytes: 1000,
     });
     const json = file(
       'disagg.json',
