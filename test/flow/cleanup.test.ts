@@ -1,13 +1,12 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap } from '../../src/flow/connectors.js';
 import { CleanupError, orphanedHandoffs } from '../../src/flow/decode-leg.js';
-import type { DisaggregateOptions, Engine } from '../../src/flow/disaggregate.js';
+import type { DisaggregateOptions } from '../../src/flow/disaggregate.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
-import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { decodeTokens, engine, eventLog, handoffItem, runFlow } from '../support/flow.js';
+import { decodeTokens, engine, eventLog, handoffItem, heldEngine, runFlow } from '../support/flow.js';
 
 const run = (options: Partial<DisaggregateOptions<unknown, unknown>>) =>
   runFlow({ context: new Controller('req-c'), ...options });
@@ -191,24 +190,17 @@ describe('after the KV commit, decode takes the KV even if the client has gone',
   it('a decode stream that arrives after the clean-up gave up is closed and killed', async () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
     const decodeSource = new ScriptedSource();
-    let open: (() => void) | undefined;
-    const decodeContexts: Controller[] = [];
-    const slowDecode: Engine = (_, context) => {
-      decodeContexts.push(context as Controller);
-      return new Promise((resolve) => {
-        open = () => resolve(new ResponseStream(decodeSource, context));
-      });
-    };
+    const slowDecode = heldEngine(decodeSource);
     const context = new Controller();
-    const call = run({ context, decode: slowDecode, cleanupBudgetMs: 1000 });
+    const call = run({ context, decode: slowDecode.run, cleanupBudgetMs: 1000 });
     await flush();
     context.stopGenerating(); // the client leaves while the decode dispatch is pending
     await flush();
     await vi.advanceTimersByTimeAsync(1000);
-    open?.();
+    slowDecode.open();
     await flush();
     expect(decodeSource.closed).toBe(true);
-    expect(decodeContexts[0]?.isKilled()).toBe(true);
+    expect(slowDecode.contexts[0]?.isKilled()).toBe(true);
     await call.catch(() => {});
   });
 

@@ -7,9 +7,16 @@ import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
-import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { decodeTokens, engine, eventLog, handoffItem, prefillWithParams, runFlow } from '../support/flow.js';
+import {
+  decodeTokens,
+  engine,
+  eventLog,
+  handoffItem,
+  heldEngine,
+  prefillWithParams,
+  runFlow,
+} from '../support/flow.js';
 
 const _logger = recordingLogger().logger;
 
@@ -95,37 +102,28 @@ describe('deadlines per phase', () => {
 
   it('prefillFirstOutput: a prefill stream that arrives after the deadline is closed', async () => {
     const late = new ScriptedSource([handoffItem()]);
-    let open: (() => void) | undefined;
-    const slowPrefill: Engine = (_, context) =>
-      new Promise((resolve) => {
-        open = () => resolve(new ResponseStream(late, context));
-      });
-    const call = run({ prefill: slowPrefill, deadlines: { prefillFirstOutputMs: 100 } });
+    const slowPrefill = heldEngine(late);
+    const call = run({ prefill: slowPrefill.run, deadlines: { prefillFirstOutputMs: 100 } });
     call.catch(() => {});
     await elapse(100);
     await expect(call).rejects.toMatchObject({ phase: 'prefillFirstOutput' });
-    open?.();
+    slowPrefill.open();
     await flush();
     expect(late.closed).toBe(true);
   });
 
   it('handoff (concurrent): decode opening while prefill still runs does not end the handoff budget', async () => {
     const prefillSource = new ScriptedSource([Annotated.fromData({ token_ids: [] })]);
-    let open: (() => void) | undefined;
-    const decodeSource = new ScriptedSource([token(1)]);
-    const slowDecode: Engine = (_, context) =>
-      new Promise((resolve) => {
-        open = () => resolve(new ResponseStream(decodeSource, context));
-      });
+    const slowDecode = heldEngine(new ScriptedSource([token(1)]));
     const call = run({
       prefill: engine(() => prefillSource).run,
-      decode: slowDecode,
+      decode: slowDecode.run,
       connector: sglangBootstrap,
       prefillWorker: sglangWorker,
       deadlines: { handoffMs: 300 },
     });
     await elapse(100); // prefill's first output is in: the handoff budget runs
-    open?.(); // decode opens, prefill has not completed
+    slowDecode.open(); // decode opens, prefill has not completed
     const iterator = (await call)[Symbol.asyncIterator]();
     expect((await iterator.next()).value).toEqual(token(1));
     const waiting = iterator.next();
@@ -146,24 +144,17 @@ describe('deadlines per phase', () => {
 
   it('handoff: a decode dispatch that hangs after the KV commit fails the request, and decode is still cleaned up', async () => {
     const decodeSource = new ScriptedSource([token(1)]);
-    let open: (() => void) | undefined;
-    const decodeContexts: Controller[] = [];
-    const slowDecode: Engine = (_, context) => {
-      decodeContexts.push(context as Controller);
-      return new Promise((resolve) => {
-        open = () => resolve(new ResponseStream(decodeSource, context));
-      });
-    };
-    const call = run({ decode: slowDecode, deadlines: { handoffMs: 200 } });
+    const slowDecode = heldEngine(decodeSource);
+    const call = run({ decode: slowDecode.run, deadlines: { handoffMs: 200 } });
     call.catch(() => {});
     await elapse(200);
     await expect(call).rejects.toMatchObject({ phase: 'handoff', leg: 'decode' });
     // The decode worker answers late: it is read until it has taken the KV, then stopped.
-    open?.();
+    slowDecode.open();
     await flush();
     expect(decodeSource.nextCalls).toBe(1);
     expect(decodeSource.closed).toBe(true);
-    expect(decodeContexts[0]?.isStopped()).toBe(true);
+    expect(slowDecode.contexts[0]?.isStopped()).toBe(true);
   });
 
   it('handoff (concurrent): a prefill that never completes ends a streaming decode with the deadline', async () => {

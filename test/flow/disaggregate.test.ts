@@ -24,14 +24,7 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
     const prefill = prefillWithParams();
     const decode = decodeTokens();
     const context = new Controller('req-7');
-    const stream = await disaggregate({
-      request: client,
-      context,
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: vllmNixl,
-      logger,
-    });
+    const stream = await runFlow({ context, prefill: prefill.run, decode: decode.run });
     expect((await collect(stream)).map((i) => i.data?.token_ids)).toEqual([[1], [2], []]);
     const [prefillCall] = prefill.calls;
     expect(prefillCall?.body).toMatchObject({ max_tokens: 1, max_completion_tokens: 1, stream: false, n: 1 });
@@ -61,14 +54,7 @@ describe('disaggregate, sequential (vLLM NIXL)', () => {
       ]).end();
     });
     const decode = decodeTokens();
-    await disaggregate({
-      request: client,
-      context,
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: vllmNixl,
-      logger,
-    });
+    await runFlow({ context, prefill: prefill.run, decode: decode.run });
     expect(prefill.calls[0]?.context.isStopped()).toBe(false);
     expect(decode.calls).toHaveLength(1);
   });

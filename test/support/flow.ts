@@ -75,3 +75,19 @@ export function runFlow<P = unknown, D = unknown>(options: Partial<DisaggregateO
     ...options,
   });
 }
+
+/**
+ * An engine whose dispatch answers only when the test calls `open()`, with `source` as the
+ * stream; `contexts` records the context of every call.
+ */
+export function heldEngine(source: ScriptedSource) {
+  let release: (() => void) | undefined;
+  const contexts: AsyncEngineContext[] = [];
+  const run: Engine<unknown> = (_, context) => {
+    contexts.push(context);
+    return new Promise((resolve) => {
+      release = () => resolve(new ResponseStream(source, context));
+    });
+  };
+  return { run, contexts, open: () => release?.() };
+}
