@@ -44,10 +44,13 @@ const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
  * - close: a generator suspended on an `await` queues `return()` until it yields again, and
  *   one that never started skips its `finally`; closing here closes the decode iterator at
  *   once and wakes the generator, so a consumer can always end the stream;
- * - hand off: once prefill has succeeded and the generator is idle at a yield, `next()` goes
- *   straight to the decode iterator (the generator stays parked at that yield until the
- *   stream is closed), so the forward-only path costs one method call per item instead of a
- *   second generator;
+ * - hand off: once prefill has succeeded, the generator is parked at a yield of its forward
+ *   loop and every call made of it has its answer, `next()` goes straight to the decode
+ *   iterator (the generator stays parked at that yield until the stream is closed), so the
+ *   forward-only path costs one method call per item instead of a second generator. Calls
+ *   made of the generator are answered in call order (the language queues them); reads sent
+ *   to decode after the hand-off are answered in the order decode answers them, which for an
+ *   async generator, and every iterator of this library, is call order;
  * - start lazily: a stream whose prefill has already succeeded never creates the generator.
  *
  * @internal
@@ -66,11 +69,18 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   /** Prefill had succeeded before the first read: the generator is never needed. */
   #direct = false;
   /**
-   * Prefill has succeeded and the generator is suspended at a yield with nothing queued. (A
-   * generator that yields while another next() is queued resumes at once, without suspending,
-   * and clears this before any other code runs: ECMA-262 AsyncGeneratorYield.)
+   * Prefill has succeeded and the generator is at a yield of its forward loop, after which
+   * decode can be read directly. Alone it does not mean the generator is idle: a yield first
+   * awaits its value (one microtask), and requests may still be queued behind it.
    */
   #mayHandOff = false;
+  /**
+   * The last request made of the generator has been answered, so none is outstanding (the
+   * generator answers in call order). Known only for requests made once prefill had
+   * succeeded, the only ones a hand-off can follow; any request clears it.
+   */
+  #caughtUp = false;
+  #lastRequest: Promise<Step> | undefined;
 
   // Created once per stream, never per item.
   readonly #raceTurn = (resolve: (step: Step | undefined) => void, reject: (error: unknown) => void): void => {
@@ -105,9 +115,21 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   next(): Promise<Step> {
     // After return() or throw(), nothing more: not even from a decode iterator that ignored it.
     if (this.#closing) return Promise.resolve(DONE);
-    if (this.#direct || this.#mayHandOff) return this.#source.next() as Promise<Step>;
+    // The hand-off: only once every earlier call has its answer, so that a read sent straight
+    // to decode can never overtake one the generator has still to answer.
+    if (this.#direct || (this.#mayHandOff && this.#caughtUp)) return this.#source.next() as Promise<Step>;
     this.#generator ??= this.#guard();
-    return this.#generator.next() as Promise<Step>;
+    const request = this.#generator.next() as Promise<Step>;
+    this.#caughtUp = false;
+    if (this.#outcome.state === SUCCEEDED) {
+      // Watched only here, on the way to the hand-off (usually one item): racing reads pay nothing.
+      this.#lastRequest = request;
+      const answered = () => {
+        if (this.#lastRequest === request) this.#caughtUp = true;
+      };
+      request.then(answered, answered);
+    }
+    return request;
   }
 
   return(value?: unknown): Promise<Step> {
@@ -225,6 +247,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
       this.#resolveTurn = undefined;
       this.#pull = undefined;
       this.#mayHandOff = false;
+      this.#lastRequest = undefined;
       // Rule 14 and early exits: close decode, never touch prefill.
       this.#closeSource();
     }

@@ -707,6 +707,51 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
     expect(ids).toEqual([1, 2, 3, 4]);
   });
 
+  it('pipelined reads: a call made while the guard yields with another call queued does not overtake it', async () => {
+    // After prefill has succeeded: two calls at once, a third some microtasks later. The third
+    // used to go straight to decode while the second still waited in the guard: [1, 3, 2].
+    for (let depth = 0; depth <= 6; depth++) {
+      const source = new ScriptedSource([token(1), token(2), token(3), token(4)]);
+      const { prefill, iterator } = await wrapped(source);
+      prefill.resolve();
+      await flush();
+      const calls = [iterator.next(), iterator.next()];
+      let turn = Promise.resolve();
+      for (let i = 0; i < depth; i++) turn = turn.then();
+      await turn;
+      calls.push(iterator.next());
+      const ids = (await Promise.all(calls)).map((r) => r.value?.data?.token_ids[0]);
+      expect({ depth, ids }).toEqual({ depth, ids: [1, 2, 3] });
+    }
+  });
+
+  it('pipelined reads: a call made as a token arrives for two queued calls keeps its place', async () => {
+    for (let depth = 0; depth <= 6; depth++) {
+      const source = new ScriptedSource();
+      const { prefill, iterator } = await wrapped(source);
+      prefill.resolve();
+      await flush();
+      const calls = [iterator.next(), iterator.next()];
+      await flush();
+      source.push(token(1));
+      let turn = Promise.resolve();
+      for (let i = 0; i < depth; i++) turn = turn.then();
+      turn.then(() => calls.push(iterator.next()));
+      await flush();
+      source.push(token(2));
+      source.push(token(3));
+      const ids = (await Promise.all(calls)).map((r) => r.value?.data?.token_ids[0]);
+      expect({ depth, ids }).toEqual({ depth, ids: [1, 2, 3] });
+      // Answers settle in call order too.
+      const order: number[] = [];
+      const more = [iterator.next(), iterator.next()];
+      more.forEach((call, i) => call.then(() => order.push(i)));
+      source.push(token(4)).end();
+      await Promise.all(more);
+      expect(order).toEqual([0, 1]);
+    }
+  });
+
   it('streams unregister from the prefill when they end, so a long prefill holds nothing of them', async () => {
     const { prefill, task } = pendingPrefill();
     const outcome = outcomeOf(task);

@@ -2,8 +2,10 @@
  * An executable model of rules 1-14 (../shared/spec/handoff.md): given when each thing
  * happens, what the consumer of forwardDecode must see.
  *
- * Every event has its own time (no two at once), and the consumer pulls as soon as it can, so
- * each race has exactly one right answer. Ties are the job of the biased-race tests.
+ * Every event has its own time (no two at once), and the consumer pulls before the next event,
+ * so each race has exactly one right answer. Ties are the job of the biased-race tests. A
+ * consumer with several calls in flight gets the same items, one per call in call order,
+ * then `done` for every later call.
  */
 
 export type DecodeEvent =
@@ -29,6 +31,13 @@ export interface Schedule {
   decode: Array<{ event: DecodeEvent; at: number }>;
   /** Stop after this many items (null: read to the end), by `return()` or by `throw()`. */
   consumer: { stopAfter: number | null; by: 'return' | 'throw' };
+  /**
+   * How the consumer reads: up to `inFlight` `next()` calls at once. Each answer and each event
+   * lets the next entry of `plan` go: `calls` more calls, the first `depth` microtasks later
+   * (the plan is used in turn). What the stream delivers does not depend on it: the i-th call
+   * gets the i-th item.
+   */
+  reader: { inFlight: 1 | 2 | 3; plan: Array<{ calls: number; depth: number }> };
 }
 
 /** What the consumer sees: decode item indexes, or 'P' for the prefill error item. */

@@ -28,7 +28,7 @@ const EVENTS: DecodeEvent[] = [
 ];
 
 /** Schedules with distinct event times in 1..60; null times mean "never". */
-const schedules: fc.Arbitrary<Schedule> = fc
+const anySchedule: fc.Arbitrary<Schedule> = fc
   .record({
     events: fc.array(fc.constantFrom(...EVENTS), { maxLength: 7 }),
     times: fc.uniqueArray(fc.integer({ min: 1, max: 60 }), { minLength: 9, maxLength: 9 }),
@@ -38,8 +38,13 @@ const schedules: fc.Arbitrary<Schedule> = fc
     dispatchNever: fc.boolean(),
     stopAfter: fc.option(fc.integer({ min: 0, max: 6 }), { nil: null }),
     by: fc.constantFrom<'return' | 'throw'>('return', 'throw'),
+    inFlight: fc.constantFrom<1 | 2 | 3>(1, 2, 2, 3, 3),
+    plan: fc.array(fc.record({ calls: fc.integer({ min: 0, max: 2 }), depth: fc.integer({ min: 0, max: 5 }) }), {
+      minLength: 1,
+      maxLength: 8,
+    }),
   })
-  .map(({ events, times, prefillOk, prefillNever, dispatchOk, dispatchNever, stopAfter, by }) => {
+  .map(({ events, times, prefillOk, prefillNever, dispatchOk, dispatchNever, stopAfter, by, inFlight, plan }) => {
     const [prefillAt, dispatchAt, ...itemTimes] = times as [number, number, ...number[]];
     const sorted = itemTimes.slice(0, events.length).sort((a, b) => a - b);
     // Decode says nothing after its end or a throw.
@@ -54,8 +59,42 @@ const schedules: fc.Arbitrary<Schedule> = fc
       dispatch: { ok: dispatchOk, at: dispatchNever && dispatchOk && !prefillNever ? null : dispatchAt },
       decode,
       consumer: { stopAfter, by },
+      reader: { inFlight, plan },
     };
   });
+
+/**
+ * Where pipelined readers go wrong: decode opens first, then tokens stream while prefill settles
+ * among them, read by two or three calls in flight placed a few microtasks after each answer
+ * and event.
+ */
+const pipelinedSchedule: fc.Arbitrary<Schedule> = anySchedule.chain((s) =>
+  fc
+    .record({
+      tokens: fc.integer({ min: 2, max: 6 }),
+      last: fc.constantFrom<DecodeEvent>('length', 'end', 'error-item', 'token'),
+      prefillAfter: fc.integer({ min: 0, max: 6 }),
+      inFlight: fc.constantFrom<2 | 3>(2, 3),
+      plan: fc.array(fc.record({ calls: fc.integer({ min: 0, max: 2 }), depth: fc.integer({ min: 0, max: 3 }) }), {
+        minLength: 1,
+        maxLength: 8,
+      }),
+    })
+    .map(({ tokens, last, prefillAfter, inFlight, plan }) => {
+      const events: DecodeEvent[] = [...Array.from({ length: tokens }, () => 'token' as const), last];
+      // Time 2i + 2 for item i; prefill in one of the odd gaps between them.
+      const decode = events.map((event, i) => ({ event, at: 2 * i + 2 }));
+      return {
+        ...s,
+        prefill: { ok: s.prefill.ok, at: 2 * Math.min(prefillAfter, events.length) + 1 },
+        dispatch: { ok: true, at: 0 },
+        decode,
+        reader: { inFlight, plan },
+      };
+    }),
+);
+
+const schedules = fc.oneof(anySchedule, pipelinedSchedule);
 
 function itemFor(event: DecodeEvent, index: number): Item {
   switch (event) {
@@ -84,6 +123,112 @@ interface Observed {
   streamError?: unknown;
 }
 
+/** One `next()` call of the consumer and what it got. */
+interface Call {
+  promise: Promise<IteratorResult<Item>>;
+  answer?: { step: IteratorResult<Item> } | { error: unknown };
+  /** Whether it was answered before the consumer closed the stream. */
+  beforeClose?: boolean;
+}
+
+/** Runs `work` after `depth` microtasks. */
+function after(depth: number, work: () => void): void {
+  let turn = Promise.resolve();
+  for (let i = 0; i < depth; i++) turn = turn.then();
+  turn.then(work);
+}
+
+/**
+ * The consumer: keeps up to `inFlight` calls of `next()` in flight. Each answer and each event
+ * lets the next planned number of calls go (0 to 2, each after its own number of microtasks),
+ * and at least one whenever none is left in flight, so that it is always reading when the
+ * next event comes. It stops (by `return()` or `throw()`) once it holds `stopAfter` items in
+ * call order, and stops calling after `done` or an error. It records every call and the order
+ * in which the calls were answered.
+ */
+class Reader {
+  readonly calls: Call[] = [];
+  /** Call indexes in the order their answers arrived. */
+  readonly answerOrder: number[] = [];
+  closed = false;
+  closeResult: Promise<unknown> | undefined;
+  /** How it closed: `throw` only where the iterator has `throw()` (an unwrapped decode may not). */
+  closedBy: 'return' | 'throw' | undefined;
+  #unanswered = 0;
+  #turn = 0;
+  #ended = false;
+
+  constructor(
+    readonly iterator: AsyncIterator<Item>,
+    readonly s: Schedule,
+    readonly consumerError: Error,
+  ) {}
+
+  /** Lets the planned calls go (at least one when none is in flight). */
+  pump(): void {
+    const { plan } = this.s.reader;
+    const { calls, depth } = plan[this.#turn++ % plan.length] as { calls: number; depth: number };
+    const count = this.#unanswered === 0 ? Math.max(1, calls) : calls;
+    for (let i = 0; i < count; i++) after(depth + i, () => this.#issue());
+  }
+
+  #issue(): void {
+    // At most one call per item decode can send, and one more: enough to see the end.
+    const { inFlight } = this.s.reader;
+    if (this.closed || this.#ended || this.#unanswered >= inFlight || this.calls.length > this.s.decode.length + 2) {
+      return;
+    }
+    const index = this.calls.length;
+    const call: Call = { promise: this.iterator.next() };
+    this.calls.push(call);
+    this.#unanswered += 1;
+    call.promise.then(
+      (step) => this.#answered(index, { step }),
+      (error: unknown) => this.#answered(index, { error }),
+    );
+  }
+
+  #answered(index: number, answer: Call['answer']): void {
+    const call = this.calls[index] as Call;
+    call.answer = answer;
+    call.beforeClose = !this.closed;
+    this.answerOrder.push(index);
+    this.#unanswered -= 1;
+    if (this.closed) return;
+    if (answer !== undefined && ('error' in answer || answer.step.done === true)) this.#ended = true;
+    const stopAfter = this.s.consumer.stopAfter;
+    if (stopAfter !== null && this.#itemsInHand() >= stopAfter) {
+      this.close();
+      return;
+    }
+    this.pump();
+  }
+
+  /** Items answered so far without a gap, in call order. */
+  #itemsInHand(): number {
+    let items = 0;
+    for (const call of this.calls) {
+      if (call.answer === undefined || 'error' in call.answer || call.answer.step.done === true) break;
+      items += 1;
+    }
+    return items;
+  }
+
+  close(by = this.s.consumer.by): void {
+    if (this.closed) return;
+    this.closed = true;
+    const it = this.iterator;
+    this.closedBy = by === 'throw' && it.throw !== undefined ? 'throw' : 'return';
+    this.closeResult =
+      this.closedBy === 'throw' && it.throw !== undefined
+        ? it.throw(this.consumerError).then(
+            () => 'resolved',
+            (error: unknown) => error,
+          )
+        : Promise.resolve(it.return?.()).then((step) => step);
+  }
+}
+
 /** Drives the real forwardDecode through a schedule, one event per step, and records it all. */
 async function run(s: Schedule) {
   const prefill = deferred();
@@ -100,51 +245,24 @@ async function run(s: Schedule) {
   const consumerError = new Error('client went away');
 
   const observed: Observed = { call: 'pending', outputs: [], end: 'none' };
-  let iterator: AsyncIterator<Item> | undefined;
-  const consumer = (async () => {
-    let stream: DecodeStream;
-    try {
-      stream = await task.forwardDecode((abort) => {
-        signal = abort;
-        return dispatch.promise;
-      }, requestContext);
-    } catch (error) {
-      observed.call = error === dispatchError ? 'dispatch-error' : 'prefill-error';
-      observed.callError = error;
-      return;
-    }
-    observed.call = 'stream';
-    observed.end = 'pending';
-    const it = stream[Symbol.asyncIterator]();
-    iterator = it;
-    const stopAfter = s.consumer.stopAfter;
-    for (;;) {
-      if (stopAfter !== null && observed.outputs.length === stopAfter) {
-        observed.end = 'consumer';
-        if (s.consumer.by === 'throw' && it.throw !== undefined) {
-          await expect(it.throw(consumerError)).rejects.toBe(consumerError);
-        } else {
-          await it.return?.();
-        }
-        return;
-      }
-      let result: IteratorResult<Item>;
-      try {
-        result = await it.next();
-      } catch (error) {
-        observed.end = 'decode-throw';
-        observed.streamError = error;
-        return;
-      }
-      if (result.done === true) {
-        observed.end = 'done';
-        return;
-      }
-      const index = items.indexOf(result.value);
-      observed.outputs.push(index === -1 ? 'P' : index);
-      if (index === -1) expect(Annotated.err(result.value)).toBeInstanceOf(PrefillError);
-    }
-  })();
+  let reader: Reader | undefined;
+  const call = task
+    .forwardDecode((abort) => {
+      signal = abort;
+      return dispatch.promise;
+    }, requestContext)
+    .then(
+      (stream) => {
+        observed.call = 'stream';
+        reader = new Reader(stream[Symbol.asyncIterator](), s, consumerError);
+        if (s.consumer.stopAfter === 0) reader.close();
+        else reader.pump();
+      },
+      (error: unknown) => {
+        observed.call = error === dispatchError ? 'dispatch-error' : 'prefill-error';
+        observed.callError = error;
+      },
+    );
 
   const steps: Array<{ at: number; fire: () => void }> = s.decode.map(({ event, at }, i) => ({
     at,
@@ -168,21 +286,66 @@ async function run(s: Schedule) {
   await flush();
   for (const step of steps) {
     step.fire();
+    // A call placed relative to the event, too (the reader keeps its own limit).
+    reader?.pump();
     await flush();
   }
-  const settled = !(await isPending(consumer));
+  // A call still pending here stays pending (the model says when): its handlers have run if it settled.
+  void call;
   return {
     observed,
-    settled,
-    consumer,
+    reader,
     task,
     source,
+    items,
     requestContext,
     decodeContext,
     signal,
-    iterator: () => iterator,
-    errors: { prefillError, dispatchError, decodeError },
+    errors: { prefillError, dispatchError, decodeError, consumerError },
   };
+}
+
+/**
+ * What the reader saw, as the sequential model describes it: the items of the answers in
+ * call order, and how the stream ended. Checks on the way that calls were answered in call
+ * order and that nothing but `done` follows the end.
+ */
+function outcomeOf(r: Awaited<ReturnType<typeof run>>, full: Output[]): Observed {
+  const { observed, reader, items } = r;
+  if (reader === undefined) return observed;
+  // Answers arrive in the order the calls were made.
+  expect(reader.answerOrder).toEqual([...reader.answerOrder].sort((a, b) => a - b));
+  const outputs: Output[] = [];
+  let end: Observed['end'] = 'pending';
+  for (const call of reader.calls) {
+    const answer = call.answer;
+    if (answer === undefined) {
+      // Unanswered: only a stream still waiting (or closed, checked by the caller) has one.
+      expect(end).toBe('pending');
+      continue;
+    }
+    if (end !== 'pending') {
+      // After the end, every call answers done.
+      expect(answer).toEqual({ step: { value: undefined, done: true } });
+      continue;
+    }
+    if ('error' in answer) {
+      end = 'decode-throw';
+      observed.streamError = answer.error;
+      continue;
+    }
+    if (answer.step.done === true) {
+      end = 'done';
+      continue;
+    }
+    const index = items.indexOf(answer.step.value);
+    const output: Output = index === -1 ? 'P' : index;
+    if (index === -1) expect(Annotated.err(answer.step.value)).toBeInstanceOf(PrefillError);
+    // Every item is the next one of the stream: never one out of order, twice, or invented.
+    expect(output).toEqual(full[outputs.length]);
+    outputs.push(output);
+  }
+  return { ...observed, outputs, end };
 }
 
 /** Fixed in CI; DISAGG_PROPERTY_SEED=random (or a number) and DISAGG_PROPERTY_RUNS explore further. */
@@ -197,37 +360,60 @@ function propertyOptions(runs: number): fc.Parameters<unknown> {
 }
 
 describe('forwardDecode against the executable model of rules 1-14', () => {
-  it('every generated schedule: same items, same end, same stopped contexts, decode closed, prefill untouched', async () => {
+  it('every generated schedule, for readers with up to three calls in flight: same items in call order, same end, same stopped contexts, decode closed, prefill untouched', async () => {
     await fc.assert(
       fc.asyncProperty(schedules, async (s) => {
         const expected = model(s);
+        // The whole stream, for items a pipelined reader had asked for before it stopped.
+        const full = model({ ...s, consumer: { stopAfter: null, by: s.consumer.by } }).outputs;
         const r = await run(s);
-        const { observed } = r;
+        const observed = outcomeOf(r, full);
+        const pipelined = s.reader.inFlight > 1;
 
         expect(observed.call).toBe(expected.call);
-        expect(observed.outputs).toEqual(expected.outputs);
-        expect(observed.end).toBe(expected.end);
         if (expected.call === 'prefill-error') {
           expect(observed.callError).toBeInstanceOf(PrefillError);
           expect((observed.callError as PrefillError).cause).toBe(r.errors.prefillError);
         }
         if (expected.call === 'dispatch-error') expect(observed.callError).toBe(r.errors.dispatchError);
-        if (expected.end === 'decode-throw') expect(observed.streamError).toBe(r.errors.decodeError);
-        // The stream always ends, unless the model says it waits; and then the consumer can still close it.
-        expect(r.settled).toBe(expected.end !== 'pending' && expected.call !== 'pending');
-        if (expected.end === 'pending') {
-          const iterator = r.iterator() as AsyncIterator<Item>;
-          const alreadyEnded = r.source.finished; // a held end: nothing left to close
-          await expect(iterator.return?.()).resolves.toMatchObject({ done: true });
-          await r.consumer;
-          expect(observed.end).toBe('done');
-          expect(r.source.closed).toBe(!alreadyEnded);
+        const reader = r.reader;
+        if (expected.call === 'stream') {
+          if (reader === undefined) throw new Error('the stream was returned but never read');
+          if (expected.end === 'consumer') {
+            expect(reader.closed).toBe(true);
+            // What the consumer held when it stopped; a pipelined one may have more, checked above.
+            expect(observed.outputs.slice(0, expected.outputs.length)).toEqual(expected.outputs);
+            if (!pipelined) expect(observed.outputs).toEqual(expected.outputs);
+            if (reader.closedBy === 'throw') expect(await reader.closeResult).toBe(r.errors.consumerError);
+            else expect(await reader.closeResult).toMatchObject({ done: true });
+          } else {
+            expect(reader.closed).toBe(false);
+            expect(observed.outputs).toEqual(expected.outputs);
+            expect(observed.end).toBe(expected.end);
+            if (expected.end === 'decode-throw') expect(observed.streamError).toBe(r.errors.decodeError);
+          }
+          if (expected.end === 'pending') {
+            // The stream waits (unless the model says it ends); the consumer can still close it.
+            const alreadyEnded = r.source.finished; // a held end: nothing left to close
+            reader.close('return');
+            expect(await reader.closeResult).toMatchObject({ done: true });
+            await flush();
+            expect(r.source.closed).toBe(!alreadyEnded);
+          } else if (expected.decodeClosed) {
+            // A pipelined reader may have read decode's end before it stopped: then nothing is left to close.
+            expect(r.source.closed || (pipelined && r.source.finished)).toBe(true);
+          } else {
+            expect(r.source.closed).toBe(false);
+          }
+          // No call is left hanging once the stream has ended or was closed.
+          await flush();
+          expect(reader.calls.every((call) => call.answer !== undefined)).toBe(true);
+          // After the end: nothing more, ever.
+          expect(await reader.iterator.next()).toMatchObject({ done: true });
         } else {
-          expect(r.source.closed).toBe(expected.decodeClosed);
+          expect(reader).toBeUndefined();
+          if (expected.call !== 'pending') expect(r.source.closed).toBe(expected.decodeClosed);
         }
-        // After the end: nothing more, ever.
-        const iterator = r.iterator();
-        if (iterator !== undefined) expect(await iterator.next()).toMatchObject({ done: true });
 
         expect(r.requestContext.isStopped()).toBe(expected.requestStopped);
         expect(r.decodeContext.isStopped()).toBe(expected.decodeStopped);
@@ -242,7 +428,7 @@ describe('forwardDecode against the executable model of rules 1-14', () => {
         else if (s.prefill.ok) await expect(r.task.wait()).resolves.toBeUndefined();
         else await expect(r.task.wait()).rejects.toBeInstanceOf(PrefillError);
       }),
-      propertyOptions(2000),
+      propertyOptions(3000),
     );
-  }, 120_000);
+  }, 180_000);
 });
