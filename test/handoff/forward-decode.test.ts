@@ -745,7 +745,7 @@ describe('phase B: the wrapped stream (rules 9-14)', () => {
       // Answers settle in call order too.
       const order: number[] = [];
       const more = [iterator.next(), iterator.next()];
-      more.forEach((call, i) => call.then(() => order.push(i)));
+      for (const [i, call] of more.entries()) call.then(() => order.push(i));
       source.push(token(4)).end();
       await Promise.all(more);
       expect(order).toEqual([0, 1]);
