@@ -3,6 +3,7 @@ import { PrefillError } from '../handoff/prefill-error.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { CallOrder } from '../util/call-order.js';
 import { deadlineIn } from './deadlines.js';
 import type { FlowRecorder, Leg } from './events.js';
 
@@ -53,6 +54,8 @@ export interface ClientStreamHooks {
  * prefill as the `DeadlineError` itself.
  *
  * It never waits for what is behind it to close (`closeQuietly`): `return()` answers at once.
+ * Calls of `next()` are answered in the order they were made, and only one read of what is
+ * behind is in flight at a time, so a pipelined reader cannot reorder the layers below.
  *
  * @internal
  */
@@ -60,10 +63,26 @@ export class ClientStream implements AsyncIterableIterator<Item> {
   readonly #inner: AsyncIterator<Item>;
   readonly #hooks: ClientStreamHooks;
   #done = false;
+  /** Closed by the consumer: later calls answer done at once, never queued behind a stuck read. */
+  #closed = false;
   #first = true;
 
   // Created once per stream, never per item.
+  readonly #read = (): Promise<Step> => {
+    if (this.#done) return Promise.resolve(DONE);
+    let pull: Promise<Step>;
+    try {
+      pull = Promise.resolve(this.#inner.next() as Promise<Step>);
+    } catch (error) {
+      pull = Promise.reject(error);
+    }
+    return pull.then(this.#onStep, this.#onError);
+  };
+  /** One read of what is behind at a time, answered in call order (pipelined readers). */
+  readonly #order = new CallOrder(this.#read);
+
   readonly #onStep = (step: Step): Step => {
+    this.#order.settled();
     if (this.#done) return DONE;
     if (step.done === true) {
       this.#end('success');
@@ -95,6 +114,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
   };
 
   readonly #onError = (error: unknown): never => {
+    this.#order.settled();
     const shown = clientError(error);
     if (!this.#done) this.#end('error', legOf(error), shown instanceof Error ? shown : undefined);
     throw shown;
@@ -110,17 +130,12 @@ export class ClientStream implements AsyncIterableIterator<Item> {
   }
 
   next(): Promise<Step> {
-    if (this.#done) return Promise.resolve(DONE);
-    let pull: Promise<Step>;
-    try {
-      pull = Promise.resolve(this.#inner.next() as Promise<Step>);
-    } catch (error) {
-      pull = Promise.reject(error);
-    }
-    return pull.then(this.#onStep, this.#onError);
+    if (this.#closed) return Promise.resolve(DONE);
+    return this.#order.call();
   }
 
   return(): Promise<Step> {
+    this.#closed = true;
     if (!this.#done) this.#end('cancelled', undefined, undefined, true);
     return Promise.resolve(DONE);
   }

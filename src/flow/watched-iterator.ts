@@ -1,4 +1,5 @@
 import { closeQuietly } from '../handoff/decode-guard.js';
+import { CallOrder } from '../util/call-order.js';
 import { type DeadlineError, type DeadlinePhase, startTimer } from './deadlines.js';
 
 type Step<T> = IteratorResult<T, undefined>;
@@ -42,6 +43,11 @@ export interface WatchHooks<T> {
  * generator's `return()` would queue behind the stuck `next()`), the pending read answers
  * with `hooks.expired(error)` and every later read is done.
  *
+ * Calls are answered in the order they were made ({@link CallOrder}): a call made while a
+ * watched read is in flight reads only after it, so budgets count from the moment a read
+ * really starts. `return()` answers a pending read done at once (when it has a turn; a read
+ * handed through is the source's own) and every later call done at once.
+ *
  * @internal
  */
 export class WatchedIterator<T> implements AsyncIterableIterator<T> {
@@ -49,6 +55,8 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   readonly #hooks: WatchHooks<T>;
   #reads = 0;
   #stopped = false;
+  /** Closed by `return()`/`throw()`. */
+  #closed = false;
   #expiredWith: DeadlineError | undefined;
   #settleTurn: ((step: Promise<Step<T>> | Step<T>) => void) | undefined;
   #cancelTimer: (() => void) | undefined;
@@ -67,6 +75,18 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     (this.#hooks.observe as NonNullable<WatchHooks<T>['observe']>)(undefined, this.#observed++);
     throw error;
   };
+  /** The same, for a read whose answer is the observed promise itself. */
+  readonly #observeStepLast = (step: Step<T>): Step<T> => {
+    this.#order.settled();
+    return this.#observeStep(step);
+  };
+  readonly #observeErrorLast = (error: unknown): never => {
+    this.#order.settled();
+    return this.#observeError(error);
+  };
+  readonly #read = (): Promise<Step<T>> => this.#readNow();
+  /** Reads in call order, one at a time where the watch has a say (pipelined readers). */
+  readonly #order = new CallOrder<Step<T>>(this.#read);
 
   constructor(source: AsyncIterator<T>, hooks: WatchHooks<T>) {
     this.#source = source;
@@ -93,20 +113,40 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
       this.#prefetched = undefined;
       return prefetched;
     }
+    // After return(), at once: never queued behind a read that may be stuck.
+    if (this.#closed) return Promise.resolve(DONE);
+    return this.#order.call();
+  }
+
+  #stoppedAnswer(): Promise<Step<T>> {
+    const answer = this.#answerNext;
+    this.#answerNext = undefined;
+    return answer ?? Promise.resolve(DONE);
+  }
+
+  #readNow(): Promise<Step<T>> {
     if (this.#stopped) {
-      const answer = this.#answerNext;
-      this.#answerNext = undefined;
-      return answer ?? Promise.resolve(DONE);
+      this.#order.settled();
+      return this.#stoppedAnswer();
     }
     const read = this.#reads++;
-    const pull = Promise.resolve(this.#source.next() as Promise<Step<T>>);
+    let pull: Promise<Step<T>>;
+    try {
+      pull = Promise.resolve(this.#source.next() as Promise<Step<T>>);
+    } catch (error) {
+      pull = Promise.reject(error);
+    }
     const hooks = this.#hooks;
-    const observed =
-      hooks.observe === undefined || hooks.observing?.() === false
-        ? pull
-        : pull.then(this.#observeStep, this.#observeError);
-    const budget = this.#hooks.budget(read);
-    if (budget === undefined && !this.#hooks.interruptible) return observed;
+    const observing = hooks.observe !== undefined && hooks.observing?.() !== false;
+    const budget = hooks.budget(read);
+    if (budget === undefined && !hooks.interruptible) {
+      if (observing) return pull.then(this.#observeStepLast, this.#observeErrorLast);
+      // The source's own promise: later reads go to the source, which answers in its order,
+      // and whatever the watch adds to an answer only makes it later.
+      this.#order.settled();
+      return pull;
+    }
+    const observed = observing ? pull.then(this.#observeStep, this.#observeError) : pull;
     return new Promise<Step<T>>((resolve, reject) => {
       this.#settleTurn = resolve;
       if (budget !== undefined) {
@@ -114,11 +154,11 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
       }
       observed.then(
         (step) => {
-          this.#clearTurn();
+          this.#clearTurn(resolve);
           resolve(step);
         },
         (error: unknown) => {
-          this.#clearTurn();
+          this.#clearTurn(resolve);
           reject(error);
         },
       );
@@ -148,7 +188,7 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     this.#stopped = true;
     this.#expiredWith = error;
     const settle = this.#settleTurn;
-    this.#clearTurn();
+    this.#clearTurn(settle);
     const answer = this.#hooks.expired(error);
     // A rejection here is the answer of the read (or nobody's): never unhandled.
     answer.then(undefined, ignore);
@@ -171,20 +211,26 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
 
   #close(): void {
     this.#prefetched = undefined;
+    this.#closed = true;
     if (this.#stopped) return;
     this.#stopped = true;
-    this.#cancelTimer?.();
-    this.#cancelTimer = undefined;
-    // A pending read keeps its own answer; the watch no longer interrupts it.
-    this.#settleTurn = undefined;
+    // A pending read with a turn answers done now: the stream is over for its reader, and the
+    // source may be stuck. (A read without a turn is the source's own and answers as it does.)
+    const settle = this.#settleTurn;
+    this.#clearTurn(settle);
+    settle?.(DONE);
     if (this.#hooks.onClose === undefined) closeQuietly(this.#source);
     else this.#hooks.onClose(this.#source);
   }
 
-  #clearTurn(): void {
+  /** Ends the turn of `settle`'s read (its timer, and the read in progress for the call order). */
+  #clearTurn(settle: ((step: Promise<Step<T>> | Step<T>) => void) | undefined): void {
+    // Only the current turn: a late answer to one already settled must not end another's.
+    if (settle === undefined || settle !== this.#settleTurn) return;
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
     this.#settleTurn = undefined;
+    this.#order.settled();
   }
 }
 

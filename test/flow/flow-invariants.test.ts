@@ -44,8 +44,23 @@ const bootstrapItem = () =>
     disaggregated_params: { bootstrap_host: 'p0', bootstrap_port: 8998, bootstrap_room: '9007199254740993' },
   });
 
+/**
+ * How the client reads: up to `inFlight` calls of `next()` at once, each `read` action issuing
+ * one the next of `depths` microtasks later (the depths are used in turn).
+ */
+interface ReaderPlan {
+  inFlight: number;
+  depths: number[];
+}
+
 /** One request through the flow, driven by `actions`, then run to its end; returns what was observed. */
-async function scenario(family: keyof typeof families, actions: Action[], deadlines: Deadlines, deferDecode: boolean) {
+async function scenario(
+  family: keyof typeof families,
+  actions: Action[],
+  deadlines: Deadlines,
+  deferDecode: boolean,
+  plan: ReaderPlan = { inFlight: 1, depths: [0] },
+) {
   const context = new Controller('req-p');
   const prefillSource = new ScriptedSource();
   const decodeSource = new ScriptedSource();
@@ -71,7 +86,9 @@ async function scenario(family: keyof typeof families, actions: Action[], deadli
     readError?: unknown;
     afterEnd: Item[];
     clientLeft: boolean;
-  } = { items: [], afterEnd: [], clientLeft: false };
+    /** Calls in flight when the consumer closed the stream. */
+    closedWith: Promise<unknown>[];
+  } = { items: [], afterEnd: [], clientLeft: false, closedWith: [] };
   const call = disaggregate({
     request: client,
     context,
@@ -94,7 +111,12 @@ async function scenario(family: keyof typeof families, actions: Action[], deadli
       outcome.rejected = error;
     },
   );
-  let reading: Promise<unknown> | undefined;
+  /** Every call of next(), in call order, with its answer once it has one. */
+  const calls: Array<{ promise: Promise<unknown>; answer?: { step: IteratorResult<Item> } | { error: unknown } }> = [];
+  const answerOrder: number[] = [];
+  let unanswered = 0;
+  let depthAt = 0;
+  let closed = false;
   let ended = false;
   let prefillPushed = false;
   const prefillOutput = () => {
@@ -103,22 +125,31 @@ async function scenario(family: keyof typeof families, actions: Action[], deadli
     if (family === 'early' && first) return bootstrapItem();
     return Annotated.fromData<LLMEngineOutput>({ token_ids: [] });
   };
-  const read = () => {
-    if (iterator === undefined || reading !== undefined) return;
-    reading = iterator.next().then(
-      (step) => {
-        reading = undefined;
-        if (step.done === true) ended = true;
-        else if (ended) outcome.afterEnd.push(step.value);
-        else outcome.items.push(step.value);
-      },
-      (error: unknown) => {
-        reading = undefined;
-        ended = true;
-        outcome.readError = error;
-      },
+  const issue = () => {
+    if (iterator === undefined || ended || closed || unanswered >= plan.inFlight) return;
+    const index = calls.length;
+    const answered = (answer: { step: IteratorResult<Item> } | { error: unknown }) => {
+      const call = calls[index] as (typeof calls)[number];
+      call.answer = answer;
+      answerOrder.push(index);
+      unanswered -= 1;
+      if ('error' in answer || answer.step.done === true) ended = true;
+    };
+    unanswered += 1;
+    const promise = iterator.next().then(
+      (step) => answered({ step }),
+      (error: unknown) => answered({ error }),
     );
+    calls.push({ promise });
   };
+  /** Issues a call the next planned number of microtasks from now. */
+  const read = () => {
+    const depth = plan.depths[depthAt++ % plan.depths.length] as number;
+    let turn = Promise.resolve();
+    for (let i = 0; i < depth; i++) turn = turn.then();
+    turn.then(issue);
+  };
+  const reading = () => calls.filter((call) => call.answer === undefined).map((call) => call.promise);
 
   for (const action of actions) {
     switch (action) {
@@ -161,6 +192,9 @@ async function scenario(family: keyof typeof families, actions: Action[], deadli
       case 'return':
         if (iterator !== undefined) {
           if (!ended) outcome.clientLeft = true; // the consumer left: 'cancelled' is a fair outcome
+          closed = true;
+          // Calls still in flight answer afterwards: done, never an item.
+          for (const call of calls) if (call.answer === undefined) outcome.closedWith.push(call.promise);
           await iterator.return?.();
           ended = true;
         }
@@ -188,17 +222,35 @@ async function scenario(family: keyof typeof families, actions: Action[], deadli
   for (let round = 0; round < 40; round++) {
     await flush();
     await vi.advanceTimersByTimeAsync(100);
-    if (reading !== undefined) {
-      if (await isPending(reading as Promise<unknown>)) continue;
-      await reading;
+    const inFlight = reading();
+    if (inFlight.length > 0) {
+      if (await isPending(Promise.all(inFlight))) continue;
     }
     if (ended || outcome.rejected !== undefined) break;
-    read();
+    for (let i = 0; i < plan.inFlight; i++) read();
   }
-  const stuckRead = reading !== undefined && (await isPending(reading as Promise<unknown>));
+  const stuckRead = reading().length > 0 && (await isPending(Promise.all(reading())));
   // Past every budget: clean-ups finish or give up.
   await vi.advanceTimersByTimeAsync(5000);
   await flush();
+  // What the client saw, in call order: items until the end, then nothing but done.
+  expect(answerOrder).toEqual([...answerOrder].sort((a, b) => a - b));
+  let over = false;
+  for (const call of calls) {
+    const answer = call.answer;
+    if (answer === undefined) continue;
+    if ('error' in answer) {
+      if (over) outcome.afterEnd.push({ error: String(answer.error) } as Item);
+      else outcome.readError = answer.error;
+      over = true;
+    } else if (answer.step.done === true) {
+      over = true;
+    } else if (over || outcome.closedWith.includes(call.promise)) {
+      outcome.afterEnd.push(answer.step.value);
+    } else {
+      outcome.items.push(answer.step.value);
+    }
+  }
   return {
     outcome,
     ended: ended || outcome.rejected !== undefined,
@@ -223,7 +275,7 @@ afterEach(() => {
 });
 
 describe('the flow under random interleavings', () => {
-  it('never hangs; one terminal, nothing after it; exactly one outcome; settled last; leases back; the client never cancels prefill', async () => {
+  it('never hangs; answers in call order with up to three reads in flight; one terminal, nothing after it; exactly one outcome; settled last; leases back; the client never cancels prefill', async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom('sequential', 'concurrent', 'early') as fc.Arbitrary<keyof typeof families>,
@@ -239,10 +291,14 @@ describe('the flow under random interleavings', () => {
           { requiredKeys: [] },
         ),
         fc.boolean(),
-        async (family, actions, deadlines, deferDecode) => {
+        fc.record({
+          inFlight: fc.constantFrom(1, 2, 3),
+          depths: fc.array(fc.integer({ min: 0, max: 5 }), { minLength: 1, maxLength: 6 }),
+        }),
+        async (family, actions, deadlines, deferDecode, plan) => {
           vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
           try {
-            const seen = await scenario(family, actions, deadlines, deferDecode);
+            const seen = await scenario(family, actions, deadlines, deferDecode, plan);
             const { outcome, log } = seen;
             // Never hangs: the client stream (or the call) ends once both workers have.
             expect(seen.stuckRead).toBe(false);

@@ -151,4 +151,90 @@ describe('WatchedIterator', () => {
     expect((await read).done).toBe(true); // the closed source answered it
     expect(iterator.expired).toBe(false);
   });
+
+  describe('readers with several calls in flight', () => {
+    /** The ids of the answers, and the order in which the calls were answered. */
+    async function answers(calls: Promise<IteratorResult<Item>>[]) {
+      const order: number[] = [];
+      for (const [i, call] of calls.entries())
+        call.then(
+          () => order.push(i),
+          () => order.push(i),
+        );
+      const steps = await Promise.all(calls);
+      return { ids: steps.map((step) => (step.done === true ? 'done' : step.value.data?.token_ids[0])), order };
+    }
+
+    it('budgeted reads are answered in call order, one read of the source at a time', async () => {
+      const source = new ScriptedSource();
+      const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+      const calls = [iterator.next(), iterator.next(), iterator.next()];
+      await flush();
+      expect(source.nextCalls).toBe(1);
+      source.push(token(1)).push(token(2)).push(token(3));
+      expect(await answers(calls)).toEqual({ ids: [1, 2, 3], order: [0, 1, 2] });
+    });
+
+    it("each queued read's budget starts when its read does", async () => {
+      const source = new ScriptedSource();
+      const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+      const first = iterator.next();
+      const second = iterator.next();
+      await vi.advanceTimersByTimeAsync(90);
+      source.push(token(1));
+      expect((await first).value).toEqual(token(1));
+      // The second read started at 90 ms: it has its whole budget from there.
+      await vi.advanceTimersByTimeAsync(99);
+      expect(await isPending(second)).toBe(true);
+      await vi.advanceTimersByTimeAsync(1);
+      expect((await second).value).toMatchObject({ event: 'error', error: expect.stringContaining('(idle)') });
+    });
+
+    it('an observed read followed by unobserved ones keeps call order', async () => {
+      // The first reads are observed (a then more), later ones are the source's own promises.
+      for (let depth = 0; depth <= 4; depth++) {
+        let observing = true;
+        const source = new ScriptedSource();
+        const iterator = watch(source, {
+          observe: () => {
+            observing = false;
+          },
+          observing: () => observing,
+        });
+        const calls = [iterator.next(), iterator.next()];
+        source.push(token(1));
+        for (let i = 0; i < depth; i++) await Promise.resolve();
+        calls.push(iterator.next());
+        source.push(token(2)).push(token(3));
+        expect({ depth, ...(await answers(calls)) }).toEqual({ depth, ids: [1, 2, 3], order: [0, 1, 2] });
+      }
+    });
+
+    it('an expiry answers the pending read, and the calls queued behind it done, in order', async () => {
+      const source = new ScriptedSource();
+      const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+      const calls = [iterator.next(), iterator.next(), iterator.next()];
+      await vi.advanceTimersByTimeAsync(100);
+      const settled = await Promise.all(calls);
+      expect(settled[0]?.value).toMatchObject({ event: 'error' });
+      expect(settled.slice(1)).toEqual([
+        { value: undefined, done: true },
+        { value: undefined, done: true },
+      ]);
+      expect(source.nextCalls).toBe(1);
+    });
+
+    it('return() answers a pending interruptible read done at once, even from a stuck source; later calls too', async () => {
+      const source = new ScriptedSource();
+      source.return = () => new Promise(() => {}); // stuck: never answers, never closes
+      const iterator = watch(source, { interruptible: true });
+      const calls = [iterator.next(), iterator.next()];
+      await iterator.return();
+      expect(await answers(calls)).toEqual({ ids: ['done', 'done'], order: [0, 1] });
+      // A call after return() is done at once, never queued behind a read that may be stuck.
+      const after = iterator.next();
+      expect(await isPending(after)).toBe(false);
+      expect(await after).toEqual({ value: undefined, done: true });
+    });
+  });
 });

@@ -1,0 +1,117 @@
+import { describe, expect, it } from 'vitest';
+import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { deferred, flush, type Item, isPending, ScriptedSource, token } from '../support/async.js';
+import { engine, eventLog, runFlow } from '../support/flow.js';
+
+/** The ids (or 'done') of the answers, and the order in which the calls were answered. */
+async function answers(calls: Promise<IteratorResult<Item>>[]) {
+  const order: number[] = [];
+  for (const [i, call] of calls.entries())
+    call.then(
+      () => order.push(i),
+      () => order.push(i),
+    );
+  const steps = await Promise.all(calls);
+  const ids = steps.map((step) =>
+    step.done === true ? 'done' : (step.value.data?.token_ids[0] ?? step.value.data?.finish_reason),
+  );
+  return { ids, order };
+}
+
+/** A concurrent (SGLang) request whose decode source the test drives, prefill held until released. */
+async function concurrentFlow(options: { deadlines?: { idleMs?: number; totalMs?: number } } = {}) {
+  const prefillDone = deferred();
+  const prefill = engine(() => new ScriptedSource());
+  const decodeSource = new ScriptedSource();
+  const decode = engine(() => decodeSource);
+  const log = eventLog();
+  const stream = await runFlow({
+    context: new Controller('req-pipe'),
+    connector: sglangBootstrap,
+    prefillWorker: { bootstrapHost: 'p0', bootstrapPort: 8998 },
+    prefill: prefill.run,
+    decode: decode.run,
+    onEvent: log.onEvent,
+    ...options,
+  });
+  await flush();
+  const prefillSource = (prefill.calls[0] as { source: ScriptedSource }).source;
+  prefillDone.promise.then(() => prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end());
+  return { stream, decodeSource, finishPrefill: () => prefillDone.resolve(), log };
+}
+
+/** A sequential (vLLM) request: prefill hands off at once; decode's source is the test's. */
+async function sequentialFlow(deadlines: { idleMs?: number; decodeFirstTokenMs?: number } = {}) {
+  const decodeSource = new ScriptedSource();
+  const stream = await runFlow({ decode: engine(() => decodeSource).run, deadlines });
+  return { stream, decodeSource };
+}
+
+describe('the client stream, read with several calls in flight', () => {
+  it('sequential family: answers in call order as decode is taken (observed) and after (read through)', async () => {
+    for (const deadlines of [{}, { decodeFirstTokenMs: 60_000 }, { idleMs: 60_000 }]) {
+      for (let depth = 0; depth <= 4; depth++) {
+        const { stream, decodeSource } = await sequentialFlow(deadlines);
+        const iterator = stream[Symbol.asyncIterator]();
+        const calls = [iterator.next(), iterator.next()];
+        decodeSource.push(token(1));
+        for (let i = 0; i < depth; i++) await Promise.resolve();
+        calls.push(iterator.next());
+        decodeSource.push(token(2)).push(token(3));
+        calls.push(iterator.next());
+        decodeSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+        expect({ deadlines, depth, ...(await answers(calls)) }).toEqual({
+          deadlines,
+          depth,
+          ids: [1, 2, 3, 'length'],
+          order: [0, 1, 2, 3],
+        });
+      }
+    }
+  });
+
+  it('answers in call order while prefill is pending, across its success and after, and holds the terminal', async () => {
+    for (const deadlines of [{}, { idleMs: 60_000, totalMs: 600_000 }]) {
+      const { stream, decodeSource, finishPrefill, log } = await concurrentFlow({ deadlines });
+      const iterator = stream[Symbol.asyncIterator]();
+      const calls = [iterator.next(), iterator.next(), iterator.next()];
+      decodeSource.push(token(1));
+      await Promise.resolve();
+      calls.push(iterator.next());
+      decodeSource.push(token(2));
+      finishPrefill();
+      await Promise.resolve();
+      calls.push(iterator.next(), iterator.next());
+      decodeSource.push(token(3)).push(token(4)).push(Annotated.fromData(LLMEngineOutput.length())).end();
+      expect(await answers(calls)).toEqual({ ids: [1, 2, 3, 4, 'length', 'done'], order: [0, 1, 2, 3, 4, 5] });
+      expect(log.of('finished').map((event) => event.outcome)).toEqual(['success']);
+    }
+  });
+
+  it('nothing follows the terminal: calls already in flight past it answer done', async () => {
+    const { stream, decodeSource, finishPrefill } = await concurrentFlow();
+    finishPrefill();
+    await flush();
+    const iterator = stream[Symbol.asyncIterator]();
+    const calls = [iterator.next(), iterator.next(), iterator.next(), iterator.next()];
+    // A decode that sends more after its terminal (rule 10 forwards it; the client stream does not).
+    decodeSource.push(token(1)).push(Annotated.fromData(LLMEngineOutput.length())).push(token(9)).push(token(10));
+    expect(await answers(calls)).toEqual({ ids: [1, 'length', 'done', 'done'], order: [0, 1, 2, 3] });
+  });
+
+  it('return() with calls in flight ends the stream: they answer done, in order, and so does every later call at once', async () => {
+    const { stream, decodeSource, log } = await concurrentFlow();
+    const iterator = stream[Symbol.asyncIterator]();
+    decodeSource.push(token(1));
+    const calls = [iterator.next(), iterator.next(), iterator.next()];
+    await flush();
+    expect(await iterator.return?.()).toEqual({ value: undefined, done: true });
+    expect(await answers(calls)).toEqual({ ids: [1, 'done', 'done'], order: [0, 1, 2] });
+    const later = iterator.next();
+    expect(await isPending(later)).toBe(false);
+    expect(log.of('finished').map((event) => event.outcome)).toEqual(['cancelled']);
+  });
+});
