@@ -5,6 +5,7 @@ import { Annotated } from '../protocol/annotated.js';
 import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
+import { CallOrder } from '../util/call-order.js';
 import { describeValue } from '../util/describe-value.js';
 import { parseJson, stringifyJson } from './json.js';
 import { errorText, generateReader, outputFromOpenAI } from './openai-output.js';
@@ -129,7 +130,8 @@ const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
 
 /**
  * The items of one response body: SSE events or one JSON document. A class, not a generator:
- * `return()` must destroy the body at once, even while a read is waiting on the network.
+ * `return()` must destroy the body at once, even while a read is waiting on the network (that
+ * read then answers done). Calls are answered in call order, one read of the body at a time.
  */
 class BodyItems implements AsyncIterableIterator<Item> {
   readonly #body: Dispatcher.ResponseData['body'];
@@ -151,6 +153,10 @@ class BodyItems implements AsyncIterableIterator<Item> {
   #text = '';
   #finished = false;
   #terminal = false;
+  /** Closed by `return()`: later calls are done at once. */
+  #closed = false;
+  /** One read of the body at a time, answered in call order (pipelined readers). */
+  readonly #order = new CallOrder<Step>(() => this.#read());
 
   constructor(
     body: Dispatcher.ResponseData['body'],
@@ -172,7 +178,20 @@ class BodyItems implements AsyncIterableIterator<Item> {
     return this;
   }
 
-  async next(): Promise<Step> {
+  next(): Promise<Step> {
+    if (this.#closed) return Promise.resolve(DONE);
+    return this.#order.call();
+  }
+
+  async #read(): Promise<Step> {
+    try {
+      return await this.#nextItem();
+    } finally {
+      this.#order.settled();
+    }
+  }
+
+  async #nextItem(): Promise<Step> {
     for (;;) {
       if (this.#at < this.#items.length) {
         const value = this.#items[this.#at++] as Item;
@@ -197,6 +216,7 @@ class BodyItems implements AsyncIterableIterator<Item> {
   }
 
   return(): Promise<Step> {
+    this.#closed = true;
     this.#items = [];
     this.#at = 0;
     this.#close();

@@ -92,9 +92,14 @@ export function fromObservable<T>(observable: Observable<T>, context: AsyncEngin
 
 type Entry<T> = { value: T } | { error: unknown } | { done: true };
 
+/**
+ * Values wait in a queue for reads; reads wait in a queue for values. Each read takes the
+ * oldest value, and each value goes to the oldest read, so answers come in call order for a
+ * reader with several calls in flight too.
+ */
 class ObservableIterator<T> implements AsyncIterator<T> {
   readonly #queue: Entry<T>[] = [];
-  #waiting: { resolve: (step: IteratorResult<T>) => void; reject: (error: unknown) => void } | undefined;
+  readonly #waiting: Array<{ resolve: (step: IteratorResult<T>) => void; reject: (error: unknown) => void }> = [];
   #unsubscribe: (() => void) | undefined;
   #finished = false;
 
@@ -121,7 +126,7 @@ class ObservableIterator<T> implements AsyncIterator<T> {
     if (entry !== undefined) return settle(entry);
     if (this.#finished) return Promise.resolve({ value: undefined, done: true });
     return new Promise((resolve, reject) => {
-      this.#waiting = { resolve, reject };
+      this.#waiting.push({ resolve, reject });
     });
   }
 
@@ -129,8 +134,7 @@ class ObservableIterator<T> implements AsyncIterator<T> {
     this.#stopSource();
     this.#queue.length = 0;
     this.#finished = true;
-    this.#waiting?.resolve({ value: undefined, done: true });
-    this.#waiting = undefined;
+    this.#endWaiting();
     return Promise.resolve({ value: undefined, done: true });
   }
 
@@ -140,14 +144,19 @@ class ObservableIterator<T> implements AsyncIterator<T> {
       this.#finished = true;
       this.#stopSource();
     }
-    const waiting = this.#waiting;
+    const waiting = this.#waiting.shift();
     if (waiting === undefined) {
       this.#queue.push(entry);
       return;
     }
-    this.#waiting = undefined;
     if ('error' in entry) waiting.reject(entry.error);
     else waiting.resolve('value' in entry ? { value: entry.value, done: false } : { value: undefined, done: true });
+    // After the end, every other read still waiting is done.
+    if (this.#finished) this.#endWaiting();
+  }
+
+  #endWaiting(): void {
+    for (const waiting of this.#waiting.splice(0)) waiting.resolve({ value: undefined, done: true });
   }
 
   #stopSource(): void {

@@ -68,6 +68,60 @@ describe('httpEngine', () => {
     ]);
   });
 
+  it('several reads in flight are answered in call order, also when a network chunk holds half an event', async () => {
+    const { url } = await serve((_, res) => {
+      sse(res);
+      const events = [chunk('a'), chunk('b'), chunk('c'), chunk('d', 'stop'), 'data: [DONE]\n\n'].join('');
+      // Split mid-event, so that one read gets nothing from its chunk and must read again.
+      const cuts = [10, 25, 70, 71, 140, events.length];
+      let at = 0;
+      const writeNext = () => {
+        const cut = cuts.shift();
+        if (cut === undefined) return res.end();
+        res.write(events.slice(at, cut));
+        at = cut;
+        setImmediate(writeNext);
+      };
+      writeNext();
+    });
+    const stream = await httpEngine({ url })(streamed, new Controller());
+    const iterator = stream[Symbol.asyncIterator]();
+    const order: number[] = [];
+    const calls = Array.from({ length: 6 }, (_, i) => {
+      const call = iterator.next();
+      call.then(() => order.push(i));
+      return call;
+    });
+    const steps = await Promise.all(calls);
+    expect(steps.map((step) => (step.done === true ? 'done' : step.value.data?.text))).toEqual([
+      'a',
+      'b',
+      'c',
+      'd',
+      'done',
+      'done',
+    ]);
+    expect(order).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
+  it('return() with reads in flight answers them done and every later call at once', async () => {
+    const { url, closed } = await serve((_, res) => {
+      sse(res);
+      res.write(chunk('a'));
+    });
+    const stream = await httpEngine({ url })(streamed, new Controller());
+    const iterator = stream[Symbol.asyncIterator]();
+    const calls = [iterator.next(), iterator.next(), iterator.next()];
+    expect((await calls[0])?.value?.data?.text).toBe('a');
+    await iterator.return?.();
+    expect(await Promise.all(calls.slice(1))).toEqual([
+      { value: undefined, done: true },
+      { value: undefined, done: true },
+    ]);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    await eventually(closed, 'the worker saw the call end');
+  });
+
   it('reads integers above 2^53 - 1 in streamed chunks exactly', async () => {
     const { url } = await serve((_, res) => {
       sse(res);

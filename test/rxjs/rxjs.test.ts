@@ -97,6 +97,49 @@ describe('fromObservable', () => {
     ).rejects.toBe(failure);
   });
 
+  it('several reads in flight take the values in call order; at completion or an error the rest are done', async () => {
+    const subject = new Subject<number>();
+    const iterator = fromObservable(subject, new Controller())[Symbol.asyncIterator]();
+    const order: number[] = [];
+    const calls = Array.from({ length: 5 }, (_, i) => {
+      const call = iterator.next();
+      call.then(
+        () => order.push(i),
+        () => order.push(i),
+      );
+      return call;
+    });
+    subject.next(1);
+    subject.next(2);
+    subject.next(3);
+    subject.complete();
+    expect(await Promise.all(calls)).toEqual([
+      { value: 1, done: false },
+      { value: 2, done: false },
+      { value: 3, done: false },
+      { value: undefined, done: true },
+      { value: undefined, done: true },
+    ]);
+    expect(order).toEqual([0, 1, 2, 3, 4]);
+    const failing = new Subject<number>();
+    const failed = fromObservable(failing, new Controller())[Symbol.asyncIterator]();
+    const reads = [failed.next(), failed.next()];
+    const failure = new Error('engine lost');
+    failing.error(failure);
+    await expect(reads[0]).rejects.toBe(failure);
+    expect(await reads[1]).toEqual({ value: undefined, done: true });
+  });
+
+  it('closing the stream ends every read still waiting', async () => {
+    const iterator = fromObservable(new Subject<number>(), new Controller())[Symbol.asyncIterator]();
+    const waiting = [iterator.next(), iterator.next()];
+    await iterator.return?.();
+    expect(await Promise.all(waiting)).toEqual([
+      { value: undefined, done: true },
+      { value: undefined, done: true },
+    ]);
+  });
+
   it('closing the stream unsubscribes, and a waiting read ends', async () => {
     let unsubscribed = 0;
     const never = new Observable<number>(() => () => {
