@@ -13,8 +13,17 @@ export default defineConfig({
       'test/protocol/**/*.test.ts',
       'test/flow/**/*.test.ts',
       'test/rxjs/**/*.test.ts',
+      'test/http/**/*.test.ts',
+      'test/server/**/*.test.ts',
+      'test/testing/**/*.test.ts',
+      'test/util/**/*.test.ts',
     ],
-    exclude: ['test/handoff/memory.test.ts', 'test/flow/memory.test.ts', 'test/runtime/logger.test.ts'],
+    exclude: [
+      'test/handoff/memory.test.ts',
+      'test/flow/memory.test.ts',
+      'test/runtime/logger.test.ts',
+      'test/server/load.e2e.test.ts',
+    ],
     restoreMocks: true,
   },
 });

@@ -12,7 +12,7 @@ import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { deferred, flush, type Item, isPending, recordingLogger, ScriptedSource, token } from '../support/async.js';
 import { client, eventLog, handoffItem } from '../support/flow.js';
 
-const RUNS = Number(process.env.DISAGG_PROPERTY_RUNS ?? 300);
+const RUNS = Number(process.env.DISAGG_PROPERTY_RUNS ?? 2000);
 const SEED = process.env.DISAGG_PROPERTY_SEED === 'random' ? undefined : 20261130;
 
 const ACTIONS = [
