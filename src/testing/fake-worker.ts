@@ -226,7 +226,7 @@ class Worker implements FakeWorker {
       return answerError(res, 400, 'the body is not JSON');
     }
     if (path === '/fake/kv/claim') return this.#claim(res, String(body.key));
-    if (path === '/fake/bootstrap') return this.#bootstrap(req, res, String(body.room));
+    if (path === '/fake/bootstrap') return this.#bootstrap(res, String(body.room));
     if (!['/v1/completions', '/v1/chat/completions', '/generate'].includes(path)) {
       return answerError(res, 404, `no route POST ${path}`);
     }
@@ -246,7 +246,7 @@ class Worker implements FakeWorker {
     const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
     if (fault?.type === 'status') return answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
     if (fault?.type === 'hang') return;
-    if (this.role === 'prefill' && this.#isPrefillCall(body)) return this.#prefill(req, res, record, fault);
+    if (this.role === 'prefill' && this.#isPrefillCall(body)) return this.#prefill(res, record, fault);
     return this.#decode(res, record, fault);
   }
 
@@ -257,7 +257,7 @@ class Worker implements FakeWorker {
   }
 
   /** One token computed, KV committed for decode; the answer names where to take it. */
-  async #prefill(req: IncomingMessage, res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
+  async #prefill(res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
     const requestId = record.requestId ?? randomUUID();
     await this.#pause(this.#options.tokenIntervalMs ?? 0);
     if (this.protocol === 'vllm') {
@@ -279,12 +279,15 @@ class Worker implements FakeWorker {
       record.completed = true;
       return answerJson(res, 200, { ...oneTokenAnswer(record, this.#options.model), kv_transfer_params: params });
     }
-    // SGLang: commit, then wait for the decode worker of this room to take it.
+    // SGLang: a request aborted while it computed is dropped (nothing committed); otherwise
+    // commit, then wait for the decode worker of this room to take it.
+    if (res.destroyed) return;
     const room = String(record.body.bootstrap_room);
     this.ledger.commit(room, requestId);
     if (fault?.type === 'never-bootstrap') return; // never answers
-    const taken = await this.#waitFor(req, () => this.ledger.claimed().some((handoff) => handoff.key === room));
+    const taken = await this.#waitForClaim(res, room);
     if (!taken) {
+      // Timed out, or the router aborted this leg: the KV is freed unclaimed at once.
       this.ledger.strand(room);
       if (!res.destroyed) answerError(res, 500, `bootstrap room ${room} timed out waiting for decode`);
       return;
@@ -390,34 +393,42 @@ class Worker implements FakeWorker {
     else answerError(res, 404, `no KV held for ${key}`);
   }
 
-  /** SGLang's rendezvous: waits for prefill to commit the room, then takes it. */
-  async #bootstrap(req: IncomingMessage, res: ServerResponse, room: string): Promise<void> {
-    const waiting = this.ledger.whenCommitted(room);
-    this.#cancels.add(waiting.cancel);
-    const timer = this.#timer(this.#options.bootstrapTimeoutMs ?? 30_000, waiting.cancel);
-    req.on('close', () => {
-      if (!res.writableEnded) waiting.cancel();
-    });
-    const handoff = await waiting.promise;
-    clearTimeout(timer);
-    this.#timers.delete(timer);
-    this.#cancels.delete(waiting.cancel);
-    if (handoff !== undefined && this.ledger.claim(room)) answerJson(res, 200, { claimed: room });
+  /**
+   * SGLang's rendezvous: waits for prefill to commit the room, then takes it. A decode leg
+   * that goes away meanwhile (its connection closes) leaves the rendezvous and takes nothing.
+   */
+  async #bootstrap(res: ServerResponse, room: string): Promise<void> {
+    const handoff = await this.#untilDone(res, this.ledger.whenCommitted(room));
+    if (handoff !== undefined && !res.destroyed && this.ledger.claim(room)) answerJson(res, 200, { claimed: room });
     else if (!res.destroyed) answerError(res, 404, `no prefill committed room ${room}`);
   }
 
-  /** Resolves true when `done()` holds, polling briefly; false after the bootstrap timeout or a closed request. */
-  async #waitFor(req: IncomingMessage, done: () => boolean): Promise<boolean> {
-    const deadline = Date.now() + (this.#options.bootstrapTimeoutMs ?? 30_000);
-    let closed = false;
-    req.on('close', () => {
-      closed = true;
-    });
-    while (!done()) {
-      if (closed || Date.now() >= deadline || !this.#server.listening) return false;
-      await this.#pause(2);
+  /** Whether decode claimed `room` before the bootstrap timeout, and while prefill's own caller stayed. */
+  async #waitForClaim(res: ServerResponse, room: string): Promise<boolean> {
+    return (await this.#untilDone(res, this.ledger.whenReleased(room))) === 'claimed';
+  }
+
+  /**
+   * A ledger wait, cut short (undefined) by the bootstrap timeout, by the close of the
+   * worker, or by `res` closing before it was answered (the caller went away).
+   */
+  async #untilDone<T>(res: ServerResponse, waiting: { promise: Promise<T | undefined>; cancel(): void }) {
+    this.#cancels.add(waiting.cancel);
+    const timer = this.#timer(this.#options.bootstrapTimeoutMs ?? 30_000, waiting.cancel);
+    const left = () => {
+      if (!res.writableFinished) waiting.cancel();
+    };
+    // The response's close, not the request's: a request 'close's once its body is read.
+    res.on('close', left);
+    if (res.destroyed) waiting.cancel();
+    try {
+      return await waiting.promise;
+    } finally {
+      res.off('close', left);
+      clearTimeout(timer);
+      this.#timers.delete(timer);
+      this.#cancels.delete(waiting.cancel);
     }
-    return true;
   }
 
   #strandLater(key: string): void {

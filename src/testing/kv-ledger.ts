@@ -21,6 +21,7 @@ export interface KvHandoff {
 export class KvLedger {
   readonly #handoffs = new Map<string, KvHandoff>();
   readonly #waiting = new Map<string, Array<(handoff: KvHandoff | undefined) => void>>();
+  readonly #releasing = new Map<string, Array<(state: KvHandoff['state'] | undefined) => void>>();
 
   /** Every handoff, in the order committed. */
   all(): KvHandoff[] {
@@ -56,37 +57,70 @@ export class KvLedger {
   claim(key: string): boolean {
     const handoff = this.#handoffs.get(key);
     if (handoff === undefined || handoff.state !== 'held') return false;
-    handoff.state = 'claimed';
+    this.#release(handoff, 'claimed');
     return true;
   }
 
-  /** Frees a handoff nobody claimed (the worker's own timeout). */
+  /**
+   * Frees a handoff nobody claimed: the worker's own timeout, or its prefill request aborted
+   * while it waited for decode. Either way the KV was computed for a decode that never took it.
+   */
   strand(key: string): void {
     const handoff = this.#handoffs.get(key);
-    if (handoff?.state === 'held') handoff.state = 'stranded';
+    if (handoff?.state === 'held') this.#release(handoff, 'stranded');
+  }
+
+  /** How many decode legs are waiting at the rendezvous for `key` to be committed. */
+  waitingFor(key: string): number {
+    return this.#waiting.get(key)?.length ?? 0;
+  }
+
+  /**
+   * Resolves with what became of the held handoff of `key` (`claimed` or `stranded`) once it
+   * is no longer held, or undefined on `cancel`.
+   */
+  whenReleased(key: string): { promise: Promise<KvHandoff['state'] | undefined>; cancel(): void } {
+    const known = this.#handoffs.get(key);
+    if (known !== undefined && known.state !== 'held') return { promise: Promise.resolve(known.state), cancel() {} };
+    return waiter(this.#releasing, key);
+  }
+
+  #release(handoff: KvHandoff, state: 'claimed' | 'stranded'): void {
+    handoff.state = state;
+    const waiting = this.#releasing.get(handoff.key);
+    this.#releasing.delete(handoff.key);
+    for (const wake of waiting ?? []) wake(state);
   }
 
   /** Resolves with the handoff once `key` is committed (at once if it is), or undefined on `cancel`. */
   whenCommitted(key: string): { promise: Promise<KvHandoff | undefined>; cancel(): void } {
     const known = this.#handoffs.get(key);
     if (known !== undefined) return { promise: Promise.resolve(known), cancel: () => {} };
-    let wake: (handoff: KvHandoff | undefined) => void = () => {};
-    const promise = new Promise<KvHandoff | undefined>((resolve) => {
-      wake = resolve;
-    });
-    const list = this.#waiting.get(key) ?? [];
-    list.push(wake);
-    this.#waiting.set(key, list);
-    return {
-      promise,
-      cancel: () => {
-        const current = this.#waiting.get(key);
-        if (current === undefined) return;
-        const left = current.filter((entry) => entry !== wake);
-        if (left.length === 0) this.#waiting.delete(key);
-        else this.#waiting.set(key, left);
-        wake(undefined);
-      },
-    };
+    return waiter(this.#waiting, key);
   }
+}
+
+/** A wait registered under `key` in `map`, woken with a value or undefined on `cancel`. */
+function waiter<T>(
+  map: Map<string, Array<(value: T | undefined) => void>>,
+  key: string,
+): { promise: Promise<T | undefined>; cancel(): void } {
+  let wake: (value: T | undefined) => void = () => {};
+  const promise = new Promise<T | undefined>((resolve) => {
+    wake = resolve;
+  });
+  const list = map.get(key) ?? [];
+  list.push(wake);
+  map.set(key, list);
+  return {
+    promise,
+    cancel: () => {
+      const current = map.get(key);
+      if (current === undefined || !current.includes(wake)) return;
+      const left = current.filter((entry) => entry !== wake);
+      if (left.length === 0) map.delete(key);
+      else map.set(key, left);
+      wake(undefined);
+    },
+  };
 }

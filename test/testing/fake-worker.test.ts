@@ -1,6 +1,7 @@
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { httpEngine } from '../../src/http/http-engine.js';
+import { stringifyJson } from '../../src/http/json.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { KvLedger, startFakeWorker } from '../../src/testing/index.js';
 import { collect } from '../support/async.js';
@@ -70,6 +71,82 @@ describe('startFakeWorker', () => {
     await expect(startFakeWorker({ role: 'decode', protocol: 'trt' as never })).rejects.toThrow(
       "protocol 'vllm' or 'sglang'",
     );
+  });
+});
+
+describe('the SGLang rendezvous sees aborted legs', () => {
+  const room = '9007199254740993';
+  /** Sends one leg as a router would; `abort()` cuts it as a router that gives up on it. */
+  function leg(worker: { url: string }, bootstrap: { port: number }) {
+    const controller = new AbortController();
+    const body = {
+      prompt: 'p',
+      max_tokens: 4,
+      stream: true,
+      bootstrap_host: '127.0.0.1',
+      bootstrap_port: bootstrap.port,
+      bootstrap_room: 9007199254740993n,
+    };
+    const call = request(`${worker.url}/v1/completions`, {
+      method: 'POST',
+      body: stringifyJson(body),
+      headers: { 'content-type': 'application/json' },
+      signal: controller.signal,
+    }).then(
+      (answer) => answer.body.text(),
+      () => 'aborted',
+    );
+    return { call, abort: () => controller.abort() };
+  }
+
+  it('a decode aborted while waiting for prefill never claims the room prefill commits later', async () => {
+    // Prefill computes for 300 ms before it commits; the decode waits at the rendezvous meanwhile.
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang', tokenIntervalMs: 300 });
+    const decode = await fakes.start({ role: 'decode', protocol: 'sglang' });
+    const decodeLeg = leg(decode, prefill);
+    await eventually(() => prefill.ledger.waitingFor(room) === 1, 'decode waiting at the rendezvous');
+    decodeLeg.abort();
+    await eventually(() => prefill.ledger.waitingFor(room) === 0, 'the rendezvous saw the decode leave');
+    const prefillLeg = leg(prefill, prefill);
+    await eventually(() => prefill.ledger.outstanding().length === 1, 'prefill committed the room');
+    expect(prefill.ledger.claimed()).toEqual([]);
+    // The router gives up on prefill too: the KV it committed is freed, never claimed.
+    prefillLeg.abort();
+    await eventually(() => prefill.ledger.stranded().length === 1, 'prefill freed the room');
+    expect(prefill.ledger.stranded().map((handoff) => handoff.key)).toEqual([room]);
+    fakes.leaveKv(prefill);
+  });
+
+  it('a prefill aborted while waiting for its decode frees its KV at once, not at the bootstrap timeout', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang', bootstrapTimeoutMs: 60_000 });
+    const prefillLeg = leg(prefill, prefill);
+    await eventually(() => prefill.ledger.outstanding().length === 1, 'prefill committed the room');
+    prefillLeg.abort();
+    await eventually(() => prefill.ledger.stranded().length === 1, 'prefill freed the room');
+    expect(await prefillLeg.call).toBe('aborted');
+    fakes.leaveKv(prefill);
+  });
+
+  it('a router that aborts both legs mid-rendezvous strands the KV; one that lets decode claim it strands none', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang', transferMs: 300 });
+    const decode = await fakes.start({ role: 'decode', protocol: 'sglang', tokenIntervalMs: 50 });
+    // Letting decode claim: both legs run to their end.
+    const kept = [leg(prefill, prefill), leg(decode, prefill)];
+    await Promise.all(kept.map((one) => one.call));
+    expect(prefill.ledger.claimed()).toHaveLength(1);
+    expect(prefill.ledger.stranded()).toEqual([]);
+    // Aborting both after prefill committed, before decode reached the rendezvous (still queued).
+    const other = await fakes.start({ role: 'prefill', protocol: 'sglang' });
+    const queued = await fakes.start({ role: 'decode', protocol: 'sglang', fault: { type: 'never-bootstrap' } });
+    const legs = [leg(other, other), leg(queued, other)];
+    await eventually(
+      () => other.ledger.outstanding().length === 1 && queued.requests.length === 1,
+      'prefill committed, decode sent',
+    );
+    for (const one of legs) one.abort();
+    await eventually(() => other.ledger.stranded().length === 1, 'the committed room was freed unclaimed');
+    expect(other.ledger.claimed()).toEqual([]);
+    fakes.leaveKv(other);
   });
 });
 
