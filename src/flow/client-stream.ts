@@ -11,6 +11,7 @@ type Item = Annotated<LLMEngineOutput>;
 type Step = IteratorResult<Item, undefined>;
 
 const DONE = Object.freeze({ value: undefined, done: true }) as Step;
+const toDone = (): Step => DONE;
 
 /**
  * The leg an error belongs to: a prefill error (or a deadline of prefill's) is prefill's,
@@ -53,16 +54,25 @@ export interface ClientStreamHooks {
  * `terminalReleased` and the one `finished` event; and it shows a deadline that failed
  * prefill as the `DeadlineError` itself.
  *
+ * It reads what is behind in one of two ways. Over a guard built with its hooks
+ * (`answerItem`, `endOfStream`, `failure`: the concurrent and early families while prefill
+ * runs), the guard applies those rules to each answer itself and its answers are handed
+ * through: the client stream costs no promise per item. Over anything else it applies them
+ * in a `then` of each read, one read at a time, answered in call order ({@link CallOrder}),
+ * so that a pipelined reader cannot reorder the layers below.
+ *
  * It never waits for what is behind it to close (`closeQuietly`): `return()` answers at once.
- * Calls of `next()` are answered in the order they were made, and only one read of what is
- * behind is in flight at a time, so a pipelined reader cannot reorder the layers below.
  *
  * @internal
  */
 export class ClientStream implements AsyncIterableIterator<Item> {
-  readonly #inner: AsyncIterator<Item>;
   readonly #hooks: ClientStreamHooks;
+  #inner: AsyncIterator<Item> | undefined;
+  /** The guard behind applies this stream's rules to its answers. */
+  #fused = false;
   #done = false;
+  /** The answer of the last call (fused): a call after the end answers after it. */
+  #last: Promise<Step> | undefined;
   /** Closed by the consumer: later calls answer done at once, never queued behind a stuck read. */
   #closed = false;
   #first = true;
@@ -72,7 +82,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
     if (this.#done) return Promise.resolve(DONE);
     let pull: Promise<Step>;
     try {
-      pull = Promise.resolve(this.#inner.next() as Promise<Step>);
+      pull = Promise.resolve((this.#inner as AsyncIterator<Item>).next() as Promise<Step>);
     } catch (error) {
       pull = Promise.reject(error);
     }
@@ -83,17 +93,30 @@ export class ClientStream implements AsyncIterableIterator<Item> {
 
   readonly #onStep = (step: Step): Step => {
     this.#order.settled();
-    if (this.#done) return DONE;
     if (step.done === true) {
-      this.#end('success');
+      this.endOfStream();
       return DONE;
     }
-    const item = step.value;
+    const item = this.answerItem(step.value);
+    return item === step.value ? step : item === undefined ? DONE : { value: item, done: false };
+  };
+
+  readonly #onError = (error: unknown): never => {
+    this.#order.settled();
+    throw this.failure(error);
+  };
+
+  /**
+   * What the client gets for an item: the item, the deadline behind an error shown as
+   * itself, or undefined (done) once the stream has ended. Records what the item means.
+   */
+  readonly answerItem = (item: Item): Item | undefined => {
+    if (this.#done) return undefined;
     const error = Annotated.err(item);
     if (error !== undefined) {
       const shown = clientError(error) as Error;
       this.#end('error', legOf(error), shown);
-      return shown === error ? step : { value: Annotated.fromError<LLMEngineOutput>(shown), done: false };
+      return shown === error ? item : Annotated.fromError<LLMEngineOutput>(shown);
     }
     const recorder = this.#hooks.recorder;
     if (this.#first) {
@@ -110,19 +133,33 @@ export class ClientStream implements AsyncIterableIterator<Item> {
         this.#end('success');
       }
     }
-    return step;
+    return item;
   };
 
-  readonly #onError = (error: unknown): never => {
-    this.#order.settled();
+  /** What is behind ended by itself: a success, unless the stream had ended already. */
+  readonly endOfStream = (): void => {
+    if (!this.#done) this.#end('success');
+  };
+
+  /** What the client is thrown for a failed read: a deadline as itself. */
+  readonly failure = (error: unknown): unknown => {
     const shown = clientError(error);
     if (!this.#done) this.#end('error', legOf(error), shown instanceof Error ? shown : undefined);
-    throw shown;
+    return shown;
   };
 
-  constructor(inner: AsyncIterator<Item>, hooks: ClientStreamHooks) {
-    this.#inner = inner;
+  constructor(hooks: ClientStreamHooks) {
     this.#hooks = hooks;
+  }
+
+  /**
+   * Reads `inner` from now on; `fused` when `inner` is a guard that applies `answerItem`,
+   * `endOfStream` and `failure` to its answers itself.
+   */
+  readFrom(inner: AsyncIterator<Item>, fused: boolean): this {
+    this.#inner = inner;
+    this.#fused = fused;
+    return this;
   }
 
   [Symbol.asyncIterator](): this {
@@ -131,7 +168,15 @@ export class ClientStream implements AsyncIterableIterator<Item> {
 
   next(): Promise<Step> {
     if (this.#closed) return Promise.resolve(DONE);
-    return this.#order.call();
+    if (!this.#fused) return this.#order.call();
+    // The guard answers in call order while the stream runs. Once it has ended here (and the
+    // guard was closed), a call is done after the one before it: reads still in flight below
+    // may answer later than the closed guard would answer a new call.
+    const answer = this.#done
+      ? (this.#last ?? Promise.resolve(DONE)).then(toDone, toDone)
+      : ((this.#inner as AsyncIterator<Item>).next() as Promise<Step>);
+    this.#last = answer;
+    return answer;
   }
 
   return(): Promise<Step> {
@@ -148,7 +193,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
     this.#done = true;
     this.#hooks.onEnd(early);
     // Whatever is behind us is done too; a source that already ended ignores this.
-    closeQuietly(this.#inner);
+    if (this.#inner !== undefined) closeQuietly(this.#inner);
     this.#hooks.recorder.finish(outcome, leg, error);
   }
 }

@@ -66,6 +66,11 @@ export interface DecodeLegOptions {
   cleanupBudgetMs: number;
   /** False when no KV is handed to this leg (aggregated): a client stop reaches it at once. */
   handoff: boolean;
+  /**
+   * A guard reads this leg while prefill runs and passes each step to {@link DecodeLeg.observe}
+   * (concurrent and early families): the leg's own reader then watches only reads of its own.
+   */
+  observedAbove?: boolean;
   recorder: FlowRecorder;
   logger: () => Logger;
   /** Whether prefill is still running (a decode terminal then waits: `terminalHeld`). */
@@ -107,6 +112,7 @@ export class DecodeLeg {
   #sourceClosed = false;
   #iterator: WatchedIterator<Item> | undefined;
   #pendingExpiry: DeadlineError | undefined;
+  #lastObserved: Step | undefined;
   #cancelCleanup: (() => void) | undefined;
   /** What the client's stop and kill subscriptions reach; cleared when the leg ends. */
   readonly #link: { leg: DecodeLeg | undefined };
@@ -156,10 +162,13 @@ export class DecodeLeg {
         return ms === undefined ? undefined : { ms, phase: read === 0 ? 'decodeFirstToken' : 'idle' };
       },
       deadline: (phase, ms) => new DeadlineError(phase, ms, 'decode'),
-      observe: (step) => this.#observe(step),
+      observe: (step) => this.observe(step),
       // Once decode has taken the KV and prefill is over, there is nothing left to watch per
-      // item: the leg ends when the client stream closes it.
-      observing: () => !this.#claimed || this.#options.prefillPending(),
+      // item: the leg ends when the client stream closes it. While prefill runs, a guard above
+      // may watch the reads for the leg, at no cost of its own.
+      observing: this.#options.observedAbove
+        ? () => !this.#claimed && !this.#options.prefillPending()
+        : () => !this.#claimed || this.#options.prefillPending(),
       expired: (error) => Promise.resolve({ value: Annotated.fromError<LLMEngineOutput>(error), done: false }),
       onExpired: (_, expiring) => this.#expired(expiring),
       onClose: (closing) => this.#close(closing),
@@ -218,7 +227,14 @@ export class DecodeLeg {
     return this.#heldAt === undefined ? undefined : this.#options.recorder.elapsed() - this.#heldAt;
   }
 
-  #observe(step: Step | undefined): void {
+  /**
+   * Sees one step read from decode (undefined: the read failed), from the leg's own reader or
+   * a guard above. A step seen twice (a read the leg started for a departed client, then
+   * handed to the guard) counts once.
+   */
+  observe(step: Step | undefined): void {
+    if (step !== undefined && step === this.#lastObserved) return;
+    this.#lastObserved = step;
     if (!this.#claimed) this.#claim();
     if (step === undefined || step.done === true) {
       this.#end();

@@ -1,6 +1,12 @@
 import { closeQuietly } from '../handoff/decode-guard.js';
 import { PrefillError } from '../handoff/prefill-error.js';
-import { type DecodeStream, PrefillTask } from '../handoff/prefill-task.js';
+import {
+  type DecodeStream,
+  type FlowGuardHooks,
+  forwardDecodeWith,
+  outcomeOf,
+  PrefillTask,
+} from '../handoff/prefill-task.js';
 import type { Annotated } from '../protocol/annotated.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
@@ -91,6 +97,8 @@ export class FlowRun {
   #prefillReader: WatchedIterator<Item> | undefined;
   #releasePrefill: (() => void) | undefined;
   #leg: DecodeLeg | undefined;
+  /** What the client reads, once the request has a stream. */
+  readonly #client: ClientStream;
   /** The background prefill (concurrent and early families): its state is read synchronously. */
   #task: PrefillTask | undefined;
   #decodeOpened = false;
@@ -102,6 +110,14 @@ export class FlowRun {
   constructor(setup: FlowSetup) {
     this.#setup = setup;
     this.#prefillContext = new Controller(setup.client.id);
+    this.#client = new ClientStream({
+      recorder: setup.recorder,
+      heldFor: () => this.#leg?.heldFor(),
+      onEnd: (early) => {
+        if (!early) this.#leg?.clientFinished();
+        this.#clientEnded();
+      },
+    });
     this.#watchClient();
     const total = setup.deadlines.totalMs;
     this.#cancelTotal = startTimer(total, () =>
@@ -147,10 +163,26 @@ export class FlowRun {
     this.#watch(task);
     recorder.emit({ type: 'handoff', handoff: 'bootstrap' });
     const body = connector.decodeBody(request, { kind: 'bootstrap', bootstrap });
+    return this.#guarded(task, body);
+  }
+
+  /**
+   * Decode under the watch of a background prefill (`forwardDecode`), with the decode leg's
+   * and the client stream's per-item work done by the guard itself while prefill runs.
+   */
+  async #guarded(task: PrefillTask, body: RequestBody): Promise<ResponseStream<Item>> {
+    const client = this.#client;
+    const hooks: FlowGuardHooks = {
+      observe: (step) => this.#leg?.observe(step),
+      answer: client.answerItem,
+      end: client.endOfStream,
+      fail: client.failure,
+    };
     const stream = await this.#flowTrip.guard(
-      task.forwardDecode(() => this.#dispatchDecode(body, true), this.#setup.client),
+      forwardDecodeWith(task, () => this.#dispatchDecode(body, true, true), this.#setup.client, hooks),
     );
-    return this.#toClient(stream);
+    const iterator = stream[Symbol.asyncIterator]();
+    return new ResponseStream(client.readFrom(iterator, hooks.guarded === true), stream.context);
   }
 
   async #sequentialOrEarly(): Promise<ResponseStream<Item>> {
@@ -174,10 +206,7 @@ export class FlowRun {
         this.#watch(result.task);
         recorder.emit({ type: 'handoff', handoff: 'bootstrap' });
         const body = connector.decodeBody(request, { kind: 'bootstrap', bootstrap: result.bootstrap });
-        const stream = await this.#flowTrip.guard(
-          result.task.forwardDecode(() => this.#dispatchDecode(body, true), this.#setup.client),
-        );
-        return this.#toClient(stream);
+        return await this.#guarded(result.task, body);
       }
       case 'handoff': {
         this.#prefillEnded();
@@ -240,8 +269,11 @@ export class FlowRun {
     );
   }
 
-  /** Sends the decode leg on its own context (see {@link DecodeLeg}). */
-  async #dispatchDecode(body: RequestBody, handoff: boolean): Promise<DecodeStream> {
+  /**
+   * Sends the decode leg on its own context (see {@link DecodeLeg}); `observedAbove` when a
+   * guard observes its reads while prefill runs.
+   */
+  async #dispatchDecode(body: RequestBody, handoff: boolean, observedAbove = false): Promise<DecodeStream> {
     const { recorder, decodeLease } = this.#setup;
     const releaseLeg = recorder.hold();
     const leg = new DecodeLeg({
@@ -249,6 +281,7 @@ export class FlowRun {
       deadlines: this.#setup.deadlines,
       cleanupBudgetMs: this.#setup.cleanupBudgetMs,
       handoff,
+      observedAbove,
       recorder,
       logger: this.#setup.logger,
       prefillPending: () => this.#prefillRunning(),
@@ -273,16 +306,7 @@ export class FlowRun {
   }
 
   #toClient(stream: ResponseStream<Item>): ResponseStream<Item> {
-    const leg = this.#leg;
-    const client = new ClientStream(stream[Symbol.asyncIterator](), {
-      recorder: this.#setup.recorder,
-      heldFor: () => leg?.heldFor(),
-      onEnd: (early) => {
-        if (!early) leg?.clientFinished();
-        this.#clientEnded();
-      },
-    });
-    return new ResponseStream(client, stream.context);
+    return new ResponseStream(this.#client.readFrom(stream[Symbol.asyncIterator](), false), stream.context);
   }
 
   #clientEnded(): void {
@@ -324,9 +348,18 @@ export class FlowRun {
     return this.#task === undefined ? this.#prefillState === FAILED : this.#task.state === 'failed';
   }
 
-  /** Follows a background prefill (concurrent and early families) to its end. */
+  /**
+   * Follows a background prefill (concurrent and early families) to its end: as it settles,
+   * before the guard it wakes acts on it, so that `prefillCompleted` comes before the
+   * terminal it releases. One listener per request, dropped by the outcome when it settles.
+   */
   #watch(task: PrefillTask): void {
     this.#task = task;
+    const outcome = outcomeOf(task);
+    if (task.state === 'pending') {
+      outcome.listen(() => this.#prefillEnded(task.state === 'failed' ? outcome.error : undefined));
+      return;
+    }
     task.wait().then(
       () => this.#prefillEnded(),
       (error: unknown) => this.#prefillEnded(error),

@@ -17,7 +17,10 @@ export interface WatchHooks<T> {
   budget(read: number): { ms: number; phase: DeadlinePhase } | undefined;
   /** Makes the deadline error of a phase (the caller knows the budgets). */
   deadline(phase: DeadlinePhase, ms: number): DeadlineError;
-  /** Sees every step read from the source (and a source error), in order, while `observing()`. */
+  /**
+   * Sees every step read from the source (and a source error), in order, while `observing()`,
+   * and every prefetched one.
+   */
   observe?(step: Step<T> | undefined, read: number): void;
   /** Whether the next read is to be observed (unobserved reads cost one promise less). */
   observing?(): boolean;
@@ -62,6 +65,8 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   #cancelTimer: (() => void) | undefined;
   /** The expiry answer for the next read, when the deadline came between reads. */
   #answerNext: Promise<Step<T>> | undefined;
+  /** The next read starts for {@link prefetch}: it is observed whatever `observing()` says. */
+  #observeNext = false;
   /** A read started early by {@link prefetch}, for the next `next()`. */
   #prefetched: Promise<Step<T>> | undefined;
   /** How many steps have been observed (reads settle in order). */
@@ -137,7 +142,9 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
       pull = Promise.reject(error);
     }
     const hooks = this.#hooks;
-    const observing = hooks.observe !== undefined && hooks.observing?.() !== false;
+    // A prefetched read is always observed: it is read for the watch's own sake.
+    const observing = hooks.observe !== undefined && (this.#observeNext || hooks.observing?.() !== false);
+    this.#observeNext = false;
     const budget = hooks.budget(read);
     if (budget === undefined && !hooks.interruptible) {
       if (observing) return pull.then(this.#observeStepLast, this.#observeErrorLast);
@@ -172,6 +179,7 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
    */
   prefetch(): void {
     if (this.#stopped || this.#prefetched !== undefined) return;
+    this.#observeNext = this.#order.idle;
     const read = this.next();
     // Its rejection belongs to whoever reads it next, if anyone does.
     read.then(undefined, ignore);

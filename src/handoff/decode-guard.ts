@@ -37,6 +37,30 @@ function ignore(): void {}
 const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
 
 /**
+ * What a layer above can attach to a guarded stream so that its own per-item work rides on
+ * the guard's promises instead of adding one of its own per item (the flow's decode leg and
+ * client stream). Every hook runs synchronously.
+ *
+ * @internal
+ */
+export interface GuardHooks {
+  /**
+   * Sees each step the guard reads from decode while prefill is pending, when that read
+   * settles, including a read the guard no longer waits for (`undefined`: the read failed).
+   */
+  observe?(step: Step | undefined): void;
+  /**
+   * What the consumer gets for an item the guard answers with: the item, another one, or
+   * `undefined` for done (the consumer's stream has ended above).
+   */
+  answer?(item: Item): Item | undefined;
+  /** The stream ends by itself: the consumer is about to get done (not after its own `return()`). */
+  end?(): void;
+  /** What the consumer gets thrown for a failure of decode's iterator. */
+  fail?(error: unknown): unknown;
+}
+
+/**
  * Phase B of `forwardDecode`: the decode iterator, guarded by the prefill outcome.
  *
  * The rules live in one async generator (`#guard`). This object is the thin iterator in
@@ -60,9 +84,11 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   readonly #source: AsyncIterator<Item>;
   readonly #requestContext: AsyncEngineContext;
   readonly #streamContext: AsyncEngineContext;
+  readonly #hooks: GuardHooks | undefined;
   #generator: AsyncGenerator<Item, void, undefined> | undefined;
   /** Settles the turn the generator is awaiting: a decode pull, prefill, or a close. */
   #resolveTurn: ((step: Step | undefined) => void) | undefined;
+  #rejectTurn: ((error: unknown) => void) | undefined;
   #pull: Promise<Step> | undefined;
   #sourceOpen = true;
   #closing = false;
@@ -87,6 +113,37 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
     this.#resolveTurn = resolve;
     (this.#pull as Promise<Step>).then(resolve, reject);
   };
+  /**
+   * The turn of a racing read with an `observe` hook: the hook sees the answer whenever it
+   * comes, and it settles the turn the generator is awaiting then. That can only be the
+   * turn of this same read: the generator starts no other read before this one has answered
+   * (after a wake-up it awaits this read again, in the forward loop) or it has ended.
+   */
+  readonly #observedTurn = (resolve: (step: Step | undefined) => void, reject: (error: unknown) => void): void => {
+    this.#resolveTurn = resolve;
+    this.#rejectTurn = reject;
+    (this.#pull as Promise<Step>).then(this.#observed, this.#observedFailure);
+  };
+  readonly #observed = (step: Step): void => {
+    (this.#hooks as GuardHooks).observe?.(step);
+    this.#resolveTurn?.(step);
+  };
+  readonly #observedFailure = (error: unknown): void => {
+    (this.#hooks as GuardHooks).observe?.(undefined);
+    this.#rejectTurn?.(error);
+  };
+  /** The hooks on a read handed straight to decode. */
+  readonly #answerStep = (step: Step): Step => {
+    if (step.done === true) {
+      this.#hooks?.end?.();
+      return step;
+    }
+    const out = this.#answer(step.value);
+    return out === step.value ? step : out === undefined ? DONE : { value: out, done: false };
+  };
+  readonly #failStep = (error: unknown): never => {
+    throw this.#failure(error);
+  };
   readonly #waitTurn = (resolve: (step: Step | undefined) => void): void => {
     this.#resolveTurn = resolve;
   };
@@ -99,11 +156,13 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
     source: AsyncIterator<Item>,
     requestContext: AsyncEngineContext,
     streamContext: AsyncEngineContext,
+    hooks?: GuardHooks,
   ) {
     this.#outcome = outcome;
     this.#source = source;
     this.#requestContext = requestContext;
     this.#streamContext = streamContext;
+    this.#hooks = hooks;
     // Rule 10 from the first item: nothing to guard.
     if (outcome.state === SUCCEEDED) this.#direct = true;
   }
@@ -113,11 +172,15 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   }
 
   next(): Promise<Step> {
-    // After return() or throw(), nothing more: not even from a decode iterator that ignored it.
-    if (this.#closing) return Promise.resolve(DONE);
+    // After return() or throw(), nothing more: not even from a decode iterator that ignored
+    // it. The generator, woken by the close, answers done in call order after what it owes.
+    if (this.#closing) return (this.#generator?.next() as Promise<Step> | undefined) ?? Promise.resolve(DONE);
     // The hand-off: only once every earlier call has its answer, so that a read sent straight
     // to decode can never overtake one the generator has still to answer.
-    if (this.#direct || (this.#mayHandOff && this.#caughtUp)) return this.#source.next() as Promise<Step>;
+    if (this.#direct || (this.#mayHandOff && this.#caughtUp)) {
+      const read = this.#source.next() as Promise<Step>;
+      return this.#hooks === undefined ? read : read.then(this.#answerStep, this.#failStep);
+    }
     this.#generator ??= this.#guard();
     const request = this.#generator.next() as Promise<Step>;
     this.#caughtUp = false;
@@ -155,21 +218,35 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
     }
   }
 
+  /** What the consumer gets for `item`: itself without hooks; undefined for done. */
+  #answer(item: Item): Item | undefined {
+    const answer = this.#hooks?.answer;
+    return answer === undefined ? item : answer(item);
+  }
+
+  #failure(error: unknown): unknown {
+    const fail = this.#hooks?.fail;
+    return fail === undefined ? error : fail(error);
+  }
+
   async *#guard(): AsyncGenerator<Item, void, undefined> {
     const outcome = this.#outcome;
     const source = this.#source;
+    // Read once: the plain guard pays one comparison per item for the hooks it does not have.
+    const answer = this.#hooks?.answer;
     outcome.listen(this.#wake);
     // A pull started while prefill was pending and left unread when prefill won the race.
     let inFlight: Promise<Step> | undefined;
     try {
       // Racing mode. Every check of `outcome.state` comes before the decode result is used:
       // a prefill outcome that is already known wins over a decode item that is also ready.
+      const racingTurn = this.#hooks?.observe === undefined ? this.#raceTurn : this.#observedTurn;
       while (outcome.state === PENDING) {
         const pull = Promise.resolve(source.next() as Promise<Step>);
         this.#pull = pull;
         let step: Step | undefined;
         try {
-          step = await new Promise(this.#raceTurn);
+          step = await new Promise(racingTurn);
         } catch {
           // Decode threw. Handled after the loop: a failed prefill still wins (biased), and
           // otherwise the forward path rethrows it.
@@ -184,7 +261,9 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         const result = step as Step;
         const kind = result.done === true ? TERMINAL : classify(result.value);
         if (kind === FLOWING) {
-          yield result.value as Item;
+          const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
+          if (item === undefined) return;
+          yield item;
           continue;
         }
         if (kind === FAILURE) {
@@ -192,7 +271,8 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
           // Done with decode and prefill before the yield, in case the consumer never asks again.
           this.#closeSource();
           outcome.unlisten(this.#wake);
-          yield result.value as Item;
+          const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
+          if (item !== undefined) yield item;
           return;
         }
         // Rule 12: hold the terminal (an item with a finish reason, or the end) for prefill.
@@ -203,7 +283,10 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         if ((outcome.state as PrefillState) === FAILED) break;
         this.#closeSource();
         if (result.done !== true) {
-          yield result.value as Item;
+          const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
+          if (item !== undefined) yield item;
+        } else {
+          this.#hooks?.end?.();
         }
         return;
       }
@@ -213,7 +296,9 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         this.#closeSource();
         this.#requestContext.stopGenerating();
         this.#streamContext.stopGenerating();
-        yield Annotated.fromError<LLMEngineOutput>(outcome.error as Error);
+        const error = Annotated.fromError<LLMEngineOutput>(outcome.error as Error);
+        const item = answer === undefined ? error : answer(error);
+        if (item !== undefined) yield item;
         return;
       }
 
@@ -230,21 +315,25 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
           result = await new Promise(this.#raceTurn);
         } catch (error) {
           this.#sourceOpen = false;
-          throw error;
+          throw this.#failure(error);
         }
         if (this.#closing) return;
         if ((result as Step).done === true) {
           this.#sourceOpen = false;
+          this.#hooks?.end?.();
           return;
         }
+        const item = answer === undefined ? ((result as Step).value as Item) : answer((result as Step).value as Item);
+        if (item === undefined) return;
         this.#mayHandOff = true;
-        yield (result as Step).value as Item;
+        yield item;
         this.#mayHandOff = false;
         pull = Promise.resolve(source.next() as Promise<Step>);
       }
     } finally {
       outcome.unlisten(this.#wake);
       this.#resolveTurn = undefined;
+      this.#rejectTurn = undefined;
       this.#pull = undefined;
       this.#mayHandOff = false;
       this.#lastRequest = undefined;

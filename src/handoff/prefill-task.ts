@@ -5,7 +5,7 @@ import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
-import { closeQuietly, GuardedDecodeIterator } from './decode-guard.js';
+import { closeQuietly, GuardedDecodeIterator, type GuardHooks } from './decode-guard.js';
 import { PrefillError } from './prefill-error.js';
 import { FAILED, PENDING, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
@@ -28,12 +28,34 @@ export interface PrefillTaskOptions {
 }
 
 /**
- * The prefill outcome behind a task, for the library's own tests (listener counts). Not
- * exported from the package.
+ * The prefill outcome behind a task: for the flow, which must see prefill settle before the
+ * guards it wakes act on it, and for the library's own tests (listener counts). Not exported
+ * from the package.
  *
  * @internal
  */
 export let outcomeOf: (task: PrefillTask) => PrefillOutcome;
+
+/**
+ * `forwardDecode` with {@link GuardHooks} on the guarded stream, for the flow: its decode leg
+ * and client stream then do their per-item work on the guard's own promises. The hooks apply
+ * only when the stream is guarded (`hooks.guarded` is set then); a stream returned unwrapped
+ * (rule 6) has none. Not exported from the package.
+ *
+ * @internal
+ */
+export let forwardDecodeWith: (
+  task: PrefillTask,
+  decode: DecodeDispatch,
+  requestContext: AsyncEngineContext,
+  hooks: FlowGuardHooks,
+) => Promise<DecodeStream>;
+
+/** @internal */
+export interface FlowGuardHooks extends GuardHooks {
+  /** Set once a guard has been built with these hooks. */
+  guarded?: boolean;
+}
 
 /**
  * A prefill running in the background, detached from whoever waits for it, and the guard
@@ -54,6 +76,7 @@ export class PrefillTask {
 
   static {
     outcomeOf = (task) => task.#outcome;
+    forwardDecodeWith = (task, decode, requestContext, hooks) => task.#forward(decode, requestContext, hooks);
   }
 
   private constructor(outcome: PrefillOutcome) {
@@ -161,7 +184,15 @@ export class PrefillTask {
    * function, a `requestContext` that is not a context, or a dispatch that resolves to
    * something that is not async iterable.
    */
-  async forwardDecode(decode: DecodeDispatch, requestContext: AsyncEngineContext): Promise<DecodeStream> {
+  forwardDecode(decode: DecodeDispatch, requestContext: AsyncEngineContext): Promise<DecodeStream> {
+    return this.#forward(decode, requestContext, undefined);
+  }
+
+  async #forward(
+    decode: DecodeDispatch,
+    requestContext: AsyncEngineContext,
+    hooks: FlowGuardHooks | undefined,
+  ): Promise<DecodeStream> {
     if (typeof decode !== 'function' && !isThenable(decode)) {
       throw new TypeError(
         `forwardDecode expects a decode dispatch (a promise of a ResponseStream, or a function (signal) => promise), got ${describeValue(decode)}`,
@@ -219,7 +250,7 @@ export class PrefillTask {
     const stream = asDecodeStream(settled.value, requestContext);
     if (outcome.state === SUCCEEDED) return stream; // rule 6: nothing left to watch
     // Rule 8: wrap; the wrapped stream carries decode's own context.
-    return new ResponseStream(new GuardedDecode(outcome, stream, requestContext), stream.context);
+    return new ResponseStream(new GuardedDecode(outcome, stream, requestContext, hooks), stream.context);
   }
 }
 
@@ -263,10 +294,15 @@ function ignore(): void {}
  * a second iteration is refused with a clear error instead of silently sharing it.
  */
 class GuardedDecode implements AsyncIterable<Item> {
-  #parts: [PrefillOutcome, DecodeStream, AsyncEngineContext] | undefined;
+  #parts: [PrefillOutcome, DecodeStream, AsyncEngineContext, FlowGuardHooks | undefined] | undefined;
 
-  constructor(outcome: PrefillOutcome, stream: DecodeStream, requestContext: AsyncEngineContext) {
-    this.#parts = [outcome, stream, requestContext];
+  constructor(
+    outcome: PrefillOutcome,
+    stream: DecodeStream,
+    requestContext: AsyncEngineContext,
+    hooks: FlowGuardHooks | undefined,
+  ) {
+    this.#parts = [outcome, stream, requestContext, hooks];
   }
 
   [Symbol.asyncIterator](): AsyncIterableIterator<Item> {
@@ -277,7 +313,8 @@ class GuardedDecode implements AsyncIterable<Item> {
       );
     }
     this.#parts = undefined;
-    const [outcome, stream, requestContext] = parts;
-    return new GuardedDecodeIterator(outcome, stream[Symbol.asyncIterator](), requestContext, stream.context);
+    const [outcome, stream, requestContext, hooks] = parts;
+    if (hooks !== undefined) hooks.guarded = true;
+    return new GuardedDecodeIterator(outcome, stream[Symbol.asyncIterator](), requestContext, stream.context, hooks);
   }
 }

@@ -4,7 +4,7 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { deferred, flush, type Item, isPending, ScriptedSource, token } from '../support/async.js';
-import { engine, eventLog, runFlow } from '../support/flow.js';
+import { engine, eventLog, heldEngine, runFlow } from '../support/flow.js';
 
 /** The ids (or 'done') of the answers, and the order in which the calls were answered. */
 async function answers(calls: Promise<IteratorResult<Item>>[]) {
@@ -91,15 +91,55 @@ describe('the client stream, read with several calls in flight', () => {
     }
   });
 
-  it('nothing follows the terminal: calls already in flight past it answer done', async () => {
-    const { stream, decodeSource, finishPrefill } = await concurrentFlow();
-    finishPrefill();
-    await flush();
-    const iterator = stream[Symbol.asyncIterator]();
-    const calls = [iterator.next(), iterator.next(), iterator.next(), iterator.next()];
-    // A decode that sends more after its terminal (rule 10 forwards it; the client stream does not).
-    decodeSource.push(token(1)).push(Annotated.fromData(LLMEngineOutput.length())).push(token(9)).push(token(10));
-    expect(await answers(calls)).toEqual({ ids: [1, 'length', 'done', 'done'], order: [0, 1, 2, 3] });
+  it('nothing follows the terminal: calls in flight past it, and calls made as it arrives, answer done in order', async () => {
+    for (const deadlines of [{}, { totalMs: 600_000 }]) {
+      const { stream, decodeSource, finishPrefill } = await concurrentFlow({ deadlines });
+      finishPrefill();
+      await flush();
+      const iterator = stream[Symbol.asyncIterator]();
+      const calls = [iterator.next(), iterator.next(), iterator.next()];
+      // A decode that sends more after its terminal (rule 10 forwards it; the client stream does not).
+      decodeSource.push(token(1)).push(Annotated.fromData(LLMEngineOutput.length()));
+      await calls[1];
+      calls.push(iterator.next());
+      decodeSource.push(token(9)).push(token(10));
+      expect({ deadlines, ...(await answers(calls)) }).toEqual({
+        deadlines,
+        ids: [1, 'length', 'done', 'done'],
+        order: [0, 1, 2, 3],
+      });
+    }
+  });
+
+  it('a terminal answered by a closing guard: the calls behind it answer done in call order', async () => {
+    // Found by the flow's property test: decode opens after prefill has settled (its terminal
+    // already waiting), read by three calls placed a few microtasks apart.
+    for (let depth = 0; depth <= 6; depth++) {
+      const prefillSource = new ScriptedSource();
+      const decodeSource = new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]);
+      const decode = heldEngine(decodeSource);
+      const stream = runFlow({
+        connector: sglangBootstrap,
+        prefillWorker: { bootstrapHost: 'p0', bootstrapPort: 8998 },
+        prefill: engine(() => prefillSource).run,
+        decode: decode.run,
+        deadlines: { handoffMs: 400 },
+      });
+      await flush();
+      prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+      decode.open();
+      const iterator = (await stream)[Symbol.asyncIterator]();
+      const calls = [iterator.next()];
+      for (let i = 0; i < depth; i++) await Promise.resolve();
+      calls.push(iterator.next());
+      await Promise.resolve();
+      calls.push(iterator.next());
+      expect({ depth, ...(await answers(calls)) }).toEqual({
+        depth,
+        ids: ['length', 'done', 'done'],
+        order: [0, 1, 2],
+      });
+    }
   });
 
   it('return() with calls in flight ends the stream: they answer done, in order, and so does every later call at once', async () => {

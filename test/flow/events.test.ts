@@ -67,6 +67,52 @@ describe('lifecycle events', () => {
     expect(log.of('handoff')).toMatchObject([{ handoff: 'bootstrap' }]);
   });
 
+  it('concurrent: a decode read for a departed client, then by the guard, is counted once', async () => {
+    // The client leaves before decode answers: the leg reads decode itself (for the claim);
+    // the router's reader then gets that same read through the guard. One claim, one hold.
+    const prefillSource = new ScriptedSource();
+    const decodeSource = new ScriptedSource();
+    const context = new Controller('req-e');
+    const log = eventLog();
+    const stream = await run({
+      context,
+      prefill: engine(() => prefillSource).run,
+      decode: engine(() => decodeSource).run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      onEvent: log.onEvent,
+    });
+    context.stopGenerating();
+    await flush();
+    decodeSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    const reading = collect(stream);
+    await flush();
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    expect((await reading).map((item) => item.data?.finish_reason)).toEqual(['length']);
+    await flush();
+    expect(log.of('kvClaimed')).toHaveLength(1);
+    expect(log.of('terminalHeld')).toHaveLength(1);
+    expect(log.of('finished').map((event) => event.outcome)).toEqual(['cancelled']);
+  });
+
+  it('concurrent: prefill completed is reported before the terminal it releases', async () => {
+    const prefillSource = new ScriptedSource();
+    const log = eventLog();
+    const stream = await run({
+      prefill: engine(() => prefillSource).run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      onEvent: log.onEvent,
+    });
+    const reading = collect(stream);
+    await flush();
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    await reading;
+    await flush();
+    const types = log.types();
+    expect(types.indexOf('prefillCompleted')).toBeLessThan(types.indexOf('terminalReleased'));
+  });
+
   it('a prefill failure after the client stream ended is a late event, and settled still comes last', async () => {
     const prefillSource = new ScriptedSource();
     const log = eventLog();

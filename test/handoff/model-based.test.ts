@@ -2,7 +2,12 @@ import { getEventListeners } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
-import { type DecodeStream, PrefillTask } from '../../src/handoff/prefill-task.js';
+import {
+  type DecodeStream,
+  type FlowGuardHooks,
+  forwardDecodeWith,
+  PrefillTask,
+} from '../../src/handoff/prefill-task.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -229,8 +234,44 @@ class Reader {
   }
 }
 
-/** Drives the real forwardDecode through a schedule, one event per step, and records it all. */
-async function run(s: Schedule) {
+/** What identity hooks saw (the flow's way in: the guard does the per-item work above it). */
+interface HookLog {
+  hooks: FlowGuardHooks;
+  observed: Array<IteratorResult<Item> | undefined>;
+  answered: Item[];
+  ends: number;
+  failures: unknown[];
+}
+
+function hookLog(): HookLog {
+  const log: HookLog = {
+    hooks: {
+      observe: (step) => log.observed.push(step),
+      answer: (item) => {
+        log.answered.push(item);
+        return item;
+      },
+      end: () => {
+        log.ends += 1;
+      },
+      fail: (error) => {
+        log.failures.push(error);
+        return error;
+      },
+    },
+    observed: [],
+    answered: [],
+    ends: 0,
+    failures: [],
+  };
+  return log;
+}
+
+/**
+ * Drives the real forwardDecode through a schedule, one event per step, and records it all;
+ * `hooked`: through the flow's entry with hooks that change nothing, which must change nothing.
+ */
+async function run(s: Schedule, hooked = false) {
   const prefill = deferred();
   const task = PrefillTask.spawn(prefill.promise, { logger: recordingLogger().logger });
   const requestContext = new Controller('request');
@@ -246,23 +287,27 @@ async function run(s: Schedule) {
 
   const observed: Observed = { call: 'pending', outputs: [], end: 'none' };
   let reader: Reader | undefined;
-  const call = task
-    .forwardDecode((abort) => {
-      signal = abort;
-      return dispatch.promise;
-    }, requestContext)
-    .then(
-      (stream) => {
-        observed.call = 'stream';
-        reader = new Reader(stream[Symbol.asyncIterator](), s, consumerError);
-        if (s.consumer.stopAfter === 0) reader.close();
-        else reader.pump();
-      },
-      (error: unknown) => {
-        observed.call = error === dispatchError ? 'dispatch-error' : 'prefill-error';
-        observed.callError = error;
-      },
-    );
+  const hooks = hooked ? hookLog() : undefined;
+  const decode = (abort: AbortSignal) => {
+    signal = abort;
+    return dispatch.promise;
+  };
+  const call = (
+    hooks === undefined
+      ? task.forwardDecode(decode, requestContext)
+      : forwardDecodeWith(task, decode, requestContext, hooks.hooks)
+  ).then(
+    (stream) => {
+      observed.call = 'stream';
+      reader = new Reader(stream[Symbol.asyncIterator](), s, consumerError);
+      if (s.consumer.stopAfter === 0) reader.close();
+      else reader.pump();
+    },
+    (error: unknown) => {
+      observed.call = error === dispatchError ? 'dispatch-error' : 'prefill-error';
+      observed.callError = error;
+    },
+  );
 
   const steps: Array<{ at: number; fire: () => void }> = s.decode.map(({ event, at }, i) => ({
     at,
@@ -294,6 +339,7 @@ async function run(s: Schedule) {
   void call;
   return {
     observed,
+    hooks,
     reader,
     task,
     source,
@@ -348,6 +394,37 @@ function outcomeOf(r: Awaited<ReturnType<typeof run>>, full: Output[]): Observed
   return { ...observed, outputs, end };
 }
 
+/**
+ * Hooks on a guarded stream see what the consumer gets: `answer` each item handed over, in
+ * order, `end` when the stream ended without a terminal item, `fail` a decode throw; `observe`
+ * each read at most once, in decode's order.
+ */
+function checkHooks(r: Awaited<ReturnType<typeof run>>, observed: Observed): void {
+  const log = r.hooks as HookLog;
+  if (log.hooks.guarded !== true) {
+    expect([log.answered, log.observed, log.ends, log.failures]).toEqual([[], [], 0, []]);
+    return;
+  }
+  const delivered: Item[] = [];
+  for (const call of r.reader?.calls ?? []) {
+    const answer = call.answer;
+    if (answer !== undefined && !('error' in answer) && answer.step.done !== true) delivered.push(answer.step.value);
+  }
+  // Answered before the consumer got it; an answer after it closed may never be delivered.
+  expect(log.answered.slice(0, delivered.length)).toEqual(delivered);
+  if (observed.end === 'done' && r.reader?.closed !== true) {
+    const last = delivered.at(-1);
+    const terminal = last !== undefined && (Annotated.isError(last) || last.data?.finish_reason != null);
+    expect(log.ends > 0 || terminal).toBe(true);
+  }
+  if (observed.end === 'decode-throw') expect(log.failures).toContain(r.errors.decodeError);
+  expect(new Set(log.observed.filter((step) => step !== undefined)).size).toBe(
+    log.observed.filter((step) => step !== undefined).length,
+  );
+  const values = log.observed.flatMap((step) => (step === undefined || step.done === true ? [] : [step.value]));
+  expect(values).toEqual(r.items.filter((item) => values.includes(item)));
+}
+
 /** Fixed in CI; DISAGG_PROPERTY_SEED=random (or a number) and DISAGG_PROPERTY_RUNS explore further. */
 function propertyOptions(runs: number): fc.Parameters<unknown> {
   const seed = process.env.DISAGG_PROPERTY_SEED;
@@ -362,12 +439,13 @@ function propertyOptions(runs: number): fc.Parameters<unknown> {
 describe('forwardDecode against the executable model of rules 1-14', () => {
   it('every generated schedule, for readers with up to three calls in flight: same items in call order, same end, same stopped contexts, decode closed, prefill untouched', async () => {
     await fc.assert(
-      fc.asyncProperty(schedules, async (s) => {
+      fc.asyncProperty(schedules, fc.boolean(), async (s, hooked) => {
         const expected = model(s);
         // The whole stream, for items a pipelined reader had asked for before it stopped.
         const full = model({ ...s, consumer: { stopAfter: null, by: s.consumer.by } }).outputs;
-        const r = await run(s);
+        const r = await run(s, hooked);
         const observed = outcomeOf(r, full);
+        if (r.hooks !== undefined) checkHooks(r, observed);
         const pipelined = s.reader.inFlight > 1;
 
         expect(observed.call).toBe(expected.call);
