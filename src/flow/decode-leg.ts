@@ -157,24 +157,44 @@ export class DecodeLeg {
     const iterator = new WatchedIterator<Item>(source, {
       // A request deadline (total, handoff) must be able to interrupt any read.
       interruptible: deadlines.totalMs !== undefined || deadlines.handoffMs !== undefined,
-      budget: (read) => {
-        const ms = read === 0 ? deadlines.decodeFirstTokenMs : deadlines.idleMs;
-        return ms === undefined ? undefined : { ms, phase: read === 0 ? 'decodeFirstToken' : 'idle' };
+      budgets: {
+        ...(deadlines.decodeFirstTokenMs === undefined
+          ? {}
+          : { first: { ms: deadlines.decodeFirstTokenMs, phase: 'decodeFirstToken' } }),
+        ...(deadlines.idleMs === undefined ? {} : { later: { ms: deadlines.idleMs, phase: 'idle' } }),
       },
       deadline: (phase, ms) => new DeadlineError(phase, ms, 'decode'),
       observe: (step) => this.observe(step),
-      // Once decode has taken the KV and prefill is over, there is nothing left to watch per
-      // item: the leg ends when the client stream closes it. While prefill runs, a guard above
-      // may watch the reads for the leg, at no cost of its own.
-      observing: this.#options.observedAbove
-        ? () => !this.#claimed && !this.#options.prefillPending()
-        : () => !this.#claimed || this.#options.prefillPending(),
+      observing: this.#watching(),
       expired: (error) => Promise.resolve({ value: Annotated.fromError<LLMEngineOutput>(error), done: false }),
       onExpired: (_, expiring) => this.#expired(expiring),
       onClose: (closing) => this.#close(closing),
     });
     this.#iterator = iterator;
     return new ResponseStream(iterator, stream.context);
+  }
+
+  /**
+   * Prefill is over (the flow calls this as it settles): a leg that a guard watched while
+   * prefill ran watches its own reads again until decode has taken the KV.
+   */
+  prefillEnded(): void {
+    this.#updateWatch();
+  }
+
+  /**
+   * Whether the leg's own reader watches its reads. Once decode has taken the KV and prefill
+   * is over there is nothing left to watch per item: the leg ends when the client stream
+   * closes it. While prefill runs, a guard above may watch the reads for the leg, at no cost
+   * of its own.
+   */
+  #watching(): boolean {
+    const pending = this.#options.prefillPending();
+    return this.#options.observedAbove ? !this.#claimed && !pending : !this.#claimed || pending;
+  }
+
+  #updateWatch(): void {
+    if (this.#iterator !== undefined) this.#iterator.observing = this.#watching();
   }
 
   /** The dispatch failed: there is no decode to wait for. */
@@ -230,12 +250,19 @@ export class DecodeLeg {
   /**
    * Sees one step read from decode (undefined: the read failed), from the leg's own reader or
    * a guard above. A step seen twice (a read the leg started for a departed client, then
-   * handed to the guard) counts once.
+   * handed to the guard) counts once. Answers whether every later read is wanted too.
    */
-  observe(step: Step | undefined): void {
-    if (step !== undefined && step === this.#lastObserved) return;
+  observe(step: Step | undefined): boolean {
+    // Once decode has taken the KV (at its first answer, this one), plain items tell the leg
+    // nothing more: a guard watching for it need only show it terminals, failures and the end.
+    if (step !== undefined && step === this.#lastObserved) return false;
     this.#lastObserved = step;
     if (!this.#claimed) this.#claim();
+    this.#see(step);
+    return false;
+  }
+
+  #see(step: Step | undefined): void {
     if (step === undefined || step.done === true) {
       this.#end();
       return;
@@ -252,6 +279,7 @@ export class DecodeLeg {
 
   #claim(): void {
     this.#claimed = true;
+    this.#updateWatch();
     this.#cancelCleanup?.();
     this.#cancelCleanup = undefined;
     this.#options.recorder.emit({ type: 'kvClaimed' });

@@ -173,7 +173,7 @@ export class FlowRun {
   async #guarded(task: PrefillTask, body: RequestBody): Promise<ResponseStream<Item>> {
     const client = this.#client;
     const hooks: FlowGuardHooks = {
-      observe: (step) => this.#leg?.observe(step),
+      observe: (step) => this.#leg?.observe(step) ?? true,
       answer: client.answerItem,
       end: client.endOfStream,
       fail: client.failure,
@@ -248,7 +248,6 @@ export class FlowRun {
       // Every read: a prefill killed by a deadline may end its stream cleanly, which must not
       // pass for a completed prefill.
       interruptible: true,
-      budget: () => undefined,
       deadline: (phase, ms) => new DeadlineError(phase, ms),
       observe: (step, read) => {
         if (read === 0 && step !== undefined && step.done !== true) this.#firstOutput();
@@ -374,6 +373,7 @@ export class FlowRun {
     const { recorder } = this.#setup;
     if (error === undefined) {
       recorder.emit({ type: 'prefillCompleted' });
+      this.#leg?.prefillEnded();
       this.#handoffDone();
     } else {
       recorder.emit({ type: 'prefillFailed', error: PrefillError.from(error) });

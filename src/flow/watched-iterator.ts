@@ -6,6 +6,12 @@ type Step<T> = IteratorResult<T, undefined>;
 
 const DONE = Object.freeze({ value: undefined, done: true }) as IteratorResult<never, undefined>;
 
+/** How long one read may wait, and the phase its overrun is reported as. */
+export interface ReadBudget {
+  ms: number;
+  phase: DeadlinePhase;
+}
+
 /** The hooks that make a {@link WatchedIterator} a prefill reader or a decode leg. */
 export interface WatchHooks<T> {
   /**
@@ -13,17 +19,20 @@ export interface WatchHooks<T> {
    * without it such a read hands the source's promise through.
    */
   interruptible: boolean;
-  /** The budget of read number `read` (0 for the first), or undefined for none. */
-  budget(read: number): { ms: number; phase: DeadlinePhase } | undefined;
+  /** The budget of the first read, and of every later one; none by default. */
+  budgets?: { first?: ReadBudget; later?: ReadBudget };
   /** Makes the deadline error of a phase (the caller knows the budgets). */
   deadline(phase: DeadlinePhase, ms: number): DeadlineError;
   /**
-   * Sees every step read from the source (and a source error), in order, while `observing()`,
-   * and every prefetched one.
+   * Sees every step read from the source (and a source error), in order, while the iterator's
+   * `observing` is true, and every prefetched one.
    */
   observe?(step: Step<T> | undefined, read: number): void;
-  /** Whether the next read is to be observed (unobserved reads cost one promise less). */
-  observing?(): boolean;
+  /**
+   * Whether reads are observed from the start (unobserved reads cost one promise less);
+   * true by default. The owner changes it with {@link WatchedIterator.observing}.
+   */
+  observing?: boolean;
   /** What the read that a deadline interrupted answers: a rejection, or a last item. */
   expired(error: DeadlineError): Promise<Step<T>>;
   /**
@@ -56,6 +65,10 @@ export interface WatchHooks<T> {
 export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   readonly #source: AsyncIterator<T>;
   readonly #hooks: WatchHooks<T>;
+  readonly #first: ReadBudget | undefined;
+  readonly #later: ReadBudget | undefined;
+  /** Reads are observed (there is an observer, and its owner wants it now). */
+  #observing: boolean;
   #reads = 0;
   #stopped = false;
   /** Closed by `return()`/`throw()`. */
@@ -96,6 +109,18 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   constructor(source: AsyncIterator<T>, hooks: WatchHooks<T>) {
     this.#source = source;
     this.#hooks = hooks;
+    this.#first = hooks.budgets?.first;
+    this.#later = hooks.budgets?.later;
+    this.#observing = hooks.observe !== undefined && hooks.observing !== false;
+  }
+
+  /** Whether later reads are observed (a read already started keeps what it was). */
+  get observing(): boolean {
+    return this.#observing;
+  }
+
+  set observing(value: boolean) {
+    this.#observing = value && this.#hooks.observe !== undefined;
   }
 
   [Symbol.asyncIterator](): this {
@@ -120,6 +145,22 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     }
     // After return(), at once: never queued behind a read that may be stuck.
     if (this.#closed) return Promise.resolve(DONE);
+    // Nothing to watch on this read and nothing before it: the source's own promise, at the
+    // cost of a few field reads (the usual case once decode has taken the KV and prefill is over).
+    if (
+      !this.#observing &&
+      !this.#stopped &&
+      !this.#hooks.interruptible &&
+      (this.#reads === 0 ? this.#first : this.#later) === undefined &&
+      this.#order.idle
+    ) {
+      this.#reads++;
+      try {
+        return this.#source.next() as Promise<Step<T>>;
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
     return this.#order.call();
   }
 
@@ -143,9 +184,9 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     }
     const hooks = this.#hooks;
     // A prefetched read is always observed: it is read for the watch's own sake.
-    const observing = hooks.observe !== undefined && (this.#observeNext || hooks.observing?.() !== false);
+    const observing = this.#observing || (this.#observeNext && hooks.observe !== undefined);
     this.#observeNext = false;
-    const budget = hooks.budget(read);
+    const budget = read === 0 ? this.#first : this.#later;
     if (budget === undefined && !hooks.interruptible) {
       if (observing) return pull.then(this.#observeStepLast, this.#observeErrorLast);
       // The source's own promise: later reads go to the source, which answers in its order,

@@ -45,10 +45,12 @@ const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
  */
 export interface GuardHooks {
   /**
-   * Sees each step the guard reads from decode while prefill is pending, when that read
-   * settles, including a read the guard no longer waits for (`undefined`: the read failed).
+   * Sees the steps the guard reads from decode while prefill is pending (`undefined`: the read
+   * failed): every one, when it settles (also a read the guard no longer waits for), until
+   * it answers false; from then on only the ones that are not plain items (a terminal, a
+   * failure, the end), as the guard meets them.
    */
-  observe?(step: Step | undefined): void;
+  observe?(step: Step | undefined): boolean;
   /**
    * What the consumer gets for an item the guard answers with: the item, another one, or
    * `undefined` for done (the consumer's stream has ended above).
@@ -125,13 +127,15 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
     (this.#pull as Promise<Step>).then(this.#observed, this.#observedFailure);
   };
   readonly #observed = (step: Step): void => {
-    (this.#hooks as GuardHooks).observe?.(step);
+    if ((this.#hooks as GuardHooks).observe?.(step) === false) this.#observeEvery = false;
     this.#resolveTurn?.(step);
   };
   readonly #observedFailure = (error: unknown): void => {
-    (this.#hooks as GuardHooks).observe?.(undefined);
+    if ((this.#hooks as GuardHooks).observe?.(undefined) === false) this.#observeEvery = false;
     this.#rejectTurn?.(error);
   };
+  /** The `observe` hook still wants every read (see {@link GuardHooks.observe}). */
+  #observeEvery = true;
   /** The hooks on a read handed straight to decode. */
   readonly #answerStep = (step: Step): Step => {
     if (step.done === true) {
@@ -240,14 +244,17 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
     try {
       // Racing mode. Every check of `outcome.state` comes before the decode result is used:
       // a prefill outcome that is already known wins over a decode item that is also ready.
-      const racingTurn = this.#hooks?.observe === undefined ? this.#raceTurn : this.#observedTurn;
+      const observe = this.#hooks?.observe;
       while (outcome.state === PENDING) {
         const pull = Promise.resolve(source.next() as Promise<Step>);
         this.#pull = pull;
+        // Observed in the turn while every read is wanted; otherwise below, only if not plain.
+        const observedInTurn = observe !== undefined && this.#observeEvery;
         let step: Step | undefined;
         try {
-          step = await new Promise(racingTurn);
+          step = await new Promise(observedInTurn ? this.#observedTurn : this.#raceTurn);
         } catch {
+          if (observe !== undefined && !observedInTurn) observe(undefined);
           // Decode threw. Handled after the loop: a failed prefill still wins (biased), and
           // otherwise the forward path rethrows it.
           inFlight = pull;
@@ -260,6 +267,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         }
         const result = step as Step;
         const kind = result.done === true ? TERMINAL : classify(result.value);
+        if (kind !== FLOWING && observe !== undefined && !observedInTurn) observe(result);
         if (kind === FLOWING) {
           const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
           if (item === undefined) return;

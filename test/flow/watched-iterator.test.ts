@@ -10,13 +10,14 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
+const idle100 = { ms: 100, phase: 'idle' } as const;
+
 const errorItem = (error: DeadlineError): Promise<IteratorResult<Item, undefined>> =>
   Promise.resolve({ value: { event: 'error', error: error.message }, done: false });
 
 function watch(source: ScriptedSource, hooks: Partial<WatchHooks<Item>> = {}) {
   return new WatchedIterator<Item>(source, {
     interruptible: false,
-    budget: () => undefined,
     deadline: (phase, ms) => new DeadlineError(phase, ms),
     expired: errorItem,
     ...hooks,
@@ -32,7 +33,7 @@ describe('WatchedIterator', () => {
 
   it('a read over budget answers with the expiry at the deadline, then everything is done', async () => {
     const source = new ScriptedSource();
-    const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+    const iterator = watch(source, { budgets: { first: idle100, later: idle100 } });
     const read = iterator.next();
     await vi.advanceTimersByTimeAsync(99);
     expect(await isPending(read)).toBe(true);
@@ -45,25 +46,32 @@ describe('WatchedIterator', () => {
 
   it('an answer within budget clears the timer', async () => {
     const source = new ScriptedSource();
-    const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+    const iterator = watch(source, { budgets: { first: idle100, later: idle100 } });
     const read = iterator.next();
     source.push(token(1));
     expect((await read).value).toEqual(token(1));
     expect(vi.getTimerCount()).toBe(0);
   });
 
-  it('each read gets the budget its index says', async () => {
-    const budgets: number[] = [];
-    const source = new ScriptedSource([token(1), token(2)]);
+  it('the first read gets the first budget, every later read the later one', async () => {
+    const source = new ScriptedSource();
     const iterator = watch(source, {
-      budget: (read) => {
-        budgets.push(read);
-        return undefined;
-      },
+      budgets: { first: { ms: 300, phase: 'decodeFirstToken' }, later: { ms: 100, phase: 'idle' } },
     });
-    await iterator.next();
-    await iterator.next();
-    expect(budgets).toEqual([0, 1]);
+    const first = iterator.next();
+    await vi.advanceTimersByTimeAsync(299);
+    source.push(token(1));
+    expect((await first).value).toEqual(token(1));
+    const second = iterator.next();
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await second).value).toMatchObject({ event: 'error', error: expect.stringContaining('(idle)') });
+  });
+
+  it('a read with a budget, and a read queued behind it, are not handed through', () => {
+    const source = new ScriptedSource([token(1), token(2)]);
+    const iterator = watch(source, { budgets: { first: { ms: 100, phase: 'decodeFirstToken' } } });
+    expect(iterator.next()).not.toBe(source.answers[0]); // the first read has a budget
+    expect(iterator.next()).not.toBe(source.answers[1]); // queued behind it
   });
 
   it('an expiry between reads is the answer of the next read', async () => {
@@ -105,18 +113,19 @@ describe('WatchedIterator', () => {
     expect((await iterator.next()).value).toEqual(token(2));
   });
 
-  it('observe sees every step while observing() says so; a thrown read is observed as undefined', async () => {
+  it('observe sees every step while observing is on; a thrown read is observed as undefined', async () => {
     const seen: Array<[unknown, number]> = [];
-    let observing = true;
     const source = new ScriptedSource([token(1), token(2), token(3)]);
     const iterator = watch(source, {
       observe: (step, read) => seen.push([step?.value, read]),
-      observing: () => observing,
     });
+    expect(iterator.observing).toBe(true);
     await iterator.next();
-    observing = false;
-    await iterator.next();
-    observing = true;
+    iterator.observing = false;
+    const unobserved = iterator.next();
+    expect(unobserved).toBe(source.answers[1]); // the source's own promise
+    await unobserved;
+    iterator.observing = true;
     await iterator.next();
     source.fail(new Error('reset'));
     await expect(iterator.next()).rejects.toThrow('reset');
@@ -144,7 +153,7 @@ describe('WatchedIterator', () => {
 
   it('return() during a budgeted read clears its timer and never expires it', async () => {
     const source = new ScriptedSource();
-    const iterator = watch(source, { budget: () => ({ ms: 50, phase: 'idle' }) });
+    const iterator = watch(source, { budgets: { first: { ms: 50, phase: 'idle' } } });
     const read = iterator.next();
     await iterator.return();
     expect(vi.getTimerCount()).toBe(0);
@@ -167,7 +176,7 @@ describe('WatchedIterator', () => {
 
     it('budgeted reads are answered in call order, one read of the source at a time', async () => {
       const source = new ScriptedSource();
-      const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+      const iterator = watch(source, { budgets: { first: idle100, later: idle100 } });
       const calls = [iterator.next(), iterator.next(), iterator.next()];
       await flush();
       expect(source.nextCalls).toBe(1);
@@ -177,7 +186,7 @@ describe('WatchedIterator', () => {
 
     it("each queued read's budget starts when its read does", async () => {
       const source = new ScriptedSource();
-      const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+      const iterator = watch(source, { budgets: { first: idle100, later: idle100 } });
       const first = iterator.next();
       const second = iterator.next();
       await vi.advanceTimersByTimeAsync(90);
@@ -193,13 +202,11 @@ describe('WatchedIterator', () => {
     it('an observed read followed by unobserved ones keeps call order', async () => {
       // The first reads are observed (a then more), later ones are the source's own promises.
       for (let depth = 0; depth <= 4; depth++) {
-        let observing = true;
         const source = new ScriptedSource();
-        const iterator = watch(source, {
+        const iterator: WatchedIterator<Item> = watch(source, {
           observe: () => {
-            observing = false;
+            iterator.observing = false;
           },
-          observing: () => observing,
         });
         const calls = [iterator.next(), iterator.next()];
         source.push(token(1));
@@ -212,7 +219,7 @@ describe('WatchedIterator', () => {
 
     it('an expiry answers the pending read, and the calls queued behind it done, in order', async () => {
       const source = new ScriptedSource();
-      const iterator = watch(source, { budget: () => ({ ms: 100, phase: 'idle' }) });
+      const iterator = watch(source, { budgets: { first: idle100, later: idle100 } });
       const calls = [iterator.next(), iterator.next(), iterator.next()];
       await vi.advanceTimersByTimeAsync(100);
       const settled = await Promise.all(calls);

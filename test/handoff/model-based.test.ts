@@ -243,10 +243,14 @@ interface HookLog {
   failures: unknown[];
 }
 
-function hookLog(): HookLog {
+/** `every`: the observer wants every read; `first`: only the first, then what is not plain. */
+function hookLog(wants: 'every' | 'first'): HookLog {
   const log: HookLog = {
     hooks: {
-      observe: (step) => log.observed.push(step),
+      observe: (step) => {
+        log.observed.push(step);
+        return wants === 'every';
+      },
       answer: (item) => {
         log.answered.push(item);
         return item;
@@ -271,7 +275,7 @@ function hookLog(): HookLog {
  * Drives the real forwardDecode through a schedule, one event per step, and records it all;
  * `hooked`: through the flow's entry with hooks that change nothing, which must change nothing.
  */
-async function run(s: Schedule, hooked = false) {
+async function run(s: Schedule, hooked: 'no' | 'every' | 'first' = 'no') {
   const prefill = deferred();
   const task = PrefillTask.spawn(prefill.promise, { logger: recordingLogger().logger });
   const requestContext = new Controller('request');
@@ -287,7 +291,7 @@ async function run(s: Schedule, hooked = false) {
 
   const observed: Observed = { call: 'pending', outputs: [], end: 'none' };
   let reader: Reader | undefined;
-  const hooks = hooked ? hookLog() : undefined;
+  const hooks = hooked === 'no' ? undefined : hookLog(hooked);
   const decode = (abort: AbortSignal) => {
     signal = abort;
     return dispatch.promise;
@@ -439,73 +443,77 @@ function propertyOptions(runs: number): fc.Parameters<unknown> {
 describe('forwardDecode against the executable model of rules 1-14', () => {
   it('every generated schedule, for readers with up to three calls in flight: same items in call order, same end, same stopped contexts, decode closed, prefill untouched', async () => {
     await fc.assert(
-      fc.asyncProperty(schedules, fc.boolean(), async (s, hooked) => {
-        const expected = model(s);
-        // The whole stream, for items a pipelined reader had asked for before it stopped.
-        const full = model({ ...s, consumer: { stopAfter: null, by: s.consumer.by } }).outputs;
-        const r = await run(s, hooked);
-        const observed = outcomeOf(r, full);
-        if (r.hooks !== undefined) checkHooks(r, observed);
-        const pipelined = s.reader.inFlight > 1;
+      fc.asyncProperty(
+        schedules,
+        fc.constantFrom<'no' | 'every' | 'first'>('no', 'every', 'first'),
+        async (s, hooked) => {
+          const expected = model(s);
+          // The whole stream, for items a pipelined reader had asked for before it stopped.
+          const full = model({ ...s, consumer: { stopAfter: null, by: s.consumer.by } }).outputs;
+          const r = await run(s, hooked);
+          const observed = outcomeOf(r, full);
+          if (r.hooks !== undefined) checkHooks(r, observed);
+          const pipelined = s.reader.inFlight > 1;
 
-        expect(observed.call).toBe(expected.call);
-        if (expected.call === 'prefill-error') {
-          expect(observed.callError).toBeInstanceOf(PrefillError);
-          expect((observed.callError as PrefillError).cause).toBe(r.errors.prefillError);
-        }
-        if (expected.call === 'dispatch-error') expect(observed.callError).toBe(r.errors.dispatchError);
-        const reader = r.reader;
-        if (expected.call === 'stream') {
-          if (reader === undefined) throw new Error('the stream was returned but never read');
-          if (expected.end === 'consumer') {
-            expect(reader.closed).toBe(true);
-            // What the consumer held when it stopped; a pipelined one may have more, checked above.
-            expect(observed.outputs.slice(0, expected.outputs.length)).toEqual(expected.outputs);
-            if (!pipelined) expect(observed.outputs).toEqual(expected.outputs);
-            if (reader.closedBy === 'throw') expect(await reader.closeResult).toBe(r.errors.consumerError);
-            else expect(await reader.closeResult).toMatchObject({ done: true });
-          } else {
-            expect(reader.closed).toBe(false);
-            expect(observed.outputs).toEqual(expected.outputs);
-            expect(observed.end).toBe(expected.end);
-            if (expected.end === 'decode-throw') expect(observed.streamError).toBe(r.errors.decodeError);
+          expect(observed.call).toBe(expected.call);
+          if (expected.call === 'prefill-error') {
+            expect(observed.callError).toBeInstanceOf(PrefillError);
+            expect((observed.callError as PrefillError).cause).toBe(r.errors.prefillError);
           }
-          if (expected.end === 'pending') {
-            // The stream waits (unless the model says it ends); the consumer can still close it.
-            const alreadyEnded = r.source.finished; // a held end: nothing left to close
-            reader.close('return');
-            expect(await reader.closeResult).toMatchObject({ done: true });
+          if (expected.call === 'dispatch-error') expect(observed.callError).toBe(r.errors.dispatchError);
+          const reader = r.reader;
+          if (expected.call === 'stream') {
+            if (reader === undefined) throw new Error('the stream was returned but never read');
+            if (expected.end === 'consumer') {
+              expect(reader.closed).toBe(true);
+              // What the consumer held when it stopped; a pipelined one may have more, checked above.
+              expect(observed.outputs.slice(0, expected.outputs.length)).toEqual(expected.outputs);
+              if (!pipelined) expect(observed.outputs).toEqual(expected.outputs);
+              if (reader.closedBy === 'throw') expect(await reader.closeResult).toBe(r.errors.consumerError);
+              else expect(await reader.closeResult).toMatchObject({ done: true });
+            } else {
+              expect(reader.closed).toBe(false);
+              expect(observed.outputs).toEqual(expected.outputs);
+              expect(observed.end).toBe(expected.end);
+              if (expected.end === 'decode-throw') expect(observed.streamError).toBe(r.errors.decodeError);
+            }
+            if (expected.end === 'pending') {
+              // The stream waits (unless the model says it ends); the consumer can still close it.
+              const alreadyEnded = r.source.finished; // a held end: nothing left to close
+              reader.close('return');
+              expect(await reader.closeResult).toMatchObject({ done: true });
+              await flush();
+              expect(r.source.closed).toBe(!alreadyEnded);
+            } else if (expected.decodeClosed) {
+              // A pipelined reader may have read decode's end before it stopped: then nothing is left to close.
+              expect(r.source.closed || (pipelined && r.source.finished)).toBe(true);
+            } else {
+              expect(r.source.closed).toBe(false);
+            }
+            // No call is left hanging once the stream has ended or was closed.
             await flush();
-            expect(r.source.closed).toBe(!alreadyEnded);
-          } else if (expected.decodeClosed) {
-            // A pipelined reader may have read decode's end before it stopped: then nothing is left to close.
-            expect(r.source.closed || (pipelined && r.source.finished)).toBe(true);
+            expect(reader.calls.every((call) => call.answer !== undefined)).toBe(true);
+            // After the end: nothing more, ever.
+            expect(await reader.iterator.next()).toMatchObject({ done: true });
           } else {
-            expect(r.source.closed).toBe(false);
+            expect(reader).toBeUndefined();
+            if (expected.call !== 'pending') expect(r.source.closed).toBe(expected.decodeClosed);
           }
-          // No call is left hanging once the stream has ended or was closed.
-          await flush();
-          expect(reader.calls.every((call) => call.answer !== undefined)).toBe(true);
-          // After the end: nothing more, ever.
-          expect(await reader.iterator.next()).toMatchObject({ done: true });
-        } else {
-          expect(reader).toBeUndefined();
-          if (expected.call !== 'pending') expect(r.source.closed).toBe(expected.decodeClosed);
-        }
 
-        expect(r.requestContext.isStopped()).toBe(expected.requestStopped);
-        expect(r.decodeContext.isStopped()).toBe(expected.decodeStopped);
-        expect(r.requestContext.isKilled() || r.decodeContext.isKilled()).toBe(false);
-        expect(r.signal?.aborted ?? false).toBe(expected.dispatchAborted);
-        // No listener left behind on any signal the library handed out or touched.
-        for (const target of [r.signal, r.requestContext.signal, r.decodeContext.signal]) {
-          if (target !== undefined) expect(getEventListeners(target, 'abort')).toHaveLength(0);
-        }
-        // Prefill is never cancelled: its outcome is the one it settled with.
-        if (s.prefill.at === null) expect(await isPending(r.task.wait())).toBe(true);
-        else if (s.prefill.ok) await expect(r.task.wait()).resolves.toBeUndefined();
-        else await expect(r.task.wait()).rejects.toBeInstanceOf(PrefillError);
-      }),
+          expect(r.requestContext.isStopped()).toBe(expected.requestStopped);
+          expect(r.decodeContext.isStopped()).toBe(expected.decodeStopped);
+          expect(r.requestContext.isKilled() || r.decodeContext.isKilled()).toBe(false);
+          expect(r.signal?.aborted ?? false).toBe(expected.dispatchAborted);
+          // No listener left behind on any signal the library handed out or touched.
+          for (const target of [r.signal, r.requestContext.signal, r.decodeContext.signal]) {
+            if (target !== undefined) expect(getEventListeners(target, 'abort')).toHaveLength(0);
+          }
+          // Prefill is never cancelled: its outcome is the one it settled with.
+          if (s.prefill.at === null) expect(await isPending(r.task.wait())).toBe(true);
+          else if (s.prefill.ok) await expect(r.task.wait()).resolves.toBeUndefined();
+          else await expect(r.task.wait()).rejects.toBeInstanceOf(PrefillError);
+        },
+      ),
       propertyOptions(3000),
     );
   }, 180_000);
