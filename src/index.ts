@@ -51,7 +51,7 @@ export { parseJson, stringifyJson } from './http/json.js';
 export { UpstreamError, type UpstreamErrorKind } from './http/upstream-error.js';
 export { Annotated, AnnotatedError, type AnnotatedErrorBody } from './protocol/annotated.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
-export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-output.js';
+export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protocol/llm-engine-output.js';
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';

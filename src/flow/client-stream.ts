@@ -1,14 +1,13 @@
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { CallOrder } from '../util/call-order.js';
+import { closeQuietly } from '../util/close-quietly.js';
 import { deadlineIn } from './deadlines.js';
 import type { FlowRecorder, Leg } from './events.js';
 
-type Item = Annotated<LLMEngineOutput>;
-type Step = IteratorResult<Item, undefined>;
+type Step = IteratorResult<EngineItem, undefined>;
 
 const DONE = Object.freeze({ value: undefined, done: true }) as Step;
 const toDone = (): Step => DONE;
@@ -65,9 +64,9 @@ export interface ClientStreamHooks {
  *
  * @internal
  */
-export class ClientStream implements AsyncIterableIterator<Item> {
+export class ClientStream implements AsyncIterableIterator<EngineItem> {
   readonly #hooks: ClientStreamHooks;
-  #inner: AsyncIterator<Item> | undefined;
+  #inner: AsyncIterator<EngineItem> | undefined;
   /** The guard behind applies this stream's rules to its answers. */
   #fused = false;
   #done = false;
@@ -82,7 +81,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
     if (this.#done) return Promise.resolve(DONE);
     let pull: Promise<Step>;
     try {
-      pull = Promise.resolve((this.#inner as AsyncIterator<Item>).next() as Promise<Step>);
+      pull = Promise.resolve((this.#inner as AsyncIterator<EngineItem>).next() as Promise<Step>);
     } catch (error) {
       pull = Promise.reject(error);
     }
@@ -110,7 +109,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
    * What the client gets for an item: the item, the deadline behind an error shown as
    * itself, or undefined (done) once the stream has ended. Records what the item means.
    */
-  readonly answerItem = (item: Item): Item | undefined => {
+  readonly answerItem = (item: EngineItem): EngineItem | undefined => {
     if (this.#done) return undefined;
     const error = Annotated.err(item);
     if (error !== undefined) {
@@ -156,7 +155,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
    * Reads `inner` from now on; `fused` when `inner` is a guard that applies `answerItem`,
    * `endOfStream` and `failure` to its answers itself.
    */
-  readFrom(inner: AsyncIterator<Item>, fused: boolean): this {
+  readFrom(inner: AsyncIterator<EngineItem>, fused: boolean): this {
     this.#inner = inner;
     this.#fused = fused;
     return this;
@@ -174,7 +173,7 @@ export class ClientStream implements AsyncIterableIterator<Item> {
     // may answer later than the closed guard would answer a new call.
     const answer = this.#done
       ? (this.#last ?? Promise.resolve(DONE)).then(toDone, toDone)
-      : ((this.#inner as AsyncIterator<Item>).next() as Promise<Step>);
+      : ((this.#inner as AsyncIterator<EngineItem>).next() as Promise<Step>);
     this.#last = answer;
     return answer;
   }

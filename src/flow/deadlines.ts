@@ -1,4 +1,5 @@
 import { findCause } from '../util/cause-chain.js';
+import { ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
 
 /**
@@ -132,10 +133,8 @@ function isBudget(value: unknown): value is number {
  * The timer does not keep the process alive: a deadline is a guard, not work.
  */
 export function startTimer(ms: number | undefined, expire: () => void): () => void {
-  if (ms === undefined) return noop;
+  if (ms === undefined) return ignore; // nothing to cancel
   const timer = setTimeout(expire, ms);
   timer.unref?.();
   return () => clearTimeout(timer);
 }
-
-function noop(): void {}

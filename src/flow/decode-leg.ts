@@ -1,17 +1,16 @@
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
+import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { once } from '../util/once.js';
 import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
 import type { FlowRecorder } from './events.js';
 import { WatchedIterator } from './watched-iterator.js';
 
-type Item = Annotated<LLMEngineOutput>;
-type Step = IteratorResult<Item, undefined>;
+type Step = IteratorResult<EngineItem, undefined>;
 
 const BRAND = Symbol.for('disagg.CleanupError');
 
@@ -108,9 +107,9 @@ export class DecodeLeg {
   #abandoned = false;
   #finishedOutput = false;
   #heldAt: number | undefined;
-  #source: AsyncIterator<Item> | undefined;
+  #source: AsyncIterator<EngineItem> | undefined;
   #sourceClosed = false;
-  #iterator: WatchedIterator<Item> | undefined;
+  #iterator: WatchedIterator<EngineItem> | undefined;
   #pendingExpiry: DeadlineError | undefined;
   #lastObserved: Step | undefined;
   #cancelCleanup: (() => void) | undefined;
@@ -138,7 +137,7 @@ export class DecodeLeg {
    * Wraps the decode engine's stream. When the client has already gone, the stream is read
    * here for the clean-up and the client gets a stream of one `cancelled` item instead.
    */
-  open(stream: ResponseStream<Item>): ResponseStream<Item> {
+  open(stream: ResponseStream<EngineItem>): ResponseStream<EngineItem> {
     const { recorder, deadlines } = this.#options;
     recorder.emit({ type: 'decodeOpened' });
     const source = stream[Symbol.asyncIterator]();
@@ -154,7 +153,7 @@ export class DecodeLeg {
       this.#drainForClaim(source);
       return cancelledStream(stream.context);
     }
-    const iterator = new WatchedIterator<Item>(source, {
+    const iterator = new WatchedIterator<EngineItem>(source, {
       // A request deadline (total, handoff) must be able to interrupt any read.
       interruptible: deadlines.totalMs !== undefined || deadlines.handoffMs !== undefined,
       budgets: {
@@ -316,7 +315,7 @@ export class DecodeLeg {
    * before that it may hold the only claim on KV prefill committed, so it is cleaned up like a
    * stream whose client left: read until it answers (within the clean-up budget), then stopped.
    */
-  #expired(source: AsyncIterator<Item>): void {
+  #expired(source: AsyncIterator<EngineItem>): void {
     if (this.#claimed || this.#options.prefillFailed()) {
       this.context.kill();
       this.#closeSource();
@@ -327,7 +326,7 @@ export class DecodeLeg {
   }
 
   /** The consumer closed the stream (the guard closes decode this way too). */
-  #close(source: AsyncIterator<Item>): void {
+  #close(source: AsyncIterator<EngineItem>): void {
     if (this.#claimed || this.#ended || this.#options.prefillFailed()) {
       this.#abandoned = true;
       this.#closeSource();
@@ -344,13 +343,13 @@ export class DecodeLeg {
    * committed: read it until it answers (a read in flight will; otherwise one more read),
    * within the clean-up budget, then stop it (`#claim`).
    */
-  #cleanUp(source: AsyncIterator<Item>): void {
+  #cleanUp(source: AsyncIterator<EngineItem>): void {
     this.#abandoned = true;
     this.#startCleanupBudget();
-    if ((this.#iterator as WatchedIterator<Item>).reads === 0) this.#drainForClaim(source);
+    if ((this.#iterator as WatchedIterator<EngineItem>).reads === 0) this.#drainForClaim(source);
   }
 
-  #drainForClaim(source: AsyncIterator<Item>): void {
+  #drainForClaim(source: AsyncIterator<EngineItem>): void {
     this.#startCleanupBudget();
     let read: Promise<unknown>;
     try {
@@ -400,8 +399,6 @@ export class DecodeLeg {
   }
 }
 
-function cancelledStream(context: AsyncEngineContext): ResponseStream<Item> {
+function cancelledStream(context: AsyncEngineContext): ResponseStream<EngineItem> {
   return new ResponseStream(once(Annotated.fromData(LLMEngineOutput.cancelled())), context);
 }
-
-function ignore(): void {}

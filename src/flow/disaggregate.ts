@@ -1,5 +1,4 @@
-import type { Annotated } from '../protocol/annotated.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
@@ -13,8 +12,6 @@ import { sanitizeClientRequest } from './handoff-fields.js';
 import type { RequestBody } from './request-shaping.js';
 import { type Lease, WorkerPool } from './worker-pool.js';
 
-type Item = Annotated<LLMEngineOutput>;
-
 /**
  * An engine leg: a request body, the leg's context and the worker chosen for it in, a
  * response stream out. The worker is the one picked from `prefillWorkers`/`decodeWorkers`
@@ -24,7 +21,7 @@ export type Engine<W = unknown> = (
   request: RequestBody,
   context: AsyncEngineContext,
   worker?: W,
-) => PromiseLike<ResponseStream<Item>>;
+) => PromiseLike<ResponseStream<EngineItem>>;
 
 /**
  * What the flow reads from a prefill worker for the concurrent family: where decode meets
@@ -122,7 +119,7 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
  */
 export async function disaggregate<P = PrefillWorker, D = unknown>(
   options: DisaggregateOptions<P, D>,
-): Promise<ResponseStream<Item>> {
+): Promise<ResponseStream<EngineItem>> {
   checkOptions(options);
   const { connector, context, logger } = options;
   const request = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });

@@ -1,4 +1,3 @@
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import {
   type DecodeStream,
@@ -7,11 +6,11 @@ import {
   outcomeOf,
   PrefillTask,
 } from '../handoff/prefill-task.js';
-import type { Annotated } from '../protocol/annotated.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
+import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { once } from '../util/once.js';
 import { mintBootstrapRoom } from './bootstrap-room.js';
 import { ClientStream, clientError, legOf } from './client-stream.js';
@@ -25,14 +24,12 @@ import { withPrefillUsage } from './usage.js';
 import { WatchedIterator } from './watched-iterator.js';
 import type { Lease } from './worker-pool.js';
 
-type Item = Annotated<LLMEngineOutput>;
-
 /** An engine leg as the flow calls it: body, context, and the worker chosen for it. */
 export type EngineCall = (
   request: RequestBody,
   context: AsyncEngineContext,
   worker: unknown,
-) => PromiseLike<ResponseStream<Item>>;
+) => PromiseLike<ResponseStream<EngineItem>>;
 
 /** @internal */
 export interface FlowSetup {
@@ -94,7 +91,7 @@ export class FlowRun {
   readonly #prefillTrip = new Tripwire();
   readonly #flowTrip = new Tripwire();
   #prefillState: typeof IDLE | typeof RUNNING | typeof DONE | typeof FAILED = IDLE;
-  #prefillReader: WatchedIterator<Item> | undefined;
+  #prefillReader: WatchedIterator<EngineItem> | undefined;
   #releasePrefill: (() => void) | undefined;
   #leg: DecodeLeg | undefined;
   /** What the client reads, once the request has a stream. */
@@ -126,7 +123,7 @@ export class FlowRun {
   }
 
   /** Runs the request by the connector's family; rejects only before the client stream exists. */
-  async start(skip: boolean): Promise<ResponseStream<Item>> {
+  async start(skip: boolean): Promise<ResponseStream<EngineItem>> {
     const { connector, recorder, request } = this.#setup;
     const strategy: Strategy = skip ? 'aggregated' : connector.family;
     recorder.emit({
@@ -151,7 +148,7 @@ export class FlowRun {
     }
   }
 
-  async #concurrent(): Promise<ResponseStream<Item>> {
+  async #concurrent(): Promise<ResponseStream<EngineItem>> {
     const { connector, request, recorder } = this.#setup;
     const bootstrap = rendezvous(this.#setup.prefillLease?.worker, connector.name);
     const task = PrefillTask.spawn(async () => {
@@ -170,7 +167,7 @@ export class FlowRun {
    * Decode under the watch of a background prefill (`forwardDecode`), with the decode leg's
    * and the client stream's per-item work done by the guard itself while prefill runs.
    */
-  async #guarded(task: PrefillTask, body: RequestBody): Promise<ResponseStream<Item>> {
+  async #guarded(task: PrefillTask, body: RequestBody): Promise<ResponseStream<EngineItem>> {
     const client = this.#client;
     const hooks: FlowGuardHooks = {
       observe: (step) => this.#leg?.observe(step) ?? true,
@@ -185,7 +182,7 @@ export class FlowRun {
     return new ResponseStream(client.readFrom(iterator, hooks.guarded === true), stream.context);
   }
 
-  async #sequentialOrEarly(): Promise<ResponseStream<Item>> {
+  async #sequentialOrEarly(): Promise<ResponseStream<EngineItem>> {
     const { connector, request, recorder } = this.#setup;
     let result: PrefillResult;
     try {
@@ -227,7 +224,7 @@ export class FlowRun {
   }
 
   /** Sends the prefill leg, on its own context, and reads its answer under prefill's budgets. */
-  async #dispatchPrefill(body: RequestBody): Promise<WatchedIterator<Item>> {
+  async #dispatchPrefill(body: RequestBody): Promise<WatchedIterator<EngineItem>> {
     const { deadlines, recorder } = this.#setup;
     this.#prefillState = RUNNING;
     this.#releasePrefill = recorder.hold();
@@ -244,7 +241,7 @@ export class FlowRun {
       if (this.#prefillTrip.error !== undefined) closeQuietly(stream[Symbol.asyncIterator]());
     }, ignore);
     const stream = await this.#prefillTrip.guard(dispatch);
-    const reader = new WatchedIterator<Item>(stream[Symbol.asyncIterator](), {
+    const reader = new WatchedIterator<EngineItem>(stream[Symbol.asyncIterator](), {
       // Every read: a prefill killed by a deadline may end its stream cleanly, which must not
       // pass for a completed prefill.
       interruptible: true,
@@ -292,7 +289,7 @@ export class FlowRun {
     });
     this.#leg = leg;
     recorder.emit({ type: 'decodeDispatched' });
-    let stream: ResponseStream<Item>;
+    let stream: ResponseStream<EngineItem>;
     try {
       stream = await this.#setup.decode(body, leg.context, decodeLease?.worker);
     } catch (error) {
@@ -304,7 +301,7 @@ export class FlowRun {
     return leg.open(stream);
   }
 
-  #toClient(stream: ResponseStream<Item>): ResponseStream<Item> {
+  #toClient(stream: ResponseStream<EngineItem>): ResponseStream<EngineItem> {
     return new ResponseStream(this.#client.readFrom(stream[Symbol.asyncIterator](), false), stream.context);
   }
 
@@ -444,5 +441,3 @@ function hostOf(url: unknown): string | undefined {
     return undefined;
   }
 }
-
-function ignore(): void {}

@@ -1,10 +1,8 @@
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { PrefillTask, type PrefillTaskOptions } from '../handoff/prefill-task.js';
 import { Annotated } from '../protocol/annotated.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
-
-type Item = Annotated<LLMEngineOutput>;
+import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { closeQuietly } from '../util/close-quietly.js';
 
 /** Where the decode worker meets the prefill worker in an early (bootstrap) handoff. */
 export interface BootstrapInfo {
@@ -17,14 +15,14 @@ export interface BootstrapInfo {
 /** What a prefill answered, as the flow needs it. */
 export type PrefillResult =
   /** Prefill ran to completion; decode takes over with these handoff parameters. */
-  | { kind: 'handoff'; params: unknown; output: Item; promptTokensDetails?: Record<string, unknown> }
+  | { kind: 'handoff'; params: unknown; output: EngineItem; promptTokensDetails?: Record<string, unknown> }
   /** Prefill's first output already finished the request (a finish reason other than `length`). */
-  | { kind: 'finished'; output: Item }
+  | { kind: 'finished'; output: EngineItem }
   /**
    * Early handoff: the first output carried the bootstrap triple; decode may start now while
    * `task` drains the rest of the prefill stream, failing on any error output.
    */
-  | { kind: 'early'; bootstrap: BootstrapInfo; output: Item; task: PrefillTask };
+  | { kind: 'early'; bootstrap: BootstrapInfo; output: EngineItem; task: PrefillTask };
 
 /**
  * Reads a prefill response and says what it means for the request (the reference's
@@ -42,7 +40,7 @@ export type PrefillResult =
  * @throws {PrefillError} as above; the prefill iterator is closed whenever it is left early.
  */
 export async function classifyPrefill(
-  stream: AsyncIterable<Item>,
+  stream: AsyncIterable<EngineItem>,
   options: PrefillTaskOptions = {},
 ): Promise<PrefillResult> {
   const iterator = stream[Symbol.asyncIterator]();
@@ -119,7 +117,7 @@ function checkContextResponse(params: unknown): void {
   }
 }
 
-function details(item: Item): Record<string, unknown> | undefined {
+function details(item: EngineItem): Record<string, unknown> | undefined {
   const found = item?.data?.completion_usage?.prompt_tokens_details;
   return found === undefined || found === null ? undefined : (found as Record<string, unknown>);
 }

@@ -1,14 +1,12 @@
-import type { Annotated } from '../protocol/annotated.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 
-type Item = Annotated<LLMEngineOutput>;
 type Details = Record<string, unknown>;
 
-function withDetails(step: IteratorResult<Item>, details: Details): IteratorResult<Item> {
+function withDetails(step: IteratorResult<EngineItem>, details: Details): IteratorResult<EngineItem> {
   const usage = step.done === true ? undefined : step.value?.data?.completion_usage;
   if (usage === undefined || usage === null) return step;
-  const item = step.value as Item;
+  const item = step.value as EngineItem;
   const data = item.data as LLMEngineOutput;
   return {
     done: false,
@@ -28,9 +26,9 @@ function withDetails(step: IteratorResult<Item>, details: Details): IteratorResu
  * prefill worker, so decode's own figure for them is wrong. Items without usage pass through
  * as they are; closing the stream closes decode.
  */
-export function withPrefillUsage(stream: ResponseStream<Item>, details: Details): ResponseStream<Item> {
-  const fix = (step: IteratorResult<Item>) => withDetails(step, details);
-  const iterable: AsyncIterable<Item> = {
+export function withPrefillUsage(stream: ResponseStream<EngineItem>, details: Details): ResponseStream<EngineItem> {
+  const fix = (step: IteratorResult<EngineItem>) => withDetails(step, details);
+  const iterable: AsyncIterable<EngineItem> = {
     [Symbol.asyncIterator]() {
       const source = stream[Symbol.asyncIterator]();
       return {

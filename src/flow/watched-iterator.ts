@@ -1,5 +1,5 @@
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { CallOrder } from '../util/call-order.js';
+import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { type DeadlineError, type DeadlinePhase, startTimer } from './deadlines.js';
 
 type Step<T> = IteratorResult<T, undefined>;
@@ -282,5 +282,3 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     this.#order.settled();
   }
 }
-
-function ignore(): void {}

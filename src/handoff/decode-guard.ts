@@ -1,38 +1,23 @@
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
+import { closeQuietly } from '../util/close-quietly.js';
 import { FAILED, PENDING, type PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
-type Item = Annotated<LLMEngineOutput>;
-type Step = IteratorResult<Item, undefined>;
+type Step = IteratorResult<EngineItem, undefined>;
 
 /** How an item read while prefill is pending is treated (rules 11-13). */
 const FLOWING = 0;
 const FAILURE = 1;
 const TERMINAL = 2;
 
-function classify(item: Item): typeof FLOWING | typeof FAILURE | typeof TERMINAL {
+function classify(item: EngineItem): typeof FLOWING | typeof FAILURE | typeof TERMINAL {
   if (Annotated.isError(item)) return FAILURE;
   const reason = item?.data?.finish_reason;
   if (reason === undefined || reason === null) return FLOWING;
   return FinishReason.isFailure(reason) ? FAILURE : TERMINAL;
 }
-
-/**
- * Calls `return()` on an iterator without waiting for it. An async generator's `return()`
- * queues behind a `next()` that is still in flight, so awaiting it on a stuck source would
- * hang the caller; its outcome is of no use to us, but a rejection must still be handled.
- */
-export function closeQuietly(iterator: AsyncIterator<unknown>): void {
-  try {
-    Promise.resolve(iterator.return?.()).then(undefined, ignore);
-  } catch {
-    // A source whose return() throws is closed as far as we can close it.
-  }
-}
-
-function ignore(): void {}
 
 const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
 
@@ -55,7 +40,7 @@ export interface GuardHooks {
    * What the consumer gets for an item the guard answers with: the item, another one, or
    * `undefined` for done (the consumer's stream has ended above).
    */
-  answer?(item: Item): Item | undefined;
+  answer?(item: EngineItem): EngineItem | undefined;
   /** The stream ends by itself: the consumer is about to get done (not after its own `return()`). */
   end?(): void;
   /** What the consumer gets thrown for a failure of decode's iterator. */
@@ -81,13 +66,13 @@ export interface GuardHooks {
  *
  * @internal
  */
-export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
+export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> {
   readonly #outcome: PrefillOutcome;
-  readonly #source: AsyncIterator<Item>;
+  readonly #source: AsyncIterator<EngineItem>;
   readonly #requestContext: AsyncEngineContext;
   readonly #streamContext: AsyncEngineContext;
   readonly #hooks: GuardHooks | undefined;
-  #generator: AsyncGenerator<Item, void, undefined> | undefined;
+  #generator: AsyncGenerator<EngineItem, void, undefined> | undefined;
   /** Settles the turn the generator is awaiting: a decode pull, prefill, or a close. */
   #resolveTurn: ((step: Step | undefined) => void) | undefined;
   #rejectTurn: ((error: unknown) => void) | undefined;
@@ -157,7 +142,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
 
   constructor(
     outcome: PrefillOutcome,
-    source: AsyncIterator<Item>,
+    source: AsyncIterator<EngineItem>,
     requestContext: AsyncEngineContext,
     streamContext: AsyncEngineContext,
     hooks?: GuardHooks,
@@ -223,7 +208,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
   }
 
   /** What the consumer gets for `item`: itself without hooks; undefined for done. */
-  #answer(item: Item): Item | undefined {
+  #answer(item: EngineItem): EngineItem | undefined {
     const answer = this.#hooks?.answer;
     return answer === undefined ? item : answer(item);
   }
@@ -233,7 +218,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
     return fail === undefined ? error : fail(error);
   }
 
-  async *#guard(): AsyncGenerator<Item, void, undefined> {
+  async *#guard(): AsyncGenerator<EngineItem, void, undefined> {
     const outcome = this.#outcome;
     const source = this.#source;
     // Read once: the plain guard pays one comparison per item for the hooks it does not have.
@@ -269,7 +254,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         const kind = result.done === true ? TERMINAL : classify(result.value);
         if (kind !== FLOWING && observe !== undefined && !observedInTurn) observe(result);
         if (kind === FLOWING) {
-          const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
+          const item = answer === undefined ? (result.value as EngineItem) : answer(result.value as EngineItem);
           if (item === undefined) return;
           yield item;
           continue;
@@ -279,7 +264,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
           // Done with decode and prefill before the yield, in case the consumer never asks again.
           this.#closeSource();
           outcome.unlisten(this.#wake);
-          const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
+          const item = answer === undefined ? (result.value as EngineItem) : answer(result.value as EngineItem);
           if (item !== undefined) yield item;
           return;
         }
@@ -291,7 +276,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
         if ((outcome.state as PrefillState) === FAILED) break;
         this.#closeSource();
         if (result.done !== true) {
-          const item = answer === undefined ? (result.value as Item) : answer(result.value as Item);
+          const item = answer === undefined ? (result.value as EngineItem) : answer(result.value as EngineItem);
           if (item !== undefined) yield item;
         } else {
           this.#hooks?.end?.();
@@ -331,7 +316,8 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<Item> {
           this.#hooks?.end?.();
           return;
         }
-        const item = answer === undefined ? ((result as Step).value as Item) : answer((result as Step).value as Item);
+        const item =
+          answer === undefined ? ((result as Step).value as EngineItem) : answer((result as Step).value as EngineItem);
         if (item === undefined) return;
         this.#mayHandOff = true;
         yield item;

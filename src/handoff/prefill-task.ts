@@ -1,18 +1,17 @@
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';
+import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
-import { closeQuietly, GuardedDecodeIterator, type GuardHooks } from './decode-guard.js';
+import { GuardedDecodeIterator, type GuardHooks } from './decode-guard.js';
 import { PrefillError } from './prefill-error.js';
 import { FAILED, PENDING, PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
 
-type Item = Annotated<LLMEngineOutput>;
-
 /** A decode response stream, as `forwardDecode` takes and returns it. */
-export type DecodeStream = ResponseStream<Item>;
+export type DecodeStream = ResponseStream<EngineItem>;
 
 /**
  * The decode leg handed to {@link PrefillTask.forwardDecode}: either a dispatch already under
@@ -126,7 +125,7 @@ export class PrefillTask {
    *
    * @throws {PrefillError} of kind `prefill` as above.
    */
-  static checkOutput(item: Item): void {
+  static checkOutput(item: EngineItem): void {
     const error = Annotated.err(item);
     if (error !== undefined) {
       throw new PrefillError('prefill', `Prefill router returned error in output stream: ${error.message}`, {
@@ -268,7 +267,7 @@ function asDecodeStream(value: unknown, fallbackContext: AsyncEngineContext): De
   if (value instanceof ResponseStream) return value as DecodeStream;
   if (isAsyncIterable(value)) {
     const context = (value as { context?: unknown }).context;
-    return new ResponseStream(value as AsyncIterable<Item>, isContext(context) ? context : fallbackContext);
+    return new ResponseStream(value as AsyncIterable<EngineItem>, isContext(context) ? context : fallbackContext);
   }
   throw new TypeError(`The decode dispatch resolved to ${describeValue(value)}; expected a ResponseStream`);
 }
@@ -287,13 +286,11 @@ function releaseLate(dispatch: PromiseLike<unknown>): void {
     .then(undefined, ignore);
 }
 
-function ignore(): void {}
-
 /**
  * The iterable behind a wrapped decode stream. One decode iterator can be guarded once, so
  * a second iteration is refused with a clear error instead of silently sharing it.
  */
-class GuardedDecode implements AsyncIterable<Item> {
+class GuardedDecode implements AsyncIterable<EngineItem> {
   #parts: [PrefillOutcome, DecodeStream, AsyncEngineContext, FlowGuardHooks | undefined] | undefined;
 
   constructor(
@@ -305,7 +302,7 @@ class GuardedDecode implements AsyncIterable<Item> {
     this.#parts = [outcome, stream, requestContext, hooks];
   }
 
-  [Symbol.asyncIterator](): AsyncIterableIterator<Item> {
+  [Symbol.asyncIterator](): AsyncIterableIterator<EngineItem> {
     const parts = this.#parts;
     if (parts === undefined) {
       throw new TypeError(

@@ -2,17 +2,17 @@ import { createParser, type EventSourceMessage, type EventSourceParser } from 'e
 import { type Dispatcher, request } from 'undici';
 import type { Engine } from '../flow/disaggregate.js';
 import { Annotated } from '../protocol/annotated.js';
-import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { CallOrder } from '../util/call-order.js';
+import { ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
 import { parseJson, stringifyJson } from './json.js';
 import { errorText, generateReader, outputFromOpenAI } from './openai-output.js';
 import { UpstreamError } from './upstream-error.js';
 
-type Item = Annotated<LLMEngineOutput>;
-type Step = IteratorResult<Item, undefined>;
+type Step = IteratorResult<EngineItem, undefined>;
 
 /** Which HTTP API an engine calls. `auto`: chat completions for a body with `messages`, else completions. */
 export type HttpApi = 'auto' | 'completions' | 'chat' | 'generate';
@@ -133,23 +133,23 @@ const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
  * `return()` must destroy the body at once, even while a read is waiting on the network (that
  * read then answers done). Calls are answered in call order, one read of the body at a time.
  */
-class BodyItems implements AsyncIterableIterator<Item> {
+class BodyItems implements AsyncIterableIterator<EngineItem> {
   readonly #body: Dispatcher.ResponseData['body'];
   readonly #chunks: AsyncIterator<Buffer>;
   readonly #url: string;
   readonly #json: boolean;
-  readonly #convert: (json: unknown) => Item;
+  readonly #convert: (json: unknown) => EngineItem;
   readonly #context: AsyncEngineContext;
   readonly #decoder = new TextDecoder();
   readonly #parser: EventSourceParser | undefined;
-  #items: Item[] = [];
+  #items: EngineItem[] = [];
   #at = 0;
   /**
    * The finish item, held until the next event: OpenAI servers (vLLM) send the usage of a
    * stream in a chunk of its own after the finish chunk, and the library's terminal output
    * carries its usage, so that chunk is folded into it. [DONE] follows at once.
    */
-  #held: Item | undefined;
+  #held: EngineItem | undefined;
   #text = '';
   #finished = false;
   #terminal = false;
@@ -162,7 +162,7 @@ class BodyItems implements AsyncIterableIterator<Item> {
     body: Dispatcher.ResponseData['body'],
     url: string,
     mode: 'sse' | 'json',
-    convert: (json: unknown) => Item,
+    convert: (json: unknown) => EngineItem,
     context: AsyncEngineContext,
   ) {
     this.#body = body;
@@ -194,7 +194,7 @@ class BodyItems implements AsyncIterableIterator<Item> {
   async #nextItem(): Promise<Step> {
     for (;;) {
       if (this.#at < this.#items.length) {
-        const value = this.#items[this.#at++] as Item;
+        const value = this.#items[this.#at++] as EngineItem;
         if (this.#at === this.#items.length) {
           this.#items = [];
           this.#at = 0;
@@ -341,8 +341,6 @@ class BodyItems implements AsyncIterableIterator<Item> {
     this.#body.destroy();
   }
 }
-
-function ignore(): void {}
 
 /** A chunk that says nothing but the usage (`choices: []` with `usage`). */
 function isUsageOnly(data: LLMEngineOutput | null | undefined): boolean {

@@ -1,8 +1,7 @@
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { CompletionUsage, EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 
-type Item = Annotated<LLMEngineOutput>;
 type Json = Record<string, unknown>;
 
 /** OpenAI's finish reasons (and vLLM's `abort`) as the library's. */
@@ -32,7 +31,7 @@ export function errorText(json: unknown): string | undefined {
  * answers with (vLLM's top-level `kv_transfer_params`, TensorRT-LLM's `disaggregated_params`)
  * as `disaggregated_params`. An error body is an error item with the worker's text.
  */
-export function outputFromOpenAI(json: unknown): Item {
+export function outputFromOpenAI(json: unknown): EngineItem {
   const error = errorText(json);
   if (error !== undefined) return Annotated.fromError(error);
   const body = (typeof json === 'object' && json !== null ? json : {}) as Json;
@@ -60,7 +59,7 @@ export function outputFromOpenAI(json: unknown): Item {
  * reader keeps what it has seen and gives the new part; `meta_info.finish_reason.type` is
  * the finish reason (`abort` is a cancellation), and its counts become `completion_usage`.
  */
-export function generateReader(): (json: unknown) => Item {
+export function generateReader(): (json: unknown) => EngineItem {
   let seen = 0;
   return (json) => {
     const error = errorText(json);

@@ -2,9 +2,9 @@
 // optional peer dependency; only this entry imports it.
 import { Observable, ReplaySubject } from 'rxjs';
 import type { FlowEvent, FlowEventListener } from '../flow/events.js';
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';
+import { closeQuietly } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
 
 /**

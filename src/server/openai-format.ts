@@ -4,12 +4,9 @@ import { HandoffFieldError } from '../flow/handoff-fields.js';
 import { NoWorkerError } from '../flow/worker-pool.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { UpstreamError } from '../http/upstream-error.js';
-import type { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
 import { findCause } from '../util/cause-chain.js';
-
-type Item = Annotated<LLMEngineOutput>;
 
 /** The two OpenAI routes the proxy serves. */
 export type Route = 'completions' | 'chat';
@@ -40,7 +37,7 @@ export class OpenAIWriter {
   }
 
   /** The SSE `data:` payload of one item, or undefined for an item that says nothing (no text, no finish). */
-  chunk(item: Item): string | undefined {
+  chunk(item: EngineItem): string | undefined {
     const data = item.data;
     if (data === undefined || data === null) return undefined;
     if (data.completion_usage !== undefined && data.completion_usage !== null) this.#usage = data.completion_usage;
@@ -78,7 +75,7 @@ export class OpenAIWriter {
   }
 
   /** Keeps an item for the whole (non-streamed) response. */
-  add(item: Item): void {
+  add(item: EngineItem): void {
     const data = item.data;
     if (data === undefined || data === null) return;
     const index = typeof data.index === 'number' ? data.index : 0;

@@ -8,21 +8,19 @@ import type { Deadlines } from '../flow/deadlines.js';
 import { disaggregate } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf } from '../flow/events.js';
 import { WorkerPool } from '../flow/worker-pool.js';
-import { closeQuietly } from '../handoff/decode-guard.js';
 import { httpEngine } from '../http/http-engine.js';
 import { parseJson } from '../http/json.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { Annotated } from '../protocol/annotated.js';
-import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { findCause } from '../util/cause-chain.js';
+import { closeQuietly } from '../util/close-quietly.js';
 import { HealthChecker } from './health.js';
 import { ProxyMetrics } from './metrics.js';
 import { errorAnswer, OpenAIWriter, type Route } from './openai-format.js';
-
-type Item = Annotated<LLMEngineOutput>;
 
 /** A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap port. */
 export interface ProxyPrefillWorker {
@@ -298,7 +296,7 @@ class DisaggProxy implements ProxyServer {
       else if (event.type === 'finished') finished = event;
     };
     try {
-      let stream: ResponseStream<Item>;
+      let stream: ResponseStream<EngineItem>;
       try {
         stream = await disaggregate({
           request: body,
@@ -345,7 +343,7 @@ class DisaggProxy implements ProxyServer {
 
   /** Streams items to the client as SSE, no faster than it reads. */
   async #relay(
-    stream: ResponseStream<Item>,
+    stream: ResponseStream<EngineItem>,
     res: ServerResponse,
     writer: OpenAIWriter,
     entry: InFlight,
@@ -375,7 +373,7 @@ class DisaggProxy implements ProxyServer {
     };
     try {
       for (;;) {
-        let step: IteratorResult<Item>;
+        let step: IteratorResult<EngineItem>;
         try {
           step = await iterator.next();
         } catch (error) {
@@ -413,7 +411,7 @@ class DisaggProxy implements ProxyServer {
 
   /** Collects a non-streamed request's items into one OpenAI response. */
   async #whole(
-    stream: ResponseStream<Item>,
+    stream: ResponseStream<EngineItem>,
     res: ServerResponse,
     writer: OpenAIWriter,
     routed: FlowEventOf<'routed'> | undefined,
