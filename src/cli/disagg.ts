@@ -49,6 +49,7 @@ async function main(argv: string[]): Promise<number> {
     slowClientTimeoutMs: config.slowClientTimeoutMs,
     keepAliveTimeoutMs: config.keepAliveTimeoutMs,
     maxBodyBytes: config.maxBodyBytes,
+    gracePeriodMs: config.gracePeriodMs,
     logger,
   });
   const url = await proxy.listen(config.port, config.host);
@@ -66,7 +67,7 @@ async function main(argv: string[]): Promise<number> {
       logger.info({ signal, gracePeriodMs: config.gracePeriodMs }, 'Shutting down');
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
-      proxy.close({ gracePeriodMs: config.gracePeriodMs }).then(resolve, resolve);
+      proxy.close().then(resolve, resolve);
     };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);

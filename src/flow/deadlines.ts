@@ -1,6 +1,7 @@
 import { findCause } from '../util/cause-chain.js';
 import { ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
  * The budgets of one request, in milliseconds. Each is optional; an absent budget never
@@ -44,8 +45,6 @@ const LEG_OF: Record<DeadlinePhase, 'prefill' | 'decode'> = {
   idle: 'decode',
 };
 
-const BRAND = Symbol.for('disagg.DeadlineError');
-
 /**
  * A budget of {@link Deadlines} ran out. `phase` names it, `budgetMs` says what it was; the
  * message says both. A deadline is the router's decision, so the leg it stopped is stopped
@@ -58,8 +57,9 @@ const BRAND = Symbol.for('disagg.DeadlineError');
  *   if (DeadlineError.is(error) && error.phase === 'idle') metrics.stuckDecode.inc();
  * }
  */
-export class DeadlineError extends Error {
-  override readonly name = 'DeadlineError';
+export class DeadlineError extends DisaggError {
+  static override readonly is = branded<DeadlineError>('DeadlineError');
+  declare readonly code: 'DISAGG_DEADLINE_EXCEEDED';
   readonly kind = 'deadline';
   readonly phase: DeadlinePhase;
   readonly budgetMs: number;
@@ -68,19 +68,13 @@ export class DeadlineError extends Error {
   readonly retryable = true;
 
   constructor(phase: DeadlinePhase, budgetMs: number, leg: 'prefill' | 'decode' = LEG_OF[phase]) {
-    super(`Deadline exceeded: ${PHASE_TEXT[phase]} took longer than its budget of ${budgetMs} ms (${phase})`);
+    super(
+      'DISAGG_DEADLINE_EXCEEDED',
+      `Deadline exceeded: ${PHASE_TEXT[phase]} took longer than its budget of ${budgetMs} ms (${phase})`,
+    );
     this.phase = phase;
     this.budgetMs = budgetMs;
     this.leg = leg;
-  }
-
-  /** True for a `DeadlineError` from any copy of the library. */
-  static is(value: unknown): value is DeadlineError {
-    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
-  }
-
-  get [BRAND](): true {
-    return true;
   }
 }
 

@@ -5,14 +5,13 @@ import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
 import { once } from '../util/once.js';
 import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
 import type { FlowRecorder } from './events.js';
 import { WatchedIterator } from './watched-iterator.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
-
-const BRAND = Symbol.for('disagg.CleanupError');
 
 /**
  * The client had gone, and the decode worker did not take the KV prefill had committed for
@@ -21,26 +20,19 @@ const BRAND = Symbol.for('disagg.CleanupError');
  * a cancellation: nobody is waiting for this request any more, so it is reported through the
  * logger (warn) and the `cleanupExpired` event, not to a client.
  */
-export class CleanupError extends Error {
-  override readonly name = 'CleanupError';
+export class CleanupError extends DisaggError {
+  static override readonly is = branded<CleanupError>('CleanupError');
+  declare readonly code: 'DISAGG_CLEANUP_EXPIRED';
   readonly kind = 'cleanup';
   readonly budgetMs: number;
   readonly retryable = false;
 
   constructor(requestId: string, budgetMs: number) {
     super(
+      'DISAGG_CLEANUP_EXPIRED',
       `Handoff clean-up gave up: decode did not take the KV of request ${requestId} within ${budgetMs} ms after the client left`,
     );
     this.budgetMs = budgetMs;
-  }
-
-  /** True for a `CleanupError` from any copy of the library. */
-  static is(value: unknown): value is CleanupError {
-    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
-  }
-
-  get [BRAND](): true {
-    return true;
   }
 }
 

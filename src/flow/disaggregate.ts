@@ -76,7 +76,7 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    */
   cleanupBudgetMs?: number;
   /** Receives the request's lifecycle events (see {@link FlowEvent}), synchronously. */
-  onEvent?: FlowEventListener;
+  onEvent?: FlowEventListener<P, D>;
   logger?: Logger;
 }
 
@@ -154,7 +154,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     decodeLease,
     deadlines,
     cleanupBudgetMs,
-    recorder: new FlowRecorder(context.id, options.onEvent, log),
+    // The recorder is worker-agnostic; the workers it names are the pools' own.
+    recorder: new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log),
     logger: log,
   });
   return run.start(skip);

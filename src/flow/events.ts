@@ -31,9 +31,9 @@ export interface FlowEventBase {
  * - `finished`: the client stream's one outcome;
  * - `settled`: nothing more will happen for this request.
  */
-export type FlowEvent = FlowEventBase &
+export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
   (
-    | { type: 'routed'; strategy: Strategy; prefillWorker?: unknown; decodeWorker?: unknown }
+    | { type: 'routed'; strategy: Strategy; prefillWorker?: P; decodeWorker?: D }
     | { type: 'prefillDispatched' }
     | { type: 'prefillFirstOutput' }
     | { type: 'handoff'; handoff: 'params' | 'bootstrap' }
@@ -50,11 +50,14 @@ export type FlowEvent = FlowEventBase &
     | { type: 'settled' }
   );
 
-/** The type of one event, by its `type`. */
-export type FlowEventOf<K extends FlowEvent['type']> = Extract<FlowEvent, { type: K }>;
+/** The type of one event, by its `type` (and the types of the workers, for `routed`). */
+export type FlowEventOf<K extends FlowEvent['type'], P = unknown, D = unknown> = Extract<FlowEvent<P, D>, { type: K }>;
 
-/** Receives the events of a request, synchronously, in order. What it throws is logged and ignored. */
-export type FlowEventListener = (event: FlowEvent) => void;
+/**
+ * Receives the events of a request, synchronously, in order. What it throws is logged and
+ * ignored. `P` and `D` are the types of the prefill and decode workers (`routed` names them).
+ */
+export type FlowEventListener<P = unknown, D = unknown> = (event: FlowEvent<P, D>) => void;
 
 type Payload = FlowEvent extends infer E ? (E extends FlowEvent ? Omit<E, keyof FlowEventBase> : never) : never;
 

@@ -1,3 +1,4 @@
+import { branded, DisaggError } from '../util/disagg-error.js';
 import type { RequestBody } from './request-shaping.js';
 
 /**
@@ -16,29 +17,20 @@ export const HANDOFF_FIELDS: readonly string[] = Object.freeze([
   'data_parallel_rank',
 ]);
 
-const BRAND = Symbol.for('disagg.HandoffFieldError');
-
 /** A client request carried fields that only the router may set (see {@link HANDOFF_FIELDS}). */
-export class HandoffFieldError extends Error {
-  override readonly name = 'HandoffFieldError';
+export class HandoffFieldError extends DisaggError {
+  static override readonly is = branded<HandoffFieldError>('HandoffFieldError');
+  declare readonly code: 'DISAGG_HANDOFF_FIELD';
   readonly kind = 'client_handoff_fields' as const;
   /** The offending fields, in the order of {@link HANDOFF_FIELDS}. */
   readonly fields: readonly string[];
 
   constructor(fields: readonly string[]) {
     super(
+      'DISAGG_HANDOFF_FIELD',
       `The request sets ${fields.map((f) => `"${f}"`).join(', ')}, which only the router may set (handoff fields); remove ${fields.length === 1 ? 'it' : 'them'}`,
     );
     this.fields = fields;
-  }
-
-  /** True for a `HandoffFieldError` from any copy of the library. */
-  static is(value: unknown): value is HandoffFieldError {
-    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
-  }
-
-  get [BRAND](): true {
-    return true;
   }
 }
 

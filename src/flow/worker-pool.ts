@@ -1,4 +1,5 @@
 import { describeValue } from '../util/describe-value.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
  * Picks one worker for a request. Built in: `'round-robin'` (each worker in turn) and
@@ -20,25 +21,15 @@ export interface Lease<W> {
   release(): void;
 }
 
-const BRAND = Symbol.for('disagg.NoWorkerError');
-
 /** Every worker of a pool is out of rotation (marked down by health checks). */
-export class NoWorkerError extends Error {
-  override readonly name = 'NoWorkerError';
+export class NoWorkerError extends DisaggError {
+  static override readonly is = branded<NoWorkerError>('NoWorkerError');
+  declare readonly code: 'DISAGG_NO_WORKER';
   readonly kind = 'no_worker';
   readonly retryable = true;
 
   constructor(size: number) {
-    super(`No worker is available: all ${size} of the pool are out of rotation`);
-  }
-
-  /** True for a `NoWorkerError` from any copy of the library. */
-  static is(value: unknown): value is NoWorkerError {
-    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
-  }
-
-  get [BRAND](): true {
-    return true;
+    super('DISAGG_NO_WORKER', `No worker is available: all ${size} of the pool are out of rotation`);
   }
 }
 

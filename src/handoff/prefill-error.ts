@@ -1,5 +1,6 @@
-import { CONNECTION_ERROR_CODES } from '../util/cause-chain.js';
+import { CONNECTION_ERROR_CODES, findCause } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
  * What went wrong with a prefill:
@@ -10,29 +11,36 @@ import { describeValue } from '../util/describe-value.js';
  */
 export type PrefillErrorKind = 'not_activated' | 'prefill' | 'no_disaggregated_params';
 
-const BRAND = Symbol.for('disagg.PrefillError');
-
 const PREFIXES: Record<PrefillErrorKind, string> = {
   not_activated: 'Prefill router not yet activated',
   prefill: 'Prefill execution failed',
   no_disaggregated_params: 'No disaggregated params in prefill response',
 };
 
+/** The stable code of each kind. */
+const CODES = {
+  not_activated: 'DISAGG_PREFILL_NOT_ACTIVATED',
+  prefill: 'DISAGG_PREFILL_FAILED',
+  no_disaggregated_params: 'DISAGG_PREFILL_NO_HANDOFF_PARAMS',
+} as const satisfies Record<PrefillErrorKind, string>;
+
 /**
  * A failed prefill. The message starts with the kind's fixed text and ends with the worker's
  * own text (`detail`); `cause` keeps the original error so callers above can retry by the
  * type of the root cause.
  *
- * Branded with `Symbol.for`, so {@link PrefillError.is} recognises instances from another
- * copy of the library (ESM next to CommonJS).
+ * `code`: `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED` or
+ * `DISAGG_PREFILL_NO_HANDOFF_PARAMS`, by kind. {@link PrefillError.is} recognises instances
+ * from another copy of the library (ESM next to CommonJS).
  *
  * @example
  * try { await task.wait(); } catch (error) {
  *   if (PrefillError.is(error) && error.kind === 'prefill') retryLater(error.cause);
  * }
  */
-export class PrefillError extends Error {
-  override readonly name = 'PrefillError';
+export class PrefillError extends DisaggError {
+  static override readonly is = branded<PrefillError>('PrefillError');
+  declare readonly code: (typeof CODES)[PrefillErrorKind];
   readonly kind: PrefillErrorKind;
   /** The worker's own text, without the kind's prefix (empty for `not_activated`). */
   readonly detail: string;
@@ -44,14 +52,9 @@ export class PrefillError extends Error {
         `Unknown PrefillError kind ${describeValue(kind)}: expected "not_activated", "prefill" or "no_disaggregated_params"`,
       );
     }
-    super(detail === '' ? prefix : `${prefix}: ${detail}`, options);
+    super(CODES[kind], detail === '' ? prefix : `${prefix}: ${detail}`, options);
     this.kind = kind;
     this.detail = detail;
-  }
-
-  /** True for a `PrefillError` from any copy of the library. */
-  static is(value: unknown): value is PrefillError {
-    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
   }
 
   /**
@@ -71,22 +74,26 @@ export class PrefillError extends Error {
    * Decided by the first cause that says either way.
    */
   get retryable(): boolean {
-    return isRetryable(this.cause, 0);
-  }
-
-  get [BRAND](): true {
-    return true;
+    const decisive = findCause(this.cause, (cause) => verdict(cause) !== undefined);
+    return decisive !== undefined && verdict(decisive) === true;
   }
 }
 
-function isRetryable(cause: unknown, depth: number): boolean {
-  if (typeof cause !== 'object' || cause === null || depth > 16) return false;
-  const { name, code, status } = cause as { name?: unknown; code?: unknown; status?: unknown };
+/** What one cause says about a retry: yes, no, or nothing (look further down the chain). */
+function verdict(cause: object): boolean | undefined {
+  const { name, code, status, retryable } = cause as {
+    name?: unknown;
+    code?: unknown;
+    status?: unknown;
+    retryable?: unknown;
+  };
   if (name === 'AbortError') return false;
-  if (name === 'TimeoutError' || name === 'DeadlineError') return true;
+  // The library's own errors say it themselves (a deadline, a broken upstream connection).
+  if (DisaggError.is(cause) && typeof retryable === 'boolean') return retryable;
+  if (name === 'TimeoutError') return true;
   if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) return true;
   if (typeof status === 'number') return status >= 500;
-  return isRetryable((cause as { cause?: unknown }).cause, depth + 1);
+  return undefined;
 }
 
 function reasonText(reason: unknown): string {

@@ -308,7 +308,7 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
       this.#fail(
         new UpstreamError('connection', `${this.#url} ended its event stream before [DONE]`, {
           url: this.#url,
-          code: 'ECONNRESET',
+          networkCode: 'ECONNRESET',
         }),
       );
       return;

@@ -1,5 +1,6 @@
 import { CONNECTION_ERROR_CODES, findCause } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
  * How a call to a worker failed:
@@ -11,19 +12,27 @@ import { describeValue } from '../util/describe-value.js';
  */
 export type UpstreamErrorKind = 'status' | 'connection' | 'protocol';
 
-const BRAND = Symbol.for('disagg.UpstreamError');
+/** The stable code of each kind. */
+const CODES = {
+  status: 'DISAGG_UPSTREAM_STATUS',
+  connection: 'DISAGG_UPSTREAM_CONNECTION',
+  protocol: 'DISAGG_UPSTREAM_PROTOCOL',
+} as const satisfies Record<UpstreamErrorKind, string>;
 
 /**
  * A worker call that failed. The message carries the worker's own text (the `message` of an
  * OpenAI-style error body, or the body itself); `status` and `body` keep the HTTP answer;
- * `cause` keeps the network error. `retryable`: a 5xx answer or a connection failure may
- * succeed elsewhere or later; a 4xx answer or a protocol error will not.
+ * `cause` keeps the network error and `networkCode` its code. `retryable`: a 5xx answer or a
+ * connection failure may succeed elsewhere or later; a 4xx answer or a protocol error will
+ * not. `code`: `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION` or
+ * `DISAGG_UPSTREAM_PROTOCOL`, by kind.
  *
  * @example
  * if (UpstreamError.is(error) && error.status === 400) reply(400, error.body);
  */
-export class UpstreamError extends Error {
-  override readonly name = 'UpstreamError';
+export class UpstreamError extends DisaggError {
+  static override readonly is = branded<UpstreamError>('UpstreamError');
+  declare readonly code: (typeof CODES)[UpstreamErrorKind];
   readonly kind: UpstreamErrorKind;
   /** The worker's URL that was called. */
   readonly url: string;
@@ -32,30 +41,25 @@ export class UpstreamError extends Error {
   /** The body the worker answered with, as text (kind `status`). */
   readonly body: string | undefined;
   /** The network error code (`ECONNREFUSED`, `UND_ERR_SOCKET`, ...), for kind `connection`. */
-  readonly code: string | undefined;
+  readonly networkCode: string | undefined;
 
   constructor(
     kind: UpstreamErrorKind,
     message: string,
-    options: { url: string; status?: number; body?: string; code?: string; cause?: unknown },
+    options: { url: string; status?: number; body?: string; networkCode?: string; cause?: unknown },
   ) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    super(CODES[kind], message, options);
     this.kind = kind;
     this.url = options.url;
     this.status = options.status;
     this.body = options.body;
-    this.code = options.code;
+    this.networkCode = options.networkCode;
   }
 
   /** Whether the same request may succeed if sent again (5xx, or a connection failure). */
   get retryable(): boolean {
     if (this.kind === 'status') return (this.status as number) >= 500;
     return this.kind === 'connection';
-  }
-
-  /** True for an `UpstreamError` from any copy of the library. */
-  static is(value: unknown): value is UpstreamError {
-    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
   }
 
   /** An error status, with the worker's own text taken from its body. */
@@ -74,15 +78,11 @@ export class UpstreamError extends Error {
     if (code !== undefined && CONNECTION_ERROR_CODES.has(code)) {
       return new UpstreamError('connection', `${url} could not be reached or broke off: ${text} (${code})`, {
         url,
-        code,
+        networkCode: code,
         cause: error,
       });
     }
     return new UpstreamError('protocol', `${url} answered something unexpected: ${text}`, { url, cause: error });
-  }
-
-  get [BRAND](): true {
-    return true;
   }
 }
 

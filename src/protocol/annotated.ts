@@ -1,3 +1,5 @@
+import { branded, DisaggError } from '../util/disagg-error.js';
+
 /**
  * One item of an engine's response stream: data, an annotation, or an error, in the
  * reference's JSON shape (`data`, `id`, `event`, `comment`, `error`).
@@ -21,10 +23,16 @@ export interface AnnotatedErrorBody {
 
 /**
  * The error that {@link Annotated.err} returns for an error item that does not carry an
- * in-process `Error` (for example one that crossed the wire as JSON).
+ * in-process `Error` (for example one that crossed the wire as JSON): the item's text.
+ * `code`: `DISAGG_STREAM_ERROR`.
  */
-export class AnnotatedError extends Error {
-  override readonly name = 'AnnotatedError';
+export class AnnotatedError extends DisaggError {
+  static override readonly is = branded<AnnotatedError>('AnnotatedError');
+  declare readonly code: 'DISAGG_STREAM_ERROR';
+
+  constructor(message: string) {
+    super('DISAGG_STREAM_ERROR', message);
+  }
 }
 
 /**

@@ -1,6 +1,9 @@
 import { type Dispatcher, request } from 'undici';
 import type { WorkerPool } from '../flow/worker-pool.js';
+import { UpstreamError } from '../http/upstream-error.js';
 import type { Logger } from '../runtime/logger.js';
+import { findCause } from '../util/cause-chain.js';
+import { joinUrl, trimSlash } from '../util/url.js';
 
 type Named = { url: string };
 
@@ -15,9 +18,9 @@ export interface HealthOptions {
 }
 
 /**
- * Keeps failing workers out of rotation: every worker's `GET /health` is probed each round; a
- * worker that fails (or that a request found unreachable) leaves its pool's rotation and comes
- * back at its first successful probe.
+ * Keeps failing workers out of rotation, from probes and from what requests meet: every
+ * worker's `GET /health` is probed each round; a worker that fails (or that a request found
+ * unreachable) leaves its pool's rotation and comes back at its first successful probe.
  *
  * @internal
  */
@@ -61,6 +64,19 @@ export class HealthChecker {
     this.#timer = undefined;
   }
 
+  /**
+   * Learns from a request's failure: a worker it could not reach (a connection failure to
+   * its URL) leaves the rotation until a probe finds it again.
+   */
+  noteFailure(error: unknown, workers: { prefill?: Named | undefined; decode?: Named | undefined }): void {
+    const upstream = findCause(error, UpstreamError.is);
+    if (upstream?.kind !== 'connection') return;
+    for (const role of ['prefill', 'decode'] as const) {
+      const worker = workers[role];
+      if (worker !== undefined && upstream.url.startsWith(trimSlash(worker.url))) this.failed(role, worker);
+    }
+  }
+
   /** A request found `worker` unreachable: out of rotation until a probe says otherwise. */
   failed(role: string, worker: Named): void {
     const entry = this.#pools.find((candidate) => candidate.role === role);
@@ -75,7 +91,7 @@ export class HealthChecker {
   async #probe(role: string, pool: WorkerPool<Named>, worker: Named): Promise<void> {
     let healthy = false;
     try {
-      const answer = await request(`${worker.url.replace(/\/$/, '')}/health`, {
+      const answer = await request(joinUrl(worker.url, '/health'), {
         signal: AbortSignal.timeout(this.#options.timeoutMs ?? 2000),
         ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
       });

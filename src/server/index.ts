@@ -1,10 +1,11 @@
 // The `disagg/server` subpath: the OpenAI-compatible disaggregating proxy that `disagg serve`
 // runs, to embed in your own process.
-export { ConfigError, loadServeConfig, type ServeConfig } from './config.js';
+export { loadServeConfig } from './config.js';
 export {
-  createProxy,
+  ConfigError,
   type ProxyDecodeWorker,
   type ProxyOptions,
   type ProxyPrefillWorker,
-  type ProxyServer,
-} from './proxy.js';
+  type ServeConfig,
+} from './options.js';
+export { createProxy, type ProxyServer } from './proxy.js';

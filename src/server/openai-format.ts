@@ -1,12 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { DeadlineError } from '../flow/deadlines.js';
-import { HandoffFieldError } from '../flow/handoff-fields.js';
-import { NoWorkerError } from '../flow/worker-pool.js';
-import { PrefillError } from '../handoff/prefill-error.js';
-import { UpstreamError } from '../http/upstream-error.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
-import { findCause } from '../util/cause-chain.js';
 
 /** The two OpenAI routes the proxy serves. */
 export type Route = 'completions' | 'chat';
@@ -111,44 +105,4 @@ export class OpenAIWriter {
     this.#roleSent = true;
     return { role: 'assistant', content: text };
   }
-}
-
-/** An error as the proxy answers it: the HTTP status before the first byte, and the OpenAI body. */
-export interface ErrorAnswer {
-  status: number;
-  body: { error: { message: string; type: string; code: number | string | null; param: null; leg?: string } };
-}
-
-/**
- * What the client is told about a failure: a worker's 4xx passes through with its own words
- * (the request was bad, on either leg); other worker failures are 502, an overrun deadline 504,
- * no worker in rotation 503, a request the router refuses 400; anything else 500. `leg` says
- * which leg failed.
- */
-export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAnswer {
-  const message = error instanceof Error ? error.message : String(error);
-  const upstream = findCause(error, UpstreamError.is);
-  let status = 500;
-  let type = 'internal_error';
-  if (error instanceof HandoffFieldError || (error as { name?: unknown } | null)?.name === 'HandoffFieldError') {
-    status = 400;
-    type = 'invalid_request_error';
-  } else if (DeadlineError.is(error)) {
-    status = 504;
-    type = 'timeout';
-  } else if (NoWorkerError.is(error) || (error as { name?: unknown } | null)?.name === 'ShutdownError') {
-    status = 503;
-    type = 'service_unavailable';
-  } else if (upstream?.kind === 'status' && (upstream.status as number) < 500) {
-    status = upstream.status as number;
-    type = 'invalid_request_error';
-  } else if (upstream !== undefined || PrefillError.is(error)) {
-    status = 502;
-    type = 'upstream_error';
-  }
-  const which = leg ?? (PrefillError.is(error) ? 'prefill' : DeadlineError.is(error) ? error.leg : undefined);
-  return {
-    status,
-    body: { error: { message, type, code: status, param: null, ...(which === undefined ? {} : { leg: which }) } },
-  };
 }

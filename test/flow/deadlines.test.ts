@@ -48,7 +48,7 @@ describe('DeadlineError', () => {
     expect(error.message).toBe("Deadline exceeded: decode's next item took longer than its budget of 250 ms (idle)");
     expect(error.retryable).toBe(true);
     expect(PrefillError.from(error).retryable).toBe(true);
-    expect(DeadlineError.is({ [Symbol.for('disagg.DeadlineError')]: true })).toBe(true);
+    expect(DeadlineError.is({ [Symbol.for('disagg.error.brands')]: ['DeadlineError', 'DisaggError'] })).toBe(true);
     expect(DeadlineError.is(new Error('x'))).toBe(false);
   });
 

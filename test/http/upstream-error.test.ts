@@ -20,7 +20,13 @@ describe('UpstreamError', () => {
   it('5xx and connection failures are retryable, also through a PrefillError; 4xx and protocol errors are not', () => {
     const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.2:8000'), { code: 'ECONNREFUSED' });
     const connection = UpstreamError.fromFailure(url, refused);
-    expect(connection).toMatchObject({ kind: 'connection', code: 'ECONNREFUSED', retryable: true, cause: refused });
+    expect(connection).toMatchObject({
+      kind: 'connection',
+      code: 'DISAGG_UPSTREAM_CONNECTION',
+      networkCode: 'ECONNREFUSED',
+      retryable: true,
+      cause: refused,
+    });
     expect(PrefillError.from(connection).retryable).toBe(true);
     expect(PrefillError.from(UpstreamError.fromStatus(url, 503, 'busy')).retryable).toBe(true);
     expect(PrefillError.from(UpstreamError.fromStatus(url, 404, 'no model')).retryable).toBe(false);
@@ -33,10 +39,10 @@ describe('UpstreamError', () => {
     const nested = Object.assign(new TypeError('fetch failed'), {
       cause: Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }),
     });
-    expect(UpstreamError.fromFailure(url, nested)).toMatchObject({ kind: 'connection', code: 'UND_ERR_SOCKET' });
+    expect(UpstreamError.fromFailure(url, nested)).toMatchObject({ kind: 'connection', networkCode: 'UND_ERR_SOCKET' });
     const same = UpstreamError.fromStatus(url, 500, 'x');
     expect(UpstreamError.fromFailure(url, same)).toBe(same);
-    expect(UpstreamError.is({ [Symbol.for('disagg.UpstreamError')]: true })).toBe(true);
+    expect(UpstreamError.is({ [Symbol.for('disagg.error.brands')]: ['UpstreamError', 'DisaggError'] })).toBe(true);
     expect(UpstreamError.is(new Error('x'))).toBe(false);
   });
 });

@@ -1,0 +1,75 @@
+import { DeadlineError } from '../flow/deadlines.js';
+import { PrefillError } from '../handoff/prefill-error.js';
+import { UpstreamError } from '../http/upstream-error.js';
+import { findCause } from '../util/cause-chain.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
+
+/** The proxy stopped before this request ended (`DISAGG_SHUTTING_DOWN`, answered 503). */
+export class ShutdownError extends DisaggError {
+  static override readonly is = branded<ShutdownError>('ShutdownError');
+  declare readonly code: 'DISAGG_SHUTTING_DOWN';
+
+  constructor(message = 'The proxy is shutting down; the request was ended before it finished') {
+    super('DISAGG_SHUTTING_DOWN', message);
+  }
+}
+
+/** An error as the proxy answers it: the HTTP status before the first byte, and the OpenAI body. */
+export interface ErrorAnswer {
+  status: number;
+  body: { error: { message: string; type: string; code: number | string | null; param: null; leg?: string } };
+}
+
+/**
+ * How each of the library's errors is answered: its HTTP status and OpenAI error `type`.
+ * `worker`: a worker's own 4xx found in the cause chain passes through with its status (the
+ * request was bad, on either leg), anything else from the workers is a 502.
+ */
+const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string }>> = {
+  DISAGG_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
+  DISAGG_HANDOFF_FIELD: { status: 400, type: 'invalid_request_error' },
+  DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
+  DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
+  DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
+  DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
+  DISAGG_DEADLINE_EXCEEDED: { status: 504, type: 'timeout' },
+  DISAGG_PREFILL_FAILED: { status: 'worker', type: 'upstream_error' },
+  DISAGG_PREFILL_NOT_ACTIVATED: { status: 'worker', type: 'upstream_error' },
+  DISAGG_PREFILL_NO_HANDOFF_PARAMS: { status: 'worker', type: 'upstream_error' },
+  DISAGG_UPSTREAM_STATUS: { status: 'worker', type: 'upstream_error' },
+  DISAGG_UPSTREAM_CONNECTION: { status: 'worker', type: 'upstream_error' },
+  DISAGG_UPSTREAM_PROTOCOL: { status: 'worker', type: 'upstream_error' },
+};
+
+const INTERNAL = { status: 500, type: 'internal_error' } as const;
+
+/**
+ * What the client is told about a failure, by the one table above: the router's own refusals
+ * with their status, a worker's 4xx with its own status and words, other worker failures 502,
+ * anything unknown 500. `leg` says which leg failed (taken from the error when not given).
+ */
+export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAnswer {
+  const message = error instanceof Error ? error.message : String(error);
+  const upstream = findCause(error, UpstreamError.is);
+  let entry = DisaggError.is(error) ? ANSWERS[error.code] : undefined;
+  // A failure from a worker that is not one of the library's errors (a plain error item).
+  if (entry === undefined && upstream !== undefined) entry = ANSWERS[upstream.code];
+  let status: number;
+  let type: string;
+  if (entry === undefined) {
+    ({ status, type } = INTERNAL);
+  } else if (entry.status !== 'worker') {
+    ({ status, type } = entry as { status: number; type: string });
+  } else if (upstream?.kind === 'status' && (upstream.status as number) < 500) {
+    status = upstream.status as number;
+    type = 'invalid_request_error';
+  } else {
+    status = 502;
+    type = entry.type;
+  }
+  const which = leg ?? (PrefillError.is(error) ? 'prefill' : DeadlineError.is(error) ? error.leg : undefined);
+  return {
+    status,
+    body: { error: { message, type, code: status, param: null, ...(which === undefined ? {} : { leg: which }) } },
+  };
+}

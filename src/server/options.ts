@@ -1,0 +1,622 @@
+import type { Dispatcher } from 'undici';
+import type { Deadlines } from '../flow/deadlines.js';
+import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
+import type { FlowEvent } from '../flow/events.js';
+import type { Logger } from '../runtime/logger.js';
+import { closest } from '../util/closest.js';
+import { describeValue } from '../util/describe-value.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
+
+/** A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server. */
+export interface ProxyPrefillWorker {
+  url: string;
+  /** SGLang: the port of the worker's bootstrap server (the proxy's `bootstrapPort` when omitted). */
+  bootstrapPort?: number;
+  /** SGLang: the host of the bootstrap server; the host of `url` when omitted. */
+  bootstrapHost?: string;
+  /** SGLang data parallelism: the worker's rank and the group's size (rooms follow the rank). */
+  dpRank?: number;
+  dpSize?: number;
+}
+
+/** A decode worker of the proxy. */
+export interface ProxyDecodeWorker {
+  url: string;
+}
+
+/**
+ * Options of `createProxy`. Every setting is described, with its default, its command-line
+ * flag and its environment variable, in one table ({@link SETTINGS}), which `createProxy`,
+ * `disagg serve` and its `--help` all read, so they cannot disagree.
+ */
+export interface ProxyOptions {
+  /** The engines behind: vLLM with NIXL (sequential), or SGLang with its bootstrap (concurrent). */
+  connector: 'vllm' | 'sglang';
+  prefill: ProxyPrefillWorker[];
+  decode: ProxyDecodeWorker[];
+  /** SGLang: the bootstrap port of prefill workers that do not name their own; 8998 by default. */
+  bootstrapPort?: number;
+  /** How a worker is chosen for each leg; `least-in-flight` by default. */
+  selection?: 'round-robin' | 'least-in-flight';
+  /** Budgets per phase, each a positive number of milliseconds; none by default. */
+  deadlines?: Deadlines;
+  /** How long decode may take to take the KV after the client left; 120,000 ms by default. */
+  cleanupBudgetMs?: number;
+  /** Between health probes of every worker; 5,000 ms by default. */
+  healthIntervalMs?: number;
+  /**
+   * How long a client may leave its socket full before the request is given up: the decode
+   * leg is stopped (and its KV cleaned up) and the connection closed; 30,000 ms by default.
+   * The proxy reads decode only as fast as the client reads, so it never buffers more than one
+   * chunk beyond the socket's own buffer.
+   */
+  slowClientTimeoutMs?: number;
+  /** The largest request body accepted, in bytes; 8 MiB by default. */
+  maxBodyBytes?: number;
+  /**
+   * How long an idle client connection is kept open; 72,000 ms by default (as fastify does).
+   * Node's own default of 5 s makes busy clients reconnect between bursts: measured in
+   * `bench:proxy`, it cost a relay about a quarter of its requests per second.
+   */
+  keepAliveTimeoutMs?: number;
+  /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
+  gracePeriodMs?: number;
+  logger?: Logger;
+  /** Receives every request's lifecycle events (see `FlowEvent`), for your own logs or traces. */
+  onEvent?: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
+  /** The undici dispatcher for worker calls (connection pool); undici's global one by default. */
+  dispatcher?: Dispatcher;
+}
+
+/** {@link ProxyOptions} checked, with every default applied. */
+export interface ResolvedProxyOptions
+  extends Required<Omit<ProxyOptions, 'cleanupBudgetMs' | 'logger' | 'onEvent' | 'dispatcher' | 'bootstrapPort'>> {
+  cleanupBudgetMs: number;
+  logger: Logger | undefined;
+  onEvent: ProxyOptions['onEvent'];
+  dispatcher: Dispatcher | undefined;
+}
+
+/** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
+export interface ServeConfig {
+  connector: 'vllm' | 'sglang';
+  prefill: ProxyPrefillWorker[];
+  decode: ProxyDecodeWorker[];
+  host: string;
+  port: number;
+  selection: 'round-robin' | 'least-in-flight';
+  deadlines: Deadlines;
+  /** As given; the flow's default (120,000 ms) applies when undefined. */
+  cleanupBudgetMs: number | undefined;
+  healthIntervalMs: number;
+  slowClientTimeoutMs: number;
+  gracePeriodMs: number;
+  keepAliveTimeoutMs: number;
+  maxBodyBytes: number;
+  logLevel: string;
+}
+
+/**
+ * A configuration that cannot be used; the message names the setting as it was given (the
+ * option, the flag, the environment variable or the config file's key) and what was expected.
+ * `code`: `DISAGG_CONFIG`.
+ */
+export class ConfigError extends DisaggError {
+  static override readonly is = branded<ConfigError>('ConfigError');
+  declare readonly code: 'DISAGG_CONFIG';
+
+  constructor(message: string) {
+    super('DISAGG_CONFIG', message);
+  }
+}
+
+/** Why a value was refused; the caller adds the setting's name. */
+class Invalid extends Error {}
+
+/** One setting: its names everywhere, what it takes, its default. */
+export interface Setting {
+  /** The option of `createProxy` and the key of a config file (`deadlines.idleMs`: nested). */
+  key: string;
+  /** The command-line flag, without `--`. */
+  flag: string;
+  /** The environment variable. */
+  env: string;
+  /** What the flag takes, for the help text. */
+  arg: string;
+  help: string;
+  /** The default, applied when no source gives the setting (undefined: none, or required). */
+  default?: unknown;
+  /** The default as the help text shows it, when it is not the value itself. */
+  shownDefault?: string;
+  /** Only `disagg serve` has it (where and how the process runs); not an option of `createProxy`. */
+  serveOnly?: boolean;
+  /** Given more than once on the command line (worker lists). */
+  multiple?: boolean;
+  /** The value from what a source gave (flags and the environment give strings). */
+  parse(value: unknown): unknown;
+}
+
+const PINO_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/**
+ * Every setting of the proxy, once. `createProxy` checks its options against it, `disagg
+ * serve` reads flags, `DISAGG_*` variables and config files by it, and `--help` is written
+ * from it.
+ */
+export const SETTINGS: readonly Setting[] = [
+  {
+    key: 'connector',
+    flag: 'connector',
+    env: 'DISAGG_CONNECTOR',
+    arg: 'vllm|sglang',
+    help: "the workers' engine (vLLM with NIXL, or SGLang)",
+    parse: oneOf(['vllm', 'sglang']),
+  },
+  {
+    key: 'prefill',
+    flag: 'prefill',
+    env: 'DISAGG_PREFILL',
+    arg: 'URL[,URL...]',
+    help: 'prefill workers (repeatable)',
+    multiple: true,
+    parse: (value) => workers(value, ['url', 'bootstrapPort', 'bootstrapHost', 'dpRank', 'dpSize']),
+  },
+  {
+    key: 'decode',
+    flag: 'decode',
+    env: 'DISAGG_DECODE',
+    arg: 'URL[,URL...]',
+    help: 'decode workers (repeatable)',
+    multiple: true,
+    parse: (value) => workers(value, ['url']),
+  },
+  {
+    key: 'bootstrapPort',
+    flag: 'bootstrap-port',
+    env: 'DISAGG_BOOTSTRAP_PORT',
+    arg: 'N',
+    help: "SGLang: the prefill workers' bootstrap port",
+    default: 8998,
+    parse: port,
+  },
+  {
+    key: 'host',
+    flag: 'host',
+    env: 'DISAGG_HOST',
+    arg: 'HOST',
+    help: 'where to listen',
+    default: '0.0.0.0',
+    serveOnly: true,
+    parse: text,
+  },
+  {
+    key: 'port',
+    flag: 'port',
+    env: 'DISAGG_PORT',
+    arg: 'N',
+    help: 'the port to listen on',
+    default: 8000,
+    serveOnly: true,
+    parse: port,
+  },
+  {
+    key: 'selection',
+    flag: 'selection',
+    env: 'DISAGG_SELECTION',
+    arg: 'least-in-flight|round-robin',
+    help: 'how a worker is chosen for each leg',
+    default: 'least-in-flight',
+    parse: oneOf(['least-in-flight', 'round-robin']),
+  },
+  ...(
+    [
+      ['totalMs', 'total', 'the whole request'],
+      ['prefillFirstOutputMs', 'prefill-first-output', "prefill's first output"],
+      ['handoffMs', 'handoff', "from prefill's first output until decode's stream is open"],
+      ['decodeFirstTokenMs', 'decode-first-token', "decode's first token"],
+      ['idleMs', 'idle', 'between decode items'],
+    ] as const
+  ).map(
+    ([key, name, what]): Setting => ({
+      key: `deadlines.${key}`,
+      flag: `deadline-${name}-ms`,
+      env: `DISAGG_DEADLINE_${name.toUpperCase().replaceAll('-', '_')}_MS`,
+      arg: 'N',
+      help: `deadline: ${what}`,
+      shownDefault: 'none',
+      parse: positiveMs,
+    }),
+  ),
+  {
+    key: 'cleanupBudgetMs',
+    flag: 'cleanup-budget-ms',
+    env: 'DISAGG_CLEANUP_BUDGET_MS',
+    arg: 'N',
+    help: 'time decode has to take the KV after a client left',
+    shownDefault: String(DEFAULT_CLEANUP_BUDGET_MS),
+    parse: positiveMs,
+  },
+  {
+    key: 'healthIntervalMs',
+    flag: 'health-interval-ms',
+    env: 'DISAGG_HEALTH_INTERVAL_MS',
+    arg: 'N',
+    help: 'between worker health probes',
+    default: 5000,
+    parse: positiveMs,
+  },
+  {
+    key: 'slowClientTimeoutMs',
+    flag: 'slow-client-timeout-ms',
+    env: 'DISAGG_SLOW_CLIENT_TIMEOUT_MS',
+    arg: 'N',
+    help: 'how long a client may not read before it is given up',
+    default: 30_000,
+    parse: positiveMs,
+  },
+  {
+    key: 'gracePeriodMs',
+    flag: 'grace-period-ms',
+    env: 'DISAGG_GRACE_PERIOD_MS',
+    arg: 'N',
+    help: 'on SIGTERM, time for requests under way',
+    default: 30_000,
+    parse: nonNegativeMs,
+  },
+  {
+    key: 'keepAliveTimeoutMs',
+    flag: 'keep-alive-timeout-ms',
+    env: 'DISAGG_KEEP_ALIVE_TIMEOUT_MS',
+    arg: 'N',
+    help: 'how long idle client connections stay open',
+    default: 72_000,
+    parse: positiveMs,
+  },
+  {
+    key: 'maxBodyBytes',
+    flag: 'max-body-bytes',
+    env: 'DISAGG_MAX_BODY_BYTES',
+    arg: 'N',
+    help: 'the largest request body accepted',
+    default: 8 * 1024 * 1024,
+    parse: positiveInteger,
+  },
+  {
+    key: 'logLevel',
+    flag: 'log-level',
+    env: 'DISAGG_LOG_LEVEL',
+    arg: 'LEVEL',
+    help: `pino level (${PINO_LEVELS.join(', ')})`,
+    default: 'info',
+    serveOnly: true,
+    parse: oneOf(PINO_LEVELS),
+  },
+];
+
+/** Where a value came from, for the name an error gives it. */
+type Source = { kind: 'option' } | { kind: 'flag' } | { kind: 'env' } | { kind: 'file'; path: string };
+
+/** The name of a setting as the user gave it. */
+function nameOf(setting: Setting, source: Source): string {
+  switch (source.kind) {
+    case 'option':
+      return setting.key;
+    case 'flag':
+      return setting.key.includes('.') ? `--${setting.flag} (${setting.key})` : `--${setting.flag}`;
+    case 'env':
+      return setting.env;
+    case 'file':
+      return `${setting.key} in ${source.path}`;
+  }
+}
+
+/** Parses one setting's value, or throws a ConfigError naming it. */
+function parseSetting(setting: Setting, value: unknown, source: Source): unknown {
+  try {
+    return setting.parse(value);
+  } catch (error) {
+    if (!(error instanceof Invalid)) throw error;
+    throw new ConfigError(`${nameOf(setting, source)} ${error.message}`);
+  }
+}
+
+/** A value of the nested settings object at `key` (`deadlines.idleMs`). */
+function valueAt(values: Record<string, unknown>, key: string): unknown {
+  let at: unknown = values;
+  for (const part of key.split('.')) {
+    if (typeof at !== 'object' || at === null) return undefined;
+    at = (at as Record<string, unknown>)[part];
+  }
+  return at;
+}
+
+function setAt(values: Record<string, unknown>, key: string, value: unknown): void {
+  const parts = key.split('.');
+  let at = values;
+  for (const part of parts.slice(0, -1)) {
+    at[part] ??= {};
+    at = at[part] as Record<string, unknown>;
+  }
+  at[parts.at(-1) as string] = value;
+}
+
+/**
+ * Checks `createProxy`'s options and applies every default.
+ *
+ * @throws {ConfigError} naming the option that is missing or wrong, or unknown.
+ */
+export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigError(`createProxy expects an options object, got ${describeValue(options)}`);
+  }
+  const known = [
+    ...SETTINGS.filter((setting) => !setting.serveOnly).map((setting) => setting.key),
+    'logger',
+    'onEvent',
+    'dispatcher',
+  ];
+  rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `Unknown option ${key} of createProxy`);
+  const source: Source = { kind: 'option' };
+  const values = resolve((setting) => {
+    if (setting.serveOnly) return undefined;
+    const value = valueAt(options as unknown as Record<string, unknown>, setting.key);
+    return value === undefined ? undefined : { value, source };
+  });
+  for (const key of ['logger', 'onEvent'] as const) {
+    const value = options[key];
+    if (value !== undefined && typeof value !== (key === 'onEvent' ? 'function' : 'object')) {
+      throw new ConfigError(
+        `${key} must be ${key === 'onEvent' ? 'a function' : 'a pino logger'}, got ${describeValue(value)}`,
+      );
+    }
+  }
+  return {
+    ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
+    cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
+    logger: options.logger,
+    onEvent: options.onEvent,
+    dispatcher: options.dispatcher,
+  };
+}
+
+/**
+ * Every setting from `read` (the first source that gives it), parsed, with defaults; a
+ * required one that no source gives is refused with its command-line name.
+ */
+function resolve(read: (setting: Setting) => { value: unknown; source: Source } | undefined): Record<string, unknown> {
+  const values: Record<string, unknown> = { deadlines: {} };
+  for (const setting of SETTINGS) {
+    const given = read(setting);
+    let value: unknown;
+    if (given !== undefined) value = parseSetting(setting, given.value, given.source);
+    else if (setting.default !== undefined) value = setting.default;
+    else if (setting.key === 'connector' || setting.key === 'prefill' || setting.key === 'decode') {
+      value = parseSetting(setting, undefined, { kind: 'flag' });
+    }
+    if (value !== undefined) setAt(values, setting.key, value);
+  }
+  return values;
+}
+
+/** The worker lists with SGLang's bootstrap port given to prefill workers that name none. */
+function withWorkers(values: Record<string, unknown>): Record<string, unknown> {
+  const { bootstrapPort, ...rest } = values;
+  if (values.connector !== 'sglang') return rest;
+  return {
+    ...rest,
+    prefill: (values.prefill as ProxyPrefillWorker[]).map((worker) => ({
+      ...worker,
+      bootstrapPort: worker.bootstrapPort ?? (bootstrapPort as number),
+    })),
+  };
+}
+
+/** The help text of `disagg serve`, written from {@link SETTINGS}. */
+export function serveUsage(): string {
+  const indent = ' '.repeat(36);
+  const lines = SETTINGS.map((setting) => {
+    const left = `  --${setting.flag} ${setting.arg}`;
+    const shown = setting.shownDefault ?? (setting.default === undefined ? undefined : String(setting.default));
+    const help = `${setting.help}${shown === undefined ? '' : ` (default ${shown})`}`;
+    const names = `${indent}${setting.env}; ${setting.key} in a file`;
+    return `${left.length < indent.length ? left.padEnd(indent.length) : `${left}\n${indent}`}${help}\n${names}`;
+  });
+  return `Usage: disagg serve --connector vllm|sglang --prefill URL[,URL...] --decode URL[,URL...] [options]
+
+An OpenAI-compatible proxy in front of prefill and decode workers.
+
+Every setting is also an environment variable (named after it) and a key of a config file
+(--config FILE or DISAGG_CONFIG, JSON or YAML, keys in camelCase as in createProxy's
+options, deadlines nested: deadlines: { idleMs: 10000 }). Flags win over the environment,
+which wins over the file. Unknown keys and variables are refused.
+
+Options:
+${lines.join('\n')}
+  --config FILE                     a JSON or YAML file of settings; DISAGG_CONFIG
+  --help                            this text
+`;
+}
+
+function rejectUnknown(values: Record<string, unknown>, known: readonly string[], what: (key: string) => string) {
+  const tops = new Set(known.map((key) => key.split('.')[0] as string));
+  for (const [key, value] of Object.entries(values)) {
+    if (!tops.has(key)) throw new ConfigError(withHint(what(JSON.stringify(key)), key, known));
+    if (key === 'deadlines' && value !== undefined) {
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        throw new ConfigError(
+          `${what('"deadlines"').replace(/^Unknown /, '')}: deadlines must be an object of budgets`,
+        );
+      }
+      for (const inner of Object.keys(value)) {
+        if (!known.includes(`deadlines.${inner}`)) {
+          throw new ConfigError(withHint(what(JSON.stringify(`deadlines.${inner}`)), `deadlines.${inner}`, known));
+        }
+      }
+    }
+  }
+}
+
+function withHint(message: string, name: string, known: readonly string[]): string {
+  const hint = closest(name, known);
+  return hint === undefined ? message : `${message}; did you mean ${JSON.stringify(hint)}?`;
+}
+
+// Parsers: each takes what a source gave (strings from flags and the environment) and
+// returns the value, or throws an Invalid that says what was expected.
+
+function oneOf<T extends string>(choices: readonly T[]): (value: unknown) => T {
+  return (value) => {
+    if (typeof value === 'string' && (choices as readonly string[]).includes(value)) return value as T;
+    const expected =
+      choices.length === 2 ? `'${choices[0]}' or '${choices[1]}'` : `one of ${choices.map((c) => `'${c}'`).join(', ')}`;
+    throw new Invalid(`must be ${expected}, got ${describeValue(value)}`);
+  };
+}
+
+function number(value: unknown): number {
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string' && value.trim() !== '') return Number(value);
+  return Number.NaN;
+}
+
+function positiveMs(value: unknown): number {
+  const ms = number(value);
+  if (!Number.isFinite(ms) || ms <= 0) {
+    throw new Invalid(`must be a positive number of milliseconds, got ${describeValue(value)}`);
+  }
+  return ms;
+}
+
+function nonNegativeMs(value: unknown): number {
+  const ms = number(value);
+  if (!Number.isFinite(ms) || ms < 0) {
+    throw new Invalid(`must be a non-negative number of milliseconds, got ${describeValue(value)}`);
+  }
+  return ms;
+}
+
+function positiveInteger(value: unknown): number {
+  const n = number(value);
+  if (!Number.isSafeInteger(n) || n <= 0)
+    throw new Invalid(`must be a positive whole number, got ${describeValue(value)}`);
+  return n;
+}
+
+function port(value: unknown): number {
+  const n = number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) {
+    throw new Invalid(`must be a non-negative number (a port, 0-65535), got ${describeValue(value)}`);
+  }
+  return n;
+}
+
+function text(value: unknown): string {
+  if (typeof value !== 'string' || value === '')
+    throw new Invalid(`must be a non-empty string, got ${describeValue(value)}`);
+  return value;
+}
+
+/** Workers from repeated flags, a comma-separated string, or a list of URLs or objects. */
+function workers(value: unknown, fields: readonly string[]): Array<{ url: string }> {
+  const list: unknown[] = Array.isArray(value)
+    ? value.flatMap((entry) => (typeof entry === 'string' ? entry.split(',') : [entry]))
+    : typeof value === 'string'
+      ? value.split(',')
+      : [];
+  const result = list
+    .map((entry) => (typeof entry === 'string' ? entry.trim() : entry))
+    .filter((entry) => entry !== '')
+    .map((entry) => (typeof entry === 'string' ? { url: entry } : entry));
+  if (result.length === 0) throw new Invalid('is required: at least one worker URL');
+  for (const entry of result) {
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
+      throw new Invalid(`takes URLs or objects with a url, got ${describeValue(entry)}`);
+    }
+    for (const [field, fieldValue] of Object.entries(entry)) {
+      if (!fields.includes(field)) {
+        throw new Invalid(withHint(`has an unknown worker field ${JSON.stringify(field)}`, field, fields));
+      }
+      if (field !== 'url' && field !== 'bootstrapHost' && !Number.isInteger(fieldValue)) {
+        throw new Invalid(`has a worker whose ${field} is not a whole number: ${describeValue(fieldValue)}`);
+      }
+    }
+    const url = (entry as { url?: unknown }).url;
+    if (typeof url !== 'string' || !/^https?:\/\/[^/]+/.test(url)) {
+      throw new Invalid(`has ${describeValue(url ?? entry)}, which is not an http(s) URL such as http://10.0.0.2:8000`);
+    }
+  }
+  return result as Array<{ url: string }>;
+}
+
+/** The sources `disagg serve` reads, in order of precedence. */
+export interface ServeSources {
+  flags: Record<string, unknown>;
+  env: NodeJS.ProcessEnv;
+  file: { path: string; values: Record<string, unknown> } | undefined;
+}
+
+/**
+ * `disagg serve`'s configuration from its sources: flags win over `DISAGG_*` variables, which
+ * win over the config file. Unknown variables and file keys are refused, with the closest
+ * known name as a hint.
+ *
+ * @throws {ConfigError} naming the setting as it was given.
+ */
+export function resolveServeConfig({ flags, env, file }: ServeSources): ServeConfig {
+  checkEnvironment(env);
+  if (file !== undefined) {
+    rejectUnknown(
+      file.values,
+      SETTINGS.map((setting) => setting.key),
+      (key) => `Unknown setting ${key} in ${file.path}`,
+    );
+  }
+  const values = resolve((setting) => {
+    const flag = flags[setting.flag];
+    if (flag !== undefined) return { value: flag, source: { kind: 'flag' } };
+    const variable = env[setting.env];
+    if (variable !== undefined && variable !== '' && !isServiceLink(setting.env, variable)) {
+      return { value: variable, source: { kind: 'env' } };
+    }
+    const value = file === undefined ? undefined : valueAt(file.values, setting.key);
+    return value === undefined ? undefined : { value, source: { kind: 'file', path: (file as { path: string }).path } };
+  });
+  const resolved = withWorkers(values);
+  return {
+    connector: resolved.connector as ServeConfig['connector'],
+    prefill: resolved.prefill as ProxyPrefillWorker[],
+    decode: resolved.decode as ProxyDecodeWorker[],
+    host: resolved.host as string,
+    port: resolved.port as number,
+    selection: resolved.selection as ServeConfig['selection'],
+    deadlines: resolved.deadlines as Deadlines,
+    cleanupBudgetMs: resolved.cleanupBudgetMs as number | undefined,
+    healthIntervalMs: resolved.healthIntervalMs as number,
+    slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
+    gracePeriodMs: resolved.gracePeriodMs as number,
+    keepAliveTimeoutMs: resolved.keepAliveTimeoutMs as number,
+    maxBodyBytes: resolved.maxBodyBytes as number,
+    logLevel: resolved.logLevel as string,
+  };
+}
+
+/**
+ * Kubernetes gives every pod variables for each Service of its namespace: a Service named
+ * `disagg` yields `DISAGG_SERVICE_HOST`, `DISAGG_PORT=tcp://...`, `DISAGG_PORT_8000_TCP...`.
+ * Those are not settings; the rest of `DISAGG_*` must be.
+ */
+function isServiceLink(name: string, value: string): boolean {
+  return (
+    name.startsWith('DISAGG_SERVICE_') ||
+    /^DISAGG_PORT_\d+_(TCP|UDP|SCTP)/.test(name) ||
+    (name === 'DISAGG_PORT' && /^(tcp|udp|sctp):\/\//.test(value))
+  );
+}
+
+function checkEnvironment(env: NodeJS.ProcessEnv): void {
+  const known = [...SETTINGS.map((setting) => setting.env), 'DISAGG_CONFIG'];
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith('DISAGG_') || known.includes(name) || isServiceLink(name, value ?? '')) continue;
+    throw new ConfigError(withHint(`Unknown environment variable ${name}`, name, known));
+  }
+}

@@ -1,0 +1,109 @@
+import type { ServerResponse } from 'node:http';
+import { answerJson, drained } from '../http/node-server.js';
+import { Annotated } from '../protocol/annotated.js';
+import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { ResponseStream } from '../runtime/response-stream.js';
+import { closeQuietly } from '../util/close-quietly.js';
+import { type ErrorAnswer, ShutdownError } from './error-answers.js';
+import type { InFlightRequest } from './in-flight.js';
+import type { OpenAIWriter } from './openai-format.js';
+
+/** What the relay reports and how long it waits for a client. */
+export interface RelayHooks {
+  /** How long a client may leave its socket full before the request is given up. */
+  slowClientTimeoutMs: number;
+  /** The answer for a failure (the proxy also learns from it which worker failed). */
+  answerFor(error: unknown): ErrorAnswer;
+  /** The gap between two chunks written, in seconds. */
+  interToken(seconds: number): void;
+}
+
+/**
+ * Streams a request's items to the client as SSE, no faster than the client reads: decode is
+ * read only when the socket has taken the last chunk, so the proxy never buffers more than one
+ * chunk beyond the socket's own buffer. A client that leaves its socket full for
+ * `slowClientTimeoutMs` is given up: the request is stopped (the flow still lets decode take
+ * the KV) and the connection closed.
+ *
+ * The error contract: a failure before the first byte is a real HTTP status with an
+ * OpenAI-style body; after streaming started, one SSE `error` event, then the end. A
+ * shutdown ends the stream the same way. The stream is closed (without waiting) when the
+ * relay ends, whatever ended it.
+ *
+ * @internal
+ */
+export async function relaySse(
+  stream: ResponseStream<EngineItem>,
+  res: ServerResponse,
+  writer: OpenAIWriter,
+  entry: InFlightRequest,
+  hooks: RelayHooks,
+): Promise<void> {
+  const iterator = stream[Symbol.asyncIterator]();
+  let started = false;
+  let lastWrite: number | undefined;
+  const start = () => {
+    started = true;
+    res.writeHead(200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
+  };
+  const fail = (error: unknown) => {
+    const answer = hooks.answerFor(error);
+    if (res.writableEnded || res.destroyed) return;
+    if (!started) answerJson(res, answer.status, answer.body);
+    else res.end(`event: error\ndata: ${JSON.stringify(answer.body)}\n\n`);
+  };
+  entry.shutdown = () => {
+    entry.context.stopGenerating();
+    fail(new ShutdownError());
+  };
+  try {
+    for (;;) {
+      let step: IteratorResult<EngineItem>;
+      try {
+        step = await iterator.next();
+      } catch (error) {
+        fail(error);
+        return;
+      }
+      if (res.writableEnded || res.destroyed) return;
+      if (step.done === true) break;
+      const error = Annotated.err(step.value);
+      if (error !== undefined) {
+        fail(error);
+        return;
+      }
+      const data = writer.chunk(step.value);
+      if (data === undefined) continue;
+      if (!started) start();
+      const now = performance.now();
+      if (lastWrite !== undefined) hooks.interToken((now - lastWrite) / 1000);
+      lastWrite = now;
+      if (!res.write(`data: ${data}\n\n`) && !(await drainedWithin(res, hooks.slowClientTimeoutMs))) {
+        // The client has not read for too long: give the request up rather than buffer.
+        entry.context.stopGenerating();
+        res.destroy();
+        return;
+      }
+    }
+    if (!started) start();
+    const usage = writer.usageChunk();
+    if (usage !== undefined) res.write(`data: ${usage}\n\n`);
+    res.end('data: [DONE]\n\n');
+  } finally {
+    closeQuietly(iterator);
+  }
+}
+
+/** Whether the client read what was buffered within `ms`; past it the response is destroyed. */
+async function drainedWithin(res: ServerResponse, ms: number): Promise<boolean> {
+  const timer = setTimeout(() => res.destroy(), ms);
+  try {
+    return await drained(res);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,33 @@
+import type { ServerResponse } from 'node:http';
+import { answerJson } from '../http/node-server.js';
+import { Annotated } from '../protocol/annotated.js';
+import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { ResponseStream } from '../runtime/response-stream.js';
+import type { ErrorAnswer } from './error-answers.js';
+import type { OpenAIWriter } from './openai-format.js';
+
+/**
+ * Collects a non-streamed request's items into one OpenAI response and answers it; a failure
+ * anywhere is answered with its status and OpenAI body instead (nothing was sent before).
+ *
+ * @internal
+ */
+export async function answerWhole(
+  stream: ResponseStream<EngineItem>,
+  res: ServerResponse,
+  writer: OpenAIWriter,
+  answerFor: (error: unknown) => ErrorAnswer,
+): Promise<void> {
+  try {
+    for await (const item of stream) {
+      const error = Annotated.err(item);
+      if (error !== undefined) throw error;
+      writer.add(item);
+    }
+  } catch (error) {
+    const answer = answerFor(error);
+    if (!res.writableEnded) answerJson(res, answer.status, answer.body);
+    return;
+  }
+  if (!res.writableEnded) answerJson(res, 200, writer.whole());
+}

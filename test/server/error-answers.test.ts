@@ -1,0 +1,67 @@
+import { describe, expect, it } from 'vitest';
+import { DeadlineError } from '../../src/flow/deadlines.js';
+import { HandoffFieldError } from '../../src/flow/handoff-fields.js';
+import { NoWorkerError } from '../../src/flow/worker-pool.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { RequestError } from '../../src/http/node-server.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { errorAnswer, ShutdownError } from '../../src/server/error-answers.js';
+
+describe('errorAnswer: one table from error to HTTP status and OpenAI error type', () => {
+  const url = 'http://w:8000/v1/completions';
+  it.each([
+    [
+      "a worker's 4xx passes through",
+      UpstreamError.fromStatus(url, 422, '{"error":{"message":"bad top_p"}}'),
+      422,
+      'invalid_request_error',
+      undefined,
+    ],
+    [
+      "a worker's 4xx on prefill, through the PrefillError",
+      PrefillError.from(UpstreamError.fromStatus(url, 400, 'too long')),
+      400,
+      'invalid_request_error',
+      'prefill',
+    ],
+    ["a worker's 5xx", UpstreamError.fromStatus(url, 500, 'boom'), 502, 'upstream_error', undefined],
+    [
+      'a connection failure',
+      UpstreamError.fromFailure(url, Object.assign(new Error('refused'), { code: 'ECONNREFUSED' })),
+      502,
+      'upstream_error',
+      undefined,
+    ],
+    ['a prefill failure', new PrefillError('prefill', 'KV transfer aborted'), 502, 'upstream_error', 'prefill'],
+    ['a deadline', new DeadlineError('decodeFirstToken', 100), 504, 'timeout', 'decode'],
+    ['no worker in rotation', new NoWorkerError(2), 503, 'service_unavailable', undefined],
+    [
+      'client handoff fields refused',
+      new HandoffFieldError(['kv_transfer_params']),
+      400,
+      'invalid_request_error',
+      undefined,
+    ],
+    ['the proxy shutting down', new ShutdownError(), 503, 'service_unavailable', undefined],
+    ['a body that is not JSON', new RequestError(400, 'not JSON'), 400, 'invalid_request_error', undefined],
+    ['a body over the limit', new RequestError(413, 'too big'), 413, 'invalid_request_error', undefined],
+    ['no such route', new RequestError(404, 'No route GET /x'), 404, 'not_found', undefined],
+    [
+      'a plain error with a worker failure as its cause',
+      new Error('wrapped', { cause: UpstreamError.fromStatus(url, 404, 'no such model') }),
+      404,
+      'invalid_request_error',
+      undefined,
+    ],
+    ['anything else', new Error('bug'), 500, 'internal_error', undefined],
+  ])('%s', (_, error, status, type, leg) => {
+    const answer = errorAnswer(error);
+    expect(answer.status).toBe(status);
+    expect(answer.body.error).toMatchObject({ type, code: status, message: (error as Error).message, param: null });
+    expect(answer.body.error.leg).toBe(leg);
+  });
+
+  it('the leg given by the caller wins', () => {
+    expect(errorAnswer(new Error('x'), 'decode').body.error.leg).toBe('decode');
+  });
+});

@@ -1,0 +1,141 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_CLEANUP_BUDGET_MS } from '../../src/flow/decode-leg.js';
+import { loadServeConfig, SERVE_USAGE } from '../../src/server/config.js';
+import { ConfigError, resolveProxyOptions, SETTINGS } from '../../src/server/options.js';
+import { createProxy } from '../../src/server/proxy.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'disagg-options-'));
+const file = (name: string, text: string) => {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+};
+const workers = ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d'];
+const refusal = (run: () => unknown): ConfigError => {
+  try {
+    run();
+  } catch (error) {
+    expect(ConfigError.is(error)).toBe(true);
+    expect((error as ConfigError).code).toBe('DISAGG_CONFIG');
+    return error as ConfigError;
+  }
+  throw new Error('expected a ConfigError');
+};
+
+describe('one table of settings for createProxy, disagg serve and its help', () => {
+  it('a config file key it does not know is refused by name, with the closest known one', () => {
+    const typo = file('typo.yaml', 'connector: vllm\nprefil: [http://p]\ndecode: [http://d]\n');
+    expect(refusal(() => loadServeConfig(['--config', typo], {})).message).toBe(
+      `Unknown setting "prefil" in ${typo}; did you mean "prefill"?`,
+    );
+    const flat = file(
+      'flat.yaml',
+      'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\ndeadlineTotalMs: 60000\n',
+    );
+    expect(refusal(() => loadServeConfig(['--config', flat], {})).message).toContain(
+      'did you mean "deadlines.totalMs"?',
+    );
+    const sglang = file(
+      'sglang.yaml',
+      'connector: sglang\nprefill: [http://p]\ndecode: [http://d]\nbootstrap_port: 9000\n',
+    );
+    expect(refusal(() => loadServeConfig(['--config', sglang], {})).message).toContain('did you mean "bootstrapPort"?');
+    const nested = file(
+      'nested.yaml',
+      'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\ndeadlines: { idle: 5 }\n',
+    );
+    expect(refusal(() => loadServeConfig(['--config', nested], {})).message).toContain('"deadlines.idle"');
+  });
+
+  it('a worker field it does not know is refused, with the closest known one', () => {
+    const path = file(
+      'worker.yaml',
+      'connector: sglang\nprefill: [{ url: "http://p", bootstrap_port: 9000 }]\ndecode: [http://d]\n',
+    );
+    expect(refusal(() => loadServeConfig(['--config', path], {})).message).toBe(
+      `prefill in ${path} has an unknown worker field "bootstrap_port"; did you mean "bootstrapPort"?`,
+    );
+  });
+
+  it('an error names the setting as it was given: the file key, the variable, the flag', () => {
+    const path = file(
+      'port.json',
+      JSON.stringify({ connector: 'vllm', prefill: ['http://p'], decode: ['http://d'], port: 'x' }),
+    );
+    expect(refusal(() => loadServeConfig(['--config', path], {})).message).toMatch(
+      new RegExp(`^port in ${path} must be`),
+    );
+    expect(refusal(() => loadServeConfig(workers, { DISAGG_PORT: 'x' })).message).toMatch(/^DISAGG_PORT must be/);
+    expect(refusal(() => loadServeConfig([...workers, '--port', 'x'], {})).message).toMatch(/^--port must be/);
+    expect(
+      refusal(() => createProxy({ connector: 'vllm', prefill: [{ url: 'http://p' }], decode: [], port: 1 } as never))
+        .message,
+    ).toMatch(/^Unknown option "port" of createProxy/);
+  });
+
+  it('the clean-up budget: the loader and createProxy refuse 0 as disaggregate does, and apply its default', () => {
+    expect(refusal(() => loadServeConfig([...workers, '--cleanup-budget-ms', '0'], {})).message).toBe(
+      '--cleanup-budget-ms must be a positive number of milliseconds, got "0"',
+    );
+    const options = { connector: 'vllm' as const, prefill: [{ url: 'http://p' }], decode: [{ url: 'http://d' }] };
+    expect(refusal(() => createProxy({ ...options, cleanupBudgetMs: 0 })).message).toBe(
+      'cleanupBudgetMs must be a positive number of milliseconds, got 0',
+    );
+    expect(resolveProxyOptions(options).cleanupBudgetMs).toBe(DEFAULT_CLEANUP_BUDGET_MS);
+  });
+
+  it('createProxy takes the same settings with the same defaults, and suggests a near name', () => {
+    const resolved = resolveProxyOptions({
+      connector: 'sglang',
+      prefill: [{ url: 'http://p0:30000' }, { url: 'http://p1:30000', bootstrapPort: 9001 }],
+      decode: [{ url: 'http://d0:30000' }],
+    });
+    expect(resolved).toMatchObject({
+      selection: 'least-in-flight',
+      healthIntervalMs: 5000,
+      slowClientTimeoutMs: 30_000,
+      keepAliveTimeoutMs: 72_000,
+      gracePeriodMs: 30_000,
+      maxBodyBytes: 8 * 1024 * 1024,
+      deadlines: {},
+      prefill: [
+        { url: 'http://p0:30000', bootstrapPort: 8998 },
+        { url: 'http://p1:30000', bootstrapPort: 9001 },
+      ],
+    });
+    expect(
+      refusal(() =>
+        resolveProxyOptions({
+          connector: 'vllm',
+          prefill: [{ url: 'http://p' }],
+          decode: [{ url: 'http://d' }],
+          selectoin: 'round-robin',
+        } as never),
+      ).message,
+    ).toBe('Unknown option "selectoin" of createProxy; did you mean "selection"?');
+  });
+
+  it('an unknown DISAGG_ variable is refused with a hint; the variables Kubernetes sets for a Service are not settings', () => {
+    expect(refusal(() => loadServeConfig(workers, { DISAGG_DEADLINE_TOTAL: '5' })).message).toBe(
+      'Unknown environment variable DISAGG_DEADLINE_TOTAL; did you mean "DISAGG_DEADLINE_TOTAL_MS"?',
+    );
+    const config = loadServeConfig(workers, {
+      DISAGG_SERVICE_HOST: '10.0.0.11',
+      DISAGG_SERVICE_PORT: '8000',
+      DISAGG_PORT: 'tcp://10.0.0.11:8000',
+      DISAGG_PORT_8000_TCP_ADDR: '10.0.0.11',
+    });
+    expect(config).toMatchObject({ port: 8000 });
+  });
+
+  it('--help lists every setting with its flag, variable, file key and default', () => {
+    for (const setting of SETTINGS) {
+      expect(SERVE_USAGE).toContain(`--${setting.flag} ${setting.arg}`);
+      expect(SERVE_USAGE).toContain(`${setting.env}; ${setting.key} in a file`);
+    }
+    expect(SERVE_USAGE).toContain(`(default ${DEFAULT_CLEANUP_BUDGET_MS})`);
+  });
+});
