@@ -55,3 +55,4 @@ export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protoc
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';
+export { type BrandCheck, branded, DisaggError } from './util/disagg-error.js';

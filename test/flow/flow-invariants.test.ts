@@ -11,9 +11,7 @@ import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { deferred, flush, type Item, isPending, recordingLogger, ScriptedSource, token } from '../support/async.js';
 import { client, eventLog, handoffItem } from '../support/flow.js';
-
-const RUNS = Number(process.env.DISAGG_PROPERTY_RUNS ?? 2000);
-const SEED = process.env.DISAGG_PROPERTY_SEED === 'random' ? undefined : 20261130;
+import { propertyOptions } from '../support/property.js';
 
 const ACTIONS = [
   'prefillOutput',
@@ -345,7 +343,7 @@ describe('the flow under random interleavings', () => {
           }
         },
       ),
-      { numRuns: RUNS, ...(SEED === undefined ? {} : { seed: SEED }) },
+      propertyOptions(2000, 20261130),
     );
   }, 120_000);
 });

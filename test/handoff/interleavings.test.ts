@@ -15,6 +15,7 @@ import {
   ScriptedSource,
   token,
 } from '../support/async.js';
+import { propertyOptions } from '../support/property.js';
 
 /** What the decode worker sends, in order; at most one of the last two kinds, last. */
 const decodeItems = fc
@@ -45,13 +46,6 @@ const decodeItems = fc
     }[last];
     return { items: [...tokens, ...tail], ends };
   });
-
-/** A fixed seed in CI; DISAGG_PROPERTY_SEED=random (or a number) explores further. */
-function propertySeed(): number | undefined {
-  const seed = process.env.DISAGG_PROPERTY_SEED;
-  if (seed === 'random') return undefined;
-  return seed === undefined ? 20261129 : Number(seed);
-}
 
 type Step = 'deliver' | 'prefill' | 'pull' | 'close';
 
@@ -174,7 +168,7 @@ describe('every interleaving of decode items, prefill outcome and consumer', () 
         if (prefillFails) await expect(task.wait()).rejects.toThrow('prefill connection lost');
         else await expect(task.wait()).resolves.toBeUndefined();
       }),
-      { numRuns: Number(process.env.DISAGG_PROPERTY_RUNS ?? 300), seed: propertySeed() },
+      propertyOptions(300, 20261129),
     );
   });
 });

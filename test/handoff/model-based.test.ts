@@ -13,6 +13,7 @@ import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { deferred, flush, type Item, isPending, recordingLogger, ScriptedSource } from '../support/async.js';
+import { propertyOptions } from '../support/property.js';
 import { type DecodeEvent, type Expectation, expect as model, type Output, type Schedule } from './handoff-model.js';
 
 const EVENTS: DecodeEvent[] = [
@@ -429,17 +430,6 @@ function checkHooks(r: Awaited<ReturnType<typeof run>>, observed: Observed): voi
   expect(values).toEqual(r.items.filter((item) => values.includes(item)));
 }
 
-/** Fixed in CI; DISAGG_PROPERTY_SEED=random (or a number) and DISAGG_PROPERTY_RUNS explore further. */
-function propertyOptions(runs: number): fc.Parameters<unknown> {
-  const seed = process.env.DISAGG_PROPERTY_SEED;
-  return {
-    numRuns: Number(process.env.DISAGG_PROPERTY_RUNS ?? runs),
-    // A hang is a failure with its schedule, not a stuck suite.
-    timeout: 2000,
-    ...(seed === 'random' ? {} : { seed: seed === undefined ? 42 : Number(seed) }),
-  };
-}
-
 describe('forwardDecode against the executable model of rules 1-14', () => {
   it('every generated schedule, for readers with up to three calls in flight: same items in call order, same end, same stopped contexts, decode closed, prefill untouched', async () => {
     await fc.assert(
@@ -514,7 +504,7 @@ describe('forwardDecode against the executable model of rules 1-14', () => {
           else await expect(r.task.wait()).rejects.toBeInstanceOf(PrefillError);
         },
       ),
-      propertyOptions(3000),
+      propertyOptions(3000, 42, 2000),
     );
   }, 180_000);
 });

@@ -1,0 +1,56 @@
+import type { ServerResponse } from 'node:http';
+import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-worker.js';
+import type { KvLedger } from './kv-ledger.js';
+
+/** What a protocol module may use of the fake worker it runs in. */
+export interface WorkerSide {
+  readonly ledger: KvLedger;
+  readonly options: FakeWorkerOptions;
+  readonly host: string;
+  readonly port: number;
+  /** This worker's engine id (vLLM names it in its handoff parameters). */
+  readonly engineId: string;
+  /** Resolves after `ms` (a timer the worker clears when it closes). */
+  pause(ms: number): Promise<void>;
+  /** Two fresh KV block ids. */
+  nextBlocks(): number[];
+  /** Frees `key` as stranded after the worker's KV timeout, unless it is claimed first. */
+  strandLater(key: string): void;
+  /**
+   * A ledger wait, cut short (undefined) by the bootstrap timeout, by the close of the worker,
+   * or by `res` closing before it was answered (its caller went away).
+   */
+  untilDone<T>(
+    res: ServerResponse,
+    waiting: { promise: Promise<T | undefined>; cancel(): void },
+  ): Promise<T | undefined>;
+  /** Answers an OpenAI-style error. */
+  answerError(res: ServerResponse, status: number, message: string): void;
+  /** Answers JSON (exact big integers). */
+  answerJson(res: ServerResponse, status: number, body: unknown): void;
+}
+
+/**
+ * What differs between the engines a fake worker imitates: the routes it serves, how a
+ * prefill call is recognised and answered, where a decode call takes its KV, and the
+ * worker's own endpoints for the KV handoff.
+ */
+export interface FakeProtocol {
+  readonly name: 'vllm' | 'sglang';
+  /** The generation routes it serves. */
+  readonly routes: readonly string[];
+  isPrefillCall(body: Record<string, unknown>): boolean;
+  /** Computes one token, commits the KV and answers as the engine does. */
+  prefill(worker: WorkerSide, res: ServerResponse, record: FakeRequest, fault: Fault | undefined): Promise<void>;
+  /** Where a decode call takes its KV (a URL and what to send), or undefined when it has none. */
+  kvSource(body: Record<string, unknown>): { url: string; payload: Record<string, unknown> } | undefined;
+  /** The worker's endpoints that decode workers call to take KV. */
+  readonly endpoints: Readonly<
+    Record<string, (worker: WorkerSide, res: ServerResponse, body: Record<string, unknown>) => void | Promise<void>>
+  >;
+}
+
+/** The ledger key of vLLM KV blocks. */
+export function kvKey(engineId: string, blocks: unknown): string {
+  return `${engineId}/${Array.isArray(blocks) ? blocks.join(',') : String(blocks)}`;
+}
