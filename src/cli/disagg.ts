@@ -2,7 +2,7 @@
 // The `disagg` command. The only module that writes to the console: a command-line tool.
 import { createRequire } from 'node:module';
 import { pino } from 'pino';
-import { ConfigError, loadServeConfig, SERVE_USAGE } from '../server/config.js';
+import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
 
 const USAGE = `Usage: disagg <command>
@@ -37,6 +37,12 @@ async function main(argv: string[]): Promise<number> {
     console.log(SERVE_USAGE);
     return 0;
   }
+  await serve(config);
+  return 0;
+}
+
+/** Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period. */
+async function serve(config: ServeConfig): Promise<void> {
   const logger = pino({ level: config.logLevel });
   const proxy = createProxy({
     connector: config.connector,
@@ -73,7 +79,6 @@ async function main(argv: string[]): Promise<number> {
     process.on('SIGINT', stop);
   });
   logger.info('Stopped');
-  return 0;
 }
 
 main(process.argv.slice(2)).then(

@@ -73,54 +73,82 @@ export async function handleCompletion(
     return errorAnswer(error, legOf(error));
   };
   try {
-    let stream: ResponseStream<EngineItem>;
-    try {
-      stream = await disaggregate({
-        request: body,
-        context,
-        prefill: proxy.engine,
-        decode: proxy.engine,
-        connector: proxy.connector,
-        prefillWorkers: proxy.prefillWorkers,
-        decodeWorkers: proxy.decodeWorkers,
-        onEvent: events.onEvent,
-        logger: proxy.logger,
-        deadlines: proxy.options.deadlines,
-        cleanupBudgetMs: proxy.options.cleanupBudgetMs,
-      });
-    } catch (error) {
-      setRouteHeaders(res, events.routed);
-      return answer(res, answerFor(error));
-    }
-    setRouteHeaders(res, events.routed);
-    const writer = new OpenAIWriter(route, body);
-    if (body.stream === true) {
-      await relaySse(stream, res, writer, entry, {
-        slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
-        answerFor,
-        interToken: (seconds) => proxy.metrics.interToken(seconds),
-      });
-    } else {
-      await answerWhole(stream, res, writer, answerFor);
-    }
+    await serve(proxy, { body, route, context, res, entry, events, answerFor });
   } finally {
     proxy.inFlight.delete(entry);
-    const { routed, finished } = events;
-    proxy.logger.info(
-      {
-        requestId,
-        route,
-        strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
-        prefillWorker: routed?.prefillWorker?.url,
-        decodeWorker: routed?.decodeWorker?.url,
-        outcome: finished?.outcome,
-        leg: finished?.leg,
-        status: res.statusCode,
-        durationMs: Math.round(performance.now() - started),
-      },
-      'request finished',
-    );
+    logRequest(proxy, { requestId, route, res, events, started });
   }
+}
+
+/** Runs the request through the flow and answers it, streamed or whole. */
+async function serve(
+  proxy: ProxyState,
+  request: {
+    body: Record<string, unknown>;
+    route: Route;
+    context: Controller;
+    res: ServerResponse;
+    entry: InFlightRequest;
+    events: ReturnType<typeof requestEvents>;
+    answerFor: (error: unknown) => ErrorAnswer;
+  },
+): Promise<void> {
+  const { body, context, res, events, answerFor } = request;
+  let stream: ResponseStream<EngineItem>;
+  try {
+    stream = await disaggregate({
+      request: body,
+      context,
+      prefill: proxy.engine,
+      decode: proxy.engine,
+      connector: proxy.connector,
+      prefillWorkers: proxy.prefillWorkers,
+      decodeWorkers: proxy.decodeWorkers,
+      onEvent: events.onEvent,
+      logger: proxy.logger,
+      deadlines: proxy.options.deadlines,
+      cleanupBudgetMs: proxy.options.cleanupBudgetMs,
+    });
+  } catch (error) {
+    setRouteHeaders(res, events.routed);
+    return answer(res, answerFor(error));
+  }
+  setRouteHeaders(res, events.routed);
+  const writer = new OpenAIWriter(request.route, body);
+  if (body.stream !== true) return answerWhole(stream, res, writer, answerFor);
+  await relaySse(stream, res, writer, request.entry, {
+    slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
+    answerFor,
+    interToken: (seconds) => proxy.metrics.interToken(seconds),
+  });
+}
+
+/** The one log line of a request, when it is over. */
+function logRequest(
+  proxy: ProxyState,
+  request: {
+    requestId: string;
+    route: Route;
+    res: ServerResponse;
+    events: ReturnType<typeof requestEvents>;
+    started: number;
+  },
+): void {
+  const { routed, finished } = request.events;
+  proxy.logger.info(
+    {
+      requestId: request.requestId,
+      route: request.route,
+      strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
+      prefillWorker: routed?.prefillWorker?.url,
+      decodeWorker: routed?.decodeWorker?.url,
+      outcome: finished?.outcome,
+      leg: finished?.leg,
+      status: request.res.statusCode,
+      durationMs: Math.round(performance.now() - request.started),
+    },
+    'request finished',
+  );
 }
 
 /** The request body as a JSON object, or a 400 / 413 {@link RequestError}. */
