@@ -36,14 +36,16 @@ export interface WorkerSide {
  * worker's own endpoints for the KV handoff.
  */
 export interface FakeProtocol {
-  readonly name: 'vllm' | 'sglang';
+  readonly name: 'vllm' | 'sglang' | 'trtllm';
   /** The generation routes it serves. */
   readonly routes: readonly string[];
+  /** Why a request body is refused (HTTP 400) before anything else, if it is. */
+  refuse?(path: string, body: Record<string, unknown>): string | undefined;
   isPrefillCall(body: Record<string, unknown>): boolean;
   /** Computes one token, commits the KV and answers as the engine does. */
   prefill(worker: WorkerSide, res: ServerResponse, record: FakeRequest, fault: Fault | undefined): Promise<void>;
-  /** Where a decode call takes its KV (a URL and what to send), or undefined when it has none. */
-  kvSource(body: Record<string, unknown>): { url: string; payload: Record<string, unknown> } | undefined;
+  /** Where a decode call takes its KV (a URL and what to send, per handoff; none when it has none). */
+  kvSources(body: Record<string, unknown>): Array<{ url: string; payload: Record<string, unknown> }>;
   /** The worker's endpoints that decode workers call to take KV. */
   readonly endpoints: Readonly<
     Record<string, (worker: WorkerSide, res: ServerResponse, body: Record<string, unknown>) => void | Promise<void>>

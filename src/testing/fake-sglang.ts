@@ -19,14 +19,18 @@ export const fakeSglang: FakeProtocol = {
     const requestId = record.requestId ?? randomUUID();
     await worker.pause(worker.options.tokenIntervalMs ?? 0);
     if (res.destroyed) return;
-    const room = String(record.body.bootstrap_room);
-    worker.ledger.commit(room, requestId);
+    // A batched request (several prompts, or n > 1) has a room per element, all on both legs.
+    const rooms = roomsOf(record.body);
+    for (const room of rooms) worker.ledger.commit(room, requestId);
     if (fault?.type === 'never-bootstrap') return; // never answers
-    const taken = (await worker.untilDone(res, worker.ledger.whenReleased(room))) === 'claimed';
-    if (!taken) {
+    const released = await Promise.all(rooms.map((room) => worker.untilDone(res, worker.ledger.whenReleased(room))));
+    const missing = rooms.filter((_, i) => released[i] !== 'claimed');
+    if (missing.length > 0) {
       // Timed out, or the router aborted this leg: the KV is freed unclaimed at once.
-      worker.ledger.strand(room);
-      if (!res.destroyed) worker.answerError(res, 500, `bootstrap room ${room} timed out waiting for decode`);
+      for (const room of missing) worker.ledger.strand(room);
+      if (!res.destroyed) {
+        worker.answerError(res, 500, `bootstrap room ${missing.join(', ')} timed out waiting for decode`);
+      }
       return;
     }
     await worker.pause(worker.options.transferMs ?? 0);
@@ -38,12 +42,14 @@ export const fakeSglang: FakeProtocol = {
     worker.answerJson(res, 200, oneTokenAnswer(record, worker.options.model));
   },
 
-  kvSource(body) {
-    if (body.bootstrap_room === undefined) return undefined;
-    return {
-      url: `http://${String(body.bootstrap_host)}:${String(body.bootstrap_port)}/fake/bootstrap`,
-      payload: { room: String(body.bootstrap_room) },
-    };
+  kvSources(body) {
+    if (body.bootstrap_room === undefined) return [];
+    const hosts = body.bootstrap_host;
+    const ports = body.bootstrap_port;
+    return roomsOf(body).map((room, i) => ({
+      url: `http://${String(Array.isArray(hosts) ? hosts[i] : hosts)}:${String(Array.isArray(ports) ? ports[i] : ports)}/fake/bootstrap`,
+      payload: { room },
+    }));
   },
 
   endpoints: {
@@ -59,3 +65,9 @@ export const fakeSglang: FakeProtocol = {
     },
   },
 };
+
+/** The rooms of a request: one, or a list (one per element of a batched request). */
+function roomsOf(body: Record<string, unknown>): string[] {
+  const room = body.bootstrap_room;
+  return Array.isArray(room) ? room.map(String) : [String(room)];
+}

@@ -37,13 +37,15 @@ export const fakeVllm: FakeProtocol = {
     worker.answerJson(res, 200, { ...oneTokenAnswer(record, worker.options.model), kv_transfer_params: params });
   },
 
-  kvSource(body) {
+  kvSources(body) {
     const params = body.kv_transfer_params as Record<string, unknown> | undefined;
-    if (params?.do_remote_prefill !== true) return undefined; // an aggregated request: nothing to take
-    return {
-      url: `http://${String(params.remote_host)}:${String(params.remote_port)}/fake/kv/claim`,
-      payload: { key: kvKey(String(params.remote_engine_id), params.remote_block_ids) },
-    };
+    if (params?.do_remote_prefill !== true) return []; // an aggregated request: nothing to take
+    return [
+      {
+        url: `http://${String(params.remote_host)}:${String(params.remote_port)}/fake/kv/claim`,
+        payload: { key: kvKey(String(params.remote_engine_id), params.remote_block_ids) },
+      },
+    ];
   },
 
   endpoints: {

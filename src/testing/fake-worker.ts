@@ -5,9 +5,10 @@ import { request } from 'undici';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
-import { formatFor, usageOf, wantsUsage } from './fake-formats.js';
+import { type FakeAnswer, formatFor, planAnswer, usageOf, wantsUsage } from './fake-formats.js';
 import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
 import { fakeSglang } from './fake-sglang.js';
+import { fakeTrtllm } from './fake-trtllm.js';
 import { fakeVllm } from './fake-vllm.js';
 import { KvLedger } from './kv-ledger.js';
 
@@ -51,7 +52,7 @@ export interface FakeRequest {
 /** Options of {@link startFakeWorker}. */
 export interface FakeWorkerOptions {
   role: 'prefill' | 'decode';
-  protocol: 'vllm' | 'sglang';
+  protocol: 'vllm' | 'sglang' | 'trtllm';
   /** Tokens a decode answers at most (fewer if the request's max_tokens says so); 8 by default. */
   tokens?: number;
   /** Milliseconds between streamed tokens; 0 by default. */
@@ -69,6 +70,12 @@ export interface FakeWorkerOptions {
   bootstrapTimeoutMs?: number;
   /** The model id it serves (`/v1/models`); `fake-model` by default. */
   model?: string;
+  /**
+   * What a decode answers (reasoning, tool calls, an abort, an error chunk, ...), for every
+   * request or per request; `tok0 tok1 ...` up to the token budget by default. Several
+   * choices (`n`, a list prompt) each answer the same; logprobs come when the request asks.
+   */
+  answer?: FakeAnswer | ((request: FakeRequest) => FakeAnswer | undefined);
 }
 
 /** A running fake worker. */
@@ -77,7 +84,7 @@ export interface FakeWorker {
   readonly url: string;
   readonly port: number;
   readonly role: 'prefill' | 'decode';
-  readonly protocol: 'vllm' | 'sglang';
+  readonly protocol: 'vllm' | 'sglang' | 'trtllm';
   /** Where decode workers meet this prefill worker (SGLang): this server. */
   readonly bootstrapHost: string;
   readonly bootstrapPort: number;
@@ -125,15 +132,21 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
   if (options?.role !== 'prefill' && options?.role !== 'decode') {
     throw new TypeError(`startFakeWorker expects role 'prefill' or 'decode', got ${describeValue(options?.role)}`);
   }
-  if (options.protocol !== 'vllm' && options.protocol !== 'sglang') {
-    throw new TypeError(`startFakeWorker expects protocol 'vllm' or 'sglang', got ${describeValue(options.protocol)}`);
+  if (!['vllm', 'sglang', 'trtllm'].includes(options.protocol)) {
+    throw new TypeError(
+      `startFakeWorker expects protocol 'vllm', 'sglang' or 'trtllm', got ${describeValue(options.protocol)}`,
+    );
   }
   const worker = new Worker(options);
   await worker.listen();
   return worker;
 }
 
-const PROTOCOLS: Record<FakeWorkerOptions['protocol'], FakeProtocol> = { vllm: fakeVllm, sglang: fakeSglang };
+const PROTOCOLS: Record<FakeWorkerOptions['protocol'], FakeProtocol> = {
+  vllm: fakeVllm,
+  sglang: fakeSglang,
+  trtllm: fakeTrtllm,
+};
 
 /**
  * The HTTP side of a fake worker, common to both engines: routes, request records, faults,
@@ -142,7 +155,7 @@ const PROTOCOLS: Record<FakeWorkerOptions['protocol'], FakeProtocol> = { vllm: f
  */
 class Worker implements FakeWorker, WorkerSide {
   readonly role: 'prefill' | 'decode';
-  readonly protocol: 'vllm' | 'sglang';
+  readonly protocol: 'vllm' | 'sglang' | 'trtllm';
   readonly host = HOST;
   readonly bootstrapHost = HOST;
   readonly ledger = new KvLedger();
@@ -243,6 +256,8 @@ class Worker implements FakeWorker, WorkerSide {
     const endpoint = this.#engine.endpoints[path];
     if (endpoint !== undefined) return endpoint(this, res, body);
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
+    const refused = this.#engine.refuse?.(path, body);
+    if (refused !== undefined) return this.answerError(res, 400, refused);
     const record: FakeRequest = {
       path,
       headers: req.headers,
@@ -277,37 +292,41 @@ class Worker implements FakeWorker, WorkerSide {
         return;
       }
     }
-    const sampling = body.sampling_params as { max_new_tokens?: unknown } | undefined;
-    const limit = Number(
-      body.max_tokens ?? body.max_completion_tokens ?? sampling?.max_new_tokens ?? Number.POSITIVE_INFINITY,
-    );
-    const count = Math.max(0, Math.min(this.options.tokens ?? 8, limit));
-    const finish = count === limit ? 'length' : 'stop';
+    const answer = typeof this.options.answer === 'function' ? this.options.answer(record) : this.options.answer;
+    const plan = planAnswer(body, answer, this.options.tokens ?? 8);
     const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (this.options.tokenIntervalMs ?? 0);
     const format = formatFor(record.path, this.options.model);
+    const usage = usageOf(body, plan.completionTokens);
     if (body.stream !== true) {
-      await this.pause(interval * count);
+      await this.pause(interval * plan.completionTokens);
       if (res.destroyed) return;
       record.completed = true;
-      return this.answerJson(res, 200, format.whole(count, finish, usageOf(body, count)));
+      if (plan.error !== undefined) return this.answerError(res, plan.error.code, plan.error.message);
+      return this.answerJson(res, 200, format.whole(plan, usage));
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    // As vLLM does for chat: a first chunk with the role and no text.
-    const opening = format.opening();
-    if (opening !== undefined) res.write(`data: ${stringifyJson(opening)}\n\n`);
+    const chunks = format.streamed(plan);
     const breaking = fault?.type === 'error-event' || fault?.type === 'reset' ? fault : undefined;
-    const breakAt = breaking === undefined ? -1 : (breaking.afterTokens ?? 1);
-    for (let i = 0; i < count; i++) {
+    // Counted in tokens: chat's opening chunk (the role) comes before the first.
+    const opening = record.path === '/v1/chat/completions' ? plan.choices.length : 0;
+    const breakAt = breaking === undefined ? -1 : opening + (breaking.afterTokens ?? 1);
+    for (const [i, chunk] of chunks.entries()) {
       if (breaking !== undefined && i === breakAt) return this.#breakStream(res, breaking);
-      await this.pause(interval);
+      if (i >= opening) await this.pause(interval);
       if (res.destroyed) return;
       // As a real server does: no faster than the client reads.
-      if (!res.write(`data: ${stringifyJson(format.chunk(i, null))}\n\n`) && !(await drained(res))) return;
+      if (!res.write(`data: ${stringifyJson(chunk)}\n\n`) && !(await drained(res))) return;
     }
-    if (breaking !== undefined && breakAt >= count) return this.#breakStream(res, breaking);
-    res.write(`data: ${stringifyJson(format.chunk(count, finish))}\n\n`);
-    // As vLLM does: the usage in a chunk of its own, with no choices.
-    if (wantsUsage(body)) res.write(`data: ${stringifyJson(format.usage(usageOf(body, count)))}\n\n`);
+    if (breaking !== undefined && breakAt >= chunks.length) return this.#breakStream(res, breaking);
+    if (plan.error !== undefined) {
+      // As vLLM does: the error as a chunk of the 200 stream, then the end.
+      const { code, message } = plan.error;
+      const type = code >= 500 ? 'InternalServerError' : 'BadRequestError';
+      res.write(`data: ${JSON.stringify({ error: { object: 'error', message, type, param: null, code } })}\n\n`);
+    } else if (wantsUsage(body) && record.path !== '/generate') {
+      // As vLLM does: the usage in a chunk of its own, with no choices.
+      res.write(`data: ${stringifyJson(format.usage(usage))}\n\n`);
+    }
     res.write('data: [DONE]\n\n');
     record.completed = true;
     res.end();
@@ -326,17 +345,20 @@ class Worker implements FakeWorker, WorkerSide {
     res.end();
   }
 
-  /** Takes the KV prefill committed: undefined when taken (or there is none), else why not. */
+  /** Takes the KV prefill committed (every handoff the body names): undefined when taken, else why not. */
   async #takeKv(body: Record<string, unknown>, signal: AbortSignal): Promise<string | undefined> {
-    const source = this.#engine.kvSource(body);
-    if (source === undefined) return undefined;
-    try {
-      const answer = await request(source.url, { method: 'POST', body: JSON.stringify(source.payload), signal });
-      const text = await answer.body.text();
-      return answer.statusCode === 200 ? undefined : `KV transfer failed: ${text}`;
-    } catch (error) {
-      return `KV transfer failed: ${String(error)}`;
-    }
+    const failures = await Promise.all(
+      this.#engine.kvSources(body).map(async (source) => {
+        try {
+          const answer = await request(source.url, { method: 'POST', body: JSON.stringify(source.payload), signal });
+          const text = await answer.body.text();
+          return answer.statusCode === 200 ? undefined : `KV transfer failed: ${text}`;
+        } catch (error) {
+          return `KV transfer failed: ${String(error)}`;
+        }
+      }),
+    );
+    return failures.find((failure) => failure !== undefined);
   }
 
   // WorkerSide: what the protocol modules use.

@@ -1,5 +1,7 @@
 // The `disagg/testing` subpath: fake prefill and decode workers that speak the vLLM and SGLang
 // protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs.
+
+export type { FakeAnswer } from './fake-formats.js';
 export {
   type FakeRequest,
   type FakeWorker,

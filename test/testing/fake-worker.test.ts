@@ -69,7 +69,7 @@ describe('startFakeWorker', () => {
       "role 'prefill' or 'decode'",
     );
     await expect(startFakeWorker({ role: 'decode', protocol: 'trt' as never })).rejects.toThrow(
-      "protocol 'vllm' or 'sglang'",
+      "protocol 'vllm', 'sglang' or 'trtllm'",
     );
   });
 });
