@@ -31,7 +31,12 @@ export {
   sanitizeClientRequest,
 } from './flow/handoff-fields.js';
 export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
-export { decodeRequest, prefillRequest, type RequestBody } from './flow/request-shaping.js';
+export {
+  decodeRequest,
+  prefillRequest,
+  type RequestBody,
+  UnsupportedRequestError,
+} from './flow/request-shaping.js';
 export {
   type Lease,
   NoWorkerError,

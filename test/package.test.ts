@@ -22,6 +22,7 @@ const EXPORTS = [
   'PrefillError',
   'PrefillTask',
   'ResponseStream',
+  'UnsupportedRequestError',
   'UpstreamError',
   'WorkerPool',
   'branded',

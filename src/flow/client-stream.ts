@@ -6,6 +6,7 @@ import { CallOrder } from '../util/call-order.js';
 import { closeQuietly } from '../util/close-quietly.js';
 import { deadlineIn } from './deadlines.js';
 import type { FlowRecorder, Leg } from './events.js';
+import { type PromptTokensDetails, withPromptDetails } from './usage.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
 
@@ -39,6 +40,8 @@ export interface ClientStreamHooks {
   recorder: FlowRecorder;
   /** Milliseconds decode's terminal waited for prefill, if it did. */
   heldFor(): number | undefined;
+  /** The prefill leg's `prompt_tokens_details`, which the client's usage takes. */
+  promptDetails(): PromptTokensDetails | undefined;
   /**
    * Called once when the client stream is over, before what is behind it is closed; `early`
    * when the consumer closed it before decode's end.
@@ -109,8 +112,9 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
    * What the client gets for an item: the item, the deadline behind an error shown as
    * itself, or undefined (done) once the stream has ended. Records what the item means.
    */
-  readonly answerItem = (item: EngineItem): EngineItem | undefined => {
+  readonly answerItem = (answered: EngineItem): EngineItem | undefined => {
     if (this.#done) return undefined;
+    let item = answered;
     const error = Annotated.err(item);
     if (error !== undefined) {
       const shown = clientError(error) as Error;
@@ -122,6 +126,9 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
       this.#first = false;
       recorder.emit({ type: 'firstToken' });
     }
+    const usage = item?.data?.completion_usage;
+    const details = usage === undefined || usage === null ? undefined : this.#hooks.promptDetails();
+    if (details !== undefined) item = withPromptDetails(item, details);
     const reason = item?.data?.finish_reason;
     if (reason !== undefined && reason !== null) {
       if (FinishReason.isError(reason)) this.#end('error', 'decode', new Error(reason.error));

@@ -20,6 +20,48 @@ export interface Connector {
   prefillBody(request: RequestBody, bootstrap?: BootstrapInfo): RequestBody;
   /** The decode leg's body. */
   decodeBody(request: RequestBody, handoff: Handoff): RequestBody;
+  /**
+   * What of `request` the engine cannot serve disaggregated (the field, and why), if anything:
+   * the request is refused before any worker is called.
+   */
+  refuse?(request: RequestBody): { param: string; message: string } | undefined;
+}
+
+/** How many answers a request asks for: its prompts (a list prompt is a batch) times `n`. */
+export function elementsOf(request: RequestBody): number {
+  const n = typeof request.n === 'number' && request.n > 1 ? request.n : 1;
+  const batch = [request.prompt, request.text, request.input_ids].find(
+    (value) => Array.isArray(value) && value.length > 0 && (typeof value[0] === 'string' || Array.isArray(value[0])),
+  );
+  return (batch === undefined ? 1 : (batch as unknown[]).length) * n;
+}
+
+/**
+ * For engines whose handoff carries the KV of one sequence: one prompt, one choice. Several
+ * choices or prompts would each need their own handoff, which the engine's one set of
+ * parameters cannot name.
+ */
+function oneSequence(engine: string): (request: RequestBody) => { param: string; message: string } | undefined {
+  return (request) => {
+    const n = request.n ?? 1;
+    if (typeof n === 'number' && n > 1) {
+      return {
+        param: 'n',
+        message: `n > 1 is not supported by the ${engine} handoff: each choice would need KV of its own`,
+      };
+    }
+    const bestOf = request.best_of ?? 1;
+    if (typeof bestOf === 'number' && bestOf > 1) {
+      return { param: 'best_of', message: `best_of > 1 is not supported by the ${engine} handoff` };
+    }
+    if (elementsOf({ prompt: request.prompt }) > 1) {
+      return {
+        param: 'prompt',
+        message: `a batch of prompts is not supported by the ${engine} handoff: send one prompt per request`,
+      };
+    }
+    return undefined;
+  };
 }
 
 function paramsOf(handoff: Handoff, connector: string): unknown {
@@ -54,20 +96,28 @@ export const vllmNixl: Connector = Object.freeze({
   }),
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { kv_transfer_params: paramsOf(handoff, 'vllm-nixl') }),
+  refuse: oneSequence('vLLM NIXL'),
 });
 
 /**
  * TensorRT-LLM, context first: the context (prefill) request is `context_only`; the
  * generation request carries the context response's parameters (`ctx_request_id` and
- * friends) as `generation_only`.
+ * friends, found on its choice) as `generation_only`. TensorRT-LLM's server refuses fields it
+ * does not know, so both bodies carry only what the client sent plus the handoff: the context
+ * request is not streamed, and computes its one token whatever `max_tokens` says.
  */
 export const trtllmContextFirst: Connector = Object.freeze({
   name: 'trtllm-context-first',
   family: 'sequential',
-  prefillBody: (request: RequestBody) => ({
-    ...prefillRequest(request),
-    disaggregated_params: { request_type: 'context_only' },
-  }),
+  prefillBody: (request: RequestBody) => {
+    const { stream_options: _options, ...rest } = request;
+    return {
+      ...rest,
+      ...(request.stream === undefined ? {} : { stream: false }),
+      disaggregated_params: { request_type: 'context_only' },
+    };
+  },
+  refuse: oneSequence('TensorRT-LLM'),
   decodeBody: (request: RequestBody, handoff: Handoff) => {
     const params = paramsOf(handoff, 'trtllm-context-first');
     return decodeRequest(request, {
@@ -85,7 +135,9 @@ export const sglangBootstrap: Connector = Object.freeze({
   family: 'concurrent',
   prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
     if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
-    return { ...prefillRequest(request), ...bootstrap };
+    // A batched request (several prompts, or n > 1) has a room per element, and prefill must
+    // compute every element that decode will claim: the same n on both legs.
+    return { ...prefillRequest(request), ...(request.n === undefined ? {} : { n: request.n }), ...bootstrap };
   },
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
@@ -98,7 +150,8 @@ export const sglangBootstrap: Connector = Object.freeze({
 export const earlyBootstrap: Connector = Object.freeze({
   name: 'early-bootstrap',
   family: 'early',
-  prefillBody: (request: RequestBody) => prefillRequest(request),
+  // Streamed, so that its first output (the rendezvous) arrives while it still runs.
+  prefillBody: (request: RequestBody) => ({ ...prefillRequest(request), stream: true }),
   // A prefill that finished without naming a rendezvous hands off its parameters instead.
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     handoff.kind === 'bootstrap'

@@ -9,7 +9,7 @@ import { DEFAULT_CLEANUP_BUDGET_MS } from './decode-leg.js';
 import { type FlowEventListener, FlowRecorder } from './events.js';
 import { type EngineCall, FlowRun } from './flow-run.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
-import type { RequestBody } from './request-shaping.js';
+import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
 import { type Lease, WorkerPool } from './worker-pool.js';
 
 /**
@@ -115,6 +115,8 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
  * @throws {PrefillError} when prefill fails before decode is dispatched;
  *   {DeadlineError} when a budget runs out before the client stream exists;
  *   {HandoffFieldError} for client handoff fields with `clientHandoffFields: 'reject'`;
+ *   {UnsupportedRequestError} for a request the connector's engine cannot serve disaggregated
+ *   (`n > 1` with vLLM's NIXL or TensorRT-LLM, say), naming the field;
  *   {TypeError} for invalid options, or a concurrent connector without a prefill worker rendezvous.
  */
 export async function disaggregate<P = PrefillWorker, D = unknown>(
@@ -123,6 +125,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   checkOptions(options);
   const { connector, context, logger } = options;
   const request = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
+  const refused = connector.refuse?.(request);
+  if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);
   const cleanupBudgetMs = checkBudget('cleanupBudgetMs', options.cleanupBudgetMs, DEFAULT_CLEANUP_BUDGET_MS);
   const log = () => logger ?? defaultLogger();

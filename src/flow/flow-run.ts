@@ -11,16 +11,17 @@ import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
+import { describeValue } from '../util/describe-value.js';
 import { once } from '../util/once.js';
 import { mintBootstrapRoom } from './bootstrap-room.js';
 import { ClientStream, clientError, legOf } from './client-stream.js';
-import type { Connector } from './connectors.js';
+import { type Connector, elementsOf } from './connectors.js';
 import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
 import { DecodeLeg } from './decode-leg.js';
 import type { FlowRecorder, Strategy } from './events.js';
 import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
 import { decodeRequest, type RequestBody } from './request-shaping.js';
-import { withPrefillUsage } from './usage.js';
+import { type PromptTokensDetails, promptDetailsOf } from './usage.js';
 import { WatchedIterator } from './watched-iterator.js';
 import type { Lease } from './worker-pool.js';
 
@@ -96,6 +97,8 @@ export class FlowRun {
   #leg: DecodeLeg | undefined;
   /** What the client reads, once the request has a stream. */
   readonly #client: ClientStream;
+  /** The prefill leg's `prompt_tokens_details`, for the usage the client gets. */
+  #promptDetails: PromptTokensDetails | undefined;
   /** The background prefill (concurrent and early families): its state is read synchronously. */
   #task: PrefillTask | undefined;
   #decodeOpened = false;
@@ -110,6 +113,7 @@ export class FlowRun {
     this.#client = new ClientStream({
       recorder: setup.recorder,
       heldFor: () => this.#leg?.heldFor(),
+      promptDetails: () => this.#promptDetails,
       onEnd: (early) => {
         if (!early) this.#leg?.clientFinished();
         this.#clientEnded();
@@ -150,7 +154,7 @@ export class FlowRun {
 
   async #concurrent(): Promise<ResponseStream<EngineItem>> {
     const { connector, request, recorder } = this.#setup;
-    const bootstrap = rendezvous(this.#setup.prefillLease?.worker, connector.name);
+    const bootstrap = rendezvous(this.#setup.prefillLease?.worker, connector.name, elementsOf(request));
     const task = PrefillTask.spawn(async () => {
       const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap));
       for (let step = await reader.next(); step.done !== true; step = await reader.next()) {
@@ -216,9 +220,7 @@ export class FlowRun {
         });
         // Dispatched even if the client has gone: the decode worker must take the KV.
         const stream = await this.#flowTrip.guard(this.#dispatchDecode(body, true));
-        return this.#toClient(
-          promptTokensDetails === undefined ? stream : withPrefillUsage(stream, promptTokensDetails),
-        );
+        return this.#toClient(stream);
       }
     }
   }
@@ -247,7 +249,10 @@ export class FlowRun {
       interruptible: true,
       deadline: (phase, ms) => new DeadlineError(phase, ms),
       observe: (step, read) => {
-        if (read === 0 && step !== undefined && step.done !== true) this.#firstOutput();
+        if (step === undefined || step.done === true) return;
+        if (read === 0) this.#firstOutput();
+        // What prefill says of the prompt is what the client's usage says (decode's is wrong).
+        this.#promptDetails = promptDetailsOf(step.value) ?? this.#promptDetails;
       },
       expired: (error) => Promise.reject(error),
     });
@@ -415,8 +420,11 @@ export class FlowRun {
   }
 }
 
-/** The rendezvous of the chosen prefill worker (concurrent family). */
-function rendezvous(worker: unknown, connector: string): BootstrapInfo {
+/**
+ * The rendezvous of the chosen prefill worker (concurrent family): one room, or one per element
+ * of a batched request (with as many hosts and ports), each congruent to the worker's DP rank.
+ */
+function rendezvous(worker: unknown, connector: string, elements: number): BootstrapInfo {
   const { bootstrapPort, dpRank, dpSize, url } = (worker ?? {}) as Record<string, unknown>;
   // The host defaults to the worker's own: its bootstrap server runs beside its HTTP server.
   const bootstrapHost = (worker as { bootstrapHost?: unknown } | undefined)?.bootstrapHost ?? hostOf(url);
@@ -425,11 +433,23 @@ function rendezvous(worker: unknown, connector: string): BootstrapInfo {
       `The ${connector} connector sends both legs at once and needs the prefill worker's rendezvous: prefillWorker (or prefillWorkers) with { bootstrapPort } and { bootstrapHost } or a { url } to take the host from`,
     );
   }
-  const dp = dpSize === undefined ? {} : { dpRank: (dpRank ?? 0) as number, dpSize: dpSize as number };
+  if (dpSize !== undefined && dpRank === undefined) {
+    throw new TypeError(
+      `The prefill worker ${describeValue(url ?? bootstrapHost)} has dpSize ${describeValue(dpSize)} but no dpRank: a room is routed to the rank it is congruent to, so say which rank (0 to dpSize - 1) this worker entry stands for`,
+    );
+  }
+  const dp = dpSize === undefined ? {} : { dpRank: dpRank as number, dpSize: dpSize as number };
+  if (elements <= 1) {
+    return {
+      bootstrap_host: bootstrapHost,
+      bootstrap_port: bootstrapPort as number,
+      bootstrap_room: mintBootstrapRoom(dp),
+    };
+  }
   return {
-    bootstrap_host: bootstrapHost,
-    bootstrap_port: bootstrapPort as number,
-    bootstrap_room: mintBootstrapRoom(dp),
+    bootstrap_host: Array.from({ length: elements }, () => bootstrapHost),
+    bootstrap_port: Array.from({ length: elements }, () => bootstrapPort as number),
+    bootstrap_room: Array.from({ length: elements }, () => mintBootstrapRoom(dp)),
   };
 }
 

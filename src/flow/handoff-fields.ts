@@ -8,13 +8,22 @@ import type { RequestBody } from './request-shaping.js';
  * worker connect where the client says) or a way to collide rooms.
  */
 export const HANDOFF_FIELDS: readonly string[] = Object.freeze([
+  // vLLM's connectors
   'kv_transfer_params',
+  'transfer_id',
+  // TensorRT-LLM
   'disaggregated_params',
+  // SGLang's rendezvous and the routing it does for a router (DP ranks, admission)
   'bootstrap_host',
   'bootstrap_port',
   'bootstrap_room',
-  'transfer_id',
+  'bootstrap_pair_key',
+  'decode_tp_size',
   'data_parallel_rank',
+  'routed_dp_rank',
+  'disagg_prefill_dp_rank',
+  'pd_prefill_admission_ack',
+  'decode_token_reservation_id',
 ]);
 
 /** A client request carried fields that only the router may set (see {@link HANDOFF_FIELDS}). */

@@ -6,10 +6,13 @@ import { closeQuietly } from '../util/close-quietly.js';
 
 /** Where the decode worker meets the prefill worker in an early (bootstrap) handoff. */
 export interface BootstrapInfo {
-  bootstrap_host: string;
-  bootstrap_port: number;
-  /** Unsigned 64-bit: a `bigint`, so that it stays exact above 2^53. */
-  bootstrap_room: bigint;
+  bootstrap_host: string | string[];
+  bootstrap_port: number | number[];
+  /**
+   * Unsigned 64-bit: a `bigint`, so that it stays exact above 2^53. A batched request (several
+   * prompts, or `n > 1`) has one per element, and lists of hosts and ports beside them.
+   */
+  bootstrap_room: bigint | bigint[];
 }
 
 /** What a prefill answered, as the flow needs it. */
@@ -68,6 +71,8 @@ export async function classifyPrefill(
     }
     const reason = output?.data?.finish_reason;
     if (reason !== undefined && reason !== null && reason !== 'length') {
+      // A finished answer is classified like any prefill output: an abort or an error fails.
+      PrefillTask.checkOutput(output);
       const { disaggregated_params: _params, ...data } = output.data as LLMEngineOutput;
       return { kind: 'finished', output: { ...output, data } };
     }

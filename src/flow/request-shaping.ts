@@ -4,8 +4,27 @@
  * values exactly.
  */
 
+import { branded, DisaggError } from '../util/disagg-error.js';
+
 /** An OpenAI-compatible request body (completions or chat completions), as JSON. */
 export type RequestBody = Record<string, unknown>;
+
+/**
+ * A request the engines cannot serve disaggregated, or that does not fit its route: `param`
+ * names the field (as OpenAI's error bodies do). Raised before any worker is called.
+ * `code`: `DISAGG_UNSUPPORTED_REQUEST`.
+ */
+export class UnsupportedRequestError extends DisaggError {
+  static override readonly is = branded<UnsupportedRequestError>('UnsupportedRequestError');
+  declare readonly code: 'DISAGG_UNSUPPORTED_REQUEST';
+  /** The request field at fault. */
+  readonly param: string;
+
+  constructor(param: string, message: string) {
+    super('DISAGG_UNSUPPORTED_REQUEST', message);
+    this.param = param;
+  }
+}
 
 /**
  * The prefill leg's body: a copy of `request` that can produce exactly one token and answers

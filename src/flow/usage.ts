@@ -1,41 +1,62 @@
+import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
-import { ResponseStream } from '../runtime/response-stream.js';
 
-type Details = Record<string, unknown>;
+/** What prefill reports of the prompt (above all `cached_tokens`). */
+export type PromptTokensDetails = Record<string, unknown>;
 
-function withDetails(step: IteratorResult<EngineItem>, details: Details): IteratorResult<EngineItem> {
-  const usage = step.done === true ? undefined : step.value?.data?.completion_usage;
-  if (usage === undefined || usage === null) return step;
-  const item = step.value as EngineItem;
-  const data = item.data as LLMEngineOutput;
-  return {
-    done: false,
-    value: {
-      ...item,
-      data: {
-        ...data,
-        completion_usage: { ...usage, prompt_tokens_details: { ...usage.prompt_tokens_details, ...details } },
-      },
-    },
-  };
+/**
+ * The prompt details of a prefill output's usage, if it reports any: the prompt was computed,
+ * and its cache hits counted, on the prefill worker.
+ */
+export function promptDetailsOf(item: EngineItem | undefined): PromptTokensDetails | undefined {
+  const found = item?.data?.completion_usage?.prompt_tokens_details;
+  return found === undefined || found === null ? undefined : (found as PromptTokensDetails);
 }
 
 /**
- * Decode's stream with the prefill leg's `prompt_tokens_details` (above all `cached_tokens`)
- * in every usage it reports: the prompt was computed, and its cache hits counted, on the
- * prefill worker, so decode's own figure for them is wrong. Items without usage pass through
- * as they are; closing the stream closes decode.
+ * `item` with the prefill leg's `prompt_tokens_details` in the usage it reports, in its data and
+ * in what the worker sent for it (the `usage` of an OpenAI chunk or body, SGLang's
+ * `meta_info.cached_tokens`), so that a relay of the worker's own JSON says the same. Decode's
+ * own figure for the prompt is wrong: decode did not compute it. An item without usage is
+ * returned as it is.
  */
-export function withPrefillUsage(stream: ResponseStream<EngineItem>, details: Details): ResponseStream<EngineItem> {
-  const fix = (step: IteratorResult<EngineItem>) => withDetails(step, details);
-  const iterable: AsyncIterable<EngineItem> = {
-    [Symbol.asyncIterator]() {
-      const source = stream[Symbol.asyncIterator]();
-      return {
-        next: () => source.next().then(fix),
-        return: (value?: unknown) => source.return?.(value) ?? Promise.resolve({ value: undefined, done: true }),
-      };
+export function withPromptDetails(item: EngineItem, details: PromptTokensDetails): EngineItem {
+  const usage = item.data?.completion_usage;
+  if (usage === undefined || usage === null) return item;
+  const patched: EngineItem = {
+    ...item,
+    data: {
+      ...(item.data as LLMEngineOutput),
+      completion_usage: { ...usage, prompt_tokens_details: { ...usage.prompt_tokens_details, ...details } },
     },
   };
-  return new ResponseStream(iterable, stream.context);
+  const wire = Annotated.wire(item);
+  return wire === undefined
+    ? patched
+    : Annotated.withWire(
+        patched,
+        wire.map((chunk) => patchChunk(chunk, details)),
+      );
+}
+
+function patchChunk(chunk: WireChunk, details: PromptTokensDetails): WireChunk {
+  const { json } = chunk;
+  const usage = json.usage as Record<string, unknown> | undefined | null;
+  if (typeof usage === 'object' && usage !== null) {
+    const prompt = (usage.prompt_tokens_details ?? {}) as Record<string, unknown>;
+    return {
+      ...chunk,
+      text: undefined,
+      json: { ...json, usage: { ...usage, prompt_tokens_details: { ...prompt, ...details } } },
+    };
+  }
+  const meta = json.meta_info as Record<string, unknown> | undefined | null;
+  if (typeof meta === 'object' && meta !== null && details.cached_tokens !== undefined) {
+    return {
+      ...chunk,
+      text: undefined,
+      json: { ...json, meta_info: { ...meta, cached_tokens: details.cached_tokens } },
+    };
+  }
+  return chunk;
 }

@@ -2,6 +2,7 @@ import { createParser, type EventSourceMessage, type EventSourceParser } from 'e
 import { type Dispatcher, request } from 'undici';
 import type { Engine } from '../flow/disaggregate.js';
 import { Annotated } from '../protocol/annotated.js';
+import { FinishReason } from '../protocol/finish-reason.js';
 import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
@@ -102,7 +103,7 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
     const contentType = String(response.headers['content-type'] ?? '');
     const convert = route === 'generate' ? generateReader() : outputFromOpenAI;
     const mode = contentType.includes('text/event-stream') ? 'sse' : 'json';
-    return new ResponseStream(new BodyItems(response.body, url, mode, convert, context), context);
+    return new ResponseStream(new BodyItems(response.body, url, mode, convert, context, choicesOf(body)), context);
   };
 }
 
@@ -153,6 +154,10 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
   #text = '';
   #finished = false;
   #terminal = false;
+  /** How many choices the answer has (`n`, a list prompt): the stream ends when all have finished. */
+  readonly #choices: number;
+  /** The choices whose finish has been read, when there are several. */
+  readonly #finishedChoices = new Set<number>();
   /** Closed by `return()`: later calls are done at once. */
   #closed = false;
   /** One read of the body at a time, answered in call order (pipelined readers). */
@@ -164,8 +169,10 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
     mode: 'sse' | 'json',
     convert: (json: unknown) => EngineItem,
     context: AsyncEngineContext,
+    choices: number,
   ) {
     this.#body = body;
+    this.#choices = choices;
     this.#chunks = body[Symbol.asyncIterator]();
     this.#url = url;
     this.#json = mode === 'json';
@@ -233,19 +240,20 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
       return;
     }
     if (event.event === 'error') {
+      const json = safeParse(event.data);
       this.#fail(
-        new UpstreamError(
-          'status',
-          `${this.#url} sent an error event: ${errorText(safeParse(event.data)) ?? event.data}`,
-          { url: this.#url, body: event.data },
-        ),
+        new UpstreamError('status', `${this.#url} sent an error event: ${errorText(json) ?? event.data}`, {
+          url: this.#url,
+          body: event.data,
+          ...statusOf(json),
+        }),
       );
       return;
     }
-    this.#push(event.data);
+    this.#push(event.data, 'event');
   }
 
-  #push(text: string): void {
+  #push(text: string, form: 'event' | 'body'): void {
     let json: unknown;
     try {
       json = parseJson(text);
@@ -255,33 +263,58 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
     }
     const item = this.#convert(json);
     if (Annotated.isError(item)) {
-      // The worker's own error chunk: its text, as an UpstreamError the caller can inspect.
+      // The worker's own error chunk: its text and its status (a 400 in a 200 stream is still
+      // the client's mistake), as an UpstreamError the caller can inspect.
       this.#fail(
         new UpstreamError('status', `${this.#url} failed: ${Annotated.errorMessage(item)}`, {
           url: this.#url,
           body: text,
+          ...statusOf(json),
         }),
       );
       return;
     }
     const output = item.data;
+    const failed = output?.finish_reason;
+    if (FinishReason.isFailure(failed) && !(FinishReason.isCancelled(failed) && this.#context.isStopped())) {
+      // The worker dropped the request (`abort`) or failed it: a failure, never a finish the
+      // client could take for a success. (A cancellation we asked for is ours, not its.)
+      const why = FinishReason.isError(failed) ? `failed: ${failed.error}` : 'aborted the request';
+      this.#fail(new UpstreamError('status', `${this.#url} ${why}`, { url: this.#url, body: text, ...statusOf(json) }));
+      return;
+    }
+    const chunk = { form, text, json: json as Record<string, unknown> };
     const held = this.#held;
     if (held !== undefined && isUsageOnly(output)) {
+      // vLLM's usage chunk after the finish chunk: one item, both chunks on the wire.
       this.#held = undefined;
-      this.#items.push({
-        ...held,
-        data: { ...(held.data as LLMEngineOutput), completion_usage: output?.completion_usage },
-      });
+      this.#items.push(
+        Annotated.withWire(
+          { ...held, data: { ...(held.data as LLMEngineOutput), completion_usage: output?.completion_usage } },
+          [...(Annotated.wire(held) ?? []), chunk],
+        ),
+      );
       return;
     }
     this.#release();
+    Annotated.withWire(item, [chunk]);
     const reason = output?.finish_reason;
-    if (reason !== undefined && reason !== null) {
+    if (reason !== undefined && reason !== null && !this.#choiceFinished(output as LLMEngineOutput)) {
+      // One choice of several has finished: its chunk goes on as it is, the answer does not end.
+      item.data = { ...(output as LLMEngineOutput), finish_reason: null };
+    } else if (reason !== undefined && reason !== null) {
       this.#terminal = true;
       this.#held = item;
       return;
     }
     this.#items.push(item);
+  }
+
+  /** Whether the finish in `output` ends the answer: the last of its choices to finish. */
+  #choiceFinished(output: LLMEngineOutput): boolean {
+    if (this.#choices <= 1 || FinishReason.isFailure(output.finish_reason)) return true;
+    this.#finishedChoices.add(typeof output.index === 'number' ? output.index : this.#finishedChoices.size);
+    return this.#finishedChoices.size >= this.#choices;
   }
 
   /** Delivers the held finish item as it is. */
@@ -298,11 +331,14 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
         this.#fail(new UpstreamError('protocol', `${this.#url} answered an empty body`, { url: this.#url }));
         return;
       }
-      this.#push(this.#text);
+      this.#push(this.#text, 'body');
       this.#release();
       this.#finished = true;
       return;
     }
+    // A last event without its closing blank line is still an event.
+    (this.#parser as EventSourceParser).reset({ consume: true });
+    if (this.#finished) return;
     this.#release();
     if (!this.#finished && !this.#terminal) {
       this.#fail(
@@ -360,4 +396,23 @@ function safeParse(text: string): unknown {
   } catch {
     return undefined;
   }
+}
+
+/** The status an error chunk or event names (`{error: {code: 400}}`, `{code: 400}`), if it is an HTTP one. */
+function statusOf(json: unknown): { status?: number } {
+  if (typeof json !== 'object' || json === null) return {};
+  const { error, code } = json as { error?: unknown; code?: unknown };
+  const named = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : code;
+  const status = typeof named === 'string' ? Number(named) : named;
+  return typeof status === 'number' && Number.isInteger(status) && status >= 400 && status < 600 ? { status } : {};
+}
+
+/** How many choices an answer to `body` has: its prompts (a list prompt is a batch) times `n`. */
+function choicesOf(body: Record<string, unknown>): number {
+  const n = typeof body.n === 'number' && body.n > 1 ? body.n : 1;
+  const { prompt, text } = body;
+  const batch = [prompt, text].find(
+    (value) => Array.isArray(value) && value.some((entry) => typeof entry === 'string'),
+  );
+  return (batch === undefined ? 1 : (batch as unknown[]).length) * n;
 }

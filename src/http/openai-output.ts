@@ -4,10 +4,16 @@ import type { CompletionUsage, EngineItem, LLMEngineOutput } from '../protocol/l
 
 type Json = Record<string, unknown>;
 
-/** OpenAI's finish reasons (and vLLM's `abort`) as the library's. */
-function finishReason(value: unknown): LLMEngineOutput['finish_reason'] {
-  if (value === undefined || value === null) return null;
+/**
+ * OpenAI's finish reasons as the library's. The engines add their own: `abort` (a request
+ * vLLM or SGLang dropped) is a cancellation, `error` an error, and TensorRT-LLM's
+ * `not_finished` (a context response) no finish at all. A tool call finishes successfully.
+ */
+function finishReason(value: unknown, detail?: unknown): LLMEngineOutput['finish_reason'] {
+  if (value === undefined || value === null || value === 'not_finished') return null;
   if (value === 'tool_calls' || value === 'function_call') return 'stop';
+  if (value === 'error')
+    return { error: typeof detail === 'string' && detail !== '' ? detail : 'the worker reported an error' };
   return FinishReason.tryParse(value) ?? 'stop';
 }
 
@@ -45,11 +51,12 @@ export function outputFromOpenAI(json: unknown): EngineItem {
     if (typeof text === 'string') output.text = text;
     if (Array.isArray(choice.token_ids)) output.token_ids = choice.token_ids as number[];
     if (typeof choice.index === 'number') output.index = choice.index;
-    const reason = finishReason(choice.finish_reason);
+    const reason = finishReason(choice.finish_reason, choice.stop_reason);
     if (reason !== null) output.finish_reason = reason;
   }
   if (typeof body.usage === 'object' && body.usage !== null) output.completion_usage = body.usage as CompletionUsage;
-  const params = body.kv_transfer_params ?? body.disaggregated_params;
+  // vLLM: top-level kv_transfer_params; TensorRT-LLM: disaggregated_params on the choice.
+  const params = body.kv_transfer_params ?? body.disaggregated_params ?? choice?.disaggregated_params;
   if (params !== undefined && params !== null) output.disaggregated_params = params;
   return Annotated.fromData(output);
 }
@@ -73,7 +80,7 @@ export function generateReader(): (json: unknown) => EngineItem {
     const meta = (body.meta_info ?? {}) as Json;
     const finish = meta.finish_reason as Json | null | undefined;
     if (typeof finish === 'object' && finish !== null) {
-      output.finish_reason = finish.type === 'abort' ? 'cancelled' : finishReason(finish.type);
+      output.finish_reason = finish.type === 'abort' ? 'cancelled' : finishReason(finish.type, finish.message);
       const prompt = Number(meta.prompt_tokens ?? 0);
       const completion = Number(meta.completion_tokens ?? 0);
       output.completion_usage = {

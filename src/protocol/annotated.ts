@@ -105,6 +105,39 @@ function err(item: unknown): Error | undefined {
   return new AnnotatedError(errorMessage(item as Annotated<unknown>));
 }
 
+/**
+ * One piece of what a worker sent for an item, as it sent it: an SSE event's data (`event`)
+ * or a whole JSON body (`body`). `text` is the exact text when the JSON is unchanged; a relay
+ * that had to change `json` leaves it undefined and serialises `json` instead.
+ */
+export interface WireChunk {
+  readonly form: 'event' | 'body';
+  readonly text: string | undefined;
+  readonly json: Record<string, unknown>;
+}
+
+/**
+ * Where an item read from a worker keeps what the worker sent for it. Registered with
+ * `Symbol.for` (ESM and CommonJS copies agree); non-enumerable, so it never reaches JSON or a
+ * comparison of items.
+ */
+const WIRE = Symbol.for('disagg.annotated.wire');
+
+/**
+ * `item` with what a worker sent for it (see {@link WireChunk}), so that a relay can send the
+ * worker's own JSON on instead of re-creating it from the item. Returns `item`.
+ */
+function withWire<T>(item: Annotated<T>, chunks: readonly WireChunk[]): Annotated<T> {
+  Object.defineProperty(item, WIRE, { value: chunks, enumerable: false, configurable: true });
+  return item;
+}
+
+/** What a worker sent for `item`, if it came from one (see {@link withWire}). */
+function wire(item: unknown): readonly WireChunk[] | undefined {
+  if (typeof item !== 'object' || item === null) return undefined;
+  return (item as { [WIRE]?: readonly WireChunk[] })[WIRE];
+}
+
 /** Helpers for {@link Annotated} items. */
 export const Annotated = {
   fromData,
@@ -112,4 +145,6 @@ export const Annotated = {
   isError,
   err,
   errorMessage,
+  withWire,
+  wire,
 } as const;

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { legOf } from '../flow/client-stream.js';
-import { disaggregate } from '../flow/disaggregate.js';
+import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
+import { UnsupportedRequestError } from '../flow/request-shaping.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, headerValue, RequestError, readBody } from '../http/node-server.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
@@ -10,7 +11,7 @@ import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
 import type { InFlightRequest } from './in-flight.js';
-import { OpenAIWriter, type Route } from './openai-format.js';
+import { ResponseWriter, type Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
 import { relaySse } from './sse-relay.js';
@@ -39,12 +40,16 @@ export async function handleCompletion(
   res: ServerResponse,
   route: Route,
 ): Promise<void> {
-  const requestId = headerValue(req.headers['x-request-id']) ?? randomUUID();
-  res.setHeader('x-request-id', requestId);
+  // The workers get an id of their own for every request (two clients reusing an id must not
+  // meet inside an engine); the client gets its own id back.
+  const requestId = randomUUID();
+  const clientRequestId = headerValue(req.headers['x-request-id']);
+  res.setHeader('x-request-id', clientRequestId ?? requestId);
   if (proxy.closing) return answer(res, errorAnswer(new ShutdownError('The proxy is shutting down')));
   let body: Record<string, unknown>;
   try {
     body = await readRequestBody(req, proxy.options.maxBodyBytes);
+    checkRouteBody(route, body);
   } catch (error) {
     return answer(res, errorAnswer(error));
   }
@@ -66,17 +71,24 @@ export async function handleCompletion(
     if (!res.writableFinished) context.stopGenerating();
   });
   const events = requestEvents(proxy);
+  let failure: unknown;
   // Every failure answered: a worker a request could not reach leaves the rotation too.
   const answerFor = (error: unknown): ErrorAnswer => {
     const routed = events.routed;
     proxy.health.noteFailure(error, { prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
-    return errorAnswer(error, legOf(error));
+    failure = error;
+    // The client gets the worker's words without its address; the log keeps them whole.
+    return errorAnswer(error, legOf(error), (text) => proxy.redact(text));
   };
+  const engine = proxy.engineFor(
+    route,
+    proxy.options.workerApiKey === undefined ? req.headers.authorization : undefined,
+  );
   try {
-    await serve(proxy, { body, route, context, res, entry, events, answerFor });
+    await serve(proxy, { body, route, context, res, entry, events, answerFor, engine });
   } finally {
     proxy.inFlight.delete(entry);
-    logRequest(proxy, { requestId, route, res, events, started });
+    logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure });
   }
 }
 
@@ -91,16 +103,17 @@ async function serve(
     entry: InFlightRequest;
     events: ReturnType<typeof requestEvents>;
     answerFor: (error: unknown) => ErrorAnswer;
+    engine: Engine<{ url: string }>;
   },
 ): Promise<void> {
-  const { body, context, res, events, answerFor } = request;
+  const { body, context, res, events, answerFor, engine } = request;
   let stream: ResponseStream<EngineItem>;
   try {
     stream = await disaggregate({
       request: body,
       context,
-      prefill: proxy.engine,
-      decode: proxy.engine,
+      prefill: engine,
+      decode: engine,
       connector: proxy.connector,
       prefillWorkers: proxy.prefillWorkers,
       decodeWorkers: proxy.decodeWorkers,
@@ -110,11 +123,11 @@ async function serve(
       cleanupBudgetMs: proxy.options.cleanupBudgetMs,
     });
   } catch (error) {
-    setRouteHeaders(res, events.routed);
+    setRouteHeaders(proxy, res, events.routed);
     return answer(res, answerFor(error));
   }
-  setRouteHeaders(res, events.routed);
-  const writer = new OpenAIWriter(request.route, body);
+  setRouteHeaders(proxy, res, events.routed);
+  const writer = new ResponseWriter(request.route, body);
   if (body.stream !== true) return answerWhole(stream, res, writer, answerFor);
   await relaySse(stream, res, writer, request.entry, {
     slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
@@ -128,24 +141,28 @@ function logRequest(
   proxy: ProxyState,
   request: {
     requestId: string;
+    clientRequestId: string | undefined;
     route: Route;
     res: ServerResponse;
     events: ReturnType<typeof requestEvents>;
     started: number;
+    failure: unknown;
   },
 ): void {
   const { routed, finished } = request.events;
   proxy.logger.info(
     {
       requestId: request.requestId,
+      ...(request.clientRequestId === undefined ? {} : { clientRequestId: request.clientRequestId }),
       route: request.route,
       strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
-      prefillWorker: routed?.prefillWorker?.url,
-      decodeWorker: routed?.decodeWorker?.url,
+      prefillWorker: workerOf(proxy, routed?.prefillWorker),
+      decodeWorker: workerOf(proxy, routed?.decodeWorker),
       outcome: finished?.outcome,
       leg: finished?.leg,
       status: request.res.statusCode,
       durationMs: Math.round(performance.now() - request.started),
+      ...(request.failure === undefined ? {} : { err: request.failure }),
     },
     'request finished',
   );
@@ -196,11 +213,44 @@ function requestEvents(proxy: ProxyState) {
   return seen;
 }
 
-function setRouteHeaders(res: ServerResponse, routed: Routed | undefined): void {
+/** The strategy and the workers, by name: a client never sees a worker's address. */
+function setRouteHeaders(proxy: ProxyState, res: ServerResponse, routed: Routed | undefined): void {
   if (routed === undefined || res.headersSent) return;
   res.setHeader('x-disagg-strategy', STRATEGY_HEADER[routed.strategy]);
-  if (routed.prefillWorker !== undefined) res.setHeader('x-disagg-prefill-worker', routed.prefillWorker.url);
-  if (routed.decodeWorker !== undefined) res.setHeader('x-disagg-decode-worker', routed.decodeWorker.url);
+  if (routed.prefillWorker !== undefined) res.setHeader('x-disagg-prefill-worker', proxy.nameOf(routed.prefillWorker));
+  if (routed.decodeWorker !== undefined) res.setHeader('x-disagg-decode-worker', proxy.nameOf(routed.decodeWorker));
+}
+
+/** A worker as the log names it: its name and its address. */
+function workerOf(proxy: ProxyState, worker: { url: string } | undefined): string | undefined {
+  return worker === undefined ? undefined : `${proxy.nameOf(worker)} ${worker.url}`;
+}
+
+/**
+ * A body must fit its route: the chat route takes `messages`, completions a `prompt`, SGLang's
+ * `/generate` a `text` or `input_ids`; a body for another route is refused, naming the field.
+ */
+function checkRouteBody(route: Route, body: Record<string, unknown>): void {
+  const has = (field: string) => body[field] !== undefined && body[field] !== null;
+  if (route === 'chat' && (!Array.isArray(body.messages) || body.messages.length === 0)) {
+    throw new UnsupportedRequestError(
+      'messages',
+      has('prompt')
+        ? 'The chat route takes messages, not a prompt: send a prompt to /v1/completions'
+        : 'The chat route needs messages: a non-empty list',
+    );
+  }
+  if (route === 'completions' && !has('prompt')) {
+    throw new UnsupportedRequestError(
+      'prompt',
+      has('messages')
+        ? 'The completions route takes a prompt, not messages: send messages to /v1/chat/completions'
+        : 'The completions route needs a prompt',
+    );
+  }
+  if (route === 'generate' && !has('text') && !has('input_ids') && !has('input_embeds')) {
+    throw new UnsupportedRequestError('text', '/generate needs a text, input_ids or input_embeds');
+  }
 }
 
 function answer(res: ServerResponse, error: ErrorAnswer): void {

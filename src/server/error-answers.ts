@@ -17,7 +17,9 @@ export class ShutdownError extends DisaggError {
 /** An error as the proxy answers it: the HTTP status before the first byte, and the OpenAI body. */
 export interface ErrorAnswer {
   status: number;
-  body: { error: { message: string; type: string; code: number | string | null; param: null; leg?: string } };
+  body: {
+    error: { message: string; type: string; code: number | string | null; param: string | null; leg?: string };
+  };
 }
 
 /**
@@ -28,6 +30,7 @@ export interface ErrorAnswer {
 const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string }>> = {
   DISAGG_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
   DISAGG_HANDOFF_FIELD: { status: 400, type: 'invalid_request_error' },
+  DISAGG_UNSUPPORTED_REQUEST: { status: 400, type: 'invalid_request_error' },
   DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
   DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
@@ -46,10 +49,17 @@ const INTERNAL = { status: 500, type: 'internal_error' } as const;
 /**
  * What the client is told about a failure, by the one table above: the router's own refusals
  * with their status, a worker's 4xx with its own status and words, other worker failures 502,
- * anything unknown 500. `leg` says which leg failed (taken from the error when not given).
+ * anything unknown 500. `leg` says which leg failed (taken from the error when not given);
+ * `param` names the request field at fault, when the error says. `redact` takes out of the
+ * message what clients must not see (worker addresses).
  */
-export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAnswer {
-  const message = error instanceof Error ? error.message : String(error);
+export function errorAnswer(
+  error: unknown,
+  leg?: 'prefill' | 'decode',
+  redact: (text: string) => string = (text) => text,
+): ErrorAnswer {
+  const message = redact(error instanceof Error ? error.message : String(error));
+  const param = (error as { param?: unknown } | null)?.param;
   const upstream = findCause(error, UpstreamError.is);
   let entry = DisaggError.is(error) ? ANSWERS[error.code] : undefined;
   // A failure from a worker that is not one of the library's errors (a plain error item).
@@ -70,6 +80,14 @@ export function errorAnswer(error: unknown, leg?: 'prefill' | 'decode'): ErrorAn
   const which = leg ?? (PrefillError.is(error) ? 'prefill' : DeadlineError.is(error) ? error.leg : undefined);
   return {
     status,
-    body: { error: { message, type, code: status, param: null, ...(which === undefined ? {} : { leg: which }) } },
+    body: {
+      error: {
+        message,
+        type,
+        code: status,
+        param: typeof param === 'string' ? param : null,
+        ...(which === undefined ? {} : { leg: which }),
+      },
+    },
   };
 }

@@ -15,6 +15,8 @@ export interface HealthOptions {
   timeoutMs?: number;
   logger: Logger;
   dispatcher?: Dispatcher;
+  /** Sent with every probe (a worker key). */
+  headers?: Record<string, string>;
 }
 
 /**
@@ -92,6 +94,7 @@ export class HealthChecker {
     let healthy = false;
     try {
       const answer = await request(joinUrl(worker.url, '/health'), {
+        headers: this.#options.headers ?? {},
         signal: AbortSignal.timeout(this.#options.timeoutMs ?? 2000),
         ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
       });

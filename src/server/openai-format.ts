@@ -1,9 +1,57 @@
 import { randomUUID } from 'node:crypto';
+import { stringifyJson } from '../http/json.js';
+import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
 
-/** The two OpenAI routes the proxy serves. */
-export type Route = 'completions' | 'chat';
+/** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate`. */
+export type Route = 'completions' | 'chat' | 'generate';
+
+/**
+ * What the client gets of a request's items. An item read from a worker carries what the
+ * worker sent for it (`Annotated.wire`): that goes on as it was sent, byte for byte, and only
+ * where the flow changed the item (the usage's `prompt_tokens_details`, from prefill) as the
+ * changed JSON. Everything else a worker says (roles, reasoning, tool calls, logprobs, finish
+ * and stop reasons, ids, fields this proxy does not know) reaches the client unchanged. An
+ * item that did not come from a worker is written as OpenAI JSON ({@link OpenAIWriter}).
+ *
+ * @internal
+ */
+export class ResponseWriter {
+  readonly #recreate: OpenAIWriter;
+  /** Some item went on as the worker sent it: its usage chunk, if any, went with it. */
+  #relayed = false;
+
+  constructor(route: Route, body: Record<string, unknown>) {
+    this.#recreate = new OpenAIWriter(route, body);
+  }
+
+  /** The SSE `data:` payloads of one item (none for an item that says nothing). */
+  chunks(item: EngineItem): string[] {
+    const wire = Annotated.wire(item);
+    if (wire?.every((chunk) => chunk.form === 'event')) {
+      this.#relayed = true;
+      return wire.map((chunk) => chunk.text ?? stringifyJson(chunk.json));
+    }
+    const data = this.#recreate.chunk(item);
+    return data === undefined ? [] : [data];
+  }
+
+  /** What ends a stream before `[DONE]`: a re-created usage chunk, if one is due. */
+  closing(): string[] {
+    if (this.#relayed) return [];
+    const usage = this.#recreate.usageChunk();
+    return usage === undefined ? [] : [usage];
+  }
+
+  /** The whole answer of a non-streamed request: the worker's own body, if it was one item. */
+  whole(items: readonly EngineItem[]): unknown {
+    const wire = items.length === 1 ? Annotated.wire(items[0]) : undefined;
+    if (wire !== undefined && wire.length === 1 && wire[0]?.form === 'body') return wire[0].json;
+    for (const item of items) this.#recreate.add(item);
+    return this.#recreate.whole();
+  }
+}
 
 /**
  * Turns engine outputs into OpenAI responses for one request: streamed chunks (chat deltas,

@@ -10,6 +10,8 @@ import { branded, DisaggError } from '../util/disagg-error.js';
 /** A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server. */
 export interface ProxyPrefillWorker {
   url: string;
+  /** How clients and metrics name it (`prefill-0`, ... by its place in the list when omitted): never its address. */
+  name?: string;
   /** SGLang: the port of the worker's bootstrap server (the proxy's `bootstrapPort` when omitted). */
   bootstrapPort?: number;
   /** SGLang: the host of the bootstrap server; the host of `url` when omitted. */
@@ -22,6 +24,8 @@ export interface ProxyPrefillWorker {
 /** A decode worker of the proxy. */
 export interface ProxyDecodeWorker {
   url: string;
+  /** How clients and metrics name it (`decode-0`, ... by its place in the list when omitted): never its address. */
+  name?: string;
 }
 
 /**
@@ -30,8 +34,11 @@ export interface ProxyDecodeWorker {
  * `disagg serve` and its `--help` all read, so they cannot disagree.
  */
 export interface ProxyOptions {
-  /** The engines behind: vLLM with NIXL (sequential), or SGLang with its bootstrap (concurrent). */
-  connector: 'vllm' | 'sglang';
+  /**
+   * The engines behind: vLLM with NIXL (sequential), SGLang with its bootstrap (concurrent), or
+   * TensorRT-LLM context first (sequential).
+   */
+  connector: 'vllm' | 'sglang' | 'trtllm';
   prefill: ProxyPrefillWorker[];
   decode: ProxyDecodeWorker[];
   /** SGLang: the bootstrap port of prefill workers that do not name their own; 8998 by default. */
@@ -61,6 +68,17 @@ export interface ProxyOptions {
   keepAliveTimeoutMs?: number;
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
   gracePeriodMs?: number;
+  /**
+   * The key clients must send (`Authorization: Bearer <key>`) on the `/v1` routes; none by
+   * default. Compared in constant time; a wrong or missing key is a 401.
+   */
+  apiKey?: string;
+  /**
+   * The key sent to every worker (`Authorization: Bearer <key>`: both legs, health probes,
+   * `/v1/models`), for workers started with `--api-key`. Without one, a client's own
+   * `Authorization` is passed on to the workers of its request.
+   */
+  workerApiKey?: string;
   logger?: Logger;
   /** Receives every request's lifecycle events (see `FlowEvent`), for your own logs or traces. */
   onEvent?: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
@@ -70,8 +88,15 @@ export interface ProxyOptions {
 
 /** {@link ProxyOptions} checked, with every default applied. */
 export interface ResolvedProxyOptions
-  extends Required<Omit<ProxyOptions, 'cleanupBudgetMs' | 'logger' | 'onEvent' | 'dispatcher' | 'bootstrapPort'>> {
+  extends Required<
+    Omit<
+      ProxyOptions,
+      'cleanupBudgetMs' | 'logger' | 'onEvent' | 'dispatcher' | 'bootstrapPort' | 'apiKey' | 'workerApiKey'
+    >
+  > {
   cleanupBudgetMs: number;
+  apiKey: string | undefined;
+  workerApiKey: string | undefined;
   logger: Logger | undefined;
   onEvent: ProxyOptions['onEvent'];
   dispatcher: Dispatcher | undefined;
@@ -79,7 +104,7 @@ export interface ResolvedProxyOptions
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
 export interface ServeConfig {
-  connector: 'vllm' | 'sglang';
+  connector: 'vllm' | 'sglang' | 'trtllm';
   prefill: ProxyPrefillWorker[];
   decode: ProxyDecodeWorker[];
   host: string;
@@ -94,6 +119,8 @@ export interface ServeConfig {
   keepAliveTimeoutMs: number;
   maxBodyBytes: number;
   logLevel: string;
+  apiKey: string | undefined;
+  workerApiKey: string | undefined;
 }
 
 /**
@@ -148,9 +175,9 @@ export const SETTINGS: readonly Setting[] = [
     key: 'connector',
     flag: 'connector',
     env: 'DISAGG_CONNECTOR',
-    arg: 'vllm|sglang',
-    help: "the workers' engine (vLLM with NIXL, or SGLang)",
-    parse: oneOf(['vllm', 'sglang']),
+    arg: 'vllm|sglang|trtllm',
+    help: "the workers' engine (vLLM with NIXL, SGLang, or TensorRT-LLM)",
+    parse: oneOf(['vllm', 'sglang', 'trtllm']),
   },
   {
     key: 'prefill',
@@ -159,7 +186,8 @@ export const SETTINGS: readonly Setting[] = [
     arg: 'URL[,URL...]',
     help: 'prefill workers (repeatable)',
     multiple: true,
-    parse: (value) => workers(value, ['url', 'bootstrapPort', 'bootstrapHost', 'dpRank', 'dpSize']),
+    parse: (value) =>
+      prefillWorkers(workers(value, ['url', 'name', 'bootstrapPort', 'bootstrapHost', 'dpRank', 'dpSize'])),
   },
   {
     key: 'decode',
@@ -168,7 +196,7 @@ export const SETTINGS: readonly Setting[] = [
     arg: 'URL[,URL...]',
     help: 'decode workers (repeatable)',
     multiple: true,
-    parse: (value) => workers(value, ['url']),
+    parse: (value) => workers(value, ['url', 'name']),
   },
   {
     key: 'bootstrapPort',
@@ -282,6 +310,24 @@ export const SETTINGS: readonly Setting[] = [
     parse: positiveInteger,
   },
   {
+    key: 'apiKey',
+    flag: 'api-key',
+    env: 'DISAGG_API_KEY',
+    arg: 'KEY',
+    help: 'the key clients must send as a bearer token on /v1 routes (none by default)',
+    shownDefault: 'none',
+    parse: text,
+  },
+  {
+    key: 'workerApiKey',
+    flag: 'worker-api-key',
+    env: 'DISAGG_WORKER_API_KEY',
+    arg: 'KEY',
+    help: "the bearer token sent to every worker (else the client's own Authorization)",
+    shownDefault: 'none',
+    parse: text,
+  },
+  {
     key: 'logLevel',
     flag: 'log-level',
     env: 'DISAGG_LOG_LEVEL',
@@ -373,6 +419,8 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   return {
     ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
+    apiKey: values.apiKey as string | undefined,
+    workerApiKey: values.workerApiKey as string | undefined,
     logger: options.logger,
     onEvent: options.onEvent,
     dispatcher: options.dispatcher,
@@ -536,7 +584,7 @@ function workers(value: unknown, fields: readonly string[]): Array<{ url: string
       if (!fields.includes(field)) {
         throw new Invalid(withHint(`has an unknown worker field ${JSON.stringify(field)}`, field, fields));
       }
-      if (field !== 'url' && field !== 'bootstrapHost' && !Number.isInteger(fieldValue)) {
+      if (field !== 'url' && field !== 'bootstrapHost' && field !== 'name' && !Number.isInteger(fieldValue)) {
         throw new Invalid(`has a worker whose ${field} is not a whole number: ${describeValue(fieldValue)}`);
       }
     }
@@ -546,6 +594,18 @@ function workers(value: unknown, fields: readonly string[]): Array<{ url: string
     }
   }
   return result as Array<{ url: string }>;
+}
+
+/** Prefill workers whose data-parallel size is given must say their rank too. */
+function prefillWorkers(list: Array<{ url: string }>): Array<{ url: string }> {
+  for (const worker of list as ProxyPrefillWorker[]) {
+    if (worker.dpSize !== undefined && worker.dpRank === undefined) {
+      throw new Invalid(
+        `has a worker with dpSize ${worker.dpSize} but no dpRank (${worker.url}): rooms are routed to the rank they are congruent to, so give each rank its own entry`,
+      );
+    }
+  }
+  return list;
 }
 
 /** The sources `disagg serve` reads, in order of precedence. */
@@ -597,6 +657,8 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     keepAliveTimeoutMs: resolved.keepAliveTimeoutMs as number,
     maxBodyBytes: resolved.maxBodyBytes as number,
     logLevel: resolved.logLevel as string,
+    apiKey: resolved.apiKey as string | undefined,
+    workerApiKey: resolved.workerApiKey as string | undefined,
   };
 }
 

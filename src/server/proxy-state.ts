@@ -1,10 +1,11 @@
 import type { Connector } from '../flow/connectors.js';
+import type { Engine } from '../flow/disaggregate.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
-import type { httpEngine } from '../http/http-engine.js';
 import type { Logger } from '../runtime/logger.js';
 import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
 import type { ProxyMetrics } from './metrics.js';
+import type { Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker, ResolvedProxyOptions } from './options.js';
 
 /**
@@ -16,7 +17,17 @@ import type { ProxyDecodeWorker, ProxyPrefillWorker, ResolvedProxyOptions } from
 export interface ProxyState {
   readonly options: ResolvedProxyOptions;
   readonly connector: Connector;
-  readonly engine: ReturnType<typeof httpEngine<{ url: string }>>;
+  /**
+   * The engine that calls the workers' own `route` for one request: with the worker key, or
+   * else the client's `Authorization` passed on.
+   */
+  engineFor(route: Route, authorization: string | undefined): Engine<{ url: string }>;
+  /** How clients are told a worker's name: its configured `name`, or its role and place. */
+  nameOf(worker: { url: string }): string;
+  /** `text` with every worker address replaced by the worker's name (for what clients see). */
+  redact(text: string): string;
+  /** The headers of the proxy's own calls to workers (probes, `/v1/models`). */
+  readonly workerHeaders: Record<string, string>;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
   readonly health: HealthChecker;

@@ -1,14 +1,17 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type Connector, sglangBootstrap, vllmNixl } from '../flow/connectors.js';
+import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
+import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson } from '../http/node-server.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { trimSlash } from '../util/url.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
 import { ProxyMetrics } from './metrics.js';
+import type { Route } from './openai-format.js';
 import {
   type ProxyDecodeWorker,
   type ProxyOptions,
@@ -20,6 +23,22 @@ import type { ProxyState } from './proxy-state.js';
 import { handleRequest } from './routes.js';
 
 export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
+
+const CONNECTORS: Record<ResolvedProxyOptions['connector'], Connector> = {
+  vllm: vllmNixl,
+  sglang: sglangBootstrap,
+  trtllm: trtllmContextFirst,
+};
+
+/** `host:port` of a URL, if it parses. */
+function hostOf(url: string): string | undefined {
+  try {
+    const { host } = new URL(url);
+    return host === '' ? undefined : host;
+  } catch {
+    return undefined;
+  }
+}
 
 /** A running (or ready to run) proxy. */
 export interface ProxyServer {
@@ -58,28 +77,39 @@ export function createProxy(options: ProxyOptions): ProxyServer {
   return new DisaggProxy(resolveProxyOptions(options));
 }
 
-/** The composition: pools, engine, health, metrics and shutdown around the route handlers. */
+/** The composition: pools, engines, health, metrics and shutdown around the route handlers. */
 class DisaggProxy implements ProxyServer, ProxyState {
   readonly server: Server;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
   readonly options: ResolvedProxyOptions;
   readonly connector: Connector;
-  readonly engine: ReturnType<typeof httpEngine<{ url: string }>>;
+  readonly workerHeaders: Record<string, string>;
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight = new InFlightRequests();
   readonly logger: Logger;
   closing = false;
+  /** Engines with fixed headers (the worker key, or none), one per route. */
+  readonly #engines = new Map<Route, Engine<{ url: string }>>();
+  readonly #names = new Map<{ url: string }, string>();
+  /** Each worker's address, in the forms a message may hold it, and its name; longest first. */
+  readonly #addresses: Array<[string, string]> = [];
 
   constructor(options: ResolvedProxyOptions) {
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
-    this.connector = options.connector === 'vllm' ? vllmNixl : sglangBootstrap;
-    const { selection, dispatcher } = options;
+    this.connector = CONNECTORS[options.connector];
+    const { selection, dispatcher, workerApiKey } = options;
+    this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
     this.prefillWorkers = new WorkerPool(options.prefill, { selection });
     this.decodeWorkers = new WorkerPool(options.decode, { selection });
-    this.engine = httpEngine<{ url: string }>(dispatcher === undefined ? {} : { dispatcher });
+    for (const [role, pool] of [
+      ['prefill', this.prefillWorkers],
+      ['decode', this.decodeWorkers],
+    ] as const) {
+      for (const [i, worker] of pool.workers.entries()) this.#name(worker, worker.name ?? `${role}-${i}`);
+    }
     this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers });
     this.health = new HealthChecker(
       [
@@ -89,6 +119,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
       {
         logger: this.logger,
         intervalMs: options.healthIntervalMs,
+        headers: this.workerHeaders,
         ...(dispatcher === undefined ? {} : { dispatcher }),
       },
     );
@@ -99,11 +130,45 @@ class DisaggProxy implements ProxyServer, ProxyState {
         this.logger.error({ err: error }, 'The proxy failed to answer a request');
         if (res.headersSent) res.destroy();
         else {
-          const answer = errorAnswer(error);
+          const answer = errorAnswer(error, undefined, (text) => this.redact(text));
           answerJson(res, answer.status, answer.body);
         }
       });
     });
+  }
+
+  engineFor(route: Route, authorization: string | undefined): Engine<{ url: string }> {
+    const forwarded = this.options.workerApiKey === undefined && authorization !== undefined;
+    const cached = forwarded ? undefined : this.#engines.get(route);
+    if (cached !== undefined) return cached;
+    const { dispatcher } = this.options;
+    const engine = httpEngine<{ url: string }>({
+      api: route,
+      headers: forwarded ? { authorization } : this.workerHeaders,
+      ...(dispatcher === undefined ? {} : { dispatcher }),
+    });
+    if (!forwarded) this.#engines.set(route, engine);
+    return engine;
+  }
+
+  nameOf(worker: { url: string }): string {
+    return this.#names.get(worker) ?? 'worker';
+  }
+
+  redact(text: string): string {
+    let redacted = text;
+    for (const [address, name] of this.#addresses) redacted = redacted.replaceAll(address, name);
+    return redacted;
+  }
+
+  #name(worker: { url: string }, name: string): void {
+    this.#names.set(worker, name);
+    const base = trimSlash(worker.url);
+    this.#addresses.push([base, name]);
+    const host = hostOf(base);
+    if (host !== undefined) this.#addresses.push([host, name]);
+    // Longer addresses first, so that a URL is replaced whole before its host is.
+    this.#addresses.sort((a, b) => b[0].length - a[0].length);
   }
 
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {

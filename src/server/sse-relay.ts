@@ -6,7 +6,7 @@ import type { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly } from '../util/close-quietly.js';
 import { type ErrorAnswer, ShutdownError } from './error-answers.js';
 import type { InFlightRequest } from './in-flight.js';
-import type { OpenAIWriter } from './openai-format.js';
+import type { ResponseWriter } from './openai-format.js';
 
 /** What the relay reports and how long it waits for a client. */
 export interface RelayHooks {
@@ -35,7 +35,7 @@ export interface RelayHooks {
 export async function relaySse(
   stream: ResponseStream<EngineItem>,
   res: ServerResponse,
-  writer: OpenAIWriter,
+  writer: ResponseWriter,
   entry: InFlightRequest,
   hooks: RelayHooks,
 ): Promise<void> {
@@ -76,13 +76,14 @@ export async function relaySse(
         fail(error);
         return;
       }
-      const data = writer.chunk(step.value);
-      if (data === undefined) continue;
+      const chunks = writer.chunks(step.value);
+      if (chunks.length === 0) continue;
       if (!started) start();
       const now = performance.now();
       if (lastWrite !== undefined) hooks.interToken((now - lastWrite) / 1000);
       lastWrite = now;
-      if (!res.write(`data: ${data}\n\n`) && !(await drainedWithin(res, hooks.slowClientTimeoutMs))) {
+      const text = chunks.length === 1 ? `data: ${chunks[0]}\n\n` : chunks.map((data) => `data: ${data}\n\n`).join('');
+      if (!res.write(text) && !(await drainedWithin(res, hooks.slowClientTimeoutMs))) {
         // The client has not read for too long: give the request up rather than buffer.
         entry.context.stopGenerating();
         res.destroy();
@@ -90,8 +91,7 @@ export async function relaySse(
       }
     }
     if (!started) start();
-    const usage = writer.usageChunk();
-    if (usage !== undefined) res.write(`data: ${usage}\n\n`);
+    for (const data of writer.closing()) res.write(`data: ${data}\n\n`);
     res.end('data: [DONE]\n\n');
   } finally {
     closeQuietly(iterator);

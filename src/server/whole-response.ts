@@ -4,30 +4,32 @@ import { Annotated } from '../protocol/annotated.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import type { ErrorAnswer } from './error-answers.js';
-import type { OpenAIWriter } from './openai-format.js';
+import type { ResponseWriter } from './openai-format.js';
 
 /**
- * Collects a non-streamed request's items into one OpenAI response and answers it; a failure
- * anywhere is answered with its status and OpenAI body instead (nothing was sent before).
+ * Collects a non-streamed request's items into its answer (the worker's own body when it
+ * answered whole) and sends it; a failure anywhere is answered with its status and OpenAI body
+ * instead (nothing was sent before).
  *
  * @internal
  */
 export async function answerWhole(
   stream: ResponseStream<EngineItem>,
   res: ServerResponse,
-  writer: OpenAIWriter,
+  writer: ResponseWriter,
   answerFor: (error: unknown) => ErrorAnswer,
 ): Promise<void> {
+  const items: EngineItem[] = [];
   try {
     for await (const item of stream) {
       const error = Annotated.err(item);
       if (error !== undefined) throw error;
-      writer.add(item);
+      items.push(item);
     }
   } catch (error) {
     const answer = answerFor(error);
     if (!res.writableEnded) answerJson(res, answer.status, answer.body);
     return;
   }
-  if (!res.writableEnded) answerJson(res, 200, writer.whole());
+  if (!res.writableEnded) answerJson(res, 200, writer.whole(items));
 }

@@ -15,7 +15,7 @@ describe('the disagg command (built)', () => {
     );
     const bad = spawnSync(process.execPath, [bin, 'serve', '--connector', 'trt'], { encoding: 'utf8' });
     expect(bad.status).toBe(2);
-    expect(bad.stderr).toContain("--connector must be 'vllm' or 'sglang'");
+    expect(bad.stderr).toContain("--connector must be one of 'vllm', 'sglang', 'trtllm'");
   });
 
   it('serve: answers a completion through fake workers, and stops cleanly on SIGTERM', async () => {

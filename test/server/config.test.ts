@@ -87,7 +87,10 @@ deadlines:
   });
 
   it.each([
-    [['--prefill', 'http://p', '--decode', 'http://d'], "--connector must be 'vllm' or 'sglang', got undefined"],
+    [
+      ['--prefill', 'http://p', '--decode', 'http://d'],
+      "--connector must be one of 'vllm', 'sglang', 'trtllm', got undefined",
+    ],
     [['--connector', 'vllm', '--decode', 'http://d'], '--prefill is required'],
     [['--connector', 'vllm', '--prefill', 'p0:8000', '--decode', 'http://d'], 'is not an http(s) URL'],
     [

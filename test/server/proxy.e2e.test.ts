@@ -51,8 +51,9 @@ describe('disagg proxy, with the official openai client', () => {
       expect(response.headers.get('x-disagg-strategy')).toBe(
         protocol === 'vllm' ? 'disaggregated-sequential' : 'disaggregated-concurrent',
       );
-      expect(response.headers.get('x-disagg-prefill-worker')).toBe(prefill.url);
-      expect(response.headers.get('x-disagg-decode-worker')).toBe(decode.url);
+      // Workers are named to clients, never addressed.
+      expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-0');
+      expect(response.headers.get('x-disagg-decode-worker')).toBe('decode-0');
       const requestId = response.headers.get('x-request-id');
       expect([prefill.requests[0]?.requestId, decode.requests[0]?.requestId]).toEqual([requestId, requestId]);
       expect(prefill.ledger.claimed()).toHaveLength(1);
@@ -139,7 +140,7 @@ describe('disagg proxy, with the official openai client', () => {
     expect((error as Error).message).toContain('KV transfer aborted');
   });
 
-  it("the caller's x-request-id is used on both legs and echoed", async () => {
+  it("the caller's x-request-id is echoed; the workers get a fresh id, the same on both legs", async () => {
     const { url, prefill, decode } = await setup('vllm');
     const answer = await request(`${url}/v1/completions`, {
       method: 'POST',
@@ -148,7 +149,11 @@ describe('disagg proxy, with the official openai client', () => {
     });
     await answer.body.dump();
     expect(answer.headers['x-request-id']).toBe('caller-42');
-    expect([prefill.requests[0]?.requestId, decode.requests[0]?.requestId]).toEqual(['caller-42', 'caller-42']);
+    // The workers get an id of their own, the same on both legs: two clients reusing an id do
+    // not meet inside an engine.
+    const legs = [prefill.requests[0]?.requestId, decode.requests[0]?.requestId];
+    expect(legs[0]).toBe(legs[1]);
+    expect(legs[0]).not.toBe('caller-42');
   });
 
   it('refuses a body that is not a JSON object (400) or is too large (413), before any worker is called', async () => {
