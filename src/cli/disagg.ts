@@ -44,20 +44,9 @@ async function main(argv: string[]): Promise<number> {
 /** Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period. */
 async function serve(config: ServeConfig): Promise<void> {
   const logger = pino({ level: config.logLevel });
-  const proxy = createProxy({
-    connector: config.connector,
-    prefill: config.prefill,
-    decode: config.decode,
-    selection: config.selection,
-    deadlines: config.deadlines,
-    ...(config.cleanupBudgetMs === undefined ? {} : { cleanupBudgetMs: config.cleanupBudgetMs }),
-    healthIntervalMs: config.healthIntervalMs,
-    slowClientTimeoutMs: config.slowClientTimeoutMs,
-    keepAliveTimeoutMs: config.keepAliveTimeoutMs,
-    maxBodyBytes: config.maxBodyBytes,
-    gracePeriodMs: config.gracePeriodMs,
-    logger,
-  });
+  // Everything but where and how the process runs is an option of the proxy (one table of both).
+  const { host: _host, port: _port, logLevel: _level, ...settings } = config;
+  const proxy = createProxy({ ...dropUndefined(settings), logger });
   const url = await proxy.listen(config.port, config.host);
   logger.info(
     {
@@ -90,3 +79,7 @@ main(process.argv.slice(2)).then(
     process.exitCode = 1;
   },
 );
+
+function dropUndefined<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, entry]) => entry !== undefined)) as T;
+}

@@ -336,8 +336,9 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
       this.#finished = true;
       return;
     }
-    // A last event without its closing blank line is still an event.
-    (this.#parser as EventSourceParser).reset({ consume: true });
+    // A last event without its closing blank line is still an event (blank lines after a
+    // complete one add nothing).
+    (this.#parser as EventSourceParser).feed('\n\n');
     if (this.#finished) return;
     this.#release();
     if (!this.#finished && !this.#terminal) {

@@ -35,7 +35,8 @@ export function wantsUsage(body: Record<string, unknown>): boolean {
   return (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
 }
 
-function promptTokens(body: Record<string, unknown>): number {
+/** The prompt's length in (fake) tokens: a quarter of its characters. */
+export function promptTokens(body: Record<string, unknown>): number {
   const text =
     typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.messages ?? body.text ?? body.prompt ?? '');
   return Math.max(1, Math.ceil(text.length / 4));
@@ -298,9 +299,17 @@ function generateFormat(id: string): Format {
   };
 }
 
-/** The one-token answer of a prefill call, in the shape of its route (prefill counts half its prompt cached). */
-export function oneTokenAnswer(record: { path: string; body: Record<string, unknown> }, model: string | undefined) {
+/**
+ * The one-token answer of a prefill call, in the shape of its route (prefill counts half its
+ * prompt cached); `abort` when the answer it was given says so (a prefill the engine dropped).
+ */
+export function oneTokenAnswer(
+  record: { path: string; body: Record<string, unknown> },
+  model: string | undefined,
+  answer?: FakeAnswer,
+) {
   const prompt = promptTokens(record.body);
-  const plan = planAnswer({ ...record.body, n: 1, max_tokens: 1 }, { content: ['tok0 '], finishReason: 'length' }, 1);
+  const finishReason = answer?.finishReason === 'abort' ? 'abort' : 'length';
+  const plan = planAnswer({ ...record.body, n: 1, max_tokens: 1 }, { content: ['tok0 '], finishReason }, 1);
   return formatFor(record.path, model).whole(plan, usageOf(record.body, 1, Math.floor(prompt / 2)));
 }

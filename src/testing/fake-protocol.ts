@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import type { FakeAnswer } from './fake-formats.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-worker.js';
 import type { KvLedger } from './kv-ledger.js';
 
@@ -24,6 +25,8 @@ export interface WorkerSide {
     res: ServerResponse,
     waiting: { promise: Promise<T | undefined>; cancel(): void },
   ): Promise<T | undefined>;
+  /** What the worker's `answer` option says for this request. */
+  answerFor(record: FakeRequest): FakeAnswer | undefined;
   /** Answers an OpenAI-style error. */
   answerError(res: ServerResponse, status: number, message: string): void;
   /** Answers JSON (exact big integers). */

@@ -20,6 +20,12 @@ export const fakeVllm: FakeProtocol = {
     if (fault?.type === 'late-failure') {
       return worker.answerError(res, 500, fault.message ?? 'prefill failed after computing');
     }
+    const answer = worker.answerFor(record);
+    if (answer?.finishReason === 'abort') {
+      // Dropped by the engine: its KV is freed, and no parameters name any.
+      record.completed = true;
+      return worker.answerJson(res, 200, oneTokenAnswer(record, worker.options.model, answer));
+    }
     const blocks = worker.nextBlocks();
     const params = {
       do_remote_prefill: true,
@@ -34,7 +40,10 @@ export const fakeVllm: FakeProtocol = {
     worker.ledger.commit(kvKey(worker.engineId, blocks), requestId);
     worker.strandLater(kvKey(worker.engineId, blocks));
     record.completed = true;
-    worker.answerJson(res, 200, { ...oneTokenAnswer(record, worker.options.model), kv_transfer_params: params });
+    worker.answerJson(res, 200, {
+      ...oneTokenAnswer(record, worker.options.model, worker.answerFor(record)),
+      kv_transfer_params: params,
+    });
   },
 
   kvSources(body) {

@@ -5,7 +5,7 @@ import { request } from 'undici';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
-import { type FakeAnswer, formatFor, planAnswer, usageOf, wantsUsage } from './fake-formats.js';
+import { type FakeAnswer, formatFor, planAnswer, promptTokens, usageOf, wantsUsage } from './fake-formats.js';
 import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
 import { fakeSglang } from './fake-sglang.js';
 import { fakeTrtllm } from './fake-trtllm.js';
@@ -76,6 +76,8 @@ export interface FakeWorkerOptions {
    * choices (`n`, a list prompt) each answer the same; logprobs come when the request asks.
    */
   answer?: FakeAnswer | ((request: FakeRequest) => FakeAnswer | undefined);
+  /** The key it requires (`Authorization: Bearer <key>`) on everything but `/health`, as `vllm serve --api-key`. */
+  apiKey?: string;
 }
 
 /** A running fake worker. */
@@ -241,6 +243,15 @@ class Worker implements FakeWorker, WorkerSide {
     if (req.method === 'GET' && path === '/health') {
       return this.#healthy ? this.answerJson(res, 200, { status: 'ok' }) : this.answerError(res, 503, 'unhealthy');
     }
+    if (
+      this.options.apiKey !== undefined &&
+      !path.startsWith('/fake/') &&
+      req.headers.authorization !== `Bearer ${this.options.apiKey}`
+    ) {
+      // As vLLM started with --api-key: its API needs the key (/health does not, nor the KV
+      // transfer between workers, which is not the HTTP API).
+      return this.answerJson(res, 401, { error: 'Unauthorized' });
+    }
     if (req.method === 'GET' && path === '/v1/models') {
       const id = this.options.model ?? 'fake-model';
       return this.answerJson(res, 200, { object: 'list', data: [{ id, object: 'model', owned_by: 'disagg-fake' }] });
@@ -292,11 +303,12 @@ class Worker implements FakeWorker, WorkerSide {
         return;
       }
     }
-    const answer = typeof this.options.answer === 'function' ? this.options.answer(record) : this.options.answer;
-    const plan = planAnswer(body, answer, this.options.tokens ?? 8);
+    const plan = planAnswer(body, this.answerFor(record), this.options.tokens ?? 8);
     const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (this.options.tokenIntervalMs ?? 0);
     const format = formatFor(record.path, this.options.model);
-    const usage = usageOf(body, plan.completionTokens);
+    // Decode counts the whole prompt as cached: its KV came from prefill. A router must give the
+    // client prefill's figure instead.
+    const usage = usageOf(body, plan.completionTokens, promptTokens(body));
     if (body.stream !== true) {
       await this.pause(interval * plan.completionTokens);
       if (res.destroyed) return;
@@ -362,6 +374,10 @@ class Worker implements FakeWorker, WorkerSide {
   }
 
   // WorkerSide: what the protocol modules use.
+
+  answerFor(record: FakeRequest): FakeAnswer | undefined {
+    return typeof this.options.answer === 'function' ? this.options.answer(record) : this.options.answer;
+  }
 
   nextBlocks(): number[] {
     return [this.#blocks++, this.#blocks++];

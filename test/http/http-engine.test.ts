@@ -122,6 +122,81 @@ describe('httpEngine', () => {
     await eventually(closed, 'the worker saw the call end');
   });
 
+  it('a last event without its closing blank line is still read', async () => {
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.write(chunk('a'));
+      res.end(`data: ${JSON.stringify({ choices: [{ index: 0, text: 'b', finish_reason: 'stop' }] })}`);
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items.map((item) => [item.data?.text, item.data?.finish_reason ?? null])).toEqual([
+      ['a', null],
+      ['b', 'stop'],
+    ]);
+  });
+
+  it("an error chunk or event keeps the worker's status: a 400 in a 200 stream is still the client's mistake", async () => {
+    for (const error of [
+      `data: ${JSON.stringify({ error: { object: 'error', message: 'prompt too long', code: 400 } })}\n\n`,
+      `event: error\ndata: ${JSON.stringify({ error: { message: 'prompt too long', code: 400 } })}\n\n`,
+    ]) {
+      const { url } = await serve((_, res) => {
+        sse(res);
+        res.end(`${chunk('a')}${error}data: [DONE]\n\n`);
+      });
+      const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+      const failure = Annotated.err(items.at(-1));
+      expect(failure).toMatchObject({ name: 'UpstreamError', kind: 'status', status: 400, retryable: false });
+      expect(failure?.message).toContain('prompt too long');
+    }
+  });
+
+  it('abort and error finishes are failures, never a finish a client could take for a success', async () => {
+    for (const [finish, text] of [
+      ['abort', 'aborted the request'],
+      ['error', 'failed'],
+    ]) {
+      const { url } = await serve((_, res) => {
+        sse(res);
+        res.end(`${chunk('a')}${chunk('', finish)}data: [DONE]\n\n`);
+      });
+      const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+      expect(items).toHaveLength(2);
+      expect(Annotated.err(items[1])?.message).toContain(text);
+    }
+  });
+
+  it('with n = 2 the stream goes on until both choices have finished; every chunk keeps what the worker sent', async () => {
+    const choice = (index: number, text: string, finish: string | null) =>
+      `data: ${JSON.stringify({ choices: [{ index, text, finish_reason: finish }] })}\n\n`;
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.end(
+        `${choice(0, 'a', null)}${choice(1, 'b', null)}${choice(0, '', 'stop')}${choice(1, 'c', null)}${choice(1, '', 'length')}data: [DONE]\n\n`,
+      );
+    });
+    const items = await collect(await httpEngine({ url })({ ...streamed, n: 2 }, new Controller()));
+    expect(items.map((item) => item.data?.finish_reason ?? null)).toEqual([null, null, null, null, 'length']);
+    // The first choice's finish is not the end, but its chunk goes on as the worker sent it.
+    expect(Annotated.wire(items[2])?.[0]?.json).toMatchObject({ choices: [{ index: 0, finish_reason: 'stop' }] });
+  });
+
+  it("TensorRT-LLM: the handoff is found on the choice, and a context response's not_finished is no finish", async () => {
+    const { url } = await serve((_, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          choices: [
+            { index: 0, text: 'x', finish_reason: 'not_finished', disaggregated_params: { ctx_request_id: 9 } },
+          ],
+        }),
+      );
+    });
+    const [item] = await collect(await httpEngine({ url })({ model: 'm', prompt: 'p' }, new Controller()));
+    expect(item?.data?.disaggregated_params).toEqual({ ctx_request_id: 9 });
+    expect(item?.data?.finish_reason ?? null).toBeNull();
+  });
+
   it('reads integers above 2^53 - 1 in streamed chunks exactly', async () => {
     const { url } = await serve((_, res) => {
       sse(res);

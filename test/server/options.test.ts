@@ -138,4 +138,14 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
     }
     expect(SERVE_USAGE).toContain(`(default ${DEFAULT_CLEANUP_BUDGET_MS})`);
   });
+
+  it('a prefill worker with dpSize but no dpRank is refused up front; keys come from flags or the environment', () => {
+    const path = file('dp.yaml', 'connector: sglang\nprefill: [{ url: "http://p", dpSize: 4 }]\ndecode: [http://d]\n');
+    expect(refusal(() => loadServeConfig(['--config', path], {})).message).toContain('dpSize 4 but no dpRank');
+    expect(
+      loadServeConfig(['--connector', 'trtllm', '--prefill', 'http://p', '--decode', 'http://d', '--api-key', 'a'], {
+        DISAGG_WORKER_API_KEY: 'w',
+      }),
+    ).toMatchObject({ connector: 'trtllm', apiKey: 'a', workerApiKey: 'w' });
+  });
 });

@@ -1,38 +1,10 @@
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { afterEach, describe, expect, it } from 'vitest';
-import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
-import type { FakeWorkerOptions } from '../../src/testing/index.js';
-import { recordingLogger } from '../support/async.js';
-import { eventually, fakeWorkers } from '../support/http.js';
+import { describe, expect, it } from 'vitest';
+import { eventually } from '../support/http.js';
+import { proxyHarness } from '../support/proxy.js';
 
-const fakes = fakeWorkers();
-let proxies: ProxyServer[] = [];
-afterEach(async () => {
-  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0 })));
-  proxies = [];
-});
-
-async function setup(
-  protocol: 'vllm' | 'sglang',
-  workers: { prefill?: Partial<FakeWorkerOptions>; decode?: Partial<FakeWorkerOptions> } = {},
-  options: Partial<ProxyOptions> = {},
-) {
-  const prefill = await fakes.start({ role: 'prefill', protocol, ...workers.prefill });
-  const decode = await fakes.start({ role: 'decode', protocol, tokens: 4, ...workers.decode });
-  const logger = recordingLogger();
-  const proxy = createProxy({
-    connector: protocol,
-    prefill: [{ url: prefill.url, bootstrapPort: prefill.bootstrapPort }],
-    decode: [{ url: decode.url }],
-    logger: logger.logger,
-    ...options,
-  });
-  proxies.push(proxy);
-  const url = await proxy.listen(0);
-  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
-  return { prefill, decode, proxy, url, client, logs: logger.records };
-}
+const { setup, fakes } = proxyHarness();
 
 async function text(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>): Promise<string> {
   let out = '';

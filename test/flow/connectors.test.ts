@@ -1,0 +1,115 @@
+import { describe, expect, it } from 'vitest';
+import {
+  earlyBootstrap,
+  elementsOf,
+  sglangBootstrap,
+  trtllmContextFirst,
+  vllmNixl,
+} from '../../src/flow/connectors.js';
+import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { collect, ScriptedSource } from '../support/async.js';
+import { decodeTokens, engine, runFlow } from '../support/flow.js';
+
+describe('connectors over HTTP engines', () => {
+  it('earlyBootstrap streams its prefill (without stream_options), so that the rendezvous arrives while it runs', () => {
+    const body = earlyBootstrap.prefillBody({
+      model: 'm',
+      prompt: 'p',
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect(body.stream).toBe(true);
+    expect(body).not.toHaveProperty('stream_options');
+    expect(body.max_tokens).toBe(1);
+  });
+
+  it("TensorRT-LLM bodies carry only the client's fields and the handoff (its server refuses any other)", () => {
+    const client = { model: 'm', prompt: 'p', max_tokens: 64, stream: true, stream_options: { include_usage: true } };
+    expect(trtllmContextFirst.prefillBody(client)).toEqual({
+      model: 'm',
+      prompt: 'p',
+      max_tokens: 64,
+      stream: false,
+      disaggregated_params: { request_type: 'context_only' },
+    });
+    const bare = trtllmContextFirst.prefillBody({ model: 'm', prompt: 'p' });
+    expect(Object.keys(bare).sort()).toEqual(['disaggregated_params', 'model', 'prompt']);
+    const params = { request_type: 'context_only', ctx_request_id: 3, first_gen_tokens: [1] };
+    expect(trtllmContextFirst.decodeBody({ model: 'm', prompt: 'p' }, { kind: 'params', params })).toEqual({
+      model: 'm',
+      prompt: 'p',
+      disaggregated_params: { ...params, request_type: 'generation_only' },
+    });
+  });
+
+  it('SGLang: prefill keeps the client n, so that both legs have the same element count', () => {
+    const bootstrap = { bootstrap_host: ['h', 'h'], bootstrap_port: [1, 1], bootstrap_room: [5n, 6n] };
+    expect(sglangBootstrap.prefillBody({ model: 'm', prompt: 'p', n: 2 }, bootstrap)).toMatchObject({
+      n: 2,
+      ...bootstrap,
+    });
+    expect(
+      sglangBootstrap.prefillBody(
+        { model: 'm', prompt: 'p' },
+        { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 5n },
+      ).n,
+    ).toBe(1);
+  });
+
+  it('counts the elements of a request: prompts times n', () => {
+    expect(elementsOf({ prompt: 'p' })).toBe(1);
+    expect(elementsOf({ prompt: 'p', n: 3 })).toBe(3);
+    expect(elementsOf({ prompt: ['a', 'b'], n: 2 })).toBe(4);
+    expect(elementsOf({ prompt: [1, 2, 3] })).toBe(1); // token ids of one prompt
+    expect(elementsOf({ prompt: [[1], [2]] })).toBe(2);
+    expect(elementsOf({ text: ['a', 'b', 'c'] })).toBe(3);
+  });
+
+  it.each([
+    [vllmNixl, { n: 2 }, 'n'],
+    [vllmNixl, { best_of: 2 }, 'best_of'],
+    [vllmNixl, { prompt: ['a', 'b'] }, 'prompt'],
+    [trtllmContextFirst, { n: 4 }, 'n'],
+  ])('%o refuses what its handoff cannot carry, naming the field, before any leg', async (connector, extra, param) => {
+    const prefill = engine(() => new ScriptedSource([]));
+    const failure = await runFlow({
+      connector,
+      prefill: prefill.run,
+      request: { model: 'm', prompt: 'p', ...extra },
+    }).catch((error: unknown) => error);
+    expect(UnsupportedRequestError.is(failure)).toBe(true);
+    expect(failure).toMatchObject({ param, code: 'DISAGG_UNSUPPORTED_REQUEST' });
+    expect(prefill.calls).toHaveLength(0);
+  });
+
+  it('SGLang with n = 2: a list of rooms on both legs, each congruent to the DP rank', async () => {
+    const prefill = engine(() => new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end());
+    const decode = decodeTokens();
+    const stream = await runFlow({
+      request: { model: 'm', prompt: 'p', n: 2 },
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 8998, dpRank: 1, dpSize: 3 },
+    });
+    await collect(stream);
+    const rooms = decode.calls[0]?.body.bootstrap_room as bigint[];
+    expect(rooms).toHaveLength(2);
+    expect(prefill.calls[0]?.body.bootstrap_room).toEqual(rooms);
+    expect(rooms.map((room) => room % 3n)).toEqual([1n, 1n]);
+    expect(decode.calls[0]?.body).toMatchObject({ bootstrap_host: ['h', 'h'], bootstrap_port: [8998, 8998], n: 2 });
+  });
+
+  it('SGLang: a prefill worker with dpSize but no dpRank is refused, not sent to rank 0', async () => {
+    await expect(
+      runFlow({
+        connector: sglangBootstrap,
+        prefillWorker: { bootstrapHost: 'h', bootstrapPort: 8998, dpSize: 4 },
+      }),
+    ).rejects.toThrow('has dpSize 4 but no dpRank');
+  });
+});

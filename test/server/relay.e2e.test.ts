@@ -1,0 +1,416 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { describe, expect, it } from 'vitest';
+import { parseJson } from '../../src/http/json.js';
+import type { FakeAnswer, FakeWorker } from '../../src/testing/index.js';
+import { proxyHarness } from '../support/proxy.js';
+
+const { setup } = proxyHarness();
+
+/** An SSE answer: its status, the JSON of each `data:` event, and whether it ended with [DONE]. */
+async function sse(base: string, path: string, body: object, headers: Record<string, string> = {}) {
+  const answer = await request(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  const text = await answer.body.text();
+  const events = text.split('\n\n').filter((event) => event.trim() !== '');
+  const data = events.map((event) => event.replace(/^(event: \w+\n)?data: /, ''));
+  const done = data.at(-1) === '[DONE]';
+  return {
+    status: answer.statusCode,
+    events,
+    payloads: (done ? data.slice(0, -1) : data).map((entry) => parseJson(entry)),
+    done,
+    text,
+  };
+}
+
+async function whole(base: string, path: string, body: object, headers: Record<string, string> = {}) {
+  const answer = await request(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return { status: answer.statusCode, body: parseJson(await answer.body.text()) as Record<string, unknown> };
+}
+
+/**
+ * What differs between two answers of a worker to the same body whatever the path: the
+ * response id and time, and the ids of tool calls (each answer makes its own).
+ */
+function normalise(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(normalise);
+  if (typeof value !== 'object' || value === null) return value;
+  return Object.fromEntries(
+    Object.entries(value).map(([key, entry]) => [key, key === 'id' || key === 'created' ? '<id>' : normalise(entry)]),
+  );
+}
+
+/** The proxy's one documented change to a worker's answer: usage counts the prompt's cache where prefill ran. */
+function withPrefillCache(value: unknown, cached: number): unknown {
+  if (Array.isArray(value)) return value.map((entry) => withPrefillCache(entry, cached));
+  if (typeof value !== 'object' || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, entry] of Object.entries(value)) {
+    if (key === 'usage' && typeof entry === 'object' && entry !== null) {
+      const usage = entry as Record<string, unknown>;
+      out[key] = {
+        ...usage,
+        prompt_tokens_details: { ...(usage.prompt_tokens_details as object), cached_tokens: cached },
+      };
+    } else if (key === 'meta_info' && typeof entry === 'object' && entry !== null && 'cached_tokens' in entry) {
+      out[key] = { ...entry, cached_tokens: cached };
+    } else out[key] = withPrefillCache(entry, cached);
+  }
+  return out;
+}
+
+/** What the fake prefill reports cached for this body: half its prompt (a quarter of its characters). */
+const prefillCached = (body: Record<string, unknown>) => {
+  const text =
+    typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.messages ?? body.text ?? body.prompt);
+  return Math.floor(Math.max(1, Math.ceil(text.length / 4)) / 2);
+};
+
+const rich: FakeAnswer = {
+  reasoning: ['The user ', 'wants weather.'],
+  content: ['Let me ', 'check.'],
+  toolCalls: [{ name: 'get_weather', arguments: ['{"city": ', '"Paris"}'] }],
+};
+
+const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+type Shape = {
+  name: string;
+  path: string;
+  body: Record<string, unknown>;
+  answer?: FakeAnswer;
+  protocols: Array<'vllm' | 'sglang'>;
+};
+
+const SHAPES: Shape[] = [
+  {
+    name: 'chat, streamed, with the usage chunk',
+    path: '/v1/chat/completions',
+    body: { model: 'm', messages, stream: true, stream_options: { include_usage: true } },
+    protocols: ['vllm', 'sglang'],
+  },
+  {
+    name: 'chat, streamed: reasoning, a tool call in pieces, logprobs, finish tool_calls',
+    path: '/v1/chat/completions',
+    body: {
+      model: 'm',
+      messages,
+      stream: true,
+      logprobs: true,
+      tools: [{ type: 'function', function: { name: 'get_weather' } }],
+    },
+    answer: rich,
+    protocols: ['vllm', 'sglang'],
+  },
+  {
+    name: 'chat, whole: reasoning, tool calls, logprobs',
+    path: '/v1/chat/completions',
+    body: { model: 'm', messages, logprobs: true },
+    answer: rich,
+    protocols: ['vllm', 'sglang'],
+  },
+  {
+    name: 'completions, streamed, with logprobs',
+    path: '/v1/completions',
+    body: { model: 'm', prompt: 'Say hello', stream: true, logprobs: 1, max_tokens: 3 },
+    protocols: ['vllm', 'sglang'],
+  },
+  {
+    name: 'completions, whole',
+    path: '/v1/completions',
+    body: { model: 'm', prompt: 'Say hello', max_tokens: 3 },
+    protocols: ['vllm', 'sglang'],
+  },
+  {
+    name: 'chat, streamed, n = 2 (two choices, each finishing)',
+    path: '/v1/chat/completions',
+    body: { model: 'm', messages, stream: true, n: 2 },
+    protocols: ['sglang'],
+  },
+  {
+    name: 'completions, whole, a batch of two prompts',
+    path: '/v1/completions',
+    body: { model: 'm', prompt: ['Say hello', 'Say bye'], max_tokens: 2 },
+    protocols: ['sglang'],
+  },
+  {
+    name: "SGLang's /generate, streamed",
+    path: '/generate',
+    body: { text: 'Say hello', sampling_params: { max_new_tokens: 3 }, stream: true },
+    protocols: ['sglang'],
+  },
+  {
+    name: "SGLang's /generate, whole",
+    path: '/generate',
+    body: { text: 'Say hello', sampling_params: { max_new_tokens: 3 } },
+    protocols: ['sglang'],
+  },
+];
+
+describe('the relay: what a worker says reaches the client as the worker said it', () => {
+  for (const shape of SHAPES) {
+    for (const protocol of shape.protocols) {
+      it(`${protocol}: ${shape.name}: the proxy's answer is the decode worker's own, but for prefill's cache figure`, async () => {
+        const { url, decode } = await setup(protocol, {
+          decode: shape.answer === undefined ? {} : { answer: shape.answer },
+        });
+        const cached = prefillCached(shape.body);
+        if (shape.body.stream === true) {
+          const proxied = await sse(url, shape.path, shape.body);
+          const direct = await sse(decode.url, shape.path, shape.body);
+          expect(proxied.status).toBe(200);
+          expect(proxied.done).toBe(true);
+          expect(normalise(proxied.payloads)).toEqual(normalise(withPrefillCache(direct.payloads, cached)));
+          // Byte for byte where nothing had to change: the chunks without usage.
+          const plain = (events: string[]) =>
+            events.filter((event) => !event.includes('"usage"') && !event.includes('"id"'));
+          expect(plain(proxied.events)).toEqual(plain(direct.events));
+        } else {
+          const proxied = await whole(url, shape.path, shape.body);
+          const direct = await whole(decode.url, shape.path, shape.body);
+          expect(proxied.status).toBe(200);
+          expect(normalise(proxied.body)).toEqual(normalise(withPrefillCache(direct.body, cached)));
+        }
+      });
+    }
+  }
+
+  it('sglang: usage counts the cache prefill reports, not decode (which holds the whole prompt from prefill)', async () => {
+    const { client, decode } = await setup('sglang');
+    const stream = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'x'.repeat(40) }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) usage = chunk.usage ?? usage;
+    // 40 characters are 10 fake tokens: decode says 10 cached, prefill computed them with 5 cached.
+    expect(usage?.prompt_tokens_details?.cached_tokens).toBe(
+      prefillCached({ messages: [{ role: 'user', content: 'x'.repeat(40) }] }),
+    );
+    expect(decode.requests).toHaveLength(1);
+  });
+
+  it('the openai client reads reasoning, tool calls and logprobs through the proxy', async () => {
+    const { client } = await setup('vllm', { decode: { answer: rich } });
+    const stream = await client.chat.completions.create({
+      model: 'm',
+      messages: messages as never,
+      stream: true,
+      logprobs: true,
+    });
+    let reasoning = '';
+    let content = '';
+    let args = '';
+    let name: string | undefined;
+    let finish: string | null | undefined;
+    let logprobs = 0;
+    for await (const chunk of stream) {
+      const choice = chunk.choices[0];
+      const delta = choice?.delta as ({ reasoning_content?: string } & NonNullable<typeof choice>['delta']) | undefined;
+      reasoning += delta?.reasoning_content ?? '';
+      content += delta?.content ?? '';
+      for (const call of delta?.tool_calls ?? []) {
+        name ??= call.function?.name;
+        args += call.function?.arguments ?? '';
+      }
+      logprobs += choice?.logprobs?.content?.length ?? 0;
+      finish = choice?.finish_reason ?? finish;
+    }
+    expect({ reasoning, content, name, args, finish, logprobs }).toEqual({
+      reasoning: 'The user wants weather.',
+      content: 'Let me check.',
+      name: 'get_weather',
+      args: '{"city": "Paris"}',
+      finish: 'tool_calls',
+      logprobs: 2,
+    });
+  });
+});
+
+describe('failures stay failures', () => {
+  it('a decode that aborts mid-stream: one SSE error event after the tokens, never a finish or [DONE]', async () => {
+    const { url } = await setup('vllm', { decode: { answer: { content: ['a ', 'b '], finishReason: 'abort' } } });
+    const proxied = await sse(url, '/v1/chat/completions', { model: 'm', messages, stream: true });
+    expect(proxied.done).toBe(false);
+    const last = proxied.events.at(-1) as string;
+    expect(last.startsWith('event: error')).toBe(true);
+    expect(last).toContain('aborted');
+    expect(last).toContain('"leg":"decode"');
+    expect(proxied.text).not.toContain('"finish_reason":"stop"');
+    expect(proxied.text).not.toContain('"finish_reason":"abort"');
+  });
+
+  it('a decode that aborts, not streamed: a 502, and the openai client raises', async () => {
+    const { client } = await setup('sglang', { decode: { answer: { finishReason: 'abort' } } });
+    await expect(client.chat.completions.create({ model: 'm', messages: messages as never })).rejects.toMatchObject({
+      status: 502,
+    });
+  });
+
+  it('a prefill that aborts fails the request on the prefill leg (502), before decode is called', async () => {
+    const { client, decode } = await setup('vllm', { prefill: { answer: { finishReason: 'abort' } } });
+    const failure = await client.completions.create({ model: 'm', prompt: 'x' }).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(OpenAI.APIError);
+    expect(failure).toMatchObject({ status: 502 });
+    expect(((failure as InstanceType<typeof OpenAI.APIError>).error as { leg?: string }).leg).toBe('prefill');
+    expect(decode.requests).toHaveLength(0);
+  });
+
+  it("a worker's error chunk with code 400 inside its 200 stream is a 400 to the client: the SDK does not retry a doomed request", async () => {
+    const tooLong = { error: { code: 400, message: "This model's maximum context length is 4096 tokens" } };
+    const { url, decode, prefill } = await setup('vllm', { decode: { answer: tooLong } });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 2 });
+    const failure = await client.completions.create({ model: 'm', prompt: 'x' }).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((failure as Error).message).toContain('maximum context length');
+    expect([prefill.requests.length, decode.requests.length]).toEqual([1, 1]);
+    // Streamed: the role chunk went out, then the error with the worker's code.
+    const streamed = await sse(url, '/v1/chat/completions', { model: 'm', messages, stream: true });
+    expect(streamed.events.at(-1)).toMatch(/^event: error\ndata: .*"code":400/);
+  });
+});
+
+describe('n > 1 and batched prompts', () => {
+  it('sglang: a room per choice, the same count on both legs, each congruent to the DP rank', async () => {
+    const { client, prefill, decode } = await setup('sglang', {}, {});
+    const proxied = await client.chat.completions.create({ model: 'm', messages: messages as never, n: 3 });
+    expect(proxied.choices.map((choice) => choice.index)).toEqual([0, 1, 2]);
+    const rooms = (worker: FakeWorker) => worker.requests[0]?.body.bootstrap_room as bigint[];
+    expect(rooms(prefill)).toHaveLength(3);
+    expect(rooms(decode)).toEqual(rooms(prefill));
+    expect([prefill.requests[0]?.body.n, decode.requests[0]?.body.n]).toEqual([3, 3]);
+  });
+
+  it('sglang with data parallelism: every room of a batch goes to the worker rank', async () => {
+    const { url, prefill } = await setup('sglang', {}, ({ prefill }) => ({
+      prefill: [{ url: prefill.url, bootstrapPort: prefill.bootstrapPort, dpRank: 3, dpSize: 4 }],
+    }));
+    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: ['a', 'b'], max_tokens: 2 });
+    expect(answer.status).toBe(200);
+    const rooms = prefill.requests[0]?.body.bootstrap_room as bigint[];
+    expect(rooms).toHaveLength(2);
+    for (const room of rooms) expect(BigInt(room) % 4n).toBe(3n);
+  });
+
+  it('vllm: n > 1, best_of and a batch of prompts are refused with a 400 naming the field, before any worker is called', async () => {
+    const { client, prefill, decode } = await setup('vllm');
+    for (const [body, param] of [
+      [{ n: 2 }, 'n'],
+      [{ best_of: 3 }, 'best_of'],
+      [{ prompt: ['a', 'b'] }, 'prompt'],
+    ] as const) {
+      const failure = await client.completions
+        .create({ model: 'm', prompt: 'x', ...body } as never)
+        .catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((failure as InstanceType<typeof OpenAI.APIError>).param).toBe(param);
+    }
+    expect([prefill.requests.length, decode.requests.length]).toEqual([0, 0]);
+  });
+});
+
+describe('routes mean what they say', () => {
+  it('a chat body on /v1/completions, or a prompt on the chat route, is a 400 naming the field; no worker is called', async () => {
+    const { url, prefill, decode } = await setup('vllm');
+    const onCompletions = await whole(url, '/v1/completions', { model: 'm', messages });
+    expect(onCompletions.status).toBe(400);
+    expect(onCompletions.body).toMatchObject({ error: { param: 'prompt', type: 'invalid_request_error' } });
+    const onChat = await whole(url, '/v1/chat/completions', { model: 'm', prompt: 'x' });
+    expect(onChat.status).toBe(400);
+    expect(onChat.body).toMatchObject({ error: { param: 'messages' } });
+    expect([prefill.requests.length, decode.requests.length]).toEqual([0, 0]);
+  });
+
+  it('each route calls the same route on the workers, /generate included', async () => {
+    const { url, client, prefill, decode } = await setup('sglang');
+    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    await client.chat.completions.create({ model: 'm', messages: messages as never, max_tokens: 2 });
+    await whole(url, '/generate', { text: 'x', sampling_params: { max_new_tokens: 2 } });
+    const paths = (worker: FakeWorker) => worker.requests.map((entry) => entry.path);
+    expect(paths(prefill)).toEqual(['/v1/completions', '/v1/chat/completions', '/generate']);
+    expect(paths(decode)).toEqual(paths(prefill));
+  });
+});
+
+describe('credentials and privacy', () => {
+  it('--worker-api-key: sent to both legs and every probe of workers that need it', async () => {
+    const key = { apiKey: 'worker-secret' };
+    const { url, client, prefill, decode } = await setup(
+      'vllm',
+      { prefill: key, decode: key },
+      { workerApiKey: 'worker-secret' },
+    );
+    expect((await request(`${url}/ready`)).statusCode).toBe(200);
+    const answer = await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    expect(answer.choices[0]?.text).toBe('tok0 tok1 ');
+    for (const worker of [prefill, decode])
+      expect(worker.requests[0]?.headers.authorization).toBe('Bearer worker-secret');
+    expect((await request(`${url}/v1/models`)).statusCode).toBe(200);
+  });
+
+  it("without a worker key, the client's own Authorization is passed on", async () => {
+    const key = { apiKey: 'client-key' };
+    const { url, prefill, decode } = await setup('vllm', { prefill: key, decode: key });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'client-key', maxRetries: 0 });
+    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    for (const worker of [prefill, decode]) expect(worker.requests[0]?.headers.authorization).toBe('Bearer client-key');
+  });
+
+  it('--api-key: a client without the key gets an OpenAI-style 401 and no worker is called; with it, the answer', async () => {
+    const { url, prefill } = await setup('vllm', {}, { apiKey: 'proxy-secret' });
+    const wrong = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'nope', maxRetries: 0 });
+    await expect(wrong.completions.create({ model: 'm', prompt: 'x' })).rejects.toBeInstanceOf(
+      OpenAI.AuthenticationError,
+    );
+    await expect(wrong.models.list()).rejects.toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(prefill.requests).toHaveLength(0);
+    expect((await request(`${url}/health`)).statusCode).toBe(200);
+    const right = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'proxy-secret', maxRetries: 0 });
+    expect((await right.completions.create({ model: 'm', prompt: 'x', max_tokens: 1 })).choices).toHaveLength(1);
+  });
+
+  it('worker addresses never reach a client: errors and headers name workers', async () => {
+    const { url, prefill } = await setup('vllm', {
+      prefill: { fault: { type: 'status', status: 503, message: 'busy' } },
+    });
+    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
+    const text = JSON.stringify(answer.body);
+    expect(answer.status).toBe(502);
+    expect(text).toContain('prefill-0');
+    expect(text).toContain('busy');
+    expect(text).not.toContain(String(prefill.port));
+    expect(text).not.toContain('127.0.0.1');
+  });
+
+  it("SGLang's router-only fields from a client never reach the workers", async () => {
+    const { url, prefill, decode } = await setup('sglang');
+    const body = {
+      model: 'm',
+      prompt: 'x',
+      max_tokens: 2,
+      bootstrap_room: 7,
+      bootstrap_pair_key: 'k',
+      routed_dp_rank: 1,
+      disagg_prefill_dp_rank: 1,
+      data_parallel_rank: 1,
+    };
+    expect((await whole(url, '/v1/completions', body)).status).toBe(200);
+    for (const worker of [prefill, decode]) {
+      const sent = worker.requests[0]?.body as Record<string, unknown>;
+      expect(sent.bootstrap_room).not.toBe(7);
+      for (const field of ['bootstrap_pair_key', 'routed_dp_rank', 'disagg_prefill_dp_rank', 'data_parallel_rank']) {
+        expect(sent).not.toHaveProperty(field);
+      }
+    }
+  });
+});
