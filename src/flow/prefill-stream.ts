@@ -1,6 +1,6 @@
 import { PrefillError } from '../handoff/prefill-error.js';
 import { PrefillTask, type PrefillTaskOptions } from '../handoff/prefill-task.js';
-import { Annotated } from '../protocol/annotated.js';
+import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { closeQuietly } from '../util/close-quietly.js';
 
@@ -74,7 +74,7 @@ export async function classifyPrefill(
       // A finished answer is classified like any prefill output: an abort or an error fails.
       PrefillTask.checkOutput(output);
       const { disaggregated_params: _params, ...data } = output.data as LLMEngineOutput;
-      return { kind: 'finished', output: { ...output, data } };
+      return { kind: 'finished', output: withoutHandoff({ ...output, data }, Annotated.wire(output)) };
     }
     let params = output?.data?.disaggregated_params;
     let promptTokensDetails = details(output);
@@ -158,4 +158,26 @@ function toRoom(value: unknown): bigint | undefined {
   else if (typeof value === 'string' && /^\d{1,20}$/.test(value)) room = BigInt(value);
   else return undefined;
   return room >= 0n && room < 1n << 64n ? room : undefined;
+}
+
+/**
+ * A finished prefill answer as the client may see it: what the worker sent, without the
+ * handoff parameters it named (vLLM's `kv_transfer_params`, `disaggregated_params` at the top
+ * or on a choice), which are the router's business.
+ */
+function withoutHandoff(item: EngineItem, wire: readonly WireChunk[] | undefined): EngineItem {
+  if (wire === undefined) return item;
+  return Annotated.withWire(
+    item,
+    wire.map((chunk) => {
+      const { kv_transfer_params: _kv, disaggregated_params: _params, ...json } = chunk.json;
+      const choices = Array.isArray(json.choices)
+        ? json.choices.map((choice: Record<string, unknown>) => {
+            const { disaggregated_params: _choiceParams, ...rest } = choice;
+            return rest;
+          })
+        : json.choices;
+      return { form: chunk.form, text: undefined, json: { ...json, ...(choices === undefined ? {} : { choices }) } };
+    }),
+  );
 }

@@ -301,7 +301,8 @@ function generateFormat(id: string): Format {
 
 /**
  * The one-token answer of a prefill call, in the shape of its route (prefill counts half its
- * prompt cached); `abort` when the answer it was given says so (a prefill the engine dropped).
+ * prompt cached); `abort` (a prefill the engine dropped) or `stop` (its one token ended the
+ * answer) when the answer it was given says so.
  */
 export function oneTokenAnswer(
   record: { path: string; body: Record<string, unknown> },
@@ -309,7 +310,9 @@ export function oneTokenAnswer(
   answer?: FakeAnswer,
 ) {
   const prompt = promptTokens(record.body);
-  const finishReason = answer?.finishReason === 'abort' ? 'abort' : 'length';
+  // A prefill whose one token ends the answer (an end of sequence) says so; otherwise `length`.
+  const finishReason =
+    answer?.finishReason === 'abort' || answer?.finishReason === 'stop' ? answer.finishReason : 'length';
   const plan = planAnswer({ ...record.body, n: 1, max_tokens: 1 }, { content: ['tok0 '], finishReason }, 1);
   return formatFor(record.path, model).whole(plan, usageOf(record.body, 1, Math.floor(prompt / 2)));
 }

@@ -21,10 +21,13 @@ export const fakeVllm: FakeProtocol = {
       return worker.answerError(res, 500, fault.message ?? 'prefill failed after computing');
     }
     const answer = worker.answerFor(record);
-    if (answer?.finishReason === 'abort') {
-      // Dropped by the engine: its KV is freed, and no parameters name any.
+    if (answer?.finishReason === 'abort' || answer?.finishReason === 'stop') {
+      // Dropped, or finished at its first token: as vLLM's NIXL connector does, the KV is freed
+      // at once (it is held for a decode only when the request stopped at its length).
       record.completed = true;
-      return worker.answerJson(res, 200, oneTokenAnswer(record, worker.options.model, answer));
+      const body = oneTokenAnswer(record, worker.options.model, answer);
+      const finished = answer.finishReason === 'stop' ? { kv_transfer_params: { do_remote_prefill: false } } : {};
+      return worker.answerJson(res, 200, { ...body, ...finished });
     }
     const blocks = worker.nextBlocks();
     const params = {

@@ -237,6 +237,17 @@ describe('the relay: what a worker says reaches the client as the worker said it
   });
 });
 
+describe('a prefill that already finished the request', () => {
+  it('is the answer, without the handoff parameters prefill named (no decode, nothing to claim)', async () => {
+    const { url, decode } = await setup('vllm', { prefill: { answer: { finishReason: 'stop' } } });
+    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
+    expect(answer.status).toBe(200);
+    expect(answer.body).toMatchObject({ choices: [{ text: 'tok0 ', finish_reason: 'stop' }] });
+    expect(answer.body).not.toHaveProperty('kv_transfer_params');
+    expect(decode.requests).toHaveLength(0);
+  });
+});
+
 describe('failures stay failures', () => {
   it('a decode that aborts mid-stream: one SSE error event after the tokens, never a finish or [DONE]', async () => {
     const { url } = await setup('vllm', { decode: { answer: { content: ['a ', 'b '], finishReason: 'abort' } } });
