@@ -297,6 +297,9 @@ describe('PrefillError.retryable, from the cause chain', () => {
     ['an undici socket error', withCode('UND_ERR_SOCKET'), true],
     ['a timeout', new DOMException('timed out', 'TimeoutError'), true],
     ['a 503 answer', Object.assign(new Error('unavailable'), { status: 503 }), true],
+    ['a 500 answer', Object.assign(new Error('internal'), { status: 500 }), true],
+    ['a code that names no connection fault', withCode('EWHATEVER'), false],
+    ['an error of someone else that claims to be retryable', Object.assign(new Error('x'), { retryable: true }), false],
     ['a 400 answer', Object.assign(new Error('bad request'), { status: 400 }), false],
     ['a cancellation', new DOMException('aborted', 'AbortError'), false],
     ['an unknown error', new Error('something'), false],
@@ -319,5 +322,21 @@ describe('PrefillError.retryable, from the cause chain', () => {
     const b = new Error('b', { cause: a });
     Object.defineProperty(a, 'cause', { value: b });
     expect(PrefillError.from(a).retryable).toBe(false);
+  });
+});
+
+describe('PrefillTask.state', () => {
+  it('reads pending, then succeeded or failed, synchronously once the prefill settles', async () => {
+    const ok = deferred();
+    const bad = deferred();
+    const { logger } = recordingLogger();
+    const succeeding = PrefillTask.spawn(ok.promise, { logger });
+    const failing = PrefillTask.spawn(bad.promise, { logger });
+    expect([succeeding.state, failing.state]).toEqual(['pending', 'pending']);
+    ok.resolve();
+    bad.reject(new Error('prefill worker gone'));
+    await succeeding.wait();
+    await failing.wait().catch(() => {});
+    expect([succeeding.state, failing.state]).toEqual(['succeeded', 'failed']);
   });
 });

@@ -1,0 +1,296 @@
+// The contract of the guard's hooks (GuardHooks), which the flow's decode leg and client
+// stream ride on instead of adding promises of their own per item. The flow tests see their
+// effect through the whole request; these pin each hook down at the guard itself, in each of
+// its three modes: racing (prefill pending), forwarding through the generator (prefill has
+// just succeeded), and handed off (reads go straight to decode).
+import { describe, expect, it } from 'vitest';
+import type { FlowGuardHooks } from '../../src/handoff/prefill-task.js';
+import { forwardDecodeWith, PrefillTask } from '../../src/handoff/prefill-task.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import type { EngineItem } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import {
+  collect,
+  decodeStream,
+  deferred,
+  flush,
+  type Item,
+  isPending,
+  lengthItem,
+  recordingLogger,
+  ScriptedSource,
+  token,
+} from '../support/async.js';
+
+type Step = IteratorResult<EngineItem, undefined> | undefined;
+
+/** What a step says, for comparing: a token id, 'finish', 'error item', 'end' or 'failed read'. */
+function describeStep(step: Step): string | number {
+  if (step === undefined) return 'failed read';
+  if (step.done === true) return 'end';
+  return describeItem(step.value);
+}
+
+function describeItem(item: EngineItem): string | number {
+  if (Annotated.isError(item)) return 'error item';
+  if (item.data?.finish_reason !== undefined && item.data.finish_reason !== null) return 'finish';
+  return item.data?.token_ids?.[0] ?? 'empty';
+}
+
+function pendingPrefill() {
+  const prefill = deferred();
+  const task = PrefillTask.spawn(prefill.promise, { logger: recordingLogger().logger });
+  return { prefill, task };
+}
+
+async function guarded(task: PrefillTask, source: ScriptedSource, hooks: FlowGuardHooks) {
+  const context = new Controller();
+  const stream = await forwardDecodeWith(task, () => Promise.resolve(decodeStream(source)), context, hooks);
+  return { iterator: stream[Symbol.asyncIterator](), context };
+}
+
+const ids = (items: EngineItem[]) => items.map(describeItem);
+
+describe('observe: what the flow learns about decode while prefill is pending', () => {
+  it('sees every read until it answers false, then only what is not a plain item', async () => {
+    const { prefill, task } = pendingPrefill();
+    const seen: Array<string | number> = [];
+    const source = new ScriptedSource([token(1), token(2), token(3)]);
+    const { iterator } = await guarded(task, source, {
+      observe(step) {
+        seen.push(describeStep(step));
+        return seen.length < 2; // wants every read up to the second one
+      },
+    });
+    expect((await iterator.next()).value).toEqual(token(1));
+    expect((await iterator.next()).value).toEqual(token(2));
+    expect((await iterator.next()).value).toEqual(token(3));
+    source.push(lengthItem());
+    const held = iterator.next();
+    expect(await isPending(held)).toBe(true);
+    prefill.resolve();
+    expect(describeItem((await held).value as EngineItem)).toBe('finish');
+    // Token 3 went by unseen: after the false only the terminal was worth a look.
+    expect(seen).toEqual([1, 2, 'finish']);
+  });
+
+  it('sees a failed read as undefined, whether it wants every read or not', async () => {
+    for (const wantsEvery of [true, false]) {
+      const { task } = pendingPrefill();
+      const seen: Array<string | number> = [];
+      const source = new ScriptedSource([token(1)]).fail(new Error('decode socket reset'));
+      const { iterator } = await guarded(task, source, {
+        observe(step) {
+          seen.push(describeStep(step));
+          return wantsEvery;
+        },
+      });
+      expect((await iterator.next()).value).toEqual(token(1));
+      await expect(iterator.next()).rejects.toThrow('decode socket reset');
+      expect(seen).toEqual([1, 'failed read']);
+    }
+  });
+
+  it('sees the read that was in flight when prefill won the race, once it answers', async () => {
+    const { prefill, task } = pendingPrefill();
+    const seen: Array<string | number> = [];
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, {
+      observe(step) {
+        seen.push(describeStep(step));
+        return true;
+      },
+    });
+    const first = iterator.next();
+    await flush();
+    prefill.resolve();
+    await flush();
+    expect(seen).toEqual([]);
+    source.push(token(7));
+    expect((await first).value).toEqual(token(7));
+    expect(seen).toEqual([7]);
+  });
+});
+
+describe('answer: what the consumer gets for an item', () => {
+  const plus100 = (item: EngineItem): EngineItem =>
+    Annotated.isError(item) || item.data?.token_ids === undefined
+      ? item
+      : Annotated.fromData({ ...item.data, token_ids: [(item.data.token_ids[0] ?? 0) + 100] });
+
+  it('replaces every item in every mode: racing, forwarding, handed off', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1)]);
+    const { iterator } = await guarded(task, source, { answer: plus100 });
+    expect((await iterator.next()).value).toEqual(token(101)); // racing
+    prefill.resolve();
+    source.push(token(2)).push(token(3)).end();
+    expect((await iterator.next()).value).toEqual(token(102)); // forwarding
+    expect((await iterator.next()).value).toEqual(token(103)); // handed off
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('are not used, and the stream is not guarded, when prefill had already succeeded', async () => {
+    const task = PrefillTask.spawn(Promise.resolve(), { logger: recordingLogger().logger });
+    await task.wait();
+    const source = new ScriptedSource([token(1), lengthItem()]).end();
+    const hooks: FlowGuardHooks = { answer: plus100 };
+    const { iterator } = await guarded(task, source, hooks);
+    expect(hooks.guarded).toBeUndefined();
+    expect(ids(await collect({ [Symbol.asyncIterator]: () => iterator }))).toEqual([1, 'finish']);
+  });
+
+  /** Each way into an item of the guard, and the item the hook turns into the end. */
+  const ends = [
+    { mode: 'a racing token', script: (s: ScriptedSource) => s.push(token(1)), before: 'pending' },
+    {
+      mode: 'a failure from decode',
+      script: (s: ScriptedSource) => s.push(Annotated.fromError(new Error('x'))),
+      before: 'pending',
+    },
+    { mode: 'a held terminal', script: (s: ScriptedSource) => s.push(lengthItem()), before: 'pending' },
+    { mode: 'the prefill failure', script: (s: ScriptedSource) => s, before: 'failed' },
+    { mode: 'a forwarded token', script: (s: ScriptedSource) => s.push(token(1)), before: 'succeeded-late' },
+  ] as const;
+  it.each(ends)('an answer of undefined for $mode ends the stream there', async ({ script, before }) => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource();
+    const answered: Array<string | number> = [];
+    const { iterator } = await guarded(task, source, {
+      answer(item) {
+        answered.push(describeItem(item));
+        return undefined;
+      },
+    });
+    const next = iterator.next();
+    await flush();
+    if (before === 'failed') prefill.reject(new Error('prefill lost'));
+    if (before === 'succeeded-late') prefill.resolve();
+    await flush();
+    script(source);
+    await flush();
+    if (before === 'pending') prefill.resolve();
+    expect(await next).toEqual({ value: undefined, done: true });
+    expect(answered).toHaveLength(1);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    expect(source.closed || source.finished).toBe(true);
+  });
+
+  it('an answer of undefined for a handed-off token ends the stream there', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1)]);
+    const hooks: FlowGuardHooks = { answer: (item) => (describeItem(item) === 3 ? undefined : item) };
+    const { iterator } = await guarded(task, source, hooks);
+    expect(hooks.guarded).toBe(true);
+    expect((await iterator.next()).value).toEqual(token(1)); // racing
+    prefill.resolve();
+    source.push(token(2)).push(token(3)).push(token(4));
+    expect((await iterator.next()).value).toEqual(token(2)); // forwarding
+    expect(await iterator.next()).toEqual({ value: undefined, done: true }); // handed off
+  });
+});
+
+/** Reads one token racing and one forwarded, so that the next read is handed off to decode. */
+async function handOff(iterator: AsyncIterator<EngineItem>, source: ScriptedSource, prefill: { resolve(): void }) {
+  source.push(token(1));
+  expect((await iterator.next()).value).toEqual(token(1));
+  prefill.resolve();
+  source.push(token(2));
+  expect((await iterator.next()).value).toEqual(token(2));
+}
+
+describe('end: the stream ends by itself', () => {
+  it.each([
+    ['while prefill is pending (the end is held for it)', 'pending'],
+    ['after prefill succeeded, through the generator', 'late'],
+    ['handed off to decode', 'early'],
+  ] as const)('is called once when decode ends %s', async (_, when) => {
+    const { prefill, task } = pendingPrefill();
+    let ends = 0;
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, { end: () => ends++ });
+    if (when === 'early') await handOff(iterator, source, prefill);
+    else {
+      source.push(token(1));
+      expect((await iterator.next()).value).toEqual(token(1));
+    }
+    if (when === 'late') prefill.resolve();
+    source.end();
+    const last = iterator.next();
+    await flush();
+    if (when === 'pending') {
+      expect(await isPending(last)).toBe(true);
+      prefill.resolve();
+    }
+    expect(await last).toEqual({ value: undefined, done: true });
+    expect(ends).toBe(1);
+  });
+
+  it('is not called when the consumer closes the stream', async () => {
+    for (const settled of [false, true]) {
+      const { prefill, task } = pendingPrefill();
+      if (settled) prefill.resolve();
+      await flush();
+      let ends = 0;
+      const source = new ScriptedSource([token(1)]);
+      const { iterator } = await guarded(task, source, { end: () => ends++ });
+      await iterator.next();
+      await iterator.return?.();
+      expect(await iterator.next()).toEqual({ value: undefined, done: true });
+      expect(ends).toBe(0);
+      expect(source.closed).toBe(true);
+    }
+  });
+});
+
+describe('fail: what the consumer gets thrown when decode breaks', () => {
+  it.each([
+    ['after prefill succeeded, through the generator', false],
+    ['handed off to decode', true],
+  ])('replaces the error %s', async (_, early) => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, {
+      fail: (error) => new Error(`wrapped: ${(error as Error).message}`),
+    });
+    if (early) await handOff(iterator, source, prefill);
+    else {
+      source.push(token(1));
+      expect((await iterator.next()).value).toEqual(token(1));
+      prefill.resolve();
+    }
+    source.fail(new Error('decode reset'));
+    await expect(iterator.next()).rejects.toThrow('wrapped: decode reset');
+  });
+});
+
+describe('nothing after the end, even from a decode iterator that does not stop', () => {
+  /** A decode iterator that ignores return() and keeps answering items after its finish. */
+  function unstoppable(first: Item[]): AsyncIterator<Item> {
+    let i = 0;
+    return {
+      next: async () => ({ value: first[i++] ?? token(99), done: false }),
+      return: async () => ({ value: undefined, done: true }),
+    };
+  }
+
+  it('after a held terminal, every later call is done', async () => {
+    const { prefill, task } = pendingPrefill();
+    const context = new Controller();
+    const source = unstoppable([token(1), lengthItem()]);
+    const stream = await forwardDecodeWith(task, () => Promise.resolve(decodeStreamOf(source)), context, {});
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toEqual(token(1));
+    const held = iterator.next();
+    await flush();
+    prefill.resolve();
+    expect(describeItem((await held).value as EngineItem)).toBe('finish');
+    // Several calls, each after the last answered: none may reach decode again.
+    for (let i = 0; i < 3; i++) expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+});
+
+function decodeStreamOf(iterator: AsyncIterator<Item>) {
+  return new ResponseStream<Item>({ [Symbol.asyncIterator]: () => iterator }, new Controller('decode'));
+}
