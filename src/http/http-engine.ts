@@ -1,16 +1,15 @@
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
-import { type Dispatcher, request } from 'undici';
+import type { Dispatcher } from 'undici';
 import type { Engine } from '../flow/disaggregate.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
-import { CallOrder } from '../util/call-order.js';
-import { ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
 import { parseJson, stringifyJson } from './json.js';
 import { errorText, generateReader, outputFromOpenAI } from './openai-output.js';
+import { type BodySink, UpstreamCall, type UpstreamHead } from './upstream-call.js';
 import { UpstreamError } from './upstream-error.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
@@ -74,27 +73,27 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
     const route = api === 'auto' ? (Array.isArray(body.messages) ? 'chat' : 'completions') : api;
     const url = joinUrl(baseUrl(options.url, worker), PATHS[route]);
     const streaming = body.stream === true;
-    let response: Dispatcher.ResponseData;
+    const call = UpstreamCall.start(url, {
+      headers: {
+        ...extraHeaders,
+        'content-type': 'application/json',
+        accept: streaming ? 'text/event-stream' : 'application/json',
+        [idHeader]: context.id,
+      },
+      body: stringifyJson(body),
+      context,
+      ...(options.dispatcher === undefined ? {} : { dispatcher: options.dispatcher }),
+    });
+    let response: UpstreamHead;
     try {
-      response = await request(url, {
-        method: 'POST',
-        headers: {
-          ...extraHeaders,
-          'content-type': 'application/json',
-          accept: streaming ? 'text/event-stream' : 'application/json',
-          [idHeader]: context.id,
-        },
-        body: stringifyJson(body),
-        signal: context.signal,
-        ...(options.dispatcher === undefined ? {} : { dispatcher: options.dispatcher }),
-      });
+      response = await call.head;
     } catch (error) {
       throw isAbort(error) ? error : UpstreamError.fromFailure(url, error);
     }
     if (response.statusCode >= 400) {
       let text = '';
       try {
-        text = await response.body.text();
+        text = await call.text();
       } catch {
         // The status says enough.
       }
@@ -103,7 +102,7 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
     const contentType = String(response.headers['content-type'] ?? '');
     const convert = route === 'generate' ? generateReader() : outputFromOpenAI;
     const mode = contentType.includes('text/event-stream') ? 'sse' : 'json';
-    return new ResponseStream(new BodyItems(response.body, url, mode, convert, context, choicesOf(body)), context);
+    return new ResponseStream(new BodyItems(call, url, mode, convert, context, choicesOf(body)), context);
   };
 }
 
@@ -129,14 +128,19 @@ function isAbort(error: unknown): boolean {
 
 const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
 
+/** Items read ahead of the reader before the worker's socket is left unread (backpressure). */
+const READ_AHEAD = 64;
+
 /**
- * The items of one response body: SSE events or one JSON document. A class, not a generator:
- * `return()` must destroy the body at once, even while a read is waiting on the network (that
- * read then answers done). Calls are answered in call order, one read of the body at a time.
+ * The items of one response body: SSE events or one JSON document. The body is pushed in as
+ * undici reads it ({@link BodySink}) and parsed at once; readers take items in call order (a
+ * reader with several calls in flight gets them in the order it asked). Past
+ * {@link READ_AHEAD} unread items the call is paused, so a slow reader slows the worker's
+ * socket rather than filling memory. `return()` ends the call at once, even while a read is
+ * waiting on the network (that read then answers done).
  */
-class BodyItems implements AsyncIterableIterator<EngineItem> {
-  readonly #body: Dispatcher.ResponseData['body'];
-  readonly #chunks: AsyncIterator<Buffer>;
+class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
+  readonly #call: UpstreamCall;
   readonly #url: string;
   readonly #json: boolean;
   readonly #convert: (json: unknown) => EngineItem;
@@ -145,6 +149,8 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
   readonly #parser: EventSourceParser | undefined;
   #items: EngineItem[] = [];
   #at = 0;
+  /** Calls waiting for an item, first asked first: there are some only while no item is queued. */
+  readonly #waiting: Array<(step: Step) => void> = [];
   /**
    * The finish item, held until the next event: OpenAI servers (vLLM) send the usage of a
    * stream in a chunk of its own after the finish chunk, and the library's terminal output
@@ -152,6 +158,7 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
    */
   #held: EngineItem | undefined;
   #text = '';
+  /** No item will be added: [DONE], the end of the body, a failure or a close. */
   #finished = false;
   #terminal = false;
   /** How many choices the answer has (`n`, a list prompt): the stream ends when all have finished. */
@@ -160,25 +167,23 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
   readonly #finishedChoices = new Set<number>();
   /** Closed by `return()`: later calls are done at once. */
   #closed = false;
-  /** One read of the body at a time, answered in call order (pipelined readers). */
-  readonly #order = new CallOrder<Step>(() => this.#read());
 
   constructor(
-    body: Dispatcher.ResponseData['body'],
+    call: UpstreamCall,
     url: string,
     mode: 'sse' | 'json',
     convert: (json: unknown) => EngineItem,
     context: AsyncEngineContext,
     choices: number,
   ) {
-    this.#body = body;
+    this.#call = call;
     this.#choices = choices;
-    this.#chunks = body[Symbol.asyncIterator]();
     this.#url = url;
     this.#json = mode === 'json';
     this.#convert = convert;
     this.#context = context;
     this.#parser = mode === 'sse' ? createParser({ onEvent: (event) => this.#event(event) }) : undefined;
+    call.attach(this);
   }
 
   [Symbol.asyncIterator](): this {
@@ -187,39 +192,17 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
 
   next(): Promise<Step> {
     if (this.#closed) return Promise.resolve(DONE);
-    return this.#order.call();
-  }
-
-  async #read(): Promise<Step> {
-    try {
-      return await this.#nextItem();
-    } finally {
-      this.#order.settled();
+    if (this.#at < this.#items.length) {
+      const value = this.#take();
+      // Half way down, so that a reader just behind does not pause and resume on every item.
+      if (this.#items.length - this.#at <= READ_AHEAD / 2) this.#call.resume();
+      return Promise.resolve({ value, done: false });
     }
-  }
-
-  async #nextItem(): Promise<Step> {
-    for (;;) {
-      if (this.#at < this.#items.length) {
-        const value = this.#items[this.#at++] as EngineItem;
-        if (this.#at === this.#items.length) {
-          this.#items = [];
-          this.#at = 0;
-        }
-        return { value, done: false };
-      }
-      if (this.#finished) return DONE;
-      let chunk: IteratorResult<Buffer>;
-      try {
-        chunk = await this.#chunks.next();
-      } catch (error) {
-        this.#broke(error);
-        continue;
-      }
-      if (chunk.done === true) this.#bodyEnded();
-      else if (this.#json) this.#text += this.#decoder.decode(chunk.value, { stream: true });
-      else (this.#parser as EventSourceParser).feed(this.#decoder.decode(chunk.value, { stream: true }));
-    }
+    if (this.#finished) return Promise.resolve(DONE);
+    return new Promise((resolve) => {
+      this.#waiting.push(resolve);
+      this.#call.resume();
+    });
   }
 
   return(): Promise<Step> {
@@ -227,16 +210,58 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
     this.#items = [];
     this.#at = 0;
     this.#close();
+    // Reads in flight answer done, in call order.
+    for (const resolve of this.#waiting.splice(0)) resolve(DONE);
     return Promise.resolve(DONE);
+  }
+
+  // BodySink: undici's read loop calls these.
+
+  data(chunk: Buffer): void {
+    if (this.#finished) return; // after [DONE]: the rest of the body says nothing
+    if (this.#json) this.#text += this.#decoder.decode(chunk, { stream: true });
+    else (this.#parser as EventSourceParser).feed(this.#decoder.decode(chunk, { stream: true }));
+    this.#deliver();
+    // Once [DONE] is read the rest of the body is read on whatever the reader does, so that
+    // the connection goes back to the pool.
+    if (this.#finished) this.#call.resume();
+    else if (this.#items.length - this.#at >= READ_AHEAD) this.#call.pause();
+  }
+
+  end(): void {
+    if (!this.#finished) this.#bodyEnded();
+    this.#deliver();
+  }
+
+  error(error: Error): void {
+    this.#broke(error);
+    this.#deliver();
+  }
+
+  #take(): EngineItem {
+    const value = this.#items[this.#at++] as EngineItem;
+    if (this.#at === this.#items.length) {
+      this.#items = [];
+      this.#at = 0;
+    }
+    return value;
+  }
+
+  /** Answers waiting calls with what is queued, and with done once nothing more will come. */
+  #deliver(): void {
+    const waiting = this.#waiting;
+    while (waiting.length > 0 && this.#at < this.#items.length) {
+      (waiting.shift() as (step: Step) => void)({ value: this.#take(), done: false });
+    }
+    if (this.#finished && this.#at === this.#items.length) for (const resolve of waiting.splice(0)) resolve(DONE);
   }
 
   #event(event: EventSourceMessage): void {
     if (this.#finished) return;
     if (event.data === '[DONE]') {
       this.#release();
+      // The rest of the body is read and ignored, so that the connection goes back to the pool.
       this.#finished = true;
-      // Read what is left (the end of the body) so that the connection goes back to the pool.
-      this.#body.dump().then(undefined, ignore);
       return;
     }
     if (event.event === 'error') {
@@ -374,8 +399,8 @@ class BodyItems implements AsyncIterableIterator<EngineItem> {
   #close(): void {
     if (this.#finished) return;
     this.#finished = true;
-    // Ends the call now, whatever is in flight; a destroyed body's pending read settles.
-    this.#body.destroy();
+    // Ends the call now, whatever is in flight (the connection is closed, not pooled).
+    this.#call.abort();
   }
 }
 

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Dispatcher } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { httpEngine } from '../../src/http/http-engine.js';
 import { Annotated } from '../../src/protocol/annotated.js';
@@ -40,6 +41,40 @@ const sse = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'text/
 const chunk = (text: string, finish: string | null = null) =>
   `data: ${JSON.stringify({ choices: [{ index: 0, text, finish_reason: finish }] })}\n\n`;
 const streamed = { model: 'm', prompt: 'p', stream: true };
+
+/**
+ * A worker behind a scripted undici dispatcher: the test sends body chunks itself and sees
+ * whether the engine has paused reading (what a socket's backpressure would do).
+ */
+function scriptedWorker(): { dispatcher: Dispatcher; send(text: string): void; paused(): boolean } {
+  let handler: Dispatcher.DispatchHandler | undefined;
+  let paused = false;
+  const controller = {
+    pause: () => {
+      paused = true;
+    },
+    resume: () => {
+      paused = false;
+    },
+    abort: () => {},
+    aborted: false,
+    paused: false,
+    reason: null,
+  } as unknown as Dispatcher.DispatchController;
+  const dispatcher = {
+    dispatch(_options: Dispatcher.DispatchOptions, h: Dispatcher.DispatchHandler) {
+      handler = h;
+      h.onRequestStart?.(controller, {});
+      h.onResponseStart?.(controller, 200, { 'content-type': 'text/event-stream' }, 'OK');
+      return true;
+    },
+  } as unknown as Dispatcher;
+  return {
+    dispatcher,
+    send: (text) => handler?.onResponseData?.(controller, Buffer.from(text)),
+    paused: () => paused,
+  };
+}
 
 describe('httpEngine', () => {
   it('sends the body as exact JSON with the request id, to the route the body calls for', async () => {
@@ -323,6 +358,33 @@ describe('httpEngine', () => {
     await waiting.catch(() => {}); // settles, one way or the other
     await eventually(server.closed, 'the worker saw the client go');
     expect((await iterator.next()).done).toBe(true);
+  });
+
+  it('a reader that falls 64 items behind pauses the socket; reading half of them resumes it', async () => {
+    const worker = scriptedWorker();
+    const iterator = (
+      await httpEngine({ url: 'http://worker', dispatcher: worker.dispatcher })(streamed, new Controller())
+    )[Symbol.asyncIterator]();
+    worker.send(Array.from({ length: 63 }, (_, i) => chunk(`t${i}`)).join(''));
+    expect(worker.paused()).toBe(false);
+    worker.send(chunk('t63'));
+    expect(worker.paused()).toBe(true);
+    for (let i = 0; i < 31; i++) expect((await iterator.next()).value?.data?.text).toBe(`t${i}`);
+    expect(worker.paused()).toBe(true);
+    expect((await iterator.next()).value?.data?.text).toBe('t31');
+    expect(worker.paused()).toBe(false);
+  });
+
+  it('after [DONE] the rest of the body is read whatever the reader does, so the connection can be reused', async () => {
+    const worker = scriptedWorker();
+    const iterator = (
+      await httpEngine({ url: 'http://worker', dispatcher: worker.dispatcher })(streamed, new Controller())
+    )[Symbol.asyncIterator]();
+    worker.send(Array.from({ length: 63 }, (_, i) => chunk(`t${i}`)).join(''));
+    worker.send(`${chunk('t63')}${chunk('', 'length')}data: [DONE]\n\n`);
+    expect(worker.paused()).toBe(false);
+    const items = await collect(iterator);
+    expect(items).toHaveLength(65);
   });
 
   it('takes the url from the chosen worker or a function of it; refuses a missing url and an unknown api', async () => {
