@@ -1,6 +1,6 @@
 // Child processes of bench/proxy.mjs, so that the workers and the relays do not share an
 // event loop with what is measured. Prints one JSON line with the URLs, runs until stdin ends.
-//   node bench/proxy-fixtures.mjs workers <tokens> <intervalMs>
+//   node bench/proxy-fixtures.mjs workers <vllm|sglang> <tokens> <intervalMs>
 //   node bench/proxy-fixtures.mjs relays <decodeUrl> <tokens>
 import { createServer } from 'node:http';
 import { startFakeWorker } from 'disagg/testing';
@@ -11,17 +11,20 @@ const [kind, ...rest] = process.argv.slice(2);
 const closers = [];
 
 if (kind === 'workers') {
-  const [tokens, interval] = rest.map(Number);
-  const prefill = await startFakeWorker({ role: 'prefill', protocol: 'vllm' });
+  const protocol = rest[0];
+  const [tokens, interval] = rest.slice(1).map(Number);
+  const prefill = await startFakeWorker({ role: 'prefill', protocol });
   // Paced, as a GPU streams tokens; and unpaced, for the relays' throughput.
-  const decode = await startFakeWorker({ role: 'decode', protocol: 'vllm', tokens, tokenIntervalMs: interval });
-  const fast = await startFakeWorker({ role: 'decode', protocol: 'vllm', tokens });
+  const decode = await startFakeWorker({ role: 'decode', protocol, tokens, tokenIntervalMs: interval });
+  const fast = await startFakeWorker({ role: 'decode', protocol, tokens });
   closers.push(
     () => prefill.close(),
     () => decode.close(),
     () => fast.close(),
   );
-  console.log(JSON.stringify({ prefill: prefill.url, decode: decode.url, fast: fast.url }));
+  console.log(
+    JSON.stringify({ prefill: prefill.url, decode: decode.url, fast: fast.url, bootstrapPort: prefill.bootstrapPort }),
+  );
 } else {
   const [decodeUrl, tokens] = rest;
   const dispatcher = new Agent({ connections: 128 });

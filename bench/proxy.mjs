@@ -1,19 +1,25 @@
-// npm run bench:proxy: what the disagg proxy adds in front of the workers, and why it is built
-// on Node's http server rather than fastify. Everything runs on loopback against the fake
-// workers of disagg/testing; every figure is a ratio to a baseline of the same run.
+// npm run bench:proxy: what the disagg proxy adds in front of the workers, what it costs
+// against the proxies SGLang and vLLM ship, and why it is built on Node's http server rather
+// than fastify. Everything runs on loopback against the fake workers of disagg/testing; every
+// figure is compared with a baseline of the same run.
 //
-// 1. Time to first token and time per token, for streamed requests sent to the proxy
-//    (prefill over HTTP, then decode) against the same requests sent to the decode worker
-//    directly (no prefill: the floor any router starts from). Decode paces its tokens
-//    (--interval, 2 ms), so the time per token is the pace plus what the path adds.
-// 2. The relay itself: the decode worker's SSE stream passed to the client by a bare
+// 1. Time to first token, time per token and the gaps between tokens, for streamed requests
+//    sent to the proxy (prefill over HTTP, then decode) against the same requests sent to the
+//    decode worker directly (no prefill: the floor any router starts from). Decode paces its
+//    tokens (--interval, 2 ms), so the time per token is the pace plus what the path adds.
+// 2. With --mini-lb <mini_lb.py> and/or --toy-proxy <toy_proxy_server.py> (the peers' own
+//    scripts, run by --python with the stand-ins of bench/peers where a package is missing):
+//    disagg serve beside SGLang's mini_lb in front of the same fake SGLang workers, and beside
+//    vLLM's toy proxy in front of the same fake vLLM workers; each proxy's CPU time per request
+//    (from /proc) and the inter-token gaps its clients see.
+// 3. The relay itself: the decode worker's SSE stream passed to the client by a bare
 //    node:http handler and by a fastify route doing the same, in requests per second.
-// The workers, the proxy (the real `disagg serve` bin) and the two relays each run in their own
-// process (bench/proxy-fixtures.mjs); this process only sends requests.
-import { spawn } from 'node:child_process';
+// The workers, the proxies and the two relays each run in their own process
+// (bench/proxy-fixtures.mjs); this process only sends requests.
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { Agent, request } from 'undici';
+import { child, load, median } from './proxy-load.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -22,153 +28,206 @@ const { values: args } = parseArgs({
     tokens: { type: 'string', default: '64' },
     passes: { type: 'string', default: '3' },
     interval: { type: 'string', default: '2' },
+    'mini-lb': { type: 'string' },
+    'toy-proxy': { type: 'string' },
+    python: { type: 'string', default: 'python3' },
+    only: { type: 'string' },
+    // Another build of the bin, to compare two versions of the proxy on the same machine.
+    cli: { type: 'string', default: 'dist/cli.js' },
+    // Requests per second, sent whatever the answers (an open loop), instead of --concurrency.
+    rate: { type: 'string' },
   },
 });
-const REQUESTS = Number(args.requests);
-const CONCURRENCY = Number(args.concurrency);
-const TOKENS = Number(args.tokens);
+const shape = {
+  requests: Number(args.requests),
+  concurrency: Number(args.concurrency),
+  tokens: Number(args.tokens),
+  rate: args.rate === undefined ? undefined : Number(args.rate),
+};
 const PASSES = Number(args.passes);
-const dispatcher = new Agent({ connections: CONCURRENCY * 2 });
-const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
-const p99 = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)];
+const root = fileURLToPath(new URL('..', import.meta.url));
+const node = (script, extra, ready) => child(process.execPath, [script, ...extra], { cwd: root, ready });
+const body = { model: 'm', prompt: 'Benchmark prompt', max_tokens: shape.tokens, stream: true };
+const closers = [];
 
-/** One streamed request: time to the first data chunk, and to the end, in ms. */
-async function streamOnce(url, body) {
-  const start = performance.now();
-  const answer = await request(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-    dispatcher,
+/** A free port on loopback, for the peers, which take one on their command line. */
+function freePort() {
+  return new Promise((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
   });
-  let first;
-  for await (const chunk of answer.body) {
-    if (first === undefined && chunk.includes('data: {')) first = performance.now() - start;
-  }
-  if (answer.statusCode !== 200) throw new Error(`status ${answer.statusCode}`);
-  return { ttft: first ?? Number.NaN, total: performance.now() - start };
 }
 
-/** `REQUESTS` streamed requests, `CONCURRENCY` at a time. */
-async function load(url, body) {
-  const ttft = [];
-  const perToken = [];
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (next < REQUESTS) {
-        next++;
-        const { ttft: first, total } = await streamOnce(url, body);
-        ttft.push(first);
-        perToken.push((total - first) / TOKENS);
-      }
-    }),
+async function workers(protocol) {
+  const { proc, info } = await node('bench/proxy-fixtures.mjs', [
+    'workers',
+    protocol,
+    String(shape.tokens),
+    args.interval,
+  ]);
+  closers.push(() => proc.stdin.end());
+  return info;
+}
+
+/** The proxy as it is deployed: the disagg bin, logging every request at info. */
+async function disagg(connector, urls) {
+  const bootstrap = connector === 'sglang' ? ['--bootstrap-port', String(urls.bootstrapPort)] : [];
+  const { proc, info } = await node(
+    args.cli,
+    [
+      'serve',
+      '--connector',
+      connector,
+      '--prefill',
+      urls.prefill,
+      '--decode',
+      urls.decode,
+      ...bootstrap,
+      '--port',
+      '0',
+      '--host',
+      '127.0.0.1',
+    ],
+    (line) => line.includes('disagg serve listening'),
   );
+  closers.push(() => proc.kill('SIGTERM'));
+  return { url: `${info.url}/v1/completions`, pid: proc.pid };
+}
+
+/** A peer proxy script, run as its authors document it (uvicorn, its default logging). */
+async function peer(script, argv) {
+  const port = await freePort();
+  const { proc } = await child(
+    args.python,
+    [`${root}bench/peers/run.py`, script, '--host', '127.0.0.1', '--port', String(port), ...argv(port)],
+    { cwd: root, ready: (line) => line.includes('Uvicorn running') },
+  );
+  closers.push(() => proc.kill('SIGTERM'));
+  return { url: `http://127.0.0.1:${port}/v1/completions`, pid: proc.pid };
+}
+
+/** Runs every target once per pass, in alternating order so that drift favours none. */
+async function passes(targets) {
+  const runs = Object.fromEntries(Object.keys(targets).map((name) => [name, []]));
+  for (const { url, pid } of Object.values(targets)) await load(url, body, { ...shape, pid }); // warm-up
+  for (let pass = 0; pass < PASSES; pass++) {
+    const order = Object.keys(targets);
+    if (pass % 2 === 1) order.reverse();
+    for (const name of order)
+      runs[name].push(await load(targets[name].url, body, { ...shape, pid: targets[name].pid }));
+    process.stderr.write(`pass ${pass + 1}/${PASSES} done\n`);
+  }
   return {
-    ttft: median(ttft),
-    ttftP99: p99(ttft),
-    perToken: median(perToken),
-    rps: REQUESTS / ((performance.now() - start) / 1000),
+    mid: (name, field) => median(runs[name].map((run) => run[field])),
+    ratio: (a, b, field) => median(runs[a].map((run, i) => run[field] / runs[b][i][field])),
   };
 }
 
-/** Starts a child process and resolves with the JSON of its first stdout line matching `pick`. */
-function child(args, pick = (line) => line.startsWith('{')) {
-  const proc = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'inherit'], cwd: root });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout.on('data', (chunk) => {
-      out += chunk;
-      const line = out.split('\n').find(pick);
-      if (line !== undefined && !proc.resolved) {
-        proc.resolved = true;
-        resolve({ proc, info: JSON.parse(line) });
-      }
-    });
-    proc.on('exit', (code) => reject(new Error(`${args.join(' ')} exited with ${code}`)));
-  });
+/** `paced: false` for unpaced decode, whose tokens arrive in one burst: no time per token to show. */
+function table(result, rows, { paced = true } = {}) {
+  console.log(
+    '| path | TTFT ms (median) | TTFT ms (p99) | ms per token | inter-token gap ms (p50 / p99) | proxy CPU ms per request | requests/s |',
+  );
+  console.log('|---|---:|---:|---:|---:|---:|---:|');
+  for (const [name, label] of rows) {
+    const cpu = result.mid(name, 'cpuPerRequest');
+    const perToken = paced ? result.mid(name, 'perToken').toFixed(3) : '-';
+    const gaps = paced ? `${result.mid(name, 'gapP50').toFixed(2)} / ${result.mid(name, 'gapP99').toFixed(2)}` : '-';
+    console.log(
+      `| ${label} | ${result.mid(name, 'ttft').toFixed(2)} | ${result.mid(name, 'ttftP99').toFixed(2)} | ${perToken} | ${gaps} | ${Number.isNaN(cpu) ? '-' : cpu.toFixed(3)} | ${Math.round(result.mid(name, 'rps'))} |`,
+    );
+  }
+  console.log('');
 }
 
-const root = fileURLToPath(new URL('..', import.meta.url));
-const { proc: workers, info: urls } = await child([
-  'bench/proxy-fixtures.mjs',
-  'workers',
-  String(TOKENS),
-  args.interval,
-]);
-const { proc: relays, info: relayUrls } = await child([
-  'bench/proxy-fixtures.mjs',
-  'relays',
-  urls.fast,
-  String(TOKENS),
-]);
-// The proxy as it is deployed: the disagg bin, logging every request at info.
-const { proc: server, info: listening } = await child(
-  [
-    'dist/cli.js',
-    'serve',
-    '--connector',
-    'vllm',
+console.log(
+  `Node ${process.version}, ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
+);
+console.log('');
+const sections = new Set((args.only ?? 'direct,peers,relays').split(','));
+
+if (sections.has('direct')) {
+  const urls = await workers('vllm');
+  const proxy = await disagg('vllm', urls);
+  const result = await passes({ direct: { url: `${urls.decode}/v1/completions` }, proxy });
+  table(result, [
+    ['direct', 'client -> decode worker (no prefill)'],
+    ['proxy', 'client -> disagg proxy -> prefill, then decode'],
+  ]);
+  console.log(
+    `proxy / direct: TTFT ${result.ratio('proxy', 'direct', 'ttft').toFixed(2)} x, per token ${result.ratio('proxy', 'direct', 'perToken').toFixed(2)} x, inter-token p99 ${result.ratio('proxy', 'direct', 'gapP99').toFixed(2)} x, requests/s ${result.ratio('proxy', 'direct', 'rps').toFixed(2)} x`,
+  );
+  console.log('');
+}
+
+if (sections.has('peers') && args['mini-lb'] !== undefined) {
+  const urls = await workers('sglang');
+  const ours = await disagg('sglang', urls);
+  const theirs = await peer(args['mini-lb'], () => [
     '--prefill',
     urls.prefill,
     '--decode',
     urls.decode,
-    '--port',
-    '0',
-    '--host',
-    '127.0.0.1',
-  ],
-  (line) => line.includes('disagg serve listening'),
-);
-const proxyUrl = listening.url;
-const bareUrl = `${relayUrls.bare}/v1/completions`;
-const fastifyUrl = `${relayUrls.fastify}/v1/completions`;
-const decode = { url: urls.decode };
-const body = { model: 'm', prompt: 'Benchmark prompt', max_tokens: TOKENS, stream: true };
-
-const runs = { direct: [], proxy: [], bare: [], fastify: [] };
-const targets = {
-  direct: `${decode.url}/v1/completions`,
-  proxy: `${proxyUrl}/v1/completions`,
-  bare: bareUrl,
-  fastify: fastifyUrl,
-};
-for (const url of Object.values(targets)) await load(url, body); // warm-up, every path
-for (let pass = 0; pass < PASSES; pass++) {
-  // Each pass in another order, so that drift on the machine favours no path.
-  const order = Object.keys(targets);
-  if (pass % 2 === 1) order.reverse();
-  for (const name of order) runs[name].push(await load(targets[name], body));
-  process.stderr.write(`pass ${pass + 1}/${PASSES} done\n`);
-}
-const perPass = (a, b, field) => median(runs[a].map((run, i) => run[field] / runs[b][i][field]));
-const mid = (name, field) => median(runs[name].map((run) => run[field]));
-
-console.log(
-  `Node ${process.version}, ${REQUESTS} streamed requests of ${TOKENS} tokens per run, ${CONCURRENCY} at a time, ${PASSES} passes, medians; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
-);
-console.log('');
-console.log('| path | TTFT ms (median) | TTFT ms (p99) | ms per token after the first | requests/s |');
-console.log('|---|---:|---:|---:|---:|');
-for (const [name, label] of [
-  ['direct', 'client -> decode worker (no prefill)'],
-  ['proxy', 'client -> disagg proxy -> prefill, then decode'],
-  ['bare', 'client -> bare node:http SSE relay -> decode'],
-  ['fastify', 'client -> fastify SSE relay -> decode'],
-]) {
+    '--prefill-bootstrap-ports',
+    String(urls.bootstrapPort),
+  ]);
+  const result = await passes({ disagg: ours, miniLb: theirs });
+  table(result, [
+    ['disagg', 'client -> disagg serve --connector sglang -> fake SGLang workers'],
+    ['miniLb', "client -> SGLang's mini_lb -> the same workers"],
+  ]);
   console.log(
-    `| ${label} | ${mid(name, 'ttft').toFixed(2)} | ${mid(name, 'ttftP99').toFixed(2)} | ${mid(name, 'perToken').toFixed(3)} | ${Math.round(mid(name, 'rps'))} |`,
+    `disagg / mini_lb: proxy CPU per request ${result.ratio('disagg', 'miniLb', 'cpuPerRequest').toFixed(2)} x, inter-token p99 ${result.ratio('disagg', 'miniLb', 'gapP99').toFixed(2)} x, TTFT ${result.ratio('disagg', 'miniLb', 'ttft').toFixed(2)} x, requests/s ${result.ratio('disagg', 'miniLb', 'rps').toFixed(2)} x`,
+  );
+  console.log('');
+}
+
+if (sections.has('peers') && args['toy-proxy'] !== undefined) {
+  const urls = await workers('vllm');
+  const ours = await disagg('vllm', urls);
+  const hostPort = (url) => new URL(url);
+  const theirs = await peer(args['toy-proxy'], () => [
+    '--prefiller-hosts',
+    hostPort(urls.prefill).hostname,
+    '--prefiller-ports',
+    hostPort(urls.prefill).port,
+    '--decoder-hosts',
+    hostPort(urls.decode).hostname,
+    '--decoder-ports',
+    hostPort(urls.decode).port,
+  ]);
+  const result = await passes({ disagg: ours, toy: theirs });
+  table(result, [
+    ['disagg', 'client -> disagg serve --connector vllm -> fake vLLM workers'],
+    ['toy', "client -> vLLM's toy proxy -> the same workers"],
+  ]);
+  console.log(
+    `disagg / toy proxy: proxy CPU per request ${result.ratio('disagg', 'toy', 'cpuPerRequest').toFixed(2)} x, inter-token p99 ${result.ratio('disagg', 'toy', 'gapP99').toFixed(2)} x, TTFT ${result.ratio('disagg', 'toy', 'ttft').toFixed(2)} x, requests/s ${result.ratio('disagg', 'toy', 'rps').toFixed(2)} x`,
+  );
+  console.log('');
+}
+
+if (sections.has('relays')) {
+  const urls = await workers('vllm');
+  const { proc, info } = await node('bench/proxy-fixtures.mjs', ['relays', urls.fast, String(shape.tokens)]);
+  closers.push(() => proc.stdin.end());
+  const result = await passes({
+    bare: { url: `${info.bare}/v1/completions`, pid: proc.pid },
+    fastify: { url: `${info.fastify}/v1/completions`, pid: proc.pid },
+  });
+  table(
+    result,
+    [
+      ['bare', 'client -> bare node:http SSE relay -> unpaced decode'],
+      ['fastify', 'client -> fastify SSE relay -> unpaced decode'],
+    ],
+    { paced: false },
+  );
+  console.log(
+    `fastify / node:http relay: requests/s ${result.ratio('fastify', 'bare', 'rps').toFixed(2)} x, TTFT ${result.ratio('fastify', 'bare', 'ttft').toFixed(2)} x, CPU per request ${result.ratio('fastify', 'bare', 'cpuPerRequest').toFixed(2)} x`,
   );
 }
-console.log('');
-console.log(
-  `proxy / direct: TTFT ${perPass('proxy', 'direct', 'ttft').toFixed(2)} x, per token ${perPass('proxy', 'direct', 'perToken').toFixed(2)} x, requests/s ${perPass('proxy', 'direct', 'rps').toFixed(2)} x`,
-);
-console.log(
-  `fastify / node:http relay: requests/s ${perPass('fastify', 'bare', 'rps').toFixed(2)} x, TTFT ${perPass('fastify', 'bare', 'ttft').toFixed(2)} x`,
-);
 
-for (const proc of [workers, relays]) proc.stdin.end();
-server.kill('SIGTERM');
-await dispatcher.close();
+for (const close of closers) close();

@@ -43,12 +43,18 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
     for (const label of [
       'client -> decode worker (no prefill)',
       'client -> disagg proxy -> prefill, then decode',
-      'client -> bare node:http SSE relay -> decode',
-      'client -> fastify SSE relay -> decode',
+      'client -> bare node:http SSE relay -> unpaced decode',
+      'client -> fastify SSE relay -> unpaced decode',
     ]) {
       expect(run.stdout).toContain(`| ${label} |`);
     }
-    expect(run.stdout).toMatch(/proxy \/ direct: TTFT \d+\.\d+ x, per token \d+\.\d+ x, requests\/s \d+\.\d+ x/);
+    expect(run.stdout).toMatch(
+      /proxy \/ direct: TTFT \d+\.\d+ x, per token \d+\.\d+ x, inter-token p99 \d+\.\d+ x, requests\/s \d+\.\d+ x/,
+    );
+    // The proxy's own CPU time per request, read from /proc.
+    expect(run.stdout).toMatch(
+      /\| client -> disagg proxy -> prefill, then decode \|( [\d.]+ \|){3} [\d.]+ \/ [\d.]+ \| \d+\.\d+ \|/,
+    );
     expect(run.stdout).toMatch(/fastify \/ node:http relay: requests\/s \d+\.\d+ x/);
     expect(run.stdout).not.toMatch(/NaN|Infinity/);
   }, 130_000);

@@ -1,0 +1,133 @@
+// The client side of bench/proxy.mjs: streamed requests against one path, with what each
+// stream saw (time to the first token, the gaps between tokens) and what the proxy process
+// spent on them (its CPU time, read from /proc before and after the run).
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { Agent, request } from 'undici';
+
+export const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+export const p99 = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)];
+
+/** CPU time (user + system) a process has used, in ms; undefined where /proc is missing. */
+export function cpuMs(pid) {
+  try {
+    // Fields 14 and 15 of /proc/<pid>/stat, after the command name in parentheses.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // USER_HZ is 100 on Linux
+  } catch {
+    return undefined;
+  }
+}
+
+/** Counts the SSE events (`data:` lines) in a chunk of bytes. */
+function events(chunk) {
+  let count = 0;
+  for (let at = chunk.indexOf('data:'); at !== -1; at = chunk.indexOf('data:', at + 5)) count++;
+  return count;
+}
+
+/**
+ * Sends `requests` streamed requests, `concurrency` at a time (or, with `rate`, one every
+ * 1/rate s, however many are then in flight), and measures per stream the time
+ * to the first data event and every gap between two events as the client reads them: events
+ * that arrive in one read are a burst, gaps of 0 after a long one, as a client sees them.
+ */
+export async function load(url, body, { requests, concurrency, tokens, pid, rate }) {
+  const dispatcher = new Agent({ connections: concurrency * 2 });
+  const ttft = [];
+  const perToken = [];
+  const gaps = [];
+  let next = 0;
+  const cpuBefore = pid === undefined ? undefined : cpuMs(pid);
+  const start = performance.now();
+  const payload = JSON.stringify(body);
+  const one = async () => {
+    const begin = performance.now();
+    const answer = await request(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: payload,
+      dispatcher,
+    });
+    let first;
+    let last;
+    for await (const chunk of answer.body) {
+      const now = performance.now();
+      const count = events(chunk);
+      if (count === 0) continue;
+      if (first === undefined) first = now - begin;
+      else gaps.push(now - last);
+      for (let i = 1; i < count; i++) gaps.push(0);
+      last = now;
+    }
+    if (answer.statusCode !== 200) throw new Error(`${url}: status ${answer.statusCode}`);
+    const total = performance.now() - begin;
+    ttft.push(first ?? Number.NaN);
+    perToken.push((total - (first ?? 0)) / tokens);
+  };
+  if (rate === undefined) {
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < requests) {
+          next++;
+          await one();
+        }
+      }),
+    );
+  } else {
+    // Open loop: a request every 1/rate s whatever the answers, the same load for every path.
+    const started = [];
+    for (let i = 0; i < requests; i++) {
+      const due = start + (i * 1000) / rate;
+      const wait = due - performance.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      started.push(one());
+    }
+    await Promise.all(started);
+  }
+  const seconds = (performance.now() - start) / 1000;
+  const cpuAfter = pid === undefined ? undefined : cpuMs(pid);
+  await dispatcher.close();
+  return {
+    ttft: median(ttft),
+    ttftP99: p99(ttft),
+    perToken: median(perToken),
+    gapP50: median(gaps),
+    gapP99: p99(gaps),
+    rps: requests / seconds,
+    cpuPerRequest: cpuBefore === undefined || cpuAfter === undefined ? Number.NaN : (cpuAfter - cpuBefore) / requests,
+  };
+}
+
+/**
+ * Starts a child process and resolves once a line of its output satisfies `ready` (with the
+ * JSON of that line when it is JSON, else the line).
+ */
+export function child(command, args, { cwd, env, ready = (line) => line.startsWith('{') }) {
+  const proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], cwd, env: { ...process.env, ...env } });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const look = (chunk) => {
+      if (proc.resolved) return; // drained from now on, not kept
+      out += chunk;
+      const line = out.split('\n').find(ready);
+      if (line !== undefined && !proc.resolved) {
+        proc.resolved = true;
+        let info = line;
+        try {
+          info = JSON.parse(line);
+        } catch {}
+        resolve({ proc, info });
+      }
+    };
+    proc.stdout.on('data', look);
+    // uvicorn says it is listening on stderr.
+    proc.stderr.on('data', (chunk) => {
+      if (!proc.resolved) look(chunk);
+      if (process.env.BENCH_VERBOSE || String(chunk).startsWith('ELD')) process.stderr.write(chunk);
+    });
+    proc.on('exit', (code) => {
+      if (!proc.resolved) reject(new Error(`${command} ${args.join(' ')} exited with ${code}:\n${out}`));
+    });
+  });
+}
