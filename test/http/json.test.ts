@@ -28,5 +28,47 @@ describe('lossless JSON', () => {
   it('text that is not JSON is a SyntaxError, on both paths', () => {
     expect(() => parseJson('{"a":')).toThrow(SyntaxError);
     expect(() => parseJson('{"a":12345678901234567890')).toThrow(SyntaxError);
+    expect(() => parseJson('{"a":012345678901234567890}')).toThrow(SyntaxError);
+    expect(() => parseJson('{"a" 12345678901234567890}')).toThrow(SyntaxError);
+  });
+
+  it('long digits inside strings, fractions and exponents stay what JSON.parse makes of them', () => {
+    const text =
+      '{"s":"x\\"12345678901234567890","t":"\\\\","u":12345678901234567890,"f":12345678901234567890.5,"e":1.5e12345678901234567,"g":-0.12345678901234567890}';
+    expect(parseJson(text)).toEqual({
+      s: 'x"12345678901234567890',
+      t: '\\',
+      u: 12345678901234567890n,
+      f: Number('12345678901234567890.5'),
+      e: Number.POSITIVE_INFINITY,
+      g: Number('-0.12345678901234567890'),
+    });
+    expect(parseJson('12345678901234567890')).toBe(12345678901234567890n);
+    expect(parseJson('"12345678901234567890"')).toBe('12345678901234567890');
+  });
+
+  it('nesting far deeper than a call stack is read, with its integers exact', () => {
+    const depth = 100_000;
+    const value = parseJson(`${'['.repeat(depth)}9223372036854775807${']'.repeat(depth)}`);
+    let inner: unknown = value;
+    for (let i = 0; i < depth; i++) inner = (inner as unknown[])[0];
+    expect(inner).toBe(9223372036854775807n);
+  });
+
+  it('strings with NUL characters and marks of their own survive a round trip', () => {
+    const body = { a: '\u0000', b: '\u0000disagg-0000000000000000:12', room: 2n ** 64n, list: [1n, 'x', 2n ** 63n] };
+    const text = stringifyJson(body);
+    expect(text).toBe(
+      '{"a":"\\u0000","b":"\\u0000disagg-0000000000000000:12","room":18446744073709551616,"list":[1,"x",9223372036854775808]}',
+    );
+    expect(parseJson(text)).toEqual({ ...body, list: [1, 'x', 2n ** 63n] });
+    expect(stringifyJson(2n ** 64n)).toBe('18446744073709551616');
+  });
+
+  it('only the objects on the way to a bigint are copied; the value given is left as it was', () => {
+    const shared = { big: [1, 2, 3] };
+    const body = { room: 2n ** 60n, shared };
+    expect(stringifyJson(body)).toBe('{"room":1152921504606846976,"shared":{"big":[1,2,3]}}');
+    expect(body.room).toBe(2n ** 60n);
   });
 });
