@@ -259,6 +259,13 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
   #event(event: EventSourceMessage): void {
     if (this.#finished) return;
     if (event.data === '[DONE]') {
+      if (!this.#terminal) {
+        // Nothing finished: relaying this as the end would be an empty success.
+        this.#fail(
+          new UpstreamError('protocol', `${this.#url} sent [DONE] before its answer finished`, { url: this.#url }),
+        );
+        return;
+      }
       this.#release();
       // The rest of the body is read and ignored, so that the connection goes back to the pool.
       this.#finished = true;

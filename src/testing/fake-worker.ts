@@ -23,7 +23,9 @@ import { KvLedger } from './kv-ledger.js';
  *   after committing its KV; vLLM decode never pulls the KV (and never answers);
  * - `late-failure`: a prefill fails after its KV was taken (SGLang; `afterMs` later) or after
  *   computing (vLLM);
- * - `no-claim`: decode streams without taking the KV, which stays on the prefill worker.
+ * - `no-claim`: decode streams without taking the KV, which stays on the prefill worker;
+ * - `empty`: decode takes the KV, then answers an event stream holding only `data: [DONE]`
+ *   (whether or not the request asked for a stream), as a broken engine might.
  */
 export type Fault =
   | { type: 'status'; status: number; message?: string }
@@ -33,7 +35,8 @@ export type Fault =
   | { type: 'slow'; tokenIntervalMs: number }
   | { type: 'never-bootstrap' }
   | { type: 'late-failure'; message?: string; afterMs?: number }
-  | { type: 'no-claim' };
+  | { type: 'no-claim' }
+  | { type: 'empty' };
 
 /** A request a fake worker received. */
 export interface FakeRequest {
@@ -302,6 +305,12 @@ class Worker implements FakeWorker, WorkerSide {
         if (!res.destroyed) this.answerError(res, 500, failure);
         return;
       }
+    }
+    if (fault?.type === 'empty') {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      record.completed = true;
+      res.end('data: [DONE]\n\n');
+      return;
     }
     const plan = planAnswer(body, this.answerFor(record), this.options.tokens ?? 8);
     const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (this.options.tokenIntervalMs ?? 0);

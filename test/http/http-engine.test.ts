@@ -264,6 +264,12 @@ describe('httpEngine', () => {
       'engine died',
       false,
     ],
+    [
+      '[DONE] before any finish chunk',
+      (res: ServerResponse) => res.end(`${chunk('a')}data: [DONE]\n\n`),
+      'sent [DONE] before its answer finished',
+      false,
+    ],
     ['a chunk that is not JSON', (res: ServerResponse) => res.end(`${chunk('a')}data: {oops\n\n`), 'unexpected', false],
     [
       "the worker's own error chunk",
@@ -377,13 +383,14 @@ describe('httpEngine', () => {
 
   it('after [DONE] the rest of the body is read whatever the reader does, so the connection can be reused', async () => {
     const worker = scriptedWorker();
-    const iterator = (
-      await httpEngine({ url: 'http://worker', dispatcher: worker.dispatcher })(streamed, new Controller())
-    )[Symbol.asyncIterator]();
+    const stream = await httpEngine({ url: 'http://worker', dispatcher: worker.dispatcher })(
+      streamed,
+      new Controller(),
+    );
     worker.send(Array.from({ length: 63 }, (_, i) => chunk(`t${i}`)).join(''));
     worker.send(`${chunk('t63')}${chunk('', 'length')}data: [DONE]\n\n`);
     expect(worker.paused()).toBe(false);
-    const items = await collect(iterator);
+    const items = await collect(stream);
     expect(items).toHaveLength(65);
   });
 

@@ -1,0 +1,36 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { describe, expect, it } from 'vitest';
+import { proxyHarness } from '../support/proxy.js';
+
+const { setup } = proxyHarness();
+
+/** A POST to the proxy with a raw body; the status and the whole answer. */
+async function post(url: string, path: string, body: string, headers: Record<string, string> = {}) {
+  const answer = await request(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() };
+}
+
+describe('disagg serve under hostile input and faults', () => {
+  for (const stream of [true, false]) {
+    it(`a decode that answers nothing but [DONE] is a 502 naming decode, never an empty 200 (stream: ${stream})`, async () => {
+      const { client, prefill } = await setup('vllm', { decode: { fault: { type: 'empty' } } });
+      const error = await client.completions
+        .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream })
+        .then(async (answer) => {
+          if (stream) for await (const _ of answer as AsyncIterable<unknown>);
+          return answer;
+        })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OpenAI.APIError);
+      expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+      expect((error as Error).message).toContain('[DONE] before its answer finished');
+      expect((error as { error?: { leg?: string } }).error?.leg).toBe('decode');
+      expect(prefill.ledger.claimed()).toHaveLength(1);
+    });
+  }
+});
