@@ -44,11 +44,9 @@ export async function relaySse(
   let lastWrite: number | undefined;
   const start = () => {
     started = true;
-    res.writeHead(200, {
-      'content-type': 'text/event-stream',
-      'cache-control': 'no-cache',
-      connection: 'keep-alive',
-    });
+    // No connection header of our own: Node keeps the connection alive, unless the client
+    // asked to close it (a keep-alive here would override its Connection: close).
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   };
   const fail = (error: unknown) => {
     const answer = hooks.answerFor(error);
