@@ -37,8 +37,8 @@ export function headerValue(value: string | string[] | undefined): string | unde
 
 /**
  * The whole body of a request as text. Over `limit` bytes it rejects with a 413
- * {@link RequestError} and reads the rest into nothing, so that the answer can still be sent
- * on this connection.
+ * {@link RequestError} and stops collecting; the caller answers with `Connection: close`, so
+ * that the rest is not read (Node discards what arrives until the socket closes).
  */
 export function readBody(req: IncomingMessage, limit = Number.POSITIVE_INFINITY): Promise<string> {
   return new Promise((resolve, reject) => {

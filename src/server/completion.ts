@@ -51,6 +51,8 @@ export async function handleCompletion(
     body = await readRequestBody(req, proxy.options.maxBodyBytes);
     checkRouteBody(route, body);
   } catch (error) {
+    // Over the size limit the rest of the body is not read: the connection closes after the 413.
+    if (RequestError.is(error) && error.status === 413) res.setHeader('connection', 'close');
     return answer(res, errorAnswer(error));
   }
 

@@ -66,6 +66,18 @@ export interface ProxyOptions {
    * `bench:proxy`, it cost a relay about a quarter of its requests per second.
    */
   keepAliveTimeoutMs?: number;
+  /**
+   * How long a client may take to send a request's headers (from its first byte, or from the
+   * connection for a new one that says nothing); past it the connection is closed. 10,000 ms
+   * by default (Node's own is 60 s).
+   */
+  headersTimeoutMs?: number;
+  /**
+   * How long a client may take to send a whole request, headers and body; past it the
+   * connection is closed with a 408. 120,000 ms by default (Node's own is 300 s): a body of
+   * 8 MiB still arrives within it at 1 Mbit/s.
+   */
+  requestTimeoutMs?: number;
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
   gracePeriodMs?: number;
   /**
@@ -117,6 +129,8 @@ export interface ServeConfig {
   slowClientTimeoutMs: number;
   gracePeriodMs: number;
   keepAliveTimeoutMs: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
   maxBodyBytes: number;
   logLevel: string;
   apiKey: string | undefined;
@@ -298,6 +312,24 @@ export const SETTINGS: readonly Setting[] = [
     arg: 'N',
     help: 'how long idle client connections stay open',
     default: 72_000,
+    parse: positiveMs,
+  },
+  {
+    key: 'headersTimeoutMs',
+    flag: 'headers-timeout-ms',
+    env: 'DISAGG_HEADERS_TIMEOUT_MS',
+    arg: 'N',
+    help: "how long a client may take to send a request's headers",
+    default: 10_000,
+    parse: positiveMs,
+  },
+  {
+    key: 'requestTimeoutMs',
+    flag: 'request-timeout-ms',
+    env: 'DISAGG_REQUEST_TIMEOUT_MS',
+    arg: 'N',
+    help: 'how long a client may take to send a whole request',
+    default: 120_000,
     parse: positiveMs,
   },
   {
@@ -655,6 +687,8 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
     gracePeriodMs: resolved.gracePeriodMs as number,
     keepAliveTimeoutMs: resolved.keepAliveTimeoutMs as number,
+    headersTimeoutMs: resolved.headersTimeoutMs as number,
+    requestTimeoutMs: resolved.requestTimeoutMs as number,
     maxBodyBytes: resolved.maxBodyBytes as number,
     logLevel: resolved.logLevel as string,
     apiKey: resolved.apiKey as string | undefined,

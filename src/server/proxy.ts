@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Agent } from 'undici';
 import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
@@ -96,7 +97,14 @@ class DisaggProxy implements ProxyServer, ProxyState {
   /** Each worker's address, in the forms a message may hold it, and its name; longest first. */
   readonly #addresses: Array<[string, string]> = [];
 
-  constructor(options: ResolvedProxyOptions) {
+  /** The connection pool towards the workers when the options gave none: closed by `close()`. */
+  readonly #ownDispatcher: Agent | undefined;
+
+  constructor(resolved: ResolvedProxyOptions) {
+    // A pool of its own, so that shutdown can end every call still open to a worker (a hung
+    // prefill would otherwise keep the process alive until undici's own 300 s timeouts).
+    this.#ownDispatcher = resolved.dispatcher === undefined ? new Agent() : undefined;
+    const options = this.#ownDispatcher === undefined ? resolved : { ...resolved, dispatcher: this.#ownDispatcher };
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
     this.connector = CONNECTORS[options.connector];
@@ -123,9 +131,15 @@ class DisaggProxy implements ProxyServer, ProxyState {
         ...(dispatcher === undefined ? {} : { dispatcher }),
       },
     );
-    const keepAliveTimeout = options.keepAliveTimeoutMs;
-    // headersTimeout stays above the keep-alive window, or Node may cut a reused connection.
-    this.server = createServer({ keepAliveTimeout, headersTimeout: keepAliveTimeout + 1000 }, (req, res) => {
+    const serverOptions = {
+      keepAliveTimeout: options.keepAliveTimeoutMs,
+      headersTimeout: Math.min(options.headersTimeoutMs, options.requestTimeoutMs),
+      requestTimeout: options.requestTimeoutMs,
+      // Node checks the two timeouts above on this period (30 s by default): a tenth of the
+      // shorter one, so that a slow client is cut near its limit rather than up to 30 s late.
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, options.headersTimeoutMs / 10)),
+    };
+    this.server = createServer(serverOptions, (req, res) => {
       handleRequest(this, req, res).catch((error: unknown) => {
         this.logger.error({ err: error }, 'The proxy failed to answer a request');
         if (res.headersSent) res.destroy();
@@ -193,5 +207,8 @@ class DisaggProxy implements ProxyServer, ProxyState {
     await this.inFlight.drain(options.gracePeriodMs ?? this.options.gracePeriodMs);
     this.server.closeAllConnections();
     await closed;
+    // Legs still open (a prefill that never answers, a clean-up read) end here, whatever the
+    // workers do: shutdown is bounded by the grace period.
+    if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
   }
 }

@@ -39,6 +39,8 @@ describe('disagg serve configuration', () => {
       slowClientTimeoutMs: 30_000,
       gracePeriodMs: 30_000,
       keepAliveTimeoutMs: 72_000,
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 120_000,
       maxBodyBytes: 8 * 1024 * 1024,
       logLevel: 'info',
     });

@@ -1,7 +1,9 @@
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
+import { eventually } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
 const { setup } = proxyHarness();
@@ -47,23 +49,91 @@ describe('disagg serve under hostile input and faults', () => {
     expect(answer.connection).toBe('close');
     expect(answer.text.trim().endsWith('data: [DONE]')).toBe(true);
   });
+
+  it('shutdown is bounded by the grace period: a prefill that never answers is ended too', async () => {
+    const { client, proxy, prefill } = await setup('vllm', { prefill: { fault: { type: 'hang' } } });
+    const call = client.completions
+      .create({ model: 'fake-model', prompt: 'Say', stream: true })
+      .catch((e: unknown) => e);
+    await eventually(() => prefill.requests.length === 1, 'the prefill leg is under way');
+    await proxy.close({ gracePeriodMs: 0 });
+    expect(await call).toMatchObject({ status: 503 });
+    await eventually(() => prefill.requests[0]?.aborted === true, 'the prefill worker saw its call end');
+  });
+
+  const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
+
+  it('a client that trickles its headers is cut at --headers-timeout-ms', async () => {
+    const { url, decode } = await setup('vllm', {}, limits);
+    const client = rawConnection(url);
+    client.socket.write('POST /v1/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: appl');
+    await client.closed;
+    expect(client.received()).toMatch(/^HTTP\/1\.1 408/);
+    expect(decode.requests).toHaveLength(0);
+  });
+
+  it('a connection that says nothing is cut at --headers-timeout-ms', async () => {
+    const { url } = await setup('vllm', {}, limits);
+    const client = rawConnection(url);
+    await client.closed;
+  });
+
+  it('a client that trickles its body is cut at --request-timeout-ms', async () => {
+    const { url, decode } = await setup('vllm', {}, limits);
+    const client = rawConnection(url);
+    client.socket.write(
+      'POST /v1/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"model":',
+    );
+    await client.closed;
+    expect(client.received()).toMatch(/^HTTP\/1\.1 408/);
+    expect(decode.requests).toHaveLength(0);
+  });
+
+  it('a body over --max-body-bytes gets its 413 and the connection closes; the rest is not awaited', async () => {
+    const { url, decode } = await setup('vllm', {}, { maxBodyBytes: 1024 });
+    const client = rawConnection(url);
+    client.socket.write(
+      `POST /v1/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\nContent-Length: ${100 * 1024 * 1024}\r\n\r\n`,
+    );
+    client.socket.write(`{"prompt":"${'x'.repeat(64 * 1024)}`);
+    await client.closed;
+    expect(client.received()).toMatch(/^HTTP\/1\.1 413/);
+    expect(client.received()).toMatch(/connection: close/i);
+    expect(decode.requests).toHaveLength(0);
+  });
 });
 
 /** A request on a connection of its own; resolves with the status and connection header once the server closed it. */
 function onOwnConnection(url: string, path: string, body: string, headers: Record<string, string>) {
-  return new Promise<{ status: number | undefined; connection: string | undefined; text: string }>((resolve, reject) => {
-    const req = httpRequest(`${url}${path}`, { method: 'POST', agent: false, headers }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        text += chunk;
+  return new Promise<{ status: number | undefined; connection: string | undefined; text: string }>(
+    (resolve, reject) => {
+      const req = httpRequest(`${url}${path}`, { method: 'POST', agent: false, headers }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        res.on('end', () => {
+          // The server closing the socket is what is awaited: with keep-alive it would stay open.
+          res.socket.once('close', () => resolve({ status: res.statusCode, connection: res.headers.connection, text }));
+        });
       });
-      res.on('end', () => {
-        // The server closing the socket is what is awaited: with keep-alive it would stay open.
-        res.socket.once('close', () => resolve({ status: res.statusCode, connection: res.headers.connection, text }));
-      });
-    });
-    req.on('error', reject);
-    req.end(body);
+      req.on('error', reject);
+      req.end(body);
+    },
+  );
+}
+
+/** A raw connection to the proxy: what it sent back, and a promise of the server closing it. */
+function rawConnection(url: string) {
+  const { hostname, port } = new URL(url);
+  const socket = connect(Number(port), hostname);
+  let received = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (chunk: string) => {
+    received += chunk;
   });
+  socket.on('error', () => {}); // a reset by the server is a close too
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  return { socket, closed, received: () => received };
 }

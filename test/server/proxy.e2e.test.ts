@@ -169,9 +169,10 @@ describe('disagg proxy, with the official openai client', () => {
     expect((error as { error?: { leg?: string } }).error?.leg).toBe('prefill');
   });
 
-  it('keeps idle client connections 72 s (Node: 5 s), configurable', async () => {
+  it('keeps idle client connections 72 s (Node: 5 s), gives headers 10 s and a request 120 s, configurable', async () => {
     const { proxy } = await setup('vllm');
-    expect([proxy.server.keepAliveTimeout, proxy.server.headersTimeout]).toEqual([72_000, 73_000]);
+    const { keepAliveTimeout, headersTimeout, requestTimeout } = proxy.server;
+    expect([keepAliveTimeout, headersTimeout, requestTimeout]).toEqual([72_000, 10_000, 120_000]);
     const custom = await setup('vllm', {}, { keepAliveTimeoutMs: 10_000 });
     expect(custom.proxy.server.keepAliveTimeout).toBe(10_000);
   });
