@@ -181,3 +181,20 @@ function markBigInts(value: unknown, depth: number): unknown {
   }
   return copy ?? value;
 }
+
+/**
+ * Whether `value` nests objects and arrays deeper than `limit` (a scalar is depth 0), found
+ * without recursion and without visiting more than it must: what `JSON.stringify` and every
+ * recursive reader after it would overflow their stack on.
+ */
+export function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop() as [unknown, number];
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth + 1 > limit) return true;
+    const children = Array.isArray(node) ? node : Object.values(node);
+    for (const child of children) if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+  }
+  return false;
+}

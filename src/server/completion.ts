@@ -4,7 +4,7 @@ import { legOf } from '../flow/client-stream.js';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
-import { parseJson } from '../http/json.js';
+import { nestsDeeperThan, parseJson } from '../http/json.js';
 import { answerJson, headerValue, RequestError, readBody } from '../http/node-server.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
@@ -170,6 +170,13 @@ function logRequest(
   );
 }
 
+/**
+ * How deep a request body may nest. No OpenAI or engine field comes near it (a JSON schema for
+ * structured output nests a few dozen levels at most); far deeper bodies would overflow the
+ * stack of every recursive reader on the way to a worker.
+ */
+const MAX_BODY_DEPTH = 128;
+
 /** The request body as a JSON object, or a 400 / 413 {@link RequestError}. */
 async function readRequestBody(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
   const text = await readBody(req, limit);
@@ -181,6 +188,9 @@ async function readRequestBody(req: IncomingMessage, limit: number): Promise<Rec
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new RequestError(400, 'The request body must be a JSON object');
+  }
+  if (nestsDeeperThan(parsed, MAX_BODY_DEPTH)) {
+    throw new RequestError(400, `The request body nests objects and arrays more than ${MAX_BODY_DEPTH} deep`);
   }
   return parsed as Record<string, unknown>;
 }

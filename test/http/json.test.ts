@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseJson, stringifyJson } from '../../src/http/json.js';
+import { nestsDeeperThan, parseJson, stringifyJson } from '../../src/http/json.js';
 
 describe('lossless JSON', () => {
   it('integers above 2^53 - 1 are read as exact bigints; everything else as JSON.parse reads it', () => {
@@ -70,5 +70,14 @@ describe('lossless JSON', () => {
     const body = { room: 2n ** 60n, shared };
     expect(stringifyJson(body)).toBe('{"room":1152921504606846976,"shared":{"big":[1,2,3]}}');
     expect(body.room).toBe(2n ** 60n);
+  });
+
+  it('nesting depth: a scalar is 0, each object or array one more, found without recursion', () => {
+    expect(nestsDeeperThan(1, 0)).toBe(false);
+    expect(nestsDeeperThan({ a: [1] }, 2)).toBe(false);
+    expect(nestsDeeperThan({ a: [1] }, 1)).toBe(true);
+    expect(nestsDeeperThan({ a: 1, b: { c: [[]] } }, 4)).toBe(false);
+    expect(nestsDeeperThan({ a: 1, b: { c: [[]] } }, 3)).toBe(true);
+    expect(nestsDeeperThan(parseJson(`${'['.repeat(100_000)}${']'.repeat(100_000)}`), 99_999)).toBe(true);
   });
 });

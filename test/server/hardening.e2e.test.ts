@@ -61,6 +61,17 @@ describe('disagg serve under hostile input and faults', () => {
     await eventually(() => prefill.requests[0]?.aborted === true, 'the prefill worker saw its call end');
   });
 
+  it('a body nested 100,000 deep is a 400 before any worker is called, not a 502 from a stack overflow', async () => {
+    const { url, prefill, decode } = await setup('vllm');
+    const deep = `{"model":"m","prompt":"x","extra":${'['.repeat(100_000)}${']'.repeat(100_000)}}`;
+    const answer = await post(url, '/v1/completions', deep);
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.text).error.message).toContain('more than 128 deep');
+    expect([prefill.requests, decode.requests]).toEqual([[], []]);
+    const fine = `{"model":"m","prompt":"x","max_tokens":2,"extra":${'['.repeat(100)}${']'.repeat(100)}}`;
+    expect((await post(url, '/v1/completions', fine)).status).toBe(200);
+  });
+
   const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
 
   it('a client that trickles its headers is cut at --headers-timeout-ms', async () => {
