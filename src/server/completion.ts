@@ -152,6 +152,7 @@ function logRequest(
   },
 ): void {
   const { routed, finished } = request.events;
+  if (finished !== undefined) proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
   proxy.logger.info(
     {
       requestId: request.requestId,

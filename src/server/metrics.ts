@@ -16,7 +16,9 @@ type Named = { url: string };
  */
 export class ProxyMetrics {
   readonly registry = new Registry();
-  readonly #requests: Counter<'outcome' | 'leg'>;
+  readonly #requests: Counter<'route' | 'status' | 'outcome' | 'leg'>;
+  /** The flow's verdict on the request a response answers, until the response closes. */
+  readonly #verdicts = new WeakMap<object, { outcome: string; leg: string | undefined }>();
   readonly #ttft: Histogram;
   readonly #prefill: Histogram;
   readonly #handoff: Histogram;
@@ -29,8 +31,8 @@ export class ProxyMetrics {
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new Counter({
       name: 'disagg_requests_total',
-      help: 'Requests by outcome (success, error, cancelled) and, for errors, the leg that failed',
-      labelNames: ['outcome', 'leg'],
+      help: 'Every answered request, by route, HTTP status, outcome (success, error, cancelled, rejected before any worker was called) and, for errors, the leg that failed',
+      labelNames: ['route', 'status', 'outcome', 'leg'],
       registers,
     });
     this.#ttft = new Histogram({
@@ -119,11 +121,27 @@ export class ProxyMetrics {
         case 'cleanupExpired':
           this.#orphans.inc();
           break;
-        case 'finished':
-          this.#requests.inc({ outcome: event.outcome, leg: event.leg ?? '' });
-          break;
       }
     };
+  }
+
+  /** What the flow concluded of the request `res` answers (its `finished` event). */
+  verdict(res: object, outcome: string, leg: string | undefined): void {
+    this.#verdicts.set(res, { outcome, leg });
+  }
+
+  /**
+   * Counts one request once its response has closed, whatever answered it: the flow's verdict
+   * where the request reached the flow; otherwise a 4xx is `rejected`, a 5xx an `error`, an
+   * answer cut before its end `cancelled`.
+   */
+  answered(route: string, res: { statusCode: number; writableFinished: boolean }): void {
+    const verdict = this.#verdicts.get(res);
+    const status = res.statusCode;
+    const outcome =
+      verdict?.outcome ??
+      (!res.writableFinished ? 'cancelled' : status >= 500 ? 'error' : status >= 400 ? 'rejected' : 'success');
+    this.#requests.inc({ route, status: String(status), outcome, leg: verdict?.leg ?? '' });
   }
 
   /** The gap between two chunks written to a client. */

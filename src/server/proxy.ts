@@ -21,7 +21,7 @@ import {
   resolveProxyOptions,
 } from './options.js';
 import type { ProxyState } from './proxy-state.js';
-import { handleRequest } from './routes.js';
+import { handleRequest, routeLabel } from './routes.js';
 
 export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
 
@@ -140,6 +140,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
       connectionsCheckingInterval: Math.max(10, Math.min(1000, options.headersTimeoutMs / 10)),
     };
     this.server = createServer(serverOptions, (req, res) => {
+      res.once('close', () => this.metrics.answered(routeLabel(req), res));
       handleRequest(this, req, res).catch((error: unknown) => {
         this.logger.error({ err: error }, 'The proxy failed to answer a request');
         if (res.headersSent) res.destroy();

@@ -44,6 +44,26 @@ export async function handleRequest(proxy: ProxyState, req: IncomingMessage, res
   answerJson(res, answer.status, answer.body);
 }
 
+/** The proxy's own routes as the metrics name them: any other path is `unknown` (bounded labels). */
+const ROUTE_LABELS: Readonly<Record<string, string>> = {
+  'POST /v1/completions': 'completions',
+  'POST /v1/chat/completions': 'chat',
+  'POST /generate': 'generate',
+  'GET /v1/models': 'models',
+  'GET /health': 'health',
+  'GET /ready': 'ready',
+  'GET /metrics': 'metrics',
+};
+
+/**
+ * The route of a request for the metrics: one of the proxy's routes, or `unknown`.
+ *
+ * @internal
+ */
+export function routeLabel(req: IncomingMessage): string {
+  return ROUTE_LABELS[`${req.method} ${pathOf(req)}`] ?? 'unknown';
+}
+
 /** The generation routes: each calls the same route on the workers. */
 const GENERATION_ROUTES: Readonly<Record<string, Route>> = {
   '/v1/completions': 'completions',

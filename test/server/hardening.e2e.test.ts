@@ -72,6 +72,33 @@ describe('disagg serve under hostile input and faults', () => {
     expect((await post(url, '/v1/completions', fine)).status).toBe(200);
   });
 
+  it('every answer is counted by route, status and outcome: rejected ones and 503s for no worker too', async () => {
+    const { url, client, decode, proxy } = await setup('vllm');
+    await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+    expect((await post(url, '/v1/completions', '{"model":')).status).toBe(400);
+    expect((await post(url, '/v1/nowhere', '{}')).status).toBe(404);
+    const big = await post(
+      url,
+      '/v1/chat/completions',
+      JSON.stringify({ messages: [{ role: 'user', content: 'x'.repeat(9e6) }] }),
+    );
+    expect(big.status).toBe(413);
+    proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
+    expect((await post(url, '/v1/completions', '{"model":"m","prompt":"x"}')).status).toBe(503);
+    expect(decode.requests).toHaveLength(1);
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    const counted = metrics.split('\n').filter((line) => line.startsWith('disagg_requests_total{'));
+    expect(counted.sort()).toEqual(
+      [
+        'disagg_requests_total{route="completions",status="200",outcome="success",leg=""} 1',
+        'disagg_requests_total{route="completions",status="400",outcome="rejected",leg=""} 1',
+        'disagg_requests_total{route="unknown",status="404",outcome="rejected",leg=""} 1',
+        'disagg_requests_total{route="chat",status="413",outcome="rejected",leg=""} 1',
+        'disagg_requests_total{route="completions",status="503",outcome="error",leg=""} 1',
+      ].sort(),
+    );
+  });
+
   const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
 
   it('a client that trickles its headers is cut at --headers-timeout-ms', async () => {

@@ -189,7 +189,7 @@ describe('disagg proxy, with the official openai client', () => {
     });
     await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
     const metrics = await (await request(`${url}/metrics`)).body.text();
-    expect(metrics).toContain('disagg_requests_total{outcome="success",leg=""} 1');
+    expect(metrics).toContain('disagg_requests_total{route="completions",status="200",outcome="success",leg=""} 1');
     for (const name of [
       'disagg_time_to_first_token_seconds_count 1',
       'disagg_prefill_duration_seconds_count 1',
