@@ -290,7 +290,7 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
     try {
       json = parseJson(text);
     } catch (error) {
-      this.#fail(UpstreamError.fromFailure(this.#url, error));
+      this.#fail(UpstreamError.fromFailure(this.#url, error, { afterResponse: true }));
       return;
     }
     const item = this.#convert(json);
@@ -378,6 +378,7 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
         new UpstreamError('connection', `${this.#url} ended its event stream before [DONE]`, {
           url: this.#url,
           networkCode: 'ECONNRESET',
+          afterResponse: true,
         }),
       );
       return;
@@ -394,7 +395,7 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
       this.#close();
       return;
     }
-    this.#fail(UpstreamError.fromFailure(this.#url, error));
+    this.#fail(UpstreamError.fromFailure(this.#url, error, { afterResponse: true }));
   }
 
   #fail(error: UpstreamError): void {

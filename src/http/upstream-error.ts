@@ -42,11 +42,23 @@ export class UpstreamError extends DisaggError {
   readonly body: string | undefined;
   /** The network error code (`ECONNREFUSED`, `UND_ERR_SOCKET`, ...), for kind `connection`. */
   readonly networkCode: string | undefined;
+  /**
+   * The worker had answered (its status and headers came) before this: a stream that broke
+   * off, not a worker that could not be reached. A router keeps such a worker in rotation.
+   */
+  readonly afterResponse: boolean;
 
   constructor(
     kind: UpstreamErrorKind,
     message: string,
-    options: { url: string; status?: number; body?: string; networkCode?: string; cause?: unknown },
+    options: {
+      url: string;
+      status?: number;
+      body?: string;
+      networkCode?: string;
+      cause?: unknown;
+      afterResponse?: boolean;
+    },
   ) {
     super(CODES[kind], message, options);
     this.kind = kind;
@@ -54,6 +66,7 @@ export class UpstreamError extends DisaggError {
     this.status = options.status;
     this.body = options.body;
     this.networkCode = options.networkCode;
+    this.afterResponse = options.afterResponse ?? false;
   }
 
   /** Whether the same request may succeed if sent again (5xx, or a connection failure). */
@@ -71,18 +84,25 @@ export class UpstreamError extends DisaggError {
    * A failed call or a broken stream: a connection failure when the error says so (its code),
    * otherwise a protocol error. An `UpstreamError` is returned as it is.
    */
-  static fromFailure(url: string, error: unknown): UpstreamError {
+  static fromFailure(url: string, error: unknown, options: { afterResponse?: boolean } = {}): UpstreamError {
     if (UpstreamError.is(error)) return error;
     const code = codeOf(error);
     const text = error instanceof Error ? error.message || error.name : describeValue(error);
+    const afterResponse = options.afterResponse ?? false;
     if (code !== undefined && CONNECTION_ERROR_CODES.has(code)) {
-      return new UpstreamError('connection', `${url} could not be reached or broke off: ${text} (${code})`, {
+      const what = afterResponse ? 'broke off its answer' : 'could not be reached or broke off';
+      return new UpstreamError('connection', `${url} ${what}: ${text} (${code})`, {
         url,
         networkCode: code,
         cause: error,
+        afterResponse,
       });
     }
-    return new UpstreamError('protocol', `${url} answered something unexpected: ${text}`, { url, cause: error });
+    return new UpstreamError('protocol', `${url} answered something unexpected: ${text}`, {
+      url,
+      cause: error,
+      afterResponse,
+    });
   }
 }
 

@@ -68,11 +68,13 @@ export class HealthChecker {
 
   /**
    * Learns from a request's failure: a worker it could not reach (a connection failure to
-   * its URL) leaves the rotation until a probe finds it again.
+   * its URL before any answer) leaves the rotation until a probe finds it again. A stream
+   * that broke off after the worker answered says nothing of the worker's health (one reset
+   * would otherwise empty the rotation of a busy pool until the next probe).
    */
   noteFailure(error: unknown, workers: { prefill?: Named | undefined; decode?: Named | undefined }): void {
     const upstream = findCause(error, UpstreamError.is);
-    if (upstream?.kind !== 'connection') return;
+    if (upstream?.kind !== 'connection' || upstream.afterResponse) return;
     for (const role of ['prefill', 'decode'] as const) {
       const worker = workers[role];
       if (worker !== undefined && upstream.url.startsWith(trimSlash(worker.url))) this.failed(role, worker);

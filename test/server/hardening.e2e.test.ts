@@ -99,6 +99,26 @@ describe('disagg serve under hostile input and faults', () => {
     );
   });
 
+  for (const fault of [{ type: 'reset', afterTokens: 1 } as const, { type: 'empty' } as const]) {
+    it(`a decode stream that breaks after it answered (${fault.type}) fails its request but leaves the worker in rotation`, async () => {
+      let calls = 0;
+      const { client, proxy, prefill } = await setup('vllm', {
+        decode: { fault: () => (++calls === 1 ? fault : undefined) },
+      });
+      const broken = await client.completions
+        .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream: true })
+        .then(async (stream) => {
+          for await (const _ of stream);
+        })
+        .catch((e: unknown) => e);
+      expect(broken).toBeInstanceOf(Error);
+      expect(proxy.decodeWorkers.available).toHaveLength(1);
+      const next = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+      expect(next.choices[0]?.text).toBe('tok0 tok1 ');
+      expect(prefill.ledger.claimed()).toHaveLength(2);
+    });
+  }
+
   const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
 
   it('a client that trickles its headers is cut at --headers-timeout-ms', async () => {
