@@ -68,8 +68,11 @@ export interface DecodeLegOptions {
   prefillPending: () => boolean;
   /** Whether prefill has failed (read synchronously: then no KV will come). */
   prefillFailed: () => boolean;
-  /** Called once when the leg is over: its stream ended, or it was cleaned up or given up. */
-  onEnd: () => void;
+  /**
+   * Called once when the leg is over: its stream ended, or it was cleaned up or given up;
+   * `claimed` says whether decode had taken the KV (answered) by then.
+   */
+  onEnd: (claimed: boolean) => void;
 }
 
 /**
@@ -387,7 +390,7 @@ export class DecodeLeg {
     this.#cancelCleanup?.();
     this.#cancelCleanup = undefined;
     this.#link.leg = undefined;
-    this.#options.onEnd();
+    this.#options.onEnd(this.#claimed);
   }
 }
 

@@ -102,6 +102,8 @@ export class FlowRun {
   /** The background prefill (concurrent and early families): its state is read synchronously. */
   #task: PrefillTask | undefined;
   #decodeOpened = false;
+  /** The decode leg ended without taking the KV. */
+  #decodeGone = false;
   #cancelTotal: () => void;
   #cancelFirstOutput: (() => void) | undefined;
   #cancelHandoff: (() => void) | undefined;
@@ -287,9 +289,10 @@ export class FlowRun {
       logger: this.#setup.logger,
       prefillPending: () => this.#prefillRunning(),
       prefillFailed: () => this.#prefillFailed(),
-      onEnd: () => {
+      onEnd: (claimed) => {
         decodeLease?.release();
         releaseLeg();
+        if (!claimed) this.#decodeGaveUp();
       },
     });
     this.#leg = leg;
@@ -310,7 +313,28 @@ export class FlowRun {
     return new ResponseStream(this.#client.readFrom(stream[Symbol.asyncIterator](), false), stream.context);
   }
 
+  /**
+   * The decode leg ended without taking the KV (its dispatch failed, it failed before
+   * answering, or it was given up): a prefill still running waits for a peer that will never
+   * come (SGLang's rendezvous, an early handoff) and would hold its connection, its lease and
+   * its KV until an engine timeout. It is stopped once the request has finished, so that the
+   * client is told decode's failure, not the stop's.
+   */
+  #decodeGaveUp(): void {
+    this.#decodeGone = true;
+    if (this.#setup.recorder.finished) this.#stopPeerlessPrefill();
+  }
+
+  #stopPeerlessPrefill(): void {
+    if (!this.#decodeGone || !this.#prefillRunning()) return;
+    this.#setup
+      .logger()
+      .debug({ requestId: this.#setup.client.id }, 'Stopping a prefill whose decode leg ended without taking the KV');
+    this.#prefillContext.kill();
+  }
+
   #clientEnded(): void {
+    this.#stopPeerlessPrefill();
     this.#cancelTotal();
     this.#cancelHandoff?.();
     this.#unwatchClient?.();

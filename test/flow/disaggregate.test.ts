@@ -193,6 +193,52 @@ describe('disaggregate, concurrent (SGLang bootstrap)', () => {
     expect(context.isStopped()).toBe(true);
   });
 
+  it('a decode leg that fails before taking the KV stops a prefill waiting for it, after the client was told decode failed', async () => {
+    const prefillSource = new ScriptedSource();
+    const prefill = engine(() => prefillSource);
+    const decode: Engine<unknown> = async () => {
+      throw new Error('decode answered 500');
+    };
+    const outcome = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode,
+      connector: sglangBootstrap,
+      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+      logger,
+    })
+      .then(collect)
+      .then(
+        (items) => Annotated.err(items.at(-1))?.message,
+        (error: Error) => error.message,
+      );
+    expect(outcome).toContain('decode answered 500');
+    await flush();
+    expect(prefill.calls[0]?.context.isKilled()).toBe(true);
+  });
+
+  it('a decode leg that took the KV leaves prefill alone, even when it ends first', async () => {
+    const prefillSource = new ScriptedSource();
+    const prefill = engine(() => prefillSource);
+    const decode = engine(() => new ScriptedSource([token(1), Annotated.fromData(LLMEngineOutput.length())]).end());
+    const stream = await disaggregate({
+      request: client,
+      context: new Controller(),
+      prefill: prefill.run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+      logger,
+    });
+    const reading = collect(stream);
+    await flush();
+    expect(prefill.calls[0]?.context.isStopped()).toBe(false);
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    expect(await reading).toHaveLength(2);
+    expect(prefill.calls[0]?.context.isStopped()).toBe(false);
+  });
+
   it('refuses a concurrent connector without the prefill worker rendezvous', async () => {
     await expect(
       disaggregate({

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { eventually } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
-const { setup } = proxyHarness();
+const { setup, fakes } = proxyHarness();
 
 /** A POST to the proxy with a raw body; the status and the whole answer. */
 async function post(url: string, path: string, body: string, headers: Record<string, string> = {}) {
@@ -118,6 +118,25 @@ describe('disagg serve under hostile input and faults', () => {
       expect(prefill.ledger.claimed()).toHaveLength(2);
     });
   }
+
+  it('SGLang: a decode that fails before its stream opens stops the prefill leg waiting for it at the rendezvous', async () => {
+    const { client, proxy, prefill } = await setup('sglang', {
+      decode: { fault: { type: 'status', status: 500, message: 'decode out of memory' } },
+    });
+    const error = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream: true })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ status: 502 });
+    expect((error as Error).message).toContain('decode out of memory');
+    // Not after the prefill worker's own bootstrap timeout (30 s here): now.
+    await eventually(() => prefill.requests[0]?.aborted === true, 'the prefill leg was stopped');
+    const worker = proxy.prefillWorkers.workers[0] as { url: string };
+    await eventually(() => proxy.prefillWorkers.inFlight(worker) === 0, 'the prefill lease was returned');
+    // Freed at once by the stop: nothing held. (The ledger calls it stranded: computed, never
+    // taken, which decode's failure made impossible.)
+    expect(prefill.ledger.outstanding()).toEqual([]);
+    fakes.leaveKv(prefill);
+  });
 
   const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
 
