@@ -111,23 +111,26 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#rejectTurn = reject;
     (this.#pull as Promise<Step>).then(this.#observed, this.#observedFailure);
   };
+  // Only used with an observe hook. The turn may be gone by the time the read answers (the
+  // consumer closed the stream meanwhile): the hook still sees the read, nobody awaits it.
   readonly #observed = (step: Step): void => {
-    if ((this.#hooks as GuardHooks).observe?.(step) === false) this.#observeEvery = false;
+    if ((this.#hooks as Required<GuardHooks>).observe(step) === false) this.#observeEvery = false;
     this.#resolveTurn?.(step);
   };
   readonly #observedFailure = (error: unknown): void => {
-    if ((this.#hooks as GuardHooks).observe?.(undefined) === false) this.#observeEvery = false;
+    if ((this.#hooks as Required<GuardHooks>).observe(undefined) === false) this.#observeEvery = false;
     this.#rejectTurn?.(error);
   };
   /** The `observe` hook still wants every read (see {@link GuardHooks.observe}). */
   #observeEvery = true;
-  /** The hooks on a read handed straight to decode. */
+  /** The hooks on a read handed straight to decode (only used with hooks). */
   readonly #answerStep = (step: Step): Step => {
     if (step.done === true) {
-      this.#hooks?.end?.();
+      (this.#hooks as GuardHooks).end?.();
       return step;
     }
-    const out = this.#answer(step.value);
+    const answer = (this.#hooks as GuardHooks).answer;
+    const out = answer === undefined ? step.value : answer(step.value);
     return out === step.value ? step : out === undefined ? DONE : { value: out, done: false };
   };
   readonly #failStep = (error: unknown): never => {
@@ -205,12 +208,6 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
       this.#sourceOpen = false;
       closeQuietly(this.#source);
     }
-  }
-
-  /** What the consumer gets for `item`: itself without hooks; undefined for done. */
-  #answer(item: EngineItem): EngineItem | undefined {
-    const answer = this.#hooks?.answer;
-    return answer === undefined ? item : answer(item);
   }
 
   #failure(error: unknown): unknown {

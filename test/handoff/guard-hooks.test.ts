@@ -294,3 +294,154 @@ describe('nothing after the end, even from a decode iterator that does not stop'
 function decodeStreamOf(iterator: AsyncIterator<Item>) {
   return new ResponseStream<Item>({ [Symbol.asyncIterator]: () => iterator }, new Controller('decode'));
 }
+
+describe('every hook is optional', () => {
+  const subsets: Array<[string, FlowGuardHooks]> = [
+    ['none', {}],
+    ['observe wanting every read', { observe: () => true }],
+    ['observe wanting none', { observe: () => false }],
+    ['answer passing items on', { answer: (item) => item }],
+    ['end', { end: () => {} }],
+    ['fail passing errors on', { fail: (error) => error }],
+  ];
+
+  /** Racing reads, a held terminal released by prefill, then the end. */
+  async function racing(hooks: FlowGuardHooks) {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1), token(2)]);
+    const { iterator } = await guarded(task, source, hooks);
+    const seen = [describeStep(await iterator.next()), describeStep(await iterator.next())];
+    source.push(lengthItem()).end();
+    const held = iterator.next();
+    await flush();
+    prefill.resolve();
+    seen.push(describeStep(await held), describeStep(await iterator.next()));
+    return seen;
+  }
+
+  /** Tokens read racing, forwarded and handed off, then decode's end by itself. */
+  async function handedOff(hooks: FlowGuardHooks) {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, hooks);
+    await handOff(iterator, source, prefill);
+    source.push(token(3)).push(lengthItem()).end();
+    return [
+      describeStep(await iterator.next()),
+      describeStep(await iterator.next()),
+      describeStep(await iterator.next()),
+    ];
+  }
+
+  /** A read of decode that fails, racing or handed off: what the consumer is thrown. */
+  async function failing(hooks: FlowGuardHooks, when: 'racing' | 'handed off') {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, hooks);
+    if (when === 'handed off') await handOff(iterator, source, prefill);
+    source.fail(new Error('decode broke'));
+    return iterator.next().then(describeStep, (error: Error) => `thrown: ${error.message}`);
+  }
+
+  it.each(subsets)('with %s, racing reads and a held terminal are what they are without hooks', async (_, hooks) => {
+    expect(await racing(hooks)).toEqual(await racing({}));
+    expect(await racing({})).toEqual([1, 2, 'finish', 'end']);
+  });
+
+  /** Decode's end while prefill is pending (held for it), or while a read was forwarded. */
+  async function endsBy(hooks: FlowGuardHooks, when: 'held' | 'forwarded') {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1)]);
+    const { iterator } = await guarded(task, source, hooks);
+    const seen = [describeStep(await iterator.next())];
+    if (when === 'forwarded') prefill.resolve();
+    source.end();
+    const last = iterator.next();
+    await flush();
+    if (when === 'held') prefill.resolve();
+    seen.push(describeStep(await last), describeStep(await iterator.next()));
+    return seen;
+  }
+
+  it.each(subsets)('with %s, handed-off reads and the end are what they are without hooks', async (_, hooks) => {
+    expect(await handedOff(hooks)).toEqual([3, 'finish', 'end']);
+    for (const when of ['held', 'forwarded'] as const) expect(await endsBy(hooks, when)).toEqual([1, 'end', 'end']);
+  });
+
+  it('a handed-off read is answered with what answer makes of it: another item, or the end', async () => {
+    /** Token 1 racing, 2 forwarded, then 3 and what follows handed off, through `answer`. */
+    async function run(answer: (item: EngineItem) => EngineItem | undefined) {
+      const { prefill, task } = pendingPrefill();
+      const source = new ScriptedSource([token(1)]);
+      const { iterator } = await guarded(task, source, { answer });
+      const seen = [describeStep(await iterator.next())];
+      prefill.resolve();
+      source.push(token(2));
+      seen.push(describeStep(await iterator.next()));
+      source.push(token(3)).push(lengthItem()).end();
+      for (let i = 0; i < 3; i++) {
+        const step = await iterator.next();
+        // The finish item's own token ids too: an answer may change any item.
+        seen.push(
+          step.done !== true && step.value.data?.finish_reason
+            ? `finish ${step.value.data.token_ids}`
+            : describeStep(step),
+        );
+      }
+      return seen;
+    }
+    const plus100 = (item: EngineItem): EngineItem =>
+      item.data?.token_ids === undefined
+        ? item
+        : Annotated.fromData({ ...item.data, token_ids: [(item.data.token_ids[0] ?? 0) + 100] });
+    expect(await run(plus100)).toEqual([101, 102, 103, 'finish 100', 'end']);
+    expect(await run((item) => (describeItem(item) === 3 ? undefined : item))).toEqual([1, 2, 'end', 'end', 'end']);
+    expect(await run((item) => (describeItem(item) === 'finish' ? undefined : item))).toEqual([1, 2, 3, 'end', 'end']);
+  });
+
+  it.each(subsets)('with %s, a failed read of decode is what it is without hooks', async (_, hooks) => {
+    for (const when of ['racing', 'handed off'] as const) {
+      expect(await failing(hooks, when)).toEqual(await failing({}, when));
+    }
+  });
+});
+
+describe('observe after the end', () => {
+  it.each([
+    ['answers', 'answer'],
+    ['fails', 'fail'],
+  ] as const)(
+    'a read in flight when the consumer closed is still observed when it %s, and nothing is thrown',
+    async (_, how) => {
+      const { task } = pendingPrefill();
+      const seen: Array<string | number> = [];
+      // A decode whose read in flight outlives return() (a stuck engine answers when it will).
+      const read = deferred<IteratorResult<EngineItem>>();
+      const stuck: AsyncIterator<EngineItem> = {
+        next: () => read.promise,
+        return: () => Promise.resolve({ value: undefined, done: true }),
+      };
+      const context = new Controller();
+      const stream = await forwardDecodeWith(
+        task,
+        () => Promise.resolve(new ResponseStream({ [Symbol.asyncIterator]: () => stuck }, context)),
+        context,
+        {
+          observe(step) {
+            seen.push(describeStep(step));
+            return true;
+          },
+        },
+      );
+      const iterator = stream[Symbol.asyncIterator]();
+      const pending = iterator.next();
+      await flush();
+      expect(await iterator.return?.()).toEqual({ value: undefined, done: true });
+      expect(await pending).toEqual({ value: undefined, done: true });
+      if (how === 'answer') read.resolve({ value: token(1), done: false });
+      else read.reject(new Error('late'));
+      await flush();
+      expect(seen).toEqual([how === 'answer' ? 1 : 'failed read']);
+    },
+  );
+});

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { PrefillTask } from '../../src/handoff/prefill-task.js';
+import { RequestError } from '../../src/http/node-server.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -315,6 +316,11 @@ describe('PrefillError.retryable, from the cause chain', () => {
     const cancelledFirst = new DOMException('aborted', 'AbortError');
     Object.defineProperty(cancelledFirst, 'cause', { value: withCode('ECONNRESET') });
     expect(PrefillError.from(cancelledFirst).retryable).toBe(false);
+  });
+
+  it('a library error that says nothing of retries is read like any other: by its status, before its causes', () => {
+    const refused = new RequestError(400, 'bad body', { cause: withCode('ECONNRESET') });
+    expect(PrefillError.from(refused).retryable).toBe(false);
   });
 
   it('a cycle in the cause chain ends the search', () => {
