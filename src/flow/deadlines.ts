@@ -8,9 +8,11 @@ import { branded, DisaggError } from '../util/disagg-error.js';
  * expires. What each one measures:
  * - `totalMs`: from the call of `disaggregate` to the end of the client stream;
  * - `prefillFirstOutputMs`: from the prefill dispatch to prefill's first output;
- * - `handoffMs`: from prefill's first output until the handoff is done: prefill has completed
- *   and decode's stream is open (the window in which a prefill worker holds KV for decode);
- * - `decodeFirstTokenMs`: how long the first read of the decode stream may wait for decode;
+ * - `handoffMs`: from prefill's first output (or, with a rendezvous, from sending both legs)
+ *   until the handoff is done: prefill has completed and decode's stream is open (the window
+ *   in which one worker holds KV for the other);
+ * - `decodeFirstTokenMs`: how long decode may take to answer the call (a worker that never
+ *   sends its headers), and then how long the first read of its stream may wait;
  * - `idleMs`: how long each later read may wait for decode's next item.
  *
  * The decode budgets count only time spent waiting on decode, never time the client takes

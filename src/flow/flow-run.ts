@@ -165,6 +165,8 @@ export class FlowRun {
     }, this.#taskOptions());
     this.#watch(task);
     recorder.emit({ type: 'handoff', handoff: 'bootstrap' });
+    // A rendezvous: the handoff begins now, with both legs sent (decode waits for prefill there).
+    this.#startHandoff();
     const body = connector.decodeBody(request, { kind: 'bootstrap', bootstrap });
     return this.#guarded(task, body);
   }
@@ -266,6 +268,12 @@ export class FlowRun {
     this.#cancelFirstOutput?.();
     this.#cancelFirstOutput = undefined;
     this.#setup.recorder.emit({ type: 'prefillFirstOutput' });
+    this.#startHandoff();
+  }
+
+  /** The handoff budget starts at prefill's first output, or at the rendezvous if that came first. */
+  #startHandoff(): void {
+    if (this.#cancelHandoff !== undefined) return;
     const handoffMs = this.#setup.deadlines.handoffMs;
     this.#cancelHandoff = startTimer(handoffMs, () =>
       this.#expire(new DeadlineError('handoff', handoffMs as number, this.#prefillRunning() ? 'prefill' : 'decode')),
@@ -297,12 +305,30 @@ export class FlowRun {
     });
     this.#leg = leg;
     recorder.emit({ type: 'decodeDispatched' });
+    // Decode's first-token budget covers the wait for its answer too (a worker that never
+    // sends its headers): past it the leg is killed and the dispatch fails with the deadline.
+    const budget = this.#setup.deadlines.decodeFirstTokenMs;
+    const trip = new Tripwire();
+    const cancel = startTimer(budget, () => {
+      trip.trip(new DeadlineError('decodeFirstToken', budget as number, 'decode'));
+      leg.context.kill();
+    });
     let stream: ResponseStream<EngineItem>;
     try {
-      stream = await this.#setup.decode(body, leg.context, decodeLease?.worker);
+      const dispatch = this.#setup.decode(body, leg.context, decodeLease?.worker);
+      if (budget === undefined) stream = await dispatch;
+      else {
+        // A stream that arrives after the deadline gave up on it is released.
+        Promise.resolve(dispatch).then((late) => {
+          if (trip.error !== undefined) closeQuietly(late[Symbol.asyncIterator]());
+        }, ignore);
+        stream = await trip.guard(dispatch);
+      }
     } catch (error) {
       leg.dispatchFailed();
       throw error;
+    } finally {
+      cancel();
     }
     this.#decodeOpened = true;
     this.#handoffDone();

@@ -45,7 +45,10 @@ export interface ProxyOptions {
   bootstrapPort?: number;
   /** How a worker is chosen for each leg; `least-in-flight` by default. */
   selection?: 'round-robin' | 'least-in-flight';
-  /** Budgets per phase, each a positive number of milliseconds; none by default. */
+  /**
+   * Budgets per phase in milliseconds, `0` for none; by default {@link DEFAULT_DEADLINES}
+   * (every phase but the total).
+   */
   deadlines?: Deadlines;
   /** How long decode may take to take the KV after the client left; 120,000 ms by default. */
   cleanupBudgetMs?: number;
@@ -135,6 +138,26 @@ export interface ServeConfig {
   logLevel: string;
   apiKey: string | undefined;
   workerApiKey: string | undefined;
+}
+
+/**
+ * The proxy's deadlines when none are given: each ends a hang of its phase, none cuts a
+ * legitimate request. A prompt of a million tokens takes minutes to prefill, so prefill has
+ * ten; the handoff (which on SGLang includes prefill's computing, as decode waits at the
+ * rendezvous meanwhile) as long; decode five minutes to answer and give its first token (its
+ * queue under load), then two minutes at most between two items. No total: a long answer is
+ * not a hang, and every wait of a request is covered by one of these. `0` turns one off.
+ */
+export const DEFAULT_DEADLINES = Object.freeze({
+  prefillFirstOutputMs: 600_000,
+  handoffMs: 600_000,
+  decodeFirstTokenMs: 300_000,
+  idleMs: 120_000,
+} satisfies Deadlines);
+
+/** The deadlines the flow gets: those given, without the ones turned off with `0`. */
+function activeDeadlines(deadlines: Deadlines | undefined): Deadlines {
+  return Object.fromEntries(Object.entries(deadlines ?? {}).filter(([, ms]) => ms !== 0)) as Deadlines;
 }
 
 /**
@@ -252,21 +275,31 @@ export const SETTINGS: readonly Setting[] = [
   },
   ...(
     [
-      ['totalMs', 'total', 'the whole request'],
-      ['prefillFirstOutputMs', 'prefill-first-output', "prefill's first output"],
-      ['handoffMs', 'handoff', "from prefill's first output until decode's stream is open"],
-      ['decodeFirstTokenMs', 'decode-first-token', "decode's first token"],
-      ['idleMs', 'idle', 'between decode items'],
+      ['totalMs', 'total', 'the whole request', undefined],
+      [
+        'prefillFirstOutputMs',
+        'prefill-first-output',
+        "prefill's first output",
+        DEFAULT_DEADLINES.prefillFirstOutputMs,
+      ],
+      ['handoffMs', 'handoff', 'until prefill has completed and decode has answered', DEFAULT_DEADLINES.handoffMs],
+      [
+        'decodeFirstTokenMs',
+        'decode-first-token',
+        "decode's answer, then its first token",
+        DEFAULT_DEADLINES.decodeFirstTokenMs,
+      ],
+      ['idleMs', 'idle', 'between decode items', DEFAULT_DEADLINES.idleMs],
     ] as const
   ).map(
-    ([key, name, what]): Setting => ({
+    ([key, name, what, fallback]): Setting => ({
       key: `deadlines.${key}`,
       flag: `deadline-${name}-ms`,
       env: `DISAGG_DEADLINE_${name.toUpperCase().replaceAll('-', '_')}_MS`,
       arg: 'N',
-      help: `deadline: ${what}`,
-      shownDefault: 'none',
-      parse: positiveMs,
+      help: `deadline: ${what}; 0 for none`,
+      ...(fallback === undefined ? { shownDefault: 'none' } : { default: fallback }),
+      parse: nonNegativeMs,
     }),
   ),
   {
@@ -450,6 +483,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   }
   return {
     ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
+    deadlines: activeDeadlines(values.deadlines as Deadlines | undefined),
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     workerApiKey: values.workerApiKey as string | undefined,

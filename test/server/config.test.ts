@@ -33,7 +33,7 @@ describe('disagg serve configuration', () => {
       host: '0.0.0.0',
       port: 8000,
       selection: 'least-in-flight',
-      deadlines: {},
+      deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },
       cleanupBudgetMs: undefined,
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
@@ -100,8 +100,8 @@ deadlines:
       '--port must be a non-negative number',
     ],
     [
-      ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--deadline-idle-ms', '0'],
-      'deadlines.idleMs',
+      ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--deadline-idle-ms=-1'],
+      '--deadline-idle-ms (deadlines.idleMs) must be a non-negative number',
     ],
     [
       ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--selection', 'random'],

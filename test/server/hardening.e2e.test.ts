@@ -138,6 +138,38 @@ describe('disagg serve under hostile input and faults', () => {
     fakes.leaveKv(prefill);
   });
 
+  it('--deadline-decode-first-token-ms covers a decode that never sends its headers: a 504, the leg ended', async () => {
+    const { client, decode, prefill } = await setup(
+      'vllm',
+      { decode: { fault: { type: 'hang' } } },
+      { deadlines: { decodeFirstTokenMs: 200 } },
+    );
+    const error = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', stream: true })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ status: 504 });
+    expect((error as Error).message).toContain('decodeFirstToken');
+    await eventually(() => decode.requests[0]?.aborted === true, 'the decode call was ended');
+    fakes.leaveKv(prefill); // computed for a decode that never came to take it: vLLM's own timeout frees it
+  });
+
+  it('SGLang: --deadline-handoff-ms runs from the rendezvous, so a decode that never answers ends both legs', async () => {
+    const { client, decode, prefill } = await setup(
+      'sglang',
+      { decode: { fault: { type: 'hang' } } },
+      { deadlines: { handoffMs: 200, decodeFirstTokenMs: 0, prefillFirstOutputMs: 0 } },
+    );
+    const error = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', stream: true })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ status: 504 });
+    expect((error as Error).message).toContain('handoff');
+    await eventually(() => decode.requests[0]?.aborted === true, 'the decode call was ended');
+    await eventually(() => prefill.requests[0]?.aborted === true, 'the prefill call was ended');
+    expect(prefill.ledger.outstanding()).toEqual([]);
+    fakes.leaveKv(prefill); // freed at once by the stop (the ledger calls it stranded)
+  });
+
   const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
 
   it('a client that trickles its headers is cut at --headers-timeout-ms', async () => {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../../src/flow/decode-leg.js';
 import { loadServeConfig, SERVE_USAGE } from '../../src/server/config.js';
-import { ConfigError, resolveProxyOptions, SETTINGS } from '../../src/server/options.js';
+import { ConfigError, DEFAULT_DEADLINES, resolveProxyOptions, SETTINGS } from '../../src/server/options.js';
 import { createProxy } from '../../src/server/proxy.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'disagg-options-'));
@@ -100,7 +100,7 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
       keepAliveTimeoutMs: 72_000,
       gracePeriodMs: 30_000,
       maxBodyBytes: 8 * 1024 * 1024,
-      deadlines: {},
+      deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },
       prefill: [
         { url: 'http://p0:30000', bootstrapPort: 8998 },
         { url: 'http://p1:30000', bootstrapPort: 9001 },
@@ -147,5 +147,16 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
         DISAGG_WORKER_API_KEY: 'w',
       }),
     ).toMatchObject({ connector: 'trtllm', apiKey: 'a', workerApiKey: 'w' });
+  });
+
+  it('every phase but the total has a deadline by default, so that every hang ends; 0 turns one off', () => {
+    const workers = { connector: 'vllm' as const, prefill: [{ url: 'http://p' }], decode: [{ url: 'http://d' }] };
+    expect(resolveProxyOptions(workers).deadlines).toEqual(DEFAULT_DEADLINES);
+    expect(resolveProxyOptions({ ...workers, deadlines: { idleMs: 0, totalMs: 60_000 } }).deadlines).toEqual({
+      prefillFirstOutputMs: 600_000,
+      handoffMs: 600_000,
+      decodeFirstTokenMs: 300_000,
+      totalMs: 60_000,
+    });
   });
 });
