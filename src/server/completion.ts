@@ -14,6 +14,7 @@ import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
+import { checkRequest } from './request-schemas.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
 
@@ -50,6 +51,7 @@ export async function handleCompletion(
   try {
     body = await readRequestBody(req, proxy.options.maxBodyBytes);
     checkRouteBody(route, body);
+    checkRequest(route, body, proxy.models);
   } catch (error) {
     // Over the size limit the rest of the body is not read: the connection closes after the 413.
     if (RequestError.is(error) && error.status === 413) res.setHeader('connection', 'close');

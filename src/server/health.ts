@@ -17,6 +17,8 @@ export interface HealthOptions {
   dispatcher?: Dispatcher;
   /** Sent with every probe (a worker key). */
   headers?: Record<string, string>;
+  /** Runs after every round of probes (what else the proxy learns from its workers). */
+  afterRound?: () => Promise<void>;
 }
 
 /**
@@ -41,14 +43,16 @@ export class HealthChecker {
   check(): Promise<void> {
     this.#round ??= Promise.all(
       this.#pools.flatMap(({ role, pool }) => pool.workers.map((worker) => this.#probe(role, pool, worker))),
-    ).then(
-      () => {
-        this.#round = undefined;
-      },
-      () => {
-        this.#round = undefined;
-      },
-    );
+    )
+      .then(() => this.#options.afterRound?.())
+      .then(
+        () => {
+          this.#round = undefined;
+        },
+        () => {
+          this.#round = undefined;
+        },
+      );
     return this.#round;
   }
 

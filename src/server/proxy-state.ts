@@ -7,6 +7,7 @@ import type { InFlightRequests } from './in-flight.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker, ResolvedProxyOptions } from './options.js';
+import type { ModelLimits } from './request-schemas.js';
 
 /**
  * What the proxy's request handlers share: its checked options, the pools, the engine that
@@ -33,6 +34,8 @@ export interface ProxyState {
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight: InFlightRequests;
+  /** What the decode workers say of their models (the context length requests are checked against). */
+  readonly models: ModelLimits;
   readonly logger: Logger;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;

@@ -12,6 +12,7 @@ import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
 import { ProxyMetrics } from './metrics.js';
+import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
 import {
   type ProxyDecodeWorker,
@@ -89,6 +90,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight = new InFlightRequests();
+  readonly models: ServedModels;
   readonly logger: Logger;
   closing = false;
   /** Engines with fixed headers (the worker key, or none), one per route. */
@@ -119,6 +121,11 @@ class DisaggProxy implements ProxyServer, ProxyState {
       for (const [i, worker] of pool.workers.entries()) this.#name(worker, worker.name ?? `${role}-${i}`);
     }
     this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers });
+    this.models = new ServedModels({
+      headers: this.workerHeaders,
+      dispatcher: options.dispatcher,
+      logger: this.logger,
+    });
     this.health = new HealthChecker(
       [
         { role: 'prefill', pool: this.prefillWorkers },
@@ -129,6 +136,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
         intervalMs: options.healthIntervalMs,
         headers: this.workerHeaders,
         ...(dispatcher === undefined ? {} : { dispatcher }),
+        afterRound: () => this.models.refresh(this.decodeWorkers.available),
       },
     );
     const serverOptions = {

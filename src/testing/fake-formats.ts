@@ -37,6 +37,8 @@ export function wantsUsage(body: Record<string, unknown>): boolean {
 
 /** The prompt's length in (fake) tokens: a quarter of its characters. */
 export function promptTokens(body: Record<string, unknown>): number {
+  const ids = body.prompt ?? body.input_ids;
+  if (Array.isArray(ids) && ids.length > 0 && ids.every((id) => typeof id === 'number')) return ids.length;
   const text =
     typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.messages ?? body.text ?? body.prompt ?? '');
   return Math.max(1, Math.ceil(text.length / 4));

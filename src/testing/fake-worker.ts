@@ -71,6 +71,11 @@ export interface FakeWorkerOptions {
   transferMs?: number;
   /** How long a rendezvous waits for its peer (SGLang); 30,000 ms by default. */
   bootstrapTimeoutMs?: number;
+  /**
+   * The context length it serves (`max_model_len` in `/v1/models`); a request whose prompt and
+   * length budget do not fit is refused with a 400, as vLLM does. 4,096 by default.
+   */
+  maxModelLen?: number;
   /** The model id it serves (`/v1/models`); `fake-model` by default. */
   model?: string;
   /**
@@ -257,7 +262,11 @@ class Worker implements FakeWorker, WorkerSide {
     }
     if (req.method === 'GET' && path === '/v1/models') {
       const id = this.options.model ?? 'fake-model';
-      return this.answerJson(res, 200, { object: 'list', data: [{ id, object: 'model', owned_by: 'disagg-fake' }] });
+      const max_model_len = this.options.maxModelLen ?? 4096;
+      return this.answerJson(res, 200, {
+        object: 'list',
+        data: [{ id, object: 'model', owned_by: 'disagg-fake', max_model_len }],
+      });
     }
     if (req.method !== 'POST') return this.answerError(res, 404, `no route ${req.method} ${path}`);
     const text = await readBody(req);
@@ -270,7 +279,7 @@ class Worker implements FakeWorker, WorkerSide {
     const endpoint = this.#engine.endpoints[path];
     if (endpoint !== undefined) return endpoint(this, res, body);
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
-    const refused = this.#engine.refuse?.(path, body);
+    const refused = this.#engine.refuse?.(path, body) ?? this.#refuseLength(path, body);
     if (refused !== undefined) return this.answerError(res, 400, refused);
     const record: FakeRequest = {
       path,
@@ -294,6 +303,26 @@ class Worker implements FakeWorker, WorkerSide {
   }
 
   /** Takes the KV its body names (from the prefill worker), then answers, streamed or whole. */
+  /** vLLM's own checks of the length budget: an integer of at least 1 that fits the context with the prompt. */
+  #refuseLength(path: string, body: Record<string, unknown>): string | undefined {
+    if (path === '/generate') return undefined;
+    const field =
+      body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
+        ? 'max_completion_tokens'
+        : 'max_tokens';
+    const budget = body[field];
+    if (budget === undefined || budget === null) return undefined;
+    if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 1) {
+      return `${field} must be an integer of at least 1, got ${JSON.stringify(budget)}`;
+    }
+    const context = this.options.maxModelLen ?? 4096;
+    const prompt = promptTokens(body);
+    if (prompt + budget > context) {
+      return `This model's maximum context length is ${context} tokens. However, you requested ${prompt + budget} tokens (${prompt} in the messages, ${budget} in the completion). Please reduce the length of the messages or completion.`;
+    }
+    return undefined;
+  }
+
   async #decode(res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
     const { body } = record;
     const abort = new AbortController();

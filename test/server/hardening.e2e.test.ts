@@ -170,6 +170,68 @@ describe('disagg serve under hostile input and faults', () => {
     fakes.leaveKv(prefill); // freed at once by the stop (the ledger calls it stranded)
   });
 
+  for (const protocol of ['vllm', 'sglang'] as const) {
+    it.each([
+      ['max_tokens', -1, 'max_tokens must be at least 1, got -1'],
+      ['max_tokens', 0, 'max_tokens must be at least 1, got 0'],
+      ['max_tokens', '10', 'max_tokens must be a number, got "10"'],
+      ['max_tokens', 1.5, 'max_tokens must be an integer, got 1.5'],
+      ['max_tokens', 5000, "max_tokens 5000 is more than the model's context of 4096 tokens (max_model_len)"],
+      ['stream', 'true', 'stream must be a boolean, got "true"'],
+      ['n', 0, 'n must be at least 1, got 0'],
+      ['temperature', -0.5, 'temperature must be at least 0, got -0.5'],
+      ['top_p', 0, 'top_p must be greater than 0, got 0'],
+      ['prompt', [], 'prompt must be a string, a list of strings, a list of token ids or a list of such lists, got []'],
+      ['stream_options', { include_usage: true }, 'stream_options can only be given with stream: true'],
+    ])(
+      `${protocol}: %s = %j is a 400 naming the field before any worker is called (no KV computed for a request decode would refuse)`,
+      async (field, value, message) => {
+        const { url, prefill, decode } = await setup(protocol);
+        const body = { model: 'fake-model', prompt: 'Say', max_tokens: 4, [field]: value };
+        const answer = await post(url, '/v1/completions', JSON.stringify(body));
+        expect(answer.status).toBe(400);
+        expect(JSON.parse(answer.text).error).toMatchObject({ param: field, message });
+        expect([prefill.requests, decode.requests]).toEqual([[], []]);
+      },
+    );
+  }
+
+  it('a prompt of token ids and a budget that together exceed the context are refused up front', async () => {
+    const { url, prefill } = await setup('vllm', { decode: { maxModelLen: 100 }, prefill: { maxModelLen: 100 } });
+    const body = { model: 'fake-model', prompt: Array.from({ length: 90 }, (_, i) => i), max_tokens: 20 };
+    const answer = await post(url, '/v1/completions', JSON.stringify(body));
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.text).error.message).toBe(
+      "max_tokens 20 with a prompt of 90 tokens is more than the model's context of 100 tokens (max_model_len)",
+    );
+    expect(prefill.requests).toEqual([]);
+    body.max_tokens = 10;
+    expect((await post(url, '/v1/completions', JSON.stringify(body))).status).toBe(200);
+  });
+
+  it('chat: messages must be a list of messages with a role; top_logprobs needs logprobs', async () => {
+    const { url, prefill } = await setup('vllm');
+    const bad = [
+      [{ messages: [{ content: 'hi' }] }, 'messages.0.role', 'messages.0.role must be a string, got undefined'],
+      [
+        { messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 },
+        'top_logprobs',
+        'top_logprobs needs logprobs: true',
+      ],
+      [
+        { messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 0 },
+        'max_completion_tokens',
+        'max_completion_tokens must be at least 1, got 0',
+      ],
+    ] as const;
+    for (const [body, param, message] of bad) {
+      const answer = await post(url, '/v1/chat/completions', JSON.stringify({ model: 'fake-model', ...body }));
+      expect(answer.status).toBe(400);
+      expect(JSON.parse(answer.text).error).toMatchObject({ param, message });
+    }
+    expect(prefill.requests).toEqual([]);
+  });
+
   const limits = { headersTimeoutMs: 200, requestTimeoutMs: 400, maxBodyBytes: 1024 };
 
   it('a client that trickles its headers is cut at --headers-timeout-ms', async () => {

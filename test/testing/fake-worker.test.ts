@@ -21,6 +21,25 @@ describe('startFakeWorker', () => {
     expect((await request(`${worker.url}/v1/completions`, { method: 'POST', body: 'not json' })).statusCode).toBe(400);
   });
 
+  it('reports its context as max_model_len and refuses, as vLLM does, a budget that is not a whole number or does not fit it', async () => {
+    const worker = await fakes.start({ role: 'decode', protocol: 'vllm', maxModelLen: 64 });
+    expect(await (await request(`${worker.url}/v1/models`)).body.json()).toMatchObject({
+      data: [{ max_model_len: 64 }],
+    });
+    const post = async (body: object) => {
+      const answer = await request(`${worker.url}/v1/completions`, { method: 'POST', body: JSON.stringify(body) });
+      return { status: answer.statusCode, text: await answer.body.text() };
+    };
+    expect(await post({ prompt: 'p', max_tokens: 0 })).toMatchObject({ status: 400 });
+    expect(await post({ prompt: 'p', max_tokens: '4' })).toMatchObject({ status: 400 });
+    const tooLong = await post({ prompt: Array.from({ length: 60 }, () => 1), max_tokens: 5 });
+    expect(tooLong.status).toBe(400);
+    expect(tooLong.text).toContain(
+      "This model's maximum context length is 64 tokens. However, you requested 65 tokens",
+    );
+    expect((await post({ prompt: 'p', max_tokens: 4 })).status).toBe(200);
+  });
+
   it('streams deterministic tokens, at most max_tokens, ending with [DONE]', async () => {
     const worker = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 5 });
     const items = await collect(

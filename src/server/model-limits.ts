@@ -1,0 +1,61 @@
+import { type Dispatcher, request } from 'undici';
+import { parseJson } from '../http/json.js';
+import type { Logger } from '../runtime/logger.js';
+import { joinUrl } from '../util/url.js';
+import type { ModelLimits } from './request-schemas.js';
+
+/**
+ * The context length of each model the decode workers serve, read from their `/v1/models`
+ * (vLLM and SGLang report `max_model_len` per model): the smallest any worker reports, since a
+ * request may land on any of them. Refreshed by `refresh()` (at start and on every round of
+ * health probes); a worker that does not answer, or a model without the field, adds nothing,
+ * and a model nobody reported is not checked.
+ *
+ * @internal
+ */
+export class ServedModels implements ModelLimits {
+  #limits = new Map<string, number>();
+  readonly #options: { headers: Record<string, string>; dispatcher: Dispatcher | undefined; logger: Logger };
+
+  constructor(options: { headers: Record<string, string>; dispatcher: Dispatcher | undefined; logger: Logger }) {
+    this.#options = options;
+  }
+
+  /** The context of `model`; of the only model known when the request names none. */
+  maxModelLen(model: unknown): number | undefined {
+    if (typeof model === 'string') return this.#limits.get(model);
+    if (model === undefined || model === null) {
+      return this.#limits.size === 1 ? [...this.#limits.values()][0] : undefined;
+    }
+    return undefined;
+  }
+
+  /** Asks each worker for its models, within `timeoutMs` each. */
+  async refresh(workers: readonly { url: string }[], timeoutMs = 2000): Promise<void> {
+    const limits = new Map<string, number>();
+    await Promise.all(
+      workers.map(async (worker) => {
+        try {
+          const answer = await request(joinUrl(worker.url, '/v1/models'), {
+            headers: this.#options.headers,
+            signal: AbortSignal.timeout(timeoutMs),
+            ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
+          });
+          const text = await answer.body.text();
+          if (answer.statusCode !== 200) return;
+          const data = (parseJson(text) as { data?: unknown })?.data;
+          if (!Array.isArray(data)) return;
+          for (const entry of data as Array<{ id?: unknown; max_model_len?: unknown }>) {
+            const { id, max_model_len: length } = entry ?? {};
+            if (typeof id !== 'string' || typeof length !== 'number' || !(length > 0)) continue;
+            limits.set(id, Math.min(limits.get(id) ?? length, length));
+          }
+        } catch (error) {
+          this.#options.logger.debug({ worker: worker.url, err: error }, 'Could not read the models of a worker');
+        }
+      }),
+    );
+    // Kept when no worker answered: the last known limits stay better than none.
+    if (limits.size > 0) this.#limits = limits;
+  }
+}
