@@ -131,6 +131,19 @@ lines.push('|---|---:|---|---|');
 for (const t of targets) lines.push(`| ${t.what} | ${fmt(t.value, 3)} | ${t.target} | ${t.met ? 'yes' : 'no'} |`);
 console.log(lines.join('\n'));
 
+// Exact integers in big JSON bodies, in a process of its own (it would warm the JIT for no case).
+const jsonScale = Math.min(1, Number(args.items) / 1_000_000);
+console.log('');
+console.log(
+  execFileSync(
+    process.execPath,
+    [fileURLToPath(new URL('json.mjs', import.meta.url)), `--scale=${jsonScale}`, `--passes=${Math.min(passes, 5)}`],
+    {
+      encoding: 'utf8',
+    },
+  ).trimEnd(),
+);
+
 if (!args['no-write']) {
   writeFileSync(args.out, `${JSON.stringify({ machine, args, rows, concurrent, targets }, null, 2)}\n`);
   console.log(`\nwritten to ${args.out}`);

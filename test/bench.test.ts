@@ -27,6 +27,7 @@ describe('npm run bench (smoke run, small N)', () => {
       expect(out).toContain(`| ${label}`);
     }
     expect(out).toContain('| target | value | wanted | met |');
+    expect(out).toMatch(/\| SGLang \/generate: 1M token ids and a 64-bit room \| \d+ \| \d+\.\d+ \| \d+\.\d+ \|/);
     // Every figure is a number: no NaN or Infinity from a case that failed to run.
     expect(out).not.toMatch(/NaN|Infinity/);
   }, 60_000);

@@ -11,43 +11,39 @@ const ESCAPED_MARK = JSON.stringify(MARK).slice(1, -1);
 
 /**
  * Where the integers a `JSON.parse` would round (beyond 2^53 - 1) are, as start and end offsets
- * in pairs. A loop over the text finds the runs of 16 digits or more (the only way an integer can
- * be that large; cheaper than a regular expression, which tries every digit as a start); only if
- * there is one are strings located, from quote to quote, to leave out runs inside them. Text that
- * is not JSON is scanned as well as it goes; the parse that follows refuses it.
+ * in pairs. Strings are skipped from quote to quote (a native search, so a long prompt costs
+ * next to nothing); between them a loop finds the runs of 16 digits or more (the only way an
+ * integer can be that large; cheaper than a regular expression, which tries every digit as a
+ * start). Text that is not JSON is scanned as well as it goes; the parse that follows refuses it.
  */
 export function unsafeIntegers(text: string): number[] {
-  const runs: number[] = [];
-  let run = 0;
-  const length = text.length;
-  for (let i = 0; i < length; i++) {
-    const digit = text.charCodeAt(i) - 0x30;
-    if (digit >= 0 && digit <= 9) run += 1;
-    else {
-      if (run >= 16) runs.push(i - run, i);
-      run = 0;
-    }
-  }
-  if (run >= 16) runs.push(length - run, length);
-  if (runs.length === 0) return runs;
   const spans: number[] = [];
-  // The next string at or after where the runs are: [opening quote, offset after its close).
-  let open = text.indexOf('"');
-  let close = open === -1 ? -1 : afterString(text, open);
-  for (let k = 0; k < runs.length; k += 2) {
-    const digits = runs[k] as number;
-    const end = runs[k + 1] as number;
-    while (open !== -1 && close <= digits) {
-      open = text.indexOf('"', close);
-      close = open === -1 ? -1 : afterString(text, open);
+  const length = text.length;
+  let at = 0;
+  while (at < length) {
+    const quote = text.indexOf('"', at);
+    const end = quote === -1 ? length : quote;
+    let run = 0;
+    for (let i = at; i <= end; i++) {
+      const digit = i < end ? text.charCodeAt(i) - 0x30 : -1;
+      if (digit >= 0 && digit <= 9) run += 1;
+      else {
+        if (run >= 16) addIfUnsafe(text, i - run, i, spans);
+        run = 0;
+      }
     }
-    if (open !== -1 && open < digits) continue; // inside a string
-    const start = text.charCodeAt(digits - 1) === 0x2d ? digits - 1 : digits;
-    if (isWholeInteger(text, start, digits, end) && !Number.isSafeInteger(Number(text.slice(start, end)))) {
-      spans.push(start, end);
-    }
+    if (quote === -1) break;
+    at = afterString(text, quote);
   }
   return spans;
+}
+
+/** Adds the digits `digits..end` to `spans` if they are a whole JSON integer beyond 2^53 - 1. */
+function addIfUnsafe(text: string, digits: number, end: number, spans: number[]): void {
+  const start = text.charCodeAt(digits - 1) === 0x2d ? digits - 1 : digits;
+  if (isWholeInteger(text, start, digits, end) && !Number.isSafeInteger(Number(text.slice(start, end)))) {
+    spans.push(start, end);
+  }
 }
 
 /**
@@ -131,55 +127,53 @@ function unmark(root: unknown): unknown {
 
 /**
  * Serialises to JSON with `bigint`s as exact JSON integers (`JSON.stringify` throws on them,
- * and Node 20 has no `JSON.rawJSON`). Values without a `bigint` go through `JSON.stringify` as
- * they are; otherwise a copy with the `bigint`s marked (only the objects and arrays on the way
- * to one are copied) goes through it, and the marks are replaced by the digits.
+ * and Node 20 has no `JSON.rawJSON`). A value without a `bigint` goes through `JSON.stringify`
+ * as it is; otherwise only the objects and arrays on the way to a `bigint` are written here,
+ * and every part without one is written by `JSON.stringify` whole.
  */
 export function stringifyJson(value: unknown): string {
-  const marked = markBigInts(value, 0);
-  if (marked === value) return JSON.stringify(value);
-  const text = JSON.stringify(marked);
-  // Each mark, as written (quoted and escaped), back to the bare digits it stands for.
-  const opening = `"${ESCAPED_MARK}`;
-  let exact = '';
-  let from = 0;
-  for (let at = text.indexOf(opening); at !== -1; at = text.indexOf(opening, from)) {
-    const digits = at + opening.length;
-    const end = text.indexOf('"', digits);
-    exact += text.slice(from, at) + text.slice(digits, end);
-    from = end + 1;
-  }
-  return exact + text.slice(from);
+  if (!holdsBigInt(value, 0)) return JSON.stringify(value);
+  return exactJson(value, 0) as string;
 }
 
-/** `value` with every `bigint` as a marked string; the same reference where there is none. */
-function markBigInts(value: unknown, depth: number): unknown {
-  if (typeof value === 'bigint') return `${MARK}${value}`;
-  // As deep as JSON.stringify goes before it gives up on the stack itself.
-  if (typeof value !== 'object' || value === null || depth > 1000) return value;
-  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return value;
-  if (Array.isArray(value)) {
-    let copy: unknown[] | undefined;
-    for (let i = 0; i < value.length; i++) {
-      const item = value[i];
-      const marked = typeof item === 'object' || typeof item === 'bigint' ? markBigInts(item, depth + 1) : item;
-      if (marked !== item) {
-        copy ??= value.slice();
-        copy[i] = marked;
-      }
-    }
-    return copy ?? value;
+/** Like `JSON.stringify(value)` (undefined where it gives undefined), with exact bigints. */
+function exactJson(value: unknown, depth: number): string | undefined {
+  if (typeof value === 'bigint') return value.toString();
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    typeof (value as { toJSON?: unknown }).toJSON === 'function' ||
+    (depth > 0 && !holdsBigInt(value, depth))
+  ) {
+    return JSON.stringify(value);
   }
-  let copy: Record<string, unknown> | undefined;
+  if (Array.isArray(value)) {
+    return `[${value.map((item) => exactJson(item, depth + 1) ?? 'null').join(',')}]`;
+  }
+  const parts: string[] = [];
+  for (const key of Object.keys(value)) {
+    const text = exactJson((value as Record<string, unknown>)[key], depth + 1);
+    if (text !== undefined) parts.push(`${JSON.stringify(key)}:${text}`);
+  }
+  return `{${parts.join(',')}}`;
+}
+
+/** Whether a `bigint` is anywhere in `value` (as deep as JSON.stringify goes before its stack gives out). */
+function holdsBigInt(value: unknown, depth: number): boolean {
+  if (typeof value === 'bigint') return true;
+  if (typeof value !== 'object' || value === null || depth > 1000) return false;
+  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      if ((typeof item === 'object' || typeof item === 'bigint') && holdsBigInt(item, depth + 1)) return true;
+    }
+    return false;
+  }
   for (const key of Object.keys(value)) {
     const item = (value as Record<string, unknown>)[key];
-    const marked = typeof item === 'object' || typeof item === 'bigint' ? markBigInts(item, depth + 1) : item;
-    if (marked !== item) {
-      copy ??= { ...(value as Record<string, unknown>) };
-      copy[key] = marked;
-    }
+    if ((typeof item === 'object' || typeof item === 'bigint') && holdsBigInt(item, depth + 1)) return true;
   }
-  return copy ?? value;
+  return false;
 }
 
 /**
