@@ -55,7 +55,18 @@ export async function handleCompletion(
   } catch (error) {
     // Over the size limit the rest of the body is not read: the connection closes after the 413.
     if (RequestError.is(error) && error.status === 413) res.setHeader('connection', 'close');
-    return answer(res, errorAnswer(error));
+    const refusal = errorAnswer(error);
+    proxy.logger.info(
+      {
+        requestId,
+        ...(clientRequestId === undefined ? {} : { clientRequestId }),
+        route,
+        status: refusal.status,
+        err: error,
+      },
+      'request rejected',
+    );
+    return answer(res, refusal);
   }
 
   const context = new Controller(requestId);

@@ -196,6 +196,16 @@ describe('disagg serve under hostile input and faults', () => {
     );
   }
 
+  it('a rejected request is logged once, with its status and why', async () => {
+    const { url, logs } = await setup('vllm');
+    await post(url, '/v1/completions', JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 0 }));
+    const rejected = logs.filter((record) => record.message === 'request rejected');
+    expect(rejected).toHaveLength(1);
+    expect(rejected[0]?.fields).toMatchObject({ route: 'completions', status: 400 });
+    const { err } = rejected[0]?.fields as { err?: Error };
+    expect(err?.message).toContain('max_tokens must be at least 1');
+  });
+
   it('a prompt of token ids and a budget that together exceed the context are refused up front', async () => {
     const { url, prefill } = await setup('vllm', { decode: { maxModelLen: 100 }, prefill: { maxModelLen: 100 } });
     const body = { model: 'fake-model', prompt: Array.from({ length: 90 }, (_, i) => i), max_tokens: 20 };
