@@ -2,22 +2,26 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { stringifyJson } from './json.js';
 
+const REQUEST_ERROR_CODES = {
+  400: 'DISAGG_BAD_REQUEST',
+  404: 'DISAGG_NOT_FOUND',
+  405: 'DISAGG_METHOD_NOT_ALLOWED',
+  413: 'DISAGG_BODY_TOO_LARGE',
+} as const;
+
 /**
  * A request the server refuses before doing anything with it: a body that is not what the
- * route takes (400, `DISAGG_BAD_REQUEST`), one over the size limit (413,
- * `DISAGG_BODY_TOO_LARGE`), or a route that does not exist (404, `DISAGG_NOT_FOUND`).
+ * route takes (400, `DISAGG_BAD_REQUEST`), a route that does not exist (404,
+ * `DISAGG_NOT_FOUND`), a method the route does not take (405, `DISAGG_METHOD_NOT_ALLOWED`), or
+ * a body over the size limit (413, `DISAGG_BODY_TOO_LARGE`).
  */
 export class RequestError extends DisaggError {
   static override readonly is = branded<RequestError>('RequestError');
-  declare readonly code: 'DISAGG_BAD_REQUEST' | 'DISAGG_BODY_TOO_LARGE' | 'DISAGG_NOT_FOUND';
-  readonly status: 400 | 404 | 413;
+  declare readonly code: (typeof REQUEST_ERROR_CODES)[keyof typeof REQUEST_ERROR_CODES];
+  readonly status: keyof typeof REQUEST_ERROR_CODES;
 
-  constructor(status: 400 | 404 | 413, message: string, options?: { cause?: unknown }) {
-    super(
-      status === 413 ? 'DISAGG_BODY_TOO_LARGE' : status === 404 ? 'DISAGG_NOT_FOUND' : 'DISAGG_BAD_REQUEST',
-      message,
-      options,
-    );
+  constructor(status: keyof typeof REQUEST_ERROR_CODES, message: string, options?: { cause?: unknown }) {
+    super(REQUEST_ERROR_CODES[status], message, options);
     this.status = status;
   }
 }

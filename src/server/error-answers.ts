@@ -32,6 +32,7 @@ const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string
   DISAGG_HANDOFF_FIELD: { status: 400, type: 'invalid_request_error' },
   DISAGG_UNSUPPORTED_REQUEST: { status: 400, type: 'invalid_request_error' },
   DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
+  DISAGG_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
   DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },

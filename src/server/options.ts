@@ -84,6 +84,12 @@ export interface ProxyOptions {
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
   gracePeriodMs?: number;
   /**
+   * On `close()` (SIGTERM), how long `/ready` answers 503 while requests are still accepted,
+   * before the listener closes: time for load balancers and Kubernetes to stop sending (a
+   * readiness probe's period). 5,000 ms by default; 0 closes at once.
+   */
+  drainDelayMs?: number;
+  /**
    * The key clients must send (`Authorization: Bearer <key>`) on the `/v1` routes; none by
    * default. Compared in constant time; a wrong or missing key is a 401.
    */
@@ -131,6 +137,7 @@ export interface ServeConfig {
   healthIntervalMs: number;
   slowClientTimeoutMs: number;
   gracePeriodMs: number;
+  drainDelayMs: number;
   keepAliveTimeoutMs: number;
   headersTimeoutMs: number;
   requestTimeoutMs: number;
@@ -336,6 +343,15 @@ export const SETTINGS: readonly Setting[] = [
     arg: 'N',
     help: 'on SIGTERM, time for requests under way',
     default: 30_000,
+    parse: nonNegativeMs,
+  },
+  {
+    key: 'drainDelayMs',
+    flag: 'drain-delay-ms',
+    env: 'DISAGG_DRAIN_DELAY_MS',
+    arg: 'N',
+    help: 'on SIGTERM, time /ready fails while requests are still accepted',
+    default: 5000,
     parse: nonNegativeMs,
   },
   {
@@ -720,6 +736,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     healthIntervalMs: resolved.healthIntervalMs as number,
     slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
     gracePeriodMs: resolved.gracePeriodMs as number,
+    drainDelayMs: resolved.drainDelayMs as number,
     keepAliveTimeoutMs: resolved.keepAliveTimeoutMs as number,
     headersTimeoutMs: resolved.headersTimeoutMs as number,
     requestTimeoutMs: resolved.requestTimeoutMs as number,

@@ -39,4 +39,6 @@ export interface ProxyState {
   readonly logger: Logger;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
+  /** True from the start of shutdown, before requests are refused: `/ready` fails first. */
+  readonly draining: boolean;
 }

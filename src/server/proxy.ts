@@ -50,11 +50,13 @@ export interface ProxyServer {
   /** Probes every worker once, then listens; resolves with the proxy's base URL. */
   listen(port?: number, host?: string): Promise<string>;
   /**
-   * Stops accepting, lets requests under way finish within `gracePeriodMs` (the option's
-   * value, 30,000 by default), then ends the rest cleanly (an SSE `error` event, or a 503) and
-   * closes.
+   * Shuts down as orchestrators expect: first `/ready` answers 503 for `drainDelayMs` (the
+   * option's value, 5,000 by default) while requests are still served, so that load balancers
+   * stop sending; then it stops accepting, lets requests under way finish within
+   * `gracePeriodMs` (30,000 by default), ends the rest cleanly (an SSE `error` event, or a
+   * 503), ends every call still open to a worker, and closes.
    */
-  close(options?: { gracePeriodMs?: number }): Promise<void>;
+  close(options?: { gracePeriodMs?: number; drainDelayMs?: number }): Promise<void>;
 }
 
 /**
@@ -93,6 +95,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
   readonly models: ServedModels;
   readonly logger: Logger;
   closing = false;
+  draining = false;
   /** Engines with fixed headers (the worker key, or none), one per route. */
   readonly #engines = new Map<Route, Engine<{ url: string }>>();
   readonly #names = new Map<{ url: string }, string>();
@@ -208,7 +211,10 @@ class DisaggProxy implements ProxyServer, ProxyState {
     return `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
   }
 
-  async close(options: { gracePeriodMs?: number } = {}): Promise<void> {
+  async close(options: { gracePeriodMs?: number; drainDelayMs?: number } = {}): Promise<void> {
+    this.draining = true;
+    const drainMs = options.drainDelayMs ?? this.options.drainDelayMs;
+    if (drainMs > 0 && this.server.listening) await new Promise((resolve) => setTimeout(resolve, drainMs));
     this.closing = true;
     this.health.stop();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));

@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { NoWorkerError } from '../flow/worker-pool.js';
+import { parseJson } from '../http/json.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { joinUrl } from '../util/url.js';
@@ -21,13 +22,27 @@ import type { ProxyState } from './proxy-state.js';
  */
 export async function handleRequest(proxy: ProxyState, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const path = pathOf(req);
-  if (req.method === 'GET') {
+  const method = req.method ?? 'GET';
+  if (method === 'GET' || method === 'HEAD') {
+    // HEAD answers as GET without the body (Node leaves the body out of a HEAD answer).
     if (path === '/health') return answerJson(res, 200, { status: 'ok' });
     if (path === '/ready') return ready(proxy, res);
     if (path === '/metrics') return metrics(proxy, res);
   }
-  const route = req.method === 'POST' ? GENERATION_ROUTES[path] : undefined;
-  const isModels = req.method === 'GET' && path === '/v1/models';
+  const allowed = allowedMethods(path);
+  if (allowed !== undefined && !allowed.includes(method)) {
+    res.setHeader('allow', allowed.join(', '));
+    const answer = errorAnswer(
+      new RequestError(405, `${method} is not allowed on ${path}: use ${allowed.join(' or ')}`),
+    );
+    return answerJson(res, answer.status, answer.body);
+  }
+  const route = method === 'POST' ? GENERATION_ROUTES[path] : undefined;
+  const modelId =
+    method === 'GET' && path.startsWith('/v1/models/')
+      ? decodeURIComponent(path.slice('/v1/models/'.length))
+      : undefined;
+  const isModels = method === 'GET' && (path === '/v1/models' || modelId !== undefined);
   if ((route !== undefined || isModels) && !authorized(proxy, req)) {
     return answerJson(res, 401, {
       error: {
@@ -38,7 +53,7 @@ export async function handleRequest(proxy: ProxyState, req: IncomingMessage, res
       },
     });
   }
-  if (isModels) return models(proxy, res);
+  if (isModels) return models(proxy, res, modelId);
   if (route !== undefined) return handleCompletion(proxy, req, res, route);
   const answer = errorAnswer(new RequestError(404, `No route ${req.method} ${path}`));
   answerJson(res, answer.status, answer.body);
@@ -64,6 +79,14 @@ export function routeLabel(req: IncomingMessage): string {
   return ROUTE_LABELS[`${req.method} ${pathOf(req)}`] ?? 'unknown';
 }
 
+/** The methods a path of the proxy takes; undefined for a path it does not have. */
+function allowedMethods(path: string): readonly string[] | undefined {
+  if (GENERATION_ROUTES[path] !== undefined) return ['POST'];
+  if (path === '/health' || path === '/ready' || path === '/metrics' || path === '/v1/models') return ['GET', 'HEAD'];
+  if (path.startsWith('/v1/models/')) return ['GET'];
+  return undefined;
+}
+
 /** The generation routes: each calls the same route on the workers. */
 const GENERATION_ROUTES: Readonly<Record<string, Route>> = {
   '/v1/completions': 'completions',
@@ -83,11 +106,22 @@ function authorized(proxy: ProxyState, req: IncomingMessage): boolean {
   return timingSafeEqual(digest(given), digest(key));
 }
 
+/**
+ * Whether requests can be served now: a decode worker in rotation (without a prefill worker
+ * they are served by decode alone) and not draining for shutdown. The body says why not.
+ */
 function ready(proxy: ProxyState, res: ServerResponse): void {
   const prefill = proxy.prefillWorkers.available.length;
   const decode = proxy.decodeWorkers.available.length;
-  const isReady = prefill > 0 && decode > 0 && !proxy.closing;
-  answerJson(res, isReady ? 200 : 503, { ready: isReady, prefill_workers: prefill, decode_workers: decode });
+  const isReady = decode > 0 && !proxy.draining;
+  const reason = proxy.draining ? 'shutting down' : decode === 0 ? 'no decode worker in rotation' : undefined;
+  answerJson(res, isReady ? 200 : 503, {
+    ready: isReady,
+    ...(reason === undefined ? {} : { reason }),
+    prefill_workers: prefill,
+    decode_workers: decode,
+    ...(prefill === 0 && decode > 0 ? { mode: 'aggregated (no prefill worker in rotation)' } : {}),
+  });
 }
 
 async function metrics(proxy: ProxyState, res: ServerResponse): Promise<void> {
@@ -97,8 +131,8 @@ async function metrics(proxy: ProxyState, res: ServerResponse): Promise<void> {
   res.end(text);
 }
 
-/** The model list of a decode worker in rotation, passed through as it answered. */
-async function models(proxy: ProxyState, res: ServerResponse): Promise<void> {
+/** The model list (or one model, `GET /v1/models/{id}`) of a decode worker in rotation, passed through as it answered. */
+async function models(proxy: ProxyState, res: ServerResponse, id?: string): Promise<void> {
   const worker = proxy.decodeWorkers.available[0];
   if (worker === undefined) {
     const answer = errorAnswer(new NoWorkerError(proxy.decodeWorkers.workers.length));
@@ -111,8 +145,24 @@ async function models(proxy: ProxyState, res: ServerResponse): Promise<void> {
       ...(dispatcher === undefined ? {} : { dispatcher }),
     });
     const text = await answer.body.text();
-    res.writeHead(answer.statusCode, { 'content-type': 'application/json' });
-    res.end(text);
+    if (id === undefined || answer.statusCode !== 200) {
+      res.writeHead(answer.statusCode, { 'content-type': 'application/json' });
+      res.end(text);
+      return;
+    }
+    // One model (the SDKs' models.retrieve), from the list: not every engine has the route.
+    const found = ((parseJson(text) as { data?: unknown })?.data as Array<{ id?: unknown }> | undefined)?.find(
+      (model) => model?.id === id,
+    );
+    if (found !== undefined) return answerJson(res, 200, found);
+    answerJson(res, 404, {
+      error: {
+        message: `The model '${id}' does not exist`,
+        type: 'invalid_request_error',
+        code: 'model_not_found',
+        param: 'model',
+      },
+    });
   } catch (error) {
     const answer = errorAnswer(UpstreamError.fromFailure(worker.url, error), 'decode', (text) => proxy.redact(text));
     answerJson(res, answer.status, answer.body);

@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { fakeWorkers } from '../support/http.js';
+import { eventually, fakeWorkers } from '../support/http.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = `${root}/dist/cli.js`;
@@ -18,7 +18,7 @@ describe('the disagg command (built)', () => {
     expect(bad.stderr).toContain("--connector must be one of 'vllm', 'sglang', 'trtllm'");
   });
 
-  it('serve: answers a completion through fake workers, and stops cleanly on SIGTERM', async () => {
+  it('serve: answers a completion through fake workers; on SIGTERM /ready fails first while requests are still served, then it stops cleanly', async () => {
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
     const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
     const child = spawn(
@@ -36,6 +36,8 @@ describe('the disagg command (built)', () => {
         '0',
         '--host',
         '127.0.0.1',
+        '--drain-delay-ms',
+        '1500',
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -61,8 +63,21 @@ describe('the disagg command (built)', () => {
     expect(answer.status).toBe(200);
     expect(answer.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
     expect(((await answer.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+    expect((await fetch(`${url}/ready`)).status).toBe(200);
     const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
     child.kill('SIGTERM');
+    await eventually(() => out.includes('"msg":"Shutting down"'), 'SIGTERM was taken');
+    const ready = await fetch(`${url}/ready`);
+    expect(ready.status).toBe(503);
+    expect(await ready.json()).toMatchObject({ ready: false, reason: 'shutting down' });
+    // Draining: a load balancer that has not seen /ready fail yet is still served.
+    const during = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
+    });
+    expect(during.status).toBe(200);
+    await during.text();
     expect(await exited).toBe(0);
     expect(out).toContain('"msg":"request finished"');
     expect(out).toContain('"msg":"Stopped"');

@@ -38,6 +38,7 @@ describe('disagg serve configuration', () => {
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
       gracePeriodMs: 30_000,
+      drainDelayMs: 5000,
       keepAliveTimeoutMs: 72_000,
       headersTimeoutMs: 10_000,
       requestTimeoutMs: 120_000,

@@ -12,7 +12,7 @@ import { eventually, fakeWorkers } from '../support/http.js';
 const fakes = fakeWorkers();
 let proxy: ProxyServer | undefined;
 afterEach(async () => {
-  await proxy?.close({ gracePeriodMs: 0 });
+  await proxy?.close({ gracePeriodMs: 0, drainDelayMs: 0 });
   proxy = undefined;
 });
 

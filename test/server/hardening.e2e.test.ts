@@ -56,7 +56,7 @@ describe('disagg serve under hostile input and faults', () => {
       .create({ model: 'fake-model', prompt: 'Say', stream: true })
       .catch((e: unknown) => e);
     await eventually(() => prefill.requests.length === 1, 'the prefill leg is under way');
-    await proxy.close({ gracePeriodMs: 0 });
+    await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 });
     expect(await call).toMatchObject({ status: 503 });
     await eventually(() => prefill.requests[0]?.aborted === true, 'the prefill worker saw its call end');
   });

@@ -287,7 +287,7 @@ describe('disagg proxy, with the official openai client', () => {
       return count;
     })().catch((e: unknown) => e);
     await new Promise((resolve) => setTimeout(resolve, 100));
-    await proxy.close({ gracePeriodMs: 100 });
+    await proxy.close({ gracePeriodMs: 100, drainDelayMs: 0 });
     const error = await reading;
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect((error as Error).message).toContain('shutting down');
@@ -298,7 +298,7 @@ describe('disagg proxy, with the official openai client', () => {
     const { client, proxy } = await setup('vllm', { decode: { tokens: 1000, tokenIntervalMs: 20 } });
     const call = client.completions.create({ model: 'm', prompt: 'x' }).catch((e: unknown) => e);
     await new Promise((resolve) => setTimeout(resolve, 100));
-    await proxy.close({ gracePeriodMs: 50 });
+    await proxy.close({ gracePeriodMs: 50, drainDelayMs: 0 });
     const error = await call;
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(503);

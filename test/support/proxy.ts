@@ -15,7 +15,7 @@ export function proxyHarness() {
   const fakes = fakeWorkers();
   let proxies: ProxyServer[] = [];
   afterEach(async () => {
-    await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0 })));
+    await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
     proxies = [];
   });
   async function setup(

@@ -1,0 +1,61 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { describe, expect, it } from 'vitest';
+import { proxyHarness } from '../support/proxy.js';
+
+const { setup } = proxyHarness();
+
+describe('disagg serve routes as clients and orchestrators use them', () => {
+  it('HEAD /health and HEAD /ready answer as GET does, without a body', async () => {
+    const { url } = await setup('vllm');
+    for (const path of ['/health', '/ready']) {
+      const answer = await request(`${url}${path}`, { method: 'HEAD' });
+      expect(answer.statusCode).toBe(200);
+      expect(await answer.body.text()).toBe('');
+    }
+  });
+
+  it('a method a route does not take is a 405 naming the allowed ones (Allow), not a 404', async () => {
+    const { url } = await setup('vllm');
+    const get = await request(`${url}/v1/completions`);
+    expect(get.statusCode).toBe(405);
+    expect(get.headers.allow).toBe('POST');
+    expect(((await get.body.json()) as { error: { message: string } }).error.message).toBe(
+      'GET is not allowed on /v1/completions: use POST',
+    );
+    const post = await request(`${url}/health`, { method: 'POST', body: '{}' });
+    expect(post.statusCode).toBe(405);
+    expect(post.headers.allow).toBe('GET, HEAD');
+    await post.body.dump();
+    expect((await request(`${url}/v2/nothing`)).statusCode).toBe(404);
+  });
+
+  it("GET /v1/models/{id} (the SDK's models.retrieve) answers the model from the decode workers' list", async () => {
+    const { client } = await setup('vllm', { decode: { model: 'llama-fake' } });
+    expect(await client.models.retrieve('llama-fake')).toMatchObject({ id: 'llama-fake', object: 'model' });
+    const missing = await client.models.retrieve('gpt-nothing').catch((e: unknown) => e);
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
+  it('/ready is 200 with no prefill worker in rotation (decode serves alone) and says so; 503 with no decode worker', async () => {
+    const { url, proxy } = await setup('vllm');
+    proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, false);
+    const aggregated = await request(`${url}/ready`);
+    expect(aggregated.statusCode).toBe(200);
+    expect(await aggregated.body.json()).toMatchObject({ ready: true, prefill_workers: 0, decode_workers: 1 });
+    proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
+    const none = await request(`${url}/ready`);
+    expect(none.statusCode).toBe(503);
+    expect(await none.body.json()).toMatchObject({ ready: false, reason: 'no decode worker in rotation' });
+  });
+
+  it('close(): /ready fails for the drain delay while requests are still served, then the listener closes', async () => {
+    const { url, proxy, client } = await setup('vllm');
+    const closing = proxy.close({ gracePeriodMs: 0, drainDelayMs: 300 });
+    expect((await request(`${url}/ready`)).statusCode).toBe(503);
+    const completion = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+    expect(completion.choices[0]?.text).toBe('tok0 tok1 ');
+    await closing;
+    await expect(request(`${url}/health`)).rejects.toThrow();
+  });
+});
