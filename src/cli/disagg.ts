@@ -22,8 +22,12 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (command !== 'serve') {
-    (command === undefined || command === '--help' || command === '-h' ? console.log : console.error)(USAGE);
-    return command === undefined || command === '--help' || command === '-h' ? 0 : 2;
+    if (command === undefined || command === '--help' || command === '-h') {
+      console.log(USAGE);
+      return 0;
+    }
+    console.error(`disagg: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);
+    return 2;
   }
   let config: ReturnType<typeof loadServeConfig>;
   try {
@@ -37,8 +41,26 @@ async function main(argv: string[]): Promise<number> {
     console.log(SERVE_USAGE);
     return 0;
   }
-  await serve(config);
+  try {
+    await serve(config);
+  } catch (error) {
+    const line = startupFailure(error, config);
+    if (line === undefined) throw error;
+    console.error(`disagg serve: ${line}`);
+    return 1;
+  }
   return 0;
+}
+
+/** One line for the failures of starting that have a usual cause (no stack trace for them). */
+function startupFailure(error: unknown, config: ServeConfig): string | undefined {
+  const code = (error as { code?: unknown })?.code;
+  const where = `${config.host}:${config.port}`;
+  if (code === 'EADDRINUSE') return `cannot listen on ${where}: the port is in use (another disagg serve?)`;
+  if (code === 'EACCES') return `cannot listen on ${where}: permission denied (ports below 1024 need privileges)`;
+  if (code === 'EADDRNOTAVAIL') return `cannot listen on ${where}: no such address on this machine`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot listen on ${where}: the host name does not resolve`;
+  return undefined;
 }
 
 /** Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period. */

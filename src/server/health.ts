@@ -97,7 +97,8 @@ export class HealthChecker {
   }
 
   async #probe(role: string, pool: WorkerPool<Named>, worker: Named): Promise<void> {
-    let healthy = false;
+    let status: number | undefined;
+    let failure: unknown;
     try {
       const answer = await request(joinUrl(worker.url, '/health'), {
         headers: this.#options.headers ?? {},
@@ -105,17 +106,57 @@ export class HealthChecker {
         ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
       });
       await answer.body.dump();
-      healthy = answer.statusCode === 200;
-    } catch {
-      healthy = false;
+      status = answer.statusCode;
+    } catch (error) {
+      failure = error;
     }
+    const healthy = status === 200;
     if (healthy === pool.isAvailable(worker)) return;
     pool.setAvailable(worker, healthy);
-    const log = healthy ? this.#options.logger.info : this.#options.logger.warn;
-    log.call(
-      this.#options.logger,
-      { worker: worker.url, role },
-      healthy ? 'Worker back in rotation' : 'Worker failed its health check; out of rotation',
+    if (healthy) {
+      this.#options.logger.info({ worker: worker.url, role }, 'Worker back in rotation');
+      return;
+    }
+    const code = failure === undefined ? undefined : codeOf(failure);
+    const hint = probeHint(worker.url, status, code);
+    this.#options.logger.warn(
+      {
+        worker: worker.url,
+        role,
+        ...(status === undefined ? {} : { status }),
+        ...(code === undefined ? {} : { code }),
+        ...(failure === undefined ? {} : { err: failure }),
+        ...(hint === undefined ? {} : { hint }),
+      },
+      `Worker failed its health check (${status === undefined ? (code ?? 'no answer') : `GET /health answered ${status}`}); out of rotation`,
     );
   }
+}
+
+/** The code of a failed probe (undici nests the socket's), e.g. ECONNREFUSED, UND_ERR_CONNECT_TIMEOUT. */
+function codeOf(error: unknown): string | undefined {
+  const found = findCause(error, (cause) => typeof (cause as { code?: unknown }).code === 'string');
+  const code = (found as { code?: string } | undefined)?.code;
+  if (code !== undefined) return code;
+  return (error as { name?: unknown })?.name === 'TimeoutError' ? 'TIMEOUT' : undefined;
+}
+
+/** What an operator most likely got wrong, for the failures that have a usual cause. */
+export function probeHint(url: string, status: number | undefined, code: string | undefined): string | undefined {
+  let path = '';
+  try {
+    path = new URL(url).pathname.replace(/\/+$/, '');
+  } catch {
+    return undefined;
+  }
+  if (path.endsWith('/v1')) {
+    return `the worker URL ends in /v1: give the server's root (${url.replace(/\/v1\/?$/, '')}), not an OpenAI base URL`;
+  }
+  if (status === 401 || status === 403) return 'the worker wants a key: set --worker-api-key to its --api-key';
+  if (status === 404) return 'the worker has no /health: is the URL the root of a vLLM or SGLang server?';
+  if (code === 'ECONNREFUSED') return 'nothing listens there: is the worker up, and the port right?';
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'the host name does not resolve';
+  if (code === 'TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT')
+    return 'no answer in time: a firewall, or an overloaded worker';
+  return undefined;
 }

@@ -1,4 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
+import type { AddressInfo } from 'node:net';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { eventually, fakeWorkers } from '../support/http.js';
@@ -16,6 +18,35 @@ describe('the disagg command (built)', () => {
     const bad = spawnSync(process.execPath, [bin, 'serve', '--connector', 'trt'], { encoding: 'utf8' });
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("--connector must be one of 'vllm', 'sglang', 'trtllm'");
+    const unknown = spawnSync(process.execPath, [bin, 'foo'], { encoding: 'utf8' });
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toMatch(/^disagg: unknown command "foo"\n/);
+  });
+
+  it('serve: a port in use or a host that does not resolve is one clear line and exit 1, no stack trace', async () => {
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const { port } = busy.address() as AddressInfo;
+    const workers = ['--connector', 'vllm', '--prefill', 'http://127.0.0.1:1', '--decode', 'http://127.0.0.1:2'];
+    const inUse = spawnSync(
+      process.execPath,
+      [bin, 'serve', ...workers, '--host', '127.0.0.1', '--port', String(port)],
+      {
+        encoding: 'utf8',
+      },
+    );
+    busy.close();
+    expect(inUse.status).toBe(1);
+    expect(inUse.stderr.trim()).toBe(
+      `disagg serve: cannot listen on 127.0.0.1:${port}: the port is in use (another disagg serve?)`,
+    );
+    const noHost = spawnSync(process.execPath, [bin, 'serve', ...workers, '--host', 'nohost.invalid', '--port', '0'], {
+      encoding: 'utf8',
+    });
+    expect(noHost.status).toBe(1);
+    expect(noHost.stderr.trim()).toBe(
+      'disagg serve: cannot listen on nohost.invalid:0: the host name does not resolve',
+    );
   });
 
   it('serve: answers a completion through fake workers; on SIGTERM /ready fails first while requests are still served, then it stops cleanly', async () => {

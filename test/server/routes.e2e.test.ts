@@ -58,4 +58,22 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     await closing;
     await expect(request(`${url}/health`)).rejects.toThrow();
   });
+
+  it('a failed probe says why: the status or error code, and a hint for the usual mistakes', async () => {
+    const { logs } = await setup('vllm', {}, ({ prefill, decode }) => ({
+      prefill: [{ url: prefill.url }],
+      decode: [{ url: `${decode.url}/v1` }, { url: 'http://127.0.0.1:1' }],
+    }));
+    const failed = logs.filter((record) => String(record.message).startsWith('Worker failed its health check'));
+    const byWorker = Object.fromEntries(failed.map((record) => [(record.fields as { worker: string }).worker, record]));
+    const openaiBase = Object.entries(byWorker).find(([worker]) => worker.endsWith('/v1'))?.[1];
+    expect(openaiBase?.message).toBe('Worker failed its health check (GET /health answered 404); out of rotation');
+    expect(openaiBase?.fields).toMatchObject({ status: 404, hint: expect.stringContaining('not an OpenAI base URL') });
+    const refused = byWorker['http://127.0.0.1:1'];
+    expect(refused?.message).toBe('Worker failed its health check (ECONNREFUSED); out of rotation');
+    expect(refused?.fields).toMatchObject({
+      code: 'ECONNREFUSED',
+      hint: expect.stringContaining('nothing listens there'),
+    });
+  });
 });
