@@ -9,6 +9,7 @@ import { answerJson, headerValue, RequestError, readBody } from '../http/node-se
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import { OverloadedError, type Ticket } from './admission.js';
 import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
@@ -69,6 +70,31 @@ export async function handleCompletion(
     return answer(res, refusal);
   }
 
+  // A slot of the proxy's admission, or a wait for one; a client that leaves meanwhile
+  // leaves the queue. Over capacity: a 429 with Retry-After, before any worker is called.
+  let ticket: Ticket;
+  try {
+    ticket = await proxy.admission.enter(new Promise((resolve) => res.once('close', resolve)));
+  } catch (error) {
+    if (OverloadedError.is(error)) res.setHeader('retry-after', String(error.retryAfterS));
+    proxy.logger.info({ requestId, route, status: 429, err: error }, 'request rejected');
+    return answer(res, errorAnswer(error));
+  }
+  try {
+    await serveAdmitted(proxy, req, res, { route, body, requestId, clientRequestId });
+  } finally {
+    ticket.release();
+  }
+}
+
+/** A request that holds a slot: through the flow, tracked for shutdown, logged when over. */
+async function serveAdmitted(
+  proxy: ProxyState,
+  req: IncomingMessage,
+  res: ServerResponse,
+  request: { route: Route; body: Record<string, unknown>; requestId: string; clientRequestId: string | undefined },
+): Promise<void> {
+  const { route, body, requestId, clientRequestId } = request;
   const context = new Controller(requestId);
   const started = performance.now();
   // Until the relay takes over, ending it at shutdown is a 503 (nothing was sent yet).

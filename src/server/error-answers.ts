@@ -34,6 +34,7 @@ const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string
   DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
   DISAGG_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
+  DISAGG_OVERLOADED: { status: 429, type: 'rate_limit_exceeded' },
   DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
   DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
   DISAGG_DEADLINE_EXCEEDED: { status: 504, type: 'timeout' },

@@ -25,8 +25,12 @@ export class ProxyMetrics {
   readonly #interToken: Histogram;
   readonly #held: Histogram;
   readonly #orphans: Counter;
+  readonly #queueWait: Histogram;
 
-  constructor(pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> }) {
+  constructor(
+    pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
+    admission?: { readonly active: number; readonly queued: number },
+  ) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new Counter({
@@ -69,6 +73,28 @@ export class ProxyMetrics {
       name: 'disagg_orphaned_handoffs_total',
       help: 'Handoffs given up after the clean-up budget: KV left on a prefill worker',
       registers,
+    });
+    this.#queueWait = new Histogram({
+      name: 'disagg_queue_wait_seconds',
+      help: 'How long an admitted request waited for a slot (0 when one was free)',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    new Gauge({
+      name: 'disagg_queue_depth',
+      help: 'Requests waiting for a slot (--max-concurrent-requests)',
+      registers,
+      collect() {
+        this.set(admission?.queued ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'disagg_admitted_requests',
+      help: 'Generation requests holding a slot',
+      registers,
+      collect() {
+        this.set(admission?.active ?? 0);
+      },
     });
     new Gauge({
       name: 'disagg_in_flight_requests',
@@ -142,6 +168,11 @@ export class ProxyMetrics {
       verdict?.outcome ??
       (!res.writableFinished ? 'cancelled' : status >= 500 ? 'error' : status >= 400 ? 'rejected' : 'success');
     this.#requests.inc({ route, status: String(status), outcome, leg: verdict?.leg ?? '' });
+  }
+
+  /** How long an admitted request waited in the queue. */
+  queueWait(seconds: number): void {
+    this.#queueWait.observe(seconds);
   }
 
   /** The gap between two chunks written to a client. */

@@ -81,6 +81,15 @@ export interface ProxyOptions {
    * 8 MiB still arrives within it at 1 Mbit/s.
    */
   requestTimeoutMs?: number;
+  /**
+   * Generation requests served at once; beyond it they wait in a queue. 1,024 by default: a
+   * bound on what reaches the workers and on the proxy's own memory, not a tuning of them.
+   */
+  maxConcurrentRequests?: number;
+  /** Requests that may wait for a slot; beyond it a 429 with `Retry-After`. 1,024 by default. */
+  queueSize?: number;
+  /** How long a request may wait in the queue before it gets a 429; 30,000 ms by default. */
+  queueTimeoutMs?: number;
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
   gracePeriodMs?: number;
   /**
@@ -136,6 +145,9 @@ export interface ServeConfig {
   cleanupBudgetMs: number | undefined;
   healthIntervalMs: number;
   slowClientTimeoutMs: number;
+  maxConcurrentRequests: number;
+  queueSize: number;
+  queueTimeoutMs: number;
   gracePeriodMs: number;
   drainDelayMs: number;
   keepAliveTimeoutMs: number;
@@ -344,6 +356,33 @@ export const SETTINGS: readonly Setting[] = [
     help: 'on SIGTERM, time for requests under way',
     default: 30_000,
     parse: nonNegativeMs,
+  },
+  {
+    key: 'maxConcurrentRequests',
+    flag: 'max-concurrent-requests',
+    env: 'DISAGG_MAX_CONCURRENT_REQUESTS',
+    arg: 'N',
+    help: 'generation requests served at once (more wait in the queue)',
+    default: 1024,
+    parse: positiveInteger,
+  },
+  {
+    key: 'queueSize',
+    flag: 'queue-size',
+    env: 'DISAGG_QUEUE_SIZE',
+    arg: 'N',
+    help: 'requests that may wait for a slot (more get a 429 with Retry-After)',
+    default: 1024,
+    parse: nonNegativeInteger,
+  },
+  {
+    key: 'queueTimeoutMs',
+    flag: 'queue-timeout-ms',
+    env: 'DISAGG_QUEUE_TIMEOUT_MS',
+    arg: 'N',
+    help: 'how long a request may wait in the queue (then a 429)',
+    default: 30_000,
+    parse: positiveMs,
   },
   {
     key: 'drainDelayMs',
@@ -632,6 +671,13 @@ function positiveInteger(value: unknown): number {
   return n;
 }
 
+function nonNegativeInteger(value: unknown): number {
+  const n = number(value);
+  if (!Number.isSafeInteger(n) || n < 0)
+    throw new Invalid(`must be a whole number of 0 or more, got ${describeValue(value)}`);
+  return n;
+}
+
 function port(value: unknown): number {
   const n = number(value);
   if (!Number.isInteger(n) || n < 0 || n > 65535) {
@@ -735,6 +781,9 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     cleanupBudgetMs: resolved.cleanupBudgetMs as number | undefined,
     healthIntervalMs: resolved.healthIntervalMs as number,
     slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
+    maxConcurrentRequests: resolved.maxConcurrentRequests as number,
+    queueSize: resolved.queueSize as number,
+    queueTimeoutMs: resolved.queueTimeoutMs as number,
     gracePeriodMs: resolved.gracePeriodMs as number,
     drainDelayMs: resolved.drainDelayMs as number,
     keepAliveTimeoutMs: resolved.keepAliveTimeoutMs as number,

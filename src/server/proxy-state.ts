@@ -2,6 +2,7 @@ import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
+import type { Admission } from './admission.js';
 import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
 import type { ProxyMetrics } from './metrics.js';
@@ -36,6 +37,8 @@ export interface ProxyState {
   readonly inFlight: InFlightRequests;
   /** What the decode workers say of their models (the context length requests are checked against). */
   readonly models: ModelLimits;
+  /** Bounded admission of generation requests (slots and a queue). */
+  readonly admission: Admission;
   readonly logger: Logger;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;

@@ -8,6 +8,7 @@ import { httpEngine } from '../http/http-engine.js';
 import { answerJson } from '../http/node-server.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { trimSlash } from '../util/url.js';
+import { Admission } from './admission.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
@@ -93,6 +94,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
   readonly metrics: ProxyMetrics;
   readonly inFlight = new InFlightRequests();
   readonly models: ServedModels;
+  readonly admission: Admission;
   readonly logger: Logger;
   closing = false;
   draining = false;
@@ -123,7 +125,13 @@ class DisaggProxy implements ProxyServer, ProxyState {
     ] as const) {
       for (const [i, worker] of pool.workers.entries()) this.#name(worker, worker.name ?? `${role}-${i}`);
     }
-    this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers });
+    this.admission = new Admission({
+      maxConcurrent: options.maxConcurrentRequests,
+      queueSize: options.queueSize,
+      queueTimeoutMs: options.queueTimeoutMs,
+      onWait: (seconds) => this.metrics.queueWait(seconds),
+    });
+    this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers }, this.admission);
     this.models = new ServedModels({
       headers: this.workerHeaders,
       dispatcher: options.dispatcher,

@@ -234,9 +234,8 @@ describe('disagg proxy, with the official openai client', () => {
     await eventually(() => proxy.decodeWorkers.available.length === 0, 'decode out of rotation');
     expect((await request(`${url}/ready`)).statusCode).toBe(503);
     await new Promise((resolve) => setTimeout(resolve, 100)); // more failed rounds: logged once
-    expect(logs.filter((record) => record.message === 'Worker failed its health check; out of rotation')).toHaveLength(
-      1,
-    );
+    const failed = logs.filter((record) => String(record.message).startsWith('Worker failed its health check'));
+    expect(failed).toHaveLength(1);
     decode.setHealthy(true);
     await eventually(() => proxy.decodeWorkers.available.length === 1, 'decode back in rotation');
     expect((await request(`${url}/ready`)).statusCode).toBe(200);

@@ -43,3 +43,12 @@ export async function eventually(check: () => boolean, what: string, tries = 500
   }
   throw new Error(`never happened: ${what}`);
 }
+
+/** {@link eventually} for a check that has to ask over the network (a metric, a status). */
+export async function eventuallyAsync(check: () => Promise<boolean>, what: string, tries = 500): Promise<void> {
+  for (let i = 0; i < tries; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new Error(`never happened: ${what}`);
+}
