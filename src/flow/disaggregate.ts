@@ -59,6 +59,11 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * argument. When none is in rotation the call rejects with a `NoWorkerError`.
    */
   decodeWorkers?: WorkerPool<D>;
+  /**
+   * Workers of the pools to pass over while another is in rotation: those an earlier attempt
+   * of the same request failed on (a router retrying before the first byte).
+   */
+  avoid?: { prefill?: readonly P[]; decode?: readonly D[] };
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
@@ -139,11 +144,11 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       // request whole rather than failing it.
       log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
       skip = true;
-    } else prefillLease = options.prefillWorkers.acquire();
+    } else prefillLease = options.prefillWorkers.acquire(options.avoid?.prefill);
   } else if (!skip && options.prefillWorker !== undefined) prefillLease = fixedLease(options.prefillWorker);
   let decodeLease: Lease<unknown> | undefined;
   try {
-    decodeLease = options.decodeWorkers?.acquire();
+    decodeLease = options.decodeWorkers?.acquire(options.avoid?.decode);
   } catch (error) {
     prefillLease?.release();
     throw error;

@@ -111,13 +111,17 @@ export class WorkerPool<W> {
 
   /**
    * Chooses a worker in rotation and counts one more request on it until the lease is released.
+   * Workers in `avoid` (those a retry of the same request just failed on) are passed over while
+   * another one is in rotation.
    *
    * @throws {NoWorkerError} when every worker is out of rotation;
    *   {TypeError} when a selection function returns something that is not one of the candidates.
    */
-  acquire(): Lease<W> {
-    const candidates = this.available;
-    if (candidates.length === 0) throw new NoWorkerError(this.#workers.length);
+  acquire(avoid?: readonly W[]): Lease<W> {
+    const available = this.available;
+    if (available.length === 0) throw new NoWorkerError(this.#workers.length);
+    const others = avoid === undefined || avoid.length === 0 ? available : available.filter((w) => !avoid.includes(w));
+    const candidates = others.length > 0 ? others : available;
     const worker = this.#select(candidates, this);
     if (!candidates.includes(worker)) {
       throw new TypeError(`The worker selection returned ${describeValue(worker)}, which is not a worker of this pool`);

@@ -1,14 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { legOf } from '../flow/client-stream.js';
+import { deadlineIn } from '../flow/deadlines.js';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
 import { nestsDeeperThan, parseJson } from '../http/json.js';
 import { answerJson, headerValue, RequestError, readBody } from '../http/node-server.js';
+import { UpstreamError } from '../http/upstream-error.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import { findCause } from '../util/cause-chain.js';
 import { OverloadedError, type Ticket } from './admission.js';
 import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
 import type { InFlightRequest } from './in-flight.js';
@@ -149,23 +152,56 @@ async function serve(
 ): Promise<void> {
   const { body, context, res, events, answerFor, engine } = request;
   let stream: ResponseStream<EngineItem>;
-  try {
-    stream = await disaggregate({
-      request: body,
-      context,
-      prefill: engine,
-      decode: engine,
-      connector: proxy.connector,
-      prefillWorkers: proxy.prefillWorkers,
-      decodeWorkers: proxy.decodeWorkers,
-      onEvent: events.onEvent,
-      logger: proxy.logger,
-      deadlines: proxy.options.deadlines,
-      cleanupBudgetMs: proxy.options.cleanupBudgetMs,
-    });
-  } catch (error) {
-    setRouteHeaders(proxy, res, events.routed);
-    return answer(res, answerFor(error));
+  const avoid: { prefill: ProxyPrefillWorker[]; decode: ProxyDecodeWorker[] } = { prefill: [], decode: [] };
+  for (let attempt = 0; ; attempt++) {
+    // Each attempt on a context of its own (a failed flow stops its context), which the
+    // client's context stops in turn: a client that leaves ends whichever attempt runs.
+    const attemptContext = new Controller(context.id);
+    context.linkChild(attemptContext);
+    try {
+      stream = await disaggregate({
+        request: body,
+        context: attemptContext,
+        prefill: engine,
+        decode: engine,
+        connector: proxy.connector,
+        prefillWorkers: proxy.prefillWorkers,
+        decodeWorkers: proxy.decodeWorkers,
+        avoid,
+        onEvent: events.onEvent,
+        logger: proxy.logger,
+        deadlines: proxy.options.deadlines,
+        cleanupBudgetMs: proxy.options.cleanupBudgetMs,
+      });
+      break;
+    } catch (error) {
+      const delayMs = retryDelay(proxy, error, attempt, context);
+      if (delayMs === undefined) {
+        setRouteHeaders(proxy, res, events.routed);
+        return answer(res, answerFor(error));
+      }
+      const leg = legOf(error) ?? 'prefill';
+      const worker = leg === 'prefill' ? events.routed?.prefillWorker : events.routed?.decodeWorker;
+      proxy.health.noteFailure(error, { prefill: events.routed?.prefillWorker, decode: events.routed?.decodeWorker });
+      if (worker !== undefined) (avoid[leg] as Array<{ url: string }>).push(worker);
+      proxy.metrics.retried(leg);
+      proxy.logger.warn(
+        {
+          requestId: context.id,
+          attempt: attempt + 1,
+          leg,
+          worker: worker?.url,
+          delayMs: Math.round(delayMs),
+          err: error,
+        },
+        'Retrying the request on another worker (nothing was sent to the client yet)',
+      );
+      await pause(delayMs, context);
+      if (context.isStopped()) {
+        setRouteHeaders(proxy, res, events.routed);
+        return answer(res, answerFor(error));
+      }
+    }
   }
   setRouteHeaders(proxy, res, events.routed);
   const writer = new ResponseWriter(request.route, body);
@@ -174,6 +210,42 @@ async function serve(
     slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
     answerFor,
     interToken: (seconds) => proxy.metrics.interToken(seconds),
+  });
+}
+
+/**
+ * The backoff before another attempt of a request whose flow failed before its first byte,
+ * or undefined when it is not to be retried: retries off or used up, the client gone, the
+ * proxy shutting down, a deadline (waiting again would only double the wait), or anything but
+ * a worker failure another worker may not have: refused or reset before an answer, a 5xx or a
+ * 429. Only the prefill leg is retried in the sequential families (a failed decode holds
+ * committed KV); with a rendezvous (SGLang) the pair is sent again with a fresh room. Full
+ * jitter: a random wait up to the doubled backoff, capped.
+ */
+function retryDelay(proxy: ProxyState, error: unknown, attempt: number, context: Controller): number | undefined {
+  const { retry } = proxy.options;
+  if (retry.disabled || attempt >= retry.maxRetries || context.isStopped() || proxy.closing) return undefined;
+  if (deadlineIn(error) !== undefined) return undefined;
+  if (legOf(error) !== 'prefill' && proxy.connector.family !== 'concurrent') return undefined;
+  const upstream = findCause(error, UpstreamError.is);
+  if (upstream === undefined) return undefined;
+  const transient =
+    upstream.kind === 'connection'
+      ? !upstream.afterResponse
+      : upstream.kind === 'status' && ((upstream.status ?? 0) >= 500 || upstream.status === 429);
+  if (!transient) return undefined;
+  const ceiling = Math.min(retry.maxBackoffMs, retry.initialBackoffMs * 2 ** attempt);
+  return Math.random() * ceiling;
+}
+
+/** Waits `ms`, or less if the client leaves meanwhile. */
+function pause(ms: number, context: Controller): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    context.stopped().then(() => {
+      clearTimeout(timer);
+      resolve();
+    });
   });
 }
 

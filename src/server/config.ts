@@ -10,7 +10,10 @@ export const SERVE_USAGE = serveUsage();
 
 const FLAGS = {
   ...Object.fromEntries(
-    SETTINGS.map((setting) => [setting.flag, { type: 'string', ...(setting.multiple ? { multiple: true } : {}) }]),
+    SETTINGS.map((setting) => [
+      setting.flag,
+      { type: setting.boolean ? 'boolean' : 'string', ...(setting.multiple ? { multiple: true } : {}) },
+    ]),
   ),
   config: { type: 'string' },
   help: { type: 'boolean', short: 'h' },

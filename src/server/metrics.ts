@@ -26,6 +26,7 @@ export class ProxyMetrics {
   readonly #held: Histogram;
   readonly #orphans: Counter;
   readonly #queueWait: Histogram;
+  readonly #retries: Counter<'leg'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -72,6 +73,12 @@ export class ProxyMetrics {
     this.#orphans = new Counter({
       name: 'disagg_orphaned_handoffs_total',
       help: 'Handoffs given up after the clean-up budget: KV left on a prefill worker',
+      registers,
+    });
+    this.#retries = new Counter({
+      name: 'disagg_retries_total',
+      help: 'Requests sent again to another worker after a worker failure before their first byte, by failing leg',
+      labelNames: ['leg'],
       registers,
     });
     this.#queueWait = new Histogram({
@@ -168,6 +175,11 @@ export class ProxyMetrics {
       verdict?.outcome ??
       (!res.writableFinished ? 'cancelled' : status >= 500 ? 'error' : status >= 400 ? 'rejected' : 'success');
     this.#requests.inc({ route, status: String(status), outcome, leg: verdict?.leg ?? '' });
+  }
+
+  /** A request is tried again after its `leg` failed. */
+  retried(leg: string): void {
+    this.#retries.inc({ leg });
   }
 
   /** How long an admitted request waited in the queue. */

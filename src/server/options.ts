@@ -90,6 +90,14 @@ export interface ProxyOptions {
   queueSize?: number;
   /** How long a request may wait in the queue before it gets a 429; 30,000 ms by default. */
   queueTimeoutMs?: number;
+  /**
+   * Retries of a request that failed before its first byte on a worker failure that another
+   * worker may not have (refused or reset before an answer, a 5xx, a 429): the prefill leg
+   * (sequential families) or the pair with a fresh room (SGLang), on another worker where
+   * there is one, after a backoff with full jitter. `maxRetries` 2, `initialBackoffMs` 50,
+   * `maxBackoffMs` 1,000 by default; `disabled` turns them off.
+   */
+  retry?: { maxRetries?: number; initialBackoffMs?: number; maxBackoffMs?: number; disabled?: boolean };
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
   gracePeriodMs?: number;
   /**
@@ -121,9 +129,10 @@ export interface ResolvedProxyOptions
   extends Required<
     Omit<
       ProxyOptions,
-      'cleanupBudgetMs' | 'logger' | 'onEvent' | 'dispatcher' | 'bootstrapPort' | 'apiKey' | 'workerApiKey'
+      'cleanupBudgetMs' | 'logger' | 'onEvent' | 'dispatcher' | 'bootstrapPort' | 'apiKey' | 'workerApiKey' | 'retry'
     >
   > {
+  retry: Required<NonNullable<ProxyOptions['retry']>>;
   cleanupBudgetMs: number;
   apiKey: string | undefined;
   workerApiKey: string | undefined;
@@ -145,6 +154,7 @@ export interface ServeConfig {
   cleanupBudgetMs: number | undefined;
   healthIntervalMs: number;
   slowClientTimeoutMs: number;
+  retry: Required<NonNullable<ProxyOptions['retry']>>;
   maxConcurrentRequests: number;
   queueSize: number;
   queueTimeoutMs: number;
@@ -215,6 +225,8 @@ export interface Setting {
   serveOnly?: boolean;
   /** Given more than once on the command line (worker lists). */
   multiple?: boolean;
+  /** A switch: the flag alone says true (`arg` is empty); variables and files say true or false. */
+  boolean?: boolean;
   /** The value from what a source gave (flags and the environment give strings). */
   parse(value: unknown): unknown;
 }
@@ -356,6 +368,43 @@ export const SETTINGS: readonly Setting[] = [
     help: 'on SIGTERM, time for requests under way',
     default: 30_000,
     parse: nonNegativeMs,
+  },
+  {
+    key: 'retry.maxRetries',
+    flag: 'retry-max-retries',
+    env: 'DISAGG_RETRY_MAX_RETRIES',
+    arg: 'N',
+    help: 'retries of a request that failed on a worker before its first byte',
+    default: 2,
+    parse: nonNegativeInteger,
+  },
+  {
+    key: 'retry.initialBackoffMs',
+    flag: 'retry-initial-backoff-ms',
+    env: 'DISAGG_RETRY_INITIAL_BACKOFF_MS',
+    arg: 'N',
+    help: 'the backoff before the first retry (doubling, with full jitter)',
+    default: 50,
+    parse: nonNegativeMs,
+  },
+  {
+    key: 'retry.maxBackoffMs',
+    flag: 'retry-max-backoff-ms',
+    env: 'DISAGG_RETRY_MAX_BACKOFF_MS',
+    arg: 'N',
+    help: 'the longest backoff between retries',
+    default: 1000,
+    parse: nonNegativeMs,
+  },
+  {
+    key: 'retry.disabled',
+    flag: 'disable-retries',
+    env: 'DISAGG_DISABLE_RETRIES',
+    arg: '',
+    help: 'never retry a request on another worker',
+    default: false,
+    boolean: true,
+    parse: switchValue,
   },
   {
     key: 'maxConcurrentRequests',
@@ -584,7 +633,7 @@ function withWorkers(values: Record<string, unknown>): Record<string, unknown> {
 export function serveUsage(): string {
   const indent = ' '.repeat(36);
   const lines = SETTINGS.map((setting) => {
-    const left = `  --${setting.flag} ${setting.arg}`;
+    const left = `  --${setting.flag}${setting.arg === '' ? '' : ` ${setting.arg}`}`;
     const shown = setting.shownDefault ?? (setting.default === undefined ? undefined : String(setting.default));
     const help = `${setting.help}${shown === undefined ? '' : ` (default ${shown})`}`;
     const names = `${indent}${setting.env}; ${setting.key} in a file`;
@@ -669,6 +718,12 @@ function positiveInteger(value: unknown): number {
   if (!Number.isSafeInteger(n) || n <= 0)
     throw new Invalid(`must be a positive whole number, got ${describeValue(value)}`);
   return n;
+}
+
+function switchValue(value: unknown): boolean {
+  if (value === true || value === 'true' || value === '1') return true;
+  if (value === false || value === 'false' || value === '0') return false;
+  throw new Invalid(`must be true or false, got ${describeValue(value)}`);
 }
 
 function nonNegativeInteger(value: unknown): number {
@@ -781,6 +836,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     cleanupBudgetMs: resolved.cleanupBudgetMs as number | undefined,
     healthIntervalMs: resolved.healthIntervalMs as number,
     slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
+    retry: resolved.retry as ServeConfig['retry'],
     maxConcurrentRequests: resolved.maxConcurrentRequests as number,
     queueSize: resolved.queueSize as number,
     queueTimeoutMs: resolved.queueTimeoutMs as number,

@@ -37,6 +37,7 @@ describe('disagg serve configuration', () => {
       cleanupBudgetMs: undefined,
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
+      retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, disabled: false },
       maxConcurrentRequests: 1024,
       queueSize: 1024,
       queueTimeoutMs: 30_000,

@@ -1,0 +1,115 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import type { FakeWorker, FakeWorkerOptions } from '../../src/testing/index.js';
+import { recordingLogger } from '../support/async.js';
+import { eventually, fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+/** Two prefill and two decode workers behind one proxy; the first of each as the test says. */
+async function twoOfEach(
+  protocol: 'vllm' | 'sglang',
+  first: { prefill?: Partial<FakeWorkerOptions>; decode?: Partial<FakeWorkerOptions>; prefillUrl?: string },
+  options: Partial<ProxyOptions> = {},
+) {
+  const prefill = [
+    await fakes.start({ role: 'prefill', protocol, ...first.prefill }),
+    await fakes.start({ role: 'prefill', protocol }),
+  ];
+  const decode = [
+    await fakes.start({ role: 'decode', protocol, tokens: 3, ...first.decode }),
+    await fakes.start({ role: 'decode', protocol, tokens: 3 }),
+  ];
+  const logger = recordingLogger();
+  const proxy = createProxy({
+    connector: protocol,
+    prefill: prefill.map((worker, i) => ({
+      url: i === 0 && first.prefillUrl !== undefined ? first.prefillUrl : worker.url,
+      bootstrapPort: worker.bootstrapPort,
+    })),
+    decode: decode.map((worker) => ({ url: worker.url })),
+    logger: logger.logger,
+    // Round-robin: the first request goes to the first worker of each pool.
+    selection: 'round-robin',
+    ...options,
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0);
+  // Probes must not take the first worker out before the request meets it.
+  proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, true);
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+  return { prefill, decode, proxy, url, client, logs: logger.records };
+}
+
+const retries = async (url: string) =>
+  (await (await request(`${url}/metrics`)).body.text())
+    .split('\n')
+    .filter((line) => line.startsWith('disagg_retries_total{'));
+
+describe('retries before the first byte', () => {
+  it('a prefill worker that answers 503 is skipped: the client gets its answer from the next one and never notices', async () => {
+    const { client, prefill, url, logs } = await twoOfEach('vllm', {
+      prefill: { fault: { type: 'status', status: 503 } },
+    });
+    const { data, response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
+      .withResponse();
+    expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-1');
+    expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 1]);
+    expect(await retries(url)).toEqual(['disagg_retries_total{leg="prefill"} 1']);
+    expect(logs.filter((record) => String(record.message).startsWith('Retrying the request'))).toHaveLength(1);
+  });
+
+  it('a prefill worker that refuses connections is skipped, and leaves the rotation', async () => {
+    const { client, proxy } = await twoOfEach('vllm', { prefillUrl: 'http://127.0.0.1:1' });
+    const { data, response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream: false })
+      .withResponse();
+    expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-1');
+    expect(proxy.prefillWorkers.available).toHaveLength(1);
+  });
+
+  it('SGLang: a decode that answers 500 before its stream opens is retried as a pair with a fresh room', async () => {
+    const { client, prefill, decode } = await twoOfEach('sglang', {
+      decode: { fault: { type: 'status', status: 500 } },
+    });
+    const stream = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream: true });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    expect(text).toBe('tok0 tok1 tok2 ');
+    const rooms = [...(prefill[0]?.requests ?? []), ...(prefill[1]?.requests ?? [])].map((r) =>
+      String(r.body.bootstrap_room),
+    );
+    expect(new Set(rooms).size).toBe(2);
+    expect([decode[0]?.requests.length, decode[1]?.requests.length]).toEqual([1, 1]);
+    // The first pair's prefill was stopped and freed its KV (the ledger calls it stranded).
+    await eventually(() => prefill[0]?.ledger.outstanding().length === 0, 'the first prefill freed its KV');
+    fakes.leaveKv(prefill[0] as FakeWorker);
+  });
+
+  it('never for what another worker would refuse too (a 400), nor with --disable-retries', async () => {
+    const refused = await twoOfEach('vllm', { prefill: { fault: { type: 'status', status: 400, message: 'bad' } } });
+    const error = await refused.client.completions
+      .create({ model: 'fake-model', prompt: 'Say' })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(refused.prefill[1]?.requests).toHaveLength(0);
+    const off = await twoOfEach(
+      'vllm',
+      { prefill: { fault: { type: 'status', status: 503 } } },
+      { retry: { disabled: true } },
+    );
+    const failed = await off.client.completions.create({ model: 'fake-model', prompt: 'Say' }).catch((e: unknown) => e);
+    expect(failed).toMatchObject({ status: 502 });
+    expect(off.prefill[1]?.requests).toHaveLength(0);
+  });
+});
