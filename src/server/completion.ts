@@ -136,22 +136,43 @@ async function serveAdmitted(
   }
 }
 
-/** Runs the request through the flow and answers it, streamed or whole. */
-async function serve(
+/** What serving one admitted request needs. */
+type ServeRequest = {
+  body: Record<string, unknown>;
+  route: Route;
+  context: Controller;
+  res: ServerResponse;
+  entry: InFlightRequest;
+  events: ReturnType<typeof requestEvents>;
+  answerFor: (error: unknown) => ErrorAnswer;
+  engine: Engine<{ url: string }>;
+};
+
+/** Runs the request through the flow (with retries) and answers it, streamed or whole. */
+async function serve(proxy: ProxyState, request: ServeRequest): Promise<void> {
+  const { body, res, events, answerFor } = request;
+  const flow = await startFlow(proxy, request);
+  setRouteHeaders(proxy, res, events.routed);
+  if (!flow.ok) return answer(res, answerFor(flow.error));
+  const writer = new ResponseWriter(request.route, body);
+  if (body.stream !== true) return answerWhole(flow.stream, res, writer, answerFor);
+  await relaySse(flow.stream, res, writer, request.entry, {
+    slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
+    answerFor,
+    interToken: (seconds) => proxy.metrics.interToken(seconds),
+  });
+}
+
+/**
+ * The client stream of the request, or the failure to answer with: attempts of the flow until
+ * one opens its stream or {@link retryDelay} says a failure is not to be retried. Nothing has
+ * been sent to the client while this runs.
+ */
+async function startFlow(
   proxy: ProxyState,
-  request: {
-    body: Record<string, unknown>;
-    route: Route;
-    context: Controller;
-    res: ServerResponse;
-    entry: InFlightRequest;
-    events: ReturnType<typeof requestEvents>;
-    answerFor: (error: unknown) => ErrorAnswer;
-    engine: Engine<{ url: string }>;
-  },
-): Promise<void> {
-  const { body, context, res, events, answerFor, engine } = request;
-  let stream: ResponseStream<EngineItem>;
+  request: ServeRequest,
+): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
+  const { body, context, events, engine } = request;
   const avoid: { prefill: ProxyPrefillWorker[]; decode: ProxyDecodeWorker[] } = { prefill: [], decode: [] };
   for (let attempt = 0; ; attempt++) {
     // Each attempt on a context of its own (a failed flow stops its context), which the
@@ -159,7 +180,7 @@ async function serve(
     const attemptContext = new Controller(context.id);
     context.linkChild(attemptContext);
     try {
-      stream = await disaggregate({
+      const stream = await disaggregate({
         request: body,
         context: attemptContext,
         prefill: engine,
@@ -173,16 +194,14 @@ async function serve(
         deadlines: proxy.options.deadlines,
         cleanupBudgetMs: proxy.options.cleanupBudgetMs,
       });
-      break;
+      return { ok: true, stream };
     } catch (error) {
       const delayMs = retryDelay(proxy, error, attempt, context);
-      if (delayMs === undefined) {
-        setRouteHeaders(proxy, res, events.routed);
-        return answer(res, answerFor(error));
-      }
+      if (delayMs === undefined) return { ok: false, error };
       const leg = legOf(error) ?? 'prefill';
-      const worker = leg === 'prefill' ? events.routed?.prefillWorker : events.routed?.decodeWorker;
-      proxy.health.noteFailure(error, { prefill: events.routed?.prefillWorker, decode: events.routed?.decodeWorker });
+      const { prefillWorker, decodeWorker } = events.routed ?? {};
+      const worker = leg === 'prefill' ? prefillWorker : decodeWorker;
+      proxy.health.noteFailure(error, { prefill: prefillWorker, decode: decodeWorker });
       if (worker !== undefined) (avoid[leg] as Array<{ url: string }>).push(worker);
       proxy.metrics.retried(leg);
       proxy.logger.warn(
@@ -197,20 +216,9 @@ async function serve(
         'Retrying the request on another worker (nothing was sent to the client yet)',
       );
       await pause(delayMs, context);
-      if (context.isStopped()) {
-        setRouteHeaders(proxy, res, events.routed);
-        return answer(res, answerFor(error));
-      }
+      if (context.isStopped()) return { ok: false, error };
     }
   }
-  setRouteHeaders(proxy, res, events.routed);
-  const writer = new ResponseWriter(request.route, body);
-  if (body.stream !== true) return answerWhole(stream, res, writer, answerFor);
-  await relaySse(stream, res, writer, request.entry, {
-    slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
-    answerFor,
-    interToken: (seconds) => proxy.metrics.interToken(seconds),
-  });
 }
 
 /**
