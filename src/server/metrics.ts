@@ -87,44 +87,7 @@ export class ProxyMetrics {
       buckets: LATENCY_BUCKETS,
       registers,
     });
-    new Gauge({
-      name: 'disagg_queue_depth',
-      help: 'Requests waiting for a slot (--max-concurrent-requests)',
-      registers,
-      collect() {
-        this.set(admission?.queued ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'disagg_admitted_requests',
-      help: 'Generation requests holding a slot',
-      registers,
-      collect() {
-        this.set(admission?.active ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'disagg_in_flight_requests',
-      help: 'Requests under way per worker',
-      labelNames: ['role', 'worker'],
-      registers,
-      collect() {
-        for (const [role, pool] of Object.entries(pools)) {
-          for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.inFlight(worker));
-        }
-      },
-    });
-    new Gauge({
-      name: 'disagg_worker_available',
-      help: 'Whether a worker is in rotation (1) or taken out by health checks (0)',
-      labelNames: ['role', 'worker'],
-      registers,
-      collect() {
-        for (const [role, pool] of Object.entries(pools)) {
-          for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.isAvailable(worker) ? 1 : 0);
-        }
-      },
-    });
+    registerGauges(registers, pools, admission);
   }
 
   /** An event listener that feeds the metrics of one request. */
@@ -191,4 +154,50 @@ export class ProxyMetrics {
   interToken(seconds: number): void {
     this.#interToken.observe(seconds);
   }
+}
+
+/** The gauges read when `/metrics` is scraped: admission, and per worker in-flight requests and rotation. */
+function registerGauges(
+  registers: Registry[],
+  pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
+  admission: { readonly active: number; readonly queued: number } | undefined,
+): void {
+  new Gauge({
+    name: 'disagg_queue_depth',
+    help: 'Requests waiting for a slot (--max-concurrent-requests)',
+    registers,
+    collect() {
+      this.set(admission?.queued ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'disagg_admitted_requests',
+    help: 'Generation requests holding a slot',
+    registers,
+    collect() {
+      this.set(admission?.active ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'disagg_in_flight_requests',
+    help: 'Requests under way per worker',
+    labelNames: ['role', 'worker'],
+    registers,
+    collect() {
+      for (const [role, pool] of Object.entries(pools)) {
+        for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.inFlight(worker));
+      }
+    },
+  });
+  new Gauge({
+    name: 'disagg_worker_available',
+    help: 'Whether a worker is in rotation (1) or taken out by health checks (0)',
+    labelNames: ['role', 'worker'],
+    registers,
+    collect() {
+      for (const [role, pool] of Object.entries(pools)) {
+        for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.isAvailable(worker) ? 1 : 0);
+      }
+    },
+  });
 }
