@@ -272,6 +272,9 @@ function logRequest(
 ): void {
   const { routed, finished } = request.events;
   if (finished !== undefined) proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
+  if (finished?.outcome === 'success') {
+    proxy.health.noteSuccess({ prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
+  }
   proxy.logger.info(
     {
       requestId: request.requestId,

@@ -19,12 +19,29 @@ export interface HealthOptions {
   headers?: Record<string, string>;
   /** Runs after every round of probes (what else the proxy learns from its workers). */
   afterRound?: () => Promise<void>;
+  /** The circuit breaker of each worker, fed by what requests meet; see {@link HealthChecker}. */
+  breaker?: { failureThreshold: number; successThreshold: number; openMs: number };
+}
+
+/** A worker's circuit: its consecutive request failures, or, once opened, its trial. */
+interface Circuit {
+  state: 'closed' | 'open' | 'half-open';
+  failures: number;
+  successes: number;
+  timer: NodeJS.Timeout | undefined;
 }
 
 /**
- * Keeps failing workers out of rotation, from probes and from what requests meet: every
- * worker's `GET /health` is probed each round; a worker that fails (or that a request found
- * unreachable) leaves its pool's rotation and comes back at its first successful probe.
+ * Keeps failing workers out of rotation, from probes and from what requests meet:
+ * - every worker's `GET /health` is probed each round; a worker that fails it leaves its
+ *   pool's rotation and comes back at its first successful probe;
+ * - a request that could not reach a worker (a connection failure before any answer) takes
+ *   it out at once, until a probe finds it again;
+ * - a circuit breaker per worker counts the requests that failed on it after reaching it (a
+ *   5xx, a broken stream, a protocol error): `failureThreshold` in a row open it (out of
+ *   rotation, whatever its probes say); after `openMs` it is half-open (back in rotation, on
+ *   trial); `successThreshold` successes in a row close it, one failure opens it again. One
+ *   failure alone never takes a worker out.
  *
  * @internal
  */
@@ -33,6 +50,7 @@ export class HealthChecker {
   readonly #options: HealthOptions;
   #timer: NodeJS.Timeout | undefined;
   #round: Promise<void> | undefined;
+  readonly #circuits = new Map<Named, Circuit>();
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
@@ -68,6 +86,61 @@ export class HealthChecker {
   stop(): void {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
+    for (const circuit of this.#circuits.values()) clearTimeout(circuit.timer);
+  }
+
+  /** The state of `worker`'s circuit breaker. */
+  circuit(worker: Named): Circuit['state'] {
+    return this.#circuits.get(worker)?.state ?? 'closed';
+  }
+
+  /** A request served by these workers succeeded: their circuits count a success. */
+  noteSuccess(workers: { prefill?: Named | undefined; decode?: Named | undefined }): void {
+    const breaker = this.#options.breaker;
+    if (breaker === undefined) return;
+    for (const role of ['prefill', 'decode'] as const) {
+      const worker = workers[role];
+      const circuit = worker === undefined ? undefined : this.#circuits.get(worker);
+      if (worker === undefined || circuit === undefined) continue;
+      circuit.failures = 0;
+      if (circuit.state !== 'half-open') continue;
+      circuit.successes += 1;
+      if (circuit.successes >= breaker.successThreshold) {
+        circuit.state = 'closed';
+        this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit closed after its trial');
+      }
+    }
+  }
+
+  /** One request failure on `worker` after it was reached; opens its circuit at the threshold. */
+  #count(role: string, worker: Named, error: UpstreamError): void {
+    const breaker = this.#options.breaker;
+    const entry = this.#pools.find((candidate) => candidate.role === role);
+    if (breaker === undefined || entry === undefined || !entry.pool.workers.includes(worker)) return;
+    let circuit = this.#circuits.get(worker);
+    if (circuit === undefined) {
+      circuit = { state: 'closed', failures: 0, successes: 0, timer: undefined };
+      this.#circuits.set(worker, circuit);
+    }
+    if (circuit.state === 'open') return;
+    circuit.failures += 1;
+    if (circuit.state === 'closed' && circuit.failures < breaker.failureThreshold) return;
+    // Open: out of rotation for openMs, then on trial.
+    circuit.state = 'open';
+    circuit.successes = 0;
+    entry.pool.setAvailable(worker, false);
+    this.#options.logger.warn(
+      { worker: worker.url, role, failures: circuit.failures, openMs: breaker.openMs, err: error },
+      `Worker circuit open after ${circuit.failures} failed requests in a row; out of rotation for ${breaker.openMs} ms`,
+    );
+    const open = circuit;
+    open.timer = setTimeout(() => {
+      open.state = 'half-open';
+      open.failures = 0;
+      entry.pool.setAvailable(worker, true);
+      this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit half-open: back in rotation on trial');
+    }, breaker.openMs);
+    open.timer.unref();
   }
 
   /**
@@ -78,10 +151,15 @@ export class HealthChecker {
    */
   noteFailure(error: unknown, workers: { prefill?: Named | undefined; decode?: Named | undefined }): void {
     const upstream = findCause(error, UpstreamError.is);
-    if (upstream?.kind !== 'connection' || upstream.afterResponse) return;
+    if (upstream === undefined) return;
+    const unreachable = upstream.kind === 'connection' && !upstream.afterResponse;
+    // The worker's own failures: not a 4xx, which is the request's.
+    const counted = !unreachable && (upstream.kind !== 'status' || (upstream.status ?? 0) >= 500);
     for (const role of ['prefill', 'decode'] as const) {
       const worker = workers[role];
-      if (worker !== undefined && upstream.url.startsWith(trimSlash(worker.url))) this.failed(role, worker);
+      if (worker === undefined || !upstream.url.startsWith(trimSlash(worker.url))) continue;
+      if (unreachable) this.failed(role, worker);
+      else if (counted) this.#count(role, worker, upstream);
     }
   }
 
@@ -111,6 +189,8 @@ export class HealthChecker {
       failure = error;
     }
     const healthy = status === 200;
+    // An open circuit keeps its worker out whatever /health says, until its trial.
+    if (healthy && this.#circuits.get(worker)?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) return;
     pool.setAvailable(worker, healthy);
     if (healthy) {

@@ -98,6 +98,12 @@ export interface ProxyOptions {
    * `maxBackoffMs` 1,000 by default; `disabled` turns them off.
    */
   retry?: { maxRetries?: number; initialBackoffMs?: number; maxBackoffMs?: number; disabled?: boolean };
+  /**
+   * The circuit breaker of each worker: `failureThreshold` requests in a row that failed on it
+   * (5xx, broken stream) take it out of rotation for `openMs`, then it is on trial until
+   * `successThreshold` successes in a row. 5, 2 and 10,000 ms by default.
+   */
+  breaker?: { failureThreshold?: number; successThreshold?: number; openMs?: number };
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
   gracePeriodMs?: number;
   /**
@@ -129,10 +135,19 @@ export interface ResolvedProxyOptions
   extends Required<
     Omit<
       ProxyOptions,
-      'cleanupBudgetMs' | 'logger' | 'onEvent' | 'dispatcher' | 'bootstrapPort' | 'apiKey' | 'workerApiKey' | 'retry'
+      | 'cleanupBudgetMs'
+      | 'logger'
+      | 'onEvent'
+      | 'dispatcher'
+      | 'bootstrapPort'
+      | 'apiKey'
+      | 'workerApiKey'
+      | 'retry'
+      | 'breaker'
     >
   > {
   retry: Required<NonNullable<ProxyOptions['retry']>>;
+  breaker: Required<NonNullable<ProxyOptions['breaker']>>;
   cleanupBudgetMs: number;
   apiKey: string | undefined;
   workerApiKey: string | undefined;
@@ -155,6 +170,7 @@ export interface ServeConfig {
   healthIntervalMs: number;
   slowClientTimeoutMs: number;
   retry: Required<NonNullable<ProxyOptions['retry']>>;
+  breaker: Required<NonNullable<ProxyOptions['breaker']>>;
   maxConcurrentRequests: number;
   queueSize: number;
   queueTimeoutMs: number;
@@ -405,6 +421,33 @@ export const SETTINGS: readonly Setting[] = [
     default: false,
     boolean: true,
     parse: switchValue,
+  },
+  {
+    key: 'breaker.failureThreshold',
+    flag: 'breaker-failure-threshold',
+    env: 'DISAGG_BREAKER_FAILURE_THRESHOLD',
+    arg: 'N',
+    help: 'requests in a row failing on a worker that open its circuit (out of rotation)',
+    default: 5,
+    parse: positiveInteger,
+  },
+  {
+    key: 'breaker.successThreshold',
+    flag: 'breaker-success-threshold',
+    env: 'DISAGG_BREAKER_SUCCESS_THRESHOLD',
+    arg: 'N',
+    help: 'successes in a row on trial that close a circuit again',
+    default: 2,
+    parse: positiveInteger,
+  },
+  {
+    key: 'breaker.openMs',
+    flag: 'breaker-open-ms',
+    env: 'DISAGG_BREAKER_OPEN_MS',
+    arg: 'N',
+    help: 'how long an open circuit keeps its worker out before a trial',
+    default: 10_000,
+    parse: positiveMs,
   },
   {
     key: 'maxConcurrentRequests',
@@ -837,6 +880,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     healthIntervalMs: resolved.healthIntervalMs as number,
     slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
     retry: resolved.retry as ServeConfig['retry'],
+    breaker: resolved.breaker as ServeConfig['breaker'],
     maxConcurrentRequests: resolved.maxConcurrentRequests as number,
     queueSize: resolved.queueSize as number,
     queueTimeoutMs: resolved.queueTimeoutMs as number,

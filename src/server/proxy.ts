@@ -148,6 +148,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
         headers: this.workerHeaders,
         ...(dispatcher === undefined ? {} : { dispatcher }),
         afterRound: () => this.models.refresh(this.decodeWorkers.available),
+        breaker: options.breaker,
       },
     );
     const serverOptions = {

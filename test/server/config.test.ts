@@ -38,6 +38,7 @@ describe('disagg serve configuration', () => {
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
       retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, disabled: false },
+      breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },
       maxConcurrentRequests: 1024,
       queueSize: 1024,
       queueTimeoutMs: 30_000,

@@ -112,4 +112,37 @@ describe('retries before the first byte', () => {
     expect(failed).toMatchObject({ status: 502 });
     expect(off.prefill[1]?.requests).toHaveLength(0);
   });
+
+  it('a worker failing requests opens its circuit (out of rotation), gets a half-open trial, and comes back', async () => {
+    const { client, proxy, decode, prefill, logs } = await twoOfEach(
+      'vllm',
+      { decode: { fault: { type: 'status', status: 500, message: 'decode broken' } } },
+      { breaker: { failureThreshold: 2, successThreshold: 1, openMs: 200 } },
+    );
+    const faulty = proxy.decodeWorkers.workers[0] as { url: string };
+    const results: Array<number | undefined> = [];
+    for (let i = 0; i < 4; i++) {
+      results.push(
+        await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 }).then(
+          () => 200,
+          (e: { status?: number }) => e.status,
+        ),
+      );
+    }
+    // Round-robin: the faulty worker failed two requests in a row (one alone never ejects it).
+    expect(results).toEqual([502, 200, 502, 200]);
+    expect(proxy.decodeWorkers.isAvailable(faulty)).toBe(false);
+    expect(logs.filter((record) => String(record.message).startsWith('Worker circuit open'))).toHaveLength(1);
+    // While open every request goes to the other worker.
+    await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+    expect(decode[0]?.requests).toHaveLength(2);
+    decode[0]?.setFault(undefined);
+    await eventually(() => proxy.decodeWorkers.isAvailable(faulty), 'the circuit went half-open');
+    // On trial: requests reach it again, and one success closes the circuit.
+    for (let i = 0; i < 2; i++) await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+    expect(decode[0]?.requests.length).toBeGreaterThan(2);
+    expect(logs.some((record) => record.message === 'Worker circuit closed after its trial')).toBe(true);
+    fakes.leaveKv(prefill[0] as FakeWorker); // computed for decodes that answered 500: vLLM's timeout frees it
+    fakes.leaveKv(prefill[1] as FakeWorker);
+  });
 });
