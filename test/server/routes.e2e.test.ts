@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
@@ -75,5 +77,17 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
       code: 'ECONNREFUSED',
       hint: expect.stringContaining('nothing listens there'),
     });
+  });
+});
+
+describe('the README documents every metric', () => {
+  it("the README's metrics table lists exactly the disagg_ metrics /metrics exposes", async () => {
+    const { url } = await setup('vllm');
+    const exposed = new Set(
+      [...(await (await request(`${url}/metrics`)).body.text()).matchAll(/^# TYPE (disagg_\w+) /gm)].map((m) => m[1]),
+    );
+    const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
+    const documented = new Set([...readme.matchAll(/^\| `(disagg_\w+)` \|/gm)].map((m) => m[1]));
+    expect([...documented].sort()).toEqual([...exposed].sort());
   });
 });
