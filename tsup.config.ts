@@ -22,6 +22,8 @@ export default defineConfig([
     // The `disagg` command (the package's bin): ESM only, with its shebang.
     entry: { cli: 'src/cli/disagg.ts' },
     format: ['esm'],
+    // Optional: loaded only for --log-format pretty, from the user's node_modules.
+    external: ['pino-pretty'],
     dts: false,
     sourcemap: true,
     clean: false,

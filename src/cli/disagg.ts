@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The `disagg` command. The only module that writes to the console: a command-line tool.
 import { createRequire } from 'node:module';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
 
@@ -52,10 +52,27 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
+/** JSON lines to stdout; or, with --log-format pretty, pino-pretty's lines (an optional dependency). */
+async function createLogger(config: ServeConfig): Promise<Logger> {
+  if (config.logFormat !== 'pretty') return pino({ level: config.logLevel });
+  let pretty: (options: object) => NodeJS.WritableStream;
+  try {
+    pretty = ((await import('pino-pretty')) as unknown as { default: typeof pretty }).default;
+  } catch {
+    throw new PrettyMissing();
+  }
+  return pino({ level: config.logLevel }, pretty({ colorize: process.stdout.isTTY, sync: true }));
+}
+
+class PrettyMissing extends Error {
+  readonly code = 'PRETTY_MISSING';
+}
+
 /** One line for the failures of starting that have a usual cause (no stack trace for them). */
 function startupFailure(error: unknown, config: ServeConfig): string | undefined {
   const code = (error as { code?: unknown })?.code;
   const where = `${config.host}:${config.port}`;
+  if (code === 'PRETTY_MISSING') return '--log-format pretty needs pino-pretty: npm install pino-pretty';
   if (code === 'EADDRINUSE') return `cannot listen on ${where}: the port is in use (another disagg serve?)`;
   if (code === 'EACCES') return `cannot listen on ${where}: permission denied (ports below 1024 need privileges)`;
   if (code === 'EADDRNOTAVAIL') return `cannot listen on ${where}: no such address on this machine`;
@@ -65,9 +82,9 @@ function startupFailure(error: unknown, config: ServeConfig): string | undefined
 
 /** Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period. */
 async function serve(config: ServeConfig): Promise<void> {
-  const logger = pino({ level: config.logLevel });
+  const logger = await createLogger(config);
   // Everything but where and how the process runs is an option of the proxy (one table of both).
-  const { host: _host, port: _port, logLevel: _level, ...settings } = config;
+  const { host: _host, port: _port, logLevel: _level, logFormat: _format, ...settings } = config;
   const proxy = createProxy({ ...dropUndefined(settings), logger });
   const url = await proxy.listen(config.port, config.host);
   logger.info(

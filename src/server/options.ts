@@ -181,6 +181,7 @@ export interface ServeConfig {
   requestTimeoutMs: number;
   maxBodyBytes: number;
   logLevel: string;
+  logFormat: 'json' | 'pretty';
   apiKey: string | undefined;
   workerApiKey: string | undefined;
 }
@@ -540,6 +541,16 @@ export const SETTINGS: readonly Setting[] = [
     parse: text,
   },
   {
+    key: 'logFormat',
+    flag: 'log-format',
+    env: 'DISAGG_LOG_FORMAT',
+    arg: 'json|pretty',
+    help: 'JSON lines, or pretty lines for a terminal (needs the optional pino-pretty)',
+    default: 'json',
+    serveOnly: true,
+    parse: oneOf(['json', 'pretty']),
+  },
+  {
     key: 'logLevel',
     flag: 'log-level',
     env: 'DISAGG_LOG_LEVEL',
@@ -891,6 +902,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     requestTimeoutMs: resolved.requestTimeoutMs as number,
     maxBodyBytes: resolved.maxBodyBytes as number,
     logLevel: resolved.logLevel as string,
+    logFormat: resolved.logFormat as ServeConfig['logFormat'],
     apiKey: resolved.apiKey as string | undefined,
     workerApiKey: resolved.workerApiKey as string | undefined,
   };

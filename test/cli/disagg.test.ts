@@ -113,4 +113,24 @@ describe('the disagg command (built)', () => {
     expect(out).toContain('"msg":"request finished"');
     expect(out).toContain('"msg":"Stopped"');
   }, 20_000);
+
+  it('serve --log-format pretty writes pino-pretty lines instead of JSON', async () => {
+    const child = spawn(
+      process.execPath,
+      [bin, 'serve', '--connector', 'vllm', '--prefill', 'http://127.0.0.1:1', '--decode', 'http://127.0.0.1:2'].concat(
+        ['--host', '127.0.0.1', '--port', '0', '--log-format', 'pretty', '--drain-delay-ms', '0'],
+      ),
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    await eventually(() => out.includes('disagg serve listening'), 'the listening line', 2000);
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    child.kill('SIGTERM');
+    await exited;
+    expect(out).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN \(\d+\): Worker failed its health check/m);
+    expect(out).not.toMatch(/^\{"level"/m);
+  });
 });

@@ -49,6 +49,7 @@ describe('disagg serve configuration', () => {
       requestTimeoutMs: 120_000,
       maxBodyBytes: 8 * 1024 * 1024,
       logLevel: 'info',
+      logFormat: 'json',
     });
   });
 
