@@ -76,6 +76,8 @@ export interface FakeWorkerOptions {
    * length budget do not fit is refused with a 400, as vLLM does. 4,096 by default.
    */
   maxModelLen?: number;
+  /** The port to listen on (127.0.0.1); a free one by default. Given, a worker can be restarted where it was. */
+  port?: number;
   /** The model id it serves (`/v1/models`); `fake-model` by default. */
   model?: string;
   /**
@@ -228,7 +230,7 @@ class Worker implements FakeWorker, WorkerSide {
   listen(): Promise<void> {
     return new Promise((resolve, reject) => {
       this.#server.once('error', reject);
-      this.#server.listen(0, HOST, () => {
+      this.#server.listen(this.options.port ?? 0, HOST, () => {
         this.#port = (this.#server.address() as AddressInfo).port;
         resolve();
       });
