@@ -45,4 +45,31 @@ describe('UpstreamError', () => {
     expect(UpstreamError.is({ [Symbol.for('disagg.error.brands')]: ['UpstreamError', 'DisaggError'] })).toBe(true);
     expect(UpstreamError.is(new Error('x'))).toBe(false);
   });
+
+  it.each([
+    ['an OpenAI error object', { error: { message: 'bad max_tokens' } }, 'bad max_tokens'],
+    ['an error string', { error: 'model not loaded' }, 'model not loaded'],
+    ["vLLM's flat error", { object: 'error', message: 'engine dead' }, 'engine dead'],
+    ["FastAPI's detail", { detail: 'Not Found' }, 'Not Found'],
+    ['an error object without a message', { error: { code: 7 } }, '{"error":{"code":7}}'],
+    ['JSON without any of them', { other: 1 }, '{"other":1}'],
+  ])("the worker's own words from %s", (_, body, words) => {
+    expect(UpstreamError.fromStatus(url, 500, JSON.stringify(body)).message).toBe(`${url} answered 500: ${words}`);
+  });
+
+  it('a long body is cut at 500 characters, marked with ...', () => {
+    const message = UpstreamError.fromStatus(url, 500, 'x'.repeat(600)).message;
+    expect(message).toBe(`${url} answered 500: ${'x'.repeat(500)}...`);
+    expect(UpstreamError.fromStatus(url, 500, 'y'.repeat(500)).message).toBe(`${url} answered 500: ${'y'.repeat(500)}`);
+  });
+
+  it('a failure with a code that names no connection fault, or none at all, is a protocol error keeping its cause', () => {
+    for (const failure of [Object.assign(new Error('odd'), { code: 'EODD' }), new Error('odd')]) {
+      const error = UpstreamError.fromFailure(url, failure);
+      expect(error).toMatchObject({ kind: 'protocol', cause: failure, afterResponse: false });
+      expect(error.message).toBe(`${url} answered something unexpected: odd`);
+    }
+    const late = UpstreamError.fromFailure(url, new Error('odd'), { afterResponse: true });
+    expect(late.afterResponse).toBe(true);
+  });
 });
