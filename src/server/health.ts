@@ -19,6 +19,11 @@ export interface HealthOptions {
   headers?: Record<string, string>;
   /** Runs after every round of probes (what else the proxy learns from its workers). */
   afterRound?: () => Promise<void>;
+  /**
+   * Probes in a row that take a worker out (a 5xx while it loads, say) and that bring it back;
+   * 1 and 1 by default. A probe that cannot connect at all takes it out at once.
+   */
+  probeThresholds?: { failure: number; success: number };
   /** The circuit breaker of each worker, fed by what requests meet; see {@link HealthChecker}. */
   breaker?: { failureThreshold: number; successThreshold: number; openMs: number };
 }
@@ -51,6 +56,8 @@ export class HealthChecker {
   #timer: NodeJS.Timeout | undefined;
   #round: Promise<void> | undefined;
   readonly #circuits = new Map<Named, Circuit>();
+  /** Each worker's run of probe results against its current state: failures while in, successes while out. */
+  readonly #streaks = new Map<Named, number>();
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
@@ -191,13 +198,24 @@ export class HealthChecker {
     const healthy = status === 200;
     // An open circuit keeps its worker out whatever /health says, until its trial.
     if (healthy && this.#circuits.get(worker)?.state === 'open') return;
-    if (healthy === pool.isAvailable(worker)) return;
+    if (healthy === pool.isAvailable(worker)) {
+      this.#streaks.delete(worker);
+      return;
+    }
+    const code = failure === undefined ? undefined : codeOf(failure);
+    const thresholds = this.#options.probeThresholds ?? { failure: 1, success: 1 };
+    const streak = (this.#streaks.get(worker) ?? 0) + 1;
+    const unreachable = code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
+    if (streak < (healthy ? thresholds.success : thresholds.failure) && !unreachable) {
+      this.#streaks.set(worker, streak);
+      return;
+    }
+    this.#streaks.delete(worker);
     pool.setAvailable(worker, healthy);
     if (healthy) {
       this.#options.logger.info({ worker: worker.url, role }, 'Worker back in rotation');
       return;
     }
-    const code = failure === undefined ? undefined : codeOf(failure);
     const hint = probeHint(worker.url, status, code);
     this.#options.logger.warn(
       {

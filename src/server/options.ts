@@ -55,6 +55,13 @@ export interface ProxyOptions {
   /** Between health probes of every worker; 5,000 ms by default. */
   healthIntervalMs?: number;
   /**
+   * Failed probes in a row that take a worker out of rotation (one that cannot be connected
+   * to is out at once); 3 by default.
+   */
+  healthFailureThreshold?: number;
+  /** Successful probes in a row that bring a worker back; 2 by default. */
+  healthSuccessThreshold?: number;
+  /**
    * How long a client may leave its socket full before the request is given up: the decode
    * leg is stopped (and its KV cleaned up) and the connection closed; 30,000 ms by default.
    * The proxy reads decode only as fast as the client reads, so it never buffers more than one
@@ -168,6 +175,8 @@ export interface ServeConfig {
   /** As given; the flow's default (120,000 ms) applies when undefined. */
   cleanupBudgetMs: number | undefined;
   healthIntervalMs: number;
+  healthFailureThreshold: number;
+  healthSuccessThreshold: number;
   slowClientTimeoutMs: number;
   retry: Required<NonNullable<ProxyOptions['retry']>>;
   breaker: Required<NonNullable<ProxyOptions['breaker']>>;
@@ -367,6 +376,24 @@ export const SETTINGS: readonly Setting[] = [
     help: 'between worker health probes',
     default: 5000,
     parse: positiveMs,
+  },
+  {
+    key: 'healthFailureThreshold',
+    flag: 'health-failure-threshold',
+    env: 'DISAGG_HEALTH_FAILURE_THRESHOLD',
+    arg: 'N',
+    help: 'failed probes in a row that take a worker out (unreachable: at once)',
+    default: 3,
+    parse: positiveInteger,
+  },
+  {
+    key: 'healthSuccessThreshold',
+    flag: 'health-success-threshold',
+    env: 'DISAGG_HEALTH_SUCCESS_THRESHOLD',
+    arg: 'N',
+    help: 'successful probes in a row that bring a worker back',
+    default: 2,
+    parse: positiveInteger,
   },
   {
     key: 'slowClientTimeoutMs',
@@ -889,6 +916,8 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     deadlines: resolved.deadlines as Deadlines,
     cleanupBudgetMs: resolved.cleanupBudgetMs as number | undefined,
     healthIntervalMs: resolved.healthIntervalMs as number,
+    healthFailureThreshold: resolved.healthFailureThreshold as number,
+    healthSuccessThreshold: resolved.healthSuccessThreshold as number,
     slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
     retry: resolved.retry as ServeConfig['retry'],
     breaker: resolved.breaker as ServeConfig['breaker'],

@@ -149,6 +149,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
         ...(dispatcher === undefined ? {} : { dispatcher }),
         afterRound: () => this.models.refresh(this.decodeWorkers.available),
         breaker: options.breaker,
+        probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
       },
     );
     const serverOptions = {

@@ -36,6 +36,8 @@ describe('disagg serve configuration', () => {
       deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },
       cleanupBudgetMs: undefined,
       healthIntervalMs: 5000,
+      healthFailureThreshold: 3,
+      healthSuccessThreshold: 2,
       slowClientTimeoutMs: 30_000,
       retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, disabled: false },
       breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },

@@ -65,6 +65,7 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     const { logs } = await setup('vllm', {}, ({ prefill, decode }) => ({
       prefill: [{ url: prefill.url }],
       decode: [{ url: `${decode.url}/v1` }, { url: 'http://127.0.0.1:1' }],
+      healthFailureThreshold: 1,
     }));
     const failed = logs.filter((record) => String(record.message).startsWith('Worker failed its health check'));
     const byWorker = Object.fromEntries(failed.map((record) => [(record.fields as { worker: string }).worker, record]));
@@ -89,5 +90,25 @@ describe('the README documents every metric', () => {
     const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
     const documented = new Set([...readme.matchAll(/^\| `(disagg_\w+)` \|/gm)].map((m) => m[1]));
     expect([...documented].sort()).toEqual([...exposed].sort());
+  });
+});
+
+describe('probes with thresholds', () => {
+  it('--health-failure-threshold failed probes in a row take a worker out, --health-success-threshold bring it back', async () => {
+    const { proxy, decode } = await setup('vllm', {}, { healthFailureThreshold: 3, healthSuccessThreshold: 2 });
+    const health = (proxy as unknown as { health: { check(): Promise<void> } }).health;
+    const worker = proxy.decodeWorkers.workers[0] as { url: string };
+    decode.setHealthy(false);
+    const seen: boolean[] = [];
+    for (let i = 0; i < 3; i++) {
+      await health.check();
+      seen.push(proxy.decodeWorkers.isAvailable(worker));
+    }
+    decode.setHealthy(true);
+    for (let i = 0; i < 2; i++) {
+      await health.check();
+      seen.push(proxy.decodeWorkers.isAvailable(worker));
+    }
+    expect(seen).toEqual([true, true, false, false, true]);
   });
 });
