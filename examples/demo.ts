@@ -76,5 +76,5 @@ try {
   );
 }
 
-await proxy.close({ gracePeriodMs: 0 });
+await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }); // no load balancer to tell: close at once
 await Promise.all([prefill.close(), decode.close()]);
