@@ -14,7 +14,18 @@ const int = (min: number, max?: number) =>
   max === undefined ? z.number().int().min(min) : z.number().int().min(min).max(max);
 const tokenIds = z.array(z.number().int().min(0)).min(1);
 
+/** The sampling fields OpenAI's routes take at the top and SGLang's `/generate` in `sampling_params`. */
+const samplingRanges = {
+  temperature: z.number().min(0).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: int(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  stop: z.union([z.string(), z.array(z.string())]).nullish(),
+  ignore_eos: z.boolean().nullish(),
+};
+
 const sampling = {
+  ...samplingRanges,
   model: z.string().min(1).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z
@@ -23,16 +34,10 @@ const sampling = {
   max_tokens: int(1).nullish(),
   min_tokens: int(0).nullish(),
   n: int(1).nullish(),
-  temperature: z.number().min(0).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
-  top_k: int(-1).nullish(),
-  min_p: z.number().min(0).max(1).nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   repetition_penalty: z.number().gt(0).nullish(),
   seed: z.union([z.number().int(), z.bigint()]).nullish(),
-  stop: z.union([z.string(), z.array(z.string())]).nullish(),
-  ignore_eos: z.boolean().nullish(),
 };
 
 const SCHEMAS: Record<Route, z.ZodType> = {
@@ -60,15 +65,10 @@ const SCHEMAS: Record<Route, z.ZodType> = {
     stream: z.boolean().nullish(),
     sampling_params: z
       .looseObject({
+        ...samplingRanges,
         max_new_tokens: int(0).nullish(),
         min_new_tokens: int(0).nullish(),
         n: int(1).nullish(),
-        temperature: z.number().min(0).nullish(),
-        top_p: z.number().gt(0).max(1).nullish(),
-        top_k: int(-1).nullish(),
-        min_p: z.number().min(0).max(1).nullish(),
-        stop: z.union([z.string(), z.array(z.string())]).nullish(),
-        ignore_eos: z.boolean().nullish(),
       })
       .nullish(),
   }),

@@ -198,6 +198,29 @@ describe('disagg serve under hostile input and faults', () => {
     );
   }
 
+  it("SGLang's /generate: sampling_params are checked the same way, and max_new_tokens against the context", async () => {
+    const { url, prefill } = await setup('sglang');
+    const bad = [
+      [
+        { text: 'x', sampling_params: { temperature: -1 } },
+        'sampling_params.temperature',
+        'sampling_params.temperature must be at least 0, got -1',
+      ],
+      [
+        { text: 'x', sampling_params: { max_new_tokens: 5000 } },
+        'sampling_params.max_new_tokens',
+        "sampling_params.max_new_tokens 5000 is more than the model's context of 4096 tokens (max_model_len)",
+      ],
+      [{ input_ids: [], sampling_params: {} }, 'input_ids', 'input_ids has none of the accepted forms, got []'],
+    ] as const;
+    for (const [body, param, message] of bad) {
+      const answer = await post(url, '/generate', JSON.stringify(body));
+      expect(answer.status).toBe(400);
+      expect(JSON.parse(answer.text).error).toMatchObject({ param, message });
+    }
+    expect(prefill.requests).toEqual([]);
+  });
+
   it('a rejected request is logged once, with its status and why', async () => {
     const { url, logs } = await setup('vllm');
     await post(url, '/v1/completions', JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 0 }));
