@@ -2,11 +2,16 @@
 // the fake workers fail at random (a status, a reset, a hang, a late prefill failure), go
 // unhealthy and come back, and restart on the same port. Every client must get a complete
 // stream or exactly one clean error, within its deadlines; afterwards no leg may be open, no
-// gauge above zero, no KV held, and the heap must be flat. Prints the figures; exits 1 if a
-// rule was broken.
-//   node --expose-gc scripts/soak.mjs [--seconds=120] [--concurrency=64]
+// gauge above zero, no KV held, and the heap must be flat. The proxy is the real bin in a
+// process of its own (its heap, read from its /metrics, is its own); the workers and the
+// clients run here. Prints the figures; exits 1 if a rule was broken.
+//   node scripts/soak.mjs [--seconds=120] [--concurrency=64]
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createProxy } from 'disagg/server';
 import { startFakeWorker } from 'disagg/testing';
 import { Agent, request } from 'undici';
 
@@ -19,7 +24,6 @@ const DEADLINES = { prefillFirstOutputMs: 1000, handoffMs: 1500, decodeFirstToke
 // A client waits at most every budget plus the clean-up and a margin: past it, it hung.
 const CLIENT_LIMIT_MS = 1000 + 1500 + 1000 + 16 * 1000 + 3000;
 const KV_TIMEOUT_MS = 2000;
-const silent = { error() {}, warn() {}, info() {}, debug() {} };
 
 // A deterministic stream of numbers (mulberry32), so a run can be repeated.
 let seed = 20261130;
@@ -59,26 +63,21 @@ async function soak(protocol) {
   const prefill = [await start('prefill'), await start('prefill')];
   const decode = [await start('decode'), await start('decode')];
   const retired = [];
-  const proxy = createProxy({
-    connector: protocol,
-    prefill: prefill.map((w) => ({ url: w.url, bootstrapPort: w.bootstrapPort })),
-    decode: decode.map((w) => ({ url: w.url })),
-    logger: silent,
-    deadlines: DEADLINES,
-    cleanupBudgetMs: 3000,
-    healthIntervalMs: 500,
-    breaker: { failureThreshold: 5, successThreshold: 2, openMs: 1000 },
-  });
-  const url = await proxy.listen(0);
+  const { url, stop } = await serveProxy(protocol, prefill, decode);
   const client = new Agent({ connections: CONCURRENCY * 2 });
   const counts = { complete: 0, cleanError: 0, broken: 0, hung: 0 };
   const broken = [];
   let slowestMs = 0;
-  globalThis.gc?.();
-  const heapBefore = process.memoryUsage().heapUsed;
+  const heap = [];
   const until = Date.now() + SECONDS * 1000;
+  // The proxy's heap, sampled every 250 ms; the lowest sample of each quarter of the run is
+  // its live heap after a collection, which must not climb.
+  const started = Date.now();
+  const heapTimer = setInterval(async () => {
+    heap.push([Date.now() - started, await gauges(url, 'nodejs_heap_size_used_bytes')]);
+  }, 250);
 
-  // Chaos: every 3 s a worker goes unhealthy for 1 s; every 7 s a decode worker restarts on its port.
+  // Chaos: every 3 s a worker goes unhealthy for 1 s; every 6 s a decode worker restarts on its port.
   let chaos = 0;
   const chaosTimer = setInterval(async () => {
     chaos += 1;
@@ -131,6 +130,7 @@ async function soak(protocol) {
     }),
   );
   clearInterval(chaosTimer);
+  clearInterval(heapTimer);
   for (const w of [...prefill, ...decode]) w.setHealthy(true);
   counts.broken = broken.length;
 
@@ -142,16 +142,16 @@ async function soak(protocol) {
   const all = [...prefill, ...decode, ...retired];
   const openLegs = () => all.flatMap((w) => w.requests.filter((r) => !r.completed && !r.aborted)).length;
   await settle(() => openLegs() === 0);
-  const inFlight = () =>
-    [proxy.prefillWorkers, proxy.decodeWorkers].flatMap((pool) => pool.workers.map((w) => pool.inFlight(w)));
-  await settle(() => inFlight().every((n) => n === 0));
+  let inFlight = await gauges(url, 'disagg_in_flight_requests');
+  for (let i = 0; i < 200 && inFlight > 0; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 25));
+    inFlight = await gauges(url, 'disagg_in_flight_requests');
+  }
   await settle(() => all.every((w) => w.ledger.outstanding().length === 0));
   const held = all.reduce((sum, w) => sum + w.ledger.outstanding().length, 0);
   const stranded = all.reduce((sum, w) => sum + w.ledger.stranded().length, 0);
   const claimed = all.reduce((sum, w) => sum + w.ledger.claimed().length, 0);
-  globalThis.gc?.();
-  const heapAfter = process.memoryUsage().heapUsed;
-  await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 });
+  await stop();
   await Promise.all([...prefill, ...decode].map((w) => w.close()));
   await client.close();
   const total = counts.complete + counts.cleanError + counts.broken + counts.hung;
@@ -163,13 +163,15 @@ async function soak(protocol) {
     ...counts,
     slowestMs,
     openLegs: openLegs(),
-    inFlight: inFlight().reduce((a, b) => a + b, 0),
+    inFlight,
     kvClaimed: claimed,
     kvHeld: held,
     kvStranded: stranded,
     restarts: retired.length,
-    heapBeforeMB: +(heapBefore / 2 ** 20).toFixed(1),
-    heapAfterMB: +(heapAfter / 2 ** 20).toFixed(1),
+    proxyHeapLowMBPerQuarter: [0, 1, 2, 3].map((q) => {
+      const inQuarter = heap.filter(([t]) => t >= (q * SECONDS * 1000) / 4 && t < ((q + 1) * SECONDS * 1000) / 4);
+      return +(Math.min(...inQuarter.map(([, bytes]) => bytes)) / 2 ** 20).toFixed(1);
+    }),
   };
   console.log(JSON.stringify(report));
   for (const line of broken.slice(0, 5)) console.log(`  broken: ${line}`);
@@ -181,4 +183,58 @@ for (const protocol of ['vllm', 'sglang']) ok = (await soak(protocol)) && ok;
 if (!ok) {
   console.log('soak: a rule was broken (see above)');
   process.exitCode = 1;
+}
+
+/** One sample of a gauge of the proxy's /metrics (the sum over its label sets). */
+async function gauges(url, name) {
+  const text = await (await request(`${url}/metrics`)).body.text();
+  let sum = 0;
+  for (const match of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))) sum += Number(match[1]);
+  return sum;
+}
+
+/** The disagg bin in front of the workers, from a config file (each SGLang prefill worker has its own bootstrap port). */
+async function serveProxy(protocol, prefill, decode) {
+  const config = join(mkdtempSync(join(tmpdir(), 'disagg-soak-')), 'disagg.json');
+  writeFileSync(
+    config,
+    JSON.stringify({
+      connector: protocol,
+      prefill: prefill.map((w) => ({
+        url: w.url,
+        ...(protocol === 'sglang' ? { bootstrapPort: w.bootstrapPort } : {}),
+      })),
+      decode: decode.map((w) => ({ url: w.url })),
+      host: '127.0.0.1',
+      port: 0,
+      deadlines: DEADLINES,
+      cleanupBudgetMs: 3000,
+      healthIntervalMs: 500,
+      breaker: { failureThreshold: 5, successThreshold: 2, openMs: 1000 },
+      drainDelayMs: 0,
+      gracePeriodMs: 0,
+    }),
+  );
+  const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
+  const child = spawn(process.execPath, [bin, 'serve', '--config', config, '--log-level', 'info'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (chunk) => {
+      out += chunk;
+      const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
+      if (line !== undefined) resolve(JSON.parse(line).url);
+    });
+    child.on('exit', (code) => reject(new Error(`disagg serve exited (${code}): ${out}`)));
+  });
+  child.stdout.resume();
+  return {
+    url,
+    stop: () =>
+      new Promise((resolve) => {
+        child.on('exit', resolve);
+        child.kill('SIGTERM');
+      }),
+  };
 }
