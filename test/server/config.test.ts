@@ -123,6 +123,17 @@ deadlines:
     expect(() => loadServeConfig(args, {})).toThrow(message);
   });
 
+  it('--disable-retries is a switch: the flag alone, or true or false in the environment and files', () => {
+    const workers = ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d'];
+    const disabled = (args: string[], env: NodeJS.ProcessEnv) =>
+      (loadServeConfig([...workers, ...args], env) as { retry: { disabled: boolean } }).retry.disabled;
+    expect(disabled(['--disable-retries'], {})).toBe(true);
+    expect(disabled([], { DISAGG_DISABLE_RETRIES: 'true' })).toBe(true);
+    expect(disabled([], { DISAGG_DISABLE_RETRIES: 'false' })).toBe(false);
+    expect(disabled([], {})).toBe(false);
+    expect(() => loadServeConfig(workers, { DISAGG_DISABLE_RETRIES: 'maybe' })).toThrow('must be true or false');
+  });
+
   it('--help asks for the usage', () => {
     expect(loadServeConfig(['--help'], {})).toBe('help');
   });
