@@ -229,6 +229,8 @@ async function serveProxy(protocol, prefill, decode) {
     child.on('exit', (code) => reject(new Error(`disagg serve exited (${code}): ${out}`)));
   });
   child.stdout.resume();
+  // If this script dies, the proxy goes with it.
+  process.once('exit', () => child.kill());
   return {
     url,
     stop: () =>
