@@ -19,6 +19,19 @@ const viaVllm = (prefill: { run: Engine }, decode: { run: Engine }) =>
     decode: decode.run,
   });
 
+/** A flow with SGLang's rendezvous to a fixed prefill worker, on the given engines. */
+function sglangFlow(prefill: Engine<unknown>, decode: Engine<unknown>, context: Controller) {
+  return disaggregate({
+    request: client,
+    context,
+    prefill,
+    decode,
+    connector: sglangBootstrap,
+    prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+    logger,
+  });
+}
+
 describe('disaggregate, sequential (vLLM NIXL)', () => {
   it('prefill with a one-token budget, then decode with its kv_transfer_params and the client values', async () => {
     const prefill = prefillWithParams();
@@ -175,15 +188,7 @@ describe('disaggregate, concurrent (SGLang bootstrap)', () => {
     const decodeSource = new ScriptedSource([token(1)]);
     const decode = engine(() => decodeSource);
     const context = new Controller();
-    const stream = await disaggregate({
-      request: client,
-      context,
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: sglangBootstrap,
-      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
-      logger,
-    });
+    const stream = await sglangFlow(prefill.run, decode.run, context);
     const reading = collect(stream);
     await flush();
     prefillSource.push(Annotated.fromData(LLMEngineOutput.error('bootstrap timed out'))).end();
@@ -199,15 +204,7 @@ describe('disaggregate, concurrent (SGLang bootstrap)', () => {
     const decode: Engine<unknown> = async () => {
       throw new Error('decode answered 500');
     };
-    const outcome = await disaggregate({
-      request: client,
-      context: new Controller(),
-      prefill: prefill.run,
-      decode,
-      connector: sglangBootstrap,
-      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
-      logger,
-    })
+    const outcome = await sglangFlow(prefill.run, decode, new Controller())
       .then(collect)
       .then(
         (items) => Annotated.err(items.at(-1))?.message,
@@ -222,15 +219,7 @@ describe('disaggregate, concurrent (SGLang bootstrap)', () => {
     const prefillSource = new ScriptedSource();
     const prefill = engine(() => prefillSource);
     const decode = engine(() => new ScriptedSource([token(1), Annotated.fromData(LLMEngineOutput.length())]).end());
-    const stream = await disaggregate({
-      request: client,
-      context: new Controller(),
-      prefill: prefill.run,
-      decode: decode.run,
-      connector: sglangBootstrap,
-      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
-      logger,
-    });
+    const stream = await sglangFlow(prefill.run, decode.run, new Controller());
     const reading = collect(stream);
     await flush();
     expect(prefill.calls[0]?.context.isStopped()).toBe(false);
