@@ -120,6 +120,18 @@ export function checkBudget(option: string, value: unknown, fallback: number): n
   return value;
 }
 
+/**
+ * Waits `ms` (a backoff, which is work: the timer keeps the process alive); `cancel()` clears
+ * the timer and leaves the promise pending, for a waiter that stopped waiting.
+ */
+export function pause(ms: number): { done: Promise<void>; cancel: () => void } {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const done = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  return { done, cancel: () => clearTimeout(timer) };
+}
+
 function isBudget(value: unknown): value is number {
   return typeof value === 'number' && Number.isFinite(value) && value > 0;
 }

@@ -64,6 +64,19 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * of the same request failed on (a router retrying before the first byte).
    */
   avoid?: { prefill?: readonly P[]; decode?: readonly D[] };
+  /**
+   * Sequential families with `decodeWorkers`: a decode leg that failed before answering (its
+   * dispatch rejected: refused, reset, a 5xx, a decode deadline) while prefill's worker still
+   * holds the KV. Return the milliseconds to wait before the same handoff is sent to another
+   * decode worker of the pool (passing over those that failed), or undefined to fail the
+   * request with the error. `attempt` counts from 0. Not asked after a request deadline; the
+   * wait counts against the request's deadlines. What it throws is logged and means no retry.
+   * Default: no retries.
+   *
+   * @example
+   * retryDecode: (error, attempt) => (attempt < 2 && isTransient(error) ? 100 * 2 ** attempt : undefined)
+   */
+  retryDecode?: (error: unknown, attempt: number) => number | undefined;
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
@@ -146,9 +159,10 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       skip = true;
     } else prefillLease = options.prefillWorkers.acquire(options.avoid?.prefill);
   } else if (!skip && options.prefillWorker !== undefined) prefillLease = fixedLease(options.prefillWorker);
+  const { decodeWorkers } = options;
   let decodeLease: Lease<unknown> | undefined;
   try {
-    decodeLease = options.decodeWorkers?.acquire(options.avoid?.decode);
+    decodeLease = decodeWorkers?.acquire(options.avoid?.decode);
   } catch (error) {
     prefillLease?.release();
     throw error;
@@ -161,6 +175,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     connector,
     prefillLease,
     decodeLease,
+    reacquireDecode: decodeWorkers === undefined ? undefined : (avoid) => decodeWorkers.acquire(avoid as D[]),
+    retryDecode: retryPolicy(options.retryDecode, log),
     deadlines,
     cleanupBudgetMs,
     // The recorder is worker-agnostic; the workers it names are the pools' own.
@@ -168,6 +184,23 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     logger: log,
   });
   return run.start(skip);
+}
+
+/** The caller's `retryDecode`, with a throw or a non-wait taken as no retry. */
+function retryPolicy(
+  retryDecode: DisaggregateOptions['retryDecode'],
+  log: () => Logger,
+): ((error: unknown, attempt: number) => number | undefined) | undefined {
+  if (retryDecode === undefined) return undefined;
+  return (error, attempt) => {
+    try {
+      const delayMs = retryDecode(error, attempt);
+      return typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0 ? delayMs : undefined;
+    } catch (thrown) {
+      log().warn({ err: thrown }, 'retryDecode threw; the decode failure is not retried');
+      return undefined;
+    }
+  };
 }
 
 function fixedLease<W>(worker: W): Lease<W> {
@@ -206,6 +239,11 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
     if (options[pool] !== undefined && !(options[pool] instanceof WorkerPool)) {
       throw new TypeError(`disaggregate expects ${pool} to be a WorkerPool, got ${describeValue(options[pool])}`);
     }
+  }
+  if (options.retryDecode !== undefined && typeof options.retryDecode !== 'function') {
+    throw new TypeError(
+      `retryDecode must be a function (error, attempt) => milliseconds | undefined, got ${describeValue(options.retryDecode)}`,
+    );
   }
   if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
     throw new TypeError(`onEvent must be a function (event) => void, got ${describeValue(options.onEvent)}`);

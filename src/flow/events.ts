@@ -25,6 +25,8 @@ export interface FlowEventBase {
  * - `handoff`: decode has what it needs from prefill (the parameters, or the rendezvous);
  * - `decodeDispatched`, `decodeOpened` (its stream is there), `kvClaimed` (decode answered
  *   for the first time, so it has taken the KV), `firstToken` (first item to the client);
+ * - `decodeRetried`: a sequential decode failed before answering while prefill's KV is still
+ *   held, and is sent again to `decodeWorker` after `delayMs` (see `retryDecode`);
  * - `terminalHeld` / `terminalReleased`: decode finished before prefill did, and waited;
  * - `cleanupExpired`: the client had gone and decode did not take the KV within the clean-up
  *   budget: an orphaned handoff;
@@ -40,6 +42,7 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
     | { type: 'prefillCompleted' }
     | { type: 'prefillFailed'; error: Error }
     | { type: 'decodeDispatched' }
+    | { type: 'decodeRetried'; attempt: number; error: Error; delayMs: number; decodeWorker?: D }
     | { type: 'decodeOpened' }
     | { type: 'kvClaimed' }
     | { type: 'firstToken' }

@@ -16,7 +16,7 @@ import { once } from '../util/once.js';
 import { mintBootstrapRoom } from './bootstrap-room.js';
 import { ClientStream, clientError, legOf } from './client-stream.js';
 import { type Connector, elementsOf } from './connectors.js';
-import { DeadlineError, type Deadlines, startTimer } from './deadlines.js';
+import { DeadlineError, type Deadlines, pause, startTimer } from './deadlines.js';
 import { DecodeLeg } from './decode-leg.js';
 import type { FlowRecorder, Strategy } from './events.js';
 import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
@@ -41,6 +41,10 @@ export interface FlowSetup {
   connector: Connector;
   prefillLease: Lease<unknown> | undefined;
   decodeLease: Lease<unknown> | undefined;
+  /** Another decode worker, passing over `avoid` (the pool's `acquire`); none without a pool. */
+  reacquireDecode: ((avoid: readonly unknown[]) => Lease<unknown>) | undefined;
+  /** The wait before sending a failed sequential decode again, or undefined to fail. */
+  retryDecode: ((error: unknown, attempt: number) => number | undefined) | undefined;
   deadlines: Readonly<Deadlines>;
   cleanupBudgetMs: number;
   recorder: FlowRecorder;
@@ -95,6 +99,8 @@ export class FlowRun {
   #prefillReader: WatchedIterator<EngineItem> | undefined;
   #releasePrefill: (() => void) | undefined;
   #leg: DecodeLeg | undefined;
+  /** The decode worker of the current decode leg (another one after a retry). */
+  #decodeLease: Lease<unknown> | undefined;
   /** What the client reads, once the request has a stream. */
   readonly #client: ClientStream;
   /** The prefill leg's `prompt_tokens_details`, for the usage the client gets. */
@@ -112,6 +118,7 @@ export class FlowRun {
   constructor(setup: FlowSetup) {
     this.#setup = setup;
     this.#prefillContext = new Controller(setup.client.id);
+    this.#decodeLease = setup.decodeLease;
     this.#client = new ClientStream({
       recorder: setup.recorder,
       heldFor: () => this.#leg?.heldFor(),
@@ -203,7 +210,7 @@ export class FlowRun {
     switch (result.kind) {
       case 'finished': {
         this.#prefillEnded();
-        this.#setup.decodeLease?.release();
+        this.#decodeLease?.release();
         const context = this.#setup.client;
         return this.#toClient(new ResponseStream(once(result.output), context));
       }
@@ -223,8 +230,53 @@ export class FlowRun {
           ...(promptTokensDetails === undefined ? {} : { promptTokensDetails }),
         });
         // Dispatched even if the client has gone: the decode worker must take the KV.
-        const stream = await this.#flowTrip.guard(this.#dispatchDecode(body, true));
-        return this.#toClient(stream);
+        return this.#toClient(await this.#decodeHandoff(body));
+      }
+    }
+  }
+
+  /**
+   * The decode leg of a sequential handoff. Prefill's worker holds the KV until a decode
+   * worker takes it, so a decode that failed before answering (refused, 503) can be sent to
+   * another decode worker with the same parameters, as `retryDecode` allows: after its
+   * backoff, within the request's deadlines. Never once decode has answered (it has then
+   * taken the KV, and the client may have tokens).
+   */
+  async #decodeHandoff(body: RequestBody): Promise<DecodeStream> {
+    const { recorder, reacquireDecode, retryDecode } = this.#setup;
+    const failed: unknown[] = [];
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#flowTrip.guard(this.#dispatchDecode(body, true));
+      } catch (error) {
+        const delayMs =
+          this.#flowTrip.error === undefined && reacquireDecode !== undefined
+            ? retryDecode?.(error, attempt)
+            : undefined;
+        if (delayMs === undefined) throw error;
+        if (this.#decodeLease !== undefined) failed.push(this.#decodeLease.worker);
+        try {
+          // Picked now, so that the event names it; the lease waits with the request.
+          this.#decodeLease = reacquireDecode?.(failed);
+        } catch {
+          throw error; // no decode worker in rotation any more: decode's own failure is the answer
+        }
+        recorder.emit({
+          type: 'decodeRetried',
+          attempt: attempt + 1,
+          error: error instanceof Error ? error : new Error(String(error)),
+          delayMs,
+          ...(this.#decodeLease === undefined ? {} : { decodeWorker: this.#decodeLease.worker }),
+        });
+        const wait = pause(delayMs);
+        try {
+          await this.#flowTrip.guard(wait.done);
+        } catch (deadline) {
+          this.#decodeLease?.release();
+          throw deadline;
+        } finally {
+          wait.cancel();
+        }
       }
     }
   }
@@ -285,7 +337,8 @@ export class FlowRun {
    * guard observes its reads while prefill runs.
    */
   async #dispatchDecode(body: RequestBody, handoff: boolean, observedAbove = false): Promise<DecodeStream> {
-    const { recorder, decodeLease } = this.#setup;
+    const { recorder } = this.#setup;
+    const decodeLease = this.#decodeLease;
     const releaseLeg = recorder.hold();
     const leg = new DecodeLeg({
       client: this.#setup.client,
@@ -369,7 +422,7 @@ export class FlowRun {
   #failBeforeStream(error: unknown): void {
     this.#clientEnded();
     this.#cancelFirstOutput?.();
-    if (this.#leg === undefined) this.#setup.decodeLease?.release();
+    if (this.#leg === undefined) this.#decodeLease?.release();
     if (this.#prefillState === IDLE) this.#setup.prefillLease?.release();
     const shown = clientError(error);
     this.#setup.recorder.finish('error', legOf(error), shown instanceof Error ? shown : undefined);

@@ -189,6 +189,7 @@ async function startFlow(
         prefillWorkers: proxy.prefillWorkers,
         decodeWorkers: proxy.decodeWorkers,
         avoid,
+        retryDecode: (error, attempt) => backoff(proxy, error, attempt),
         onEvent: events.onEvent,
         logger: proxy.logger,
         deadlines: proxy.options.deadlines,
@@ -223,18 +224,28 @@ async function startFlow(
 
 /**
  * The backoff before another attempt of a request whose flow failed before its first byte,
- * or undefined when it is not to be retried: retries off or used up, the client gone, the
- * proxy shutting down, a deadline (waiting again would only double the wait), or anything but
- * a worker failure another worker may not have: refused or reset before an answer, a 5xx or a
- * 429. Only the prefill leg is retried in the sequential families (a failed decode holds
- * committed KV); with a rendezvous (SGLang) the pair is sent again with a fresh room. Full
- * jitter: a random wait up to the doubled backoff, capped.
+ * or undefined when it is not to be retried: the client gone, the proxy shutting down, or as
+ * {@link backoff} says. Here the whole request starts again: prefill in the sequential
+ * families (a failed decode there is retried by the flow itself, which holds the KV's
+ * parameters: `retryDecode`); with a rendezvous (SGLang) the pair, with a fresh room.
  */
 function retryDelay(proxy: ProxyState, error: unknown, attempt: number, context: Controller): number | undefined {
-  const { retry } = proxy.options;
-  if (retry.disabled || attempt >= retry.maxRetries || context.isStopped() || proxy.closing) return undefined;
-  if (deadlineIn(error) !== undefined) return undefined;
+  if (context.isStopped() || proxy.closing) return undefined;
   if (legOf(error) !== 'prefill' && proxy.connector.family !== 'concurrent') return undefined;
+  return backoff(proxy, error, attempt);
+}
+
+/**
+ * The wait before attempt `attempt + 1` after `error`, or undefined: retries off or used up,
+ * a deadline (waiting again would only double the wait), or anything but a worker failure
+ * another worker may not have: refused or reset before an answer, a 5xx or a 429. Full
+ * jitter: a random wait up to the doubled backoff, capped. A sequential decode is retried
+ * also for a client that has left: the next decode worker takes the KV and frees it.
+ */
+function backoff(proxy: ProxyState, error: unknown, attempt: number): number | undefined {
+  const { retry } = proxy.options;
+  if (retry.disabled || attempt >= retry.maxRetries) return undefined;
+  if (deadlineIn(error) !== undefined) return undefined;
   const upstream = findCause(error, UpstreamError.is);
   if (upstream === undefined) return undefined;
   const transient =
@@ -342,10 +353,39 @@ function requestEvents(proxy: ProxyState) {
         }
       }
       if (event.type === 'routed') seen.routed = event;
+      else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'finished') seen.finished = event;
     },
   };
   return seen;
+}
+
+/**
+ * The flow sends a failed sequential decode to another decode worker: the failed one is
+ * charged, the retry counted and logged, and the request now names the new worker.
+ */
+function decodeRetried(
+  proxy: ProxyState,
+  seen: { routed: Routed | undefined },
+  event: FlowEventOf<'decodeRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
+): void {
+  const failed = seen.routed?.decodeWorker;
+  proxy.health.noteFailure(event.error, { decode: failed });
+  proxy.metrics.retried('decode');
+  proxy.logger.warn(
+    {
+      requestId: event.requestId,
+      attempt: event.attempt,
+      leg: 'decode',
+      worker: failed?.url,
+      delayMs: Math.round(event.delayMs),
+      err: event.error,
+    },
+    'Retrying decode on another worker; the prefill worker holds the KV (nothing was sent to the client yet)',
+  );
+  if (seen.routed !== undefined && event.decodeWorker !== undefined) {
+    seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };
+  }
 }
 
 /** The strategy and the workers, by name: a client never sees a worker's address. */

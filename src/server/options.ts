@@ -100,8 +100,8 @@ export interface ProxyOptions {
   /**
    * Retries of a request that failed before its first byte on a worker failure that another
    * worker may not have (refused or reset before an answer, a 5xx, a 429): the prefill leg
-   * (sequential families) or the pair with a fresh room (SGLang), on another worker where
-   * there is one, after a backoff with full jitter. `maxRetries` 2, `initialBackoffMs` 50,
+   * or the decode leg with the same handoff (sequential families), or the pair with a fresh
+   * room (SGLang), on another worker where there is one, after a backoff with full jitter. `maxRetries` 2, `initialBackoffMs` 50,
    * `maxBackoffMs` 1,000 by default; `disabled` turns them off.
    */
   retry?: { maxRetries?: number; initialBackoffMs?: number; maxBackoffMs?: number; disabled?: boolean };

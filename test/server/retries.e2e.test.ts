@@ -78,6 +78,42 @@ describe('retries before the first byte', () => {
     expect(proxy.prefillWorkers.available).toHaveLength(1);
   });
 
+  it('vLLM: a decode worker that answers 503 is skipped while the prefill worker holds the KV: prefill runs once, the next decode worker takes the KV', async () => {
+    const { client, prefill, decode, url, logs } = await twoOfEach('vllm', {
+      decode: { fault: { type: 'status', status: 503 } },
+    });
+    const { data: stream, response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream: true })
+      .withResponse();
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    expect(text).toBe('tok0 tok1 tok2 ');
+    expect(response.headers.get('x-disagg-decode-worker')).toBe('decode-1');
+    expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 0]);
+    expect([decode[0]?.requests.length, decode[1]?.requests.length]).toEqual([1, 1]);
+    expect(decode[1]?.requests[0]?.body.kv_transfer_params).toEqual(decode[0]?.requests[0]?.body.kv_transfer_params);
+    // The KV prefill computed was taken by the second decode worker: nothing stranded.
+    await eventually(() => prefill[0]?.ledger.outstanding().length === 0, 'the second decode worker took the KV');
+    expect(await retries(url)).toEqual(['disagg_retries_total{leg="decode"} 1']);
+    const retried = logs.filter((record) => String(record.message).startsWith('Retrying decode on another worker'));
+    expect(retried).toHaveLength(1);
+    expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
+  });
+
+  it('vLLM: a decode worker that refuses connections is skipped and leaves the rotation; whole answers too', async () => {
+    const { client, proxy, prefill, decode } = await twoOfEach('vllm', {});
+    // The first decode worker goes away after the proxy has it in rotation.
+    const first = proxy.decodeWorkers.workers[0] as { url: string };
+    await decode[0]?.close();
+    const { data, response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3, stream: false })
+      .withResponse();
+    expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+    expect(response.headers.get('x-disagg-decode-worker')).toBe('decode-1');
+    expect(proxy.decodeWorkers.isAvailable(first)).toBe(false);
+    await eventually(() => prefill[0]?.ledger.outstanding().length === 0, 'the KV was taken');
+  });
+
   it('SGLang: a decode that answers 500 before its stream opens is retried as a pair with a fresh room', async () => {
     const { client, prefill, decode } = await twoOfEach('sglang', {
       decode: { fault: { type: 'status', status: 500 } },
@@ -117,7 +153,8 @@ describe('retries before the first byte', () => {
     const { client, proxy, decode, prefill, logs } = await twoOfEach(
       'vllm',
       { decode: { fault: { type: 'status', status: 500, message: 'decode broken' } } },
-      { breaker: { failureThreshold: 2, successThreshold: 1, openMs: 200 } },
+      // Retries off: each failure reaches the client, so the results show the circuit.
+      { breaker: { failureThreshold: 2, successThreshold: 1, openMs: 200 }, retry: { disabled: true } },
     );
     const faulty = proxy.decodeWorkers.workers[0] as { url: string };
     const results: Array<number | undefined> = [];

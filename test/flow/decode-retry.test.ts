@@ -1,0 +1,167 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { DeadlineError } from '../../src/flow/deadlines.js';
+import type { Engine } from '../../src/flow/disaggregate.js';
+import { disaggregate } from '../../src/flow/disaggregate.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
+import { client, eventLog, kvParams, prefillWithParams, runFlow } from '../support/flow.js';
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+/** A decode engine whose listed workers refuse (as a 503 before any answer) and whose others stream. */
+function decodeFailingOn(...failing: string[]) {
+  const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
+  const run: Engine<unknown> = async (body, context, worker) => {
+    calls.push({ worker, body });
+    if (failing.includes(worker as string)) throw new Error(`${String(worker)} answered 503`);
+    return new ResponseStream(
+      new ScriptedSource([token(1), token(2), Annotated.fromData(LLMEngineOutput.length())]).end(),
+      context,
+    );
+  };
+  return { run, calls };
+}
+
+const leases = (pool: WorkerPool<string>) => pool.workers.map((worker) => pool.inFlight(worker));
+
+describe('a failed sequential decode is sent to another decode worker while prefill holds the KV', () => {
+  it('the next decode worker gets the same kv_transfer_params; the client reads a whole stream', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const decode = decodeFailingOn('d0');
+    const prefill = prefillWithParams();
+    const log = eventLog();
+    const retryDecode = vi.fn(() => 0);
+    const stream = await runFlow({
+      prefill: prefill.run,
+      decode: decode.run,
+      decodeWorkers,
+      retryDecode,
+      onEvent: log.onEvent,
+    });
+    expect((await collect(stream)).map((item) => item.data?.token_ids)).toEqual([[1], [2], []]);
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0', 'd1']);
+    expect(decode.calls[1]?.body).toEqual(decode.calls[0]?.body);
+    expect(decode.calls[1]?.body.kv_transfer_params).toEqual(kvParams);
+    // Prefill ran once: the KV it computed is the one the second decode worker takes.
+    expect(prefill.calls).toHaveLength(1);
+    expect(retryDecode).toHaveBeenCalledExactlyOnceWith(expect.objectContaining({ message: 'd0 answered 503' }), 0);
+    expect(log.of('decodeRetried')).toMatchObject([{ attempt: 1, decodeWorker: 'd1', delayMs: 0 }]);
+    expect(log.of('decodeRetried')[0]?.error.message).toBe('d0 answered 503');
+    expect(log.types().filter((type) => type === 'decodeDispatched')).toHaveLength(2);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+    await flush();
+    expect(leases(decodeWorkers)).toEqual([0, 0]);
+  });
+
+  it('without retryDecode, or when it answers undefined, decode failure fails the request and holds no lease', async () => {
+    for (const retryDecode of [undefined, () => undefined]) {
+      const decodeWorkers = new WorkerPool(['d0', 'd1']);
+      const decode = decodeFailingOn('d0');
+      await expect(
+        runFlow({ decode: decode.run, decodeWorkers, ...(retryDecode === undefined ? {} : { retryDecode }) }),
+      ).rejects.toThrow('d0 answered 503');
+      expect(decode.calls).toHaveLength(1);
+      expect(leases(decodeWorkers)).toEqual([0, 0]);
+    }
+  });
+
+  it('bounded by retryDecode: each attempt passes over the workers that failed, then the last error is the answer', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1', 'd2']);
+    const decode = decodeFailingOn('d0', 'd1', 'd2');
+    const attempts: number[] = [];
+    const error = await runFlow({
+      decode: decode.run,
+      decodeWorkers,
+      retryDecode: (_, attempt) => {
+        attempts.push(attempt);
+        return attempt < 2 ? 0 : undefined;
+      },
+    }).catch((e: unknown) => e);
+    const workers = decode.calls.map((call) => call.worker);
+    expect(new Set(workers)).toEqual(new Set(['d0', 'd1', 'd2']));
+    expect((error as Error).message).toBe(`${String(workers[2])} answered 503`);
+    expect(attempts).toEqual([0, 1, 2]);
+    expect(leases(decodeWorkers)).toEqual([0, 0, 0]);
+  });
+
+  it('no decode worker left in rotation: the decode failure is the answer, not a NoWorkerError', async () => {
+    const decodeWorkers = new WorkerPool(['d0']);
+    const run: Engine<unknown> = async () => {
+      decodeWorkers.setAvailable('d0', false); // as the health checker does with an unreachable worker
+      throw new Error('connect ECONNREFUSED');
+    };
+    await expect(runFlow({ decode: run, decodeWorkers, retryDecode: () => 0 })).rejects.toThrow('ECONNREFUSED');
+    expect(leases(decodeWorkers)).toEqual([0]);
+  });
+
+  it('the backoff counts against the request deadline: a deadline during it fails the request and frees the lease', async () => {
+    vi.useFakeTimers();
+    const decodeWorkers = new WorkerPool(['d0', 'd1']);
+    const decode = decodeFailingOn('d0');
+    const outcome = runFlow({
+      decode: decode.run,
+      decodeWorkers,
+      retryDecode: () => 5_000,
+      deadlines: { totalMs: 1_000 },
+    }).catch((error: unknown) => error);
+    await vi.advanceTimersByTimeAsync(1_000);
+    const error = await outcome;
+    expect(error).toBeInstanceOf(DeadlineError);
+    expect((error as DeadlineError).phase).toBe('total');
+    expect(decode.calls).toHaveLength(1);
+    expect(leases(decodeWorkers)).toEqual([0, 0]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('a retryDecode that throws or answers a non-wait means no retry; the throw is logged', async () => {
+    const recorded = recordingLogger();
+    const decodeWorkers = new WorkerPool(['d0', 'd1']);
+    const throwing = decodeFailingOn('d0');
+    await expect(
+      runFlow({
+        decode: throwing.run,
+        decodeWorkers,
+        logger: recorded.logger,
+        retryDecode: () => {
+          throw new Error('policy bug');
+        },
+      }),
+    ).rejects.toThrow('d0 answered 503');
+    expect(throwing.calls).toHaveLength(1);
+    expect(recorded.records.some((r) => r.message === 'retryDecode threw; the decode failure is not retried')).toBe(
+      true,
+    );
+    const negative = decodeFailingOn('d0', 'd1');
+    await expect(runFlow({ decode: negative.run, decodeWorkers, retryDecode: () => -1 })).rejects.toThrow('503');
+    expect(negative.calls).toHaveLength(1);
+    await expect(runFlow({ retryDecode: 5 as never })).rejects.toThrow('retryDecode must be a function');
+  });
+
+  it('not for a rendezvous (SGLang): decode there is sent with prefill, which is retried as a pair by the router', async () => {
+    const retryDecode = vi.fn(() => 0);
+    const decodeWorkers = new WorkerPool(['d0', 'd1']);
+    const decode = decodeFailingOn('d0');
+    await expect(
+      disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: async (_, context) =>
+          new ResponseStream(new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end(), context),
+        decode: decode.run,
+        connector: sglangBootstrap,
+        prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+        decodeWorkers,
+        retryDecode,
+        logger: recordingLogger().logger,
+      }),
+    ).rejects.toThrow('d0 answered 503');
+    expect(retryDecode).not.toHaveBeenCalled();
+  });
+});
