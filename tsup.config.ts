@@ -17,6 +17,8 @@ export default defineConfig([
     clean: true,
     target: 'node20',
     platform: 'node',
+    // Class names as written: logs name an error's class (pino's `err.type`), not `_UpstreamError`.
+    keepNames: true,
   },
   {
     // The `disagg` command (the package's bin): ESM only, with its shebang.
@@ -29,5 +31,7 @@ export default defineConfig([
     clean: false,
     target: 'node20',
     platform: 'node',
+    // Class names as written: logs name an error's class (pino's `err.type`), not `_UpstreamError`.
+    keepNames: true,
   },
 ]);

@@ -54,6 +54,19 @@ describe('the built package, as a router imports it', () => {
     expect(Object.keys(cjs).sort()).toEqual(EXPORTS);
   });
 
+  it('every class keeps the name it is written with, in both formats (logs name an error by its class)', () => {
+    const cjs = createRequire(`${root}/package.json`)('disagg');
+    const classes = EXPORTS.filter((name) => /^[A-Z][a-z]/.test(name) && typeof cjs[name] === 'function');
+    expect(classes.length).toBeGreaterThan(10);
+    for (const name of classes) expect(cjs[name].name).toBe(name);
+    const script = `
+      import * as esm from 'disagg';
+      console.log(JSON.stringify(${JSON.stringify(classes)}.filter((name) => esm[name].name !== name)));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
+    expect(JSON.parse(run.stdout)).toEqual([]);
+  });
+
   it('import("disagg") gives every export by name (ESM), and errors branded in one copy are recognised by the other', () => {
     const script = `
       import * as esm from 'disagg';
