@@ -344,7 +344,7 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
 
   /** Whether the finish in `output` ends the answer: the last of its choices to finish. */
   #choiceFinished(output: LLMEngineOutput): boolean {
-    if (this.#choices <= 1 || FinishReason.isFailure(output.finish_reason)) return true;
+    if (FinishReason.isFailure(output.finish_reason)) return true;
     this.#finishedChoices.add(typeof output.index === 'number' ? output.index : this.#finishedChoices.size);
     return this.#finishedChoices.size >= this.#choices;
   }
@@ -413,9 +413,8 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
 }
 
 /** A chunk that says nothing but the usage (`choices: []` with `usage`). */
-function isUsageOnly(data: LLMEngineOutput | null | undefined): boolean {
-  if (data === undefined || data === null) return false;
-  const { completion_usage: usage, finish_reason: reason, text } = data;
+function isUsageOnly(data: LLMEngineOutput | undefined): boolean {
+  const { completion_usage: usage, finish_reason: reason, text } = data ?? {};
   return (
     usage !== undefined &&
     usage !== null &&

@@ -410,3 +410,130 @@ describe('httpEngine', () => {
     );
   });
 });
+
+/** One SSE answer (`events`, then `[DONE]` unless `done` is false) to `body`; the items read. */
+async function readSse(events: unknown[], body: Record<string, unknown> = streamed, done = true) {
+  const { url } = await serve((_, res) => {
+    sse(res);
+    res.end(`${events.map((event) => `data: ${JSON.stringify(event)}\n\n`).join('')}${done ? 'data: [DONE]\n\n' : ''}`);
+  });
+  return collect(await httpEngine({ url })(body, new Controller()));
+}
+
+const finishes = (items: Awaited<ReturnType<typeof readSse>>) =>
+  items.map((item) => (Annotated.isError(item) ? 'error' : (item.data?.finish_reason ?? null)));
+
+describe('httpEngine, what an answer turns on', () => {
+  it('asks for what it will read (SSE for a stream, JSON otherwise), with the configured headers, on a base URL with or without its slash', async () => {
+    const seen: Array<Record<string, unknown>> = [];
+    const { url } = await serve((req, res) => {
+      seen.push({
+        path: req.url,
+        accept: req.headers.accept,
+        tenant: req.headers['x-tenant'],
+        id: req.headers['x-id'],
+      });
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ choices: [{ text: 'x', finish_reason: 'stop' }] }));
+    });
+    const engine = httpEngine({ url: `${url}/`, headers: { 'x-tenant': 't1' }, requestIdHeader: 'x-id' });
+    await collect(await engine({ prompt: 'p', stream: true }, new Controller('a')));
+    await collect(await engine({ prompt: 'p', stream: 'yes' }, new Controller('b')));
+    await collect(await httpEngine({ url })({ prompt: 'p' }, new Controller('c')));
+    expect(seen).toEqual([
+      { path: '/v1/completions', accept: 'text/event-stream', tenant: 't1', id: 'a' },
+      { path: '/v1/completions', accept: 'application/json', tenant: 't1', id: 'b' },
+      { path: '/v1/completions', accept: 'application/json', tenant: undefined, id: undefined },
+    ]);
+  });
+
+  it('sends through the dispatcher it is given', async () => {
+    const worker = scriptedWorker();
+    const stream = await httpEngine({ url: 'http://worker.invalid', dispatcher: worker.dispatcher })(
+      streamed,
+      new Controller(),
+    );
+    worker.send(`${chunk('a')}${chunk('', 'stop')}data: [DONE]\n\n`);
+    expect(finishes(await collect(stream))).toEqual([null, 'stop']);
+  });
+
+  it('usage is folded only into a finish just read, and only from a chunk that says nothing else', async () => {
+    const usage = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 };
+    // With continuous usage every chunk has usage: those with text are tokens, never folded.
+    const continuous = await readSse([
+      { choices: [{ index: 0, text: 'a' }], usage },
+      { choices: [{ index: 0, text: '', finish_reason: 'stop' }], usage },
+      { choices: [{ index: 0, text: 'late' }], usage },
+    ]);
+    expect(continuous.map((item) => item.data?.text)).toEqual(['a', '', 'late']);
+    expect(finishes(continuous)).toEqual([null, 'stop', null]);
+    // A usage-only chunk before any finish is an item of its own.
+    const early = await readSse([{ choices: [], usage }, chunk0('a', 'stop')]);
+    expect(early.map((item) => item.data?.completion_usage)).toEqual([usage, undefined]);
+    // A usage of null, or a second finish, is no usage to fold.
+    const nullUsage = await readSse([chunk0('a', 'stop'), { choices: [], usage: null }]);
+    expect(nullUsage).toHaveLength(2);
+    expect(nullUsage[0]?.data?.completion_usage).toBeUndefined();
+    const folded = await readSse([chunk0('a', 'length'), { choices: [], usage }]);
+    expect(folded).toHaveLength(1);
+    expect(folded[0]?.data).toMatchObject({ finish_reason: 'length', completion_usage: usage });
+    expect(Annotated.wire(folded[0])).toHaveLength(2);
+  });
+
+  it("the worker's status from an error chunk: a number or a numeric string in 400-599, else none", async () => {
+    const statusOf = async (code: unknown) => {
+      const items = await readSse([{ object: 'error', message: 'nope', code }]);
+      return (Annotated.err(items.at(-1)) as { status?: number } | undefined)?.status;
+    };
+    expect(await statusOf(400)).toBe(400);
+    expect(await statusOf('429')).toBe(429);
+    expect(await statusOf(599)).toBe(599);
+    expect(await statusOf(600)).toBeUndefined();
+    expect(await statusOf(399)).toBeUndefined();
+    expect(await statusOf(400.5)).toBeUndefined();
+    expect(await statusOf('bad')).toBeUndefined();
+    const nested = await readSse([{ error: { message: 'nope', code: '503' } }]);
+    expect(Annotated.err(nested[0])).toMatchObject({ status: 503, retryable: true });
+  });
+
+  it('a list of prompts is a batch: the answer ends when every prompt times n has finished; token ids are one prompt', async () => {
+    const at = (index: number, finish: string | null = null) => ({
+      choices: [{ index, text: finish === null ? 't' : '', finish_reason: finish }],
+    });
+    const batch = await readSse([at(0, 'stop'), at(1), at(1, 'length')], { ...streamed, prompt: ['a', 'b'] });
+    expect(finishes(batch)).toEqual([null, null, 'length']);
+    const batchTimesN = await readSse([at(0, 'stop'), at(1, 'stop'), at(2, 'stop'), at(3, 'stop')], {
+      ...streamed,
+      prompt: ['a', 'b'],
+      n: 2,
+    });
+    expect(finishes(batchTimesN)).toEqual([null, null, null, 'stop']);
+    // Token ids (numbers) are one prompt; n as a string is no n: the first finish ends the answer.
+    for (const body of [
+      { ...streamed, prompt: [1, 2, 3] },
+      { ...streamed, prompt: 'p', n: '2' },
+      { ...streamed, prompt: 'p', n: 1 },
+    ]) {
+      expect(finishes(await readSse([at(0, 'stop')], body))).toEqual(['stop']);
+    }
+    // SGLang's `text` batches the same way.
+    expect(finishes(await readSse([at(0, 'stop'), at(1, 'stop')], { stream: true, text: ['a', 'b'] }))).toEqual([
+      null,
+      'stop',
+    ]);
+  });
+
+  it('choices without an index are counted as they finish; a failure ends a batch at once', async () => {
+    const unindexed = (finish: string | null) => ({ choices: [{ text: '', finish_reason: finish }] });
+    expect(finishes(await readSse([unindexed('stop'), unindexed('length')], { ...streamed, n: 2 }))).toEqual([
+      null,
+      'length',
+    ]);
+    const failed = await readSse([chunk0('a', 'abort'), chunk0('b')], { ...streamed, n: 2 });
+    expect(finishes(failed)).toEqual(['error']);
+  });
+});
+
+function chunk0(text: string, finish: string | null = null) {
+  return { choices: [{ index: 0, text, finish_reason: finish }] };
+}
