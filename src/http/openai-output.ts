@@ -7,11 +7,11 @@ type Json = Record<string, unknown>;
 /**
  * OpenAI's finish reasons as the library's. The engines add their own: `abort` (a request
  * vLLM or SGLang dropped) is a cancellation, `error` an error, and TensorRT-LLM's
- * `not_finished` (a context response) no finish at all. A tool call finishes successfully.
+ * `not_finished` (a context response) no finish at all. Any other reason the library does not
+ * know, such as a tool call (`tool_calls`, `function_call`), finishes successfully: `stop`.
  */
 function finishReason(value: unknown, detail?: unknown): LLMEngineOutput['finish_reason'] {
   if (value === undefined || value === null || value === 'not_finished') return null;
-  if (value === 'tool_calls' || value === 'function_call') return 'stop';
   if (value === 'error')
     return { error: typeof detail === 'string' && detail !== '' ? detail : 'the worker reported an error' };
   return FinishReason.tryParse(value) ?? 'stop';

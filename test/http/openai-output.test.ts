@@ -81,3 +81,54 @@ describe('generateReader (SGLang /generate)', () => {
     );
   });
 });
+
+describe('outputFromOpenAI, field by field', () => {
+  it('finish reasons: none for null, missing or not_finished; an error finish with the worker words or a default', () => {
+    const reason = (choice: Record<string, unknown>) => outputFromOpenAI({ choices: [choice] }).data?.finish_reason;
+    expect(reason({ finish_reason: null })).toBeUndefined();
+    expect(reason({})).toBeUndefined();
+    expect(reason({ finish_reason: 'not_finished' })).toBeUndefined();
+    expect(reason({ finish_reason: 'function_call' })).toBe('stop');
+    expect(reason({ finish_reason: 'length' })).toBe('length');
+    expect(reason({ finish_reason: 'error', stop_reason: 'CUDA OOM' })).toEqual({ error: 'CUDA OOM' });
+    expect(reason({ finish_reason: 'error', stop_reason: '' })).toEqual({ error: 'the worker reported an error' });
+    expect(reason({ finish_reason: 'error', stop_reason: 7 })).toEqual({ error: 'the worker reported an error' });
+  });
+
+  it("error bodies in each shape the engines use, with the worker's words; anything else is no error", () => {
+    const text = (json: unknown) => Annotated.err(outputFromOpenAI(json))?.message;
+    expect(text({ error: { code: 500 } })).toBe('{"code":500}');
+    expect(text({ object: 'error' })).toBe('error');
+    expect(text({ object: 'error', message: 'bad' })).toBe('bad');
+    for (const json of ['a string', null, 42, { object: 'text_completion', choices: [] }, { error: null }]) {
+      expect(Annotated.isError(outputFromOpenAI(json)), JSON.stringify(json)).toBe(false);
+    }
+  });
+
+  it('takes only well-typed fields: text, token ids, index, usage and handoff parameters', () => {
+    expect(
+      outputFromOpenAI({ choices: [{ text: 5, token_ids: 'x', index: '0' }], usage: null, kv_transfer_params: null })
+        .data,
+    ).toEqual({ token_ids: [] });
+    expect(outputFromOpenAI({ choices: [{ text: 'a', token_ids: [7, 8], index: 2 }], usage: 'many' }).data).toEqual({
+      token_ids: [7, 8],
+      text: 'a',
+      index: 2,
+    });
+    expect(outputFromOpenAI({ choices: 'none' }).data).toEqual({ token_ids: [] });
+  });
+});
+
+describe('generateReader, field by field', () => {
+  it("SGLang's abort is a cancellation, an error finish keeps its message, and an error body is an error item", () => {
+    expect(generateReader()({ text: 'x', meta_info: { finish_reason: { type: 'abort' } } }).data?.finish_reason).toBe(
+      'cancelled',
+    );
+    expect(
+      generateReader()({ meta_info: { finish_reason: { type: 'error', message: 'boom' } } }).data?.finish_reason,
+    ).toEqual({ error: 'boom' });
+    expect(Annotated.err(generateReader()({ error: 'overloaded' }))?.message).toBe('overloaded');
+    const read = generateReader();
+    expect(read({ text: 7, meta_info: { finish_reason: 'stop' } }).data).toEqual({ token_ids: [] });
+  });
+});
