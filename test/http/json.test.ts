@@ -1,7 +1,45 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { nestsDeeperThan, parseJson, stringifyJson } from '../../src/http/json.js';
+import { propertyOptions } from '../support/property.js';
+
+/** JSON values with bigints among the leaves, beyond what a double holds exactly. */
+const exactValue = fc.letrec<{ value: unknown }>((tie) => ({
+  value: fc.oneof(
+    { depthSize: 'small' },
+    fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).filter((n) => !Number.isSafeInteger(Number(n))),
+    // Sixteen digits: the shortest integers beyond 2^53 - 1.
+    fc.bigInt({ min: 2n ** 53n + 1n, max: 10n ** 16n - 1n }).map((n) => (n % 2n === 0n ? n : -n)),
+    fc.integer(),
+    fc.double({ noNaN: true, noDefaultInfinity: true }),
+    // Strings full of what the scan looks for: digit runs, quotes, backslashes, signs, dots.
+    fc.stringMatching(/^[0-9"\\.eE+\-a ]{0,40}$/),
+    fc.boolean(),
+    fc.constant(null),
+    fc.array(tie('value'), { maxLength: 4 }),
+    fc.dictionary(fc.stringMatching(/^[0-9a-z"\\]{0,20}$/), tie('value'), { maxKeys: 4 }),
+  ),
+})).value;
+
+/** What stringifyJson must write: JSON.stringify's text with each bigint as its digits. */
+function reference(value: unknown): string {
+  const digits: string[] = [];
+  const text = JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? `@@${digits.push(v.toString()) - 1}@@` : v));
+  return text.replace(/"@@(\d+)@@"/g, (_, i) => digits[Number(i)] as string);
+}
 
 describe('lossless JSON', () => {
+  it('property: bigints among any JSON are written as JSON.stringify writes the rest, and read back to the same text', () => {
+    fc.assert(
+      fc.property(exactValue, (value) => {
+        const text = reference(value);
+        expect(stringifyJson(value)).toBe(text);
+        expect(stringifyJson(parseJson(text))).toBe(text);
+      }),
+      propertyOptions(500, 1129),
+    );
+  });
+
   it('integers above 2^53 - 1 are read as exact bigints; everything else as JSON.parse reads it', () => {
     expect(
       parseJson('{"room":9007199254740993,"max":18446744073709551615,"n":12,"x":1.5,"s":"9007199254740993"}'),
