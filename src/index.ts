@@ -57,6 +57,12 @@ export { UpstreamError, type UpstreamErrorKind } from './http/upstream-error.js'
 export { Annotated, AnnotatedError, type AnnotatedErrorBody } from './protocol/annotated.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protocol/llm-engine-output.js';
+export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
+export { type PowerOfTwoOptions, powerOfTwo } from './routing/power-of-two.js';
+export { PrefixTree } from './routing/prefix-tree.js';
+export { RoutingInput, routingText } from './routing/routing-input.js';
+export type { LoadView, RoutingPolicy } from './routing/routing-policy.js';
+export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';

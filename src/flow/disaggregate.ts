@@ -1,4 +1,5 @@
 import type { EngineItem } from '../protocol/llm-engine-output.js';
+import { RoutingInput } from '../routing/routing-input.js';
 import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
@@ -77,6 +78,11 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * retryDecode: (error, attempt) => (attempt < 2 && isTransient(error) ? 100 * 2 ** attempt : undefined)
    */
   retryDecode?: (error: unknown, attempt: number) => number | undefined;
+  /**
+   * The request's session (a header such as `x-session-id`), for the `session` routing
+   * policy; the body's `user` when omitted.
+   */
+  sessionKey?: string;
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
@@ -149,6 +155,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const cleanupBudgetMs = checkBudget('cleanupBudgetMs', options.cleanupBudgetMs, DEFAULT_CLEANUP_BUDGET_MS);
   const log = () => logger ?? defaultLogger();
 
+  // What routing policies look at: worked out once, and only if a policy asks.
+  const input = new RoutingInput(request, options.sessionKey);
   let skip = options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger));
   let prefillLease: Lease<unknown> | undefined;
   if (!skip && options.prefillWorkers !== undefined) {
@@ -157,12 +165,12 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       // request whole rather than failing it.
       log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
       skip = true;
-    } else prefillLease = options.prefillWorkers.acquire(options.avoid?.prefill);
+    } else prefillLease = options.prefillWorkers.acquire(options.avoid?.prefill, input);
   } else if (!skip && options.prefillWorker !== undefined) prefillLease = fixedLease(options.prefillWorker);
   const { decodeWorkers } = options;
   let decodeLease: Lease<unknown> | undefined;
   try {
-    decodeLease = decodeWorkers?.acquire(options.avoid?.decode);
+    decodeLease = decodeWorkers?.acquire(options.avoid?.decode, input);
   } catch (error) {
     prefillLease?.release();
     throw error;
@@ -175,7 +183,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     connector,
     prefillLease,
     decodeLease,
-    reacquireDecode: decodeWorkers === undefined ? undefined : (avoid) => decodeWorkers.acquire(avoid as D[]),
+    reacquireDecode: decodeWorkers === undefined ? undefined : (avoid) => decodeWorkers.acquire(avoid as D[], input),
     retryDecode: retryPolicy(options.retryDecode, log),
     deadlines,
     cleanupBudgetMs,
@@ -239,6 +247,9 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
     if (options[pool] !== undefined && !(options[pool] instanceof WorkerPool)) {
       throw new TypeError(`disaggregate expects ${pool} to be a WorkerPool, got ${describeValue(options[pool])}`);
     }
+  }
+  if (options.sessionKey !== undefined && typeof options.sessionKey !== 'string') {
+    throw new TypeError(`sessionKey must be a string, got ${describeValue(options.sessionKey)}`);
   }
   if (options.retryDecode !== undefined && typeof options.retryDecode !== 'function') {
     throw new TypeError(

@@ -1,13 +1,20 @@
+import type { RoutingInput } from '../routing/routing-input.js';
+import type { RoutingPolicy } from '../routing/routing-policy.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
  * Picks one worker for a request. Built in: `'round-robin'` (each worker in turn) and
- * `'least-in-flight'` (the worker with the fewest requests under way, ties in turn). A
- * function gets the candidates and the pool (for `inFlight`) and returns one of the
- * candidates.
+ * `'least-in-flight'` (the worker with the fewest requests under way, ties in turn); a
+ * {@link RoutingPolicy} (`cacheAware()`, `powerOfTwo()`, `sessionAffinity()` or your own),
+ * which also sees the request. A function gets the candidates, the pool (for `inFlight`) and
+ * the request, and returns one of the candidates.
  */
-export type Selection<W> = 'round-robin' | 'least-in-flight' | ((candidates: readonly W[], pool: WorkerPool<W>) => W);
+export type Selection<W> =
+  | 'round-robin'
+  | 'least-in-flight'
+  | RoutingPolicy<W>
+  | ((candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W);
 
 /** Options of {@link WorkerPool}. */
 export interface WorkerPoolOptions<W> {
@@ -52,7 +59,8 @@ export class WorkerPool<W> {
   readonly #workers: readonly W[];
   readonly #inFlight = new Map<W, number>();
   readonly #down = new Set<W>();
-  readonly #select: (candidates: readonly W[], pool: WorkerPool<W>) => W;
+  readonly #select: (candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W;
+  readonly #policy: RoutingPolicy<W> | undefined;
   #turn = 0;
 
   /**
@@ -68,9 +76,12 @@ export class WorkerPool<W> {
     if (selection === 'round-robin') this.#select = (candidates) => this.#next(candidates);
     else if (selection === 'least-in-flight') this.#select = (candidates) => this.#leastInFlight(candidates);
     else if (typeof selection === 'function') this.#select = selection;
-    else {
+    else if (isPolicy<W>(selection)) {
+      this.#policy = selection;
+      this.#select = (candidates, pool, input) => selection.select(candidates, pool, input);
+    } else {
       throw new TypeError(
-        `Unknown worker selection ${describeValue(selection)}: expected 'round-robin', 'least-in-flight' or a function`,
+        `Unknown worker selection ${describeValue(selection)}: expected 'round-robin', 'least-in-flight', a routing policy (such as cacheAware()) or a function`,
       );
     }
   }
@@ -96,7 +107,10 @@ export class WorkerPool<W> {
       throw new TypeError(`setAvailable: ${describeValue(worker)} is not a worker of this pool`);
     }
     if (available) this.#down.delete(worker);
-    else this.#down.add(worker);
+    else if (!this.#down.has(worker)) {
+      this.#down.add(worker);
+      this.#policy?.forget?.(worker);
+    }
   }
 
   /** Whether `worker` is in rotation. */
@@ -112,17 +126,17 @@ export class WorkerPool<W> {
   /**
    * Chooses a worker in rotation and counts one more request on it until the lease is released.
    * Workers in `avoid` (those a retry of the same request just failed on) are passed over while
-   * another one is in rotation.
+   * another one is in rotation. `input` is the request, for policies that route by it.
    *
    * @throws {NoWorkerError} when every worker is out of rotation;
    *   {TypeError} when a selection function returns something that is not one of the candidates.
    */
-  acquire(avoid?: readonly W[]): Lease<W> {
+  acquire(avoid?: readonly W[], input?: RoutingInput): Lease<W> {
     const available = this.available;
     if (available.length === 0) throw new NoWorkerError(this.#workers.length);
     const others = avoid === undefined || avoid.length === 0 ? available : available.filter((w) => !avoid.includes(w));
     const candidates = others.length > 0 ? others : available;
-    const worker = this.#select(candidates, this);
+    const worker = this.#select(candidates, this, input);
     if (!candidates.includes(worker)) {
       throw new TypeError(`The worker selection returned ${describeValue(worker)}, which is not a worker of this pool`);
     }
@@ -155,4 +169,8 @@ export class WorkerPool<W> {
     this.#turn = (start + 1) % candidates.length;
     return best;
   }
+}
+
+function isPolicy<W>(value: unknown): value is RoutingPolicy<W> {
+  return typeof value === 'object' && value !== null && typeof (value as RoutingPolicy<W>).select === 'function';
 }

@@ -4,6 +4,9 @@ import { disaggregate } from '../../src/flow/disaggregate.js';
 import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { cacheAware } from '../../src/routing/cache-aware.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
+import { sessionAffinity } from '../../src/routing/session-affinity.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
 import { client, decodeTokens, engine, eventLog, prefillWithParams, runFlow } from '../support/flow.js';
@@ -56,7 +59,7 @@ describe('WorkerPool', () => {
   it('refuses an empty list or an unknown selection, saying what was expected', () => {
     expect(() => new WorkerPool([])).toThrow('WorkerPool expects a non-empty array of workers');
     expect(() => new WorkerPool(['a'], { selection: 'random' as never })).toThrow(
-      "expected 'round-robin', 'least-in-flight' or a function",
+      "expected 'round-robin', 'least-in-flight', a routing policy (such as cacheAware()) or a function",
     );
   });
 });
@@ -206,5 +209,45 @@ describe('disaggregate with worker pools', () => {
         prefillWorkers: ['p'] as never,
       }),
     ).rejects.toThrow('prefillWorkers to be a WorkerPool');
+  });
+});
+
+describe('disaggregate with routing policies', () => {
+  it('both pools see the request: cache-aware prefill keeps each conversation on one worker, session decode by its key', async () => {
+    const prefillWorkers = new WorkerPool(['p0', 'p1', 'p2'], { selection: cacheAware<string>() });
+    const decodeWorkers = new WorkerPool(['d0', 'd1', 'd2'], { selection: sessionAffinity<string>() });
+    const winner = (key: string) =>
+      sessionAffinity<string>().select(decodeWorkers.workers, decodeWorkers, new RoutingInput({}, key));
+    // Two sessions that rendezvous hashing puts on different decode workers, neither the first.
+    const keys: string[] = [];
+    for (let i = 0; keys.length < 2; i++) {
+      const key = `conversation-${i}`;
+      if (winner(key) !== 'd0' && !keys.some((other) => winner(other) === winner(key))) keys.push(key);
+    }
+    const histories = keys.map((key) => [{ role: 'system', content: `You are ${key}. `.repeat(20) }]);
+    const chosen = keys.map(() => ({ prefill: new Set<unknown>(), decode: new Set<unknown>() }));
+    for (let turn = 0; turn < 3; turn++) {
+      for (const [i, key] of keys.entries()) {
+        const history = histories[i] as Array<{ role: string; content: string }>;
+        history.push({ role: 'user', content: `question ${turn}` });
+        const prefill = prefillWithParams();
+        const decode = decodeTokens();
+        await collect(
+          await runFlow({
+            request: { model: 'm', messages: [...history], max_tokens: 4 },
+            prefill: prefill.run,
+            decode: decode.run,
+            prefillWorkers,
+            decodeWorkers,
+            sessionKey: key,
+          }),
+        );
+        chosen[i]?.prefill.add(prefill.calls[0]?.worker);
+        chosen[i]?.decode.add(decode.calls[0]?.worker);
+        history.push({ role: 'assistant', content: `answer ${turn}` });
+      }
+    }
+    expect(chosen.map(({ prefill }) => [...prefill])).toEqual([['p0'], ['p1']]);
+    expect(chosen.map(({ decode }) => [...decode])).toEqual(keys.map((key) => [winner(key)]));
   });
 });

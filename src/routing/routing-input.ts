@@ -1,0 +1,81 @@
+/**
+ * What a routing policy may look at in one request: its routing text (the prompt, or the chat
+ * messages rendered in order) and its session key. Both are worked out on first use only, so
+ * a policy that needs neither (round-robin) costs nothing per request, and one that needs the
+ * text reads a long prompt once however many pools ask.
+ *
+ * @example
+ * const input = new RoutingInput({ messages: [{ role: 'user', content: 'Hi' }] }, 'chat-42');
+ * input.text; // 'user\u0000Hi\u0001'
+ * input.sessionKey; // 'chat-42'
+ */
+export class RoutingInput {
+  readonly #body: Readonly<Record<string, unknown>>;
+  readonly #sessionKey: string | undefined;
+  #text: string | undefined;
+
+  /**
+   * @param body the request body as the client sent it.
+   * @param sessionKey the session it belongs to (a header such as `x-session-id`); the body's
+   *   `user` when omitted.
+   */
+  constructor(body: Readonly<Record<string, unknown>>, sessionKey?: string) {
+    this.#body = body;
+    this.#sessionKey = sessionKey;
+  }
+
+  /** The text whose prefix a worker's cache would hold (see {@link routingText}). */
+  get text(): string {
+    this.#text ??= routingText(this.#body);
+    return this.#text;
+  }
+
+  /** The session key, or undefined when the request names none. */
+  get sessionKey(): string | undefined {
+    if (this.#sessionKey !== undefined && this.#sessionKey !== '') return this.#sessionKey;
+    const { user } = this.#body;
+    return typeof user === 'string' && user !== '' ? user : undefined;
+  }
+}
+
+/**
+ * The text a request's prompt starts with, in the order an engine's chat template puts it:
+ * a completion's `prompt` (a batch's first prompt; token ids as numbers), SGLang's `text`, or
+ * each chat message as its role and its text parts. Separators are control characters no
+ * client text is made of, so that two conversations share a prefix only where their messages
+ * do. Empty for a request without any of these.
+ */
+export function routingText(body: Readonly<Record<string, unknown>>): string {
+  const { messages, prompt, text } = body;
+  if (Array.isArray(messages)) {
+    let out = '';
+    for (const message of messages) {
+      if (typeof message !== 'object' || message === null) continue;
+      const { role, content } = message as { role?: unknown; content?: unknown };
+      out += `${typeof role === 'string' ? role : ''}\u0000${contentText(content)}\u0001`;
+    }
+    return out;
+  }
+  return promptText(prompt ?? text);
+}
+
+function promptText(prompt: unknown): string {
+  if (typeof prompt === 'string') return prompt;
+  if (!Array.isArray(prompt) || prompt.length === 0) return '';
+  const [first] = prompt;
+  // A batch of prompts routes by its first; a list of token ids is one prompt.
+  if (typeof first === 'string') return first;
+  if (Array.isArray(first)) return first.join(',');
+  return prompt.join(',');
+}
+
+function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  let out = '';
+  for (const part of content) {
+    const { text } = (part ?? {}) as { text?: unknown };
+    if (typeof text === 'string') out += text;
+  }
+  return out;
+}

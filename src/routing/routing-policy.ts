@@ -1,0 +1,37 @@
+import type { RoutingInput } from './routing-input.js';
+
+/** What a policy may ask of the pool it chooses for: each worker's requests in flight. */
+export interface LoadView<W> {
+  inFlight(worker: W): number;
+}
+
+/**
+ * A way of choosing a worker of a `WorkerPool` for a request, by more than the pool's own
+ * counts: `select` gets the workers in rotation (never empty), the pool's load and the
+ * request (undefined when the caller has none, as for a health probe) and returns one of the
+ * candidates. `forget` is called when a worker leaves the rotation, so that what the policy
+ * knows of it (a cache it no longer has) is not counted on when it comes back.
+ *
+ * Built in: {@link cacheAware}, {@link powerOfTwo}, {@link sessionAffinity}.
+ */
+export interface RoutingPolicy<W> {
+  /** For logs and the `--help` text. */
+  readonly name: string;
+  select(candidates: readonly W[], load: LoadView<W>, input: RoutingInput | undefined): W;
+  forget?(worker: W): void;
+}
+
+/** The candidate with the fewest requests in flight; ties go to the lowest `tieBreak`, then to the first. */
+export function leastLoaded<W>(candidates: readonly W[], load: LoadView<W>, tieBreak?: (worker: W) => number): W {
+  let best = candidates[0] as W;
+  let bestLoad = load.inFlight(best);
+  for (let i = 1; i < candidates.length; i++) {
+    const worker = candidates[i] as W;
+    const inFlight = load.inFlight(worker);
+    if (inFlight < bestLoad || (inFlight === bestLoad && tieBreak !== undefined && tieBreak(worker) < tieBreak(best))) {
+      best = worker;
+      bestLoad = inFlight;
+    }
+  }
+  return best;
+}
