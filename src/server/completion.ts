@@ -129,7 +129,8 @@ async function serveAdmitted(
     proxy.options.workerApiKey === undefined ? req.headers.authorization : undefined,
   );
   try {
-    await serve(proxy, { body, route, context, res, entry, events, answerFor, engine });
+    const sessionKey = headerValue(req.headers[proxy.options.routing.sessionHeader]);
+    await serve(proxy, { body, route, context, res, entry, events, answerFor, engine, sessionKey });
   } finally {
     proxy.inFlight.delete(entry);
     logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure });
@@ -146,6 +147,8 @@ type ServeRequest = {
   events: ReturnType<typeof requestEvents>;
   answerFor: (error: unknown) => ErrorAnswer;
   engine: Engine<{ url: string }>;
+  /** The session header's value, for the session policy. */
+  sessionKey: string | undefined;
 };
 
 /** Runs the request through the flow (with retries) and answers it, streamed or whole. */
@@ -172,7 +175,7 @@ async function startFlow(
   proxy: ProxyState,
   request: ServeRequest,
 ): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
-  const { body, context, events, engine } = request;
+  const { body, context, events, engine, sessionKey } = request;
   const avoid: { prefill: ProxyPrefillWorker[]; decode: ProxyDecodeWorker[] } = { prefill: [], decode: [] };
   for (let attempt = 0; ; attempt++) {
     // Each attempt on a context of its own (a failed flow stops its context), which the
@@ -189,6 +192,7 @@ async function startFlow(
         prefillWorkers: proxy.prefillWorkers,
         decodeWorkers: proxy.decodeWorkers,
         avoid,
+        ...(sessionKey === undefined ? {} : { sessionKey }),
         retryDecode: (error, attempt) => backoff(proxy, error, attempt),
         onEvent: events.onEvent,
         logger: proxy.logger,

@@ -2,6 +2,7 @@ import type { Dispatcher } from 'undici';
 import type { Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
+import { CACHE_AWARE_DEFAULTS } from '../routing/cache-aware.js';
 import type { Logger } from '../runtime/logger.js';
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
@@ -28,6 +29,10 @@ export interface ProxyDecodeWorker {
   name?: string;
 }
 
+/** The ways a pool can choose its worker (`--prefill-policy`, `--decode-policy`). */
+export const POLICY_NAMES = ['least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session'] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
 /**
  * Options of `createProxy`. Every setting is described, with its default, its command-line
  * flag and its environment variable, in one table ({@link SETTINGS}), which `createProxy`,
@@ -45,6 +50,28 @@ export interface ProxyOptions {
   bootstrapPort?: number;
   /** How a worker is chosen for each leg; `least-in-flight` by default. */
   selection?: 'round-robin' | 'least-in-flight';
+  /**
+   * How the prefill worker of a request is chosen, by more than `selection`: `cache-aware`
+   * (to the worker whose cache most likely holds the prompt's prefix), `power-of-two` or
+   * `session` (one worker per session key). `selection` by default.
+   */
+  prefillPolicy?: PolicyName;
+  /** How the decode worker of a request is chosen; `selection` by default. */
+  decodePolicy?: PolicyName;
+  /**
+   * The cache-aware and session policies' settings: a match must cover more than
+   * `cacheThreshold` of the prompt (0.5); load is imbalanced, and the least loaded worker wins,
+   * past `balanceAbsThreshold` more requests (32) and `balanceRelThreshold` times as many
+   * (1.1); `maxTreeChars` of prompts remembered per worker (8 Mi); the session key is the
+   * `sessionHeader` header (`x-session-id`), or the body's `user`.
+   */
+  routing?: {
+    cacheThreshold?: number;
+    balanceAbsThreshold?: number;
+    balanceRelThreshold?: number;
+    maxTreeChars?: number;
+    sessionHeader?: string;
+  };
   /**
    * Budgets per phase in milliseconds, `0` for none; by default {@link DEFAULT_DEADLINES}
    * (every phase but the total).
@@ -151,8 +178,15 @@ export interface ResolvedProxyOptions
       | 'workerApiKey'
       | 'retry'
       | 'breaker'
+      | 'prefillPolicy'
+      | 'decodePolicy'
+      | 'routing'
     >
   > {
+  /** As given, else `selection`. */
+  prefillPolicy: PolicyName;
+  decodePolicy: PolicyName;
+  routing: Required<NonNullable<ProxyOptions['routing']>>;
   retry: Required<NonNullable<ProxyOptions['retry']>>;
   breaker: Required<NonNullable<ProxyOptions['breaker']>>;
   cleanupBudgetMs: number;
@@ -171,6 +205,10 @@ export interface ServeConfig {
   host: string;
   port: number;
   selection: 'round-robin' | 'least-in-flight';
+  /** As given; `selection` applies when undefined. */
+  prefillPolicy: PolicyName | undefined;
+  decodePolicy: PolicyName | undefined;
+  routing: Required<NonNullable<ProxyOptions['routing']>>;
   deadlines: Deadlines;
   /** As given; the flow's default (120,000 ms) applies when undefined. */
   cleanupBudgetMs: number | undefined;
@@ -329,6 +367,62 @@ export const SETTINGS: readonly Setting[] = [
     help: 'how a worker is chosen for each leg',
     default: 'least-in-flight',
     parse: oneOf(['least-in-flight', 'round-robin']),
+  },
+  ...(['prefill', 'decode'] as const).map(
+    (leg): Setting => ({
+      key: `${leg}Policy`,
+      flag: `${leg}-policy`,
+      env: `DISAGG_${leg.toUpperCase()}_POLICY`,
+      arg: POLICY_NAMES.join('|'),
+      help: `how the ${leg} worker is chosen (cache-aware: where the prompt's prefix most likely is cached; session: one worker per session key)`,
+      shownDefault: 'as --selection',
+      parse: oneOf(POLICY_NAMES),
+    }),
+  ),
+  {
+    key: 'routing.cacheThreshold',
+    flag: 'cache-threshold',
+    env: 'DISAGG_CACHE_THRESHOLD',
+    arg: 'R',
+    help: 'cache-aware: the share of the prompt a worker must hold (0 to 1) for a request to go there',
+    default: CACHE_AWARE_DEFAULTS.cacheThreshold,
+    parse: unitRatio,
+  },
+  {
+    key: 'routing.balanceAbsThreshold',
+    flag: 'balance-abs-threshold',
+    env: 'DISAGG_BALANCE_ABS_THRESHOLD',
+    arg: 'N',
+    help: 'cache-aware: requests in flight the busiest worker may have over the idlest before load wins over the cache',
+    default: CACHE_AWARE_DEFAULTS.balanceAbsThreshold,
+    parse: nonNegativeInteger,
+  },
+  {
+    key: 'routing.balanceRelThreshold',
+    flag: 'balance-rel-threshold',
+    env: 'DISAGG_BALANCE_REL_THRESHOLD',
+    arg: 'R',
+    help: 'cache-aware: and how many times as many (1 or more)',
+    default: CACHE_AWARE_DEFAULTS.balanceRelThreshold,
+    parse: atLeastOne,
+  },
+  {
+    key: 'routing.maxTreeChars',
+    flag: 'max-tree-chars',
+    env: 'DISAGG_MAX_TREE_CHARS',
+    arg: 'N',
+    help: 'cache-aware: characters of prompts remembered per worker (least recently used dropped first)',
+    default: CACHE_AWARE_DEFAULTS.maxTreeChars,
+    parse: positiveInteger,
+  },
+  {
+    key: 'routing.sessionHeader',
+    flag: 'session-header',
+    env: 'DISAGG_SESSION_HEADER',
+    arg: 'NAME',
+    help: "session: the request header with the session key (else the body's user)",
+    default: 'x-session-id',
+    parse: headerName,
   },
   ...(
     [
@@ -669,6 +763,8 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   return {
     ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
     deadlines: activeDeadlines(values.deadlines as Deadlines | undefined),
+    prefillPolicy: (values.prefillPolicy ?? values.selection) as PolicyName,
+    decodePolicy: (values.decodePolicy ?? values.selection) as PolicyName,
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     workerApiKey: values.workerApiKey as string | undefined,
@@ -770,6 +866,26 @@ function oneOf<T extends string>(choices: readonly T[]): (value: unknown) => T {
       choices.length === 2 ? `'${choices[0]}' or '${choices[1]}'` : `one of ${choices.map((c) => `'${c}'`).join(', ')}`;
     throw new Invalid(`must be ${expected}, got ${describeValue(value)}`);
   };
+}
+
+function unitRatio(value: unknown): number {
+  const ratio = number(value);
+  if (!(ratio >= 0 && ratio <= 1)) throw new Invalid(`must be a number from 0 to 1, got ${describeValue(value)}`);
+  return ratio;
+}
+
+function atLeastOne(value: unknown): number {
+  const ratio = number(value);
+  if (!(Number.isFinite(ratio) && ratio >= 1))
+    throw new Invalid(`must be a number of 1 or more, got ${describeValue(value)}`);
+  return ratio;
+}
+
+function headerName(value: unknown): string {
+  if (typeof value !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(value)) {
+    throw new Invalid(`must be an HTTP header name, got ${describeValue(value)}`);
+  }
+  return value.toLowerCase();
 }
 
 function number(value: unknown): number {
@@ -913,6 +1029,9 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     host: resolved.host as string,
     port: resolved.port as number,
     selection: resolved.selection as ServeConfig['selection'],
+    prefillPolicy: resolved.prefillPolicy as PolicyName | undefined,
+    decodePolicy: resolved.decodePolicy as PolicyName | undefined,
+    routing: resolved.routing as ServeConfig['routing'],
     deadlines: resolved.deadlines as Deadlines,
     cleanupBudgetMs: resolved.cleanupBudgetMs as number | undefined,
     healthIntervalMs: resolved.healthIntervalMs as number,

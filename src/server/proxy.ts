@@ -24,6 +24,7 @@ import {
 } from './options.js';
 import type { ProxyState } from './proxy-state.js';
 import { handleRequest, routeLabel } from './routes.js';
+import { selectionFor } from './routing-policies.js';
 
 export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
 
@@ -115,10 +116,10 @@ class DisaggProxy implements ProxyServer, ProxyState {
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
     this.connector = CONNECTORS[options.connector];
-    const { selection, dispatcher, workerApiKey } = options;
+    const { dispatcher, workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    this.prefillWorkers = new WorkerPool(options.prefill, { selection });
-    this.decodeWorkers = new WorkerPool(options.decode, { selection });
+    this.prefillWorkers = new WorkerPool(options.prefill, { selection: selectionFor(options.prefillPolicy, routing) });
+    this.decodeWorkers = new WorkerPool(options.decode, { selection: selectionFor(options.decodePolicy, routing) });
     for (const [role, pool] of [
       ['prefill', this.prefillWorkers],
       ['decode', this.decodeWorkers],

@@ -76,6 +76,38 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
     ).toMatch(/^Unknown option "port" of createProxy/);
   });
 
+  it('routing: a policy per leg (else --selection), the cache-aware thresholds checked, the session header named', () => {
+    const config = loadServeConfig(
+      [...workers, '--prefill-policy', 'cache-aware', '--cache-threshold', '0.3', '--session-header', 'X-Conversation'],
+      { DISAGG_DECODE_POLICY: 'session', DISAGG_BALANCE_REL_THRESHOLD: '1.5' },
+    );
+    expect(config).toMatchObject({
+      prefillPolicy: 'cache-aware',
+      decodePolicy: 'session',
+      routing: { cacheThreshold: 0.3, balanceRelThreshold: 1.5, sessionHeader: 'x-conversation' },
+    });
+    const resolved = resolveProxyOptions({
+      connector: 'vllm',
+      prefill: [{ url: 'http://p' }],
+      decode: [{ url: 'http://d' }],
+      selection: 'round-robin',
+      decodePolicy: 'power-of-two',
+    });
+    expect([resolved.prefillPolicy, resolved.decodePolicy]).toEqual(['round-robin', 'power-of-two']);
+    expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'random'], {})).message).toBe(
+      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', got \"random\"",
+    );
+    expect(refusal(() => loadServeConfig([...workers, '--cache-threshold', '1.5'], {})).message).toBe(
+      '--cache-threshold (routing.cacheThreshold) must be a number from 0 to 1, got "1.5"',
+    );
+    expect(refusal(() => loadServeConfig([...workers, '--balance-rel-threshold', '0.9'], {})).message).toMatch(
+      /^--balance-rel-threshold \(routing.balanceRelThreshold\) must be a number of 1 or more/,
+    );
+    expect(refusal(() => loadServeConfig([...workers, '--session-header', 'x session'], {})).message).toMatch(
+      /^--session-header \(routing.sessionHeader\) must be an HTTP header name/,
+    );
+  });
+
   it('the clean-up budget: the loader and createProxy refuse 0 as disaggregate does, and apply its default', () => {
     expect(refusal(() => loadServeConfig([...workers, '--cleanup-budget-ms', '0'], {})).message).toBe(
       '--cleanup-budget-ms must be a positive number of milliseconds, got "0"',
@@ -95,6 +127,8 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
     });
     expect(resolved).toMatchObject({
       selection: 'least-in-flight',
+      prefillPolicy: 'least-in-flight',
+      decodePolicy: 'least-in-flight',
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
       keepAliveTimeoutMs: 72_000,

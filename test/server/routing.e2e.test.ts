@@ -1,0 +1,80 @@
+import OpenAI from 'openai';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import { recordingLogger } from '../support/async.js';
+import { fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+async function cluster(options: Partial<ProxyOptions>) {
+  const prefill = await Promise.all([0, 1, 2].map(() => fakes.start({ role: 'prefill', protocol: 'vllm' })));
+  const decode = await Promise.all([0, 1, 2].map(() => fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 })));
+  const proxy = createProxy({
+    connector: 'vllm',
+    prefill: prefill.map((worker) => ({ url: worker.url })),
+    decode: decode.map((worker) => ({ url: worker.url })),
+    logger: recordingLogger().logger,
+    ...options,
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0);
+  return { proxy, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }) };
+}
+
+/** Plays `turns` of each conversation, interleaved; the workers each turn was routed to. */
+async function converse(client: OpenAI, sessions: string[], turns: number) {
+  const histories = sessions.map((session) => [
+    { role: 'system' as const, content: `You are the assistant of ${session}. Keep to the point. `.repeat(8) },
+  ]);
+  const routed = sessions.map(() => [] as Array<{ prefill: string | null; decode: string | null }>);
+  for (let turn = 0; turn < turns; turn++) {
+    for (const [i, session] of sessions.entries()) {
+      const history = histories[i] as Array<{ role: 'system' | 'user' | 'assistant'; content: string }>;
+      history.push({ role: 'user', content: `Turn ${turn}: what next?` });
+      const { data, response } = await client.chat.completions
+        .create({ model: 'fake-model', messages: history, max_tokens: 2 }, { headers: { 'x-session-id': session } })
+        .withResponse();
+      history.push({ role: 'assistant', content: data.choices[0]?.message.content ?? '' });
+      routed[i]?.push({
+        prefill: response.headers.get('x-disagg-prefill-worker'),
+        decode: response.headers.get('x-disagg-decode-worker'),
+      });
+    }
+  }
+  return routed;
+}
+
+describe('routing by cache and session through the proxy', () => {
+  it('--prefill-policy cache-aware keeps each conversation on the prefill worker that holds its history; --decode-policy session by x-session-id', async () => {
+    const { client } = await cluster({ prefillPolicy: 'cache-aware', decodePolicy: 'session' });
+    const routed = await converse(client, ['alice', 'bob', 'carol'], 4);
+    const prefillOf = routed.map((turns) => new Set(turns.map((turn) => turn.prefill)));
+    const decodeOf = routed.map((turns) => new Set(turns.map((turn) => turn.decode)));
+    for (const workers of [...prefillOf, ...decodeOf]) expect(workers.size).toBe(1);
+    // Three conversations, three prefill workers: cold prompts go to the worker holding least.
+    expect(new Set(prefillOf.map((workers) => [...workers][0])).size).toBe(3);
+  });
+
+  it('least-in-flight (the default) spreads the same conversations without regard to their history', async () => {
+    const { client } = await cluster({});
+    const routed = await converse(client, ['alice'], 4);
+    expect(new Set(routed[0]?.map((turn) => turn.prefill)).size).toBeGreaterThan(1);
+  });
+
+  it('a prefill worker leaving the rotation hands its conversations to another, which then keeps them', async () => {
+    const { client, proxy } = await cluster({ prefillPolicy: 'cache-aware' });
+    const [first] = await converse(client, ['alice'], 2);
+    const name = first?.[0]?.prefill;
+    const index = Number(String(name).split('-')[1]);
+    proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[index] as { url: string }, false);
+    const [after] = await converse(client, ['alice'], 3);
+    const moved = new Set(after?.map((turn) => turn.prefill));
+    expect(moved.size).toBe(1);
+    expect(moved.has(name ?? null)).toBe(false);
+  });
+});
