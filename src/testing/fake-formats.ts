@@ -302,19 +302,20 @@ function generateFormat(id: string): Format {
 }
 
 /**
- * The one-token answer of a prefill call, in the shape of its route (prefill counts half its
- * prompt cached); `abort` (a prefill the engine dropped) or `stop` (its one token ended the
+ * The one-token answer of a prefill call, in the shape of its route (with `cachedTokens` of
+ * its prompt cached: half of it when not given); `abort` (a prefill the engine dropped) or `stop` (its one token ended the
  * answer) when the answer it was given says so.
  */
 export function oneTokenAnswer(
   record: { path: string; body: Record<string, unknown> },
   model: string | undefined,
   answer?: FakeAnswer,
+  cachedTokens?: number,
 ) {
   const prompt = promptTokens(record.body);
   // A prefill whose one token ends the answer (an end of sequence) says so; otherwise `length`.
   const finishReason =
     answer?.finishReason === 'abort' || answer?.finishReason === 'stop' ? answer.finishReason : 'length';
   const plan = planAnswer({ ...record.body, n: 1, max_tokens: 1 }, { content: ['tok0 '], finishReason }, 1);
-  return formatFor(record.path, model).whole(plan, usageOf(record.body, 1, Math.floor(prompt / 2)));
+  return formatFor(record.path, model).whole(plan, usageOf(record.body, 1, cachedTokens ?? Math.floor(prompt / 2)));
 }

@@ -13,6 +13,8 @@ export interface WorkerSide {
   readonly engineId: string;
   /** Resolves after `ms` (a timer the worker clears when it closes). */
   pause(ms: number): Promise<void>;
+  /** Computes a prefill's prompt (see `FakeWorkerServer.computePrompt`): the tokens found cached, if it has a cache. */
+  computePrompt(record: FakeRequest): Promise<number | undefined>;
   /** Two fresh KV block ids. */
   nextBlocks(): number[];
   /** Frees `key` as stranded after the worker's KV timeout, unless it is claimed first. */

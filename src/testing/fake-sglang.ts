@@ -17,7 +17,7 @@ export const fakeSglang: FakeProtocol = {
 
   async prefill(worker, res, record, fault) {
     const requestId = record.requestId ?? randomUUID();
-    await worker.pause(worker.options.tokenIntervalMs ?? 0);
+    const cached = await worker.computePrompt(record);
     if (res.destroyed) return;
     // A batched request (several prompts, or n > 1) has a room per element, all on both legs.
     const rooms = roomsOf(record.body);
@@ -39,7 +39,7 @@ export const fakeSglang: FakeProtocol = {
       return worker.answerError(res, 500, fault.message ?? 'KV transfer aborted after the bootstrap');
     }
     record.completed = true;
-    worker.answerJson(res, 200, oneTokenAnswer(record, worker.options.model, worker.answerFor(record)));
+    worker.answerJson(res, 200, oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached));
   },
 
   kvSources(body) {

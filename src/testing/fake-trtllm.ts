@@ -59,14 +59,14 @@ export const fakeTrtllm: FakeProtocol = {
   },
 
   async prefill(worker, res, record) {
-    await worker.pause(worker.options.tokenIntervalMs ?? 0);
+    const cached = await worker.computePrompt(record);
     if (res.destroyed) return;
     const ctxRequestId = nextRequestId++;
     const key = `ctx-${ctxRequestId}`;
     worker.ledger.commit(key, record.requestId ?? key);
     worker.strandLater(key);
     record.completed = true;
-    const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record)) as {
+    const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached) as {
       choices: Array<Record<string, unknown>>;
     };
     const [choice] = answer.choices;

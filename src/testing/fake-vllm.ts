@@ -16,7 +16,7 @@ export const fakeVllm: FakeProtocol = {
 
   async prefill(worker, res, record, fault) {
     const requestId = record.requestId ?? randomUUID();
-    await worker.pause(worker.options.tokenIntervalMs ?? 0);
+    const cached = await worker.computePrompt(record);
     if (fault?.type === 'late-failure') {
       return worker.answerError(res, 500, fault.message ?? 'prefill failed after computing');
     }
@@ -25,7 +25,7 @@ export const fakeVllm: FakeProtocol = {
       // Dropped, or finished at its first token: as vLLM's NIXL connector does, the KV is freed
       // at once (it is held for a decode only when the request stopped at its length).
       record.completed = true;
-      const body = oneTokenAnswer(record, worker.options.model, answer);
+      const body = oneTokenAnswer(record, worker.options.model, answer, cached);
       const finished = answer.finishReason === 'stop' ? { kv_transfer_params: { do_remote_prefill: false } } : {};
       return worker.answerJson(res, 200, { ...body, ...finished });
     }
@@ -44,7 +44,7 @@ export const fakeVllm: FakeProtocol = {
     worker.strandLater(kvKey(worker.engineId, blocks));
     record.completed = true;
     worker.answerJson(res, 200, {
-      ...oneTokenAnswer(record, worker.options.model, worker.answerFor(record)),
+      ...oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached),
       kv_transfer_params: params,
     });
   },

@@ -6,6 +6,7 @@ import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
 import { type FakeAnswer, formatFor, planAnswer, promptTokens, usageOf, wantsUsage } from './fake-formats.js';
+import { FakePrefixCache, type FakePrefixCacheOptions } from './fake-prefix-cache.js';
 import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
 import { fakeSglang } from './fake-sglang.js';
 import { fakeTrtllm } from './fake-trtllm.js';
@@ -88,6 +89,13 @@ export interface FakeWorkerOptions {
   answer?: FakeAnswer | ((request: FakeRequest) => FakeAnswer | undefined);
   /** The key it requires (`Authorization: Bearer <key>`) on everything but `/health`, as `vllm serve --api-key`. */
   apiKey?: string;
+  /**
+   * A prefix cache, as vLLM's and SGLang's: a prefill reuses the leading blocks of its prompt
+   * it computed before, takes longer the more it must compute, and says what it reused in
+   * `usage.prompt_tokens_details.cached_tokens`. Without it prefill counts half its prompt as
+   * cached and takes `tokenIntervalMs`.
+   */
+  prefixCache?: FakePrefixCacheOptions;
 }
 
 /** A running fake worker. */
@@ -184,6 +192,7 @@ class Worker implements FakeWorker, WorkerSide {
   readonly #sockets = new Set<Socket>();
   readonly #timers = new Set<NodeJS.Timeout>();
   readonly #cancels = new Set<() => void>();
+  readonly #prefixCache: FakePrefixCache | undefined;
   #fault: FakeWorkerOptions['fault'];
   #healthy = true;
   #port = 0;
@@ -196,6 +205,7 @@ class Worker implements FakeWorker, WorkerSide {
     this.protocol = options.protocol;
     this.#engine = PROTOCOLS[options.protocol];
     this.#fault = options.fault;
+    this.#prefixCache = options.prefixCache === undefined ? undefined : new FakePrefixCache(options.prefixCache);
     this.#server.on('connection', (socket) => {
       this.#connections++;
       this.#sockets.add(socket);
@@ -417,6 +427,21 @@ class Worker implements FakeWorker, WorkerSide {
 
   answerFor(record: FakeRequest): FakeAnswer | undefined {
     return typeof this.options.answer === 'function' ? this.options.answer(record) : this.options.answer;
+  }
+
+  /**
+   * Computes a prefill's prompt: with a prefix cache, waits for what is not cached and answers
+   * the cached tokens; without one, waits `tokenIntervalMs` and answers undefined (the answer
+   * then counts half the prompt as cached).
+   */
+  async computePrompt(record: FakeRequest): Promise<number | undefined> {
+    if (this.#prefixCache === undefined) {
+      await this.pause(this.options.tokenIntervalMs ?? 0);
+      return undefined;
+    }
+    const { cachedTokens, computeMs } = this.#prefixCache.compute(record.body, promptTokens(record.body));
+    await this.pause(computeMs);
+    return cachedTokens;
   }
 
   nextBlocks(): number[] {

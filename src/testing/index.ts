@@ -2,6 +2,7 @@
 // protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs.
 
 export type { FakeAnswer } from './fake-formats.js';
+export { FakePrefixCache, type FakePrefixCacheOptions } from './fake-prefix-cache.js';
 export {
   type FakeRequest,
   type FakeWorker,

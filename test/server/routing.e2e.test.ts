@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import type { FakeWorkerOptions } from '../../src/testing/index.js';
 import { recordingLogger } from '../support/async.js';
 import { fakeWorkers } from '../support/http.js';
 
@@ -11,8 +12,10 @@ afterEach(async () => {
   proxies = [];
 });
 
-async function cluster(options: Partial<ProxyOptions>) {
-  const prefill = await Promise.all([0, 1, 2].map(() => fakes.start({ role: 'prefill', protocol: 'vllm' })));
+async function cluster(options: Partial<ProxyOptions>, prefillOptions: Partial<FakeWorkerOptions> = {}) {
+  const prefill = await Promise.all(
+    [0, 1, 2].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', ...prefillOptions })),
+  );
   const decode = await Promise.all([0, 1, 2].map(() => fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 })));
   const proxy = createProxy({
     connector: 'vllm',
@@ -76,5 +79,28 @@ describe('routing by cache and session through the proxy', () => {
     const moved = new Set(after?.map((turn) => turn.prefill));
     expect(moved.size).toBe(1);
     expect(moved.has(name ?? null)).toBe(false);
+  });
+
+  it('with prefix-caching workers the client sees what cache-aware routing saved: cached tokens from the second turn on', async () => {
+    const cachedPerTurn = async (options: Partial<ProxyOptions>) => {
+      const { client } = await cluster(options, { prefixCache: { blockChars: 16 } });
+      const messages: Array<{ role: 'system' | 'user' | 'assistant'; content: string }> = [
+        { role: 'system', content: 'You answer questions about the weather. '.repeat(6) },
+      ];
+      const cached: number[] = [];
+      for (let turn = 0; turn < 3; turn++) {
+        messages.push({ role: 'user', content: `And on day ${turn}?` });
+        const answer = await client.chat.completions.create({ model: 'fake-model', messages, max_tokens: 2 });
+        cached.push(answer.usage?.prompt_tokens_details?.cached_tokens ?? -1);
+        messages.push({ role: 'assistant', content: answer.choices[0]?.message.content ?? '' });
+      }
+      return cached;
+    };
+    const aware = await cachedPerTurn({ prefillPolicy: 'cache-aware' });
+    expect(aware[0]).toBe(0);
+    expect(aware[1]).toBeGreaterThan(50);
+    expect(aware[2]).toBeGreaterThan(aware[1] as number);
+    // Round-robin sends each turn to a cold worker: nothing is reused.
+    expect(await cachedPerTurn({ prefillPolicy: 'round-robin' })).toEqual([0, 0, 0]);
   });
 });
