@@ -91,7 +91,8 @@ export interface FakeWorkerOptions {
   apiKey?: string;
   /**
    * A prefix cache, as vLLM's and SGLang's: a prefill reuses the leading blocks of its prompt
-   * it computed before, takes longer the more it must compute, and says what it reused in
+   * it computed before, takes longer the more it must compute (prefills are computed one at a
+   * time, so a busy worker makes the next one wait), and says what it reused in
    * `usage.prompt_tokens_details.cached_tokens`. Without it prefill counts half its prompt as
    * cached and takes `tokenIntervalMs`.
    */
@@ -193,6 +194,8 @@ class Worker implements FakeWorker, WorkerSide {
   readonly #timers = new Set<NodeJS.Timeout>();
   readonly #cancels = new Set<() => void>();
   readonly #prefixCache: FakePrefixCache | undefined;
+  /** When the prefills taken so far are computed (with a prefix cache: one at a time). */
+  #computingUntil = 0;
   #fault: FakeWorkerOptions['fault'];
   #healthy = true;
   #port = 0;
@@ -440,7 +443,11 @@ class Worker implements FakeWorker, WorkerSide {
       return undefined;
     }
     const { cachedTokens, computeMs } = this.#prefixCache.compute(record.body, promptTokens(record.body));
-    await this.pause(computeMs);
+    // One prefill at a time, as an engine's prefill queue: a busy worker makes the next wait.
+    const now = performance.now();
+    const start = Math.max(now, this.#computingUntil);
+    this.#computingUntil = start + computeMs;
+    await this.pause(this.#computingUntil - now);
     return cachedTokens;
   }
 
