@@ -86,12 +86,13 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
-   * Conditional disaggregation: answer true to send this request straight to decode
-   * (aggregated), for example for a short or cache-hot prompt. If it throws, the request is
-   * disaggregated anyway (and the error logged at warn), unless it was a cancellation
-   * (`AbortError`), which fails the request.
+   * Conditional disaggregation: answer true, or the reason as a string (`'short-prompt'`), to
+   * send this request straight to decode (aggregated), for example for a short or cache-hot
+   * prompt; the `routed` event carries the reason (`'skipPrefill'` for true). If it throws,
+   * the request is disaggregated anyway (and the error logged at warn), unless it was a
+   * cancellation (`AbortError`), which fails the request.
    */
-  skipPrefill?: (request: RequestBody) => boolean | PromiseLike<boolean>;
+  skipPrefill?: (request: RequestBody) => boolean | string | undefined | PromiseLike<boolean | string | undefined>;
   /** Budgets per phase; each overrun is a `DeadlineError` naming its phase. None by default. */
   deadlines?: Deadlines;
   /**
@@ -157,16 +158,17 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
 
   // What routing policies look at: worked out once, and only if a policy asks.
   const input = new RoutingInput(request, options.sessionKey);
-  let skip = options.skipPrefill !== undefined && (await shouldSkip(options.skipPrefill, request, logger));
+  let skip = options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, logger);
   let prefillLease: Lease<unknown> | undefined;
-  if (!skip && options.prefillWorkers !== undefined) {
+  if (skip === undefined && options.prefillWorkers !== undefined) {
     if (options.prefillWorkers.available.length === 0) {
       // As the reference router does: no prefill worker in rotation, so decode serves the
       // request whole rather than failing it.
       log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
-      skip = true;
+      skip = 'no-prefill-worker';
     } else prefillLease = options.prefillWorkers.acquire(options.avoid?.prefill, input);
-  } else if (!skip && options.prefillWorker !== undefined) prefillLease = fixedLease(options.prefillWorker);
+  } else if (skip === undefined && options.prefillWorker !== undefined)
+    prefillLease = fixedLease(options.prefillWorker);
   const { decodeWorkers } = options;
   let decodeLease: Lease<unknown> | undefined;
   try {
@@ -265,12 +267,14 @@ async function shouldSkip(
   skipPrefill: NonNullable<DisaggregateOptions['skipPrefill']>,
   request: RequestBody,
   logger: Logger | undefined,
-): Promise<boolean> {
+): Promise<string | undefined> {
   try {
-    return (await skipPrefill(request)) === true;
+    const answer = await skipPrefill(request);
+    if (answer === true) return 'skipPrefill';
+    return typeof answer === 'string' && answer !== '' ? answer : undefined;
   } catch (error) {
     if ((error as { name?: unknown } | null)?.name === 'AbortError') throw error;
     (logger ?? defaultLogger()).warn({ err: error }, 'skipPrefill failed; disaggregating the request');
-    return false;
+    return undefined;
   }
 }

@@ -20,7 +20,8 @@ export interface FlowEventBase {
  * One step in the life of a request, in the order they can happen. Exactly one `finished`
  * per request; `settled` is always the last event (every leg is over, clean-ups included).
  *
- * - `routed`: the strategy and the chosen workers (before anything is dispatched);
+ * - `routed`: the strategy and the chosen workers (before anything is dispatched), and for an
+ *   aggregated request why;
  * - `prefillDispatched`, `prefillFirstOutput`, `prefillCompleted`, `prefillFailed`;
  * - `handoff`: decode has what it needs from prefill (the parameters, or the rendezvous);
  * - `decodeDispatched`, `decodeOpened` (its stream is there), `kvClaimed` (decode answered
@@ -35,7 +36,14 @@ export interface FlowEventBase {
  */
 export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
   (
-    | { type: 'routed'; strategy: Strategy; prefillWorker?: P; decodeWorker?: D }
+    | {
+        type: 'routed';
+        strategy: Strategy;
+        /** Why a request is served aggregated: `skipPrefill`'s reason, or `no-prefill-worker`. */
+        reason?: string;
+        prefillWorker?: P;
+        decodeWorker?: D;
+      }
     | { type: 'prefillDispatched' }
     | { type: 'prefillFirstOutput' }
     | { type: 'handoff'; handoff: 'params' | 'bootstrap' }

@@ -135,20 +135,26 @@ export class FlowRun {
     );
   }
 
-  /** Runs the request by the connector's family; rejects only before the client stream exists. */
-  async start(skip: boolean): Promise<ResponseStream<EngineItem>> {
+  /**
+   * Runs the request by the connector's family, or aggregated on decode for `skip` (the
+   * reason); rejects only before the client stream exists.
+   */
+  async start(skip: string | undefined): Promise<ResponseStream<EngineItem>> {
     const { connector, recorder, request } = this.#setup;
-    const strategy: Strategy = skip ? 'aggregated' : connector.family;
+    const strategy: Strategy = skip !== undefined ? 'aggregated' : connector.family;
     recorder.emit({
       type: 'routed',
       strategy,
-      ...(skip || this.#setup.prefillLease === undefined ? {} : { prefillWorker: this.#setup.prefillLease.worker }),
+      ...(skip === undefined ? {} : { reason: skip }),
+      ...(skip !== undefined || this.#setup.prefillLease === undefined
+        ? {}
+        : { prefillWorker: this.#setup.prefillLease.worker }),
       ...(this.#setup.decodeLease === undefined ? {} : { decodeWorker: this.#setup.decodeLease.worker }),
     });
     // Until the client stream exists, legs come and go: settled must wait for all of them.
     const releaseStart = recorder.hold();
     try {
-      if (skip) {
+      if (skip !== undefined) {
         return this.#toClient(await this.#flowTrip.guard(this.#dispatchDecode(decodeRequest(request), false)));
       }
       if (connector.family === 'concurrent') return await this.#concurrent();

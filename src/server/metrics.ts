@@ -27,6 +27,7 @@ export class ProxyMetrics {
   readonly #orphans: Counter;
   readonly #queueWait: Histogram;
   readonly #retries: Counter<'leg'>;
+  readonly #routed: Counter<'strategy' | 'reason'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -81,6 +82,12 @@ export class ProxyMetrics {
       labelNames: ['leg'],
       registers,
     });
+    this.#routed = new Counter({
+      name: 'disagg_routed_requests_total',
+      help: 'Requests by how they were served (sequential, concurrent, early or aggregated) and, for aggregated ones, why',
+      labelNames: ['strategy', 'reason'],
+      registers,
+    });
     this.#queueWait = new Histogram({
       name: 'disagg_queue_wait_seconds',
       help: 'How long an admitted request waited for a slot (0 when one was free)',
@@ -96,6 +103,9 @@ export class ProxyMetrics {
     let firstOutput: number | undefined;
     return (event) => {
       switch (event.type) {
+        case 'routed':
+          this.#routed.inc({ strategy: event.strategy, reason: event.reason ?? '' });
+          break;
         case 'prefillDispatched':
           prefillDispatched = event.elapsedMs;
           break;

@@ -66,6 +66,13 @@ export interface ProxyOptions {
    * `sessionHeader` header (`x-session-id`), or the body's `user`.
    */
   routing?: {
+    /** Prompts (routing text) shorter than this many characters are served on decode alone; 0 (never) by default. */
+    aggregateBelowChars?: number;
+    /**
+     * With `decodePolicy: 'cache-aware'`: a request whose prompt a decode worker is known to
+     * hold more than this share of is served on that worker alone; 0 (never) by default.
+     */
+    aggregateCachedRatio?: number;
     cacheThreshold?: number;
     balanceAbsThreshold?: number;
     balanceRelThreshold?: number;
@@ -379,6 +386,24 @@ export const SETTINGS: readonly Setting[] = [
       parse: oneOf(POLICY_NAMES),
     }),
   ),
+  {
+    key: 'routing.aggregateBelowChars',
+    flag: 'aggregate-below-chars',
+    env: 'DISAGG_AGGREGATE_BELOW_CHARS',
+    arg: 'N',
+    help: 'serve prompts shorter than N characters on decode alone (0: never)',
+    default: 0,
+    parse: nonNegativeInteger,
+  },
+  {
+    key: 'routing.aggregateCachedRatio',
+    flag: 'aggregate-cached-ratio',
+    env: 'DISAGG_AGGREGATE_CACHED_RATIO',
+    arg: 'R',
+    help: 'with --decode-policy cache-aware: serve on decode alone when a decode worker holds more than R of the prompt (0: never)',
+    default: 0,
+    parse: unitRatio,
+  },
   {
     key: 'routing.cacheThreshold',
     flag: 'cache-threshold',
@@ -760,11 +785,17 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
       );
     }
   }
+  const decodePolicy = (values.decodePolicy ?? values.selection) as PolicyName;
+  if ((values.routing as { aggregateCachedRatio: number }).aggregateCachedRatio > 0 && decodePolicy !== 'cache-aware') {
+    throw new ConfigError(
+      `routing.aggregateCachedRatio (--aggregate-cached-ratio) needs decodePolicy 'cache-aware' (--decode-policy cache-aware): only then does the router know what decode workers hold; decodePolicy is '${decodePolicy}'`,
+    );
+  }
   return {
     ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
     deadlines: activeDeadlines(values.deadlines as Deadlines | undefined),
     prefillPolicy: (values.prefillPolicy ?? values.selection) as PolicyName,
-    decodePolicy: (values.decodePolicy ?? values.selection) as PolicyName,
+    decodePolicy,
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     workerApiKey: values.workerApiKey as string | undefined,

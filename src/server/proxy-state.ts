@@ -40,6 +40,8 @@ export interface ProxyState {
   /** Bounded admission of generation requests (slots and a queue). */
   readonly admission: Admission;
   readonly logger: Logger;
+  /** Conditional disaggregation (`--aggregate-below-chars`, `--aggregate-cached-ratio`): why to serve a request on decode alone. */
+  readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
   /** True from the start of shutdown, before requests are refused: `/ready` fails first. */

@@ -24,7 +24,7 @@ import {
 } from './options.js';
 import type { ProxyState } from './proxy-state.js';
 import { handleRequest, routeLabel } from './routes.js';
-import { selectionFor } from './routing-policies.js';
+import { conditionalAggregation, selectionFor } from './routing-policies.js';
 
 export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
 
@@ -97,6 +97,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
   readonly models: ServedModels;
   readonly admission: Admission;
   readonly logger: Logger;
+  readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   closing = false;
   draining = false;
   /** Engines with fixed headers (the worker key, or none), one per route. */
@@ -119,7 +120,9 @@ class DisaggProxy implements ProxyServer, ProxyState {
     const { dispatcher, workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
     this.prefillWorkers = new WorkerPool(options.prefill, { selection: selectionFor(options.prefillPolicy, routing) });
-    this.decodeWorkers = new WorkerPool(options.decode, { selection: selectionFor(options.decodePolicy, routing) });
+    const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing);
+    this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
+    this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
     for (const [role, pool] of [
       ['prefill', this.prefillWorkers],
       ['decode', this.decodeWorkers],

@@ -1,6 +1,9 @@
-import type { Selection } from '../flow/worker-pool.js';
+import type { RequestBody } from '../flow/request-shaping.js';
+import type { Selection, WorkerPool } from '../flow/worker-pool.js';
 import { cacheAware } from '../routing/cache-aware.js';
 import { powerOfTwo } from '../routing/power-of-two.js';
+import type { PrefixTree } from '../routing/prefix-tree.js';
+import { routingText } from '../routing/routing-input.js';
 import { sessionAffinity } from '../routing/session-affinity.js';
 import type { PolicyName, ResolvedProxyOptions } from './options.js';
 
@@ -28,4 +31,33 @@ export function selectionFor<W extends { url: string }>(
     default:
       return name;
   }
+}
+
+/**
+ * Conditional disaggregation, built in: the reason to serve a request on decode alone (a
+ * prompt shorter than `aggregateBelowChars`; a decode worker known, by the decode pool's
+ * cache-aware tree, to hold more than `aggregateCachedRatio` of it), or undefined to
+ * disaggregate it. Undefined when both are off.
+ */
+export function conditionalAggregation<W>(
+  routing: ResolvedProxyOptions['routing'],
+  decodeWorkers: WorkerPool<W>,
+  decodeSelection: Selection<W>,
+): ((request: RequestBody) => string | undefined) | undefined {
+  const { aggregateBelowChars, aggregateCachedRatio } = routing;
+  const tree = aggregateCachedRatio > 0 ? treeOf(decodeSelection) : undefined;
+  if (aggregateBelowChars === 0 && tree === undefined) return undefined;
+  return (request) => {
+    const text = routingText(request);
+    if (text.length < aggregateBelowChars) return 'short-prompt';
+    if (tree !== undefined && text !== '') {
+      const { length } = tree.match(text, decodeWorkers.available);
+      if (length / text.length > aggregateCachedRatio) return 'decode-cached';
+    }
+    return undefined;
+  };
+}
+
+function treeOf<W>(selection: Selection<W>): PrefixTree<W> | undefined {
+  return typeof selection === 'object' && 'tree' in selection ? (selection.tree as PrefixTree<W>) : undefined;
 }

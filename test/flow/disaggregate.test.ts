@@ -3,12 +3,13 @@ import { earlyBootstrap, sglangBootstrap, trtllmContextFirst, vllmNixl } from '.
 import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { HandoffFieldError } from '../../src/flow/handoff-fields.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, kvParams, prefillWithParams, runFlow } from '../support/flow.js';
+import { client, decodeTokens, engine, eventLog, kvParams, prefillWithParams, runFlow } from '../support/flow.js';
 
 const logger = recordingLogger().logger;
 
@@ -348,14 +349,32 @@ describe('skipPrefill (conditional disaggregation)', () => {
     expect(decode.calls[0]?.body).toEqual(client);
   });
 
-  it('false, or anything but true, disaggregates', async () => {
-    const prefill = prefillWithParams();
-    await runFlow({
-      prefill: prefill.run,
-      decode: decodeTokens().run,
-      skipPrefill: () => false,
-    });
-    expect(prefill.calls).toHaveLength(1);
+  it('false, undefined or an empty reason disaggregates', async () => {
+    for (const answer of [false, undefined, '']) {
+      const prefill = prefillWithParams();
+      await runFlow({
+        prefill: prefill.run,
+        decode: decodeTokens().run,
+        skipPrefill: () => answer,
+      });
+      expect(prefill.calls).toHaveLength(1);
+    }
+  });
+
+  it('the routed event says why a request is aggregated: the reason given, skipPrefill for true, or no prefill worker', async () => {
+    const reasonOf = async (options: Parameters<typeof runFlow>[0]) => {
+      const log = eventLog();
+      await collect(await runFlow({ ...options, onEvent: log.onEvent }));
+      return log.of('routed').map(({ strategy, reason }) => ({ strategy, reason }));
+    };
+    expect(await reasonOf({ skipPrefill: () => 'short-prompt' })).toEqual([
+      { strategy: 'aggregated', reason: 'short-prompt' },
+    ]);
+    expect(await reasonOf({ skipPrefill: () => true })).toEqual([{ strategy: 'aggregated', reason: 'skipPrefill' }]);
+    const prefillWorkers = new WorkerPool<unknown>(['p']);
+    prefillWorkers.setAvailable('p', false);
+    expect(await reasonOf({ prefillWorkers })).toEqual([{ strategy: 'aggregated', reason: 'no-prefill-worker' }]);
+    expect(await reasonOf({})).toEqual([{ strategy: 'sequential', reason: undefined }]);
   });
 
   it('a planning error falls back to remote prefill and is logged; a cancellation fails the request', async () => {

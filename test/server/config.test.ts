@@ -36,6 +36,8 @@ describe('disagg serve configuration', () => {
       prefillPolicy: undefined,
       decodePolicy: undefined,
       routing: {
+        aggregateBelowChars: 0,
+        aggregateCachedRatio: 0,
         cacheThreshold: 0.5,
         balanceAbsThreshold: 32,
         balanceRelThreshold: 1.1,

@@ -1,4 +1,5 @@
 import OpenAI from 'openai';
+import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
@@ -13,6 +14,7 @@ afterEach(async () => {
 });
 
 async function cluster(options: Partial<ProxyOptions>, prefillOptions: Partial<FakeWorkerOptions> = {}) {
+  const logger = recordingLogger();
   const prefill = await Promise.all(
     [0, 1, 2].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', ...prefillOptions })),
   );
@@ -21,12 +23,18 @@ async function cluster(options: Partial<ProxyOptions>, prefillOptions: Partial<F
     connector: 'vllm',
     prefill: prefill.map((worker) => ({ url: worker.url })),
     decode: decode.map((worker) => ({ url: worker.url })),
-    logger: recordingLogger().logger,
+    logger: logger.logger,
     ...options,
   });
   proxies.push(proxy);
   const url = await proxy.listen(0);
-  return { proxy, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }) };
+  return {
+    proxy,
+    url,
+    prefill,
+    logs: logger.records,
+    client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }),
+  };
 }
 
 /** Plays `turns` of each conversation, interleaved; the workers each turn was routed to. */
@@ -102,5 +110,64 @@ describe('routing by cache and session through the proxy', () => {
     expect(aware[2]).toBeGreaterThan(aware[1] as number);
     // Round-robin sends each turn to a cold worker: nothing is reused.
     expect(await cachedPerTurn({ prefillPolicy: 'round-robin' })).toEqual([0, 0, 0]);
+  });
+});
+
+describe('conditional disaggregation, built in', () => {
+  const routedMetrics = async (url: string) =>
+    (await (await request(`${url}/metrics`)).body.text())
+      .split('\n')
+      .filter((line) => line.startsWith('disagg_routed_requests_total{'));
+
+  it('--aggregate-below-chars: a short prompt is served on decode alone; the header, the metrics and the log say so', async () => {
+    const { client, url, prefill, logs } = await cluster({ routing: { aggregateBelowChars: 200 } });
+    const short = await client.completions
+      .create({ model: 'fake-model', prompt: 'Hi there', max_tokens: 2 })
+      .withResponse();
+    expect(short.response.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+    const long = await client.completions
+      .create({ model: 'fake-model', prompt: 'x'.repeat(300), max_tokens: 2 })
+      .withResponse();
+    expect(long.response.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
+    expect(prefill.reduce((sum, worker) => sum + worker.requests.length, 0)).toBe(1);
+    expect(await routedMetrics(url)).toEqual([
+      'disagg_routed_requests_total{strategy="aggregated",reason="short-prompt"} 1',
+      'disagg_routed_requests_total{strategy="sequential",reason=""} 1',
+    ]);
+    const fields = logs.map((record) => record.fields as Record<string, unknown>);
+    expect(fields.find((entry) => entry.strategy === 'skipped-prefill')).toMatchObject({
+      aggregatedBecause: 'short-prompt',
+    });
+  });
+
+  it('--aggregate-cached-ratio with --decode-policy cache-aware: a prompt its decode worker already holds skips prefill', async () => {
+    const { client, url, prefill } = await cluster({
+      decodePolicy: 'cache-aware',
+      routing: { aggregateCachedRatio: 0.9 },
+    });
+    const prompt = `Summarise this report. ${'data '.repeat(100)}`;
+    const strategies: Array<string | null> = [];
+    for (let i = 0; i < 2; i++) {
+      const { response } = await client.completions
+        .create({ model: 'fake-model', prompt, max_tokens: 2 })
+        .withResponse();
+      strategies.push(response.headers.get('x-disagg-strategy'));
+    }
+    expect(strategies).toEqual(['disaggregated-sequential', 'skipped-prefill']);
+    expect(prefill.reduce((sum, worker) => sum + worker.requests.length, 0)).toBe(1);
+    expect(await routedMetrics(url)).toContain(
+      'disagg_routed_requests_total{strategy="aggregated",reason="decode-cached"} 1',
+    );
+  });
+
+  it('--aggregate-cached-ratio without a cache-aware decode policy is refused, saying what it needs', () => {
+    expect(() =>
+      createProxy({
+        connector: 'vllm',
+        prefill: [{ url: 'http://p' }],
+        decode: [{ url: 'http://d' }],
+        routing: { aggregateCachedRatio: 0.9 },
+      }),
+    ).toThrow("needs decodePolicy 'cache-aware' (--decode-policy cache-aware)");
   });
 });
