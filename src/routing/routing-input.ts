@@ -39,24 +39,46 @@ export class RoutingInput {
 }
 
 /**
+ * How much of a prompt routing looks at: 64 Ki characters. Two prompts that share that much
+ * are alike enough for routing, and the text stays out of V8's large-object space (a longer
+ * one costs a large allocation per request, ten times the rest of the decision).
+ */
+export const ROUTING_TEXT_MAX_CHARS = 65_536;
+
+/**
  * The text a request's prompt starts with, in the order an engine's chat template puts it:
  * a completion's `prompt` (a batch's first prompt; token ids as numbers), SGLang's `text`, or
- * each chat message as its role and its text parts. Separators are control characters no
- * client text is made of, so that two conversations share a prefix only where their messages
- * do. Empty for a request without any of these.
+ * each chat message as its role and its text parts; its first `maxChars` characters (never
+ * half a surrogate pair). Separators are control characters no client text is made of, so
+ * that two conversations share a prefix only where their messages do. Empty for a request
+ * without any of these.
  */
-export function routingText(body: Readonly<Record<string, unknown>>): string {
+export function routingText(body: Readonly<Record<string, unknown>>, maxChars = ROUTING_TEXT_MAX_CHARS): string {
   const { messages, prompt, text } = body;
-  if (Array.isArray(messages)) {
-    let out = '';
-    for (const message of messages) {
-      if (typeof message !== 'object' || message === null) continue;
-      const { role, content } = message as { role?: unknown; content?: unknown };
-      out += `${typeof role === 'string' ? role : ''}\u0000${contentText(content)}\u0001`;
+  if (!Array.isArray(messages)) return clip(promptText(prompt ?? text), maxChars);
+  let out = '';
+  for (const message of messages) {
+    if (typeof message !== 'object' || message === null) continue;
+    const { role, content } = message as { role?: unknown; content?: unknown };
+    const head = `${typeof role === 'string' ? role : ''}\u0000`;
+    const body = contentText(content);
+    // Clipped piece by piece: slicing the whole afterwards would copy all of it first.
+    if (out.length + head.length + body.length + 1 <= maxChars) {
+      out += `${head}${body}\u0001`;
+      continue;
     }
-    return out;
+    out += clip(`${head}${clip(body, maxChars - out.length - head.length)}`, maxChars - out.length);
+    break;
   }
-  return promptText(prompt ?? text);
+  return out;
+}
+
+/** The first `max` characters of `text`, one fewer if that would split a surrogate pair. */
+function clip(text: string, max: number): string {
+  if (text.length <= max) return text;
+  if (max <= 0) return '';
+  const code = text.charCodeAt(max - 1);
+  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
 }
 
 function promptText(prompt: unknown): string {
