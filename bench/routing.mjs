@@ -53,7 +53,9 @@ function words(rand, chars) {
   let out = '';
   while (out.length < chars)
     out += `${vocabulary[Math.floor(rand() * vocabulary.length)]}${Math.floor(rand() * 1000)} `;
-  return out.slice(0, chars);
+  // One flat string, as JSON.parse gives a server (a string built by += is a tree of pieces
+  // that every later copy walks again).
+  return JSON.parse(JSON.stringify(out.slice(0, chars)));
 }
 
 /**
