@@ -144,6 +144,34 @@ describe('a failed sequential decode is sent to another decode worker while pref
     await expect(runFlow({ retryDecode: 5 as never })).rejects.toThrow('retryDecode must be a function');
   });
 
+  it('a client that leaves meanwhile does not stop the retry: the next decode worker takes the KV, and the request is cancelled', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const context = new Controller('gone');
+    const calls: Array<{ worker: unknown; stopped: boolean }> = [];
+    const sources: ScriptedSource[] = [];
+    const run: Engine<unknown> = async (_, legContext, worker) => {
+      calls.push({ worker, stopped: context.isStopped() });
+      if (worker === 'd0') {
+        context.stop(); // the client leaves as the first decode worker fails
+        throw new Error('d0 answered 503');
+      }
+      const source = new ScriptedSource([token(1), Annotated.fromData(LLMEngineOutput.length())]).end();
+      sources.push(source);
+      return new ResponseStream(source, legContext);
+    };
+    const log = eventLog();
+    const stream = await runFlow({ context, decode: run, decodeWorkers, retryDecode: () => 0, onEvent: log.onEvent });
+    await collect(stream);
+    await flush();
+    expect(calls).toEqual([
+      { worker: 'd0', stopped: false },
+      { worker: 'd1', stopped: true },
+    ]);
+    expect(log.of('kvClaimed')).toHaveLength(1);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+    expect(leases(decodeWorkers)).toEqual([0, 0]);
+  });
+
   it('not for a rendezvous (SGLang): decode there is sent with prefill, which is retried as a pair by the router', async () => {
     const retryDecode = vi.fn(() => 0);
     const decodeWorkers = new WorkerPool(['d0', 'd1']);
