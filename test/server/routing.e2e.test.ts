@@ -71,6 +71,14 @@ describe('routing by cache and session through the proxy', () => {
     expect(new Set(prefillOf.map((workers) => [...workers][0])).size).toBe(3);
   });
 
+  it('every policy serves both legs end to end', async () => {
+    for (const policy of ['least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session'] as const) {
+      const { client } = await cluster({ prefillPolicy: policy, decodePolicy: policy });
+      const answer = await client.completions.create({ model: 'fake-model', prompt: `via ${policy}`, max_tokens: 2 });
+      expect(answer.choices[0]?.text, policy).toBe('tok0 tok1 ');
+    }
+  });
+
   it('least-in-flight (the default) spreads the same conversations without regard to their history', async () => {
     const { client } = await cluster({});
     const routed = await converse(client, ['alice'], 4);
