@@ -125,11 +125,11 @@ export function checkBudget(option: string, value: unknown, fallback: number): n
  * the timer and leaves the promise pending, for a waiter that stopped waiting.
  */
 export function pause(ms: number): { done: Promise<void>; cancel: () => void } {
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let cancel: () => void = ignore;
   const done = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, ms);
+    cancel = startTimer(ms, resolve, true);
   });
-  return { done, cancel: () => clearTimeout(timer) };
+  return { done, cancel };
 }
 
 function isBudget(value: unknown): value is number {
@@ -138,11 +138,12 @@ function isBudget(value: unknown): value is number {
 
 /**
  * Calls `expire` after `ms` unless cancelled first; returns the cancel function (idempotent).
- * The timer does not keep the process alive: a deadline is a guard, not work.
+ * The timer does not keep the process alive (a deadline is a guard, not work) unless
+ * `keepsAlive` (a backoff before work to do).
  */
-export function startTimer(ms: number | undefined, expire: () => void): () => void {
+export function startTimer(ms: number | undefined, expire: () => void, keepsAlive = false): () => void {
   if (ms === undefined) return ignore; // nothing to cancel
   const timer = setTimeout(expire, ms);
-  timer.unref?.();
+  if (!keepsAlive) timer.unref?.();
   return () => clearTimeout(timer);
 }
