@@ -12,7 +12,8 @@
 // Then the routing decision's own cost per request (in this process: the policy's choice for
 // a chat request of 1 KB, 16 KB and 128 KB, text rendering included).
 //
-// Options: --quick (fewer requests, for a smoke run), --concurrency N (16).
+// Options: --quick (fewer requests, for a smoke run), --concurrency N (16), --ms-per-token M
+// (0.2: the workers' prefill time per uncached prompt token).
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { cacheAware, powerOfTwo, RoutingInput, sessionAffinity, WorkerPool } from 'disagg';
@@ -24,6 +25,7 @@ const { values: args } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
     concurrency: { type: 'string', default: '16' },
+    'ms-per-token': { type: 'string', default: '0.2' },
     cli: { type: 'string', default: 'dist/cli.js' },
   },
 });
@@ -34,7 +36,10 @@ const POLICIES = ['least-in-flight', 'round-robin', 'power-of-two', 'session', '
 const PREFILL = 4;
 const DECODE = 2;
 const CAPACITY_BLOCKS = 800; // 50 KB of prompt per worker: a quarter of the multi-turn working set
-const MS_PER_TOKEN = 0.05; // 50 ms for a 4 KB prompt (1,000 tokens) computed whole, one prefill at a time per worker
+// 200 ms for a 4 KB prompt (1,000 tokens) computed whole, one prefill at a time per worker: a
+// large model's prefill on a GPU. Far lower, and the two CPUs shared by the client, the proxy
+// and six workers decide the TTFT instead of the prefills routing can save.
+const MS_PER_TOKEN = Number(args['ms-per-token']);
 
 /** A seeded generator, so that every policy meets the same requests. */
 function random(seed) {
