@@ -60,3 +60,29 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
     expect(run.stdout).not.toMatch(/NaN|Infinity/);
   }, 130_000);
 });
+
+describe('npm run bench:routing (smoke run, small N)', () => {
+  it('runs every policy on every workload through disagg serve and prints the table, the oracle and the decision cost', () => {
+    const run = spawnSync(
+      process.execPath,
+      ['bench/routing.mjs', '--quick', '--ms-per-token=0.01', '--concurrency=4'],
+      {
+        cwd: root,
+        encoding: 'utf8',
+        timeout: 120_000,
+      },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    for (const workload of ['multi-turn', 'shared-prefix', 'cold']) expect(run.stdout).toContain(`${workload}: `);
+    for (const policy of ['least-in-flight', 'round-robin', 'power-of-two', 'session', 'cache-aware']) {
+      // hit, of oracle, TTFT p50 and p99, imbalance, CPU per request, failures (none).
+      expect(run.stdout).toMatch(
+        new RegExp(`^ {2}${policy} +\\| +[\\d.]+% \\| +(\\d+%|-) \\|( +[\\d.]+ +\\|){4} 0$`, 'm'),
+      );
+    }
+    expect(run.stdout).toMatch(/ oracle +\| +[\d.]+% \|/);
+    expect(run.stdout).toMatch(/cache-aware against least-in-flight, TTFT p50: multi-turn \d+\.\d+ x/);
+    expect(run.stdout).toMatch(/ {2}cache-aware +\| +[\d.]+ \| +[\d.]+ \| +[\d.]+\n/);
+    expect(run.stdout).not.toMatch(/NaN|Infinity/);
+  }, 130_000);
+});
