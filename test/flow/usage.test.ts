@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import { promptDetailsOf, withPromptDetails } from '../../src/flow/usage.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+
+const usage = (details?: Record<string, unknown> | null) => ({
+  prompt_tokens: 10,
+  completion_tokens: 2,
+  total_tokens: 12,
+  ...(details === undefined ? {} : { prompt_tokens_details: details }),
+});
+const finish = (completionUsage?: object): EngineItem =>
+  Annotated.fromData<LLMEngineOutput>({
+    ...LLMEngineOutput.length(),
+    ...(completionUsage === undefined ? {} : { completion_usage: completionUsage as never }),
+  });
+
+describe("the prefill leg's prompt details in the client's usage", () => {
+  it("promptDetailsOf: prefill's prompt_tokens_details, or nothing when it reports none", () => {
+    expect(promptDetailsOf(finish(usage({ cached_tokens: 4 })))).toEqual({ cached_tokens: 4 });
+    expect(promptDetailsOf(finish(usage(null)))).toBeUndefined();
+    expect(promptDetailsOf(finish(usage()))).toBeUndefined();
+    expect(promptDetailsOf(finish())).toBeUndefined();
+    expect(promptDetailsOf(undefined)).toBeUndefined();
+  });
+
+  it("withPromptDetails: prefill's figures over decode's in the data, keeping decode's other fields; an item without usage is left as it is", () => {
+    const patched = withPromptDetails(finish(usage({ cached_tokens: 10, audio_tokens: 0 })), { cached_tokens: 4 });
+    expect(patched.data?.completion_usage).toEqual(usage({ cached_tokens: 4, audio_tokens: 0 }));
+    const bare = finish();
+    expect(withPromptDetails(bare, { cached_tokens: 4 })).toBe(bare);
+    expect(withPromptDetails(finish(usage()), { cached_tokens: 4 }).data?.completion_usage).toEqual(
+      usage({ cached_tokens: 4 }),
+    );
+  });
+
+  it("and in what the worker sent: an OpenAI chunk's usage, SGLang's meta_info.cached_tokens; the wire text is dropped so the patched JSON is what goes out", () => {
+    const openai = Annotated.withWire(finish(usage({ cached_tokens: 10 })), [
+      { form: 'event', text: 'data: {...}', json: { choices: [], usage: usage({ cached_tokens: 10 }) } },
+      { form: 'event', text: 'data: {"choices":[]}', json: { choices: [] } },
+    ]);
+    const [first, second] = Annotated.wire(withPromptDetails(openai, { cached_tokens: 4 })) ?? [];
+    expect(first).toEqual({
+      form: 'event',
+      text: undefined,
+      json: { choices: [], usage: usage({ cached_tokens: 4 }) },
+    });
+    // A chunk without usage or meta_info goes out as the worker sent it.
+    expect(second).toEqual({ form: 'event', text: 'data: {"choices":[]}', json: { choices: [] } });
+    const withoutDetails = Annotated.withWire(finish(usage()), [
+      { form: 'body', text: '{}', json: { usage: { prompt_tokens: 10 } } },
+    ]);
+    expect(Annotated.wire(withPromptDetails(withoutDetails, { cached_tokens: 4 }))?.[0]?.json).toEqual({
+      usage: { prompt_tokens: 10, prompt_tokens_details: { cached_tokens: 4 } },
+    });
+    const sglang = Annotated.withWire(finish(usage({ cached_tokens: 10 })), [
+      { form: 'event', text: 'data: {...}', json: { text: 'x', meta_info: { cached_tokens: 10, prompt_tokens: 10 } } },
+    ]);
+    expect(Annotated.wire(withPromptDetails(sglang, { cached_tokens: 4 }))?.[0]).toEqual({
+      form: 'event',
+      text: undefined,
+      json: { text: 'x', meta_info: { cached_tokens: 4, prompt_tokens: 10 } },
+    });
+    // SGLang's meta_info is only patched with a cached count to give.
+    const other = Annotated.withWire(finish(usage({ cached_tokens: 10 })), [
+      { form: 'event', text: 'data: {...}', json: { meta_info: { cached_tokens: 10 } } },
+    ]);
+    expect(Annotated.wire(withPromptDetails(other, { audio_tokens: 1 }))?.[0]?.text).toBe('data: {...}');
+  });
+});
