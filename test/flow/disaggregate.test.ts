@@ -405,3 +405,60 @@ describe('skipPrefill (conditional disaggregation)', () => {
     ).rejects.toBe(cancelled);
   });
 });
+
+describe('disaggregate refuses options it cannot use, saying what it expected', () => {
+  const valid = {
+    request: client,
+    context: new Controller(),
+    prefill: prefillWithParams().run,
+    decode: decodeTokens().run,
+    connector: vllmNixl,
+  };
+  it.each([
+    ['no options', undefined, 'disaggregate expects an options object, got undefined'],
+    [
+      'a context that is not one',
+      { ...valid, context: {} },
+      "disaggregate expects context to be the client's AsyncEngineContext",
+    ],
+    [
+      'a prefill that is not a function',
+      { ...valid, prefill: 'http://p' },
+      'disaggregate expects prefill to be an engine function',
+    ],
+    [
+      'a decode that is not a function',
+      { ...valid, decode: null },
+      'disaggregate expects decode to be an engine function',
+    ],
+    ['no connector', { ...valid, connector: undefined }, 'disaggregate expects connector to be a Connector'],
+    [
+      'a connector of no family',
+      { ...valid, connector: { ...vllmNixl, family: 'other' } },
+      'disaggregate expects connector to be a Connector',
+    ],
+    ['a connector without prefillBody', { ...valid, connector: { ...vllmNixl, prefillBody: 1 } }, 'to be a Connector'],
+    ['a connector without decodeBody', { ...valid, connector: { ...vllmNixl, decodeBody: 1 } }, 'to be a Connector'],
+    [
+      'a pool that is not a WorkerPool',
+      { ...valid, decodeWorkers: ['d0'] },
+      'disaggregate expects decodeWorkers to be a WorkerPool',
+    ],
+    ['a session key that is not a string', { ...valid, sessionKey: 7 }, 'sessionKey must be a string, got 7'],
+  ])('%s', async (_, options, message) => {
+    await expect(disaggregate(options as never)).rejects.toThrow(message);
+  });
+
+  it('a retryDecode answer that is no finite wait is no retry', async () => {
+    for (const wait of [Number.NaN, Number.POSITIVE_INFINITY, '10' as never]) {
+      const decodeWorkers = new WorkerPool<unknown>(['d0', 'd1']);
+      let calls = 0;
+      const decode: Engine<unknown> = async () => {
+        calls++;
+        throw new Error('503');
+      };
+      await expect(runFlow({ decode, decodeWorkers, retryDecode: () => wait })).rejects.toThrow('503');
+      expect(calls).toBe(1);
+    }
+  });
+});

@@ -7,6 +7,33 @@ describe('client-supplied handoff fields', () => {
     expect(body).toEqual({ prompt: 'x' });
   });
 
+  it("covers every field the engines read to steer a handoff: vLLM's, TensorRT-LLM's and SGLang's", () => {
+    // Written out, not taken from the list: a field missing here is a client steering the KV.
+    for (const field of [
+      'kv_transfer_params',
+      'transfer_id',
+      'disaggregated_params',
+      'bootstrap_host',
+      'bootstrap_port',
+      'bootstrap_room',
+      'bootstrap_pair_key',
+      'decode_tp_size',
+      'data_parallel_rank',
+      'routed_dp_rank',
+      'disagg_prefill_dp_rank',
+      'pd_prefill_admission_ack',
+      'decode_token_reservation_id',
+    ]) {
+      expect(sanitizeClientRequest({ prompt: 'x', [field]: 1 }), field).toEqual({ prompt: 'x' });
+    }
+  });
+
+  it('a refusal of one field says "remove it"', () => {
+    expect(() => sanitizeClientRequest({ prompt: 'x', transfer_id: 't' }, { clientHandoffFields: 'reject' })).toThrow(
+      'The request sets "transfer_id", which only the router may set (handoff fields); remove it',
+    );
+  });
+
   it('returns the same object when there is nothing to strip', () => {
     const client = { prompt: 'x' };
     expect(sanitizeClientRequest(client)).toBe(client);
