@@ -166,3 +166,107 @@ describe('classifyPrefill', () => {
     expect(result.kind).toBe('handoff');
   });
 });
+
+describe('classifyPrefill, field by field', () => {
+  const classify = (...items: Item[]) => classifyPrefill(new ScriptedSource(items).end(), quiet);
+  const bootstrap = (fields: Record<string, unknown>) =>
+    out({ disaggregated_params: { bootstrap_host: 'p0', bootstrap_port: 8998, bootstrap_room: 7, ...fields } });
+
+  it('an early handoff needs a host, a port in 0-65535 and a room that is an unsigned 64-bit integer', async () => {
+    const kindOf = async (fields: Record<string, unknown>) => {
+      const result = await classify(bootstrap(fields));
+      if (result.kind === 'early') await result.task.wait();
+      return result.kind === 'early' ? result.bootstrap.bootstrap_room : result.kind;
+    };
+    expect(await kindOf({})).toBe(7n);
+    expect(await kindOf({ bootstrap_room: 0 })).toBe(0n);
+    expect(await kindOf({ bootstrap_room: '18446744073709551615' })).toBe(18446744073709551615n);
+    expect(await kindOf({ bootstrap_room: 12n })).toBe(12n);
+    expect(await kindOf({ bootstrap_port: 0 })).toBe(7n);
+    for (const fields of [
+      { bootstrap_host: '' },
+      { bootstrap_host: 5 },
+      { bootstrap_port: 65536 },
+      { bootstrap_port: -1 },
+      { bootstrap_port: 1.5 },
+      { bootstrap_room: -1 },
+      { bootstrap_room: '18446744073709551616' },
+      { bootstrap_room: '12a' },
+      { bootstrap_room: 'a12' },
+      { bootstrap_room: '' },
+      { bootstrap_room: 1.5 },
+      { bootstrap_room: -(2 ** 60) },
+    ]) {
+      // Not a rendezvous: the parameters are handed to decode as they are.
+      expect(await kindOf(fields), JSON.stringify(fields)).toBe('handoff');
+    }
+  });
+
+  it('a finished answer (stop, not length) is the answer, without the handoff fields the worker named', async () => {
+    const item = Annotated.withWire(out({ finish_reason: 'stop', text: 'done', disaggregated_params: vllmParams }), [
+      {
+        form: 'body',
+        text: '{...}',
+        json: {
+          choices: [{ text: 'done', finish_reason: 'stop', disaggregated_params: { ctx_request_id: 1 } }],
+          kv_transfer_params: vllmParams,
+          disaggregated_params: vllmParams,
+          usage: { prompt_tokens: 3 },
+        },
+      },
+      { form: 'body', text: '{}', json: { object: 'x' } },
+    ]);
+    const result = await classify(item);
+    expect(result.kind).toBe('finished');
+    if (result.kind !== 'finished') return;
+    expect(result.output.data).toEqual({ token_ids: [1], finish_reason: 'stop', text: 'done' });
+    expect(Annotated.wire(result.output)).toEqual([
+      {
+        form: 'body',
+        text: undefined,
+        json: { choices: [{ text: 'done', finish_reason: 'stop' }], usage: { prompt_tokens: 3 } },
+      },
+      { form: 'body', text: undefined, json: { object: 'x' } },
+    ]);
+    // Without a wire, the item as it is (less its handoff parameters).
+    const plain = await classify(out({ finish_reason: 'stop', disaggregated_params: vllmParams }));
+    expect(plain.kind === 'finished' && plain.output.data).toEqual({ token_ids: [1], finish_reason: 'stop' });
+    // A null finish is no finish: prefill goes on to its parameters.
+    expect((await classify(out({ finish_reason: null, disaggregated_params: vllmParams }))).kind).toBe('handoff');
+  });
+
+  it('the first parameters win; the last prompt details reported win, a later output without them keeps them', async () => {
+    const withDetails = (cached: number | null) => ({
+      completion_usage: {
+        prompt_tokens: 9,
+        completion_tokens: 1,
+        total_tokens: 10,
+        ...(cached === null ? {} : { prompt_tokens_details: { cached_tokens: cached } }),
+      },
+    });
+    const result = await classify(
+      out({ ...withDetails(4) }),
+      out({ disaggregated_params: vllmParams, ...withDetails(null) }),
+      out({ disaggregated_params: { other: true }, ...withDetails(6) }),
+      out({ ...withDetails(null) }),
+    );
+    expect(result).toMatchObject({ kind: 'handoff', params: vllmParams, promptTokensDetails: { cached_tokens: 6 } });
+    const none = await classify(out({ disaggregated_params: vllmParams }));
+    expect(none).not.toHaveProperty('promptTokensDetails');
+  });
+
+  it('a TensorRT-LLM context response must name its context request; other parameters pass unchecked', async () => {
+    for (const params of [{ request_type: 'context_only' }, { ctx_request_id: null }]) {
+      await expect(classify(out({ disaggregated_params: params }))).rejects.toThrow(
+        'the TensorRT-LLM context response has no ctx_request_id for the generation request',
+      );
+    }
+    expect(await classify(out({ disaggregated_params: 'opaque' }))).toMatchObject({
+      kind: 'handoff',
+      params: 'opaque',
+    });
+    expect(await classify(out({ disaggregated_params: { request_type: 'generation_only' } }))).toMatchObject({
+      kind: 'handoff',
+    });
+  });
+});
