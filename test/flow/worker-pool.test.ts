@@ -251,3 +251,55 @@ describe('disaggregate with routing policies', () => {
     expect(chosen.map(({ decode }) => [...decode])).toEqual(keys.map((key) => [winner(key)]));
   });
 });
+
+describe('WorkerPool, choice by choice', () => {
+  it('least-in-flight takes the least loaded of all candidates; ties go in turn', () => {
+    const pool = new WorkerPool(['a', 'b', 'c'], { selection: 'least-in-flight' });
+    const held = [pool.acquire(), pool.acquire(), pool.acquire()]; // one each, in turn
+    expect(held.map((lease) => lease.worker)).toEqual(['a', 'b', 'c']);
+    pool.acquire(); // a: 2
+    held[2]?.release(); // c: 0
+    expect(pool.acquire().worker).toBe('c'); // the least, found past the first candidate
+    expect([pool.inFlight('a'), pool.inFlight('b'), pool.inFlight('c')]).toEqual([2, 1, 1]);
+  });
+
+  it('a retry passes over the workers it failed on while another is in rotation, and takes them when none is', () => {
+    const pool = new WorkerPool(['a', 'b', 'c']);
+    for (let i = 0; i < 6; i++) {
+      const lease = pool.acquire(['a', 'b']);
+      expect(lease.worker).toBe('c');
+      lease.release();
+    }
+    pool.setAvailable('c', false);
+    expect(['a', 'b']).toContain(pool.acquire(['a', 'b']).worker);
+    expect(pool.acquire([]).worker).toBeDefined();
+  });
+
+  it('says which workers are in rotation, and that a stranger is not', () => {
+    const pool = new WorkerPool(['a', 'b']);
+    expect(pool.available).toEqual(['a', 'b']);
+    pool.setAvailable('a', false);
+    expect(pool.available).toEqual(['b']);
+    expect([pool.isAvailable('a'), pool.isAvailable('b'), pool.isAvailable('z')]).toEqual([false, true, false]);
+    expect(pool.inFlight('z')).toBe(0);
+  });
+
+  it('with every worker out, a NoWorkerError: retryable, with its code and kind', () => {
+    const pool = new WorkerPool(['a']);
+    pool.setAvailable('a', false);
+    let error: unknown;
+    try {
+      pool.acquire();
+    } catch (e) {
+      error = e;
+    }
+    expect(NoWorkerError.is(error)).toBe(true);
+    expect(error).toMatchObject({
+      name: 'NoWorkerError',
+      code: 'DISAGG_NO_WORKER',
+      kind: 'no_worker',
+      retryable: true,
+      message: 'No worker is available: all 1 of the pool are out of rotation',
+    });
+  });
+});
