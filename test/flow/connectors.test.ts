@@ -113,3 +113,58 @@ describe('connectors over HTTP engines', () => {
     ).rejects.toThrow('has dpSize 4 but no dpRank');
   });
 });
+
+describe('connectors, by name and refusal', () => {
+  it('each is named as the reference names it, and says which engine refuses what', () => {
+    expect([vllmNixl, trtllmContextFirst, sglangBootstrap, earlyBootstrap].map((c) => [c.name, c.family])).toEqual([
+      ['vllm-nixl', 'sequential'],
+      ['trtllm-context-first', 'sequential'],
+      ['sglang-bootstrap', 'concurrent'],
+      ['early-bootstrap', 'early'],
+    ]);
+    expect(vllmNixl.refuse?.({ prompt: 'p', n: 2 })).toEqual({
+      param: 'n',
+      message: 'n > 1 is not supported by the vLLM NIXL handoff: each choice would need KV of its own',
+    });
+    expect(trtllmContextFirst.refuse?.({ prompt: 'p', best_of: 3 })).toEqual({
+      param: 'best_of',
+      message: 'best_of > 1 is not supported by the TensorRT-LLM handoff',
+    });
+    expect(vllmNixl.refuse?.({ prompt: ['a', 'b'] })).toEqual({
+      param: 'prompt',
+      message: 'a batch of prompts is not supported by the vLLM NIXL handoff: send one prompt per request',
+    });
+    for (const fine of [
+      { prompt: 'p', n: 1 },
+      { prompt: 'p', best_of: 1 },
+      { prompt: ['one'] },
+      { prompt: [] },
+      { prompt: 'p', n: '2' },
+    ]) {
+      expect(vllmNixl.refuse?.(fine), JSON.stringify(fine)).toBeUndefined();
+    }
+  });
+
+  it('elements: n of 1 or less, or not a number, is one; an empty batch is one prompt', () => {
+    expect(elementsOf({ prompt: 'p', n: 1 })).toBe(1);
+    expect(elementsOf({ prompt: 'p', n: 0 })).toBe(1);
+    expect(elementsOf({ prompt: 'p', n: '3' })).toBe(1);
+    expect(elementsOf({ prompt: [] })).toBe(1);
+    expect(elementsOf({ input_ids: [[1], [2], [3]] })).toBe(3);
+  });
+
+  it('a handoff of the wrong kind is a TypeError naming the connector', () => {
+    expect(() => vllmNixl.decodeBody({ prompt: 'p' }, { kind: 'bootstrap', bootstrap: {} as never })).toThrow(
+      'The vllm-nixl connector hands off by parameters, not by a rendezvous',
+    );
+    expect(() => trtllmContextFirst.decodeBody({ prompt: 'p' }, { kind: 'bootstrap', bootstrap: {} as never })).toThrow(
+      'The trtllm-context-first connector hands off by parameters',
+    );
+    expect(() => sglangBootstrap.decodeBody({ prompt: 'p' }, { kind: 'params', params: {} })).toThrow(
+      'The sglang-bootstrap connector hands off by a rendezvous, not by parameters',
+    );
+    expect(() => sglangBootstrap.prefillBody({ prompt: 'p' })).toThrow(
+      'The sglang-bootstrap connector needs the rendezvou',
+    );
+  });
+});
