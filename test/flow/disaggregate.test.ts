@@ -308,6 +308,31 @@ describe('usage', () => {
     expect(decodeUsage.prompt_tokens_details.cached_tokens).toBe(0); // decode's own object untouched
   });
 
+  it("without prompt details from prefill, decode's usage goes to the client as decode gave it", async () => {
+    const decodeUsage = { prompt_tokens: 900, completion_tokens: 2, total_tokens: 902 };
+    const decode = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData({ token_ids: [], finish_reason: 'length', completion_usage: decodeUsage }),
+      ]).end(),
+    );
+    const items = await collect(await viaVllm(prefillWithParams(), decode));
+    expect(items[0]?.data?.completion_usage).toEqual(decodeUsage);
+  });
+
+  it("decode's error and cancelled finishes are the request's outcome, charged to decode", async () => {
+    for (const [finish, outcome] of [
+      [{ error: 'CUDA error' }, { outcome: 'error', leg: 'decode' }],
+      ['cancelled', { outcome: 'cancelled' }],
+    ] as const) {
+      const log = eventLog();
+      const decode = engine(() =>
+        new ScriptedSource([token(1), Annotated.fromData({ token_ids: [], finish_reason: finish as never })]).end(),
+      );
+      await collect(await runFlow({ decode: decode.run, onEvent: log.onEvent }));
+      expect(log.of('finished')).toMatchObject([outcome]);
+    }
+  });
+
   it('closing the client stream closes decode', async () => {
     const prefill = engine(() =>
       new ScriptedSource([
