@@ -91,6 +91,37 @@ describe('a failed sequential decode is sent to another decode worker while pref
     expect(leases(decodeWorkers)).toEqual([0, 0, 0]);
   });
 
+  it('passes over the failed worker even where the selection would pick it again', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: (candidates) => candidates[0] as string });
+    const decode = decodeFailingOn('d0');
+    await collect(await runFlow({ decode: decode.run, decodeWorkers, retryDecode: () => 0 }));
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0', 'd1']);
+  });
+
+  it('no retry without a pool to choose another worker from, nor after a request deadline', async () => {
+    const retryDecode = vi.fn(() => 0);
+    let calls = 0;
+    const failing: Engine<unknown> = async () => {
+      calls++;
+      throw new Error('no pool, 503');
+    };
+    await expect(runFlow({ decode: failing, retryDecode })).rejects.toThrow('no pool, 503');
+    expect(calls).toBe(1);
+    expect(retryDecode).not.toHaveBeenCalled();
+    vi.useFakeTimers();
+    const decodeWorkers = new WorkerPool(['d0', 'd1']);
+    // Decode answers only after the total deadline, with a failure.
+    const late: Engine<unknown> = () =>
+      new Promise((_, reject) => setTimeout(() => reject(new Error('late 503')), 2_000));
+    const outcome = runFlow({ decode: late, decodeWorkers, retryDecode, deadlines: { totalMs: 1_000 } }).catch(
+      (error: unknown) => error,
+    );
+    await vi.advanceTimersByTimeAsync(3_000);
+    expect(await outcome).toBeInstanceOf(DeadlineError);
+    expect(retryDecode).not.toHaveBeenCalled();
+    expect(leases(decodeWorkers)).toEqual([0, 0]);
+  });
+
   it('no decode worker left in rotation: the decode failure is the answer, not a NoWorkerError', async () => {
     const decodeWorkers = new WorkerPool(['d0']);
     const run: Engine<unknown> = async () => {
