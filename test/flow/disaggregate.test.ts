@@ -333,6 +333,19 @@ describe('usage', () => {
     }
   });
 
+  it("throw() on the client's stream ends it as return() does: cancelled, decode closed, every later call done", async () => {
+    const decodeSource = new ScriptedSource([token(1), token(2)]);
+    const decode = engine(() => decodeSource);
+    const log = eventLog();
+    const iterator = (await runFlow({ decode: decode.run, onEvent: log.onEvent }))[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.data?.token_ids).toEqual([1]);
+    expect(await iterator.throw?.(new Error('consumer gave up'))).toEqual({ value: undefined, done: true });
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    await flush();
+    expect(decodeSource.closed).toBe(true);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+  });
+
   it('closing the client stream closes decode', async () => {
     const prefill = engine(() =>
       new ScriptedSource([
