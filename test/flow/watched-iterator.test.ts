@@ -151,6 +151,32 @@ describe('WatchedIterator', () => {
     expect(plain.closed).toBe(true);
   });
 
+  it('throw() closes as return() does; a source whose next() throws fails the read, handed through or budgeted', async () => {
+    const source = new ScriptedSource([token(1)]);
+    const iterator = watch(source);
+    expect(await iterator.throw()).toEqual({ value: undefined, done: true });
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    await flush();
+    expect(source.closed).toBe(true);
+    const broken = {
+      next: () => {
+        throw new Error('source broke');
+      },
+    } as unknown as AsyncIterator<Item>;
+    const plain = new WatchedIterator<Item>(broken, {
+      interruptible: false,
+      deadline: (phase, ms) => new DeadlineError(phase, ms),
+      expired: errorItem,
+    });
+    await expect(plain.next()).rejects.toThrow('source broke');
+    const budgeted = new WatchedIterator<Item>(broken, {
+      interruptible: true,
+      deadline: (phase, ms) => new DeadlineError(phase, ms),
+      expired: errorItem,
+    });
+    await expect(budgeted.next()).rejects.toThrow('source broke');
+  });
+
   it('return() during a budgeted read clears its timer and never expires it', async () => {
     const source = new ScriptedSource();
     const iterator = watch(source, { budgets: { first: { ms: 50, phase: 'idle' } } });
