@@ -28,7 +28,7 @@ export interface Lease<W> {
   release(): void;
 }
 
-/** Every worker of a pool is out of rotation (marked down by health checks). */
+/** Every worker of a pool is out of rotation (marked down by health checks, or draining), or it has none. */
 export class NoWorkerError extends DisaggError {
   static override readonly is = branded<NoWorkerError>('NoWorkerError');
   declare readonly code: 'DISAGG_NO_WORKER';
@@ -36,9 +36,17 @@ export class NoWorkerError extends DisaggError {
   readonly retryable = true;
 
   constructor(size: number) {
-    super('DISAGG_NO_WORKER', `No worker is available: all ${size} of the pool are out of rotation`);
+    super(
+      'DISAGG_NO_WORKER',
+      size === 0
+        ? 'No worker is available: the pool has none (none configured or discovered yet)'
+        : `No worker is available: all ${size} of the pool are out of rotation`,
+    );
   }
 }
+
+/** Where a worker of a pool stands: serving, out of rotation after failures, or draining. */
+export type WorkerState = 'ready' | 'down' | 'draining';
 
 /**
  * A list of interchangeable workers (prefill or decode) and the choice among them, with a
@@ -56,19 +64,28 @@ export class NoWorkerError extends DisaggError {
  * disaggregate({ ..., prefillWorkers, prefill: (body, context, worker) => call(worker.url, body, context) });
  */
 export class WorkerPool<W> {
-  readonly #workers: readonly W[];
+  /** Replaced, never changed in place: a caller iterating `workers` is not disturbed by a change. */
+  #workers: readonly W[];
   readonly #inFlight = new Map<W, number>();
   readonly #down = new Set<W>();
+  /** Workers draining or removed with leases still out, and who waits for their last release. */
+  readonly #leaving = new Map<W, { draining: boolean; idle: () => void; done: Promise<void> }>();
   readonly #select: (candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W;
   readonly #policy: RoutingPolicy<W> | undefined;
   #turn = 0;
 
   /**
-   * @throws {TypeError} for an empty list, or an unknown selection.
+   * `workers` may be empty for a pool filled at run time ({@link add}, discovery): until then
+   * `acquire` throws {@link NoWorkerError}.
+   *
+   * @throws {TypeError} for something other than an array, a worker listed twice, or an unknown selection.
    */
   constructor(workers: readonly W[], options: WorkerPoolOptions<W> = {}) {
-    if (!Array.isArray(workers) || workers.length === 0) {
-      throw new TypeError(`WorkerPool expects a non-empty array of workers, got ${describeValue(workers)}`);
+    if (!Array.isArray(workers)) {
+      throw new TypeError(`WorkerPool expects an array of workers, got ${describeValue(workers)}`);
+    }
+    if (new Set(workers).size !== workers.length) {
+      throw new TypeError('WorkerPool expects each worker once: the list names one twice');
     }
     this.#workers = Object.freeze([...workers]);
     for (const worker of this.#workers) this.#inFlight.set(worker, 0);
@@ -86,14 +103,102 @@ export class WorkerPool<W> {
     }
   }
 
-  /** The workers, in the order given. */
+  /** The workers, in the order given then added; draining ones until they leave. */
   get workers(): readonly W[] {
     return this.#workers;
   }
 
-  /** The workers in rotation: all but those marked down. */
+  /** The workers in rotation: all but those marked down or draining. */
   get available(): readonly W[] {
-    return this.#down.size === 0 ? this.#workers : this.#workers.filter((worker) => !this.#down.has(worker));
+    return this.#down.size === 0 && this.#leaving.size === 0
+      ? this.#workers
+      : this.#workers.filter((worker) => !this.#down.has(worker) && !this.#leaving.has(worker));
+  }
+
+  /** Whether `worker` is one of the pool's (draining ones included). */
+  has(worker: W): boolean {
+    return this.#workers.includes(worker);
+  }
+
+  /** Where `worker` stands, or undefined when it is not one of the pool's. */
+  stateOf(worker: W): WorkerState | undefined {
+    if (!this.has(worker)) return undefined;
+    if (this.#leaving.has(worker)) return 'draining';
+    return this.#down.has(worker) ? 'down' : 'ready';
+  }
+
+  /**
+   * Adds a worker at run time, in rotation at once unless `available` is false (say, until a
+   * first health probe passes).
+   *
+   * @throws {TypeError} for a worker already in the pool (a draining one included: it leaves first).
+   */
+  add(worker: W, options: { available?: boolean } = {}): void {
+    if (this.has(worker)) throw new TypeError(`add: ${describeValue(worker)} is already a worker of this pool`);
+    this.#workers = Object.freeze([...this.#workers, worker]);
+    // A worker removed earlier with leases still out keeps its count (releasing them stays
+    // exact) and is no longer leaving: whoever waited for it to leave is answered now.
+    const leaving = this.#leaving.get(worker);
+    if (leaving !== undefined) {
+      this.#leaving.delete(worker);
+      leaving.idle();
+    }
+    if (!this.#inFlight.has(worker)) this.#inFlight.set(worker, 0);
+    if (options.available === false) this.#down.add(worker);
+  }
+
+  /**
+   * Takes a worker out of rotation for good: no new lease; it stays listed (state `draining`)
+   * until its leases are released, then leaves the pool. Resolves when it has left.
+   * Draining twice returns the same promise.
+   *
+   * @throws {TypeError} for a worker that is not in this pool.
+   */
+  drain(worker: W): Promise<void> {
+    const leaving = this.#leaving.get(worker);
+    if (leaving?.draining) return leaving.done;
+    if (!this.has(worker)) throw new TypeError(`drain: ${describeValue(worker)} is not a worker of this pool`);
+    this.#policy?.forget?.(worker);
+    const entry = this.#leave(worker, true);
+    this.#settleIfIdle(worker);
+    return entry.done;
+  }
+
+  /**
+   * Removes a worker at once: it is no longer listed nor chosen; requests under way on it
+   * finish (their leases stay valid). Resolves when the last of them is released.
+   *
+   * @throws {TypeError} for a worker that is not in this pool.
+   */
+  remove(worker: W): Promise<void> {
+    if (!this.has(worker)) throw new TypeError(`remove: ${describeValue(worker)} is not a worker of this pool`);
+    const entry = this.#leaving.get(worker) ?? this.#leave(worker, false);
+    this.#policy?.forget?.(worker);
+    this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
+    this.#down.delete(worker);
+    this.#settleIfIdle(worker);
+    return entry.done;
+  }
+
+  #leave(worker: W, draining: boolean): { draining: boolean; idle: () => void; done: Promise<void> } {
+    let idle = (): void => {};
+    const done = new Promise<void>((resolve) => {
+      idle = resolve;
+    });
+    const entry = { draining, idle, done };
+    this.#leaving.set(worker, entry);
+    return entry;
+  }
+
+  /** A leaving worker without leases leaves for good: out of the list, its count and state forgotten. */
+  #settleIfIdle(worker: W): void {
+    const entry = this.#leaving.get(worker);
+    if (entry === undefined || (this.#inFlight.get(worker) ?? 0) > 0) return;
+    this.#leaving.delete(worker);
+    this.#inFlight.delete(worker);
+    this.#down.delete(worker);
+    if (this.has(worker)) this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
+    entry.idle();
   }
 
   /**
@@ -103,7 +208,7 @@ export class WorkerPool<W> {
    * @throws {TypeError} for a worker that is not in this pool.
    */
   setAvailable(worker: W, available: boolean): void {
-    if (!this.#inFlight.has(worker)) {
+    if (!this.has(worker)) {
       throw new TypeError(`setAvailable: ${describeValue(worker)} is not a worker of this pool`);
     }
     if (available) this.#down.delete(worker);
@@ -115,7 +220,7 @@ export class WorkerPool<W> {
 
   /** Whether `worker` is in rotation. */
   isAvailable(worker: W): boolean {
-    return this.#inFlight.has(worker) && !this.#down.has(worker);
+    return this.has(worker) && !this.#down.has(worker) && !this.#leaving.has(worker);
   }
 
   /** How many leases of `worker` are not yet released. */
@@ -148,6 +253,7 @@ export class WorkerPool<W> {
         if (released) return;
         released = true;
         this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) - 1);
+        this.#settleIfIdle(worker);
       },
     };
   }

@@ -101,6 +101,30 @@ export class HealthChecker {
     return this.#circuits.get(worker)?.state ?? 'closed';
   }
 
+  /**
+   * A worker joining at run time: one probe now, into rotation if it answers 200 (the
+   * thresholds count from there); otherwise it stays out until a later round finds it.
+   * Resolves with whether it is in rotation.
+   */
+  async admit(role: string, worker: Named): Promise<boolean> {
+    const entry = this.#pools.find((candidate) => candidate.role === role);
+    if (entry === undefined || !entry.pool.has(worker)) return false;
+    if (entry.pool.isAvailable(worker)) return true;
+    // Unreachable for now or not ready: the regular rounds keep trying.
+    const { status } = await this.#ask(worker);
+    if (status !== 200 || entry.pool.stateOf(worker) !== 'down') return entry.pool.isAvailable(worker);
+    entry.pool.setAvailable(worker, true);
+    return true;
+  }
+
+  /** A worker left its pool: its circuit and probe streak go with it. */
+  forget(worker: Named): void {
+    const circuit = this.#circuits.get(worker);
+    if (circuit?.timer !== undefined) clearTimeout(circuit.timer);
+    this.#circuits.delete(worker);
+    this.#streaks.delete(worker);
+  }
+
   /** A request served by these workers succeeded: their circuits count a success. */
   noteSuccess(workers: { prefill?: Named | undefined; decode?: Named | undefined }): void {
     const breaker = this.#options.breaker;
@@ -144,6 +168,7 @@ export class HealthChecker {
     open.timer = setTimeout(() => {
       open.state = 'half-open';
       open.failures = 0;
+      if (!entry.pool.has(worker)) return;
       entry.pool.setAvailable(worker, true);
       this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit half-open: back in rotation on trial');
     }, breaker.openMs);
@@ -181,9 +206,8 @@ export class HealthChecker {
     );
   }
 
-  async #probe(role: string, pool: WorkerPool<Named>, worker: Named): Promise<void> {
-    let status: number | undefined;
-    let failure: unknown;
+  /** One `GET /health`: its status, or why there was none. */
+  async #ask(worker: Named): Promise<{ status?: number; failure?: unknown }> {
     try {
       const answer = await request(joinUrl(worker.url, '/health'), {
         headers: this.#options.headers ?? {},
@@ -191,11 +215,17 @@ export class HealthChecker {
         ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
       });
       await answer.body.dump();
-      status = answer.statusCode;
+      return { status: answer.statusCode };
     } catch (error) {
-      failure = error;
+      return { failure: error };
     }
+  }
+
+  async #probe(role: string, pool: WorkerPool<Named>, worker: Named): Promise<void> {
+    const { status, failure } = await this.#ask(worker);
     const healthy = status === 200;
+    // The worker may have left the pool while the probe was out (removed, drained, discovery).
+    if (!pool.has(worker)) return;
     // An open circuit keeps its worker out whatever /health says, until its trial.
     if (healthy && this.#circuits.get(worker)?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) {

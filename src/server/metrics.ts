@@ -194,6 +194,8 @@ function registerGauges(
     labelNames: ['role', 'worker'],
     registers,
     collect() {
+      // Workers come and go at run time: a series per worker present at this scrape only.
+      this.reset();
       for (const [role, pool] of Object.entries(pools)) {
         for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.inFlight(worker));
       }
@@ -201,10 +203,11 @@ function registerGauges(
   });
   new Gauge({
     name: 'disagg_worker_available',
-    help: 'Whether a worker is in rotation (1) or taken out by health checks (0)',
+    help: 'Whether a worker is in rotation (1) or taken out by health checks or draining (0)',
     labelNames: ['role', 'worker'],
     registers,
     collect() {
+      this.reset();
       for (const [role, pool] of Object.entries(pools)) {
         for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.isAvailable(worker) ? 1 : 0);
       }

@@ -56,11 +56,132 @@ describe('WorkerPool', () => {
     expect(() => pool.setAvailable('z', true)).toThrow('is not a worker of this pool');
   });
 
-  it('refuses an empty list or an unknown selection, saying what was expected', () => {
-    expect(() => new WorkerPool([])).toThrow('WorkerPool expects a non-empty array of workers');
+  it('refuses what is not a list, a worker listed twice or an unknown selection, saying what was expected', () => {
+    expect(() => new WorkerPool('a' as never)).toThrow('WorkerPool expects an array of workers, got "a"');
+    expect(() => new WorkerPool(['a', 'a'])).toThrow('each worker once');
     expect(() => new WorkerPool(['a'], { selection: 'random' as never })).toThrow(
       "expected 'round-robin', 'least-in-flight', a routing policy (such as cacheAware()) or a function",
     );
+  });
+});
+
+describe('WorkerPool membership at run time', () => {
+  it('an empty pool is a NoWorkerError that says so, until a worker is added', () => {
+    const pool = new WorkerPool<string>([]);
+    expect(() => pool.acquire()).toThrow('the pool has none');
+    pool.add('a');
+    expect(pool.acquire().worker).toBe('a');
+    expect(() => pool.add('a')).toThrow('already a worker of this pool');
+  });
+
+  it('a worker added out of rotation waits for setAvailable; its state says so', () => {
+    const pool = new WorkerPool(['a']);
+    pool.add('b', { available: false });
+    expect(pool.workers).toEqual(['a', 'b']);
+    expect(pool.stateOf('b')).toBe('down');
+    expect([pool.acquire().worker, pool.acquire().worker]).toEqual(['a', 'a']);
+    pool.setAvailable('b', true);
+    expect(pool.stateOf('b')).toBe('ready');
+    expect(pool.available).toEqual(['a', 'b']);
+    expect(pool.stateOf('z')).toBeUndefined();
+  });
+
+  it('draining: no new lease, the worker stays listed while leases are out, and leaves at the last release', async () => {
+    const pool = new WorkerPool(['a', 'b']);
+    const first = pool.acquire();
+    const second = pool.acquire();
+    const again = pool.acquire();
+    expect([first.worker, second.worker, again.worker]).toEqual(['a', 'b', 'a']);
+    let left = false;
+    const drained = pool.drain('a').then(() => {
+      left = true;
+    });
+    expect(pool.drain('a')).toBe(pool.drain('a'));
+    expect(pool.stateOf('a')).toBe('draining');
+    expect(pool.isAvailable('a')).toBe(false);
+    expect(pool.available).toEqual(['b']);
+    expect(pool.workers).toEqual(['a', 'b']);
+    expect([pool.acquire().worker, pool.acquire().worker]).toEqual(['b', 'b']);
+    // Health checks do not bring a draining worker back.
+    pool.setAvailable('a', true);
+    expect(pool.isAvailable('a')).toBe(false);
+    first.release();
+    await flush();
+    expect(left).toBe(false);
+    expect(pool.inFlight('a')).toBe(1);
+    again.release();
+    await drained;
+    expect(left).toBe(true);
+    expect(pool.workers).toEqual(['b']);
+    expect(pool.stateOf('a')).toBeUndefined();
+    expect(() => pool.drain('a')).toThrow('is not a worker of this pool');
+  });
+
+  it('draining an idle worker lets it leave at once', async () => {
+    const pool = new WorkerPool(['a', 'b']);
+    await pool.drain('b');
+    expect(pool.workers).toEqual(['a']);
+  });
+
+  it('removing: gone from the list at once, leases under way stay valid and their release is counted', async () => {
+    const pool = new WorkerPool(['a', 'b'], { selection: 'least-in-flight' });
+    const lease = pool.acquire();
+    expect(lease.worker).toBe('a');
+    let left = false;
+    const removed = pool.remove('a').then(() => {
+      left = true;
+    });
+    expect(pool.workers).toEqual(['b']);
+    expect(pool.stateOf('a')).toBeUndefined();
+    expect(pool.inFlight('a')).toBe(1);
+    expect(pool.acquire().worker).toBe('b');
+    await flush();
+    expect(left).toBe(false);
+    lease.release();
+    await removed;
+    expect(left).toBe(true);
+    expect(pool.inFlight('a')).toBe(0);
+    expect(() => pool.remove('a')).toThrow('remove: ');
+    expect(() => pool.setAvailable('a', true)).toThrow('is not a worker of this pool');
+  });
+
+  it('removing a draining worker takes it off the list; it leaves when idle', async () => {
+    const pool = new WorkerPool(['a', 'b']);
+    const lease = pool.acquire();
+    const drained = pool.drain('a');
+    const removed = pool.remove('a');
+    expect(pool.workers).toEqual(['b']);
+    lease.release();
+    await Promise.all([drained, removed]);
+    expect(pool.inFlight('a')).toBe(0);
+  });
+
+  it('a worker removed with leases out and added again keeps an exact count and is in rotation', async () => {
+    const pool = new WorkerPool(['a', 'b'], { selection: 'least-in-flight' });
+    const lease = pool.acquire();
+    const removed = pool.remove('a');
+    pool.add('a');
+    await removed; // answered: it is back
+    expect(pool.inFlight('a')).toBe(1);
+    expect(pool.isAvailable('a')).toBe(true);
+    lease.release();
+    expect(pool.inFlight('a')).toBe(0);
+    expect(pool.workers).toEqual(['b', 'a']);
+  });
+
+  it('a routing policy forgets a worker that drains or is removed', () => {
+    const forgotten: string[] = [];
+    const policy = {
+      name: 'first',
+      select: (candidates: readonly string[]) => candidates[0] as string,
+      forget: (w: string) => {
+        forgotten.push(w);
+      },
+    };
+    const pool = new WorkerPool(['a', 'b', 'c'], { selection: policy });
+    void pool.drain('a');
+    void pool.remove('b');
+    expect(forgotten).toEqual(['a', 'b']);
   });
 });
 
