@@ -28,6 +28,7 @@ export class ProxyMetrics {
   readonly #queueWait: Histogram;
   readonly #retries: Counter<'leg'>;
   readonly #routed: Counter<'strategy' | 'reason'>;
+  readonly #membership: Counter<'role' | 'change' | 'source'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -94,7 +95,18 @@ export class ProxyMetrics {
       buckets: LATENCY_BUCKETS,
       registers,
     });
+    this.#membership = new Counter({
+      name: 'disagg_worker_changes_total',
+      help: 'Workers added, set draining, removed, and drained ones that left, by pool and by who changed it (config, admin, dns, kubernetes)',
+      labelNames: ['role', 'change', 'source'],
+      registers,
+    });
     registerGauges(registers, pools, admission);
+  }
+
+  /** A worker joined or left a pool (see {@link Membership}). */
+  membershipChanged(role: string, change: string, source: string): void {
+    this.#membership.inc({ role, change, source });
   }
 
   /** An event listener that feeds the metrics of one request. */
@@ -186,6 +198,19 @@ function registerGauges(
     registers,
     collect() {
       this.set(admission?.active ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'disagg_workers',
+    help: 'Workers per pool and state (ready, down, draining)',
+    labelNames: ['role', 'state'],
+    registers,
+    collect() {
+      for (const [role, pool] of Object.entries(pools)) {
+        const counts = { ready: 0, down: 0, draining: 0 };
+        for (const worker of pool.workers) counts[pool.stateOf(worker) ?? 'draining'] += 1;
+        for (const [state, count] of Object.entries(counts)) this.set({ role, state }, count);
+      }
     },
   });
   new Gauge({

@@ -44,8 +44,21 @@ export interface ProxyOptions {
    * TensorRT-LLM context first (sequential).
    */
   connector: 'vllm' | 'sglang' | 'trtllm';
+  /** The prefill workers at start; may be empty when `discovery` finds them. */
   prefill: ProxyPrefillWorker[];
+  /** The decode workers at start; may be empty when `discovery` finds them. */
   decode: ProxyDecodeWorker[];
+  /**
+   * Workers found at run time. `prefillDns`/`decodeDns`: a URL whose host name (a Kubernetes
+   * headless Service, say) is resolved every `dnsIntervalMs` (10,000 by default); each address
+   * is a worker on the URL's port; an address that vanishes drains.
+   */
+  discovery?: { prefillDns?: string; decodeDns?: string; dnsIntervalMs?: number };
+  /**
+   * The bearer token of the admin API (`GET/POST /admin/workers`, drain, remove), which is off
+   * (404) without one.
+   */
+  adminKey?: string;
   /** SGLang: the bootstrap port of prefill workers that do not name their own; 8998 by default. */
   bootstrapPort?: number;
   /** How a worker is chosen for each leg; `least-in-flight` by default. */
@@ -182,6 +195,8 @@ export interface ResolvedProxyOptions
       | 'dispatcher'
       | 'bootstrapPort'
       | 'apiKey'
+      | 'adminKey'
+      | 'discovery'
       | 'workerApiKey'
       | 'retry'
       | 'breaker'
@@ -198,6 +213,10 @@ export interface ResolvedProxyOptions
   breaker: Required<NonNullable<ProxyOptions['breaker']>>;
   cleanupBudgetMs: number;
   apiKey: string | undefined;
+  adminKey: string | undefined;
+  discovery: { prefillDns: string | undefined; decodeDns: string | undefined; dnsIntervalMs: number };
+  /** SGLang: the bootstrap port given to prefill workers that name none (added ones too). */
+  bootstrapPort: number;
   workerApiKey: string | undefined;
   logger: Logger | undefined;
   onEvent: ProxyOptions['onEvent'];
@@ -209,6 +228,7 @@ export interface ServeConfig {
   connector: 'vllm' | 'sglang' | 'trtllm';
   prefill: ProxyPrefillWorker[];
   decode: ProxyDecodeWorker[];
+  bootstrapPort: number;
   host: string;
   port: number;
   selection: 'round-robin' | 'least-in-flight';
@@ -237,6 +257,8 @@ export interface ServeConfig {
   logLevel: string;
   logFormat: 'json' | 'pretty';
   apiKey: string | undefined;
+  adminKey: string | undefined;
+  discovery: ResolvedProxyOptions['discovery'];
   workerApiKey: string | undefined;
 }
 
@@ -678,6 +700,34 @@ export const SETTINGS: readonly Setting[] = [
     parse: text,
   },
   {
+    key: 'adminKey',
+    flag: 'admin-key',
+    env: 'DISAGG_ADMIN_KEY',
+    arg: 'KEY',
+    help: 'the bearer token of the admin API (/admin/workers: list, add, drain, remove); off without one',
+    shownDefault: 'off',
+    parse: text,
+  },
+  ...(['prefill', 'decode'] as const).map(
+    (role): Setting => ({
+      key: `discovery.${role}Dns`,
+      flag: `${role}-dns`,
+      env: `DISAGG_${role.toUpperCase()}_DNS`,
+      arg: 'URL',
+      help: `${role} workers from DNS: each address the URL's host resolves to is a worker on its port; re-resolved every --dns-interval-ms, vanished ones drain`,
+      parse: dnsUrl,
+    }),
+  ),
+  {
+    key: 'discovery.dnsIntervalMs',
+    flag: 'dns-interval-ms',
+    env: 'DISAGG_DNS_INTERVAL_MS',
+    arg: 'MS',
+    help: 'how often --prefill-dns and --decode-dns are resolved again',
+    default: 10_000,
+    parse: positiveMs,
+  },
+  {
     key: 'workerApiKey',
     flag: 'worker-api-key',
     env: 'DISAGG_WORKER_API_KEY',
@@ -798,6 +848,8 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     decodePolicy,
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
+    adminKey: values.adminKey as string | undefined,
+    discovery: discoveryOf(values),
     workerApiKey: values.workerApiKey as string | undefined,
     logger: options.logger,
     onEvent: options.onEvent,
@@ -816,25 +868,57 @@ function resolve(read: (setting: Setting) => { value: unknown; source: Source } 
     let value: unknown;
     if (given !== undefined) value = parseSetting(setting, given.value, given.source);
     else if (setting.default !== undefined) value = setting.default;
-    else if (setting.key === 'connector' || setting.key === 'prefill' || setting.key === 'decode') {
-      value = parseSetting(setting, undefined, { kind: 'flag' });
-    }
+    else if (setting.key === 'connector') value = parseSetting(setting, undefined, { kind: 'flag' });
     if (value !== undefined) setAt(values, setting.key, value);
+  }
+  // A role needs a worker at start unless discovery will find them.
+  for (const role of ['prefill', 'decode'] as const) {
+    const list = (values[role] ?? []) as unknown[];
+    values[role] = list;
+    if (list.length === 0 && valueAt(values, `discovery.${role}Dns`) === undefined) {
+      throw new ConfigError(`--${role} is required: at least one worker URL (or --${role}-dns to find them)`);
+    }
   }
   return values;
 }
 
 /** The worker lists with SGLang's bootstrap port given to prefill workers that name none. */
 function withWorkers(values: Record<string, unknown>): Record<string, unknown> {
-  const { bootstrapPort, ...rest } = values;
-  if (values.connector !== 'sglang') return rest;
+  if (values.connector !== 'sglang') return values;
   return {
-    ...rest,
-    prefill: (values.prefill as ProxyPrefillWorker[]).map((worker) => ({
-      ...worker,
-      bootstrapPort: worker.bootstrapPort ?? (bootstrapPort as number),
-    })),
+    ...values,
+    prefill: (values.prefill as ProxyPrefillWorker[]).map((worker) =>
+      withBootstrap(worker, values.bootstrapPort as number),
+    ),
   };
+}
+
+function withBootstrap(worker: ProxyPrefillWorker, bootstrapPort: number): ProxyPrefillWorker {
+  return { ...worker, bootstrapPort: worker.bootstrapPort ?? bootstrapPort };
+}
+
+/**
+ * A worker joining at run time (the admin API, discovery), checked as `--prefill`/`--decode`
+ * entries are: a URL or an object with the same fields; SGLang prefill workers get the
+ * proxy's bootstrap port when they name none.
+ *
+ * @throws {ConfigError} saying what is wrong with it.
+ */
+export function checkWorker(
+  role: 'prefill' | 'decode',
+  value: unknown,
+  options: Pick<ResolvedProxyOptions, 'connector' | 'bootstrapPort'>,
+): ProxyPrefillWorker | ProxyDecodeWorker {
+  const setting = SETTINGS.find((candidate) => candidate.key === role) as Setting;
+  if (value === undefined || value === '' || (Array.isArray(value) && value.length !== 1)) {
+    throw new ConfigError(`A ${role} worker is a URL or an object with a url, got ${describeValue(value)}`);
+  }
+  const [worker] = parseSetting(setting, Array.isArray(value) ? value : [value], {
+    kind: 'option',
+  }) as ProxyPrefillWorker[];
+  if (worker === undefined)
+    throw new ConfigError(`A ${role} worker is a URL or an object with a url, got ${describeValue(value)}`);
+  return role === 'prefill' && options.connector === 'sglang' ? withBootstrap(worker, options.bootstrapPort) : worker;
 }
 
 /** The help text of `disagg serve`, written from {@link SETTINGS}. */
@@ -969,6 +1053,30 @@ function port(value: unknown): number {
   return n;
 }
 
+/** An http(s) URL whose host is a name to resolve (an address would never change). */
+function dnsUrl(value: unknown): string {
+  const given = text(value);
+  let url: URL;
+  try {
+    url = new URL(given);
+  } catch {
+    throw new Invalid(
+      `must be an http(s) URL such as http://prefill-headless.llm.svc:8000, got ${describeValue(value)}`,
+    );
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+    throw new Invalid(
+      `must be an http(s) URL such as http://prefill-headless.llm.svc:8000, got ${describeValue(value)}`,
+    );
+  }
+  if (/^[\d.]+$/.test(url.hostname) || url.hostname.startsWith('[')) {
+    throw new Invalid(
+      `names an address (${url.hostname}), not a host name to resolve: list it with the worker URLs instead`,
+    );
+  }
+  return given;
+}
+
 function text(value: unknown): string {
   if (typeof value !== 'string' || value === '')
     throw new Invalid(`must be a non-empty string, got ${describeValue(value)}`);
@@ -986,7 +1094,6 @@ function workers(value: unknown, fields: readonly string[]): Array<{ url: string
     .map((entry) => (typeof entry === 'string' ? entry.trim() : entry))
     .filter((entry) => entry !== '')
     .map((entry) => (typeof entry === 'string' ? { url: entry } : entry));
-  if (result.length === 0) throw new Invalid('is required: at least one worker URL');
   for (const entry of result) {
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
       throw new Invalid(`takes URLs or objects with a url, got ${describeValue(entry)}`);
@@ -1057,6 +1164,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     connector: resolved.connector as ServeConfig['connector'],
     prefill: resolved.prefill as ProxyPrefillWorker[],
     decode: resolved.decode as ProxyDecodeWorker[],
+    bootstrapPort: resolved.bootstrapPort as number,
     host: resolved.host as string,
     port: resolved.port as number,
     selection: resolved.selection as ServeConfig['selection'],
@@ -1083,7 +1191,18 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     logLevel: resolved.logLevel as string,
     logFormat: resolved.logFormat as ServeConfig['logFormat'],
     apiKey: resolved.apiKey as string | undefined,
+    adminKey: resolved.adminKey as string | undefined,
+    discovery: discoveryOf(resolved),
     workerApiKey: resolved.workerApiKey as string | undefined,
+  };
+}
+
+function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['discovery'] {
+  const discovery = (values.discovery ?? {}) as Partial<ResolvedProxyOptions['discovery']>;
+  return {
+    prefillDns: discovery.prefillDns,
+    decodeDns: discovery.decodeDns,
+    dnsIntervalMs: discovery.dnsIntervalMs as number,
   };
 }
 

@@ -5,6 +5,7 @@ import type { Logger } from '../runtime/logger.js';
 import type { Admission } from './admission.js';
 import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
+import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker, ResolvedProxyOptions } from './options.js';
@@ -32,6 +33,8 @@ export interface ProxyState {
   readonly workerHeaders: Record<string, string>;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+  /** Who is in the pools, under which names; every change at run time goes through it. */
+  readonly membership: Membership;
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight: InFlightRequests;

@@ -7,11 +7,11 @@ import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson } from '../http/node-server.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
-import { trimSlash } from '../util/url.js';
 import { Admission } from './admission.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
+import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
@@ -33,16 +33,6 @@ const CONNECTORS: Record<ResolvedProxyOptions['connector'], Connector> = {
   sglang: sglangBootstrap,
   trtllm: trtllmContextFirst,
 };
-
-/** `host:port` of a URL, if it parses. */
-function hostOf(url: string): string | undefined {
-  try {
-    const { host } = new URL(url);
-    return host === '' ? undefined : host;
-  } catch {
-    return undefined;
-  }
-}
 
 /** A running (or ready to run) proxy. */
 export interface ProxyServer {
@@ -100,11 +90,9 @@ class DisaggProxy implements ProxyServer, ProxyState {
   readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   closing = false;
   draining = false;
+  readonly membership: Membership;
   /** Engines with fixed headers (the worker key, or none), one per route. */
   readonly #engines = new Map<Route, Engine<{ url: string }>>();
-  readonly #names = new Map<{ url: string }, string>();
-  /** Each worker's address, in the forms a message may hold it, and its name; longest first. */
-  readonly #addresses: Array<[string, string]> = [];
 
   /** The connection pool towards the workers when the options gave none: closed by `close()`. */
   readonly #ownDispatcher: Agent | undefined;
@@ -123,12 +111,6 @@ class DisaggProxy implements ProxyServer, ProxyState {
     const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing);
     this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
     this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
-    for (const [role, pool] of [
-      ['prefill', this.prefillWorkers],
-      ['decode', this.decodeWorkers],
-    ] as const) {
-      for (const [i, worker] of pool.workers.entries()) this.#name(worker, worker.name ?? `${role}-${i}`);
-    }
     this.admission = new Admission({
       maxConcurrent: options.maxConcurrentRequests,
       queueSize: options.queueSize,
@@ -155,6 +137,12 @@ class DisaggProxy implements ProxyServer, ProxyState {
         breaker: options.breaker,
         probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
       },
+    );
+    this.membership = new Membership(
+      { prefill: this.prefillWorkers, decode: this.decodeWorkers },
+      this.health,
+      this.logger,
+      (role, change, source) => this.metrics.membershipChanged(role, change, source),
     );
     const serverOptions = {
       keepAliveTimeout: options.keepAliveTimeoutMs,
@@ -192,23 +180,11 @@ class DisaggProxy implements ProxyServer, ProxyState {
   }
 
   nameOf(worker: { url: string }): string {
-    return this.#names.get(worker) ?? 'worker';
+    return this.membership.nameOf(worker);
   }
 
   redact(text: string): string {
-    let redacted = text;
-    for (const [address, name] of this.#addresses) redacted = redacted.replaceAll(address, name);
-    return redacted;
-  }
-
-  #name(worker: { url: string }, name: string): void {
-    this.#names.set(worker, name);
-    const base = trimSlash(worker.url);
-    this.#addresses.push([base, name]);
-    const host = hostOf(base);
-    if (host !== undefined) this.#addresses.push([host, name]);
-    // Longer addresses first, so that a URL is replaced whole before its host is.
-    this.#addresses.sort((a, b) => b[0].length - a[0].length);
+    return this.membership.redact(text);
   }
 
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {

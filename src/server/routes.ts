@@ -1,4 +1,3 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { NoWorkerError } from '../flow/worker-pool.js';
@@ -6,6 +5,8 @@ import { parseJson } from '../http/json.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { joinUrl } from '../util/url.js';
+import { ADMIN_PREFIX, handleAdmin } from './admin-routes.js';
+import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
 import { handleCompletion } from './completion.js';
 import { errorAnswer } from './error-answers.js';
 import type { Route } from './openai-format.js';
@@ -16,7 +17,8 @@ import type { ProxyState } from './proxy-state.js';
  * `/generate` (each calling the same route on the workers), `GET /v1/models` (from a decode
  * worker), `/health` (liveness), `/ready` (a prefill and a decode worker in rotation, and not
  * shutting down) and `/metrics` (Prometheus). With an API key, the generation routes and
- * `/v1/models` need it (401 otherwise). Anything else is a 404 in the OpenAI error shape.
+ * `/v1/models` need it (401 otherwise). With an admin key, `/admin/workers` (see
+ * {@link handleAdmin}). Anything else is a 404 in the OpenAI error shape.
  *
  * @internal
  */
@@ -43,15 +45,13 @@ export async function handleRequest(proxy: ProxyState, req: IncomingMessage, res
       ? decodeURIComponent(path.slice('/v1/models/'.length))
       : undefined;
   const isModels = method === 'GET' && (path === '/v1/models' || modelId !== undefined);
-  if ((route !== undefined || isModels) && !authorized(proxy, req)) {
-    return answerJson(res, 401, {
-      error: {
-        message: 'Incorrect or missing API key: send it as "Authorization: Bearer <key>"',
-        type: 'invalid_request_error',
-        code: 'invalid_api_key',
-        param: null,
-      },
-    });
+  if ((route !== undefined || isModels) && !bearerMatches(req, proxy.options.apiKey)) {
+    return answerUnauthorized(res, 'API key');
+  }
+  // Off (a 404 like any unknown path) unless an admin key is set.
+  if (proxy.options.adminKey !== undefined && (path === ADMIN_PREFIX || path.startsWith(`${ADMIN_PREFIX}/`))) {
+    if (!bearerMatches(req, proxy.options.adminKey)) return answerUnauthorized(res, 'admin key');
+    return handleAdmin(proxy, req, res, path);
   }
   if (isModels) return models(proxy, res, modelId);
   if (route !== undefined) return handleCompletion(proxy, req, res, route);
@@ -68,6 +68,8 @@ const ROUTE_LABELS: Readonly<Record<string, string>> = {
   'GET /health': 'health',
   'GET /ready': 'ready',
   'GET /metrics': 'metrics',
+  'GET /admin/workers': 'admin',
+  'POST /admin/workers': 'admin',
 };
 
 /**
@@ -76,7 +78,9 @@ const ROUTE_LABELS: Readonly<Record<string, string>> = {
  * @internal
  */
 export function routeLabel(req: IncomingMessage): string {
-  return ROUTE_LABELS[`${req.method} ${pathOf(req)}`] ?? 'unknown';
+  const path = pathOf(req);
+  if (path.startsWith(`${ADMIN_PREFIX}/`)) return 'admin';
+  return ROUTE_LABELS[`${req.method} ${path}`] ?? 'unknown';
 }
 
 /** The methods a path of the proxy takes; undefined for a path it does not have. */
@@ -93,18 +97,6 @@ const GENERATION_ROUTES: Readonly<Record<string, Route>> = {
   '/v1/chat/completions': 'chat',
   '/generate': 'generate',
 };
-
-/**
- * Whether the request carries the proxy's API key (`Authorization: Bearer <key>`), compared in
- * constant time (as digests, so that the key's length does not show either); true without a key.
- */
-function authorized(proxy: ProxyState, req: IncomingMessage): boolean {
-  const key = proxy.options.apiKey;
-  if (key === undefined) return true;
-  const given = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1]?.trim() ?? '';
-  const digest = (text: string) => createHash('sha256').update(text).digest();
-  return timingSafeEqual(digest(given), digest(key));
-}
 
 /**
  * Whether requests can be served now: a decode worker in rotation (without a prefill worker

@@ -30,6 +30,10 @@ describe('disagg serve configuration', () => {
       connector: 'vllm',
       prefill: [{ url: 'http://p0:8100' }, { url: 'http://p1:8100' }],
       decode: [{ url: 'http://d0:8200' }, { url: 'http://d1:8200' }],
+      bootstrapPort: 8998,
+      adminKey: undefined,
+      apiKey: undefined,
+      discovery: { prefillDns: undefined, decodeDns: undefined, dnsIntervalMs: 10_000 },
       host: '0.0.0.0',
       port: 8000,
       selection: 'least-in-flight',
@@ -108,12 +112,45 @@ deadlines:
     });
   });
 
+  it('a role found by DNS needs no worker list; the admin key comes from the environment', () => {
+    const config = loadServeConfig(
+      ['--connector', 'sglang', '--prefill-dns', 'http://prefill-headless.llm.svc:8100', '--decode', 'http://d'],
+      { DISAGG_ADMIN_KEY: 'k', DISAGG_DECODE_DNS: 'https://decode-headless:8200', DISAGG_DNS_INTERVAL_MS: '2500' },
+    );
+    expect(config).toMatchObject({
+      prefill: [],
+      decode: [{ url: 'http://d' }],
+      adminKey: 'k',
+      discovery: {
+        prefillDns: 'http://prefill-headless.llm.svc:8100',
+        decodeDns: 'https://decode-headless:8200',
+        dnsIntervalMs: 2500,
+      },
+    });
+  });
+
   it.each([
     [
       ['--prefill', 'http://p', '--decode', 'http://d'],
       "--connector must be one of 'vllm', 'sglang', 'trtllm', got undefined",
     ],
-    [['--connector', 'vllm', '--decode', 'http://d'], '--prefill is required'],
+    [
+      ['--connector', 'vllm', '--decode', 'http://d'],
+      '--prefill is required: at least one worker URL (or --prefill-dns',
+    ],
+    [['--connector', 'vllm', '--prefill', 'http://p'], '--decode is required'],
+    [
+      ['--connector', 'vllm', '--prefill-dns', 'http://10.0.0.1:8100', '--decode', 'http://d'],
+      '--prefill-dns (discovery.prefillDns) names an address (10.0.0.1), not a host name to resolve',
+    ],
+    [
+      ['--connector', 'vllm', '--prefill-dns', 'prefill-headless:8100', '--decode', 'http://d'],
+      '--prefill-dns (discovery.prefillDns) must be an http(s) URL such as http://prefill-headless.llm.svc:8000',
+    ],
+    [
+      ['--connector', 'vllm', '--prefill', 'http://p', '--decode-dns', 'http://d', '--dns-interval-ms', '0'],
+      '--dns-interval-ms (discovery.dnsIntervalMs) must be',
+    ],
     [['--connector', 'vllm', '--prefill', 'p0:8000', '--decode', 'http://d'], 'is not an http(s) URL'],
     [
       ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--port', 'x'],

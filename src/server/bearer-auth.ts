@@ -1,0 +1,32 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { answerJson } from '../http/node-server.js';
+
+/**
+ * Whether the request carries `key` as `Authorization: Bearer <key>`, compared in constant
+ * time (as digests, so that the key's length does not show either); true without a key.
+ *
+ * @internal
+ */
+export function bearerMatches(req: IncomingMessage, key: string | undefined): boolean {
+  if (key === undefined) return true;
+  const given = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1]?.trim() ?? '';
+  const digest = (text: string) => createHash('sha256').update(text).digest();
+  return timingSafeEqual(digest(given), digest(key));
+}
+
+/**
+ * The 401 of a missing or wrong key, as OpenAI answers it (`invalid_api_key`).
+ *
+ * @internal
+ */
+export function answerUnauthorized(res: ServerResponse, which: 'API key' | 'admin key'): void {
+  answerJson(res, 401, {
+    error: {
+      message: `Incorrect or missing ${which}: send it as "Authorization: Bearer <key>"`,
+      type: 'invalid_request_error',
+      code: 'invalid_api_key',
+      param: null,
+    },
+  });
+}

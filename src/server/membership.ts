@@ -1,0 +1,270 @@
+import type { WorkerPool, WorkerState } from '../flow/worker-pool.js';
+import type { Logger } from '../runtime/logger.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
+import { trimSlash } from '../util/url.js';
+import type { HealthChecker } from './health.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
+
+/** A pool of the proxy. */
+export type Role = 'prefill' | 'decode';
+
+/** Who changed the membership: the start-up list, the admin API, or a discovery source. */
+export type MembershipSource = 'config' | 'admin' | 'dns' | 'kubernetes';
+
+/** A membership change as metrics count it. */
+export type MembershipChange = 'added' | 'draining' | 'removed' | 'left';
+
+/** A worker as the admin API lists it. */
+export interface WorkerView {
+  role: Role;
+  name: string;
+  url: string;
+  state: WorkerState;
+  in_flight: number;
+  source: MembershipSource;
+  bootstrap_host?: string;
+  bootstrap_port?: number;
+}
+
+type AnyWorker = ProxyPrefillWorker | ProxyDecodeWorker;
+
+/**
+ * A membership change the proxy refuses: a worker already there (`DISAGG_WORKER_EXISTS`,
+ * answered 409) or one it does not have (`DISAGG_WORKER_UNKNOWN`, answered 404).
+ */
+export class MembershipError extends DisaggError {
+  static override readonly is = branded<MembershipError>('MembershipError');
+  declare readonly code: 'DISAGG_WORKER_EXISTS' | 'DISAGG_WORKER_UNKNOWN';
+
+  constructor(code: 'DISAGG_WORKER_EXISTS' | 'DISAGG_WORKER_UNKNOWN', message: string) {
+    super(code, message);
+  }
+}
+
+/** `host:port` of a URL, if it parses. */
+function hostOf(url: string): string | undefined {
+  try {
+    const { host } = new URL(url);
+    return host === '' ? undefined : host;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The proxy's workers as they change at run time: who is in which pool, under which name,
+ * put there by whom. Every change goes through here, so that it is logged once, counted once
+ * (`onChange`), probed before it takes requests, and named in what clients see (a worker's
+ * address never reaches a client: {@link redact} replaces it with its name, also for a worker
+ * that has left while requests it served are still answering).
+ *
+ * Names are unique across both pools: `prefill-0`, `decode-3`, ... by role and order of
+ * arrival unless one is given.
+ *
+ * @internal
+ */
+export class Membership {
+  readonly #pools: { prefill: WorkerPool<ProxyPrefillWorker>; decode: WorkerPool<ProxyDecodeWorker> };
+  readonly #health: HealthChecker;
+  readonly #logger: Logger;
+  readonly #onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void;
+  readonly #names = new Map<AnyWorker, string>();
+  readonly #sources = new Map<AnyWorker, MembershipSource>();
+  readonly #counters = { prefill: 0, decode: 0 };
+  /** Each address, in the forms a message may hold it, and its worker's name; longest first. */
+  #addresses: Array<[string, string]> = [];
+  /** Workers that left with requests still under way: their addresses stay redacted until then. */
+  readonly #leaving = new Set<AnyWorker>();
+
+  constructor(
+    pools: { prefill: WorkerPool<ProxyPrefillWorker>; decode: WorkerPool<ProxyDecodeWorker> },
+    health: HealthChecker,
+    logger: Logger,
+    onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void = () => {},
+  ) {
+    this.#pools = pools;
+    this.#health = health;
+    this.#logger = logger;
+    this.#onChange = onChange;
+    for (const role of ['prefill', 'decode'] as const) {
+      for (const worker of this.#pools[role].workers) this.#register(role, worker, 'config');
+    }
+  }
+
+  /** How clients, logs and headers name a worker; `worker` for one the proxy never had. */
+  nameOf(worker: { url: string }): string {
+    return this.#names.get(worker as AnyWorker) ?? 'worker';
+  }
+
+  /** `text` with every worker address replaced by the worker's name. */
+  redact(text: string): string {
+    let redacted = text;
+    for (const [address, name] of this.#addresses) redacted = redacted.replaceAll(address, name);
+    return redacted;
+  }
+
+  /** Every worker of both pools, draining ones included. */
+  list(): { prefill: WorkerView[]; decode: WorkerView[] } {
+    return {
+      prefill: this.#pools.prefill.workers.map((worker) => this.#view('prefill', worker)),
+      decode: this.#pools.decode.workers.map((worker) => this.#view('decode', worker)),
+    };
+  }
+
+  /** The workers of `role` a source put there (what a discovery source reconciles against). */
+  workersFrom(role: Role, source: MembershipSource): AnyWorker[] {
+    return this.#pools[role].workers.filter((worker) => this.#sources.get(worker) === source);
+  }
+
+  /** A worker by name (or, failing that, by URL) in either pool. */
+  find(nameOrUrl: string): { role: Role; worker: AnyWorker } | undefined {
+    for (const match of [
+      (w: AnyWorker) => this.#names.get(w) === nameOrUrl,
+      (w: AnyWorker) => trimSlash(w.url) === trimSlash(nameOrUrl),
+    ]) {
+      for (const role of ['prefill', 'decode'] as const) {
+        const worker = (this.#pools[role].workers as readonly AnyWorker[]).find(match);
+        if (worker !== undefined) return { role, worker };
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * Adds a (checked) worker to `role`'s pool out of rotation, probes it once and puts it in
+   * rotation if it answers; otherwise the health rounds bring it in when it does. Resolves
+   * with the worker as listed.
+   *
+   * @throws {MembershipError} when its URL is already in the pool or its name is taken.
+   */
+  async add(role: Role, worker: AnyWorker, source: MembershipSource): Promise<WorkerView> {
+    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    const url = trimSlash(worker.url);
+    const same = pool.workers.find((candidate) => trimSlash(candidate.url) === url);
+    if (same !== undefined) {
+      throw new MembershipError(
+        'DISAGG_WORKER_EXISTS',
+        `A ${role} worker with this URL is already in the pool, as ${this.nameOf(same)}${pool.stateOf(same) === 'draining' ? ' (draining: add it again once it has left)' : ''}`,
+      );
+    }
+    if (worker.name !== undefined && this.find(worker.name) !== undefined) {
+      throw new MembershipError(
+        'DISAGG_WORKER_EXISTS',
+        `The name ${JSON.stringify(worker.name)} is taken by another worker`,
+      );
+    }
+    pool.add(worker, { available: false });
+    this.#register(role, worker, source);
+    this.#onChange(role, 'added', source);
+    const inRotation = await this.#health.admit(role, worker);
+    const view = this.#view(role, worker);
+    this.#logger.info(
+      { role, worker: view.name, url: worker.url, source, state: view.state },
+      inRotation
+        ? `Worker added to the ${role} pool`
+        : `Worker added to the ${role} pool; out of rotation until it answers a probe`,
+    );
+    return view;
+  }
+
+  /**
+   * Drains a worker: no new request, those under way finish, then it leaves the pool (logged
+   * and counted then too). Resolves with the worker as listed now (state `draining`).
+   */
+  drain(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
+    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    if (pool.stateOf(worker) === 'draining') return this.#view(role, worker);
+    const inFlight = pool.inFlight(worker);
+    const left = pool.drain(worker);
+    const view = this.#view(role, worker);
+    this.#onChange(role, 'draining', source);
+    this.#logger.info(
+      { role, worker: view.name, url: worker.url, source, inFlight },
+      `Worker draining from the ${role} pool`,
+    );
+    this.#whenGone(role, worker, left, source, 'Drained worker left the pool');
+    return view;
+  }
+
+  /** Removes a worker at once; requests under way on it finish. Resolves with its last view. */
+  remove(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
+    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    const view = { ...this.#view(role, worker) };
+    const gone = pool.remove(worker);
+    this.#onChange(role, 'removed', source);
+    this.#logger.info(
+      { role, worker: view.name, url: worker.url, source, inFlight: view.in_flight },
+      `Worker removed from the ${role} pool`,
+    );
+    this.#whenGone(role, worker, gone, source, undefined);
+    return view;
+  }
+
+  #whenGone(
+    role: Role,
+    worker: AnyWorker,
+    gone: Promise<void>,
+    source: MembershipSource,
+    message: string | undefined,
+  ): void {
+    if (this.#leaving.has(worker)) return;
+    this.#leaving.add(worker);
+    void gone.then(() => {
+      this.#leaving.delete(worker);
+      // Added again meanwhile (a discovery source that saw it come back): it stays known.
+      if (this.#pools[role].has(worker as never)) return;
+      this.#health.forget(worker);
+      if (message !== undefined) {
+        this.#onChange(role, 'left', source);
+        this.#logger.info({ role, worker: this.nameOf(worker), url: worker.url, source }, message);
+      }
+      this.#forget(worker);
+    });
+  }
+
+  #register(role: Role, worker: AnyWorker, source: MembershipSource): void {
+    const name = worker.name ?? this.#nextName(role);
+    this.#names.set(worker, name);
+    this.#sources.set(worker, source);
+    const base = trimSlash(worker.url);
+    this.#addresses.push([base, name]);
+    const host = hostOf(base);
+    if (host !== undefined) this.#addresses.push([host, name]);
+    // Longer addresses first, so that a URL is replaced whole before its host is.
+    this.#addresses.sort((a, b) => b[0].length - a[0].length);
+  }
+
+  #nextName(role: Role): string {
+    let name: string;
+    do name = `${role}-${this.#counters[role]++}`;
+    while (this.find(name) !== undefined);
+    return name;
+  }
+
+  #forget(worker: AnyWorker): void {
+    const name = this.#names.get(worker);
+    this.#names.delete(worker);
+    this.#sources.delete(worker);
+    const base = trimSlash(worker.url);
+    const host = hostOf(base);
+    // Another worker may share the address (added again under a new name): keep its entries.
+    this.#addresses = this.#addresses.filter(
+      ([address, named]) => !(named === name && (address === base || address === host)),
+    );
+  }
+
+  #view(role: Role, worker: AnyWorker): WorkerView {
+    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    const prefill = worker as ProxyPrefillWorker;
+    return {
+      role,
+      name: this.nameOf(worker),
+      url: worker.url,
+      state: pool.stateOf(worker) ?? 'draining',
+      in_flight: pool.inFlight(worker),
+      source: this.#sources.get(worker) ?? 'config',
+      ...(prefill.bootstrapHost === undefined ? {} : { bootstrap_host: prefill.bootstrapHost }),
+      ...(prefill.bootstrapPort === undefined ? {} : { bootstrap_port: prefill.bootstrapPort }),
+    };
+  }
+}

@@ -1,0 +1,218 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import { recordingLogger } from '../support/async.js';
+import { eventuallyAsync, fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+const ADMIN = { authorization: 'Bearer admin-secret' };
+
+async function start(options: Partial<ProxyOptions> = { adminKey: 'admin-secret' }, decodeTokens = 2) {
+  const logger = recordingLogger();
+  const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+  const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: decodeTokens });
+  const proxy = createProxy({
+    connector: 'vllm',
+    prefill: [{ url: prefill.url }],
+    decode: [{ url: decode.url }],
+    selection: 'round-robin',
+    logger: logger.logger,
+    ...options,
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0);
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+  /** One admin call: status and JSON body. */
+  async function admin(method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown, headers = ADMIN) {
+    const answer = await request(`${url}${path}`, {
+      method,
+      headers: { ...headers, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
+    });
+    return {
+      status: answer.statusCode,
+      headers: answer.headers,
+      body: (await answer.body.json()) as Record<string, any>,
+    };
+  }
+  async function decodeWorkerOf(): Promise<string | null> {
+    const { response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 })
+      .withResponse();
+    return response.headers.get('x-disagg-decode-worker');
+  }
+  async function metric(line: string): Promise<string | undefined> {
+    const text = await (await request(`${url}/metrics`)).body.text();
+    return text.split('\n').find((candidate) => candidate.startsWith(line));
+  }
+  return { proxy, url, client, admin, decodeWorkerOf, metric, prefill, decode, logs: logger.records };
+}
+
+describe('the admin API', () => {
+  it('is off without an admin key (a 404 like any unknown path), and refuses a wrong key with a 401', async () => {
+    const off = await start({});
+    expect((await off.admin('GET', '/admin/workers')).status).toBe(404);
+    const on = await start();
+    const wrong = await on.admin('GET', '/admin/workers', undefined, { authorization: 'Bearer nope' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.body.error).toMatchObject({ code: 'invalid_api_key', message: expect.stringContaining('admin key') });
+    expect((await on.admin('GET', '/admin/workers', undefined, {} as typeof ADMIN)).status).toBe(401);
+  });
+
+  it('lists both pools: name, URL, state, requests in flight and who put each worker there', async () => {
+    const { admin, prefill, decode } = await start();
+    const list = await admin('GET', '/admin/workers');
+    expect(list.status).toBe(200);
+    expect(list.body).toEqual({
+      prefill: [
+        { role: 'prefill', name: 'prefill-0', url: prefill.url, state: 'ready', in_flight: 0, source: 'config' },
+      ],
+      decode: [{ role: 'decode', name: 'decode-0', url: decode.url, state: 'ready', in_flight: 0, source: 'config' }],
+    });
+  });
+
+  it('a worker added takes requests at once, without a restart; the change is logged and counted', async () => {
+    const { admin, decodeWorkerOf, metric, logs } = await start();
+    const second = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const added = await admin('POST', '/admin/workers', { role: 'decode', url: second.url });
+    expect(added.status).toBe(201);
+    expect(added.body).toMatchObject({
+      role: 'decode',
+      name: 'decode-1',
+      url: second.url,
+      state: 'ready',
+      source: 'admin',
+    });
+    const served = [await decodeWorkerOf(), await decodeWorkerOf(), await decodeWorkerOf(), await decodeWorkerOf()];
+    expect(new Set(served)).toEqual(new Set(['decode-0', 'decode-1']));
+    expect(second.requests.filter((r) => r.path === '/v1/completions').length).toBe(2);
+    expect(await metric('disagg_worker_changes_total{role="decode",change="added",source="admin"}')).toMatch(/ 1$/);
+    expect(await metric('disagg_workers{role="decode",state="ready"}')).toMatch(/ 2$/);
+    expect(logs.find((log) => log.message === 'Worker added to the decode pool')?.fields).toMatchObject({
+      worker: 'decode-1',
+      source: 'admin',
+    });
+  });
+
+  it('a worker that does not answer its probe is added out of rotation and takes no request', async () => {
+    const { admin, decodeWorkerOf } = await start();
+    const down = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    down.setHealthy(false);
+    const added = await admin('POST', '/admin/workers', { role: 'decode', url: down.url, name: 'decode-spare' });
+    expect(added.body).toMatchObject({ name: 'decode-spare', state: 'down' });
+    expect([await decodeWorkerOf(), await decodeWorkerOf()]).toEqual(['decode-0', 'decode-0']);
+  });
+
+  it('refuses a bad worker with a 400 before touching the pools, and one already there with a 409', async () => {
+    const { admin, decode } = await start();
+    const cases: Array<[unknown, number, string]> = [
+      ['{', 400, 'The body is not JSON'],
+      [[1], 400, 'must be an object with role and url'],
+      [{ url: 'http://x:1' }, 400, "role must be 'prefill' or 'decode'"],
+      [{ role: 'decode', url: 'x:1' }, 400, 'not an http(s) URL'],
+      [{ role: 'decode', url: 'http://x:1', nmae: 'a' }, 400, 'unknown worker field "nmae"'],
+      [{ role: 'decode', url: decode.url }, 409, 'already in the pool, as decode-0'],
+      [{ role: 'decode', url: 'http://127.0.0.1:1', name: 'prefill-0' }, 409, 'The name "prefill-0" is taken'],
+    ];
+    for (const [body, status, message] of cases) {
+      const answer = await admin('POST', '/admin/workers', body);
+      expect(answer.status, JSON.stringify(body)).toBe(status);
+      expect(answer.body.error.message).toContain(message);
+    }
+    expect((await admin('GET', '/admin/workers')).body.decode).toHaveLength(1);
+    expect((await admin('DELETE', '/admin/workers/decode-9')).status).toBe(404);
+    const wrongMethod = await admin('GET', '/admin/workers/decode-0/drain');
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.allow).toBe('POST');
+  });
+
+  it('draining: the request under way finishes whole, new ones go elsewhere, then the worker leaves', async () => {
+    const { admin, client, decodeWorkerOf, metric, logs } = await start({ adminKey: 'admin-secret' }, 2);
+    const slow = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 40, tokenIntervalMs: 25 });
+    await admin('POST', '/admin/workers', { role: 'decode', url: slow.url, name: 'slow' });
+    await decodeWorkerOf(); // decode-0; the next goes to slow
+    const { data: stream, response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'hello', max_tokens: 40, stream: true })
+      .withResponse();
+    expect(response.headers.get('x-disagg-decode-worker')).toBe('slow');
+    const chunks: string[] = [];
+    const reading = (async () => {
+      for await (const chunk of stream) chunks.push(chunk.choices[0]?.text ?? '');
+    })();
+    const drained = await admin('POST', '/admin/workers/slow/drain');
+    expect(drained.status).toBe(202);
+    expect(drained.body).toMatchObject({ name: 'slow', state: 'draining', in_flight: 1 });
+    expect([await decodeWorkerOf(), await decodeWorkerOf()]).toEqual(['decode-0', 'decode-0']);
+    await reading;
+    expect(chunks.join('')).toBe(Array.from({ length: 40 }, (_, i) => `tok${i} `).join(''));
+    await eventuallyAsync(
+      async () => (await admin('GET', '/admin/workers')).body.decode.length === 1,
+      'the drained worker leaves',
+    );
+    expect(logs.map((log) => log.message)).toContain('Drained worker left the pool');
+    expect(await metric('disagg_worker_changes_total{role="decode",change="left",source="admin"}')).toMatch(/ 1$/);
+  });
+
+  it('removing: out of the pool at once (by name or URL); removing the last decode worker makes /ready fail', async () => {
+    const { admin, url, decode, decodeWorkerOf } = await start();
+    const second = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    await admin('POST', '/admin/workers', { role: 'decode', url: second.url });
+    const removed = await admin('DELETE', `/admin/workers/${encodeURIComponent(decode.url)}`);
+    expect(removed).toMatchObject({ status: 200, body: { name: 'decode-0', url: decode.url } });
+    expect([await decodeWorkerOf(), await decodeWorkerOf()]).toEqual(['decode-1', 'decode-1']);
+    expect((await request(`${url}/ready`)).statusCode).toBe(200);
+    await admin('DELETE', '/admin/workers/decode-1');
+    const ready = await request(`${url}/ready`);
+    expect(ready.statusCode).toBe(503);
+    expect(await ready.body.json()).toMatchObject({ reason: 'no decode worker in rotation', decode_workers: 0 });
+    const refused = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fake-model', prompt: 'hi', max_tokens: 2 }),
+    });
+    expect(refused.statusCode).toBe(503);
+    expect(await refused.body.text()).not.toContain('127.0.0.1');
+    // And back: a worker added again serves.
+    expect((await admin('POST', '/admin/workers', { role: 'decode', url: decode.url })).body).toMatchObject({
+      name: 'decode-2',
+      state: 'ready',
+    });
+    expect(await decodeWorkerOf()).toBe('decode-2');
+  });
+
+  it("an added SGLang prefill worker gets the proxy's bootstrap port unless it names one", async () => {
+    const logger = recordingLogger();
+    const decode = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 2 });
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang' });
+    const proxy = createProxy({
+      connector: 'sglang',
+      prefill: [],
+      decode: [{ url: decode.url }],
+      bootstrapPort: prefill.bootstrapPort,
+      adminKey: 'admin-secret',
+      discovery: { prefillDns: 'http://prefill-headless.invalid:8100', dnsIntervalMs: 60_000 },
+      logger: logger.logger,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    const added = await request(`${url}/admin/workers`, {
+      method: 'POST',
+      headers: ADMIN,
+      body: JSON.stringify({ role: 'prefill', url: prefill.url }),
+    });
+    expect(await added.body.json()).toMatchObject({ name: 'prefill-0', bootstrap_port: prefill.bootstrapPort });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const { response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 })
+      .withResponse();
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-0');
+    expect(prefill.requests.filter((r) => r.path === '/v1/completions')).toHaveLength(1);
+  });
+});
