@@ -1,3 +1,4 @@
+import type { DiscoveredWorker, MembershipTarget } from '../discovery/worker-set.js';
 import type { WorkerPool, WorkerState } from '../flow/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
@@ -114,6 +115,25 @@ export class Membership {
   /** The workers of `role` a source put there (what a discovery source reconciles against). */
   workersFrom(role: Role, source: MembershipSource): AnyWorker[] {
     return this.#pools[role].workers.filter((worker) => this.#sources.get(worker) === source);
+  }
+
+  /**
+   * This membership as a discovery source changes it: what `source` put in each pool, adds
+   * checked by `check` (the options module's rules), drains by URL.
+   */
+  targetFor(source: MembershipSource, check: (role: Role, worker: DiscoveredWorker) => AnyWorker): MembershipTarget {
+    return {
+      current: (role) =>
+        this.workersFrom(role, source).map((worker) => ({
+          url: worker.url,
+          draining: this.#pools[role].stateOf(worker as never) === 'draining',
+        })),
+      add: (role, worker) => this.add(role, check(role, worker), source),
+      drain: (role, url) => {
+        const worker = this.workersFrom(role, source).find((candidate) => candidate.url === url);
+        if (worker !== undefined) this.drain(role, worker, source);
+      },
+    };
   }
 
   /** A worker by name (or, failing that, by URL) in either pool. */

@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import type { Lookup } from '../discovery/dns-discovery.js';
 import type { Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
@@ -54,6 +55,8 @@ export interface ProxyOptions {
    * is a worker on the URL's port; an address that vanishes drains.
    */
   discovery?: { prefillDns?: string; decodeDns?: string; dnsIntervalMs?: number };
+  /** How `discovery` names are resolved; the system's resolver by default (a test's stand-in, say). */
+  dnsLookup?: Lookup;
   /**
    * The bearer token of the admin API (`GET/POST /admin/workers`, drain, remove), which is off
    * (404) without one.
@@ -197,6 +200,7 @@ export interface ResolvedProxyOptions
       | 'apiKey'
       | 'adminKey'
       | 'discovery'
+      | 'dnsLookup'
       | 'workerApiKey'
       | 'retry'
       | 'breaker'
@@ -215,6 +219,7 @@ export interface ResolvedProxyOptions
   apiKey: string | undefined;
   adminKey: string | undefined;
   discovery: { prefillDns: string | undefined; decodeDns: string | undefined; dnsIntervalMs: number };
+  dnsLookup: Lookup | undefined;
   /** SGLang: the bootstrap port given to prefill workers that name none (added ones too). */
   bootstrapPort: number;
   workerApiKey: string | undefined;
@@ -819,6 +824,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'logger',
     'onEvent',
     'dispatcher',
+    'dnsLookup',
   ];
   rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `Unknown option ${key} of createProxy`);
   const source: Source = { kind: 'option' };
@@ -827,6 +833,9 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     const value = valueAt(options as unknown as Record<string, unknown>, setting.key);
     return value === undefined ? undefined : { value, source };
   });
+  if (options.dnsLookup !== undefined && typeof options.dnsLookup !== 'function') {
+    throw new ConfigError(`dnsLookup must be a function, got ${describeValue(options.dnsLookup)}`);
+  }
   for (const key of ['logger', 'onEvent'] as const) {
     const value = options[key];
     if (value !== undefined && typeof value !== (key === 'onEvent' ? 'function' : 'object')) {
@@ -850,6 +859,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     apiKey: values.apiKey as string | undefined,
     adminKey: values.adminKey as string | undefined,
     discovery: discoveryOf(values),
+    dnsLookup: options.dnsLookup,
     workerApiKey: values.workerApiKey as string | undefined,
     logger: options.logger,
     onEvent: options.onEvent,

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
+import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
@@ -16,6 +17,7 @@ import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
 import {
+  checkWorker,
   type ProxyDecodeWorker,
   type ProxyOptions,
   type ProxyPrefillWorker,
@@ -91,6 +93,8 @@ class DisaggProxy implements ProxyServer, ProxyState {
   closing = false;
   draining = false;
   readonly membership: Membership;
+  /** DNS discovery per role given a name (`--prefill-dns`, `--decode-dns`). */
+  readonly #discoveries: DnsDiscovery[] = [];
   /** Engines with fixed headers (the worker key, or none), one per route. */
   readonly #engines = new Map<Route, Engine<{ url: string }>>();
 
@@ -144,6 +148,23 @@ class DisaggProxy implements ProxyServer, ProxyState {
       this.logger,
       (role, change, source) => this.metrics.membershipChanged(role, change, source),
     );
+    const dnsTarget = this.membership.targetFor('dns', (role, worker) => checkWorker(role, worker.url, options));
+    for (const role of ['prefill', 'decode'] as const) {
+      const url = options.discovery[`${role}Dns`];
+      if (url === undefined) continue;
+      const intervalMs = options.discovery.dnsIntervalMs;
+      const lookup = options.dnsLookup;
+      this.#discoveries.push(
+        new DnsDiscovery({
+          role,
+          url,
+          intervalMs,
+          target: dnsTarget,
+          logger: this.logger,
+          ...(lookup === undefined ? {} : { lookup }),
+        }),
+      );
+    }
     const serverOptions = {
       keepAliveTimeout: options.keepAliveTimeoutMs,
       headersTimeout: Math.min(options.headersTimeoutMs, options.requestTimeoutMs),
@@ -188,6 +209,8 @@ class DisaggProxy implements ProxyServer, ProxyState {
   }
 
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {
+    // Discovered workers are probed as they are added; then every worker once more.
+    await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
     await this.health.check();
     this.health.start();
     await new Promise<void>((resolve, reject) => {
@@ -203,6 +226,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
 
   async close(options: { gracePeriodMs?: number; drainDelayMs?: number } = {}): Promise<void> {
     this.draining = true;
+    for (const discovery of this.#discoveries) discovery.stop();
     const drainMs = options.drainDelayMs ?? this.options.drainDelayMs;
     if (drainMs > 0 && this.server.listening) await new Promise((resolve) => setTimeout(resolve, drainMs));
     this.closing = true;

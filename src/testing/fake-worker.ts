@@ -77,8 +77,13 @@ export interface FakeWorkerOptions {
    * length budget do not fit is refused with a 400, as vLLM does. 4,096 by default.
    */
   maxModelLen?: number;
-  /** The port to listen on (127.0.0.1); a free one by default. Given, a worker can be restarted where it was. */
+  /** The port to listen on; a free one by default. Given, a worker can be restarted where it was. */
   port?: number;
+  /**
+   * The loopback address to listen on, 127.0.0.1 by default. Others of 127.0.0.0/8 let several
+   * workers share a port, as pods behind one headless Service do (each address a worker).
+   */
+  host?: string;
   /** The model id it serves (`/v1/models`); `fake-model` by default. */
   model?: string;
   /**
@@ -177,8 +182,8 @@ const PROTOCOLS: Record<FakeWorkerOptions['protocol'], FakeProtocol> = {
 class Worker implements FakeWorker, WorkerSide {
   readonly role: 'prefill' | 'decode';
   readonly protocol: 'vllm' | 'sglang' | 'trtllm';
-  readonly host = HOST;
-  readonly bootstrapHost = HOST;
+  readonly host: string;
+  readonly bootstrapHost: string;
   readonly ledger = new KvLedger();
   readonly requests: FakeRequest[] = [];
   readonly options: FakeWorkerOptions;
@@ -204,6 +209,8 @@ class Worker implements FakeWorker, WorkerSide {
 
   constructor(options: FakeWorkerOptions) {
     this.options = options;
+    this.host = options.host ?? HOST;
+    this.bootstrapHost = this.host;
     this.role = options.role;
     this.protocol = options.protocol;
     this.#engine = PROTOCOLS[options.protocol];
@@ -217,7 +224,7 @@ class Worker implements FakeWorker, WorkerSide {
   }
 
   get url(): string {
-    return `http://${HOST}:${this.#port}`;
+    return `http://${this.host}:${this.#port}`;
   }
 
   get port(): number {
@@ -243,7 +250,7 @@ class Worker implements FakeWorker, WorkerSide {
   listen(): Promise<void> {
     return new Promise((resolve, reject) => {
       this.#server.once('error', reject);
-      this.#server.listen(this.options.port ?? 0, HOST, () => {
+      this.#server.listen(this.options.port ?? 0, this.host, () => {
         this.#port = (this.#server.address() as AddressInfo).port;
         resolve();
       });

@@ -39,6 +39,7 @@ async function start(options: Partial<ProxyOptions> = { adminKey: 'admin-secret'
     return {
       status: answer.statusCode,
       headers: answer.headers,
+      // biome-ignore lint/suspicious/noExplicitAny: the answers are checked field by field
       body: (await answer.body.json()) as Record<string, any>,
     };
   }
@@ -214,5 +215,95 @@ describe('the admin API', () => {
       .withResponse();
     expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-0');
     expect(prefill.requests.filter((r) => r.path === '/v1/completions')).toHaveLength(1);
+  });
+});
+
+describe('DNS discovery', () => {
+  it('a name whose addresses change changes the pool without a restart and without failing a request', async () => {
+    const first = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, host: '127.0.0.2' });
+    const second = await fakes.start({
+      role: 'decode',
+      protocol: 'vllm',
+      tokens: 2,
+      host: '127.0.0.3',
+      port: first.port,
+    });
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const answer = { addresses: ['127.0.0.2'] };
+    const asked = new Set<string>();
+    const logger = recordingLogger();
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [],
+      selection: 'round-robin',
+      discovery: { decodeDns: `http://decode-headless.llm.svc:${first.port}`, dnsIntervalMs: 10 },
+      dnsLookup: async (hostname) => {
+        asked.add(hostname);
+        return answer.addresses.map((address) => ({ address }));
+      },
+      adminKey: 'admin-secret',
+      logger: logger.logger,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    let failures = 0;
+    let requests = 0;
+    let stop = false;
+    // Requests all along, while the addresses change under them.
+    const load = (async () => {
+      while (!stop) {
+        requests += 1;
+        try {
+          const { data } = await client.completions
+            .create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 })
+            .withResponse();
+          if (data.choices[0]?.text !== 'tok0 tok1 ') failures += 1;
+        } catch {
+          failures += 1;
+        }
+      }
+    })();
+    const pool = () => proxy.decodeWorkers.workers.map((worker) => worker.url);
+    const count = (worker: typeof first) => worker.requests.filter((r) => r.path === '/v1/completions').length;
+    expect(pool()).toEqual([first.url]);
+    await eventuallyAsync(async () => count(first) > 2, 'requests reach the first address');
+    answer.addresses = ['127.0.0.2', '127.0.0.3'];
+    await eventuallyAsync(async () => count(second) > 2, 'requests reach the address that appeared');
+    answer.addresses = ['127.0.0.3'];
+    await eventuallyAsync(async () => pool().length === 1 && pool()[0] === second.url, 'the vanished address leaves');
+    const before = count(first);
+    const after = count(second);
+    await eventuallyAsync(async () => count(second) > after + 2, 'requests go on');
+    stop = true;
+    await load;
+    expect(count(first)).toBe(before);
+    expect(failures).toBe(0);
+    expect(requests).toBeGreaterThan(6);
+    expect([...asked]).toEqual(['decode-headless.llm.svc']);
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_worker_changes_total{role="decode",change="added",source="dns"} 2');
+    expect(metrics).toContain('disagg_worker_changes_total{role="decode",change="left",source="dns"} 1');
+    expect(logger.records.map((record) => record.message)).toContain('DNS discovery changed the pool');
+  });
+
+  it('before the name has an address /ready says no decode worker; once it has, ready', async () => {
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, host: '127.0.0.4' });
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const answer = { addresses: [] as string[] };
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [],
+      discovery: { decodeDns: `http://decode-headless:${decode.port}`, dnsIntervalMs: 10 },
+      dnsLookup: async () => answer.addresses.map((address) => ({ address })),
+      logger: recordingLogger().logger,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    expect((await request(`${url}/ready`)).statusCode).toBe(503);
+    answer.addresses = ['127.0.0.4'];
+    await eventuallyAsync(async () => (await request(`${url}/ready`)).statusCode === 200, 'ready once found');
   });
 });
