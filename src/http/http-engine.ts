@@ -34,8 +34,11 @@ export interface HttpEngineOptions<W> {
   api?: HttpApi;
   /** The undici dispatcher (connection pool); undici's global keep-alive agent by default. */
   dispatcher?: Dispatcher;
-  /** Extra request headers (an API key, say). */
-  headers?: Record<string, string>;
+  /**
+   * Extra request headers (an API key, say), or a function of the worker that gives them for
+   * each call (trace context, say: called once per leg call, as the call is made).
+   */
+  headers?: Record<string, string> | ((worker: W | undefined) => Record<string, string>);
   /** The header that carries the request id, the same on both legs; `x-request-id` by default. */
   requestIdHeader?: string;
 }
@@ -68,8 +71,9 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
     throw new TypeError(`Unknown api ${describeValue(api)}: expected 'auto', 'completions', 'chat' or 'generate'`);
   }
   const idHeader = options.requestIdHeader ?? 'x-request-id';
-  const extraHeaders = options.headers ?? {};
+  const headersOption = options.headers ?? {};
   return async (body, context, worker) => {
+    const extraHeaders = typeof headersOption === 'function' ? headersOption(worker) : headersOption;
     const route = api === 'auto' ? (Array.isArray(body.messages) ? 'chat' : 'completions') : api;
     const url = joinUrl(baseUrl(options.url, worker), PATHS[route]);
     const streaming = body.stream === true;

@@ -20,6 +20,7 @@ import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
 import { checkRequest } from './request-schemas.js';
 import { relaySse } from './sse-relay.js';
+import { incomingTrace, RequestTrace } from './tracing.js';
 import { answerWhole } from './whole-response.js';
 
 type Routed = FlowEventOf<'routed', ProxyPrefillWorker, ProxyDecodeWorker>;
@@ -124,16 +125,30 @@ async function serveAdmitted(
     // The client gets the worker's words without its address; the log keeps them whole.
     return errorAnswer(error, legOf(error), (text) => proxy.redact(text));
   };
-  const engine = proxy.engineFor(
-    route,
-    proxy.options.workerApiKey === undefined ? req.headers.authorization : undefined,
-  );
+  const authorization = proxy.options.workerApiKey === undefined ? req.headers.authorization : undefined;
+  const trace = traceOf(proxy, req, route, requestId);
+  events.trace = trace;
+  // Traced: each leg's calls carry their own trace context; else one engine for both legs.
+  const engines =
+    trace === undefined
+      ? { prefill: proxy.engineFor(route, authorization), decode: proxy.engineFor(route, authorization) }
+      : {
+          prefill: proxy.engineFor(route, authorization, (worker) => trace.headersFor('prefill', worker)),
+          decode: proxy.engineFor(route, authorization, (worker) => trace.headersFor('decode', worker)),
+        };
+  let writer: ResponseWriter | undefined;
   try {
     const sessionKey = headerValue(req.headers[proxy.options.routing.sessionHeader]);
-    await serve(proxy, { body, route, context, res, entry, events, answerFor, engine, sessionKey });
+    writer = await serve(proxy, { body, route, context, res, entry, events, answerFor, engines, sessionKey });
   } finally {
     proxy.inFlight.delete(entry);
     logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure });
+    trace?.end(
+      res.statusCode,
+      events.finished?.outcome ?? (failure === undefined ? 'success' : 'error'),
+      writer?.usage,
+      failure,
+    );
   }
 }
 
@@ -146,24 +161,48 @@ type ServeRequest = {
   entry: InFlightRequest;
   events: ReturnType<typeof requestEvents>;
   answerFor: (error: unknown) => ErrorAnswer;
-  engine: Engine<{ url: string }>;
+  engines: { prefill: Engine<{ url: string }>; decode: Engine<{ url: string }> };
   /** The session header's value, for the session policy. */
   sessionKey: string | undefined;
 };
 
-/** Runs the request through the flow (with retries) and answers it, streamed or whole. */
-async function serve(proxy: ProxyState, request: ServeRequest): Promise<void> {
+/**
+ * Runs the request through the flow (with retries) and answers it, streamed or whole;
+ * resolves with the writer that answered (what the workers reported), if the flow started.
+ */
+async function serve(proxy: ProxyState, request: ServeRequest): Promise<ResponseWriter | undefined> {
   const { body, res, events, answerFor } = request;
   const flow = await startFlow(proxy, request);
   setRouteHeaders(proxy, res, events.routed);
-  if (!flow.ok) return answer(res, answerFor(flow.error));
+  if (!flow.ok) {
+    answer(res, answerFor(flow.error));
+    return undefined;
+  }
   const writer = new ResponseWriter(request.route, body);
-  if (body.stream !== true) return answerWhole(flow.stream, res, writer, answerFor);
-  await relaySse(flow.stream, res, writer, request.entry, {
-    slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
-    answerFor,
-    interToken: (seconds) => proxy.metrics.interToken(seconds),
+  if (body.stream !== true) await answerWhole(flow.stream, res, writer, answerFor);
+  else {
+    await relaySse(flow.stream, res, writer, request.entry, {
+      slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
+      answerFor,
+      interToken: (seconds) => proxy.metrics.interToken(seconds),
+    });
+  }
+  return writer;
+}
+
+/**
+ * The request's trace: with OpenTelemetry recording, or a client's `traceparent` to pass on;
+ * otherwise none (the untraced path stays as cheap as it was).
+ */
+function traceOf(proxy: ProxyState, req: IncomingMessage, route: Route, requestId: string): RequestTrace | undefined {
+  const incoming = incomingTrace(req.headers);
+  if (proxy.tracing === undefined && incoming === undefined) return undefined;
+  const trace = new RequestTrace(proxy.tracing, incoming, (worker) => proxy.nameOf(worker), {
+    'http.route': route,
+    'disagg.request_id': requestId,
+    'disagg.connector': proxy.options.connector,
   });
+  return trace.recording || incoming !== undefined ? trace : undefined;
 }
 
 /**
@@ -175,7 +214,7 @@ async function startFlow(
   proxy: ProxyState,
   request: ServeRequest,
 ): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
-  const { body, context, events, engine, sessionKey } = request;
+  const { body, context, events, engines, sessionKey } = request;
   const avoid: { prefill: ProxyPrefillWorker[]; decode: ProxyDecodeWorker[] } = { prefill: [], decode: [] };
   for (let attempt = 0; ; attempt++) {
     // Each attempt on a context of its own (a failed flow stops its context), which the
@@ -186,8 +225,8 @@ async function startFlow(
       const stream = await disaggregate({
         request: body,
         context: attemptContext,
-        prefill: engine,
-        decode: engine,
+        prefill: engines.prefill,
+        decode: engines.decode,
         connector: proxy.connector,
         prefillWorkers: proxy.prefillWorkers,
         decodeWorkers: proxy.decodeWorkers,
@@ -345,12 +384,15 @@ function requestEvents(proxy: ProxyState) {
   const seen: {
     routed: Routed | undefined;
     finished: FlowEventOf<'finished'> | undefined;
+    trace: RequestTrace | undefined;
     onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
   } = {
     routed: undefined,
     finished: undefined,
+    trace: undefined,
     onEvent: (event) => {
       observe(event);
+      seen.trace?.onEvent(event);
       if (tap !== undefined) {
         try {
           tap(event);

@@ -21,6 +21,7 @@ export class ResponseWriter {
   readonly #recreate: OpenAIWriter;
   /** Some item went on as the worker sent it: its usage chunk, if any, went with it. */
   #relayed = false;
+  #usage: CompletionUsage | undefined;
 
   constructor(route: Route, body: Record<string, unknown>) {
     this.#recreate = new OpenAIWriter(route, body);
@@ -28,6 +29,7 @@ export class ResponseWriter {
 
   /** The SSE `data:` payloads of one item (none for an item that says nothing). */
   chunks(item: EngineItem): string[] {
+    this.#noteUsage(item);
     const wire = Annotated.wire(item);
     if (wire?.every((chunk) => chunk.form === 'event')) {
       this.#relayed = true;
@@ -46,10 +48,21 @@ export class ResponseWriter {
 
   /** The whole answer of a non-streamed request: the worker's own body, if it was one item. */
   whole(items: readonly EngineItem[]): unknown {
+    for (const item of items) this.#noteUsage(item);
     const wire = items.length === 1 ? Annotated.wire(items[0]) : undefined;
     if (wire !== undefined && wire.length === 1 && wire[0]?.form === 'body') return wire[0].json;
     for (const item of items) this.#recreate.add(item);
     return this.#recreate.whole();
+  }
+
+  /** The last usage a worker reported for this request (token counts for traces), if any. */
+  get usage(): CompletionUsage | undefined {
+    return this.#usage;
+  }
+
+  #noteUsage(item: EngineItem): void {
+    const usage = item.data?.completion_usage;
+    if (usage !== undefined && usage !== null) this.#usage = usage;
   }
 }
 

@@ -8,6 +8,7 @@ import type { Logger } from '../runtime/logger.js';
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import type { TracerLike } from './tracing.js';
 
 /** A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server. */
 export interface ProxyPrefillWorker {
@@ -57,6 +58,12 @@ export interface ProxyOptions {
   discovery?: { prefillDns?: string; decodeDns?: string; dnsIntervalMs?: number };
   /** How `discovery` names are resolved; the system's resolver by default (a test's stand-in, say). */
   dnsLookup?: Lookup;
+  /**
+   * The OpenTelemetry tracer of the proxy's spans; by default the global one of
+   * `@opentelemetry/api` when that is installed (it records once the application registers an
+   * SDK). Without the API, the client's `traceparent` still reaches both legs.
+   */
+  tracer?: TracerLike;
   /**
    * The bearer token of the admin API (`GET/POST /admin/workers`, drain, remove), which is off
    * (404) without one.
@@ -201,6 +208,7 @@ export interface ResolvedProxyOptions
       | 'adminKey'
       | 'discovery'
       | 'dnsLookup'
+      | 'tracer'
       | 'workerApiKey'
       | 'retry'
       | 'breaker'
@@ -220,6 +228,7 @@ export interface ResolvedProxyOptions
   adminKey: string | undefined;
   discovery: { prefillDns: string | undefined; decodeDns: string | undefined; dnsIntervalMs: number };
   dnsLookup: Lookup | undefined;
+  tracer: TracerLike | undefined;
   /** SGLang: the bootstrap port given to prefill workers that name none (added ones too). */
   bootstrapPort: number;
   workerApiKey: string | undefined;
@@ -825,6 +834,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'onEvent',
     'dispatcher',
     'dnsLookup',
+    'tracer',
   ];
   rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `Unknown option ${key} of createProxy`);
   const source: Source = { kind: 'option' };
@@ -833,6 +843,9 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     const value = valueAt(options as unknown as Record<string, unknown>, setting.key);
     return value === undefined ? undefined : { value, source };
   });
+  if (options.tracer !== undefined && typeof (options.tracer as { startSpan?: unknown })?.startSpan !== 'function') {
+    throw new ConfigError(`tracer must be an OpenTelemetry tracer, got ${describeValue(options.tracer)}`);
+  }
   if (options.dnsLookup !== undefined && typeof options.dnsLookup !== 'function') {
     throw new ConfigError(`dnsLookup must be a function, got ${describeValue(options.dnsLookup)}`);
   }
@@ -860,6 +873,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     adminKey: values.adminKey as string | undefined,
     discovery: discoveryOf(values),
     dnsLookup: options.dnsLookup,
+    tracer: options.tracer,
     workerApiKey: values.workerApiKey as string | undefined,
     logger: options.logger,
     onEvent: options.onEvent,

@@ -10,6 +10,7 @@ import type { ProxyMetrics } from './metrics.js';
 import type { Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker, ResolvedProxyOptions } from './options.js';
 import type { ModelLimits } from './request-schemas.js';
+import type { Tracing } from './tracing.js';
 
 /**
  * What the proxy's request handlers share: its checked options, the pools, the engine that
@@ -22,9 +23,15 @@ export interface ProxyState {
   readonly connector: Connector;
   /**
    * The engine that calls the workers' own `route` for one request: with the worker key, or
-   * else the client's `Authorization` passed on.
+   * else the client's `Authorization` passed on, and `perCall`'s headers (trace context).
    */
-  engineFor(route: Route, authorization: string | undefined): Engine<{ url: string }>;
+  engineFor(
+    route: Route,
+    authorization: string | undefined,
+    perCall?: (worker: { url: string } | undefined) => Record<string, string>,
+  ): Engine<{ url: string }>;
+  /** OpenTelemetry, when `@opentelemetry/api` is installed. */
+  readonly tracing: Tracing | undefined;
   /** How clients are told a worker's name: its configured `name`, or its role and place. */
   nameOf(worker: { url: string }): string;
   /** `text` with every worker address replaced by the worker's name (for what clients see). */

@@ -27,6 +27,7 @@ import {
 import type { ProxyState } from './proxy-state.js';
 import { handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, selectionFor } from './routing-policies.js';
+import { Tracing } from './tracing.js';
 
 export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
 
@@ -93,6 +94,8 @@ class DisaggProxy implements ProxyServer, ProxyState {
   closing = false;
   draining = false;
   readonly membership: Membership;
+  /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
+  tracing: Tracing | undefined;
   /** DNS discovery per role given a name (`--prefill-dns`, `--decode-dns`). */
   readonly #discoveries: DnsDiscovery[] = [];
   /** Engines with fixed headers (the worker key, or none), one per route. */
@@ -186,17 +189,22 @@ class DisaggProxy implements ProxyServer, ProxyState {
     });
   }
 
-  engineFor(route: Route, authorization: string | undefined): Engine<{ url: string }> {
+  engineFor(
+    route: Route,
+    authorization: string | undefined,
+    perCall?: (worker: { url: string } | undefined) => Record<string, string>,
+  ): Engine<{ url: string }> {
     const forwarded = this.options.workerApiKey === undefined && authorization !== undefined;
-    const cached = forwarded ? undefined : this.#engines.get(route);
+    const cached = forwarded || perCall !== undefined ? undefined : this.#engines.get(route);
     if (cached !== undefined) return cached;
     const { dispatcher } = this.options;
+    const fixed = forwarded ? { authorization } : this.workerHeaders;
     const engine = httpEngine<{ url: string }>({
       api: route,
-      headers: forwarded ? { authorization } : this.workerHeaders,
+      headers: perCall === undefined ? fixed : (worker) => ({ ...fixed, ...perCall(worker) }),
       ...(dispatcher === undefined ? {} : { dispatcher }),
     });
-    if (!forwarded) this.#engines.set(route, engine);
+    if (!forwarded && perCall === undefined) this.#engines.set(route, engine);
     return engine;
   }
 
@@ -209,6 +217,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
   }
 
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {
+    this.tracing = await Tracing.load(this.options.tracer);
     // Discovered workers are probed as they are added; then every worker once more.
     await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
     await this.health.check();
