@@ -26,7 +26,16 @@ describe('disagg.example.yaml', () => {
   it('names every setting (the keys only in the environment commented out), each at its default', () => {
     const values = parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
     const text = readFileSync(path, 'utf8');
-    const commented = new Set(['apiKey', 'workerApiKey', 'adminKey', 'discovery.prefillDns', 'discovery.decodeDns']);
+    const commented = new Set([
+      'apiKey',
+      'workerApiKey',
+      'adminKey',
+      'discovery.prefillDns',
+      'discovery.decodeDns',
+      'discovery.prefillSelector',
+      'discovery.decodeSelector',
+      'discovery.namespace',
+    ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {
       if (commented.has(setting.key)) {

@@ -12,7 +12,13 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const defaultOf = (key: string) => SETTINGS.find((setting) => setting.key === key)?.default;
 
 // biome-ignore lint/suspicious/noExplicitAny: parsed YAML, whose every field the tests check by name
-type Manifest = { kind: string; metadata: { name: string }; spec?: any; data?: Record<string, string> };
+type Manifest = {
+  kind: string;
+  metadata: { name: string };
+  spec?: any;
+  data?: Record<string, string>;
+  [field: string]: any;
+};
 const manifests = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/disagg.yaml'), 'utf8')).map(
   (document) => document.toJSON() as Manifest,
 );
@@ -37,6 +43,25 @@ describe('the Kubernetes manifests agree with the proxy', () => {
     const service = of('Service');
     expect(service.spec.ports[0].targetPort).toBe(container.ports[0].name);
     expect(service.spec.selector).toEqual(deployment.spec.selector.matchLabels);
+  });
+
+  it('the pod may list and watch the pods its discovery selects, in the namespace it watches, and nothing else', () => {
+    expect(config.discovery.prefillSelector).toBeDefined();
+    expect(config.discovery.decodeSelector).toBeDefined();
+    const role = of('Role');
+    const binding = of('RoleBinding');
+    const account = of('ServiceAccount');
+    expect(pod.serviceAccountName).toBe(account.metadata.name);
+    expect(binding.subjects).toEqual([
+      { kind: 'ServiceAccount', name: account.metadata.name, namespace: config.discovery.namespace },
+    ]);
+    expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
+    expect((role as Manifest & { rules: unknown }).rules).toEqual([
+      { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+    ]);
+    for (const manifest of manifests) {
+      expect((manifest.metadata as { namespace?: string }).namespace, manifest.kind).toBe(config.discovery.namespace);
+    }
   });
 
   it('liveness on /health, readiness on /ready, and readiness fails within the drain delay', () => {

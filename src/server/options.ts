@@ -55,9 +55,28 @@ export interface ProxyOptions {
    * headless Service, say) is resolved every `dnsIntervalMs` (10,000 by default); each address
    * is a worker on the URL's port; an address that vanishes drains.
    */
-  discovery?: { prefillDns?: string; decodeDns?: string; dnsIntervalMs?: number };
+  discovery?: {
+    prefillDns?: string;
+    decodeDns?: string;
+    dnsIntervalMs?: number;
+    /** Kubernetes: the label selector of prefill pods (`app=sglang,role=prefill`). */
+    prefillSelector?: string;
+    /** Kubernetes: the label selector of decode pods. */
+    decodeSelector?: string;
+    /** Kubernetes: the namespace watched; every namespace when omitted. */
+    namespace?: string;
+    /** Kubernetes: the workers' HTTP port on each pod; 8000 by default. */
+    port?: number;
+    /** Kubernetes: the annotation with a prefill pod's SGLang bootstrap port; `sglang.ai/bootstrap-port` by default. */
+    bootstrapPortAnnotation?: string;
+  };
   /** How `discovery` names are resolved; the system's resolver by default (a test's stand-in, say). */
   dnsLookup?: Lookup;
+  /**
+   * The `KubeConfig` (of `@kubernetes/client-node`) of Kubernetes discovery; the pod's service
+   * account, `KUBECONFIG` or `~/.kube/config` by default.
+   */
+  kubeConfig?: unknown;
   /**
    * The OpenTelemetry tracer of the proxy's spans; by default the global one of
    * `@opentelemetry/api` when that is installed (it records once the application registers an
@@ -208,6 +227,7 @@ export interface ResolvedProxyOptions
       | 'adminKey'
       | 'discovery'
       | 'dnsLookup'
+      | 'kubeConfig'
       | 'tracer'
       | 'workerApiKey'
       | 'retry'
@@ -226,8 +246,18 @@ export interface ResolvedProxyOptions
   cleanupBudgetMs: number;
   apiKey: string | undefined;
   adminKey: string | undefined;
-  discovery: { prefillDns: string | undefined; decodeDns: string | undefined; dnsIntervalMs: number };
+  discovery: {
+    prefillDns: string | undefined;
+    decodeDns: string | undefined;
+    dnsIntervalMs: number;
+    prefillSelector: string | undefined;
+    decodeSelector: string | undefined;
+    namespace: string | undefined;
+    port: number;
+    bootstrapPortAnnotation: string;
+  };
   dnsLookup: Lookup | undefined;
+  kubeConfig: unknown;
   tracer: TracerLike | undefined;
   /** SGLang: the bootstrap port given to prefill workers that name none (added ones too). */
   bootstrapPort: number;
@@ -732,6 +762,43 @@ export const SETTINGS: readonly Setting[] = [
       parse: dnsUrl,
     }),
   ),
+  ...(['prefill', 'decode'] as const).map(
+    (role): Setting => ({
+      key: `discovery.${role}Selector`,
+      flag: `${role}-selector`,
+      env: `DISAGG_${role.toUpperCase()}_SELECTOR`,
+      arg: 'LABELS',
+      help: `${role} workers from Kubernetes: the ready pods matching this label selector (app=sglang,role=${role}), watched; needs @kubernetes/client-node`,
+      parse: text,
+    }),
+  ),
+  {
+    key: 'discovery.namespace',
+    flag: 'k8s-namespace',
+    env: 'DISAGG_K8S_NAMESPACE',
+    arg: 'NAME',
+    help: 'the namespace --prefill-selector and --decode-selector watch (every namespace without one: needs a ClusterRole)',
+    shownDefault: 'all',
+    parse: text,
+  },
+  {
+    key: 'discovery.port',
+    flag: 'k8s-port',
+    env: 'DISAGG_K8S_PORT',
+    arg: 'N',
+    help: "the workers' HTTP port on each discovered pod",
+    default: 8000,
+    parse: port,
+  },
+  {
+    key: 'discovery.bootstrapPortAnnotation',
+    flag: 'bootstrap-port-annotation',
+    env: 'DISAGG_BOOTSTRAP_PORT_ANNOTATION',
+    arg: 'KEY',
+    help: "SGLang: the pod annotation with a discovered prefill worker's bootstrap port (else --bootstrap-port)",
+    default: 'sglang.ai/bootstrap-port',
+    parse: text,
+  },
   {
     key: 'discovery.dnsIntervalMs',
     flag: 'dns-interval-ms',
@@ -834,6 +901,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'onEvent',
     'dispatcher',
     'dnsLookup',
+    'kubeConfig',
     'tracer',
   ];
   rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `Unknown option ${key} of createProxy`);
@@ -873,6 +941,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     adminKey: values.adminKey as string | undefined,
     discovery: discoveryOf(values),
     dnsLookup: options.dnsLookup,
+    kubeConfig: options.kubeConfig,
     tracer: options.tracer,
     workerApiKey: values.workerApiKey as string | undefined,
     logger: options.logger,
@@ -899,8 +968,11 @@ function resolve(read: (setting: Setting) => { value: unknown; source: Source } 
   for (const role of ['prefill', 'decode'] as const) {
     const list = (values[role] ?? []) as unknown[];
     values[role] = list;
-    if (list.length === 0 && valueAt(values, `discovery.${role}Dns`) === undefined) {
-      throw new ConfigError(`--${role} is required: at least one worker URL (or --${role}-dns to find them)`);
+    const found = valueAt(values, `discovery.${role}Dns`) ?? valueAt(values, `discovery.${role}Selector`);
+    if (list.length === 0 && found === undefined) {
+      throw new ConfigError(
+        `--${role} is required: at least one worker URL (or --${role}-dns or --${role}-selector to find them)`,
+      );
     }
   }
   return values;
@@ -1227,6 +1299,11 @@ function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['dis
     prefillDns: discovery.prefillDns,
     decodeDns: discovery.decodeDns,
     dnsIntervalMs: discovery.dnsIntervalMs as number,
+    prefillSelector: discovery.prefillSelector,
+    decodeSelector: discovery.decodeSelector,
+    namespace: discovery.namespace,
+    port: discovery.port as number,
+    bootstrapPortAnnotation: discovery.bootstrapPortAnnotation as string,
   };
 }
 

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
+import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
 import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
@@ -96,8 +97,8 @@ class DisaggProxy implements ProxyServer, ProxyState {
   readonly membership: Membership;
   /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
   tracing: Tracing | undefined;
-  /** DNS discovery per role given a name (`--prefill-dns`, `--decode-dns`). */
-  readonly #discoveries: DnsDiscovery[] = [];
+  /** Discovery per role: DNS (`--prefill-dns`), Kubernetes (`--prefill-selector`). */
+  readonly #discoveries: Array<DnsDiscovery | KubernetesDiscovery> = [];
   /** Engines with fixed headers (the worker key, or none), one per route. */
   readonly #engines = new Map<Route, Engine<{ url: string }>>();
 
@@ -151,23 +152,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
       this.logger,
       (role, change, source) => this.metrics.membershipChanged(role, change, source),
     );
-    const dnsTarget = this.membership.targetFor('dns', (role, worker) => checkWorker(role, worker.url, options));
-    for (const role of ['prefill', 'decode'] as const) {
-      const url = options.discovery[`${role}Dns`];
-      if (url === undefined) continue;
-      const intervalMs = options.discovery.dnsIntervalMs;
-      const lookup = options.dnsLookup;
-      this.#discoveries.push(
-        new DnsDiscovery({
-          role,
-          url,
-          intervalMs,
-          target: dnsTarget,
-          logger: this.logger,
-          ...(lookup === undefined ? {} : { lookup }),
-        }),
-      );
-    }
+    this.#discover(options);
     const serverOptions = {
       keepAliveTimeout: options.keepAliveTimeoutMs,
       headersTimeout: Math.min(options.headersTimeoutMs, options.requestTimeoutMs),
@@ -187,6 +172,46 @@ class DisaggProxy implements ProxyServer, ProxyState {
         }
       });
     });
+  }
+
+  /** The discovery sources the options ask for; started by `listen`. */
+  #discover(options: ResolvedProxyOptions): void {
+    const { discovery } = options;
+    const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number }) =>
+      checkWorker(role, worker.bootstrapPort === undefined ? worker.url : worker, options);
+    const dnsTarget = this.membership.targetFor('dns', check);
+    const kubernetesTarget = this.membership.targetFor('kubernetes', check);
+    for (const role of ['prefill', 'decode'] as const) {
+      const url = discovery[`${role}Dns`];
+      if (url !== undefined) {
+        const lookup = options.dnsLookup;
+        this.#discoveries.push(
+          new DnsDiscovery({
+            role,
+            url,
+            intervalMs: discovery.dnsIntervalMs,
+            target: dnsTarget,
+            logger: this.logger,
+            ...(lookup === undefined ? {} : { lookup }),
+          }),
+        );
+      }
+      const selector = discovery[`${role}Selector`];
+      if (selector !== undefined) {
+        this.#discoveries.push(
+          new KubernetesDiscovery({
+            role,
+            selector,
+            ...(discovery.namespace === undefined ? {} : { namespace: discovery.namespace }),
+            port: discovery.port,
+            bootstrapPortAnnotation: discovery.bootstrapPortAnnotation,
+            target: kubernetesTarget,
+            logger: this.logger,
+            ...(options.kubeConfig === undefined ? {} : { kubeConfig: options.kubeConfig }),
+          }),
+        );
+      }
+    }
   }
 
   engineFor(
@@ -235,7 +260,7 @@ class DisaggProxy implements ProxyServer, ProxyState {
 
   async close(options: { gracePeriodMs?: number; drainDelayMs?: number } = {}): Promise<void> {
     this.draining = true;
-    for (const discovery of this.#discoveries) discovery.stop();
+    await Promise.all(this.#discoveries.map((discovery) => discovery.stop()));
     const drainMs = options.drainDelayMs ?? this.options.drainDelayMs;
     if (drainMs > 0 && this.server.listening) await new Promise((resolve) => setTimeout(resolve, drainMs));
     this.closing = true;

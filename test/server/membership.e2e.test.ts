@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
 import { recordingLogger } from '../support/async.js';
 import { eventuallyAsync, fakeWorkers } from '../support/http.js';
+import { kubeConfigFor, type StandInPod, startKubernetesApi } from '../support/kubernetes-api.js';
 
 const fakes = fakeWorkers();
 let proxies: ProxyServer[] = [];
@@ -305,5 +306,86 @@ describe('DNS discovery', () => {
     expect((await request(`${url}/ready`)).statusCode).toBe(503);
     answer.addresses = ['127.0.0.4'];
     await eventuallyAsync(async () => (await request(`${url}/ready`)).statusCode === 200, 'ready once found');
+  });
+});
+
+describe('Kubernetes discovery', () => {
+  it('pods appearing and disappearing on the API change the rotation without a restart and without failing a request', async () => {
+    const api = await startKubernetesApi();
+    const first = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 2, host: '127.0.0.5' });
+    const second = await fakes.start({
+      role: 'decode',
+      protocol: 'sglang',
+      tokens: 2,
+      host: '127.0.0.6',
+      port: first.port,
+    });
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang', host: '127.0.0.7', port: first.port });
+    const pod = (name: string, ip: string, role: string, extra: Partial<StandInPod> = {}): StandInPod => ({
+      name,
+      namespace: 'llm',
+      labels: { app: 'sglang', role },
+      ip,
+      ...extra,
+    });
+    api.apply(
+      pod('prefill-a', '127.0.0.7', 'prefill', {
+        annotations: { 'sglang.ai/bootstrap-port': String(prefill.bootstrapPort) },
+      }),
+    );
+    api.apply(pod('decode-a', '127.0.0.5', 'decode'));
+    const logger = recordingLogger();
+    const proxy = createProxy({
+      connector: 'sglang',
+      prefill: [],
+      decode: [],
+      selection: 'round-robin',
+      discovery: {
+        prefillSelector: 'app=sglang,role=prefill',
+        decodeSelector: 'app=sglang,role=decode',
+        namespace: 'llm',
+        port: first.port,
+      },
+      kubeConfig: kubeConfigFor(api.url),
+      logger: logger.logger,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    expect(proxy.prefillWorkers.workers).toMatchObject([{ url: prefill.url, bootstrapPort: prefill.bootstrapPort }]);
+    let failures = 0;
+    let stop = false;
+    const load = (async () => {
+      while (!stop) {
+        try {
+          const { choices } = await client.completions.create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 });
+          if (choices[0]?.text !== 'tok0 tok1 ') failures += 1;
+        } catch {
+          failures += 1;
+        }
+      }
+    })();
+    const count = (worker: typeof first) => worker.requests.filter((r) => r.path === '/v1/completions').length;
+    await eventuallyAsync(async () => count(first) > 2, 'the first pod serves');
+    api.apply(pod('decode-b', '127.0.0.6', 'decode'));
+    await eventuallyAsync(async () => count(second) > 2, 'a pod that appeared serves');
+    api.apply(pod('decode-a', '127.0.0.5', 'decode', { terminating: true }));
+    await eventuallyAsync(
+      async () => proxy.decodeWorkers.workers.length === 1,
+      'a terminating pod leaves the rotation',
+    );
+    const before = count(first);
+    const after = count(second);
+    api.remove('decode-a', 'llm');
+    await eventuallyAsync(async () => count(second) > after + 2, 'requests go on');
+    stop = true;
+    await load;
+    await api.close();
+    expect(count(first)).toBe(before);
+    expect(failures).toBe(0);
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_worker_changes_total{role="decode",change="added",source="kubernetes"} 2');
+    expect(metrics).toContain('disagg_worker_changes_total{role="decode",change="draining",source="kubernetes"} 1');
+    expect(logger.records.map((record) => record.message)).toContain('Kubernetes discovery changed the pool');
   });
 });

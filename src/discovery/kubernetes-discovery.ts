@@ -1,0 +1,204 @@
+import { isIPv6 } from 'node:net';
+import type * as K8s from '@kubernetes/client-node';
+import type { Logger } from '../runtime/logger.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
+import { type DiscoveredWorker, type DiscoveryRole, type MembershipTarget, reconcile } from './worker-set.js';
+
+/** SGLang's model gateway reads a prefill pod's bootstrap port from this annotation; so do we. */
+export const BOOTSTRAP_PORT_ANNOTATION = 'sglang.ai/bootstrap-port';
+
+/** Options of {@link KubernetesDiscovery}. */
+export interface KubernetesDiscoveryOptions {
+  role: DiscoveryRole;
+  /** A label selector (`app=vllm,role=decode`): the pods that are workers of `role`. */
+  selector: string;
+  /** The namespace to watch; every namespace when undefined (which needs a ClusterRole). */
+  namespace?: string;
+  /** The port of the workers' HTTP server on each pod. */
+  port: number;
+  /** `http` (the default) or `https`. */
+  scheme?: 'http' | 'https';
+  /** The annotation with a prefill pod's SGLang bootstrap port; {@link BOOTSTRAP_PORT_ANNOTATION} by default. */
+  bootstrapPortAnnotation?: string;
+  target: MembershipTarget;
+  logger: Logger;
+  /**
+   * A `KubeConfig` of `@kubernetes/client-node`; by default `loadFromDefault()`: the pod's
+   * service account in a cluster, else `KUBECONFIG` or `~/.kube/config`.
+   */
+  kubeConfig?: unknown;
+  /** The first wait before watching again after the watch failed; doubles up to 30 s. 1,000 ms by default. */
+  retryDelayMs?: number;
+}
+
+/** Kubernetes discovery was asked for, but `@kubernetes/client-node` is not installed. */
+export class DiscoveryUnavailableError extends DisaggError {
+  static override readonly is = branded<DiscoveryUnavailableError>('DiscoveryUnavailableError');
+  declare readonly code: 'DISAGG_DISCOVERY_UNAVAILABLE';
+
+  constructor(cause: unknown) {
+    super(
+      'DISAGG_DISCOVERY_UNAVAILABLE',
+      'Kubernetes discovery needs the optional dependency @kubernetes/client-node: npm install @kubernetes/client-node@1',
+      { cause },
+    );
+  }
+}
+
+type Pod = K8s.V1Pod;
+
+/** Whether a pod takes requests: ready, with an address, not being deleted. */
+function isServing(pod: Pod): boolean {
+  if (pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null) return false;
+  if (pod.status?.podIP === undefined || pod.status.podIP === '') return false;
+  return pod.status.conditions?.some((condition) => condition.type === 'Ready' && condition.status === 'True') === true;
+}
+
+/**
+ * Workers from Kubernetes, as SGLang's model gateway and vllm-project/router find them: the
+ * pods matching a label selector (in one namespace or all), listed then watched with the
+ * official client's informer; a pod is a worker while it is Ready, has an IP and is not being
+ * deleted (`http://<pod IP>:<port>`; for SGLang prefill, its bootstrap port from the
+ * `sglang.ai/bootstrap-port` annotation). A pod that stops being one drains. When the watch
+ * fails (the API server restarts, a connection breaks) the workers stay as they are; it
+ * watches again after a backoff, from where it was (a full list when the server says the
+ * version is too old).
+ *
+ * @example
+ * const discovery = new KubernetesDiscovery({ role: 'decode', selector: 'app=vllm,role=decode', namespace: 'llm', port: 8000, target, logger });
+ * await discovery.start(); // the first list is in the pool
+ * // ... discovery.stop() at shutdown
+ */
+export class KubernetesDiscovery {
+  readonly #options: KubernetesDiscoveryOptions;
+  #informer: (K8s.Informer<Pod> & K8s.ObjectCache<Pod>) | undefined;
+  #retry: NodeJS.Timeout | undefined;
+  #delayMs: number;
+  #stopped = false;
+  /** One reconciliation at a time; a change meanwhile asks for one more after it. */
+  #round: Promise<void> | undefined;
+  #again = false;
+  /** Failures so far: a restart that added none has succeeded, and the backoff starts over. */
+  #failures = 0;
+
+  constructor(options: KubernetesDiscoveryOptions) {
+    this.#options = options;
+    this.#delayMs = options.retryDelayMs ?? 1000;
+  }
+
+  /**
+   * Lists the pods, puts the serving ones in the pool, then watches. Resolves when the first
+   * list is in the pool (or, when it fails, once the failure is logged: it tries again).
+   *
+   * @throws {DiscoveryUnavailableError} without `@kubernetes/client-node`.
+   */
+  async start(): Promise<void> {
+    let k8s: typeof K8s;
+    try {
+      k8s = await import('@kubernetes/client-node');
+    } catch (error) {
+      throw new DiscoveryUnavailableError(error);
+    }
+    const { namespace, selector } = this.#options;
+    const config = (this.#options.kubeConfig as K8s.KubeConfig | undefined) ?? defaultConfig(k8s);
+    const api = config.makeApiClient(k8s.CoreV1Api);
+    const path = namespace === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods`;
+    const list = () =>
+      namespace === undefined
+        ? api.listPodForAllNamespaces({ labelSelector: selector })
+        : api.listNamespacedPod({ namespace, labelSelector: selector });
+    const informer = k8s.makeInformer<Pod>(config, path, list, selector);
+    this.#informer = informer;
+    const changed = () => this.#changed();
+    informer.on('add', changed);
+    informer.on('update', changed);
+    informer.on('delete', changed);
+    informer.on('error', (error: unknown) => this.#failed(error));
+    this.#stopped = false;
+    try {
+      await informer.start();
+    } catch (error) {
+      this.#failed(error);
+    }
+    await this.#changed();
+  }
+
+  /** Stops watching; the workers found stay in the pool. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#retry !== undefined) clearTimeout(this.#retry);
+    this.#retry = undefined;
+    // Stopping aborts the watch's request; nothing there is worth failing a shutdown for.
+    await this.#informer?.stop().catch(() => undefined);
+  }
+
+  /** The workers the pods make now. */
+  #found(): DiscoveredWorker[] {
+    const { port, role } = this.#options;
+    const scheme = this.#options.scheme ?? 'http';
+    const annotation = this.#options.bootstrapPortAnnotation ?? BOOTSTRAP_PORT_ANNOTATION;
+    const workers = new Map<string, DiscoveredWorker>();
+    for (const pod of this.#informer?.list() ?? []) {
+      if (!isServing(pod)) continue;
+      const ip = pod.status?.podIP as string;
+      const url = `${scheme}://${isIPv6(ip) ? `[${ip}]` : ip}:${port}`;
+      const bootstrap = Number(pod.metadata?.annotations?.[annotation]);
+      const bootstrapPort = role === 'prefill' && Number.isInteger(bootstrap) && bootstrap > 0 ? bootstrap : undefined;
+      workers.set(url, { url, ...(bootstrapPort === undefined ? {} : { bootstrapPort }) });
+    }
+    return [...workers.values()];
+  }
+
+  #changed(): Promise<void> {
+    if (this.#round !== undefined) {
+      this.#again = true;
+      return this.#round;
+    }
+    this.#round = (async () => {
+      do {
+        this.#again = false;
+        if (this.#stopped) return;
+        const { role, selector, target, logger } = this.#options;
+        const found = this.#found();
+        const { added, drained } = await reconcile(target, role, found, logger);
+        if (added > 0 || drained > 0) {
+          logger.info({ role, selector, pods: found.length, added, drained }, 'Kubernetes discovery changed the pool');
+        }
+      } while (this.#again);
+    })().finally(() => {
+      this.#round = undefined;
+    });
+    return this.#round;
+  }
+
+  #failed(error: unknown): void {
+    this.#failures += 1;
+    if (this.#stopped || this.#retry !== undefined) return;
+    const delayMs = this.#delayMs;
+    this.#delayMs = Math.min(this.#delayMs * 2, 30_000);
+    const { role, selector, logger } = this.#options;
+    logger.warn(
+      { err: error, role, selector, delayMs },
+      'Kubernetes watch failed; the pool stays as it is until it resumes',
+    );
+    this.#retry = setTimeout(() => {
+      this.#retry = undefined;
+      if (this.#stopped) return;
+      const failures = this.#failures;
+      this.#informer?.start().then(
+        () => {
+          if (this.#failures === failures) this.#delayMs = this.#options.retryDelayMs ?? 1000;
+          return this.#changed();
+        },
+        (failure: unknown) => this.#failed(failure),
+      );
+    }, delayMs);
+    this.#retry.unref();
+  }
+}
+
+function defaultConfig(k8s: typeof K8s): K8s.KubeConfig {
+  const config = new k8s.KubeConfig();
+  config.loadFromDefault();
+  return config;
+}

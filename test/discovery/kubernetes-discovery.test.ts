@@ -1,0 +1,140 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { KubernetesDiscovery } from '../../src/discovery/kubernetes-discovery.js';
+import type { DiscoveredWorker, MembershipTarget } from '../../src/discovery/worker-set.js';
+import { recordingLogger } from '../support/async.js';
+import { eventually } from '../support/http.js';
+import { kubeConfigFor, type StandInPod, startKubernetesApi } from '../support/kubernetes-api.js';
+
+/** A pool as discovery changes it. */
+function standIn() {
+  const workers = new Map<string, DiscoveredWorker & { draining: boolean }>();
+  const target: MembershipTarget = {
+    current: () => [...workers.values()].map(({ url, draining }) => ({ url, draining })),
+    add: async (_role, worker) => {
+      workers.set(worker.url, { ...worker, draining: false });
+    },
+    drain: (_role, url) => {
+      workers.delete(url); // a drained worker with nothing in flight leaves at once
+    },
+  };
+  return { target, workers, urls: () => [...workers.keys()].sort() };
+}
+
+const pod = (name: string, ip: string, extra: Partial<StandInPod> = {}): StandInPod => ({
+  name,
+  namespace: 'llm',
+  labels: { app: 'vllm', role: 'decode' },
+  ip,
+  ...extra,
+});
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0)) await cleanup();
+});
+
+async function setup(options: { namespace?: string; role?: 'prefill' | 'decode' } = {}) {
+  const api = await startKubernetesApi();
+  const pool = standIn();
+  const logger = recordingLogger();
+  const discovery = new KubernetesDiscovery({
+    role: options.role ?? 'decode',
+    selector: 'app=vllm,role=decode',
+    ...(options.namespace === undefined ? {} : { namespace: options.namespace }),
+    port: 8000,
+    target: pool.target,
+    logger: logger.logger,
+    kubeConfig: kubeConfigFor(api.url),
+    retryDelayMs: 20,
+  });
+  cleanups.push(async () => {
+    await discovery.stop();
+    await api.close();
+  });
+  return { api, pool, discovery, logs: logger.records };
+}
+
+describe('KubernetesDiscovery', () => {
+  it('the first list puts the serving pods of the selector in the pool before start() resolves', async () => {
+    const { api, pool, discovery } = await setup({ namespace: 'llm' });
+    api.apply(pod('d0', '10.1.0.1'));
+    api.apply(pod('d1', '10.1.0.2'));
+    api.apply(pod('not-ready', '10.1.0.3', { ready: false }));
+    api.apply(pod('no-ip', '', {}));
+    api.apply(pod('other-role', '10.1.0.4', { labels: { app: 'vllm', role: 'prefill' } }));
+    api.apply(pod('other-namespace', '10.1.0.5', { namespace: 'elsewhere' }));
+    await discovery.start();
+    expect(pool.urls()).toEqual(['http://10.1.0.1:8000', 'http://10.1.0.2:8000']);
+    expect(api.requests[0]).toBe('GET /api/v1/namespaces/llm/pods?labelSelector=app%3Dvllm%2Crole%3Ddecode');
+  });
+
+  it('pods that appear, become ready, stop being ready, terminate or go change the pool as they happen', async () => {
+    const { api, pool, discovery } = await setup({ namespace: 'llm' });
+    await discovery.start();
+    expect(pool.urls()).toEqual([]);
+    await eventually(() => api.watching === 1, 'the watch is open');
+    api.apply(pod('d0', '10.1.0.1', { ready: false }));
+    api.apply(pod('d1', '10.1.0.2'));
+    await eventually(() => pool.urls().length === 1, 'a ready pod joins');
+    expect(pool.urls()).toEqual(['http://10.1.0.2:8000']);
+    api.apply(pod('d0', '10.1.0.1'));
+    await eventually(() => pool.urls().length === 2, 'a pod that becomes ready joins');
+    api.apply(pod('d1', '10.1.0.2', { terminating: true }));
+    await eventually(() => pool.urls().length === 1, 'a terminating pod leaves');
+    api.remove('d1', 'llm');
+    api.apply(pod('d0', '10.1.0.1', { ready: false }));
+    await eventually(() => pool.urls().length === 0, 'a pod no longer ready leaves');
+  });
+
+  it('a watch that breaks resumes: changes made meanwhile arrive, and the pool keeps its workers', async () => {
+    const { api, pool, discovery } = await setup({ namespace: 'llm' });
+    api.apply(pod('d0', '10.1.0.1'));
+    await discovery.start();
+    await eventually(() => api.watching === 1, 'the watch is open');
+    const watchesBefore = api.requests.filter((request) => request.includes('watch=true')).length;
+    api.breakWatches();
+    api.apply(pod('d1', '10.1.0.2')); // while nobody watches
+    expect(pool.urls()).toEqual(['http://10.1.0.1:8000']);
+    await eventually(() => pool.urls().length === 2, 'the change made during the break arrives');
+    expect(api.requests.filter((request) => request.includes('watch=true')).length).toBeGreaterThan(watchesBefore);
+    // It resumed from where it was: the last watch asks from a resourceVersion.
+    expect(api.requests.filter((request) => request.includes('watch=true')).at(-1)).toMatch(/resourceVersion=1\d\d/);
+  });
+
+  it('every namespace when none is given; a prefill pod brings its bootstrap port from the annotation', async () => {
+    const { api, pool, discovery } = await setup({ role: 'prefill' });
+    api.apply(pod('p0', '10.1.0.1', { annotations: { 'sglang.ai/bootstrap-port': '8998' } }));
+    api.apply(pod('p1', 'fd00::1', { namespace: 'other' }));
+    await discovery.start();
+    expect([...pool.workers.values()].map(({ url, bootstrapPort }) => ({ url, bootstrapPort }))).toEqual([
+      { url: 'http://10.1.0.1:8000', bootstrapPort: 8998 },
+      { url: 'http://[fd00::1]:8000', bootstrapPort: undefined },
+    ]);
+    expect(api.requests[0]).toMatch(/^GET \/api\/v1\/pods\?/);
+  });
+
+  it('an API server that cannot be reached: start() resolves, the failure is logged and tried again with a growing wait', async () => {
+    const api = await startKubernetesApi();
+    const url = api.url;
+    await api.close();
+    const pool = standIn();
+    const logger = recordingLogger();
+    const discovery = new KubernetesDiscovery({
+      role: 'decode',
+      selector: 'app=vllm,role=decode',
+      namespace: 'llm',
+      port: 8000,
+      target: pool.target,
+      logger: logger.logger,
+      kubeConfig: kubeConfigFor(url),
+      retryDelayMs: 20,
+    });
+    cleanups.push(() => discovery.stop());
+    await discovery.start();
+    expect(pool.urls()).toEqual([]);
+    const failures = () => logger.records.filter((record) => record.message?.includes('Kubernetes watch failed'));
+    await eventually(() => failures().length >= 3, 'tried again');
+    const delays = failures().map((record) => (record.fields as { delayMs: number }).delayMs);
+    expect(delays.slice(0, 3)).toEqual([20, 40, 80]);
+  });
+});
