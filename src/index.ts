@@ -1,5 +1,19 @@
-// The package root: re-exports only. Layers: wire protocol, runtime, prefill handoff, flow.
+// The package root: re-exports only. Layers: wire protocol, runtime, prefill handoff, flow,
+// routing, discovery.
 
+export { DnsDiscovery, type DnsDiscoveryOptions, type Lookup } from './discovery/dns-discovery.js';
+export {
+  BOOTSTRAP_PORT_ANNOTATION,
+  DiscoveryUnavailableError,
+  KubernetesDiscovery,
+  type KubernetesDiscoveryOptions,
+} from './discovery/kubernetes-discovery.js';
+export {
+  type DiscoveredWorker,
+  type DiscoveryRole,
+  type MembershipTarget,
+  reconcile,
+} from './discovery/worker-set.js';
 export {
   type BootstrapRoomOptions,
   MAX_BOOTSTRAP_ROOM,
@@ -43,6 +57,7 @@ export {
   type Selection,
   WorkerPool,
   type WorkerPoolOptions,
+  type WorkerState,
 } from './flow/worker-pool.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {

@@ -8,15 +8,19 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const EXPORTS = [
   'Annotated',
   'AnnotatedError',
+  'BOOTSTRAP_PORT_ANNOTATION',
   'CACHE_AWARE_DEFAULTS',
   'CleanupError',
   'Controller',
   'DEFAULT_CLEANUP_BUDGET_MS',
   'DeadlineError',
   'DisaggError',
+  'DiscoveryUnavailableError',
+  'DnsDiscovery',
   'FinishReason',
   'HANDOFF_FIELDS',
   'HandoffFieldError',
+  'KubernetesDiscovery',
   'LLMEngineOutput',
   'MAX_BOOTSTRAP_ROOM',
   'NoWorkerError',
@@ -40,6 +44,7 @@ const EXPORTS = [
   'parseJson',
   'powerOfTwo',
   'prefillRequest',
+  'reconcile',
   'routingText',
   'sanitizeClientRequest',
   'sessionAffinity',
@@ -59,6 +64,22 @@ describe('the built package, as a router imports it', () => {
   it('require("disagg") gives every export by name (CommonJS)', () => {
     const cjs = createRequire(`${root}/package.json`)('disagg');
     expect(Object.keys(cjs).sort()).toEqual(EXPORTS);
+  });
+
+  it('the optional dependencies load only when asked: neither with the root, no Kubernetes client with disagg/server', () => {
+    const loaded = (entry: string) => {
+      const script = `
+        require(${JSON.stringify(entry)});
+        const paths = Object.keys(require.cache);
+        console.log(JSON.stringify(['@kubernetes', '@opentelemetry'].filter((name) => paths.some((path) => path.includes(name)))));
+      `;
+      const run = spawnSync(process.execPath, ['-e', script], { cwd: root, encoding: 'utf8' });
+      expect(run.stderr).toBe('');
+      return JSON.parse(run.stdout) as string[];
+    };
+    expect(loaded('disagg')).toEqual([]);
+    // (prom-client, which the proxy's metrics use, loads @opentelemetry/api itself when it is installed.)
+    expect(loaded('disagg/server')).not.toContain('@kubernetes');
   });
 
   it('every class keeps the name it is written with, in both formats (logs name an error by its class)', () => {
