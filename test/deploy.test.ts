@@ -12,12 +12,13 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const defaultOf = (key: string) => SETTINGS.find((setting) => setting.key === key)?.default;
 
 // biome-ignore lint/suspicious/noExplicitAny: parsed YAML, whose every field the tests check by name
+type Parsed = any;
 type Manifest = {
   kind: string;
   metadata: { name: string };
-  spec?: any;
+  spec?: Parsed;
   data?: Record<string, string>;
-  [field: string]: any;
+  [field: string]: Parsed;
 };
 const manifests = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/disagg.yaml'), 'utf8')).map(
   (document) => document.toJSON() as Manifest,
