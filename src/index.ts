@@ -69,7 +69,7 @@ export {
 export { type HttpApi, type HttpEngineOptions, httpEngine } from './http/http-engine.js';
 export { parseJson, stringifyJson } from './http/json.js';
 export { UpstreamError, type UpstreamErrorKind } from './http/upstream-error.js';
-export { Annotated, AnnotatedError, type AnnotatedErrorBody } from './protocol/annotated.js';
+export { Annotated, AnnotatedError, type AnnotatedErrorBody, type WireChunk } from './protocol/annotated.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protocol/llm-engine-output.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';

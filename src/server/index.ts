@@ -9,3 +9,4 @@ export {
   type ServeConfig,
 } from './options.js';
 export { createProxy, type ProxyServer } from './proxy.js';
+export type { TracerLike } from './tracing.js';

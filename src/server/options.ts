@@ -37,7 +37,7 @@ export type PolicyName = (typeof POLICY_NAMES)[number];
 
 /**
  * Options of `createProxy`. Every setting is described, with its default, its command-line
- * flag and its environment variable, in one table ({@link SETTINGS}), which `createProxy`,
+ * flag and its environment variable, in one table (`SETTINGS` in `options.ts`), which `createProxy`,
  * `disagg serve` and its `--help` all read, so they cannot disagree.
  */
 export interface ProxyOptions {
@@ -122,8 +122,9 @@ export interface ProxyOptions {
     sessionHeader?: string;
   };
   /**
-   * Budgets per phase in milliseconds, `0` for none; by default {@link DEFAULT_DEADLINES}
-   * (every phase but the total).
+   * Budgets per phase in milliseconds, `0` for none; by default every phase but the total:
+   * prefill's first output 600,000, the handoff 600,000, decode's first token 300,000, idle
+   * 120,000 (`disagg serve --help` lists them).
    */
   deadlines?: Deadlines;
   /** How long decode may take to take the KV after the client left; 120,000 ms by default. */
