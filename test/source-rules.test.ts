@@ -8,12 +8,17 @@ describe('no leaks', () => {
   it('no abort listeners anywhere, and one timer call on the request path: the deadline timer, cleared, and unref-ed unless it is a backoff', () => {
     const dir = fileURLToPath(new URL('../src', import.meta.url));
     // The library a router embeds. Left out: the fake workers (src/testing, test tooling that
-    // paces tokens) and the proxy server (src/server: health probes, a client's drain limit,
-    // the shutdown grace), which own their timers and clear them.
+    // paces tokens), the proxy server (src/server: health probes, a client's drain limit, the
+    // shutdown grace) and discovery (src/discovery: the re-resolve interval, the backoff of a
+    // failed watch), which own their timers and clear them (checked below for discovery).
     const files = readdirSync(dir, { recursive: true }).filter((f) => {
       const path = String(f).replaceAll('\\', '/');
       return (
-        path.endsWith('.ts') && !path.startsWith('testing/') && !path.startsWith('server/') && !path.startsWith('cli/')
+        path.endsWith('.ts') &&
+        !path.startsWith('testing/') &&
+        !path.startsWith('server/') &&
+        !path.startsWith('cli/') &&
+        !path.startsWith('discovery/')
       );
     });
     expect(files.length).toBeGreaterThan(5);
@@ -27,5 +32,16 @@ describe('no leaks', () => {
     const deadlines = readFileSync(`${dir}/flow/deadlines.ts`, 'utf8');
     expect(deadlines.match(/\bset(Timeout|Interval|Immediate)\s*\(/g)).toEqual(['setTimeout(']);
     expect(deadlines).toMatch(/if \(!keepsAlive\) timer\.unref\?\.\(\);\s+return \(\) => clearTimeout\(timer\);/);
+    // Discovery's timers never keep a process alive, and stop() clears them.
+    for (const file of ['discovery/dns-discovery.ts', 'discovery/kubernetes-discovery.ts']) {
+      const text = readFileSync(`${dir}/${file}`, 'utf8');
+      const set = text.match(/this\.#(\w+) = set(Timeout|Interval)\(/g) ?? [];
+      expect(set.length, file).toBeGreaterThan(0);
+      for (const call of set) {
+        const field = /#(\w+)/.exec(call)?.[1] as string;
+        expect(text, file).toContain(`this.#${field}.unref();`);
+        expect(text, file).toMatch(new RegExp(`clear(Timeout|Interval)\\(this\\.#${field}\\)`));
+      }
+    }
   });
 });
