@@ -32,12 +32,13 @@ export async function handleAdmin(
   req: IncomingMessage,
   res: ServerResponse,
   path: string,
+  body?: string,
 ): Promise<void> {
   const method = req.method ?? 'GET';
   try {
     if (path === ADMIN_PREFIX) {
       if (method === 'GET' || method === 'HEAD') return answerJson(res, 200, proxy.membership.list());
-      if (method === 'POST') return await add(proxy, req, res);
+      if (method === 'POST') return await add(proxy, req, res, body);
       return notAllowed(res, method, path, ['GET', 'HEAD', 'POST']);
     }
     const rest = path.slice(ADMIN_PREFIX.length + 1);
@@ -58,8 +59,8 @@ export async function handleAdmin(
   }
 }
 
-async function add(proxy: ProxyState, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const text = await readBody(req, proxy.options.maxBodyBytes);
+async function add(proxy: ProxyState, req: IncomingMessage, res: ServerResponse, given?: string): Promise<void> {
+  const text = given ?? (await readBody(req, proxy.options.maxBodyBytes));
   let body: unknown;
   try {
     body = parseJson(text);

@@ -45,6 +45,7 @@ export async function handleCompletion(
   req: IncomingMessage,
   res: ServerResponse,
   route: Route,
+  bodyText?: string,
 ): Promise<void> {
   // The workers get an id of their own for every request (two clients reusing an id must not
   // meet inside an engine); the client gets its own id back.
@@ -54,7 +55,7 @@ export async function handleCompletion(
   if (proxy.closing) return answer(res, errorAnswer(new ShutdownError('The proxy is shutting down')));
   let body: Record<string, unknown>;
   try {
-    body = await readRequestBody(req, proxy.options.maxBodyBytes);
+    body = await readRequestBody(req, proxy.options.maxBodyBytes, bodyText);
     checkRouteBody(route, body);
     checkRequest(route, body, proxy.models);
   } catch (error) {
@@ -357,8 +358,15 @@ function logRequest(
 const MAX_BODY_DEPTH = 128;
 
 /** The request body as a JSON object, or a 400 / 413 {@link RequestError}. */
-async function readRequestBody(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
-  const text = await readBody(req, limit);
+async function readRequestBody(
+  req: IncomingMessage,
+  limit: number,
+  given: string | undefined,
+): Promise<Record<string, unknown>> {
+  if (given !== undefined && Buffer.byteLength(given) > limit) {
+    throw new RequestError(413, `The request body is larger than ${limit} bytes`);
+  }
+  const text = given ?? (await readBody(req, limit));
   let parsed: unknown;
   try {
     parsed = parseJson(text);

@@ -3,6 +3,7 @@
 export { loadServeConfig } from './config.js';
 export {
   ConfigError,
+  type HandlerOptions,
   type ProxyDecodeWorker,
   type ProxyOptions,
   type ProxyPrefillWorker,
@@ -10,3 +11,4 @@ export {
 } from './options.js';
 export { createProxy, type ProxyServer } from './proxy.js';
 export type { TracerLike } from './tracing.js';
+export { createHandler, type DisaggHandler } from './web-handler.js';

@@ -951,6 +951,34 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   };
 }
 
+/** Options of `createHandler`: the proxy's, and where the routes are mounted. */
+export interface HandlerOptions extends ProxyOptions {
+  /**
+   * The path the routes are mounted under (`/llm` serves `/llm/v1/chat/completions`); none by
+   * default. It must start with `/` and not end with one.
+   */
+  basePath?: string;
+}
+
+/**
+ * `createHandler`'s options checked: the proxy's (as {@link resolveProxyOptions}) and the
+ * base path.
+ *
+ * @throws {ConfigError} naming what is wrong.
+ */
+export function resolveHandlerOptions(options: HandlerOptions): { proxy: ResolvedProxyOptions; basePath: string } {
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigError(`createHandler expects an options object, got ${describeValue(options)}`);
+  }
+  const { basePath = '', ...proxy } = options;
+  if (typeof basePath !== 'string' || (basePath !== '' && (!basePath.startsWith('/') || basePath.endsWith('/')))) {
+    throw new ConfigError(
+      `basePath must be a path that starts with / and does not end with one, such as '/llm', got ${describeValue(basePath)}`,
+    );
+  }
+  return { proxy: resolveProxyOptions(proxy), basePath };
+}
+
 /**
  * Every setting from `read` (the first source that gives it), parsed, with defaults; a
  * required one that no source gives is refused with its command-line name.

@@ -1,42 +1,16 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Agent } from 'undici';
-import { DnsDiscovery } from '../discovery/dns-discovery.js';
-import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
-import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
-import type { Engine } from '../flow/disaggregate.js';
-import { WorkerPool } from '../flow/worker-pool.js';
-import { httpEngine } from '../http/http-engine.js';
-import { answerJson } from '../http/node-server.js';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
-import { Admission } from './admission.js';
-import { errorAnswer } from './error-answers.js';
-import { HealthChecker } from './health.js';
-import { InFlightRequests } from './in-flight.js';
-import { Membership } from './membership.js';
-import { ProxyMetrics } from './metrics.js';
-import { ServedModels } from './model-limits.js';
-import type { Route } from './openai-format.js';
+import type { WorkerPool } from '../flow/worker-pool.js';
 import {
-  checkWorker,
   type ProxyDecodeWorker,
   type ProxyOptions,
   type ProxyPrefillWorker,
   type ResolvedProxyOptions,
   resolveProxyOptions,
 } from './options.js';
-import type { ProxyState } from './proxy-state.js';
-import { handleRequest, routeLabel } from './routes.js';
-import { conditionalAggregation, selectionFor } from './routing-policies.js';
-import { Tracing } from './tracing.js';
+import { ProxyCore } from './proxy-core.js';
 
 export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
-
-const CONNECTORS: Record<ResolvedProxyOptions['connector'], Connector> = {
-  vllm: vllmNixl,
-  sglang: sglangBootstrap,
-  trtllm: trtllmContextFirst,
-};
 
 /** A running (or ready to run) proxy. */
 export interface ProxyServer {
@@ -77,82 +51,14 @@ export function createProxy(options: ProxyOptions): ProxyServer {
   return new DisaggProxy(resolveProxyOptions(options));
 }
 
-/** The composition: pools, engines, health, metrics and shutdown around the route handlers. */
-class DisaggProxy implements ProxyServer, ProxyState {
+/** A Node `http` server around a {@link ProxyCore}: listen, and shut down as orchestrators expect. */
+class DisaggProxy implements ProxyServer {
   readonly server: Server;
-  readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
-  readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
-  readonly options: ResolvedProxyOptions;
-  readonly connector: Connector;
-  readonly workerHeaders: Record<string, string>;
-  readonly health: HealthChecker;
-  readonly metrics: ProxyMetrics;
-  readonly inFlight = new InFlightRequests();
-  readonly models: ServedModels;
-  readonly admission: Admission;
-  readonly logger: Logger;
-  readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
-  closing = false;
-  draining = false;
-  readonly membership: Membership;
-  /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
-  tracing: Tracing | undefined;
-  /** Discovery per role: DNS (`--prefill-dns`), Kubernetes (`--prefill-selector`). */
-  readonly #discoveries: Array<DnsDiscovery | KubernetesDiscovery> = [];
-  /** Engines with fixed headers (the worker key, or none), one per route. */
-  readonly #engines = new Map<Route, Engine<{ url: string }>>();
+  /** @internal What the server answers with (tests reach its health checker through it). */
+  readonly core: ProxyCore;
 
-  /** The connection pool towards the workers when the options gave none: closed by `close()`. */
-  readonly #ownDispatcher: Agent | undefined;
-
-  constructor(resolved: ResolvedProxyOptions) {
-    // A pool of its own, so that shutdown can end every call still open to a worker (a hung
-    // prefill would otherwise keep the process alive until undici's own 300 s timeouts).
-    this.#ownDispatcher = resolved.dispatcher === undefined ? new Agent() : undefined;
-    const options = this.#ownDispatcher === undefined ? resolved : { ...resolved, dispatcher: this.#ownDispatcher };
-    this.options = options;
-    this.logger = options.logger ?? defaultLogger();
-    this.connector = CONNECTORS[options.connector];
-    const { dispatcher, workerApiKey, routing } = options;
-    this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    this.prefillWorkers = new WorkerPool(options.prefill, { selection: selectionFor(options.prefillPolicy, routing) });
-    const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing);
-    this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
-    this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
-    this.admission = new Admission({
-      maxConcurrent: options.maxConcurrentRequests,
-      queueSize: options.queueSize,
-      queueTimeoutMs: options.queueTimeoutMs,
-      onWait: (seconds) => this.metrics.queueWait(seconds),
-    });
-    this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers }, this.admission);
-    this.models = new ServedModels({
-      headers: this.workerHeaders,
-      dispatcher: options.dispatcher,
-      logger: this.logger,
-    });
-    this.health = new HealthChecker(
-      [
-        { role: 'prefill', pool: this.prefillWorkers },
-        { role: 'decode', pool: this.decodeWorkers },
-      ],
-      {
-        logger: this.logger,
-        intervalMs: options.healthIntervalMs,
-        headers: this.workerHeaders,
-        ...(dispatcher === undefined ? {} : { dispatcher }),
-        afterRound: () => this.models.refresh(this.decodeWorkers.available),
-        breaker: options.breaker,
-        probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
-      },
-    );
-    this.membership = new Membership(
-      { prefill: this.prefillWorkers, decode: this.decodeWorkers },
-      this.health,
-      this.logger,
-      (role, change, source) => this.metrics.membershipChanged(role, change, source),
-    );
-    this.#discover(options);
+  constructor(options: ResolvedProxyOptions) {
+    this.core = new ProxyCore(options);
     const serverOptions = {
       keepAliveTimeout: options.keepAliveTimeoutMs,
       headersTimeout: Math.min(options.headersTimeoutMs, options.requestTimeoutMs),
@@ -161,92 +67,19 @@ class DisaggProxy implements ProxyServer, ProxyState {
       // shorter one, so that a slow client is cut near its limit rather than up to 30 s late.
       connectionsCheckingInterval: Math.max(10, Math.min(1000, options.headersTimeoutMs / 10)),
     };
-    this.server = createServer(serverOptions, (req, res) => {
-      res.once('close', () => this.metrics.answered(routeLabel(req), res));
-      handleRequest(this, req, res).catch((error: unknown) => {
-        this.logger.error({ err: error }, 'The proxy failed to answer a request');
-        if (res.headersSent) res.destroy();
-        else {
-          const answer = errorAnswer(error, undefined, (text) => this.redact(text));
-          answerJson(res, answer.status, answer.body);
-        }
-      });
-    });
+    this.server = createServer(serverOptions, (req, res) => this.core.answer(req, res));
   }
 
-  /** The discovery sources the options ask for; started by `listen`. */
-  #discover(options: ResolvedProxyOptions): void {
-    const { discovery } = options;
-    const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number }) =>
-      checkWorker(role, worker.bootstrapPort === undefined ? worker.url : worker, options);
-    const dnsTarget = this.membership.targetFor('dns', check);
-    const kubernetesTarget = this.membership.targetFor('kubernetes', check);
-    for (const role of ['prefill', 'decode'] as const) {
-      const url = discovery[`${role}Dns`];
-      if (url !== undefined) {
-        const lookup = options.dnsLookup;
-        this.#discoveries.push(
-          new DnsDiscovery({
-            role,
-            url,
-            intervalMs: discovery.dnsIntervalMs,
-            target: dnsTarget,
-            logger: this.logger,
-            ...(lookup === undefined ? {} : { lookup }),
-          }),
-        );
-      }
-      const selector = discovery[`${role}Selector`];
-      if (selector !== undefined) {
-        this.#discoveries.push(
-          new KubernetesDiscovery({
-            role,
-            selector,
-            ...(discovery.namespace === undefined ? {} : { namespace: discovery.namespace }),
-            port: discovery.port,
-            bootstrapPortAnnotation: discovery.bootstrapPortAnnotation,
-            target: kubernetesTarget,
-            logger: this.logger,
-            ...(options.kubeConfig === undefined ? {} : { kubeConfig: options.kubeConfig }),
-          }),
-        );
-      }
-    }
+  get prefillWorkers(): WorkerPool<ProxyPrefillWorker> {
+    return this.core.prefillWorkers;
   }
 
-  engineFor(
-    route: Route,
-    authorization: string | undefined,
-    perCall?: (worker: { url: string } | undefined) => Record<string, string>,
-  ): Engine<{ url: string }> {
-    const forwarded = this.options.workerApiKey === undefined && authorization !== undefined;
-    const cached = forwarded || perCall !== undefined ? undefined : this.#engines.get(route);
-    if (cached !== undefined) return cached;
-    const { dispatcher } = this.options;
-    const fixed = forwarded ? { authorization } : this.workerHeaders;
-    const engine = httpEngine<{ url: string }>({
-      api: route,
-      headers: perCall === undefined ? fixed : (worker) => ({ ...fixed, ...perCall(worker) }),
-      ...(dispatcher === undefined ? {} : { dispatcher }),
-    });
-    if (!forwarded && perCall === undefined) this.#engines.set(route, engine);
-    return engine;
-  }
-
-  nameOf(worker: { url: string }): string {
-    return this.membership.nameOf(worker);
-  }
-
-  redact(text: string): string {
-    return this.membership.redact(text);
+  get decodeWorkers(): WorkerPool<ProxyDecodeWorker> {
+    return this.core.decodeWorkers;
   }
 
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {
-    this.tracing = await Tracing.load(this.options.tracer);
-    // Discovered workers are probed as they are added; then every worker once more.
-    await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
-    await this.health.check();
-    this.health.start();
+    await this.core.start();
     await new Promise<void>((resolve, reject) => {
       this.server.once('error', reject);
       this.server.listen(port, host, () => {
@@ -259,19 +92,16 @@ class DisaggProxy implements ProxyServer, ProxyState {
   }
 
   async close(options: { gracePeriodMs?: number; drainDelayMs?: number } = {}): Promise<void> {
-    this.draining = true;
-    await Promise.all(this.#discoveries.map((discovery) => discovery.stop()));
-    const drainMs = options.drainDelayMs ?? this.options.drainDelayMs;
+    const core = this.core;
+    await core.beginDrain();
+    const drainMs = options.drainDelayMs ?? core.options.drainDelayMs;
     if (drainMs > 0 && this.server.listening) await new Promise((resolve) => setTimeout(resolve, drainMs));
-    this.closing = true;
-    this.health.stop();
+    core.stopTaking();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
-    await this.inFlight.drain(options.gracePeriodMs ?? this.options.gracePeriodMs);
-    this.server.closeAllConnections();
-    await closed;
-    // Legs still open (a prefill that never answers, a clean-up read) end here, whatever the
-    // workers do: shutdown is bounded by the grace period.
-    if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
+    await core.finish(options.gracePeriodMs ?? core.options.gracePeriodMs, async () => {
+      this.server.closeAllConnections();
+      await closed;
+    });
   }
 }

@@ -18,11 +18,17 @@ import type { ProxyState } from './proxy-state.js';
  * worker), `/health` (liveness), `/ready` (a prefill and a decode worker in rotation, and not
  * shutting down) and `/metrics` (Prometheus). With an API key, the generation routes and
  * `/v1/models` need it (401 otherwise). With an admin key, `/admin/workers` (see
- * {@link handleAdmin}). Anything else is a 404 in the OpenAI error shape.
+ * {@link handleAdmin}). Anything else is a 404 in the OpenAI error shape. `body` is the
+ * request's body when the caller has read it already (a framework that parses bodies).
  *
  * @internal
  */
-export async function handleRequest(proxy: ProxyState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleRequest(
+  proxy: ProxyState,
+  req: IncomingMessage,
+  res: ServerResponse,
+  body?: string,
+): Promise<void> {
   const path = pathOf(req);
   const method = req.method ?? 'GET';
   if (method === 'GET' || method === 'HEAD') {
@@ -51,10 +57,10 @@ export async function handleRequest(proxy: ProxyState, req: IncomingMessage, res
   // Off (a 404 like any unknown path) unless an admin key is set.
   if (proxy.options.adminKey !== undefined && (path === ADMIN_PREFIX || path.startsWith(`${ADMIN_PREFIX}/`))) {
     if (!bearerMatches(req, proxy.options.adminKey)) return answerUnauthorized(res, 'admin key');
-    return handleAdmin(proxy, req, res, path);
+    return handleAdmin(proxy, req, res, path, body);
   }
   if (isModels) return models(proxy, res, modelId);
-  if (route !== undefined) return handleCompletion(proxy, req, res, route);
+  if (route !== undefined) return handleCompletion(proxy, req, res, route, body);
   const answer = errorAnswer(new RequestError(404, `No route ${req.method} ${path}`));
   answerJson(res, answer.status, answer.body);
 }

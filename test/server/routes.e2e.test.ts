@@ -96,7 +96,7 @@ describe('the README documents every metric', () => {
 describe('probes with thresholds', () => {
   it('--health-failure-threshold failed probes in a row take a worker out, --health-success-threshold bring it back', async () => {
     const { proxy, decode } = await setup('vllm', {}, { healthFailureThreshold: 3, healthSuccessThreshold: 2 });
-    const health = (proxy as unknown as { health: { check(): Promise<void> } }).health;
+    const health = (proxy as unknown as { core: { health: { check(): Promise<void> } } }).core.health;
     const worker = proxy.decodeWorkers.workers[0] as { url: string };
     decode.setHealthy(false);
     const seen: boolean[] = [];

@@ -1,0 +1,238 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Agent } from 'undici';
+import { DnsDiscovery } from '../discovery/dns-discovery.js';
+import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
+import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
+import type { Engine } from '../flow/disaggregate.js';
+import { WorkerPool } from '../flow/worker-pool.js';
+import { httpEngine } from '../http/http-engine.js';
+import { answerJson } from '../http/node-server.js';
+import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { Admission } from './admission.js';
+import { errorAnswer } from './error-answers.js';
+import { HealthChecker } from './health.js';
+import { InFlightRequests } from './in-flight.js';
+import { Membership } from './membership.js';
+import { ProxyMetrics } from './metrics.js';
+import { ServedModels } from './model-limits.js';
+import type { Route } from './openai-format.js';
+import { checkWorker, type ProxyDecodeWorker, type ProxyPrefillWorker, type ResolvedProxyOptions } from './options.js';
+import type { ProxyState } from './proxy-state.js';
+import { handleRequest, routeLabel } from './routes.js';
+import { conditionalAggregation, selectionFor } from './routing-policies.js';
+import { Tracing } from './tracing.js';
+
+const CONNECTORS: Record<ResolvedProxyOptions['connector'], Connector> = {
+  vllm: vllmNixl,
+  sglang: sglangBootstrap,
+  trtllm: trtllmContextFirst,
+};
+
+/**
+ * What a proxy is without its HTTP server: pools, membership and discovery, engines, health,
+ * metrics, admission, tracing and the requests under way, with `answer(req, res)` for one
+ * request. `disagg serve` (`createProxy`) puts a Node server around it; `createHandler` the
+ * WHATWG `Request`/`Response` types; the fastify plugin a fastify app.
+ *
+ * @internal
+ */
+export class ProxyCore implements ProxyState {
+  readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
+  readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+  readonly options: ResolvedProxyOptions;
+  readonly connector: Connector;
+  readonly workerHeaders: Record<string, string>;
+  readonly health: HealthChecker;
+  readonly metrics: ProxyMetrics;
+  readonly inFlight = new InFlightRequests();
+  readonly models: ServedModels;
+  readonly admission: Admission;
+  readonly logger: Logger;
+  readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
+  closing = false;
+  draining = false;
+  readonly membership: Membership;
+  /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
+  tracing: Tracing | undefined;
+  /** Discovery per role: DNS (`--prefill-dns`), Kubernetes (`--prefill-selector`). */
+  readonly #discoveries: Array<DnsDiscovery | KubernetesDiscovery> = [];
+  /** Engines with fixed headers (the worker key, or none), one per route. */
+  readonly #engines = new Map<Route, Engine<{ url: string }>>();
+
+  /** The connection pool towards the workers when the options gave none: closed by `finish()`. */
+  readonly #ownDispatcher: Agent | undefined;
+  #started: Promise<void> | undefined;
+
+  constructor(resolved: ResolvedProxyOptions) {
+    // A pool of its own, so that shutdown can end every call still open to a worker (a hung
+    // prefill would otherwise keep the process alive until undici's own 300 s timeouts).
+    this.#ownDispatcher = resolved.dispatcher === undefined ? new Agent() : undefined;
+    const options = this.#ownDispatcher === undefined ? resolved : { ...resolved, dispatcher: this.#ownDispatcher };
+    this.options = options;
+    this.logger = options.logger ?? defaultLogger();
+    this.connector = CONNECTORS[options.connector];
+    const { dispatcher, workerApiKey, routing } = options;
+    this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
+    this.prefillWorkers = new WorkerPool(options.prefill, { selection: selectionFor(options.prefillPolicy, routing) });
+    const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing);
+    this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
+    this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
+    this.admission = new Admission({
+      maxConcurrent: options.maxConcurrentRequests,
+      queueSize: options.queueSize,
+      queueTimeoutMs: options.queueTimeoutMs,
+      onWait: (seconds) => this.metrics.queueWait(seconds),
+    });
+    this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers }, this.admission);
+    this.models = new ServedModels({
+      headers: this.workerHeaders,
+      dispatcher: options.dispatcher,
+      logger: this.logger,
+    });
+    this.health = new HealthChecker(
+      [
+        { role: 'prefill', pool: this.prefillWorkers },
+        { role: 'decode', pool: this.decodeWorkers },
+      ],
+      {
+        logger: this.logger,
+        intervalMs: options.healthIntervalMs,
+        headers: this.workerHeaders,
+        ...(dispatcher === undefined ? {} : { dispatcher }),
+        afterRound: () => this.models.refresh(this.decodeWorkers.available),
+        breaker: options.breaker,
+        probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
+      },
+    );
+    this.membership = new Membership(
+      { prefill: this.prefillWorkers, decode: this.decodeWorkers },
+      this.health,
+      this.logger,
+      (role, change, source) => this.metrics.membershipChanged(role, change, source),
+    );
+    this.#discover(options);
+  }
+
+  /**
+   * Answers one request on the proxy's routes, whatever the proxy's own failure: a 500 in the
+   * OpenAI shape before the first byte, a cut connection after.
+   */
+  answer(req: IncomingMessage, res: ServerResponse, body?: string): void {
+    res.once('close', () => this.metrics.answered(routeLabel(req), res));
+    handleRequest(this, req, res, body).catch((error: unknown) => {
+      this.logger.error({ err: error }, 'The proxy failed to answer a request');
+      if (res.headersSent) res.destroy();
+      else {
+        const answer = errorAnswer(error, undefined, (text) => this.redact(text));
+        answerJson(res, answer.status, answer.body);
+      }
+    });
+  }
+
+  /** The discovery sources the options ask for; started by `start()`. */
+  #discover(options: ResolvedProxyOptions): void {
+    const { discovery } = options;
+    const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number }) =>
+      checkWorker(role, worker.bootstrapPort === undefined ? worker.url : worker, options);
+    const dnsTarget = this.membership.targetFor('dns', check);
+    const kubernetesTarget = this.membership.targetFor('kubernetes', check);
+    for (const role of ['prefill', 'decode'] as const) {
+      const url = discovery[`${role}Dns`];
+      if (url !== undefined) {
+        const lookup = options.dnsLookup;
+        this.#discoveries.push(
+          new DnsDiscovery({
+            role,
+            url,
+            intervalMs: discovery.dnsIntervalMs,
+            target: dnsTarget,
+            logger: this.logger,
+            ...(lookup === undefined ? {} : { lookup }),
+          }),
+        );
+      }
+      const selector = discovery[`${role}Selector`];
+      if (selector !== undefined) {
+        this.#discoveries.push(
+          new KubernetesDiscovery({
+            role,
+            selector,
+            ...(discovery.namespace === undefined ? {} : { namespace: discovery.namespace }),
+            port: discovery.port,
+            bootstrapPortAnnotation: discovery.bootstrapPortAnnotation,
+            target: kubernetesTarget,
+            logger: this.logger,
+            ...(options.kubeConfig === undefined ? {} : { kubeConfig: options.kubeConfig }),
+          }),
+        );
+      }
+    }
+  }
+
+  engineFor(
+    route: Route,
+    authorization: string | undefined,
+    perCall?: (worker: { url: string } | undefined) => Record<string, string>,
+  ): Engine<{ url: string }> {
+    const forwarded = this.options.workerApiKey === undefined && authorization !== undefined;
+    const cached = forwarded || perCall !== undefined ? undefined : this.#engines.get(route);
+    if (cached !== undefined) return cached;
+    const { dispatcher } = this.options;
+    const fixed = forwarded ? { authorization } : this.workerHeaders;
+    const engine = httpEngine<{ url: string }>({
+      api: route,
+      headers: perCall === undefined ? fixed : (worker) => ({ ...fixed, ...perCall(worker) }),
+      ...(dispatcher === undefined ? {} : { dispatcher }),
+    });
+    if (!forwarded && perCall === undefined) this.#engines.set(route, engine);
+    return engine;
+  }
+
+  nameOf(worker: { url: string }): string {
+    return this.membership.nameOf(worker);
+  }
+
+  redact(text: string): string {
+    return this.membership.redact(text);
+  }
+
+  /**
+   * Loads tracing, starts discovery, probes every worker once and starts the health rounds;
+   * once, however often it is called (the first call's promise).
+   */
+  start(): Promise<void> {
+    this.#started ??= (async () => {
+      this.tracing = await Tracing.load(this.options.tracer);
+      // Discovered workers are probed as they are added; then every worker once more.
+      await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
+      await this.health.check();
+      this.health.start();
+    })();
+    return this.#started;
+  }
+
+  /** Shutdown, first step: `/ready` fails and discovery stops; requests are still served. */
+  async beginDrain(): Promise<void> {
+    this.draining = true;
+    await Promise.all(this.#discoveries.map((discovery) => discovery.stop()));
+  }
+
+  /** Shutdown, second step: new requests are refused (503) and the health rounds stop. */
+  stopTaking(): void {
+    this.draining = true;
+    this.closing = true;
+    this.health.stop();
+  }
+
+  /**
+   * Shutdown, last step: after the grace period the requests still under way are ended (an
+   * SSE error or a 503), then every call still open to a worker.
+   */
+  async finish(gracePeriodMs: number, beforeRelease: () => Promise<void> = async () => {}): Promise<void> {
+    await this.inFlight.drain(gracePeriodMs);
+    await beforeRelease();
+    // Legs still open (a prefill that never answers, a clean-up read) end here, whatever the
+    // workers do: shutdown is bounded by the grace period.
+    if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
+  }
+}

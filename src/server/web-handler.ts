@@ -1,0 +1,87 @@
+import type { WorkerPool } from '../flow/worker-pool.js';
+import { webExchange } from '../http/web-exchange.js';
+import { errorAnswer } from './error-answers.js';
+import {
+  type HandlerOptions,
+  type ProxyDecodeWorker,
+  type ProxyPrefillWorker,
+  resolveHandlerOptions,
+} from './options.js';
+import { ProxyCore } from './proxy-core.js';
+
+/**
+ * The proxy as a standard request handler, for any framework or runtime that speaks the
+ * WHATWG `Request`/`Response` types (Hono, Next.js route handlers, Bun, Deno, a `node:http`
+ * server with two lines of glue).
+ */
+export interface DisaggHandler {
+  /**
+   * Answers one request on the proxy's routes (under `basePath`): the same routes, checks,
+   * flow, errors and headers as `disagg serve`. A streamed answer is a `ReadableStream` read
+   * from decode no faster than the body is pulled; cancelling the body (or aborting the
+   * request's `signal`) is a client that left. The first call starts the proxy (see `start`).
+   */
+  (request: Request): Promise<Response>;
+  /** Starts discovery, probes every worker once and starts the health rounds; once. */
+  start(): Promise<void>;
+  /**
+   * Shuts down: `/ready` fails and new requests get a 503 at once, requests under way finish
+   * within `gracePeriodMs` (the option's, 30,000 by default), then the rest are ended cleanly
+   * and every call still open to a worker is closed.
+   */
+  close(options?: { gracePeriodMs?: number }): Promise<void>;
+  readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
+  readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+  /** The proxy's Prometheus registry (what `/metrics` serves), to merge into an application's. */
+  readonly metricsRegistry: import('prom-client').Registry;
+}
+
+/**
+ * The proxy's routes as `(request: Request) => Promise<Response>`, sharing the options module,
+ * flow, pools, health, metrics and error contract of `disagg serve`.
+ *
+ * @example
+ * // Hono on Node
+ * const disagg = createHandler({ connector: 'vllm', prefill: [{ url: 'http://p0:8100' }], decode: [{ url: 'http://d0:8200' }] });
+ * app.all('/v1/*', (c) => disagg(c.req.raw));
+ *
+ * @throws {ConfigError} for options that are missing, wrong or unknown, naming the option.
+ */
+export function createHandler(options: HandlerOptions): DisaggHandler {
+  const { proxy, basePath } = resolveHandlerOptions(options);
+  const core = new ProxyCore(proxy);
+  const handler = async (request: Request): Promise<Response> => {
+    const pathname = new URL(request.url).pathname;
+    const path = basePath !== '' && pathname.startsWith(basePath) ? pathname.slice(basePath.length) || '/' : pathname;
+    try {
+      await core.start();
+    } catch (error) {
+      // Discovery could not start (its optional dependency missing, say): said on every request.
+      const answer = errorAnswer(error, undefined, (text) => core.redact(text));
+      return Response.json(answer.body, { status: answer.status });
+    }
+    const exchange = webExchange(request, path);
+    // The request's signal, where the runtime aborts it when the client goes (one listener,
+    // removed when the answer closes).
+    const signal = request.signal;
+    const onAbort = () => exchange.clientLeft();
+    if (signal.aborted) exchange.clientLeft();
+    else {
+      signal.addEventListener('abort', onAbort, { once: true });
+      exchange.res.once('close', () => signal.removeEventListener('abort', onAbort));
+    }
+    core.answer(exchange.req, exchange.res);
+    return exchange.response;
+  };
+  return Object.assign(handler, {
+    start: () => core.start(),
+    close: async (closing: { gracePeriodMs?: number } = {}) => {
+      await core.beginDrain();
+      core.stopTaking();
+      await core.finish(closing.gracePeriodMs ?? core.options.gracePeriodMs);
+    },
+    prefillWorkers: core.prefillWorkers,
+    decodeWorkers: core.decodeWorkers,
+    metricsRegistry: core.metrics.registry,
+  });
+}
