@@ -8,6 +8,7 @@ export default defineConfig([
       rxjs: 'src/rxjs/index.ts',
       testing: 'src/testing/index.ts',
       server: 'src/server/index.ts',
+      fastify: 'src/fastify/index.ts',
     },
     format: ['esm', 'cjs'],
     // All entries share one copy of the library's code (one ResponseStream class per format).

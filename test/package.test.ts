@@ -171,7 +171,7 @@ describe('the disagg/testing subpath', () => {
 });
 
 describe('the disagg/server subpath', () => {
-  it('both formats give createProxy and the configuration loader', () => {
+  it('both formats give createProxy, createHandler and the configuration loader', () => {
     const script = `
       import * as esm from 'disagg/server';
       import { createRequire } from 'node:module';
@@ -180,7 +180,32 @@ describe('the disagg/server subpath', () => {
     `;
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
-    const names = ['ConfigError', 'createProxy', 'loadServeConfig'];
+    const names = ['ConfigError', 'createHandler', 'createProxy', 'loadServeConfig'];
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names });
+  });
+});
+
+describe('the disagg/fastify subpath', () => {
+  it('both formats give the plugin; fastify and Hono load only through it (neither the root nor disagg/server loads them)', () => {
+    const script = `
+      import * as esm from 'disagg/fastify';
+      import { createRequire } from 'node:module';
+      const cjs = createRequire(import.meta.url)('disagg/fastify');
+      console.log(JSON.stringify({ esm: Object.keys(esm).sort(), cjs: Object.keys(cjs).sort() }));
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    expect(JSON.parse(run.stdout)).toEqual({ esm: ['disaggPlugin'], cjs: ['disaggPlugin'] });
+    const loaded = spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `require('disagg'); require('disagg/server');
+         console.log(JSON.stringify(Object.keys(require.cache).filter((path) => /node_modules[\\/](fastify|hono|@hono)[\\/]/.test(path))));`,
+      ],
+      { cwd: root, encoding: 'utf8' },
+    );
+    expect(loaded.stderr).toBe('');
+    expect(JSON.parse(loaded.stdout)).toEqual([]);
   });
 });

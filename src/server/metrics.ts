@@ -33,8 +33,10 @@ export class ProxyMetrics {
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
     admission?: { readonly active: number; readonly queued: number },
+    /** An application's registry the proxy's metrics join too (not the process metrics, which it has its own of). */
+    shared?: Registry,
   ) {
-    const registers = [this.registry];
+    const registers = shared === undefined ? [this.registry] : [this.registry, shared];
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new Counter({
       name: 'disagg_requests_total',

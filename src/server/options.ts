@@ -73,6 +73,12 @@ export interface ProxyOptions {
   /** How `discovery` names are resolved; the system's resolver by default (a test's stand-in, say). */
   dnsLookup?: Lookup;
   /**
+   * A prom-client `Registry` of the application's that the proxy's metrics join too (its
+   * `/metrics` then includes them). The proxy's own registry, with Node's process metrics,
+   * serves the proxy's `/metrics` either way.
+   */
+  metricsRegistry?: unknown;
+  /**
    * The `KubeConfig` (of `@kubernetes/client-node`) of Kubernetes discovery; the pod's service
    * account, `KUBECONFIG` or `~/.kube/config` by default.
    */
@@ -229,6 +235,7 @@ export interface ResolvedProxyOptions
       | 'discovery'
       | 'dnsLookup'
       | 'kubeConfig'
+      | 'metricsRegistry'
       | 'tracer'
       | 'workerApiKey'
       | 'retry'
@@ -259,6 +266,7 @@ export interface ResolvedProxyOptions
   };
   dnsLookup: Lookup | undefined;
   kubeConfig: unknown;
+  metricsRegistry: unknown;
   tracer: TracerLike | undefined;
   /** SGLang: the bootstrap port given to prefill workers that name none (added ones too). */
   bootstrapPort: number;
@@ -903,6 +911,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'dispatcher',
     'dnsLookup',
     'kubeConfig',
+    'metricsRegistry',
     'tracer',
   ];
   rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `Unknown option ${key} of createProxy`);
@@ -914,6 +923,10 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   });
   if (options.tracer !== undefined && typeof (options.tracer as { startSpan?: unknown })?.startSpan !== 'function') {
     throw new ConfigError(`tracer must be an OpenTelemetry tracer, got ${describeValue(options.tracer)}`);
+  }
+  const registry = options.metricsRegistry as { registerMetric?: unknown } | undefined;
+  if (registry !== undefined && typeof registry?.registerMetric !== 'function') {
+    throw new ConfigError(`metricsRegistry must be a prom-client Registry, got ${describeValue(registry)}`);
   }
   if (options.dnsLookup !== undefined && typeof options.dnsLookup !== 'function') {
     throw new ConfigError(`dnsLookup must be a function, got ${describeValue(options.dnsLookup)}`);
@@ -943,6 +956,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     discovery: discoveryOf(values),
     dnsLookup: options.dnsLookup,
     kubeConfig: options.kubeConfig,
+    metricsRegistry: options.metricsRegistry,
     tracer: options.tracer,
     workerApiKey: values.workerApiKey as string | undefined,
     logger: options.logger,

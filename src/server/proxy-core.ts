@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
@@ -83,7 +84,11 @@ export class ProxyCore implements ProxyState {
       queueTimeoutMs: options.queueTimeoutMs,
       onWait: (seconds) => this.metrics.queueWait(seconds),
     });
-    this.metrics = new ProxyMetrics({ prefill: this.prefillWorkers, decode: this.decodeWorkers }, this.admission);
+    this.metrics = new ProxyMetrics(
+      { prefill: this.prefillWorkers, decode: this.decodeWorkers },
+      this.admission,
+      options.metricsRegistry as Registry | undefined,
+    );
     this.models = new ServedModels({
       headers: this.workerHeaders,
       dispatcher: options.dispatcher,
@@ -115,11 +120,12 @@ export class ProxyCore implements ProxyState {
 
   /**
    * Answers one request on the proxy's routes, whatever the proxy's own failure: a 500 in the
-   * OpenAI shape before the first byte, a cut connection after.
+   * OpenAI shape before the first byte, a cut connection after. `given.body`: the body, when
+   * a framework has read it; `given.path`: the route's path, when mounted under a prefix.
    */
-  answer(req: IncomingMessage, res: ServerResponse, body?: string): void {
-    res.once('close', () => this.metrics.answered(routeLabel(req), res));
-    handleRequest(this, req, res, body).catch((error: unknown) => {
+  answer(req: IncomingMessage, res: ServerResponse, given: { body?: string; path?: string } = {}): void {
+    res.once('close', () => this.metrics.answered(routeLabel(req, given.path), res));
+    handleRequest(this, req, res, given).catch((error: unknown) => {
       this.logger.error({ err: error }, 'The proxy failed to answer a request');
       if (res.headersSent) res.destroy();
       else {

@@ -18,8 +18,9 @@ import type { ProxyState } from './proxy-state.js';
  * worker), `/health` (liveness), `/ready` (a prefill and a decode worker in rotation, and not
  * shutting down) and `/metrics` (Prometheus). With an API key, the generation routes and
  * `/v1/models` need it (401 otherwise). With an admin key, `/admin/workers` (see
- * {@link handleAdmin}). Anything else is a 404 in the OpenAI error shape. `body` is the
- * request's body when the caller has read it already (a framework that parses bodies).
+ * {@link handleAdmin}). Anything else is a 404 in the OpenAI error shape. `given.body` is the
+ * request's body when the caller has read it already (a framework that parses bodies);
+ * `given.path` the route's path when the proxy is mounted under a prefix.
  *
  * @internal
  */
@@ -27,9 +28,10 @@ export async function handleRequest(
   proxy: ProxyState,
   req: IncomingMessage,
   res: ServerResponse,
-  body?: string,
+  given: { body?: string | undefined; path?: string | undefined } = {},
 ): Promise<void> {
-  const path = pathOf(req);
+  const { body } = given;
+  const path = given.path ?? pathOf(req);
   const method = req.method ?? 'GET';
   if (method === 'GET' || method === 'HEAD') {
     // HEAD answers as GET without the body (Node leaves the body out of a HEAD answer).
@@ -83,8 +85,7 @@ const ROUTE_LABELS: Readonly<Record<string, string>> = {
  *
  * @internal
  */
-export function routeLabel(req: IncomingMessage): string {
-  const path = pathOf(req);
+export function routeLabel(req: IncomingMessage, path = pathOf(req)): string {
   if (path.startsWith(`${ADMIN_PREFIX}/`)) return 'admin';
   return ROUTE_LABELS[`${req.method} ${path}`] ?? 'unknown';
 }

@@ -1,0 +1,99 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { WorkerPool } from '../flow/worker-pool.js';
+import type { Logger } from '../runtime/logger.js';
+import {
+  type ProxyDecodeWorker,
+  type ProxyOptions,
+  type ProxyPrefillWorker,
+  resolveProxyOptions,
+} from '../server/options.js';
+import { ProxyCore } from '../server/proxy-core.js';
+
+/** Options of {@link disaggPlugin}: the proxy's (the app's logger unless one is given), and whether to serve `/metrics`. */
+export interface DisaggPluginOptions extends Omit<ProxyOptions, 'logger'> {
+  logger?: Logger;
+  /** Serve the proxy's `/metrics` under the prefix; true by default (false when the app serves its own registry, see `metricsRegistry`). */
+  metricsRoute?: boolean;
+  /** fastify's own: the path the routes are mounted under. */
+  prefix?: string;
+}
+
+/** What the plugin decorates its context with (`app.disagg` inside it, and `onReady` for the app). */
+export interface DisaggFastify {
+  readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
+  readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+}
+
+const GENERATION = ['/v1/completions', '/v1/chat/completions', '/generate'];
+const READS = ['/v1/models', '/v1/models/*', '/health', '/ready'];
+
+/**
+ * The proxy's routes in a fastify app: `app.register(disaggPlugin, { prefix: '/llm', connector,
+ * prefill, decode })`. They run behind the app's own hooks (auth, rate limits: `onRequest` and
+ * `preHandler` hooks the app added before registering the plugin run first), log through the
+ * app's logger (`request` ids and all), and answer with the same flow, checks, errors and
+ * headers as `disagg serve`. Bodies reach the proxy as text (its own JSON parsing keeps 64-bit
+ * integers exact), within `maxBodyBytes`. The workers are probed when the app is ready, and
+ * the proxy shuts down with the app (`app.close()`): requests under way get the grace period,
+ * then end cleanly. Create the app with `forceCloseConnections: true` so that `close()` does
+ * not wait on clients that keep a streaming connection open after leaving.
+ *
+ * `/metrics` serves the proxy's registry (`metricsRoute: false` to leave it out); give
+ * `metricsRegistry` (a prom-client `Registry`) to have the proxy's metrics in the app's own.
+ *
+ * @example
+ * import Fastify from 'fastify';
+ * import { disaggPlugin } from 'disagg/fastify';
+ * const app = Fastify({ logger: true });
+ * app.addHook('onRequest', checkApiKey);
+ * await app.register(disaggPlugin, { prefix: '/llm', connector: 'vllm', prefill: [{ url: 'http://p0:8100' }], decode: [{ url: 'http://d0:8200' }] });
+ * await app.listen({ port: 8000 });
+ */
+export const disaggPlugin: FastifyPluginAsync<DisaggPluginOptions> = async (app, options) => {
+  const { metricsRoute = true, prefix: _prefix, logger, ...proxy } = options;
+  const core = new ProxyCore(resolveProxyOptions({ ...proxy, logger: logger ?? (app.log as unknown as Logger) }));
+  const decoration: DisaggFastify = { prefillWorkers: core.prefillWorkers, decodeWorkers: core.decodeWorkers };
+  app.decorate('disagg', decoration);
+  // Bodies as text: the proxy parses them itself (exact integers, its own 400s and 413s).
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(
+    '*',
+    { parseAs: 'string', bodyLimit: core.options.maxBodyBytes },
+    (_request: FastifyRequest, body: string | Buffer, done: (error: Error | null, body?: string) => void) =>
+      done(null, typeof body === 'string' ? body : body.toString('utf8')),
+  );
+  const base = app.prefix;
+  const handler = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    reply.hijack();
+    const url = request.raw.url ?? '/';
+    const query = url.indexOf('?');
+    const full = query === -1 ? url : url.slice(0, query);
+    const path = base !== '' && full.startsWith(base) ? full.slice(base.length) || '/' : full;
+    const body = typeof request.body === 'string' ? request.body : undefined;
+    core.answer(request.raw, reply.raw, { path, ...(body === undefined ? {} : { body }) });
+  };
+  // Every method: the proxy answers a wrong one with its 405 and Allow, as disagg serve does.
+  for (const path of [...GENERATION, ...READS, ...(metricsRoute ? ['/metrics'] : [])]) app.all(path, handler);
+  if (core.options.adminKey !== undefined) {
+    app.all('/admin/workers', handler);
+    app.all('/admin/workers/*', handler);
+  }
+  app.addHook('onReady', () => core.start());
+  // fastify closes its server after preClose and before onClose: requests under way get the
+  // grace period and are then ended here, so that their connections can close.
+  app.addHook('preClose', async () => {
+    await core.beginDrain();
+    core.stopTaking();
+    await core.inFlight.drain(core.options.gracePeriodMs);
+    // fastify closed the idle connections before the ones ended just now became idle.
+    app.server.closeIdleConnections();
+  });
+  app.addHook('onClose', () => core.finish(0));
+};
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The proxy's pools, inside the context that registered {@link disaggPlugin}. */
+    disagg: DisaggFastify;
+  }
+}
