@@ -112,6 +112,25 @@ for (const [name, mount] of Object.entries(mounts)) {
       expect(await hello.text()).toBe('hello from the app');
     });
 
+    it('a whole answer, and a bad request refused with a 400 before any worker is called', async () => {
+      const { options, prefill } = await workers();
+      const baseURL = await mount(options);
+      const client = new OpenAI({ baseURL, apiKey: 'x', maxRetries: 0 });
+      const answer = await client.completions.create({ model: 'fake-model', prompt: 'hi', max_tokens: 3 });
+      expect(answer.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+      await expect(
+        client.completions.create({ model: 'fake-model', prompt: 'hi', max_tokens: 3, n: 0 }),
+      ).rejects.toMatchObject({ status: 400 });
+      const bad = await fetch(`${baseURL}/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"model": ',
+      });
+      expect(bad.status).toBe(400);
+      expect(((await bad.json()) as { error: { type: string } }).error.type).toBe('invalid_request_error');
+      expect(prefill.requests.filter((request) => request.path.startsWith('/v1/'))).toHaveLength(1);
+    });
+
     it('a client that leaves mid-stream: decode is stopped and its KV claimed', async () => {
       const { options, decode } = await workers({ tokens: 2000, tokenIntervalMs: 5 });
       const baseURL = await mount(options);
