@@ -2,9 +2,13 @@
 // event loop with what is measured. Prints one JSON line with the URLs, runs until stdin ends.
 //   node bench/proxy-fixtures.mjs workers <vllm|sglang> <tokens> <intervalMs>
 //   node bench/proxy-fixtures.mjs relays <decodeUrl> <tokens>
+//   node bench/proxy-fixtures.mjs handler <prefillUrl> <decodeUrl>
 import { createServer } from 'node:http';
+import { Readable } from 'node:stream';
+import { createHandler } from 'disagg/server';
 import { startFakeWorker } from 'disagg/testing';
 import Fastify from 'fastify';
+import pino from 'pino';
 import { Agent, request } from 'undici';
 
 const [kind, ...rest] = process.argv.slice(2);
@@ -25,6 +29,39 @@ if (kind === 'workers') {
   console.log(
     JSON.stringify({ prefill: prefill.url, decode: decode.url, fast: fast.url, bootstrapPort: prefill.bootstrapPort }),
   );
+} else if (kind === 'handler') {
+  // createHandler in a node:http server, glued as the README's Embedding example does, logging
+  // every request at info as the bin does.
+  const [prefillUrl, decodeUrl] = rest;
+  const disagg = createHandler({
+    connector: 'vllm',
+    prefill: [{ url: prefillUrl }],
+    decode: [{ url: decodeUrl }],
+    logger: pino({ level: 'info' }),
+  });
+  await disagg.start();
+  const server = createServer(async (req, res) => {
+    const aborted = new AbortController();
+    res.on('close', () => aborted.abort());
+    const body = req.method === 'GET' || req.method === 'HEAD' ? {} : { body: Readable.toWeb(req), duplex: 'half' };
+    const response = await disagg(
+      new Request(`http://${req.headers.host}${req.url}`, {
+        method: req.method,
+        headers: req.headers,
+        signal: aborted.signal,
+        ...body,
+      }),
+    );
+    res.writeHead(response.status, Object.fromEntries(response.headers));
+    if (response.body === null) res.end();
+    else Readable.fromWeb(response.body).pipe(res);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  closers.push(
+    () => server.close(),
+    () => disagg.close({ gracePeriodMs: 0 }),
+  );
+  console.log(JSON.stringify({ url: `http://127.0.0.1:${server.address().port}` }));
 } else {
   const [decodeUrl, tokens] = rest;
   const dispatcher = new Agent({ connections: 128 });

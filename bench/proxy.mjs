@@ -146,7 +146,7 @@ console.log(
   `Node ${process.version}, ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
 );
 console.log('');
-const sections = new Set((args.only ?? 'direct,peers,relays').split(','));
+const sections = new Set((args.only ?? 'direct,handler,peers,relays').split(','));
 
 if (sections.has('direct')) {
   const urls = await workers('vllm');
@@ -158,6 +158,26 @@ if (sections.has('direct')) {
   ]);
   console.log(
     `proxy / direct: TTFT ${result.ratio('proxy', 'direct', 'ttft').toFixed(2)} x, per token ${result.ratio('proxy', 'direct', 'perToken').toFixed(2)} x, inter-token p99 ${result.ratio('proxy', 'direct', 'gapP99').toFixed(2)} x, requests/s ${result.ratio('proxy', 'direct', 'rps').toFixed(2)} x`,
+  );
+  console.log('');
+}
+
+if (sections.has('handler')) {
+  // disagg serve writes to Node's socket; createHandler answers WHATWG Responses (the README's
+  // node:http glue around it): what the standard handler costs against the bin's own writer.
+  const urls = await workers('vllm');
+  const serve = await disagg('vllm', urls);
+  const { proc, info } = await node('bench/proxy-fixtures.mjs', ['handler', urls.prefill, urls.decode], (line) =>
+    line.startsWith('{"url"'),
+  );
+  closers.push(() => proc.stdin.end());
+  const result = await passes({ serve, handler: { url: `${info.url}/v1/completions`, pid: proc.pid } });
+  table(result, [
+    ['serve', 'client -> disagg serve (its own writer on node:http)'],
+    ['handler', 'client -> node:http -> createHandler (Request/Response) -> workers'],
+  ]);
+  console.log(
+    `handler / serve: proxy CPU per request ${result.ratio('handler', 'serve', 'cpuPerRequest').toFixed(2)} x, inter-token p99 ${result.ratio('handler', 'serve', 'gapP99').toFixed(2)} x, TTFT ${result.ratio('handler', 'serve', 'ttft').toFixed(2)} x, requests/s ${result.ratio('handler', 'serve', 'rps').toFixed(2)} x`,
   );
   console.log('');
 }

@@ -44,6 +44,8 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
     for (const label of [
       'client -> decode worker (no prefill)',
       'client -> disagg proxy -> prefill, then decode',
+      'client -> disagg serve (its own writer on node:http)',
+      'client -> node:http -> createHandler (Request/Response) -> workers',
       'client -> bare node:http SSE relay -> unpaced decode',
       'client -> fastify SSE relay -> unpaced decode',
     ]) {
@@ -57,6 +59,7 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
       /\| client -> disagg proxy -> prefill, then decode \|( [\d.]+ \|){3} [\d.]+ \/ [\d.]+ \| \d+\.\d+ \|/,
     );
     expect(run.stdout).toMatch(/fastify \/ node:http relay: requests\/s \d+\.\d+ x/);
+    expect(run.stdout).toMatch(/handler \/ serve: proxy CPU per request \d+\.\d+ x/);
     expect(run.stdout).not.toMatch(/NaN|Infinity/);
   }, 130_000);
 });
