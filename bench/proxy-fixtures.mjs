@@ -4,7 +4,7 @@
 //   node bench/proxy-fixtures.mjs relays <decodeUrl> <tokens>
 //   node bench/proxy-fixtures.mjs handler <prefillUrl> <decodeUrl>
 import { createServer } from 'node:http';
-import { Readable } from 'node:stream';
+import { pipeline, Readable } from 'node:stream';
 import { createHandler } from 'disagg/server';
 import { startFakeWorker } from 'disagg/testing';
 import Fastify from 'fastify';
@@ -54,7 +54,7 @@ if (kind === 'workers') {
     );
     res.writeHead(response.status, Object.fromEntries(response.headers));
     if (response.body === null) res.end();
-    else Readable.fromWeb(response.body).pipe(res);
+    else pipeline(Readable.fromWeb(response.body), res, () => {});
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   closers.push(

@@ -4,11 +4,12 @@
 // and a prefill failure mid-stream.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Readable } from 'node:stream';
+import { pipeline, Readable } from 'node:stream';
 import { serve } from '@hono/node-server';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Hono } from 'hono';
 import OpenAI from 'openai';
+import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { disaggPlugin } from '../../src/fastify/index.js';
 import { createHandler, type DisaggHandler } from '../../src/server/index.js';
@@ -71,8 +72,9 @@ const mounts: Record<string, (options: Parameters<typeof createHandler>[0]) => P
       const response = await disagg(request);
       res.writeHead(response.status, Object.fromEntries(response.headers));
       if (response.body === null) return res.end();
-      // Piping keeps backpressure: the body is pulled as fast as the socket takes it.
-      Readable.fromWeb(response.body as import('node:stream/web').ReadableStream).pipe(res);
+      // pipeline keeps backpressure (the body is pulled as fast as the socket takes it) and
+      // ends the connection when the proxy cuts the answer.
+      pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), res, () => {});
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     cleanups.push(async () => {
@@ -153,6 +155,20 @@ for (const [name, mount] of Object.entries(mounts)) {
       await eventually(() => decodeAborted(decode), 'decode stopped');
       // fakeWorkers checks that no KV is left held or stranded.
     });
+
+    it('backpressure: a client that never reads is not buffered for; past the slow-client limit decode is stopped', async () => {
+      const { options, decode } = await workers({ tokens: 200_000 });
+      const baseURL = await mount({ ...options, slowClientTimeoutMs: 200 });
+      const answer = await request(`${baseURL}/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fake-model', prompt: 'hi', stream: true }),
+      });
+      expect(answer.statusCode).toBe(200);
+      // Never read: the socket fills, the proxy stops reading decode, waits 200 ms, gives up.
+      await eventually(() => decodeAborted(decode), 'decode stopped', 2000);
+      answer.body.destroy();
+    }, 20_000);
 
     it('a prefill failure mid-stream: one SSE error event naming the leg, then the end', async () => {
       const { options } = await workers(
