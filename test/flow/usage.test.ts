@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { promptDetailsOf, withPromptDetails } from '../../src/flow/usage.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { collect, ScriptedSource, token } from '../support/async.js';
+import { engine, kvParams, runFlow } from '../support/flow.js';
 
 const usage = (details?: Record<string, unknown> | null) => ({
   prompt_tokens: 10,
@@ -66,5 +68,35 @@ describe("the prefill leg's prompt details in the client's usage", () => {
       { form: 'event', text: 'data: {...}', json: { meta_info: { cached_tokens: 10 } } },
     ]);
     expect(Annotated.wire(withPromptDetails(other, { audio_tokens: 1 }))?.[0]?.text).toBe('data: {...}');
+  });
+});
+
+describe('through the flow', () => {
+  it("the item with decode's usage carries prefill's prompt details; items without usage reach the client as decode sent them", async () => {
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData<LLMEngineOutput>({
+          token_ids: [9],
+          finish_reason: 'length',
+          disaggregated_params: kvParams,
+          completion_usage: usage({ cached_tokens: 7 }) as never,
+        }),
+      ]).end(),
+    );
+    const plain = token(1);
+    const noUsage = Annotated.fromData<LLMEngineOutput>({ token_ids: [2], completion_usage: null });
+    const decode = engine(() => new ScriptedSource([plain, noUsage, finish(usage({ cached_tokens: 0 }))]).end());
+    const items = await collect(await runFlow({ prefill: prefill.run, decode: decode.run }));
+    expect(items[0]).toBe(plain);
+    expect(items[1]).toBe(noUsage);
+    expect(items[2]?.data?.completion_usage).toEqual(usage({ cached_tokens: 7 }));
+    expect(items[2]?.data?.finish_reason).toBe('length');
+  });
+
+  it('without prompt details from prefill, decode’s usage goes through as it is', async () => {
+    const last = finish(usage({ cached_tokens: 3 }));
+    const decode = engine(() => new ScriptedSource([token(1), last]).end());
+    const items = await collect(await runFlow({ decode: decode.run }));
+    expect(items[1]).toBe(last);
   });
 });
