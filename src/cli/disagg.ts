@@ -81,6 +81,15 @@ function startupFailure(error: unknown, config: ServeConfig): string | undefined
 }
 
 /** Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period. */
+/** Where the pools are found at run time, for the start-up line (what is set only). */
+function discoveryOf(config: ServeConfig): { discovery?: Record<string, unknown> } {
+  const { prefillDns, decodeDns, prefillSelector, decodeSelector, namespace } = config.discovery;
+  const found = Object.entries({ prefillDns, decodeDns, prefillSelector, decodeSelector, namespace }).filter(
+    ([, value]) => value !== undefined,
+  );
+  return found.length === 0 ? {} : { discovery: Object.fromEntries(found) };
+}
+
 async function serve(config: ServeConfig): Promise<void> {
   const logger = await createLogger(config);
   // Everything but where and how the process runs is an option of the proxy (one table of both).
@@ -91,8 +100,11 @@ async function serve(config: ServeConfig): Promise<void> {
     {
       url,
       connector: config.connector,
-      prefill: config.prefill.map((w) => w.url),
-      decode: config.decode.map((w) => w.url),
+      // The workers in the pools now: those listed and those discovery found before listening.
+      prefill: proxy.prefillWorkers.workers.map((w) => w.url),
+      decode: proxy.decodeWorkers.workers.map((w) => w.url),
+      ...discoveryOf(config),
+      admin: config.adminKey !== undefined,
     },
     'disagg serve listening',
   );
