@@ -57,6 +57,42 @@ async function start(options: Partial<ProxyOptions> = { adminKey: 'admin-secret'
   return { proxy, url, client, admin, decodeWorkerOf, metric, prefill, decode, logs: logger.records };
 }
 
+/** Two decode workers on one port at two loopback addresses, as two pods behind one Service. */
+async function decodePair(protocol: 'vllm' | 'sglang', hosts: [string, string]) {
+  const first = await fakes.start({ role: 'decode', protocol, tokens: 2, host: hosts[0] });
+  const second = await fakes.start({ role: 'decode', protocol, tokens: 2, host: hosts[1], port: first.port });
+  return [first, second] as const;
+}
+
+/** Requests one after another until `stop()`: how many, and how many failed or came back wrong. */
+function keepRequesting(client: OpenAI) {
+  let stopped = false;
+  let requests = 0;
+  let failures = 0;
+  const running = (async () => {
+    while (!stopped) {
+      requests += 1;
+      try {
+        const { choices } = await client.completions.create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 });
+        if (choices[0]?.text !== 'tok0 tok1 ') failures += 1;
+      } catch {
+        failures += 1;
+      }
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await running;
+      return { requests, failures };
+    },
+  };
+}
+
+/** The generation requests a worker received. */
+const served = (worker: { requests: Array<{ path: string }> }) =>
+  worker.requests.filter((r) => r.path === '/v1/completions').length;
+
 describe('the admin API', () => {
   it('is off without an admin key (a 404 like any unknown path), and refuses a wrong key with a 401', async () => {
     const off = await start({});
@@ -221,14 +257,7 @@ describe('the admin API', () => {
 
 describe('DNS discovery', () => {
   it('a name whose addresses change changes the pool without a restart and without failing a request', async () => {
-    const first = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, host: '127.0.0.2' });
-    const second = await fakes.start({
-      role: 'decode',
-      protocol: 'vllm',
-      tokens: 2,
-      host: '127.0.0.3',
-      port: first.port,
-    });
+    const [first, second] = await decodePair('vllm', ['127.0.0.2', '127.0.0.3']);
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
     const answer = { addresses: ['127.0.0.2'] };
     const asked = new Set<string>();
@@ -249,25 +278,10 @@ describe('DNS discovery', () => {
     proxies.push(proxy);
     const url = await proxy.listen(0);
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
-    let failures = 0;
-    let requests = 0;
-    let stop = false;
     // Requests all along, while the addresses change under them.
-    const load = (async () => {
-      while (!stop) {
-        requests += 1;
-        try {
-          const { data } = await client.completions
-            .create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 })
-            .withResponse();
-          if (data.choices[0]?.text !== 'tok0 tok1 ') failures += 1;
-        } catch {
-          failures += 1;
-        }
-      }
-    })();
+    const load = keepRequesting(client);
     const pool = () => proxy.decodeWorkers.workers.map((worker) => worker.url);
-    const count = (worker: typeof first) => worker.requests.filter((r) => r.path === '/v1/completions').length;
+    const count = served;
     expect(pool()).toEqual([first.url]);
     await eventuallyAsync(async () => count(first) > 2, 'requests reach the first address');
     answer.addresses = ['127.0.0.2', '127.0.0.3'];
@@ -277,8 +291,7 @@ describe('DNS discovery', () => {
     const before = count(first);
     const after = count(second);
     await eventuallyAsync(async () => count(second) > after + 2, 'requests go on');
-    stop = true;
-    await load;
+    const { requests, failures } = await load.stop();
     expect(count(first)).toBe(before);
     expect(failures).toBe(0);
     expect(requests).toBeGreaterThan(6);
@@ -312,14 +325,7 @@ describe('DNS discovery', () => {
 describe('Kubernetes discovery', () => {
   it('pods appearing and disappearing on the API change the rotation without a restart and without failing a request', async () => {
     const api = await startKubernetesApi();
-    const first = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 2, host: '127.0.0.5' });
-    const second = await fakes.start({
-      role: 'decode',
-      protocol: 'sglang',
-      tokens: 2,
-      host: '127.0.0.6',
-      port: first.port,
-    });
+    const [first, second] = await decodePair('sglang', ['127.0.0.5', '127.0.0.6']);
     const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang', host: '127.0.0.7', port: first.port });
     const pod = (name: string, ip: string, role: string, extra: Partial<StandInPod> = {}): StandInPod => ({
       name,
@@ -353,19 +359,8 @@ describe('Kubernetes discovery', () => {
     const url = await proxy.listen(0);
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
     expect(proxy.prefillWorkers.workers).toMatchObject([{ url: prefill.url, bootstrapPort: prefill.bootstrapPort }]);
-    let failures = 0;
-    let stop = false;
-    const load = (async () => {
-      while (!stop) {
-        try {
-          const { choices } = await client.completions.create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 });
-          if (choices[0]?.text !== 'tok0 tok1 ') failures += 1;
-        } catch {
-          failures += 1;
-        }
-      }
-    })();
-    const count = (worker: typeof first) => worker.requests.filter((r) => r.path === '/v1/completions').length;
+    const load = keepRequesting(client);
+    const count = served;
     await eventuallyAsync(async () => count(first) > 2, 'the first pod serves');
     api.apply(pod('decode-b', '127.0.0.6', 'decode'));
     await eventuallyAsync(async () => count(second) > 2, 'a pod that appeared serves');
@@ -378,8 +373,7 @@ describe('Kubernetes discovery', () => {
     const after = count(second);
     api.remove('decode-a', 'llm');
     await eventuallyAsync(async () => count(second) > after + 2, 'requests go on');
-    stop = true;
-    await load;
+    const { failures } = await load.stop();
     await api.close();
     expect(count(first)).toBe(before);
     expect(failures).toBe(0);
