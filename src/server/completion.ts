@@ -130,12 +130,13 @@ async function serveAdmitted(
   const trace = traceOf(proxy, req, route, requestId);
   events.trace = trace;
   // Traced: each leg's calls carry their own trace context; else one engine for both legs.
+  const shared = trace === undefined ? proxy.engineFor(route, authorization) : undefined;
   const engines =
-    trace === undefined
-      ? { prefill: proxy.engineFor(route, authorization), decode: proxy.engineFor(route, authorization) }
+    shared !== undefined
+      ? { prefill: shared, decode: shared }
       : {
-          prefill: proxy.engineFor(route, authorization, (worker) => trace.headersFor('prefill', worker)),
-          decode: proxy.engineFor(route, authorization, (worker) => trace.headersFor('decode', worker)),
+          prefill: proxy.engineFor(route, authorization, (worker) => trace?.headersFor('prefill', worker) ?? {}),
+          decode: proxy.engineFor(route, authorization, (worker) => trace?.headersFor('decode', worker) ?? {}),
         };
   let writer: ResponseWriter | undefined;
   try {
