@@ -79,6 +79,8 @@ export function answerJson(res: ServerResponse, status: number, body: unknown): 
  * listener of each kind per wait, removed when it ends.
  */
 export function drained(res: ServerResponse): Promise<boolean> {
+  // Closed already (the client left between a check and the write): no event will come.
+  if (res.destroyed) return Promise.resolve(false);
   return new Promise((resolve) => {
     const done = (ok: boolean) => {
       res.off('drain', onDrain);

@@ -109,5 +109,16 @@ describe('the toolkit for Node http servers', () => {
     }).catch(() => {});
     await new Promise((resolve) => setImmediate(resolve));
     expect(closed).toEqual([false]);
+    // Already closed when asked (the client left between a check and the write): false at once.
+    const late: unknown[] = [];
+    await exchange((_, res) => {
+      res.writeHead(200);
+      res.once('close', () => {
+        drained(res).then((ok) => late.push(ok, res.listenerCount('drain')));
+      });
+      res.destroy();
+    }).catch(() => {});
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(late).toEqual([false, 0]);
   });
 });
