@@ -20,7 +20,8 @@ export interface WorkerView {
   role: Role;
   name: string;
   url: string;
-  state: WorkerState;
+  /** `left`: no longer in the pool (drained with nothing under way, or removed). */
+  state: WorkerState | 'left';
   in_flight: number;
   source: MembershipSource;
   bootstrap_host?: string;
@@ -189,7 +190,8 @@ export class Membership {
 
   /**
    * Drains a worker: no new request, those under way finish, then it leaves the pool (logged
-   * and counted then too). Resolves with the worker as listed now (state `draining`).
+   * and counted then too). Answers with the worker as it is now: `draining`, or `left` when
+   * nothing was under way.
    */
   drain(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
     const pool = this.#pools[role] as WorkerPool<AnyWorker>;
@@ -206,11 +208,11 @@ export class Membership {
     return view;
   }
 
-  /** Removes a worker at once; requests under way on it finish. Resolves with its last view. */
+  /** Removes a worker at once; requests under way on it finish. Answers with its view (state `left`, what it still has in flight). */
   remove(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
     const pool = this.#pools[role] as WorkerPool<AnyWorker>;
-    const view = { ...this.#view(role, worker) };
     const gone = pool.remove(worker);
+    const view = this.#view(role, worker);
     this.#onChange(role, 'removed', source);
     this.#logger.info(
       { role, worker: view.name, url: worker.url, source, inFlight: view.in_flight },
@@ -280,7 +282,7 @@ export class Membership {
       role,
       name: this.nameOf(worker),
       url: worker.url,
-      state: pool.stateOf(worker) ?? 'draining',
+      state: pool.stateOf(worker) ?? 'left',
       in_flight: pool.inFlight(worker),
       source: this.#sources.get(worker) ?? 'config',
       ...(prefill.bootstrapHost === undefined ? {} : { bootstrap_host: prefill.bootstrapHost }),

@@ -166,6 +166,10 @@ describe('the admin API', () => {
     }
     expect((await admin('GET', '/admin/workers')).body.decode).toHaveLength(1);
     expect((await admin('DELETE', '/admin/workers/decode-9')).status).toBe(404);
+    const idle = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    await admin('POST', '/admin/workers', { role: 'decode', url: idle.url, name: 'idle' });
+    // Nothing under way on it: it has left by the time the answer is written.
+    expect((await admin('POST', '/admin/workers/idle/drain')).body).toMatchObject({ state: 'left', in_flight: 0 });
     const wrongMethod = await admin('GET', '/admin/workers/decode-0/drain');
     expect(wrongMethod.status).toBe(405);
     expect(wrongMethod.headers.allow).toBe('POST');
@@ -203,7 +207,7 @@ describe('the admin API', () => {
     const second = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
     await admin('POST', '/admin/workers', { role: 'decode', url: second.url });
     const removed = await admin('DELETE', `/admin/workers/${encodeURIComponent(decode.url)}`);
-    expect(removed).toMatchObject({ status: 200, body: { name: 'decode-0', url: decode.url } });
+    expect(removed).toMatchObject({ status: 200, body: { name: 'decode-0', url: decode.url, state: 'left' } });
     expect([await decodeWorkerOf(), await decodeWorkerOf()]).toEqual(['decode-1', 'decode-1']);
     expect((await request(`${url}/ready`)).statusCode).toBe(200);
     await admin('DELETE', '/admin/workers/decode-1');
