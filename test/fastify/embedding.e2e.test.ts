@@ -248,4 +248,28 @@ describe('the fastify plugin with the app', () => {
     expect(wrongMethod.status).toBe(405);
     expect(wrongMethod.headers.get('allow')).toBe('POST');
   });
+
+  it('with an admin key, the admin API under the prefix: a worker added there takes requests', async () => {
+    const { options } = await workers();
+    const app = Fastify({ forceCloseConnections: true });
+    await app.register(disaggPlugin, { ...options, prefix: '/llm', adminKey: 'admin-secret' });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    cleanups.push(() => app.close());
+    const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/llm`;
+    const extra = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 6 });
+    const added = await fetch(`${base}/admin/workers`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer admin-secret', 'content-type': 'application/json' },
+      body: JSON.stringify({ role: 'decode', url: extra.url, name: 'decode-extra' }),
+    });
+    expect(added.status).toBe(201);
+    const list = (await (
+      await fetch(`${base}/admin/workers`, { headers: { authorization: 'Bearer admin-secret' } })
+    ).json()) as { decode: Array<{ name: string }> };
+    expect(list.decode.map((worker) => worker.name)).toEqual(['decode-0', 'decode-extra']);
+    expect((await fetch(`${base}/admin/workers`)).status).toBe(401);
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'x', maxRetries: 0 });
+    for (let i = 0; i < 4; i++) await client.completions.create({ model: 'fake-model', prompt: 'hi', max_tokens: 2 });
+    expect(extra.requests.filter((request) => request.path === '/v1/completions').length).toBeGreaterThan(0);
+  });
 });
