@@ -32,15 +32,17 @@ describe('webExchange: a WHATWG Request as the Node request and response the han
     expect(res.hasHeader('x-disagg-strategy')).toBe(true);
     expect(res.getHeader('X-DISAGG-STRATEGY')).toBe('disaggregated-sequential');
     expect(res.headersSent).toBe(false);
-    res.writeHead(201, { 'content-type': 'application/json', 'content-length': 7 });
+    res.writeHead(201, { 'content-type': 'application/json', 'content-length': 7, 'x-unset': undefined });
     expect(res.headersSent).toBe(true);
     res.writeHead(500); // once only, as Node
+    expect(res.statusCode).toBe(201);
     res.end('{"a":1}');
     const answer = await response;
     expect(answer.status).toBe(201);
     expect(answer.headers.get('content-type')).toBe('application/json');
     expect(answer.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
     expect(answer.headers.get('x-removed')).toBeNull();
+    expect(answer.headers.has('x-unset')).toBe(false);
     expect(answer.headers.getSetCookie()).toEqual(['a=1', 'b=2']);
     expect(await answer.text()).toBe('{"a":1}');
     expect(res.writableEnded && res.writableFinished).toBe(true);
@@ -57,6 +59,28 @@ describe('webExchange: a WHATWG Request as the Node request and response the han
     second.res.statusCode = 404;
     second.res.end();
     expect((await second.response).status).toBe(404);
+  });
+
+  it('bytes are written as they are; a write a waiting reader takes at once is accepted, and its next pull says nothing', async () => {
+    const { res, response } = webExchange(request(), '/x');
+    let drains = 0;
+    res.on('drain', () => {
+      drains += 1;
+    });
+    await Promise.resolve(); // the body's first pull, before anything was written: no drain
+    await Promise.resolve();
+    expect(drains).toBe(0);
+    res.writeHead(200);
+    const reader = ((await response).body as ReadableStream<Uint8Array>).getReader();
+    const waiting = reader.read();
+    expect(res.write(new Uint8Array([104, 105]))).toBe(true);
+    expect(new TextDecoder().decode((await waiting).value)).toBe('hi');
+    const next = reader.read();
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(drains).toBe(0);
+    res.end();
+    expect((await next).done).toBe(true);
   });
 
   it('HEAD, 204 and 304 have no body', async () => {
