@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -120,5 +121,51 @@ describe('the toolkit for Node http servers', () => {
     }).catch(() => {});
     await new Promise((resolve) => setImmediate(resolve));
     expect(late).toEqual([false, 0]);
+  });
+
+  it('finished waits for finish or for close, whichever comes, and answers at once for a response already over', async () => {
+    const response = (state: { writableFinished?: boolean; destroyed?: boolean } = {}) =>
+      Object.assign(new EventEmitter(), {
+        writableFinished: false,
+        destroyed: false,
+        ...state,
+      }) as unknown as ServerResponse;
+    const settled = (promise: Promise<void>) => {
+      const seen = { done: false };
+      promise.then(() => {
+        seen.done = true;
+      });
+      return seen;
+    };
+    const turn = () => new Promise((resolve) => setImmediate(resolve));
+    for (const event of ['finish', 'close']) {
+      const res = response();
+      const seen = settled(finished(res));
+      await turn();
+      expect(seen.done).toBe(false);
+      res.emit(event);
+      await turn();
+      expect(seen).toEqual({ done: true });
+    }
+    for (const state of [{ writableFinished: true }, { destroyed: true }]) {
+      const seen = settled(finished(response(state)));
+      await turn();
+      expect(seen).toEqual({ done: true });
+    }
+  });
+
+  it('readBody rejects with the error of the request stream and, past its limit, stops listening for data', async () => {
+    const request = () => Object.assign(new EventEmitter(), { resume() {} }) as unknown as IncomingMessage;
+    const broken = request();
+    const reading = readBody(broken);
+    const error = new Error('socket hang up');
+    broken.emit('error', error);
+    await expect(reading).rejects.toBe(error);
+
+    const big = request();
+    const refused = readBody(big, 4);
+    big.emit('data', Buffer.from('12345'));
+    await expect(refused).rejects.toMatchObject({ status: 413 });
+    expect(big.listenerCount('data')).toBe(0);
   });
 });
