@@ -1070,7 +1070,7 @@ export function serveUsage(): string {
     const names = `${indent}${setting.env}; ${setting.key} in a file`;
     return `${left.length < indent.length ? left.padEnd(indent.length) : `${left}\n${indent}`}${help}\n${names}`;
   });
-  return `Usage: disagg serve --connector vllm|sglang --prefill URL[,URL...] --decode URL[,URL...] [options]
+  return `Usage: disagg serve --connector vllm|sglang|trtllm --prefill URL[,URL...] --decode URL[,URL...] [options]
 
 An OpenAI-compatible proxy in front of prefill and decode workers.
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -171,6 +171,16 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
       expect(SERVE_USAGE).toContain(`${setting.env}; ${setting.key} in a file`);
     }
     expect(SERVE_USAGE).toContain(`(default ${DEFAULT_CLEANUP_BUDGET_MS})`);
+  });
+
+  it('docs/cli-reference.md holds --help as the binary prints it, and every setting there says what it does', () => {
+    const reference = readFileSync(new URL('../../docs/cli-reference.md', import.meta.url), 'utf8');
+    const block =
+      /<!-- disagg serve --help: begin[^\n]*-->\n```text\n([\s\S]*?)```\n<!-- disagg serve --help: end -->/.exec(
+        reference,
+      );
+    expect(block?.[1], 'docs/cli-reference.md is out of date: run npm run docs:cli').toBe(SERVE_USAGE);
+    for (const setting of SETTINGS) expect(setting.help.trim(), setting.key).not.toBe('');
   });
 
   it('a prefill worker with dpSize but no dpRank is refused up front; keys come from flags or the environment', () => {
