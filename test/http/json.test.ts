@@ -85,6 +85,26 @@ describe('lossless JSON', () => {
     expect(parseJson('"12345678901234567890"')).toBe('12345678901234567890');
   });
 
+  it('a long run of digits next to an exponent, on either side and in either case, is a number as JSON.parse reads it', () => {
+    for (const number of [
+      '12345678901234567890e2',
+      '12345678901234567890E2',
+      '1e12345678901234567',
+      '1E12345678901234567',
+      '1e+12345678901234567',
+      '1E-12345678901234567890',
+      '-12345678901234567890e-30',
+    ]) {
+      const text = `{"u":12345678901234567890,"n":${number}}`;
+      expect(parseJson(text), number).toEqual({ u: 12345678901234567890n, n: JSON.parse(number) });
+    }
+  });
+
+  it('a string left open after a long integer is a SyntaxError, not a scan without end', () => {
+    expect(() => parseJson('{"a":12345678901234567890,"b":"open')).toThrow(SyntaxError);
+    expect(() => parseJson('{"a":12345678901234567890,"b":"open\\"')).toThrow(SyntaxError);
+  });
+
   it('nesting far deeper than a call stack is read, with its integers exact', () => {
     const depth = 100_000;
     const value = parseJson(`${'['.repeat(depth)}9223372036854775807${']'.repeat(depth)}`);
