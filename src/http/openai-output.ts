@@ -80,7 +80,7 @@ export function generateReader(): (json: unknown) => EngineItem {
     const meta = (body.meta_info ?? {}) as Json;
     const finish = meta.finish_reason as Json | null | undefined;
     if (typeof finish === 'object' && finish !== null) {
-      output.finish_reason = finish.type === 'abort' ? 'cancelled' : finishReason(finish.type, finish.message);
+      output.finish_reason = finishReason(finish.type, finish.message);
       const prompt = Number(meta.prompt_tokens ?? 0);
       const completion = Number(meta.completion_tokens ?? 0);
       output.completion_usage = {
