@@ -444,12 +444,16 @@ function statusOf(json: unknown): { status?: number } {
   return typeof status === 'number' && Number.isInteger(status) && status >= 400 && status < 600 ? { status } : {};
 }
 
-/** How many choices an answer to `body` has: its prompts (a list prompt is a batch) times `n`. */
+/**
+ * How many choices an answer to `body` has: its prompts times `n`. A batch is a list of
+ * prompts: strings, or lists of token ids (vLLM's `prompt`, SGLang's `text` and `input_ids`);
+ * a list of numbers is one prompt of token ids.
+ */
 function choicesOf(body: Record<string, unknown>): number {
   const n = typeof body.n === 'number' && body.n > 1 ? body.n : 1;
-  const { prompt, text } = body;
-  const batch = [prompt, text].find(
-    (value) => Array.isArray(value) && value.some((entry) => typeof entry === 'string'),
+  const { prompt, text, input_ids: ids } = body;
+  const batch = [prompt, text, ids].find(
+    (value) => Array.isArray(value) && value.some((entry) => typeof entry === 'string' || Array.isArray(entry)),
   );
   return (batch === undefined ? 1 : (batch as unknown[]).length) * n;
 }

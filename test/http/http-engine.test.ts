@@ -46,7 +46,12 @@ const streamed = { model: 'm', prompt: 'p', stream: true };
  * A worker behind a scripted undici dispatcher: the test sends body chunks itself and sees
  * whether the engine has paused reading (what a socket's backpressure would do).
  */
-function scriptedWorker(): { dispatcher: Dispatcher; send(text: string): void; paused(): boolean } {
+function scriptedWorker(contentType = 'text/event-stream'): {
+  dispatcher: Dispatcher;
+  send(text: string | Buffer): void;
+  end(): void;
+  paused(): boolean;
+} {
   let handler: Dispatcher.DispatchHandler | undefined;
   let paused = false;
   const controller = {
@@ -65,13 +70,14 @@ function scriptedWorker(): { dispatcher: Dispatcher; send(text: string): void; p
     dispatch(_options: Dispatcher.DispatchOptions, h: Dispatcher.DispatchHandler) {
       handler = h;
       h.onRequestStart?.(controller, {});
-      h.onResponseStart?.(controller, 200, { 'content-type': 'text/event-stream' }, 'OK');
+      h.onResponseStart?.(controller, 200, { 'content-type': contentType }, 'OK');
       return true;
     },
   } as unknown as Dispatcher;
   return {
     dispatcher,
-    send: (text) => handler?.onResponseData?.(controller, Buffer.from(text)),
+    send: (text) => handler?.onResponseData?.(controller, typeof text === 'string' ? Buffer.from(text) : text),
+    end: () => handler?.onResponseEnd?.(controller, {}),
     paused: () => paused,
   };
 }
@@ -405,6 +411,9 @@ describe('httpEngine', () => {
     const host = url.replace('http://', '');
     expect((await collect(await byFunction({ prompt: 'p' }, new Controller(), { host })))[0]?.data?.text).toBe('ok');
     await expect(byField({ prompt: 'p' }, new Controller())).rejects.toThrow("httpEngine needs the worker's base URL");
+    await expect(byField({ prompt: 'p' }, new Controller(), { url: '' })).rejects.toThrow(
+      "httpEngine needs the worker's base URL",
+    );
     expect(() => httpEngine({ api: 'responses' as never })).toThrow(
       "expected 'auto', 'completions', 'chat' or 'generate'",
     );
@@ -531,6 +540,81 @@ describe('httpEngine, what an answer turns on', () => {
     ]);
     const failed = await readSse([chunk0('a', 'abort'), chunk0('b')], { ...streamed, n: 2 });
     expect(finishes(failed)).toEqual(['error']);
+  });
+
+  it("a list of token-id lists is a batch too (prompt, and SGLang's input_ids); one list of ids is one prompt", async () => {
+    const at = (index: number, finish: string | null = null) => ({
+      choices: [{ index, text: finish === null ? 't' : '', finish_reason: finish }],
+    });
+    for (const body of [
+      { ...streamed, prompt: [[1, 2], [3]] },
+      { stream: true, input_ids: [[1, 2], [3]] },
+    ]) {
+      expect(finishes(await readSse([at(0, 'stop'), at(1), at(1, 'length')], body))).toEqual([null, null, 'length']);
+    }
+    expect(finishes(await readSse([at(0, 'stop')], { stream: true, input_ids: [1, 2, 3] }))).toEqual(['stop']);
+  });
+
+  it("an error event that is not JSON fails the stream with the worker's own words and no status", async () => {
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.end(`${chunk('a')}event: error\ndata: the worker ran out of memory\n\ndata: [DONE]\n\n`);
+    });
+    const items = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(items).toHaveLength(2);
+    const failure = Annotated.err(items[1]) as { message: string; status?: number; kind: string };
+    expect(failure.message).toBe(`${url}/v1/completions sent an error event: the worker ran out of memory`);
+    expect(failure).toMatchObject({ kind: 'status', status: undefined });
+  });
+
+  it('a character split between two network chunks arrives whole, in a stream and in a JSON answer', async () => {
+    const emoji = Buffer.from('h\u00e9\u{1F600}', 'utf8');
+    const streamedWorker = scriptedWorker();
+    const stream = (
+      await httpEngine({ url: 'http://w', dispatcher: streamedWorker.dispatcher })(streamed, new Controller())
+    )[Symbol.asyncIterator]();
+    const event = Buffer.from(chunk(emoji.toString('utf8'), 'stop'));
+    const cut = event.indexOf(emoji) + 2; // inside the two bytes of the e with its accent
+    streamedWorker.send(event.subarray(0, cut));
+    streamedWorker.send(event.subarray(cut, cut + 3)); // and inside the emoji's four
+    streamedWorker.send(event.subarray(cut + 3));
+    streamedWorker.send('data: [DONE]\n\n');
+    expect((await stream.next()).value?.data?.text).toBe('h\u00e9\u{1F600}');
+
+    const jsonWorker = scriptedWorker('application/json');
+    const whole = httpEngine({ url: 'http://w', dispatcher: jsonWorker.dispatcher })({ prompt: 'p' }, new Controller());
+    const body = Buffer.from(JSON.stringify({ choices: [{ text: emoji.toString('utf8'), finish_reason: 'stop' }] }));
+    const middle = body.indexOf(emoji) + 2;
+    jsonWorker.send(body.subarray(0, middle));
+    jsonWorker.send(body.subarray(middle));
+    jsonWorker.end();
+    expect((await collect(await whole))[0]?.data?.text).toBe('h\u00e9\u{1F600}');
+  });
+
+  it('a stream cut before its answer finished is a connection failure after the response; a chunk that is not JSON too', async () => {
+    const cut = await readSse([chunk0('a')], streamed, false);
+    expect(Annotated.err(cut.at(-1))).toMatchObject({
+      kind: 'connection',
+      networkCode: 'ECONNRESET',
+      afterResponse: true,
+    });
+    expect(Annotated.err(cut.at(-1))?.message).toContain('ended its event stream before [DONE]');
+    const { url } = await serve((_, res) => {
+      sse(res);
+      res.end(`${chunk('a')}data: {"choices": [\n\ndata: [DONE]\n\n`);
+    });
+    const garbled = await collect(await httpEngine({ url })(streamed, new Controller()));
+    expect(Annotated.err(garbled.at(-1))).toMatchObject({ afterResponse: true });
+  });
+
+  it('a JSON answer of only blanks is a protocol error item, like an empty one', async () => {
+    const { url } = await serve((_, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('  \n');
+    });
+    const items = await collect(await httpEngine({ url })({ prompt: 'p' }, new Controller()));
+    expect(Annotated.err(items[0])).toMatchObject({ kind: 'protocol' });
+    expect(Annotated.err(items[0])?.message).toBe(`${url}/v1/completions answered an empty body`);
   });
 });
 
