@@ -72,4 +72,20 @@ describe('UpstreamError', () => {
     const late = UpstreamError.fromFailure(url, new Error('odd'), { afterResponse: true });
     expect(late.afterResponse).toBe(true);
   });
+
+  it('a body of blanks is an empty body and a text body is trimmed; only a failure in a stream is after the response', () => {
+    expect(UpstreamError.fromStatus(url, 503, ' \n ').message).toBe(`${url} answered 503: (empty body)`);
+    expect(UpstreamError.fromStatus(url, 502, '\n  upstream gone \n').message).toBe(
+      `${url} answered 502: upstream gone`,
+    );
+    expect(UpstreamError.fromStatus(url, 500, 'x').afterResponse).toBe(false);
+    const reset = Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+    expect(UpstreamError.fromFailure(url, reset)).toMatchObject({ afterResponse: false });
+    expect(UpstreamError.fromFailure(url, reset).message).toBe(
+      `${url} could not be reached or broke off: read ECONNRESET (ECONNRESET)`,
+    );
+    const broken = UpstreamError.fromFailure(url, reset, { afterResponse: true });
+    expect(broken).toMatchObject({ afterResponse: true, kind: 'connection' });
+    expect(broken.message).toBe(`${url} broke off its answer: read ECONNRESET (ECONNRESET)`);
+  });
 });
