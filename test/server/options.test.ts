@@ -4,7 +4,14 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../../src/flow/decode-leg.js';
 import { loadServeConfig, SERVE_USAGE } from '../../src/server/config.js';
-import { ConfigError, DEFAULT_DEADLINES, resolveProxyOptions, SETTINGS } from '../../src/server/options.js';
+import {
+  ConfigError,
+  checkWorker,
+  DEFAULT_DEADLINES,
+  resolveHandlerOptions,
+  resolveProxyOptions,
+  SETTINGS,
+} from '../../src/server/options.js';
 import { createProxy } from '../../src/server/proxy.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'disagg-options-'));
@@ -202,5 +209,128 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
       decodeFirstTokenMs: 300_000,
       totalMs: 60_000,
     });
+  });
+});
+
+describe('what createProxy, createHandler and the admin API take besides the settings', () => {
+  const base = { connector: 'vllm' as const, prefill: [{ url: 'http://p' }], decode: [{ url: 'http://d' }] };
+  const message = (run: () => unknown) => refusal(run).message;
+
+  it('the injected objects are checked for what they must be, and kept as given', () => {
+    expect(message(() => resolveProxyOptions(null as never))).toBe('createProxy expects an options object, got null');
+    expect(message(() => resolveProxyOptions({ ...base, tracer: {} as never }))).toBe(
+      'tracer must be an OpenTelemetry tracer, got {}',
+    );
+    expect(message(() => resolveProxyOptions({ ...base, metricsRegistry: {} }))).toContain(
+      'metricsRegistry must be a prom-client Registry',
+    );
+    expect(message(() => resolveProxyOptions({ ...base, dnsLookup: 'dns' as never }))).toContain(
+      'dnsLookup must be a function, got',
+    );
+    expect(message(() => resolveProxyOptions({ ...base, logger: 'info' as never }))).toContain(
+      'logger must be a pino logger, got',
+    );
+    expect(message(() => resolveProxyOptions({ ...base, onEvent: {} as never }))).toContain(
+      'onEvent must be a function, got',
+    );
+    const tracer = { startSpan() {} } as never;
+    const metricsRegistry = { registerMetric() {} };
+    const dnsLookup = (() => {}) as never;
+    const logger = {} as never;
+    const onEvent = () => {};
+    expect(resolveProxyOptions({ ...base, tracer, metricsRegistry, dnsLookup, logger, onEvent })).toMatchObject({
+      tracer,
+      metricsRegistry,
+      dnsLookup,
+      logger,
+      onEvent,
+    });
+  });
+
+  it('serving on decode alone by its cache needs the cache-aware decode policy', () => {
+    expect(message(() => resolveProxyOptions({ ...base, routing: { aggregateCachedRatio: 0.5 } }))).toContain(
+      "needs decodePolicy 'cache-aware' (--decode-policy cache-aware): only then does the router know what decode workers hold; decodePolicy is 'least-in-flight'",
+    );
+    expect(
+      resolveProxyOptions({ ...base, decodePolicy: 'cache-aware', routing: { aggregateCachedRatio: 0.5 } }).routing,
+    ).toMatchObject({ aggregateCachedRatio: 0.5 });
+    expect(resolveProxyOptions({ ...base, routing: { aggregateCachedRatio: 0 } }).decodePolicy).toBe('least-in-flight');
+  });
+
+  it("createHandler's base path starts with / and does not end with one; none by default", () => {
+    expect(message(() => resolveHandlerOptions(undefined as never))).toBe(
+      'createHandler expects an options object, got undefined',
+    );
+    for (const basePath of ['llm', '/llm/', '/', 5]) {
+      expect(message(() => resolveHandlerOptions({ ...base, basePath: basePath as never }))).toContain(
+        "basePath must be a path that starts with / and does not end with one, such as '/llm', got",
+      );
+    }
+    expect(resolveHandlerOptions({ ...base, basePath: '/llm/v2' }).basePath).toBe('/llm/v2');
+    const plain = resolveHandlerOptions(base);
+    expect(plain.basePath).toBe('');
+    expect(plain.proxy).toEqual(resolveProxyOptions(base));
+    expect(message(() => resolveHandlerOptions({ ...base, bogus: 1 } as never))).toContain('Unknown option "bogus"');
+  });
+
+  it('a worker joining at run time is one URL or one object, checked as --prefill is; SGLang prefill gets the bootstrap port', () => {
+    const vllm = { connector: 'vllm' as const, bootstrapPort: 8998 };
+    const sglang = { connector: 'sglang' as const, bootstrapPort: 8998 };
+    for (const value of [undefined, '', [], ['http://a', 'http://b']]) {
+      expect(message(() => checkWorker('decode', value, vllm))).toContain(
+        'A decode worker is a URL or an object with a url, got',
+      );
+    }
+    expect(message(() => checkWorker('prefill', { url: 'ftp://x' }, vllm))).toContain('not an http(s) URL');
+    expect(message(() => checkWorker('prefill', ',', vllm))).toBe(
+      'A prefill worker is a URL or an object with a url, got ","',
+    );
+    expect(checkWorker('decode', 'http://d:8200', vllm)).toEqual({ url: 'http://d:8200' });
+    expect(checkWorker('decode', ['http://d:8200'], sglang)).toEqual({ url: 'http://d:8200' });
+    expect(checkWorker('prefill', 'http://p:8100', vllm)).toEqual({ url: 'http://p:8100' });
+    expect(checkWorker('prefill', { url: 'http://p:8100', name: 'p' }, sglang)).toMatchObject({
+      url: 'http://p:8100',
+      name: 'p',
+      bootstrapPort: 8998,
+    });
+    expect(checkWorker('prefill', { url: 'http://p:8100', bootstrapPort: 9000 }, sglang)).toMatchObject({
+      bootstrapPort: 9000,
+    });
+  });
+
+  it('a config file that is not JSON or YAML, or not an object, or whose deadlines are not an object, is refused by name', () => {
+    expect(message(() => loadServeConfig(['--config', file('bad.json', '{"connector":')], {}))).toMatch(
+      /^The config file .*bad\.json is not valid JSON: /,
+    );
+    expect(message(() => loadServeConfig(['--config', file('bad.yaml', 'a: [1,')], {}))).toMatch(
+      /^The config file .*bad\.yaml is not valid YAML: /,
+    );
+    for (const [name, text] of [
+      ['list.yaml', '- a\n- b\n'],
+      ['null.json', 'null'],
+      ['number.json', '5'],
+    ]) {
+      expect(message(() => loadServeConfig(['--config', file(name as string, text as string)], {}))).toMatch(
+        /must hold an object of settings$/,
+      );
+    }
+    const deadlines = file(
+      'deadlines.yaml',
+      'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\ndeadlines: 5\n',
+    );
+    expect(message(() => loadServeConfig(['--config', deadlines], {}))).toMatch(
+      /^setting "deadlines" in .*deadlines\.yaml: deadlines must be an object of budgets$/,
+    );
+  });
+
+  it('each kind of value says what it expected', () => {
+    const flagged = (...args: string[]) => message(() => loadServeConfig([...workers, ...args], {}));
+    expect(flagged('--health-failure-threshold', '0')).toContain('must be a positive whole number, got "0"');
+    expect(flagged('--queue-size=-1')).toContain('must be a whole number of 0 or more, got "-1"');
+    expect(flagged('--host', '')).toContain('must be a non-empty string, got ""');
+    expect(flagged('--prefill-dns', 'not a url')).toContain(
+      'must be an http(s) URL such as http://prefill-headless.llm.svc:8000, got "not a url"',
+    );
+    expect(flagged('--prefill', 'http://p,{"url":1}')).toContain('not an http(s) URL');
   });
 });
