@@ -914,7 +914,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'metricsRegistry',
     'tracer',
   ];
-  rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `Unknown option ${key} of createProxy`);
+  rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `option ${key} of createProxy`);
   const source: Source = { kind: 'option' };
   const values = resolve((setting) => {
     if (setting.serveOnly) return undefined;
@@ -1086,21 +1086,25 @@ ${lines.join('\n')}
 `;
 }
 
+/**
+ * Refuses a key no setting has, at the top or inside a group (`routing`, `retry`, `deadlines`,
+ * ...), and a group that is not an object: a misspelt or misplaced setting would otherwise be
+ * ignored without a word and its default used.
+ */
+/** `what` names a key where it was given: `setting "x" in disagg.yaml`. */
 function rejectUnknown(values: Record<string, unknown>, known: readonly string[], what: (key: string) => string) {
   const tops = new Set(known.map((key) => key.split('.')[0] as string));
+  const groups = new Set(known.filter((key) => key.includes('.')).map((key) => key.split('.')[0] as string));
   for (const [key, value] of Object.entries(values)) {
-    if (!tops.has(key)) throw new ConfigError(withHint(what(JSON.stringify(key)), key, known));
-    if (key === 'deadlines' && value !== undefined) {
-      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-        throw new ConfigError(
-          `${what('"deadlines"').replace(/^Unknown /, '')}: deadlines must be an object of budgets`,
-        );
-      }
-      for (const inner of Object.keys(value)) {
-        if (!known.includes(`deadlines.${inner}`)) {
-          throw new ConfigError(withHint(what(JSON.stringify(`deadlines.${inner}`)), `deadlines.${inner}`, known));
-        }
-      }
+    if (!tops.has(key)) throw new ConfigError(withHint(`Unknown ${what(JSON.stringify(key))}`, key, known));
+    if (!groups.has(key) || value === undefined) continue;
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+      const kind = key === 'deadlines' ? 'budgets' : 'settings';
+      throw new ConfigError(`The ${what(JSON.stringify(key))}: ${key} must be an object of ${kind}`);
+    }
+    for (const inner of Object.keys(value)) {
+      const name = `${key}.${inner}`;
+      if (!known.includes(name)) throw new ConfigError(withHint(`Unknown ${what(JSON.stringify(name))}`, name, known));
     }
   }
 }
@@ -1285,7 +1289,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     rejectUnknown(
       file.values,
       SETTINGS.map((setting) => setting.key),
-      (key) => `Unknown setting ${key} in ${file.path}`,
+      (key) => `setting ${key} in ${file.path}`,
     );
   }
   const values = resolve((setting) => {
