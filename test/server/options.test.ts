@@ -319,7 +319,7 @@ describe('what createProxy, createHandler and the admin API take besides the set
       'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\ndeadlines: 5\n',
     );
     expect(message(() => loadServeConfig(['--config', deadlines], {}))).toMatch(
-      /^setting "deadlines" in .*deadlines\.yaml: deadlines must be an object of budgets$/,
+      /^The setting "deadlines" in .*deadlines\.yaml: deadlines must be an object of budgets$/,
     );
   });
 
@@ -332,5 +332,108 @@ describe('what createProxy, createHandler and the admin API take besides the set
       'must be an http(s) URL such as http://prefill-headless.llm.svc:8000, got "not a url"',
     );
     expect(flagged('--prefill', 'http://p,{"url":1}')).toContain('not an http(s) URL');
+  });
+
+  it('a misspelt or misplaced key inside a group is refused, not ignored in favour of its default', () => {
+    const yaml = (name: string, extra: string) =>
+      file(name, `connector: vllm\nprefill: [http://p]\ndecode: [http://d]\n${extra}\n`);
+    expect(
+      message(() => loadServeConfig(['--config', yaml('typo.yaml', 'routing: { cacheTreshold: 0.5 }')], {})),
+    ).toMatch(/^Unknown setting "routing\.cacheTreshold" in .*typo\.yaml; did you mean "routing\.cacheThreshold"\?$/);
+    expect(message(() => loadServeConfig(['--config', yaml('flat.yaml', 'retry: 3')], {}))).toMatch(
+      /^The setting "retry" in .*flat\.yaml: retry must be an object of settings$/,
+    );
+    expect(message(() => resolveProxyOptions({ ...base, breaker: { openMS: 5 } } as never))).toBe(
+      'Unknown option "breaker.openMS" of createProxy; did you mean "breaker.openMs"?',
+    );
+    expect(message(() => resolveProxyOptions({ ...base, discovery: [] } as never))).toBe(
+      'The option "discovery" of createProxy: discovery must be an object of settings',
+    );
+    expect(message(() => resolveProxyOptions({ ...base, zzzzzzzzzzzz: 1 } as never))).toBe(
+      'Unknown option "zzzzzzzzzzzz" of createProxy',
+    );
+    expect(resolveProxyOptions({ ...base, retry: undefined }).retry).toEqual(resolveProxyOptions(base).retry);
+  });
+
+  it('numbers, ports, ratios, switches, header names and DNS names are checked for what each must be', () => {
+    const flagged =
+      (...args: string[]) =>
+      () =>
+        loadServeConfig([...workers, ...args], {});
+    const refused = (...args: string[]) => message(flagged(...args));
+    expect(refused('--health-failure-threshold', '1.5')).toContain('must be a positive whole number');
+    expect(flagged('--health-failure-threshold', '1')()).toMatchObject({ healthFailureThreshold: 1 });
+    expect(refused('--queue-size', '2.5')).toContain('must be a whole number of 0 or more');
+    expect(flagged('--queue-size', '0')()).toMatchObject({ queueSize: 0 });
+    for (const port of ['65536', '-1', '80.5']) expect(refused(`--port=${port}`)).toContain('a port, 0-65535');
+    expect(flagged('--port', '65535')()).toMatchObject({ port: 65535 });
+    expect(flagged('--port', '0')()).toMatchObject({ port: 0 });
+    for (const ratio of ['1.01', '-0.1']) expect(refused(`--cache-threshold=${ratio}`)).toContain('from 0 to 1');
+    expect(flagged('--cache-threshold', '1')()).toMatchObject({ routing: { cacheThreshold: 1 } });
+    expect(flagged('--cache-threshold', '0')()).toMatchObject({ routing: { cacheThreshold: 0 } });
+    expect(refused('--balance-rel-threshold', '0.99')).toContain('got "0.99"');
+    expect(flagged('--balance-rel-threshold', '1')()).toMatchObject({ routing: { balanceRelThreshold: 1 } });
+    expect(refused('--session-header', 'x session')).toContain('"x session"');
+    expect(refused('--log-format', 'xml')).toContain("must be 'json' or 'pretty', got \"xml\"");
+    const env = (variables: Record<string, string>) => loadServeConfig(workers, variables);
+    for (const [value, disabled] of [
+      ['true', true],
+      ['1', true],
+      ['false', false],
+      ['0', false],
+    ] as const) {
+      expect(env({ DISAGG_DISABLE_RETRIES: value })).toMatchObject({ retry: { disabled } });
+    }
+    expect(message(() => env({ DISAGG_DISABLE_RETRIES: 'yes' }))).toContain('must be true or false, got "yes"');
+    expect(message(() => env({ DISAGG_QUEUE_SIZE: ' ' }))).toContain('DISAGG_QUEUE_SIZE');
+    for (const url of ['http://10.0.0.1:8000', 'http://[::1]:8000']) {
+      expect(refused('--prefill-dns', url)).toContain('not a host name to resolve');
+    }
+    expect(refused('--prefill-dns', 'ftp://prefill.svc')).toContain('must be an http(s) URL');
+    for (const url of ['http://prefill-1:8000', 'http://1prefill.svc:8000', 'https://p.llm.svc.cluster.local']) {
+      expect(flagged('--prefill-dns', url)()).toMatchObject({ discovery: { prefillDns: url } });
+    }
+  });
+
+  it('worker lists: entries trimmed, empty ones dropped, names and hosts as text, the rest whole numbers, URLs with a host', () => {
+    expect(
+      loadServeConfig(['--connector', 'vllm', '--prefill', ' http://a , ,http://b', '--decode', 'http://d,'], {}),
+    ).toMatchObject({
+      prefill: [{ url: 'http://a' }, { url: 'http://b' }],
+      decode: [{ url: 'http://d' }],
+    });
+    const listed = (name: string, entries: string) => () =>
+      loadServeConfig(['--config', file(name, `connector: sglang\ndecode: [http://d]\nprefill: ${entries}\n`)], {});
+    expect(
+      listed(
+        'named.yaml',
+        '[{ url: "http://p", name: p0, bootstrapHost: boot, bootstrapPort: 9000, dpRank: 0, dpSize: 2 }]',
+      )(),
+    ).toMatchObject({
+      prefill: [{ url: 'http://p', name: 'p0', bootstrapHost: 'boot', bootstrapPort: 9000, dpRank: 0, dpSize: 2 }],
+    });
+    expect(message(listed('number.yaml', '[5]'))).toContain('takes URLs or objects with a url, got 5');
+    expect(message(listed('list.yaml', '[[http://p]]'))).toContain('takes URLs or objects with a url');
+    expect(message(listed('rank.yaml', '[{ url: "http://p", dpRank: "1", dpSize: 2 }]'))).toContain(
+      'has a worker whose dpRank is not a whole number: "1"',
+    );
+    for (const url of ['http://', 'xhttp://p', 'p:8000']) {
+      expect(message(listed(`url-${url.length}.yaml`, `[{ url: "${url}" }]`))).toContain(
+        `has "${url}", which is not an http(s) URL`,
+      );
+    }
+    expect(message(listed('no-url.yaml', '[{ name: p }]'))).toContain('has {"name":"p"}, which is not an http(s) URL');
+  });
+
+  it('files: .yml and .YAML are YAML, anything else JSON; an empty DISAGG_CONFIG or variable is as if unset; DISAGG_PORT is a port unless it is a Kubernetes service link', () => {
+    const settings = 'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\n';
+    expect(loadServeConfig(['--config', file('short.yml', settings)], {})).toMatchObject({ connector: 'vllm' });
+    expect(loadServeConfig(['--config', file('UPPER.YAML', settings)], {})).toMatchObject({ connector: 'vllm' });
+    expect(message(() => loadServeConfig(['--config', file('settings.yaml.json', settings)], {}))).toContain(
+      'is not valid JSON',
+    );
+    expect(loadServeConfig(workers, { DISAGG_CONFIG: '', DISAGG_HOST: '' })).toMatchObject({ host: '0.0.0.0' });
+    expect(loadServeConfig(workers, { DISAGG_PORT: '9000' })).toMatchObject({ port: 9000 });
+    expect(loadServeConfig(workers, { DISAGG_PORT: 'tcp://10.0.0.11:8000' })).toMatchObject({ port: 8000 });
   });
 });
