@@ -436,4 +436,29 @@ describe('what createProxy, createHandler and the admin API take besides the set
     expect(loadServeConfig(workers, { DISAGG_PORT: '9000' })).toMatchObject({ port: 9000 });
     expect(loadServeConfig(workers, { DISAGG_PORT: 'tcp://10.0.0.11:8000' })).toMatchObject({ port: 8000 });
   });
+
+  it('--prefill and --decode repeat; where and how the process runs are settings of disagg serve only', () => {
+    expect(
+      loadServeConfig(
+        ['--connector', 'vllm', '--prefill', 'http://p1', '--prefill', 'http://p2', '--decode', 'http://d'],
+        {},
+      ),
+    ).toMatchObject({ prefill: [{ url: 'http://p1' }, { url: 'http://p2' }] });
+    expect(
+      loadServeConfig(
+        ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d1', '--decode', 'http://d2'],
+        {},
+      ),
+    ).toMatchObject({ decode: [{ url: 'http://d1' }, { url: 'http://d2' }] });
+    const named = file(
+      'decode-named.yaml',
+      'connector: vllm\nprefill: [http://p]\ndecode: [{ url: "http://d", name: d0 }]\n',
+    );
+    expect(loadServeConfig(['--config', named], {})).toMatchObject({ decode: [{ url: 'http://d', name: 'd0' }] });
+    for (const key of ['host', 'port', 'logFormat', 'logLevel']) {
+      expect(message(() => resolveProxyOptions({ ...base, [key]: 'x' } as never))).toContain(
+        `Unknown option "${key}" of createProxy`,
+      );
+    }
+  });
 });
