@@ -238,7 +238,13 @@ describe('what createProxy, createHandler and the admin API take besides the set
     const dnsLookup = (() => {}) as never;
     const logger = {} as never;
     const onEvent = () => {};
-    expect(resolveProxyOptions({ ...base, tracer, metricsRegistry, dnsLookup, logger, onEvent })).toMatchObject({
+    const dispatcher = {} as never;
+    const kubeConfig = {};
+    expect(
+      resolveProxyOptions({ ...base, tracer, metricsRegistry, dnsLookup, logger, onEvent, dispatcher, kubeConfig }),
+    ).toMatchObject({
+      dispatcher,
+      kubeConfig,
       tracer,
       metricsRegistry,
       dnsLookup,
