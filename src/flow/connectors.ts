@@ -27,7 +27,7 @@ export interface Connector {
   refuse?(request: RequestBody): { param: string; message: string } | undefined;
 }
 
-/** How many answers a request asks for: its prompts (a list prompt is a batch) times `n`. */
+/** How many answers a request asks for: its prompts (a list of strings or of token-id lists is a batch) times `n`. */
 export function elementsOf(request: RequestBody): number {
   const n = typeof request.n === 'number' && request.n > 1 ? request.n : 1;
   const batch = [request.prompt, request.text, request.input_ids].find(

@@ -1,5 +1,6 @@
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import type { Dispatcher } from 'undici';
+import { elementsOf } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
@@ -106,7 +107,7 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
     const contentType = String(response.headers['content-type'] ?? '');
     const convert = route === 'generate' ? generateReader() : outputFromOpenAI;
     const mode = contentType.includes('text/event-stream') ? 'sse' : 'json';
-    return new ResponseStream(new BodyItems(call, url, mode, convert, context, choicesOf(body)), context);
+    return new ResponseStream(new BodyItems(call, url, mode, convert, context, elementsOf(body)), context);
   };
 }
 
@@ -442,18 +443,4 @@ function statusOf(json: unknown): { status?: number } {
   const named = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : code;
   const status = typeof named === 'string' ? Number(named) : named;
   return typeof status === 'number' && Number.isInteger(status) && status >= 400 && status < 600 ? { status } : {};
-}
-
-/**
- * How many choices an answer to `body` has: its prompts times `n`. A batch is a list of
- * prompts: strings, or lists of token ids (vLLM's `prompt`, SGLang's `text` and `input_ids`);
- * a list of numbers is one prompt of token ids.
- */
-function choicesOf(body: Record<string, unknown>): number {
-  const n = typeof body.n === 'number' && body.n > 1 ? body.n : 1;
-  const { prompt, text, input_ids: ids } = body;
-  const batch = [prompt, text, ids].find(
-    (value) => Array.isArray(value) && value.some((entry) => typeof entry === 'string' || Array.isArray(entry)),
-  );
-  return (batch === undefined ? 1 : (batch as unknown[]).length) * n;
 }

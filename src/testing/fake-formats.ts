@@ -2,6 +2,7 @@
 // it: OpenAI completions and chat completions (streamed chunks, the usage chunk, whole answers,
 // reasoning, tool calls, logprobs in both formats, several choices) and SGLang's /generate.
 import { randomUUID } from 'node:crypto';
+import { elementsOf } from '../flow/connectors.js';
 
 /**
  * What a fake decode worker answers, beyond its default `tok0 tok1 ...` content. Each list is
@@ -55,13 +56,8 @@ export function usageOf(body: Record<string, unknown>, completion: number, cache
   };
 }
 
-/** How many choices an answer has: the prompts (a list prompt is a batch) times `n`. */
-export function choiceCount(body: Record<string, unknown>): number {
-  const n = typeof body.n === 'number' && body.n > 1 ? body.n : 1;
-  const prompts =
-    Array.isArray(body.prompt) && body.prompt.some((entry) => typeof entry === 'string') ? body.prompt.length : 1;
-  return prompts * n;
-}
+/** How many choices an answer has: the prompts (strings or lists of token ids) times `n`, as the engines count. */
+export const choiceCount = (body: Record<string, unknown>): number => elementsOf(body);
 
 /** One choice of an answer: what it says, piece by piece, and how it ends. */
 interface Choice {

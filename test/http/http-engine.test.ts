@@ -562,7 +562,7 @@ describe('httpEngine, what an answer turns on', () => {
     });
     const items = await collect(await httpEngine({ url })(streamed, new Controller()));
     expect(items).toHaveLength(2);
-    const failure = Annotated.err(items[1]) as { message: string; status?: number; kind: string };
+    const failure = Annotated.err(items[1]) as unknown as { message: string; status?: number; kind: string };
     expect(failure.message).toBe(`${url}/v1/completions sent an error event: the worker ran out of memory`);
     expect(failure).toMatchObject({ kind: 'status', status: undefined });
   });
