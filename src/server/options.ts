@@ -1089,9 +1089,9 @@ ${lines.join('\n')}
 /**
  * Refuses a key no setting has, at the top or inside a group (`routing`, `retry`, `deadlines`,
  * ...), and a group that is not an object: a misspelt or misplaced setting would otherwise be
- * ignored without a word and its default used.
+ * ignored without a word and its default used. `what` names a key where it was given
+ * (`setting "x" in disagg.yaml`).
  */
-/** `what` names a key where it was given: `setting "x" in disagg.yaml`. */
 function rejectUnknown(values: Record<string, unknown>, known: readonly string[], what: (key: string) => string) {
   const tops = new Set(known.map((key) => key.split('.')[0] as string));
   const groups = new Set(known.filter((key) => key.includes('.')).map((key) => key.split('.')[0] as string));
