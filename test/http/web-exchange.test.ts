@@ -169,4 +169,18 @@ describe('webExchange: a WHATWG Request as the Node request and response the han
     before.res.destroy();
     expect((await before.response).status).toBe(503);
   });
+
+  it('end() emits finish at once and close once after it, even if the answer is destroyed afterwards', async () => {
+    const { res, response } = webExchange(request(), '/x');
+    const events: string[] = [];
+    res.on('finish', () => events.push('finish'));
+    res.on('close', () => events.push('close'));
+    res.end('whole');
+    expect(events).toEqual(['finish']);
+    res.destroy();
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(events).toEqual(['finish', 'close']);
+    expect(await (await response).text()).toBe('whole');
+  });
 });
