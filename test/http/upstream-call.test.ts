@@ -159,6 +159,15 @@ describe('UpstreamCall', () => {
     expect(worker.asked).toEqual(['pause', 'resume', 'pause', 'resume']);
   });
 
+  it('a pause taken back before undici is ready leaves nothing to apply', () => {
+    const { dispatcher, worker } = scripted();
+    const upstream = call(dispatcher);
+    upstream.pause();
+    upstream.resume();
+    worker.start();
+    expect(worker.asked).toEqual([]);
+  });
+
   it('an abort before undici is ready applies when it is, with the first reason; the default reason is an AbortError', () => {
     const early = scripted();
     const upstream = call(early.dispatcher);
