@@ -154,11 +154,14 @@ class WebReply extends EventEmitter {
     return this;
   }
 
-  /** The reader went away (cancelled the body, or the request was aborted). */
+  /**
+   * The reader went away (cancelled the body, or the request was aborted): the answer is cut as
+   * by `destroy()`, so that whoever awaits the response or reads its body is not left waiting
+   * (a request aborted before it arrived has no head yet).
+   */
   clientLeft(): void {
-    if (this.writableFinished || this.destroyed) return;
-    this.destroyed = true;
-    this.#close();
+    if (this.writableFinished) return;
+    this.destroy();
   }
 
   #close(): void {

@@ -183,4 +183,20 @@ describe('webExchange: a WHATWG Request as the Node request and response the han
     expect(events).toEqual(['finish', 'close']);
     expect(await (await response).text()).toBe('whole');
   });
+
+  it('a client that left before the head still settles the response (its body errors), so nobody awaits it for ever', async () => {
+    const { res, response, clientLeft } = webExchange(request(), '/x');
+    clientLeft();
+    const answer = await response;
+    await expect(answer.text()).rejects.toThrow();
+    expect(res.write('late')).toBe(false);
+    const reading = webExchange(request(), '/x');
+    reading.res.writeHead(200);
+    reading.res.write('partial');
+    const body = (await reading.response).body as ReadableStream<Uint8Array>;
+    const reader = body.getReader();
+    await reader.read();
+    reading.clientLeft();
+    await expect(reader.read()).rejects.toThrow();
+  });
 });
