@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createHandler, type DisaggHandler, type HandlerOptions } from '../../src/server/index.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
@@ -174,6 +175,53 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     await handler.close({ gracePeriodMs: 0 });
     const response = await handler(post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
     expect(response.status).toBe(503);
+    handlers = handlers.filter((one) => one !== handler);
+  });
+
+  it("the request signal's abort listener is removed when the answer closes; a signal aborted before the call is a client already gone", async () => {
+    const { handler, decode } = await setup('vllm');
+    const controller = new AbortController();
+    const request = new Request('http://app.test/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fake-model', prompt: 'hi', max_tokens: 2 }),
+      signal: controller.signal,
+    });
+    const response = await handler(request);
+    expect(response.status).toBe(200);
+    await response.text();
+    await eventually(() => getEventListeners(request.signal, 'abort').length === 0, 'the abort listener removed');
+
+    const gone = new Request('http://app.test/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fake-model', prompt: 'hi', max_tokens: 2, stream: true }),
+      signal: AbortSignal.abort(),
+    });
+    const calls = decode.requests.length;
+    const left = await handler(gone);
+    await expect(left.text()).rejects.toThrow();
+    expect(getEventListeners(gone.signal, 'abort')).toHaveLength(0);
+    expect(decode.requests.slice(calls).every((call) => call.aborted)).toBe(true);
+  });
+
+  it('close() without a grace period gives a stream under way the configured one to finish', async () => {
+    const { handler } = await setup('vllm', { decode: { tokens: 20, tokenIntervalMs: 5 } });
+    const response = await handler(
+      post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 20, stream: true }),
+    );
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    const closed = handler.close();
+    let text = '';
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+    await closed;
+    expect(text).toContain('data: [DONE]');
     handlers = handlers.filter((one) => one !== handler);
   });
 });
