@@ -44,17 +44,71 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, false);
     const aggregated = await request(`${url}/ready`);
     expect(aggregated.statusCode).toBe(200);
-    expect(await aggregated.body.json()).toMatchObject({ ready: true, prefill_workers: 0, decode_workers: 1 });
+    expect(await aggregated.body.json()).toMatchObject({
+      ready: true,
+      prefill_workers: 0,
+      decode_workers: 1,
+      mode: 'aggregated (no prefill worker in rotation)',
+    });
     proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
     const none = await request(`${url}/ready`);
     expect(none.statusCode).toBe(503);
     expect(await none.body.json()).toMatchObject({ ready: false, reason: 'no decode worker in rotation' });
   });
 
+  it("the proxy's own routes, word for word: health, ready, metrics, 405 and 404, a model that is not there", async () => {
+    const { url } = await setup('vllm', { decode: { model: 'llama-fake' } }, { apiKey: 'k' });
+    const json = async (path: string, init: Parameters<typeof request>[1] = {}) => {
+      const answer = await request(`${url}${path}`, init);
+      return { status: answer.statusCode, headers: answer.headers, body: (await answer.body.json()) as unknown };
+    };
+    // Probes and metrics need no key; the API does.
+    expect(await json('/health')).toMatchObject({ status: 200, body: { status: 'ok' } });
+    expect(await json('/ready')).toMatchObject({
+      status: 200,
+      body: { ready: true, prefill_workers: 1, decode_workers: 1 },
+    });
+    expect(((await json('/ready')).body as Record<string, unknown>).mode).toBeUndefined();
+    expect(((await json('/ready')).body as Record<string, unknown>).reason).toBeUndefined();
+    const metrics = await request(`${url}/metrics`);
+    expect(metrics.statusCode).toBe(200);
+    expect(metrics.headers['content-type']).toBe('text/plain; version=0.0.4; charset=utf-8');
+    await metrics.body.dump();
+    expect((await json('/v1/models')).status).toBe(401);
+    const keyed = { headers: { authorization: 'Bearer k' } };
+    expect(await json('/health', { method: 'POST', body: '{}' })).toMatchObject({
+      status: 405,
+      body: { error: { message: 'POST is not allowed on /health: use GET or HEAD' } },
+    });
+    expect(await json('/v1/models/llama-fake', { ...keyed, method: 'POST', body: '{}' })).toMatchObject({
+      status: 405,
+      headers: { allow: 'GET' },
+    });
+    expect(await json('/v1/chat/completions', keyed)).toMatchObject({ status: 405, headers: { allow: 'POST' } });
+    expect(await json('/v2/nothing', keyed)).toMatchObject({
+      status: 404,
+      body: { error: { message: 'No route GET /v2/nothing' } },
+    });
+    expect(await json('/v1/models/gpt-nothing', keyed)).toEqual({
+      status: 404,
+      headers: expect.anything(),
+      body: {
+        error: {
+          message: "The model 'gpt-nothing' does not exist",
+          type: 'invalid_request_error',
+          code: 'model_not_found',
+          param: 'model',
+        },
+      },
+    });
+  });
+
   it('close(): /ready fails for the drain delay while requests are still served, then the listener closes', async () => {
     const { url, proxy, client } = await setup('vllm');
     const closing = proxy.close({ gracePeriodMs: 0, drainDelayMs: 300 });
-    expect((await request(`${url}/ready`)).statusCode).toBe(503);
+    const draining = await request(`${url}/ready`);
+    expect(draining.statusCode).toBe(503);
+    expect(await draining.body.json()).toMatchObject({ ready: false, reason: 'shutting down' });
     const completion = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
     expect(completion.choices[0]?.text).toBe('tok0 tok1 ');
     await closing;
