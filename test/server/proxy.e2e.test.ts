@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
+import { createProxy } from '../../src/server/proxy.js';
 import { eventually } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
@@ -302,5 +303,23 @@ describe('disagg proxy, with the official openai client', () => {
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
     expect((error as Error).message).toContain('shutting down');
+  });
+});
+
+describe('createProxy().listen', () => {
+  it('rejects with the error of a port in use, keeps no listener for it, and names an IPv6 address in brackets', async () => {
+    const { url, prefill, decode } = await setup('vllm');
+    const port = Number(new URL(url).port);
+    const second = createProxy({ connector: 'vllm', prefill: [{ url: prefill.url }], decode: [{ url: decode.url }] });
+    try {
+      await expect(second.listen(port)).rejects.toMatchObject({ code: 'EADDRINUSE' });
+      expect(second.server.listenerCount('error')).toBe(0);
+      const v6 = await second.listen(0, '::1').catch((error: { code?: string }) => error.code);
+      // Where the machine has no IPv6 loopback there is nothing to name.
+      if (v6 !== 'EADDRNOTAVAIL' && v6 !== 'EAFNOSUPPORT') expect(v6).toMatch(/^http:\/\/\[::1\]:\d+$/);
+      expect(second.server.listenerCount('error')).toBe(0);
+    } finally {
+      await second.close({ gracePeriodMs: 0, drainDelayMs: 0 });
+    }
   });
 });
