@@ -224,4 +224,25 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     expect(text).toContain('data: [DONE]');
     handlers = handlers.filter((one) => one !== handler);
   });
+
+  it('the first request starts the handler: workers that DNS discovery finds serve it', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const handler = createHandler({
+      connector: 'vllm',
+      prefill: [],
+      decode: [],
+      discovery: {
+        prefillDns: `http://prefill.test:${new URL(prefill.url).port}`,
+        decodeDns: `http://decode.test:${new URL(decode.url).port}`,
+      },
+      dnsLookup: async () => [{ address: '127.0.0.1' }],
+      logger: recordingLogger().logger,
+    });
+    handlers.push(handler);
+    const response = await handler(post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ choices: [{ text: 'tok0 tok1 ' }] });
+    expect(prefill.requests).toHaveLength(1);
+  });
 });
