@@ -377,6 +377,21 @@ describe('credentials and privacy', () => {
     for (const worker of [prefill, decode]) expect(worker.requests[0]?.headers.authorization).toBe('Bearer client-key');
   });
 
+  it('without a worker key or a client key, the workers get no Authorization at all', async () => {
+    const { url, prefill, decode } = await setup('vllm');
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
+    });
+    expect(answer.statusCode).toBe(200);
+    await answer.body.dump();
+    for (const worker of [prefill, decode]) {
+      expect(worker.requests).toHaveLength(1);
+      expect(worker.requests[0]?.headers.authorization).toBeUndefined();
+    }
+  });
+
   it('--api-key: a client without the key gets an OpenAI-style 401 and no worker is called; with it, the answer', async () => {
     const { url, prefill } = await setup('vllm', {}, { apiKey: 'proxy-secret' });
     const wrong = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'nope', maxRetries: 0 });
