@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
-import { OpenAIWriter } from '../../src/server/openai-format.js';
+import { OpenAIWriter, ResponseWriter } from '../../src/server/openai-format.js';
 
 const text = (value: string) => Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: value });
 const usage = { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 };
@@ -16,7 +16,7 @@ describe('OpenAIWriter', () => {
     ]);
     expect(JSON.parse(writer.chunk(text('lo')) as string).choices[0].delta).toEqual({ content: 'lo' });
     const last = JSON.parse(writer.chunk(Annotated.fromData(LLMEngineOutput.eos())) as string);
-    expect(last.choices[0]).toMatchObject({ delta: {}, finish_reason: 'stop' });
+    expect(last.choices[0]).toEqual({ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' });
     expect(last.id).toBe(first.id);
   });
 
@@ -31,6 +31,7 @@ describe('OpenAIWriter', () => {
     expect(writer.chunk(text(''))).toBeUndefined();
     expect(writer.chunk(Annotated.fromData({ token_ids: [] }))).toBeUndefined();
     expect(writer.chunk({ event: 'x' } as never)).toBeUndefined();
+    expect(writer.chunk({ data: null, event: 'x' } as never)).toBeUndefined();
     expect(
       JSON.parse(writer.chunk(Annotated.fromData(LLMEngineOutput.length())) as string).choices[0].finish_reason,
     ).toBe('length');
@@ -65,5 +66,204 @@ describe('OpenAIWriter', () => {
       { index: 0, text: '', logprobs: null, finish_reason: 'stop' },
       { index: 1, text: 'b', logprobs: null, finish_reason: 'stop' },
     ]);
+  });
+});
+
+describe('OpenAIWriter, the fields a client reads', () => {
+  it('ids name their route: chatcmpl- for chat, cmpl- for completions and /generate, the same for every chunk', () => {
+    const chat = new OpenAIWriter('chat', { model: 'm' });
+    const completions = new OpenAIWriter('completions', { model: 'm' });
+    const generate = new OpenAIWriter('generate', { model: 'm' });
+    const id = (writer: OpenAIWriter) => JSON.parse(writer.chunk(text('a')) as string).id as string;
+    expect(id(chat)).toMatch(/^chatcmpl-[0-9a-f-]{36}$/);
+    expect(id(completions)).toMatch(/^cmpl-[0-9a-f-]{36}$/);
+    expect(id(generate)).toMatch(/^cmpl-[0-9a-f-]{36}$/);
+    expect(id(chat)).toBe(id(chat));
+    expect(id(completions)).not.toBe(id(new OpenAIWriter('completions', { model: 'm' })));
+  });
+
+  it('a request without a model string is answered for model "unknown"', () => {
+    for (const body of [{}, { model: 7 }]) {
+      const writer = new OpenAIWriter('completions', body);
+      expect(JSON.parse(writer.chunk(text('a')) as string).model).toBe('unknown');
+      expect(writer.whole()).toMatchObject({ model: 'unknown' });
+    }
+  });
+
+  it('created is the time of the request in whole seconds, the same in every chunk and the whole answer', () => {
+    const before = Math.floor(Date.now() / 1000);
+    const writer = new OpenAIWriter('chat', { model: 'm', stream_options: { include_usage: true } });
+    const after = Math.floor(Date.now() / 1000);
+    const created = JSON.parse(writer.chunk(text('a')) as string).created;
+    expect(Number.isInteger(created)).toBe(true);
+    expect(created).toBeGreaterThanOrEqual(before);
+    expect(created).toBeLessThanOrEqual(after);
+    writer.chunk(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
+    expect(JSON.parse(writer.usageChunk() as string).created).toBe(created);
+    expect((writer.whole() as { created: number }).created).toBe(created);
+  });
+
+  it("a streamed chunk keeps the worker's choice index; text that is not a string counts as none", () => {
+    const writer = new OpenAIWriter('completions', { model: 'm' });
+    const second = JSON.parse(writer.chunk(Annotated.fromData({ token_ids: [], text: 'b', index: 1 })) as string)
+      .choices[0];
+    expect(second).toEqual({ index: 1, text: 'b', logprobs: null, finish_reason: null });
+    expect(writer.chunk(Annotated.fromData({ token_ids: [], text: 5 } as never))).toBeUndefined();
+    const finishOnly = JSON.parse(
+      writer.chunk(Annotated.fromData({ token_ids: [], text: 5, finish_reason: 'stop' } as never)) as string,
+    );
+    expect(finishOnly.choices[0]).toEqual({ index: 0, text: '', logprobs: null, finish_reason: 'stop' });
+  });
+
+  it('chat: the role goes once, on the first chunk that is written, even when that chunk only finishes', () => {
+    const writer = new OpenAIWriter('chat', { model: 'm' });
+    expect(writer.chunk(text(''))).toBeUndefined();
+    const first = JSON.parse(writer.chunk(Annotated.fromData(LLMEngineOutput.eos())) as string);
+    expect(first.choices[0].delta).toEqual({ role: 'assistant', content: '' });
+    expect(JSON.parse(writer.chunk(text('x')) as string).choices[0].delta).toEqual({ content: 'x' });
+  });
+
+  it('the usage chunk: only include_usage true asks for it, and only once a usage has come', () => {
+    for (const include_usage of ['true', 1, {}]) {
+      const writer = new OpenAIWriter('chat', { model: 'm', stream_options: { include_usage } });
+      writer.chunk(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
+      expect(writer.usageChunk()).toBeUndefined();
+    }
+    const waiting = new OpenAIWriter('completions', { model: 'm', stream_options: { include_usage: true } });
+    waiting.chunk(text('a'));
+    expect(waiting.usageChunk()).toBeUndefined();
+    waiting.chunk(Annotated.fromData({ token_ids: [], completion_usage: null } as never));
+    expect(waiting.usageChunk()).toBeUndefined();
+    waiting.chunk(Annotated.fromData({ token_ids: [], completion_usage: usage }));
+    expect(JSON.parse(waiting.usageChunk() as string)).toEqual({
+      id: expect.stringMatching(/^cmpl-/),
+      object: 'text_completion',
+      created: expect.any(Number),
+      model: 'm',
+      choices: [],
+      usage,
+    });
+  });
+
+  it('the whole answer: one empty stopped choice when nothing came, no usage key without a usage', () => {
+    const writer = new OpenAIWriter('completions', { model: 'm' });
+    writer.add({ event: 'x' } as never);
+    writer.add({ data: null, event: 'x' } as never);
+    writer.add(Annotated.fromData({ token_ids: [], completion_usage: null } as never));
+    const whole = writer.whole() as Record<string, unknown>;
+    expect(whole).toEqual({
+      id: expect.stringMatching(/^cmpl-/),
+      object: 'text_completion',
+      created: expect.any(Number),
+      model: 'm',
+      choices: [{ index: 0, text: '', logprobs: null, finish_reason: 'stop' }],
+    });
+    expect('usage' in whole).toBe(false);
+  });
+
+  it("the whole answer keeps the last usage and each choice's last finish; text that is not a string adds nothing", () => {
+    const writer = new OpenAIWriter('chat', { model: 'm' });
+    writer.add(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: { ...usage, completion_tokens: 1 } }));
+    writer.add(Annotated.fromData({ token_ids: [], text: 3 } as never));
+    writer.add(Annotated.fromData({ token_ids: [], text: 'b', finish_reason: null } as never));
+    writer.add(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
+    expect(writer.whole()).toEqual({
+      id: expect.stringMatching(/^chatcmpl-/),
+      object: 'chat.completion',
+      created: expect.any(Number),
+      model: 'm',
+      choices: [{ index: 0, message: { role: 'assistant', content: 'ab' }, logprobs: null, finish_reason: 'length' }],
+      usage,
+    });
+  });
+});
+
+describe('ResponseWriter', () => {
+  const relayed = (json: Record<string, unknown>, textOf?: string, form: 'event' | 'body' = 'event') =>
+    Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: String(json.t ?? '') }), [
+      { form, text: textOf, json },
+    ]);
+
+  it('an item from a worker goes on byte for byte; one the flow changed goes on as its JSON', () => {
+    const writer = new ResponseWriter('completions', { model: 'm' });
+    expect(writer.chunks(relayed({ t: 'a' }, '{"t":  "a"}'))).toEqual(['{"t":  "a"}']);
+    expect(writer.chunks(relayed({ t: 'b', extra: [1] }))).toEqual(['{"t":"b","extra":[1]}']);
+  });
+
+  it('an item that did not come from a worker is written as OpenAI JSON, one that says nothing as no chunk', () => {
+    const writer = new ResponseWriter('chat', { model: 'm' });
+    const [chunk, ...rest] = writer.chunks(text('hi'));
+    expect(rest).toEqual([]);
+    expect(JSON.parse(chunk as string).choices[0].delta).toEqual({ role: 'assistant', content: 'hi' });
+    expect(writer.chunks(text(''))).toEqual([]);
+  });
+
+  it('a whole body in the wire of a streamed item is not an event: the item is re-created', () => {
+    const writer = new ResponseWriter('completions', { model: 'm' });
+    const [chunk] = writer.chunks(relayed({ t: 'z' }, '{"t":"z"}', 'body'));
+    expect(JSON.parse(chunk as string)).toMatchObject({ object: 'text_completion', choices: [{ text: 'z' }] });
+  });
+
+  it('closing: no usage chunk after a relayed stream (the worker sent its own), a re-created one otherwise', () => {
+    const body = { model: 'm', stream_options: { include_usage: true } };
+    const relay = new ResponseWriter('completions', body);
+    relay.chunks(
+      Annotated.withWire(Annotated.fromData({ token_ids: [], completion_usage: usage }), [
+        { form: 'event', text: '{"usage":{}}', json: { usage: {} } },
+      ]),
+    );
+    expect(relay.closing()).toEqual([]);
+    // An item the flow made after relayed ones (a usage of its own) does not add a second usage chunk.
+    relay.chunks(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
+    expect(relay.closing()).toEqual([]);
+    const recreate = new ResponseWriter('completions', body);
+    recreate.chunks(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
+    const [closing, ...rest] = recreate.closing();
+    expect(rest).toEqual([]);
+    expect(JSON.parse(closing as string)).toMatchObject({ choices: [], usage });
+    expect(new ResponseWriter('completions', { model: 'm' }).closing()).toEqual([]);
+  });
+
+  it('an item whose wire mixes an event with a body is re-created whole, not relayed in part', () => {
+    const writer = new ResponseWriter('completions', { model: 'm' });
+    const mixed = Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: 'q' }), [
+      { form: 'event', text: '{"e":1}', json: { e: 1 } },
+      { form: 'body', text: '{"b":1}', json: { b: 1 } },
+    ]);
+    const [chunk, ...rest] = writer.chunks(mixed);
+    expect(rest).toEqual([]);
+    expect(JSON.parse(chunk as string)).toMatchObject({ choices: [{ text: 'q' }] });
+  });
+
+  it("whole: one item with the worker's body is that body; anything else is re-created", () => {
+    const body = { id: 'cmpl-worker', choices: [{ text: 'w' }] };
+    expect(new ResponseWriter('completions', { model: 'm' }).whole([relayed(body, JSON.stringify(body), 'body')])).toBe(
+      body,
+    );
+    const events = new ResponseWriter('completions', { model: 'm' }).whole([relayed({ t: 'e' }, '{"t":"e"}')]);
+    expect(events).toMatchObject({ object: 'text_completion', choices: [{ text: 'e' }] });
+    const two = new ResponseWriter('completions', { model: 'm' }).whole([
+      relayed({ t: 'a' }, '{"t":"a"}', 'body'),
+      relayed({ t: 'b' }, '{"t":"b"}', 'body'),
+    ]);
+    expect(two).toMatchObject({ choices: [{ text: 'ab' }] });
+    const split = Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: 'c' }), [
+      { form: 'body', text: '{}', json: {} },
+      { form: 'body', text: '{}', json: {} },
+    ]);
+    expect(new ResponseWriter('completions', { model: 'm' }).whole([split])).toMatchObject({
+      choices: [{ text: 'c' }],
+    });
+  });
+
+  it('usage: the last one a worker reported, streamed or whole, none before', () => {
+    const writer = new ResponseWriter('chat', { model: 'm' });
+    expect(writer.usage).toBeUndefined();
+    writer.chunks(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: { ...usage, total_tokens: 1 } }));
+    writer.chunks(Annotated.fromData({ token_ids: [], text: 'b', completion_usage: null } as never));
+    expect(writer.usage).toEqual({ ...usage, total_tokens: 1 });
+    const whole = new ResponseWriter('chat', { model: 'm' });
+    whole.whole([Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage })]);
+    expect(whole.usage).toEqual(usage);
   });
 });
