@@ -10,8 +10,7 @@ import type { Route } from './openai-format.js';
 // checks); every other field passes unchecked and unchanged (`looseObject`): the relay is
 // faithful, and an engine's extension stays the engine's business.
 
-const int = (min: number, max?: number) =>
-  max === undefined ? z.number().int().min(min) : z.number().int().min(min).max(max);
+const int = (min: number) => z.number().int().min(min);
 const tokenIds = z.array(z.number().int().min(0)).min(1);
 
 /** The sampling fields OpenAI's routes take at the top and SGLang's `/generate` in `sampling_params`. */
@@ -121,8 +120,8 @@ function checkContext(route: Route, body: Record<string, unknown>, limits: Model
         ? ['max_completion_tokens', body.max_completion_tokens]
         : ['max_tokens', body.max_tokens];
   if (typeof budget !== 'number') return;
-  const ids = route === 'generate' ? body.input_ids : body.prompt;
-  // Token ids say the prompt's length; of a text prompt only the tokenizer knows it.
+  // Token ids say the prompt's length; of a text prompt (and chat messages) only the tokenizer knows it.
+  const ids = route === 'generate' ? body.input_ids : route === 'completions' ? body.prompt : undefined;
   const promptTokens = Array.isArray(ids) && ids.every((id) => typeof id === 'number') ? ids.length : 0;
   if (promptTokens + budget > context) {
     const prompt = promptTokens > 0 ? ` with a prompt of ${promptTokens} tokens` : '';
