@@ -3,7 +3,7 @@ import type { WorkerPool } from '../flow/worker-pool.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import type { Logger } from '../runtime/logger.js';
 import { findCause } from '../util/cause-chain.js';
-import { joinUrl, trimSlash } from '../util/url.js';
+import { isUnder, joinUrl } from '../util/url.js';
 
 type Named = { url: string };
 
@@ -189,7 +189,7 @@ export class HealthChecker {
     const counted = !unreachable && (upstream.kind !== 'status' || (upstream.status ?? 0) >= 500);
     for (const role of ['prefill', 'decode'] as const) {
       const worker = workers[role];
-      if (worker === undefined || !upstream.url.startsWith(trimSlash(worker.url))) continue;
+      if (worker === undefined || !isUnder(upstream.url, worker.url)) continue;
       if (unreachable) this.failed(role, worker);
       else if (counted) this.#count(role, worker, upstream);
     }
@@ -198,7 +198,7 @@ export class HealthChecker {
   /** A request found `worker` unreachable: out of rotation until a probe says otherwise. */
   failed(role: string, worker: Named): void {
     const entry = this.#pools.find((candidate) => candidate.role === role);
-    if (entry === undefined || !entry.pool.workers.includes(worker) || !entry.pool.isAvailable(worker)) return;
+    if (entry === undefined || !entry.pool.isAvailable(worker)) return;
     entry.pool.setAvailable(worker, false);
     this.#options.logger.warn(
       { worker: worker.url, role },

@@ -9,3 +9,12 @@ export function trimSlash(base: string): string {
 export function joinUrl(base: string, path: string): string {
   return `${trimSlash(base)}${path}`;
 }
+
+/**
+ * Whether `url` was called on the worker at `base`: its own URL or one under it. A plain
+ * prefix test would take `http://decode-10/...` for a call to `http://decode-1`.
+ */
+export function isUnder(url: string, base: string): boolean {
+  const root = trimSlash(base);
+  return url === root || url.startsWith(`${root}/`);
+}
