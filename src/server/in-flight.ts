@@ -54,7 +54,6 @@ export class InFlightRequests {
       entry.shutdown();
       return finished(entry.res);
     });
-    if (ending.length === 0) return;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.all(ending),

@@ -1,0 +1,69 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { describe, expect, it } from 'vitest';
+import { answerUnauthorized, bearerMatches } from '../../src/server/bearer-auth.js';
+
+const asking = (authorization?: string) =>
+  ({ headers: authorization === undefined ? {} : { authorization } }) as IncomingMessage;
+
+describe('bearerMatches', () => {
+  it('without a key every request passes', () => {
+    expect(bearerMatches(asking(), undefined)).toBe(true);
+    expect(bearerMatches(asking('Bearer anything'), undefined)).toBe(true);
+  });
+
+  it('with a key only "Bearer <key>" passes: any case of Bearer, any spacing, nothing else', () => {
+    for (const header of ['Bearer s3cret', 'bearer s3cret', 'BEARER   s3cret', 'Bearer s3cret  ', 'Bearer\ts3cret']) {
+      expect(bearerMatches(asking(header), 's3cret'), header).toBe(true);
+    }
+    for (const header of [
+      undefined,
+      '',
+      's3cret',
+      'Basic s3cret',
+      'Bearer s3cre',
+      'Bearer s3cret2',
+      'Bearer ',
+      'xBearer s3cret',
+    ]) {
+      expect(bearerMatches(asking(header), 's3cret'), String(header)).toBe(false);
+    }
+  });
+});
+
+describe('answerUnauthorized', () => {
+  it('a 401 as OpenAI answers a bad key, naming which key', () => {
+    for (const which of ['API key', 'admin key'] as const) {
+      let status = 0;
+      let body = '';
+      const headers: Record<string, unknown> = {};
+      const res = {
+        statusCode: 200,
+        setHeader: (name: string, value: unknown) => {
+          headers[name.toLowerCase()] = value;
+        },
+        writeHead(code: number, head?: Record<string, unknown>) {
+          status = code;
+          for (const [name, value] of Object.entries(head ?? {})) headers[name.toLowerCase()] = value;
+          return this;
+        },
+        end(text?: string) {
+          body = text ?? '';
+          return this;
+        },
+        headersSent: false,
+        writableEnded: false,
+        destroyed: false,
+      } as unknown as ServerResponse;
+      answerUnauthorized(res, which);
+      expect(status || (res as { statusCode: number }).statusCode).toBe(401);
+      expect(JSON.parse(body)).toEqual({
+        error: {
+          message: `Incorrect or missing ${which}: send it as "Authorization: Bearer <key>"`,
+          type: 'invalid_request_error',
+          code: 'invalid_api_key',
+          param: null,
+        },
+      });
+    }
+  });
+});
