@@ -175,6 +175,24 @@ describe('the admin API', () => {
     expect(wrongMethod.headers.allow).toBe('POST');
   });
 
+  it('routes: each path takes its methods (405 with Allow otherwise); an unknown worker is a 404 naming it', async () => {
+    const { admin, url } = await start();
+    const listing = await admin('DELETE', '/admin/workers');
+    expect([listing.status, listing.headers.allow]).toEqual([405, 'GET, HEAD, POST']);
+    expect(listing.body.error.message).toBe('DELETE is not allowed on /admin/workers: use GET or HEAD or POST');
+    const head = await request(`${url}/admin/workers`, { method: 'HEAD', headers: ADMIN });
+    expect(head.statusCode).toBe(200);
+    await head.body.dump();
+    const worker = await admin('POST', '/admin/workers/decode-0');
+    expect([worker.status, worker.headers.allow]).toEqual([405, 'DELETE']);
+    expect(worker.body.error.message).toBe('POST is not allowed on /admin/workers/decode-0: use DELETE');
+    const nameless = await admin('DELETE', '/admin/workers/');
+    expect([nameless.status, nameless.body.error.message]).toEqual([404, 'No route DELETE /admin/workers/']);
+    const unknown = await admin('POST', '/admin/workers/decode%2D9/drain');
+    expect([unknown.status, unknown.body.error.message]).toEqual([404, 'No worker is named "decode-9"']);
+    expect((await admin('GET', '/admin/workers')).body.decode).toHaveLength(1);
+  });
+
   it('draining: the request under way finishes whole, new ones go elsewhere, then the worker leaves', async () => {
     const { admin, client, decodeWorkerOf, metric, logs } = await start({ adminKey: 'admin-secret' }, 2);
     const slow = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 40, tokenIntervalMs: 25 });
