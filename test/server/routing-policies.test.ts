@@ -1,0 +1,70 @@
+import { describe, expect, it, vi } from 'vitest';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import type { ResolvedProxyOptions } from '../../src/server/options.js';
+import { conditionalAggregation, selectionFor } from '../../src/server/routing-policies.js';
+
+vi.mock('../../src/routing/cache-aware.js', async (importOriginal) => {
+  const original = await importOriginal<typeof import('../../src/routing/cache-aware.js')>();
+  return { ...original, cacheAware: vi.fn(original.cacheAware) };
+});
+const { cacheAware } = await import('../../src/routing/cache-aware.js');
+
+type W = { url: string };
+const routing: ResolvedProxyOptions['routing'] = {
+  cacheThreshold: 0.3,
+  balanceAbsThreshold: 7,
+  balanceRelThreshold: 1.5,
+  maxTreeChars: 4096,
+  aggregateBelowChars: 0,
+  aggregateCachedRatio: 0,
+};
+
+describe('selectionFor', () => {
+  it('each policy name gets a policy object of its own; cache-aware with the routing settings', () => {
+    const first = selectionFor<W>('cache-aware', routing);
+    expect(cacheAware).toHaveBeenCalledWith({
+      cacheThreshold: 0.3,
+      balanceAbsThreshold: 7,
+      balanceRelThreshold: 1.5,
+      maxTreeChars: 4096,
+    });
+    expect(first).toMatchObject({ name: 'cache-aware' });
+    expect(selectionFor<W>('cache-aware', routing)).not.toBe(first);
+    expect(selectionFor<W>('power-of-two', routing)).toMatchObject({ name: 'power-of-two' });
+    expect(selectionFor<W>('session', routing)).toMatchObject({ name: 'session' });
+    expect(selectionFor<W>('least-in-flight', routing)).toBe('least-in-flight');
+    expect(selectionFor<W>('round-robin', routing)).toBe('round-robin');
+  });
+});
+
+describe('conditionalAggregation', () => {
+  const decode = () => new WorkerPool<W>([{ url: 'http://d0' }, { url: 'http://d1' }]);
+
+  it('off (undefined) when both conditions are off, or the cache condition has no tree to read', () => {
+    expect(conditionalAggregation(routing, decode(), 'least-in-flight')).toBeUndefined();
+    expect(
+      conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), 'least-in-flight'),
+    ).toBeUndefined();
+  });
+
+  it('a prompt shorter than aggregateBelowChars is served on decode alone; one that long is disaggregated', () => {
+    const decide = conditionalAggregation({ ...routing, aggregateBelowChars: 5 }, decode(), 'least-in-flight');
+    expect(decide?.({ prompt: 'abcd' })).toBe('short-prompt');
+    expect(decide?.({ prompt: '' })).toBe('short-prompt');
+    expect(decide?.({ prompt: 'abcde' })).toBeUndefined();
+  });
+
+  it('a prompt a decode worker in rotation holds more than aggregateCachedRatio of is served on decode alone', () => {
+    const pool = decode();
+    const selection = selectionFor<W>('cache-aware', routing);
+    const tree = (selection as unknown as { tree: { insert(text: string, worker: W): void } }).tree;
+    const [d0] = pool.workers as [W, W];
+    tree.insert('0123456789', d0);
+    const decide = conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, pool, selection);
+    expect(decide?.({ prompt: '012345abcd' })).toBe('decode-cached');
+    expect(decide?.({ prompt: '01234abcde' })).toBeUndefined();
+    expect(decide?.({ prompt: '' })).toBeUndefined();
+    pool.setAvailable(d0, false);
+    expect(decide?.({ prompt: '0123456789' })).toBeUndefined();
+  });
+});
