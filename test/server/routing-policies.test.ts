@@ -42,6 +42,7 @@ describe('conditionalAggregation', () => {
 
   it('off (undefined) when both conditions are off, or the cache condition has no tree to read', () => {
     expect(conditionalAggregation(routing, decode(), 'least-in-flight')).toBeUndefined();
+    expect(conditionalAggregation(routing, decode(), selectionFor<W>('cache-aware', routing))).toBeUndefined();
     expect(
       conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), 'least-in-flight'),
     ).toBeUndefined();
