@@ -17,6 +17,7 @@ const routing: ResolvedProxyOptions['routing'] = {
   maxTreeChars: 4096,
   aggregateBelowChars: 0,
   aggregateCachedRatio: 0,
+  sessionHeader: 'x-session-id',
 };
 
 describe('selectionFor', () => {
