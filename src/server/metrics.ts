@@ -210,7 +210,8 @@ function registerGauges(
     collect() {
       for (const [role, pool] of Object.entries(pools)) {
         const counts = { ready: 0, down: 0, draining: 0 };
-        for (const worker of pool.workers) counts[pool.stateOf(worker) ?? 'draining'] += 1;
+        // A listed worker always has a state.
+        for (const worker of pool.workers) counts[pool.stateOf(worker) as keyof typeof counts] += 1;
         for (const [state, count] of Object.entries(counts)) this.set({ role, state }, count);
       }
     },

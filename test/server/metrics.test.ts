@@ -1,0 +1,201 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import type { FlowEvent } from '../../src/flow/events.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { ProxyMetrics } from '../../src/server/metrics.js';
+
+type Named = { url: string };
+
+function setup(admission?: { active: number; queued: number }, shared?: Registry) {
+  const prefill = new WorkerPool<Named>([{ url: 'http://p0' }]);
+  const decode = new WorkerPool<Named>([{ url: 'http://d0' }, { url: 'http://d1' }]);
+  const metrics = new ProxyMetrics({ prefill, decode }, admission, shared);
+  /** Each series of `name` as `labels => value` (histograms: their _sum and _count). */
+  const values = async (name: string, registry: Registry = metrics.registry) => {
+    const metric = (await registry.getMetricsAsJSON()).find((each) => each.name === name);
+    const out: Record<string, number> = {};
+    for (const { labels, value, metricName } of (metric?.values ?? []) as Array<{
+      labels: Record<string, string | number>;
+      value: number;
+      metricName?: string;
+    }>) {
+      if (metricName?.endsWith('_bucket')) continue;
+      const suffix = metricName === undefined ? '' : metricName.slice(name.length);
+      const key = Object.entries(labels)
+        .map(([label, v]) => `${label}=${v}`)
+        .join(',');
+      out[`${suffix}${suffix && key ? ' ' : ''}${key}`] = value;
+    }
+    return out;
+  };
+  return { metrics, prefill, decode, values };
+}
+
+const event = (type: string, elapsedMs: number, fields: Record<string, unknown> = {}) =>
+  ({ type, requestId: 'r', elapsedMs, late: false, ...fields }) as FlowEvent;
+
+describe('ProxyMetrics: what /metrics says', () => {
+  it("every disagg_ metric is in the README's table with its type and labels, and explains itself", async () => {
+    const { metrics } = setup();
+    const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
+    const documented = [...readme.matchAll(/^\| `(disagg_\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
+      ([, name, type, labels]) => ({
+        name,
+        type,
+        labels: [...(labels ?? '').matchAll(/`(\w+)`/g)].map((m) => m[1]),
+      }),
+    );
+    const exposed = (await metrics.registry.getMetricsAsJSON())
+      .filter((metric) => metric.name.startsWith('disagg_'))
+      .map((metric) => ({
+        name: metric.name,
+        type: String(metric.type),
+        labels: [
+          ...((metrics.registry.getSingleMetric(metric.name) as unknown as { labelNames: string[] }).labelNames ?? []),
+        ],
+        help: metric.help,
+      }));
+    const byName = (a: { name?: string }, b: { name?: string }) => String(a.name).localeCompare(String(b.name));
+    expect(exposed.map(({ help: _, ...rest }) => rest).sort(byName)).toEqual(documented.sort(byName));
+    for (const { name, help } of exposed) expect(help, name).toMatch(/^[A-Z].{20,}/);
+  });
+
+  it("an application's registry gets the proxy's metrics too, not its process metrics", async () => {
+    const shared = new Registry();
+    const { metrics, values } = setup(undefined, shared);
+    metrics.retried('decode');
+    expect(await values('disagg_retries_total', shared)).toEqual({ 'leg=decode': 1 });
+    const names = (await shared.getMetricsAsJSON()).map((metric) => metric.name);
+    expect(names.every((name) => name.startsWith('disagg_'))).toBe(true);
+    expect(
+      (await metrics.registry.getMetricsAsJSON()).some((metric) => metric.name === 'process_cpu_user_seconds_total'),
+    ).toBe(true);
+  });
+});
+
+describe('ProxyMetrics: fed by the flow', () => {
+  it('durations in seconds: prefill from dispatch to completion, the handoff from first output to the KV taken, the first token, the held terminal', async () => {
+    const { metrics, values } = setup();
+    const listen = metrics.listener();
+    listen(event('routed', 0, { strategy: 'sequential' }));
+    listen(event('prefillDispatched', 10));
+    listen(event('prefillFirstOutput', 260));
+    listen(event('prefillCompleted', 510));
+    listen(event('kvClaimed', 760));
+    listen(event('firstToken', 1500));
+    listen(event('terminalReleased', 1600, { heldMs: 40 }));
+    listen(event('cleanupExpired', 2000, { error: new Error('gone') }));
+    listen(event('settled', 2100));
+    expect(await values('disagg_prefill_duration_seconds')).toEqual({ _sum: 0.5, _count: 1 });
+    expect(await values('disagg_handoff_window_seconds')).toEqual({ _sum: 0.5, _count: 1 });
+    expect(await values('disagg_time_to_first_token_seconds')).toEqual({ _sum: 1.5, _count: 1 });
+    expect(await values('disagg_held_terminal_wait_seconds')).toEqual({ _sum: 0.04, _count: 1 });
+    expect(await values('disagg_orphaned_handoffs_total')).toEqual({ '': 1 });
+    expect(await values('disagg_routed_requests_total')).toEqual({ 'strategy=sequential,reason=': 1 });
+  });
+
+  it('an end without its start is not a duration; each request has a listener of its own', async () => {
+    const { metrics, values } = setup();
+    const first = metrics.listener();
+    const second = metrics.listener();
+    first(event('prefillDispatched', 100));
+    first(event('prefillFirstOutput', 100));
+    second(event('prefillCompleted', 300));
+    second(event('kvClaimed', 300));
+    second(event('routed', 0, { strategy: 'aggregated', reason: 'short-prompt' }));
+    expect(await values('disagg_prefill_duration_seconds')).toEqual({ _sum: 0, _count: 0 });
+    expect(await values('disagg_handoff_window_seconds')).toEqual({ _sum: 0, _count: 0 });
+    expect(await values('disagg_routed_requests_total')).toEqual({ 'strategy=aggregated,reason=short-prompt': 1 });
+  });
+
+  it("a request is counted once it is answered: by the flow's verdict, else by its status and whether it finished", async () => {
+    const { metrics, values } = setup();
+    const res = (statusCode: number, writableFinished = true) => ({ statusCode, writableFinished });
+    const judged = res(502);
+    metrics.verdict(judged, 'error', 'prefill');
+    metrics.answered('chat', judged);
+    for (const [status, finished] of [
+      [200, true],
+      [399, true],
+      [400, true],
+      [499, true],
+      [500, true],
+      [200, false],
+    ] as const) {
+      metrics.answered('completions', res(status, finished));
+    }
+    expect(await values('disagg_requests_total')).toEqual({
+      'route=chat,status=502,outcome=error,leg=prefill': 1,
+      'route=completions,status=200,outcome=success,leg=': 1,
+      'route=completions,status=399,outcome=success,leg=': 1,
+      'route=completions,status=400,outcome=rejected,leg=': 1,
+      'route=completions,status=499,outcome=rejected,leg=': 1,
+      'route=completions,status=500,outcome=error,leg=': 1,
+      'route=completions,status=200,outcome=cancelled,leg=': 1,
+    });
+  });
+
+  it('retries by leg, queue waits, gaps between chunks and membership changes', async () => {
+    const { metrics, values } = setup();
+    metrics.retried('prefill');
+    metrics.retried('prefill');
+    metrics.queueWait(0.25);
+    metrics.interToken(0.02);
+    metrics.interToken(0.03);
+    metrics.membershipChanged('decode', 'added', 'dns');
+    expect(await values('disagg_retries_total')).toEqual({ 'leg=prefill': 2 });
+    expect(await values('disagg_queue_wait_seconds')).toEqual({ _sum: 0.25, _count: 1 });
+    expect(await values('disagg_inter_token_latency_seconds')).toEqual({ _sum: 0.05, _count: 2 });
+    expect(await values('disagg_worker_changes_total')).toEqual({ 'role=decode,change=added,source=dns': 1 });
+  });
+});
+
+describe('ProxyMetrics: gauges read at each scrape', () => {
+  it('admission: queued and admitted requests (0 without admission)', async () => {
+    const admission = { active: 3, queued: 2 };
+    const { values } = setup(admission);
+    expect(await values('disagg_queue_depth')).toEqual({ '': 2 });
+    expect(await values('disagg_admitted_requests')).toEqual({ '': 3 });
+    admission.queued = 0;
+    expect(await values('disagg_queue_depth')).toEqual({ '': 0 });
+    const none = setup();
+    expect(await none.values('disagg_queue_depth')).toEqual({ '': 0 });
+    expect(await none.values('disagg_admitted_requests')).toEqual({ '': 0 });
+  });
+
+  it('workers by state, in flight and in rotation, for the workers of this scrape only', async () => {
+    const { prefill, decode, values } = setup();
+    const [d0, d1] = decode.workers as [Named, Named];
+    decode.setAvailable(d1, false);
+    const lease = decode.acquire();
+    const draining = prefill.workers[0] as Named;
+    const prefillLease = prefill.acquire();
+    void prefill.drain(draining);
+    expect(await values('disagg_workers')).toEqual({
+      'role=prefill,state=ready': 0,
+      'role=prefill,state=down': 0,
+      'role=prefill,state=draining': 1,
+      'role=decode,state=ready': 1,
+      'role=decode,state=down': 1,
+      'role=decode,state=draining': 0,
+    });
+    expect(await values('disagg_in_flight_requests')).toEqual({
+      'role=prefill,worker=http://p0': 1,
+      'role=decode,worker=http://d0': 1,
+      'role=decode,worker=http://d1': 0,
+    });
+    expect(await values('disagg_worker_available')).toEqual({
+      'role=prefill,worker=http://p0': 0,
+      'role=decode,worker=http://d0': 1,
+      'role=decode,worker=http://d1': 0,
+    });
+    prefillLease.release();
+    await decode.remove(d1);
+    lease.release();
+    expect(Object.keys(await values('disagg_in_flight_requests'))).toEqual(['role=decode,worker=http://d0']);
+    expect(Object.keys(await values('disagg_worker_available'))).toEqual(['role=decode,worker=http://d0']);
+    expect(d0).toBeDefined();
+  });
+});
