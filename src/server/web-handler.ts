@@ -52,7 +52,9 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
   const core = new ProxyCore(proxy);
   const handler = async (request: Request): Promise<Response> => {
     const pathname = new URL(request.url).pathname;
-    const path = basePath !== '' && pathname.startsWith(basePath) ? pathname.slice(basePath.length) || '/' : pathname;
+    // Under basePath: the base itself or below it (`/llmx` is not under `/llm`); every path is under ''.
+    const under = pathname === basePath || pathname.startsWith(`${basePath}/`);
+    const path = under ? pathname.slice(basePath.length) || '/' : pathname;
     try {
       await core.start();
     } catch (error) {
