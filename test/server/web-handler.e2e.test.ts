@@ -93,12 +93,18 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     await response.text();
     // The base path alone is the root; a path outside it is taken as it is.
     const root = await handler(new Request('http://app.test/llm'));
-    expect([root.status, (await root.json()).error.message]).toEqual([404, 'No route GET /']);
+    expect([root.status, ((await root.json()) as { error: { message: string } }).error.message]).toEqual([
+      404,
+      'No route GET /',
+    ]);
     const outside = await handler(new Request('http://app.test/health'));
     expect(outside.status).toBe(200);
     await outside.text();
     const beside = await handler(post('/llmx/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
-    expect([beside.status, (await beside.json()).error.message]).toEqual([404, 'No route POST /llmx/v1/completions']);
+    expect([beside.status, ((await beside.json()) as { error: { message: string } }).error.message]).toEqual([
+      404,
+      'No route POST /llmx/v1/completions',
+    ]);
     expect(() => createHandler({ connector: 'vllm', prefill: [], decode: [], basePath: 'llm/' })).toThrow(
       'basePath must be a path that starts with / and does not end with one',
     );
