@@ -39,6 +39,23 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
+  it('GET /v1/models with no decode worker in rotation is a 503; with one that cannot be reached a 502 naming it, not its address', async () => {
+    const { url, proxy, decode } = await setup('vllm');
+    const worker = proxy.decodeWorkers.workers[0] as { url: string };
+    proxy.decodeWorkers.setAvailable(worker, false);
+    const none = await request(`${url}/v1/models`);
+    expect(none.statusCode).toBe(503);
+    expect(((await none.body.json()) as { error: { type: string } }).error.type).toBe('service_unavailable');
+    proxy.decodeWorkers.setAvailable(worker, true);
+    await decode.close();
+    const gone = await request(`${url}/v1/models`);
+    expect(gone.statusCode).toBe(502);
+    const text = await gone.body.text();
+    expect(JSON.parse(text).error).toMatchObject({ type: 'upstream_error', leg: 'decode' });
+    expect(text).toContain('decode-0');
+    expect(text).not.toContain(new URL(decode.url).host);
+  });
+
   it('/ready is 200 with no prefill worker in rotation (decode serves alone) and says so; 503 with no decode worker', async () => {
     const { url, proxy } = await setup('vllm');
     proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, false);
