@@ -82,9 +82,9 @@ export async function relaySse(
       lastWrite = now;
       const text = chunks.length === 1 ? `data: ${chunks[0]}\n\n` : chunks.map((data) => `data: ${data}\n\n`).join('');
       if (!res.write(text) && !(await drainedWithin(res, hooks.slowClientTimeoutMs))) {
-        // The client has not read for too long: give the request up rather than buffer.
+        // The client has not read for too long (the wait destroyed the response) or has gone:
+        // give the request up rather than buffer.
         entry.context.stopGenerating();
-        res.destroy();
         return;
       }
     }
