@@ -28,8 +28,9 @@ export async function answerWhole(
     }
   } catch (error) {
     const answer = answerFor(error);
-    if (!res.writableEnded) answerJson(res, answer.status, answer.body);
+    // answerJson leaves an answer already sent alone (a shutdown answered it meanwhile).
+    answerJson(res, answer.status, answer.body);
     return;
   }
-  if (!res.writableEnded) answerJson(res, 200, writer.whole(items));
+  answerJson(res, 200, writer.whole(items));
 }
