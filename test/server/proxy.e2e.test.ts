@@ -176,6 +176,14 @@ describe('disagg proxy, with the official openai client', () => {
     expect([keepAliveTimeout, headersTimeout, requestTimeout]).toEqual([72_000, 10_000, 120_000]);
     const custom = await setup('vllm', {}, { keepAliveTimeoutMs: 10_000 });
     expect(custom.proxy.server.keepAliveTimeout).toBe(10_000);
+    // Node checks those timeouts on a period: a tenth of the headers' (1 s at most, 10 ms at least).
+    expect(proxy.server.connectionsCheckingInterval).toBe(1000);
+    const quick = await setup('vllm', {}, { headersTimeoutMs: 2000, requestTimeoutMs: 1500 });
+    // Headers cannot be given longer than the whole request.
+    expect([quick.proxy.server.headersTimeout, quick.proxy.server.requestTimeout]).toEqual([1500, 1500]);
+    expect(quick.proxy.server.connectionsCheckingInterval).toBe(200);
+    const tiny = await setup('vllm', {}, { headersTimeoutMs: 50, requestTimeoutMs: 100 });
+    expect(tiny.proxy.server.connectionsCheckingInterval).toBe(10);
   });
 
   it('GET /v1/models comes from a decode worker; /health, /ready and /metrics answer', async () => {
