@@ -184,6 +184,8 @@ describe('disagg proxy, with the official openai client', () => {
     expect(quick.proxy.server.connectionsCheckingInterval).toBe(200);
     const tiny = await setup('vllm', {}, { headersTimeoutMs: 50, requestTimeoutMs: 100 });
     expect(tiny.proxy.server.connectionsCheckingInterval).toBe(10);
+    const patient = await setup('vllm', {}, { headersTimeoutMs: 60_000 });
+    expect(patient.proxy.server.connectionsCheckingInterval).toBe(1000);
   });
 
   it('GET /v1/models comes from a decode worker; /health, /ready and /metrics answer', async () => {
