@@ -170,6 +170,10 @@ describe('disagg proxy, with the official openai client', () => {
     expect((error as { error?: { leg?: string } }).error?.leg).toBe('prefill');
   });
 
+  /** Node's period for checking the timeouts (not in @types/node). */
+  const checkingPeriod = (server: object) =>
+    (server as { connectionsCheckingInterval?: number }).connectionsCheckingInterval;
+
   it('keeps idle client connections 72 s (Node: 5 s), gives headers 10 s and a request 120 s, configurable', async () => {
     const { proxy } = await setup('vllm');
     const { keepAliveTimeout, headersTimeout, requestTimeout } = proxy.server;
@@ -177,15 +181,15 @@ describe('disagg proxy, with the official openai client', () => {
     const custom = await setup('vllm', {}, { keepAliveTimeoutMs: 10_000 });
     expect(custom.proxy.server.keepAliveTimeout).toBe(10_000);
     // Node checks those timeouts on a period: a tenth of the headers' (1 s at most, 10 ms at least).
-    expect(proxy.server.connectionsCheckingInterval).toBe(1000);
+    expect(checkingPeriod(proxy.server)).toBe(1000);
     const quick = await setup('vllm', {}, { headersTimeoutMs: 2000, requestTimeoutMs: 1500 });
     // Headers cannot be given longer than the whole request.
     expect([quick.proxy.server.headersTimeout, quick.proxy.server.requestTimeout]).toEqual([1500, 1500]);
-    expect(quick.proxy.server.connectionsCheckingInterval).toBe(200);
+    expect(checkingPeriod(quick.proxy.server)).toBe(200);
     const tiny = await setup('vllm', {}, { headersTimeoutMs: 50, requestTimeoutMs: 100 });
-    expect(tiny.proxy.server.connectionsCheckingInterval).toBe(10);
+    expect(checkingPeriod(tiny.proxy.server)).toBe(10);
     const patient = await setup('vllm', {}, { headersTimeoutMs: 60_000 });
-    expect(patient.proxy.server.connectionsCheckingInterval).toBe(1000);
+    expect(checkingPeriod(patient.proxy.server)).toBe(1000);
   });
 
   it('GET /v1/models comes from a decode worker; /health, /ready and /metrics answer', async () => {
