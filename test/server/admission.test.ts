@@ -144,6 +144,21 @@ describe('Admission', () => {
     expect(admission.active).toBe(0);
   });
 
+  it('a client that leaves after its admission does not take another waiter out of the queue', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 2, queueTimeoutMs: 1000 });
+    const holder = await admission.enter(never);
+    let leave: () => void = () => {};
+    const first = admission.enter(new Promise<void>((resolve) => (leave = resolve)));
+    const second = admission.enter(never);
+    second.catch(() => {});
+    holder.release();
+    await first;
+    leave();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(admission.queued).toBe(1);
+  });
+
   it('with no queue, a request beyond the slots is refused at once', async () => {
     const admission = new Admission({ maxConcurrent: 1, queueSize: 0, queueTimeoutMs: 1000 });
     await admission.enter(never);

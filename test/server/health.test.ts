@@ -64,7 +64,7 @@ describe('HealthChecker probes', () => {
     answer(d0, 404);
     await checker.check();
     expect(decode.isAvailable(d0)).toBe(false);
-    expect(logs).toEqual([
+    expect(logs).toStrictEqual([
       {
         level: 'warn',
         fields: {
@@ -470,6 +470,18 @@ describe('probeHint', () => {
     ['http://w:8000', undefined, 'EAI_AGAIN', 'the host name does not resolve'],
     ['http://w:8000', undefined, 'TIMEOUT', 'no answer in time: a firewall, or an overloaded worker'],
     ['http://w:8000', undefined, 'UND_ERR_CONNECT_TIMEOUT', 'no answer in time: a firewall, or an overloaded worker'],
+    [
+      'http://w:8000/v1x/v1',
+      undefined,
+      undefined,
+      "the worker URL ends in /v1: give the server's root (http://w:8000/v1x), not an OpenAI base URL",
+    ],
+    [
+      'http://w:8000/v1/chat',
+      404,
+      undefined,
+      'the worker has no /health: is the URL the root of a vLLM or SGLang server?',
+    ],
     ['http://w:8000', 500, undefined, undefined],
     ['http://w:8000', undefined, 'ECONNRESET', undefined],
     ['not a url', 404, undefined, undefined],
