@@ -6,6 +6,7 @@ import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { RequestError } from '../../src/http/node-server.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import { errorAnswer, ShutdownError } from '../../src/server/error-answers.js';
+import { DisaggError } from '../../src/util/disagg-error.js';
 
 describe('errorAnswer: one table from error to HTTP status and OpenAI error type', () => {
   const url = 'http://w:8000/v1/completions';
@@ -63,5 +64,58 @@ describe('errorAnswer: one table from error to HTTP status and OpenAI error type
 
   it('the leg given by the caller wins', () => {
     expect(errorAnswer(new Error('x'), 'decode').body.error.leg).toBe('decode');
+  });
+});
+
+describe('errorAnswer: every code of the table', () => {
+  it.each([
+    ['DISAGG_BAD_REQUEST', 400, 'invalid_request_error'],
+    ['DISAGG_HANDOFF_FIELD', 400, 'invalid_request_error'],
+    ['DISAGG_UNSUPPORTED_REQUEST', 400, 'invalid_request_error'],
+    ['DISAGG_CONFIG', 400, 'invalid_request_error'],
+    ['DISAGG_NOT_FOUND', 404, 'not_found'],
+    ['DISAGG_WORKER_UNKNOWN', 404, 'not_found'],
+    ['DISAGG_WORKER_EXISTS', 409, 'conflict'],
+    ['DISAGG_METHOD_NOT_ALLOWED', 405, 'invalid_request_error'],
+    ['DISAGG_BODY_TOO_LARGE', 413, 'invalid_request_error'],
+    ['DISAGG_OVERLOADED', 429, 'rate_limit_exceeded'],
+    ['DISAGG_NO_WORKER', 503, 'service_unavailable'],
+    ['DISAGG_SHUTTING_DOWN', 503, 'service_unavailable'],
+    ['DISAGG_DEADLINE_EXCEEDED', 504, 'timeout'],
+    ['DISAGG_PREFILL_FAILED', 502, 'upstream_error'],
+    ['DISAGG_PREFILL_NOT_ACTIVATED', 502, 'upstream_error'],
+    ['DISAGG_PREFILL_NO_HANDOFF_PARAMS', 502, 'upstream_error'],
+    ['DISAGG_UPSTREAM_STATUS', 502, 'upstream_error'],
+    ['DISAGG_UPSTREAM_CONNECTION', 502, 'upstream_error'],
+    ['DISAGG_UPSTREAM_PROTOCOL', 502, 'upstream_error'],
+    ['DISAGG_SOMETHING_NEW', 500, 'internal_error'],
+  ])('%s is a %i %s', (code, status, type) => {
+    const answer = errorAnswer(new DisaggError(code, 'what happened'));
+    expect(answer).toStrictEqual({
+      status,
+      body: { error: { message: 'what happened', type, code: status, param: null } },
+    });
+  });
+
+  it("a plain error with a worker's failure in its causes is answered as that failure", () => {
+    const cause = UpstreamError.fromStatus('http://w/v1/completions', 503, 'busy');
+    expect(errorAnswer(new Error('wrapped', { cause })).status).toBe(502);
+    expect(errorAnswer(new Error('wrapped', { cause: UpstreamError.fromStatus('http://w', 404, 'no') })).status).toBe(
+      404,
+    );
+    // A library error of its own kind keeps its own answer, whatever its cause.
+    expect(errorAnswer(new DisaggError('DISAGG_NO_WORKER', 'none', { cause })).status).toBe(503);
+  });
+
+  it('anything thrown: its text as the message, a param only when the error names one as a string', () => {
+    expect(errorAnswer(null).body.error).toStrictEqual({
+      message: 'null',
+      type: 'internal_error',
+      code: 500,
+      param: null,
+    });
+    expect(errorAnswer('plain words').body.error.message).toBe('plain words');
+    expect(errorAnswer(Object.assign(new Error('x'), { param: 7 })).body.error.param).toBeNull();
+    expect(errorAnswer(Object.assign(new Error('x'), { param: 'top_p' })).body.error.param).toBe('top_p');
   });
 });
