@@ -1,5 +1,5 @@
 import { MockAgent } from 'undici';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ServedModels } from '../../src/server/model-limits.js';
 
 const agents: MockAgent[] = [];
@@ -47,6 +47,14 @@ describe('ServedModels', () => {
     expect(models.maxModelLen('qwen')).toBe(32768);
     expect(models.maxModelLen('other')).toBeUndefined();
     expect(seen.map((each) => each.headers.authorization)).toEqual(Array(3).fill('Bearer worker-key'));
+  });
+
+  it('each worker may take timeoutMs to answer (2 s by default)', async () => {
+    const timeout = vi.spyOn(AbortSignal, 'timeout');
+    const { models } = served({ 'http://a': { body: list() }, 'http://b': { body: list() } });
+    await models.refresh([{ url: 'http://a' }]);
+    await models.refresh([{ url: 'http://b' }], 300);
+    expect(timeout.mock.calls).toEqual([[2000], [300]]);
   });
 
   it('a request without a model gets the only model known; with two known, none', async () => {
