@@ -87,6 +87,8 @@ const ROUTE_LABELS: Readonly<Record<string, string>> = {
  */
 export function routeLabel(req: IncomingMessage, path = pathOf(req)): string {
   if (path.startsWith(`${ADMIN_PREFIX}/`)) return 'admin';
+  // One model (`GET /v1/models/{id}`) is the models route: the id must not become a label.
+  if (req.method === 'GET' && path.startsWith('/v1/models/')) return 'models';
   return ROUTE_LABELS[`${req.method} ${path}`] ?? 'unknown';
 }
 
