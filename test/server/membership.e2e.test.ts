@@ -221,11 +221,14 @@ describe('the admin API', () => {
   });
 
   it('removing: out of the pool at once (by name or URL); removing the last decode worker makes /ready fail', async () => {
-    const { admin, url, decode, decodeWorkerOf } = await start();
+    const { admin, url, decode, decodeWorkerOf, metric } = await start();
     const second = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
     await admin('POST', '/admin/workers', { role: 'decode', url: second.url });
     const removed = await admin('DELETE', `/admin/workers/${encodeURIComponent(decode.url)}`);
     expect(removed).toMatchObject({ status: 200, body: { name: 'decode-0', url: decode.url, state: 'left' } });
+    expect(await metric('disagg_worker_changes_total{role="decode",change="removed"')).toBe(
+      'disagg_worker_changes_total{role="decode",change="removed",source="admin"} 1',
+    );
     expect([await decodeWorkerOf(), await decodeWorkerOf()]).toEqual(['decode-1', 'decode-1']);
     expect((await request(`${url}/ready`)).statusCode).toBe(200);
     await admin('DELETE', '/admin/workers/decode-1');

@@ -122,7 +122,7 @@ describe('Membership: changes', () => {
     const { membership, decode, health, logs, changes } = setup();
     const view = await membership.add('decode', { url: 'http://10.0.0.3:8200' }, 'dns');
     expect(health.admit).toHaveBeenCalledWith('decode', decode.workers[1]);
-    expect(view).toEqual({
+    expect(view).toStrictEqual({
       role: 'decode',
       name: 'decode-1',
       url: 'http://10.0.0.3:8200',
@@ -293,6 +293,8 @@ describe('Membership: discovery', () => {
     await target.add('decode', { url: 'http://10.0.0.6:8200' });
     expect(check).toHaveBeenCalledWith('decode', { url: 'http://10.0.0.5:8200' });
     const lease = decode.acquire([decode.workers[0] as ProxyDecodeWorker, decode.workers[2] as ProxyDecodeWorker]);
+    target.drain('decode', 'http://nowhere');
+    expect(target.current('decode').map((worker) => worker.draining)).toEqual([false, false]);
     target.drain('decode', 'http://10.0.0.5:8200');
     expect(target.current('decode')).toEqual([
       { url: 'http://10.0.0.5:8200', draining: true },
@@ -302,6 +304,10 @@ describe('Membership: discovery', () => {
     target.drain('decode', 'http://10.0.0.9:8200');
     target.drain('decode', 'http://nowhere');
     expect(decode.stateOf(decode.workers[0] as ProxyDecodeWorker)).toBe('ready');
+    expect(target.current('decode')).toEqual([
+      { url: 'http://10.0.0.5:8200', draining: true },
+      { url: 'http://10.0.0.6:8200', draining: false },
+    ]);
     expect(target.current('prefill')).toEqual([]);
     expect(membership.workersFrom('decode', 'config').map((worker) => worker.url)).toEqual(['http://10.0.0.9:8200']);
     lease.release();
