@@ -91,11 +91,10 @@ type Leg = 'prefill' | 'decode';
  * @internal
  */
 export class RequestTrace {
-  readonly #tracing: Tracing | undefined;
+  /** With tracing: the API, the tracer, the request's span and its context; undefined without. */
+  readonly #traced: { api: Api; tracer: Otel.Tracer; span: Otel.Span; context: Otel.Context } | undefined;
   readonly #incoming: TraceHeaders | undefined;
   readonly #nameOf: (worker: { url: string }) => string;
-  readonly #span: Otel.Span | undefined;
-  readonly #context: Otel.Context | undefined;
   readonly #legs: { prefill?: Otel.Span; decode?: Otel.Span } = {};
   #handoff: Otel.Span | undefined;
 
@@ -105,26 +104,25 @@ export class RequestTrace {
     nameOf: (worker: { url: string }) => string,
     attributes: Record<string, string>,
   ) {
-    this.#tracing = tracing;
     this.#incoming = incoming;
     this.#nameOf = nameOf;
     if (tracing === undefined) return;
     const { api, tracer } = tracing;
     const parent = incoming === undefined ? api.ROOT_CONTEXT : remoteContext(api, incoming);
-    this.#span = tracer.startSpan('disagg.request', { kind: api.SpanKind.SERVER, attributes }, parent);
-    this.#context = api.trace.setSpan(parent, this.#span);
+    const span = tracer.startSpan('disagg.request', { kind: api.SpanKind.SERVER, attributes }, parent);
+    this.#traced = { api, tracer, span, context: api.trace.setSpan(parent, span) };
   }
 
   /** Whether this request's spans are recorded (an SDK is registered, and sampled it in). */
   get recording(): boolean {
-    return this.#span?.isRecording() === true;
+    return this.#traced?.span.isRecording() === true;
   }
 
   /** The trace headers of a call of `leg` to `worker`; with tracing, a new leg span. */
   headersFor(leg: Leg, worker: { url: string } | undefined): Record<string, string> {
-    const tracing = this.#tracing;
-    if (tracing === undefined || this.#context === undefined) return this.#passOn();
-    const { api, tracer } = tracing;
+    const traced = this.#traced;
+    if (traced === undefined) return this.#passOn();
+    const { api, tracer } = traced;
     // A leg called again (a retry) ends the span of the call before it.
     this.#legs[leg]?.end();
     const span = tracer.startSpan(
@@ -133,7 +131,7 @@ export class RequestTrace {
         kind: api.SpanKind.CLIENT,
         attributes: { 'disagg.leg': leg, ...(worker === undefined ? {} : { 'disagg.worker': this.#nameOf(worker) }) },
       },
-      this.#context,
+      traced.context,
     );
     this.#legs[leg] = span;
     const context = span.spanContext();
@@ -148,10 +146,9 @@ export class RequestTrace {
 
   /** Follows the flow: who serves, how each leg ended, the handoff. */
   onEvent(event: FlowEvent<{ url: string }, { url: string }>): void {
-    const span = this.#span;
-    const tracing = this.#tracing;
-    if (span === undefined || tracing === undefined) return;
-    const { api, tracer } = tracing;
+    const traced = this.#traced;
+    if (traced === undefined) return;
+    const { api, tracer, span } = traced;
     switch (event.type) {
       case 'routed':
         span.setAttributes({
@@ -162,7 +159,7 @@ export class RequestTrace {
         });
         break;
       case 'prefillFirstOutput':
-        this.#handoff ??= tracer.startSpan('disagg.handoff', { kind: api.SpanKind.INTERNAL }, this.#context);
+        this.#handoff ??= tracer.startSpan('disagg.handoff', { kind: api.SpanKind.INTERNAL }, traced.context);
         break;
       case 'handoff':
         this.#handoff?.setAttribute('disagg.handoff', event.handoff);
@@ -192,9 +189,9 @@ export class RequestTrace {
 
   /** Ends the request span (and any span still open) with the answer's status and the token counts. */
   end(status: number, outcome: string, usage: CompletionUsage | undefined, error: unknown): void {
-    const span = this.#span;
-    if (span === undefined || this.#tracing === undefined) return;
-    const { api } = this.#tracing;
+    const traced = this.#traced;
+    if (traced === undefined) return;
+    const { api, span } = traced;
     this.#endLeg('prefill', outcome);
     this.#endLeg('decode', outcome);
     this.#handoff?.end();
@@ -216,12 +213,14 @@ export class RequestTrace {
   }
 
   #endLeg(leg: Leg, outcome: string, error?: Error): void {
+    // Leg spans exist only with tracing.
     const span = this.#legs[leg];
-    if (span === undefined || this.#tracing === undefined) return;
+    const traced = this.#traced;
+    if (span === undefined || traced === undefined) return;
     this.#legs[leg] = undefined;
     span.setAttribute('disagg.outcome', outcome);
     if (error !== undefined) {
-      span.setStatus({ code: this.#tracing.api.SpanStatusCode.ERROR, message: error.message });
+      span.setStatus({ code: traced.api.SpanStatusCode.ERROR, message: error.message });
       span.recordException(error);
     }
     span.end();

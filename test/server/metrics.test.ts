@@ -62,6 +62,43 @@ describe('ProxyMetrics: what /metrics says', () => {
     for (const { name, help } of exposed) expect(help, name).toMatch(/^[A-Z].{20,}/);
   });
 
+  it('latencies are bucketed from 5 ms to 30 s, gaps between chunks from 1 ms to 2.5 s', async () => {
+    const { metrics } = setup();
+    const bounds = async (name: string) =>
+      ((await metrics.registry.getMetricsAsJSON()).find((metric) => metric.name === name)?.values ?? [])
+        .filter((value) => (value as { metricName?: string }).metricName?.endsWith('_bucket'))
+        .map((value) => value.labels.le);
+    expect(await bounds('disagg_time_to_first_token_seconds')).toEqual([
+      0.005,
+      0.01,
+      0.025,
+      0.05,
+      0.1,
+      0.25,
+      0.5,
+      1,
+      2.5,
+      5,
+      10,
+      30,
+      '+Inf',
+    ]);
+    expect(await bounds('disagg_inter_token_latency_seconds')).toEqual([
+      0.001,
+      0.0025,
+      0.005,
+      0.01,
+      0.02,
+      0.05,
+      0.1,
+      0.25,
+      0.5,
+      1,
+      2.5,
+      '+Inf',
+    ]);
+  });
+
   it("an application's registry gets the proxy's metrics too, not its process metrics", async () => {
     const shared = new Registry();
     const { metrics, values } = setup(undefined, shared);

@@ -8,7 +8,7 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { describe, expect, it } from 'vitest';
 import type { FlowEvent } from '../../src/flow/events.js';
-import { RequestTrace, Tracing } from '../../src/server/tracing.js';
+import { incomingTrace, RequestTrace, Tracing } from '../../src/server/tracing.js';
 
 const CLIENT = { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' };
 const CLIENT_STATE = { ...CLIENT, tracestate: 'vendor=abc' };
@@ -367,5 +367,26 @@ describe('RequestTrace over a tracer of its own kind', () => {
       'boom',
     );
     expect(spans[0]?.exceptions).toEqual([]);
+  });
+});
+
+describe('incomingTrace, at the edges of W3C Trace Context', () => {
+  const id = '0af7651916cd43dd8448eb211c80319c';
+  it('ids that start or end with zeros are ids; all zeros is none', () => {
+    for (const traceparent of [
+      `00-00${id.slice(2)}-b7ad6b7169203331-01`,
+      `00-${id.slice(0, 30)}00-b7ad6b7169203300-01`,
+    ]) {
+      expect(incomingTrace({ traceparent })).toStrictEqual({ traceparent });
+    }
+    expect(incomingTrace({ traceparent: `00-${'0'.repeat(32)}-b7ad6b7169203331-01` })).toBeUndefined();
+  });
+
+  it('a header with anything before it or after its flags (version 00) is invalid; an empty tracestate is dropped', () => {
+    expect(incomingTrace({ traceparent: `x00-${id}-b7ad6b7169203331-01` })).toBeUndefined();
+    expect(incomingTrace({ traceparent: `00-${id}-b7ad6b7169203331-01x` })).toBeUndefined();
+    expect(incomingTrace({ traceparent: `00-${id}-b7ad6b7169203331-01`, tracestate: '' })).toStrictEqual({
+      traceparent: `00-${id}-b7ad6b7169203331-01`,
+    });
   });
 });
