@@ -141,7 +141,8 @@ function expectation(issue: z.core.$ZodIssue): string {
       if (issue.origin === 'array' || issue.origin === 'string') return 'must not be empty';
       return `must be ${issue.inclusive === false ? 'greater than' : 'at least'} ${String(issue.minimum)}`;
     case 'too_big':
-      return `must be ${issue.inclusive === false ? 'less than' : 'at most'} ${String(issue.maximum)}`;
+      // Every maximum here is inclusive (`max`, never `lt`).
+      return `must be at most ${String(issue.maximum)}`;
     case 'invalid_union':
       return issue.message.startsWith('must ') ? issue.message : 'has none of the accepted forms';
     default:

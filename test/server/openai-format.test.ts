@@ -267,3 +267,45 @@ describe('ResponseWriter', () => {
     expect(whole.usage).toEqual(usage);
   });
 });
+
+describe('what an item without a field leaves as it was', () => {
+  const usage = { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 };
+
+  it('a later item without usage or finish keeps the usage and finish reported before', () => {
+    const chat = new OpenAIWriter('chat', { model: 'm', stream_options: { include_usage: true } });
+    chat.chunk(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage }));
+    chat.chunk(Annotated.fromData({ token_ids: [], text: 'b' }));
+    chat.chunk(Annotated.fromData({ token_ids: [], text: 'c', finish_reason: null, completion_usage: null } as never));
+    const closing = JSON.parse(chat.usageChunk() as string);
+    expect(closing).toMatchObject({ object: 'chat.completion.chunk', choices: [], usage });
+    const whole = new OpenAIWriter('completions', { model: 'm' });
+    whole.add(
+      Annotated.fromData({ token_ids: [], text: 'a', finish_reason: 'length', completion_usage: usage } as never),
+    );
+    whole.add(Annotated.fromData({ token_ids: [], text: 'b' }));
+    whole.add(Annotated.fromData({ token_ids: [], text: 'c', finish_reason: null, completion_usage: null } as never));
+    expect(whole.whole()).toMatchObject({ choices: [{ text: 'abc', finish_reason: 'length' }], usage });
+  });
+
+  it('a null finish reason is no finish', () => {
+    const writer = new OpenAIWriter('completions', { model: 'm' });
+    const chunk = JSON.parse(
+      writer.chunk(Annotated.fromData({ token_ids: [], text: 'a', finish_reason: null } as never)) as string,
+    );
+    expect(chunk.choices[0].finish_reason).toBeNull();
+  });
+
+  it('ResponseWriter: an item without data adds nothing and keeps the usage', () => {
+    const writer = new ResponseWriter('chat', { model: 'm' });
+    writer.chunks(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage }));
+    expect(writer.chunks({ event: 'ping' } as never)).toEqual([]);
+    writer.chunks(Annotated.fromData({ token_ids: [], text: 'b' }));
+    expect(writer.usage).toEqual(usage);
+    const whole = new ResponseWriter('chat', { model: 'm' });
+    whole.whole([
+      Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage }),
+      { event: 'ping' } as never,
+    ]);
+    expect(whole.usage).toEqual(usage);
+  });
+});
