@@ -126,7 +126,8 @@ async function serveAdmitted(
     // The client gets the worker's words without its address; the log keeps them whole.
     return errorAnswer(error, legOf(error), (text) => proxy.redact(text));
   };
-  const authorization = proxy.options.workerApiKey === undefined ? req.headers.authorization : undefined;
+  // Passed on to the workers unless a worker key replaces it (engineFor decides).
+  const authorization = req.headers.authorization;
   const trace = traceOf(proxy, req, route, requestId);
   events.trace = trace;
   // Traced: each leg's calls carry their own trace context; else one engine for both legs.
