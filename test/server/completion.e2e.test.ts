@@ -91,10 +91,12 @@ describe('what a body must be for its route', () => {
   });
 
   it('a body that is not JSON, or JSON that is not an object, says so', async () => {
-    const { url } = await setup('vllm');
+    const { url, logs } = await setup('vllm');
     const broken = await post(url, '/v1/completions', '{"prompt":');
     expect(broken.status).toBe(400);
     expect(broken.json.error.message).toMatch(/^The request body is not JSON: SyntaxError: /);
+    const logged = logs.find((record) => record.message === 'request rejected')?.fields as { err?: Error };
+    expect(logged.err?.cause).toBeInstanceOf(SyntaxError);
     for (const body of ['[]', 'null', '3', '"text"']) {
       const answer = await post(url, '/v1/completions', body);
       expect([answer.status, answer.json.error.message], body).toEqual([400, 'The request body must be a JSON object']);
@@ -126,7 +128,7 @@ describe('what the proxy says of a request', () => {
     expect(answer.status).toBe(200);
     const [line, ...rest] = finishedLine(logs);
     expect(rest).toEqual([]);
-    expect(line).toEqual({
+    expect(line).toStrictEqual({
       requestId: expect.stringMatching(/^[0-9a-f-]{36}$/),
       clientRequestId: 'client-7',
       route: 'completions',
@@ -141,6 +143,8 @@ describe('what the proxy says of a request', () => {
     expect(line?.durationMs as number).toBeGreaterThanOrEqual(0);
     expect(line?.durationMs as number).toBeLessThanOrEqual(Math.ceil(took));
     expect(answer.headers['x-request-id']).toBe('client-7');
+    // No onEvent tap: nothing about one is logged.
+    expect(logs.filter((record) => record.level !== 'info' && record.level !== 'debug')).toEqual([]);
   });
 
   it('a failed request: its leg, its status, the error; a rejected one is logged with the client id too', async () => {
@@ -157,8 +161,9 @@ describe('what the proxy says of a request', () => {
     expect(line).toMatchObject({ status: 400, err: expect.any(Error) });
     expect(line).not.toHaveProperty('clientRequestId');
     await post(url, '/v1/completions', '{', { 'x-request-id': 'client-8' });
+    await post(url, '/v1/completions', '[]');
     const rejected = logs.filter((record) => record.message === 'request rejected').map((record) => record.fields);
-    expect(rejected).toEqual([
+    expect(rejected).toStrictEqual([
       {
         requestId: expect.any(String),
         clientRequestId: 'client-8',
@@ -166,6 +171,7 @@ describe('what the proxy says of a request', () => {
         status: 400,
         err: expect.any(Error),
       },
+      { requestId: expect.any(String), route: 'completions', status: 400, err: expect.any(Error) },
     ]);
   });
 
@@ -233,13 +239,14 @@ describe('what the proxy says of a request', () => {
     expect(seen).toContain('finished');
     const warned = logs.filter((record) => record.message === 'The onEvent tap threw; ignored');
     expect(warned.length).toBe(seen.length);
+    expect((warned[0]?.fields as { err?: Error } | undefined)?.err?.message).toBe('tap broke');
   });
 
   it('the session header keeps each conversation on one decode worker, and spreads conversations', async () => {
     const { url } = await twoOfEach({}, { decodePolicy: 'session' });
     const workers = new Map<string, Set<string>>();
     for (let turn = 0; turn < 2; turn++) {
-      for (let session = 0; session < 6; session++) {
+      for (let session = 0; session < 24; session++) {
         const answer = await post(
           url,
           '/v1/completions',
@@ -253,7 +260,9 @@ describe('what the proxy says of a request', () => {
         workers.set(`conversation-${session}`, seen);
       }
     }
-    expect([...workers.values()].map((seen) => seen.size)).toEqual([1, 1, 1, 1, 1, 1]);
+    expect([...workers.values()].every((seen) => seen.size === 1)).toBe(true);
+    // The workers' ports are random, so which worker a session hashes to is too; 24 sessions all
+    // on one of two workers happens once in 2^23 runs.
     expect(new Set([...workers.values()].flatMap((seen) => [...seen])).size).toBe(2);
   });
 });
@@ -327,5 +336,53 @@ describe('retries, as the log and the workers see them', () => {
     await call;
     await eventually(() => finishedLine(logs).length === 1, 'the request ended');
     expect(prefill[1]?.requests).toEqual([]);
+    // The failure that was being retried is the request's.
+    expect(String((finishedLine(logs)[0]?.err as Error | undefined)?.message)).toContain('503');
+  });
+
+  it('a 429 from a worker is worth another worker; a deadline is not (waiting again would double it)', async () => {
+    const busy = await twoOfEach({ fault: { type: 'status', status: 429 } }, {});
+    const served = await post(
+      busy.url,
+      '/v1/completions',
+      JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 2 }),
+    );
+    expect(served.status).toBe(200);
+    expect([busy.prefill[0]?.requests.length, busy.prefill[1]?.requests.length]).toEqual([1, 1]);
+    const slow = await twoOfEach({ fault: { type: 'hang' } }, { deadlines: { prefillFirstOutputMs: 100 } });
+    const late = await post(
+      slow.url,
+      '/v1/completions',
+      JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 2 }),
+    );
+    expect(late.status).toBe(504);
+    expect(slow.prefill[1]?.requests).toEqual([]);
+    await eventually(() => slow.prefill[0]?.requests[0]?.aborted === true, 'the hung prefill call was ended');
+  });
+
+  it('no decode worker in rotation: a 503, logged once as finished, without a strategy or workers', async () => {
+    const { url, proxy, logs } = await setup('vllm');
+    proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
+    const answer = await post(
+      url,
+      '/v1/completions',
+      JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 2 }),
+    );
+    expect(answer.status).toBe(503);
+    expect(logs.filter((record) => record.level === 'error')).toEqual([]);
+    expect(finishedLine(logs)).toStrictEqual([
+      {
+        requestId: expect.any(String),
+        route: 'completions',
+        strategy: undefined,
+        prefillWorker: undefined,
+        decodeWorker: undefined,
+        outcome: undefined,
+        leg: undefined,
+        status: 503,
+        durationMs: expect.any(Number),
+        err: expect.any(Error),
+      },
+    ]);
   });
 });
