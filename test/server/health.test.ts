@@ -147,6 +147,12 @@ describe('HealthChecker probes', () => {
         'no answer in time: a firewall, or an overloaded worker',
         false,
       ],
+      [
+        new Error('fetch failed', { cause: Object.assign(new Error('connect'), { code: 'ECONNREFUSED' }) }),
+        'ECONNREFUSED',
+        'nothing listens there: is the worker up, and the port right?',
+        true,
+      ],
       [new Error('something odd'), undefined, undefined, false],
     ] as const) {
       const { checker, prefill, p0, d0, answer, logs } = setup({ probeThresholds: { failure: 2, success: 1 } });

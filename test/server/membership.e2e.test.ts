@@ -153,6 +153,8 @@ describe('the admin API', () => {
     const cases: Array<[unknown, number, string]> = [
       ['{', 400, 'The body is not JSON'],
       [[1], 400, 'must be an object with role and url'],
+      ['null', 400, 'must be an object with role and url'],
+      ['3', 400, 'must be an object with role and url'],
       [{ url: 'http://x:1' }, 400, "role must be 'prefill' or 'decode'"],
       [{ role: 'decode', url: 'x:1' }, 400, 'not an http(s) URL'],
       [{ role: 'decode', url: 'http://x:1', nmae: 'a' }, 400, 'unknown worker field "nmae"'],

@@ -31,10 +31,10 @@ const event = (fields: Record<string, unknown>) =>
 
 describe('RequestTrace without tracing', () => {
   it("passes the client's trace context on unchanged, and records nothing", () => {
-    expect(new RequestTrace(undefined, CLIENT_STATE, nameOf, {}).headersFor('prefill', { url: 'p' })).toEqual(
+    expect(new RequestTrace(undefined, CLIENT_STATE, nameOf, {}).headersFor('prefill', { url: 'p' })).toStrictEqual(
       CLIENT_STATE,
     );
-    expect(new RequestTrace(undefined, CLIENT, nameOf, {}).headersFor('decode', undefined)).toEqual(CLIENT);
+    expect(new RequestTrace(undefined, CLIENT, nameOf, {}).headersFor('decode', undefined)).toStrictEqual(CLIENT);
     const none = new RequestTrace(undefined, undefined, nameOf, {});
     expect(none.headersFor('decode', { url: 'd' })).toEqual({});
     expect(none.recording).toBe(false);
@@ -89,7 +89,7 @@ describe('RequestTrace with tracing', () => {
     const sampled = await recorded();
     const own = new RequestTrace(sampled.tracing, undefined, nameOf, {});
     const headers = own.headersFor('decode', { url: 'd0' });
-    expect(headers).toEqual({ traceparent: expect.stringMatching(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/) });
+    expect(headers).toStrictEqual({ traceparent: expect.stringMatching(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/) });
     own.end(200, 'success', undefined, undefined);
     expect(sampled.spans()['disagg.request']?.parentSpanContext).toBeUndefined();
     const unsampled = await recorded(false);
@@ -330,6 +330,25 @@ describe('RequestTrace over a tracer of its own kind', () => {
     expect(spans[0]?.attributes).not.toHaveProperty('disagg.failed_leg');
   });
 
+  it('a handoff or KV claim without a first output first starts no span and breaks nothing', async () => {
+    const { tracer, spans } = countingTracer();
+    const trace = new RequestTrace((await Tracing.load(tracer)) as Tracing, undefined, nameOf, {});
+    trace.onEvent(event({ type: 'handoff', handoff: 'params' }));
+    trace.onEvent(event({ type: 'kvClaimed' }));
+    trace.onEvent(event({ type: 'routed', strategy: 'sequential' }));
+    expect(spans.map((span) => span.name)).toEqual(['disagg.request']);
+    expect(spans[0]?.attributes).toStrictEqual({ 'disagg.strategy': 'sequential' });
+  });
+
+  it('a decode sent again ends the span of the call before as an error, with outcome error', async () => {
+    const { tracer, spans } = countingTracer();
+    const trace = new RequestTrace((await Tracing.load(tracer)) as Tracing, undefined, nameOf, {});
+    trace.headersFor('decode', { url: 'd0' });
+    trace.onEvent(event({ type: 'decodeRetried', attempt: 1, error: new Error('reset'), delayMs: 0 }));
+    expect(spans[1]).toMatchObject({ name: 'disagg.decode', ended: 1, attributes: { 'disagg.outcome': 'error' } });
+    expect(spans[1]?.exceptions).toHaveLength(1);
+  });
+
   it('one handoff span however often prefill reports its first output', async () => {
     const { tracer, spans } = countingTracer();
     const trace = new RequestTrace((await Tracing.load(tracer)) as Tracing, undefined, nameOf, {});
@@ -374,7 +393,7 @@ describe('incomingTrace, at the edges of W3C Trace Context', () => {
   const id = '0af7651916cd43dd8448eb211c80319c';
   it('ids that start or end with zeros are ids; all zeros is none', () => {
     for (const traceparent of [
-      `00-00${id.slice(2)}-b7ad6b7169203331-01`,
+      `00-00${id.slice(2)}-00ad6b7169203331-01`,
       `00-${id.slice(0, 30)}00-b7ad6b7169203300-01`,
     ]) {
       expect(incomingTrace({ traceparent })).toStrictEqual({ traceparent });
