@@ -26,6 +26,22 @@ export class RequestError extends DisaggError {
   }
 }
 
+/**
+ * One percent-encoded piece of a path, decoded (a worker or model name).
+ *
+ * @throws {RequestError} 400 for text that is not valid percent-encoding (`%ZZ`, a cut UTF-8
+ *   sequence): the client's mistake, not the proxy's.
+ */
+export function decodePathPart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch (error) {
+    throw new RequestError(400, `The path holds ${JSON.stringify(part)}, which is not valid percent-encoding`, {
+      cause: error,
+    });
+  }
+}
+
 /** The path of a request, without its query. */
 export function pathOf(req: IncomingMessage): string {
   const url = req.url ?? '/';

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parseJson } from '../http/json.js';
-import { answerJson, RequestError, readBody } from '../http/node-server.js';
+import { answerJson, decodePathPart, RequestError, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
 import { errorAnswer } from './error-answers.js';
 import { MembershipError, type Role } from './membership.js';
@@ -43,7 +43,7 @@ export async function handleAdmin(
     }
     const rest = path.slice(ADMIN_PREFIX.length + 1);
     const drain = rest.endsWith('/drain');
-    const id = decodeURIComponent(drain ? rest.slice(0, -'/drain'.length) : rest);
+    const id = decodePathPart(drain ? rest.slice(0, -'/drain'.length) : rest);
     if (id === '') throw new RequestError(404, `No route ${method} ${path}`);
     const allowed = drain ? ['POST'] : ['DELETE'];
     if (!allowed.includes(method)) return notAllowed(res, method, path, allowed);

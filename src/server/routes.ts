@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { NoWorkerError } from '../flow/worker-pool.js';
 import { parseJson } from '../http/json.js';
-import { answerJson, pathOf, RequestError } from '../http/node-server.js';
+import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-server.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { joinUrl } from '../util/url.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-routes.js';
@@ -48,10 +48,14 @@ export async function handleRequest(
     return answerJson(res, answer.status, answer.body);
   }
   const route = method === 'POST' ? GENERATION_ROUTES[path] : undefined;
-  const modelId =
-    method === 'GET' && path.startsWith('/v1/models/')
-      ? decodeURIComponent(path.slice('/v1/models/'.length))
-      : undefined;
+  let modelId: string | undefined;
+  try {
+    modelId =
+      method === 'GET' && path.startsWith('/v1/models/') ? decodePathPart(path.slice('/v1/models/'.length)) : undefined;
+  } catch (error) {
+    const answer = errorAnswer(error);
+    return answerJson(res, answer.status, answer.body);
+  }
   const isModels = method === 'GET' && (path === '/v1/models' || modelId !== undefined);
   if ((route !== undefined || isModels) && !bearerMatches(req, proxy.options.apiKey)) {
     return answerUnauthorized(res, 'API key');
@@ -140,10 +144,9 @@ async function models(proxy: ProxyState, res: ServerResponse, id?: string): Prom
     return answerJson(res, answer.status, answer.body);
   }
   try {
-    const { dispatcher } = proxy.options;
     const answer = await request(joinUrl(worker.url, '/v1/models'), {
       headers: proxy.workerHeaders,
-      ...(dispatcher === undefined ? {} : { dispatcher }),
+      dispatcher: proxy.dispatcher,
     });
     const text = await answer.body.text();
     if (id === undefined || answer.statusCode !== 200) {
