@@ -15,9 +15,9 @@ import type { ModelLimits } from './request-schemas.js';
  */
 export class ServedModels implements ModelLimits {
   #limits = new Map<string, number>();
-  readonly #options: { headers: Record<string, string>; dispatcher: Dispatcher | undefined; logger: Logger };
+  readonly #options: { headers: Record<string, string>; dispatcher: Dispatcher; logger: Logger };
 
-  constructor(options: { headers: Record<string, string>; dispatcher: Dispatcher | undefined; logger: Logger }) {
+  constructor(options: { headers: Record<string, string>; dispatcher: Dispatcher; logger: Logger }) {
     this.#options = options;
   }
 
@@ -39,7 +39,7 @@ export class ServedModels implements ModelLimits {
           const answer = await request(joinUrl(worker.url, '/v1/models'), {
             headers: this.#options.headers,
             signal: AbortSignal.timeout(timeoutMs),
-            ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
+            dispatcher: this.#options.dispatcher,
           });
           const text = await answer.body.text();
           if (answer.statusCode !== 200) return;

@@ -216,7 +216,10 @@ export interface ProxyOptions {
   logger?: Logger;
   /** Receives every request's lifecycle events (see `FlowEvent`), for your own logs or traces. */
   onEvent?: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
-  /** The undici dispatcher for worker calls (connection pool); undici's global one by default. */
+  /**
+   * The undici dispatcher for every call to a worker (connection pool), yours to close; by
+   * default the proxy's own, which shutdown closes so that no call outlives it.
+   */
   dispatcher?: Dispatcher;
 }
 

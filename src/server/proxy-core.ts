@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
-import { Agent } from 'undici';
+import { Agent, type Dispatcher } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
 import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
@@ -43,6 +43,8 @@ export class ProxyCore implements ProxyState {
   readonly options: ResolvedProxyOptions;
   readonly connector: Connector;
   readonly workerHeaders: Record<string, string>;
+  /** What every call to a worker goes through: the options' dispatcher, or the proxy's own pool. */
+  readonly dispatcher: Dispatcher;
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight = new InFlightRequests();
@@ -68,11 +70,13 @@ export class ProxyCore implements ProxyState {
     // A pool of its own, so that shutdown can end every call still open to a worker (a hung
     // prefill would otherwise keep the process alive until undici's own 300 s timeouts).
     this.#ownDispatcher = resolved.dispatcher === undefined ? new Agent() : undefined;
-    const options = this.#ownDispatcher === undefined ? resolved : { ...resolved, dispatcher: this.#ownDispatcher };
+    this.dispatcher = (resolved.dispatcher as Dispatcher | undefined) ?? (this.#ownDispatcher as Agent);
+    const options = { ...resolved, dispatcher: this.dispatcher };
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
     this.connector = CONNECTORS[options.connector];
-    const { dispatcher, workerApiKey, routing } = options;
+    const { dispatcher } = this;
+    const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
     this.prefillWorkers = new WorkerPool(options.prefill, { selection: selectionFor(options.prefillPolicy, routing) });
     const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing);
@@ -91,7 +95,7 @@ export class ProxyCore implements ProxyState {
     );
     this.models = new ServedModels({
       headers: this.workerHeaders,
-      dispatcher: options.dispatcher,
+      dispatcher,
       logger: this.logger,
     });
     this.health = new HealthChecker(
@@ -103,7 +107,7 @@ export class ProxyCore implements ProxyState {
         logger: this.logger,
         intervalMs: options.healthIntervalMs,
         headers: this.workerHeaders,
-        ...(dispatcher === undefined ? {} : { dispatcher }),
+        dispatcher,
         afterRound: () => this.models.refresh(this.decodeWorkers.available),
         breaker: options.breaker,
         probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
@@ -183,12 +187,11 @@ export class ProxyCore implements ProxyState {
     const forwarded = this.options.workerApiKey === undefined && authorization !== undefined;
     const cached = forwarded || perCall !== undefined ? undefined : this.#engines.get(route);
     if (cached !== undefined) return cached;
-    const { dispatcher } = this.options;
     const fixed = forwarded ? { authorization } : this.workerHeaders;
     const engine = httpEngine<{ url: string }>({
       api: route,
       headers: perCall === undefined ? fixed : (worker) => ({ ...fixed, ...perCall(worker) }),
-      ...(dispatcher === undefined ? {} : { dispatcher }),
+      dispatcher: this.dispatcher,
     });
     if (!forwarded && perCall === undefined) this.#engines.set(route, engine);
     return engine;

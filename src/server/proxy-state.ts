@@ -1,3 +1,4 @@
+import type { Dispatcher } from 'undici';
 import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
@@ -36,6 +37,8 @@ export interface ProxyState {
   nameOf(worker: { url: string }): string;
   /** `text` with every worker address replaced by the worker's name (for what clients see). */
   redact(text: string): string;
+  /** What every call to a worker goes through (the options' dispatcher, or the proxy's own). */
+  readonly dispatcher: Dispatcher;
   /** The headers of the proxy's own calls to workers (probes, `/v1/models`). */
   readonly workerHeaders: Record<string, string>;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;

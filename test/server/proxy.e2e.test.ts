@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { request } from 'undici';
+import { Agent, type Dispatcher, request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { createProxy } from '../../src/server/proxy.js';
 import { eventually } from '../support/http.js';
@@ -335,5 +335,57 @@ describe('createProxy().listen', () => {
     } finally {
       await second.close({ gracePeriodMs: 0, drainDelayMs: 0 });
     }
+  });
+});
+
+describe('what the proxy owns and what it borrows', () => {
+  it("a dispatcher given in the options carries every call to the workers, and is the application's to close", async () => {
+    let dispatched = 0;
+    class Counting extends Agent {
+      override dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
+        dispatched += 1;
+        return super.dispatch(options, handler);
+      }
+    }
+    const dispatcher = new Counting();
+    const { client, proxy } = await setup('vllm', {}, { dispatcher });
+    const answer = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+    expect(answer.choices[0]?.text).toBe('tok0 tok1 ');
+    // The probes at start, /v1/models for the context, then both legs.
+    expect(dispatched).toBeGreaterThanOrEqual(4);
+    await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 });
+    expect(dispatcher.destroyed).toBe(false);
+    await dispatcher.close();
+  });
+
+  it('each admitted request reports its wait in the queue (0 s with a slot free)', async () => {
+    const { client, url } = await setup('vllm');
+    await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toMatch(/^disagg_queue_wait_seconds_count 1$/m);
+    expect(metrics).toMatch(/^disagg_queue_wait_seconds_bucket\{le="0.005"\} 1$/m);
+  });
+
+  it('with a worker key the context of the models is learned too: a budget beyond it is refused up front', async () => {
+    const key = { apiKey: 'worker-secret' };
+    const { url, prefill } = await setup('vllm', { prefill: key, decode: key }, { workerApiKey: 'worker-secret' });
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 5000 }),
+    });
+    expect(answer.statusCode).toBe(400);
+    await answer.body.dump();
+    expect(prefill.requests.filter((r) => r.path === '/v1/completions')).toEqual([]);
+  });
+
+  it('a proxy that never listened closes at once: there is no load balancer to drain', async () => {
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: 'http://127.0.0.1:1' }],
+      decode: [{ url: 'http://127.0.0.1:1' }],
+    });
+    // A drain delay of a minute would outlast the test's own timeout.
+    await proxy.close({ drainDelayMs: 60_000, gracePeriodMs: 0 });
   });
 });
