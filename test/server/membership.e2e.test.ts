@@ -190,6 +190,11 @@ describe('the admin API', () => {
     expect(worker.body.error.message).toBe('POST is not allowed on /admin/workers/decode-0: use DELETE');
     const nameless = await admin('DELETE', '/admin/workers/');
     expect([nameless.status, nameless.body.error.message]).toEqual([404, 'No route DELETE /admin/workers/']);
+    const garbled = await admin('DELETE', '/admin/workers/%ZZ');
+    expect([garbled.status, garbled.body.error.message]).toEqual([
+      400,
+      'The path holds "%ZZ", which is not valid percent-encoding',
+    ]);
     const unknown = await admin('POST', '/admin/workers/decode%2D9/drain');
     expect([unknown.status, unknown.body.error.message]).toEqual([404, 'No worker is named "decode-9"']);
     expect((await admin('GET', '/admin/workers')).body.decode).toHaveLength(1);

@@ -70,7 +70,20 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
     const none = await request(`${url}/ready`);
     expect(none.statusCode).toBe(503);
-    expect(await none.body.json()).toMatchObject({ ready: false, reason: 'no decode worker in rotation' });
+    // Nothing in rotation at all: no mode to speak of.
+    expect(await none.body.json()).toStrictEqual({
+      ready: false,
+      reason: 'no decode worker in rotation',
+      prefill_workers: 0,
+      decode_workers: 0,
+    });
+  });
+
+  it("GET /v1/models/{id}: a worker's refusal passes through as it answered", async () => {
+    const { url } = await setup('vllm', { decode: { apiKey: 'worker-only' } });
+    const answer = await request(`${url}/v1/models/fake-model`);
+    expect(answer.statusCode).toBe(401);
+    await answer.body.dump();
   });
 
   it("the proxy's own routes, word for word: health, ready, metrics, 405 and 404, a model that is not there", async () => {
@@ -91,8 +104,24 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     expect(metrics.statusCode).toBe(200);
     expect(metrics.headers['content-type']).toBe('text/plain; version=0.0.4; charset=utf-8');
     await metrics.body.dump();
-    expect((await json('/v1/models')).status).toBe(401);
+    expect(await json('/v1/models')).toMatchObject({
+      status: 401,
+      body: { error: { message: 'Incorrect or missing API key: send it as "Authorization: Bearer <key>"' } },
+    });
+    // The key guards the API, not an unknown path: that is a 404 with or without it.
+    expect((await json('/v2/nothing')).status).toBe(404);
     const keyed = { headers: { authorization: 'Bearer k' } };
+    for (const path of ['/ready', '/metrics', '/v1/models']) {
+      expect(await json(path, { ...keyed, method: 'POST', body: '{}' }), path).toMatchObject({
+        status: 405,
+        headers: { allow: 'GET, HEAD' },
+      });
+    }
+    // Percent-encoding that does not decode is the client's mistake.
+    expect(await json('/v1/models/%E0%A4%A', keyed)).toMatchObject({
+      status: 400,
+      body: { error: { message: 'The path holds "%E0%A4%A", which is not valid percent-encoding' } },
+    });
     expect(await json('/health', { method: 'POST', body: '{}' })).toMatchObject({
       status: 405,
       body: { error: { message: 'POST is not allowed on /health: use GET or HEAD' } },
