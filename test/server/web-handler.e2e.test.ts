@@ -262,4 +262,25 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     expect(await response.json()).toMatchObject({ choices: [{ text: 'tok0 tok1 ' }] });
     expect(prefill.requests).toHaveLength(1);
   });
+
+  it('start() runs discovery and probes before any request; calling it again is the same start', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const handler = createHandler({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [],
+      discovery: { decodeDns: `http://decode.test:${new URL(decode.url).port}` },
+      dnsLookup: async () => [{ address: '127.0.0.1' }],
+      logger: recordingLogger().logger,
+    });
+    handlers.push(handler);
+    const first = handler.start();
+    expect(handler.start()).toBe(first);
+    await first;
+    // Found by DNS, added out of rotation, put in by its first probe.
+    expect(handler.decodeWorkers.available.map((worker) => worker.url)).toEqual([
+      `http://127.0.0.1:${new URL(decode.url).port}`,
+    ]);
+  });
 });
