@@ -20,7 +20,7 @@ const gauge = async (url: string, name: string) => {
 
 describe('admission: --max-concurrent-requests, --queue-size, --queue-timeout-ms', () => {
   it('beyond the slots requests wait in the queue and are served in turn; beyond the queue a 429 with Retry-After', async () => {
-    const { url, decode } = await setup(
+    const { url, decode, logs } = await setup(
       'vllm',
       { decode: { tokenIntervalMs: 60 } },
       { maxConcurrentRequests: 1, queueSize: 1, queueTimeoutMs: 10_000 },
@@ -42,6 +42,10 @@ describe('admission: --max-concurrent-requests, --queue-size, --queue-timeout-ms
     }
     expect(decode.requests).toHaveLength(2);
     expect(await gauge(url, 'disagg_queue_depth')).toBe(0);
+    const refused = logs.filter((record) => record.message === 'request rejected').map((record) => record.fields);
+    expect(refused).toStrictEqual([
+      { requestId: expect.any(String), route: 'completions', status: 429, err: expect.any(Error) },
+    ]);
   });
 
   it('a request that waits past --queue-timeout-ms gets a 429 and never reaches a worker', async () => {
