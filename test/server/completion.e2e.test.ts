@@ -1,18 +1,11 @@
 import { request } from 'undici';
-import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import { describe, expect, it, vi } from 'vitest';
+import type { ProxyOptions } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
-import { recordingLogger } from '../support/async.js';
-import { eventually, eventuallyAsync, fakeWorkers } from '../support/http.js';
+import { eventually, eventuallyAsync } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
-const { setup } = proxyHarness();
-const fakes = fakeWorkers();
-let proxies: ProxyServer[] = [];
-afterEach(async () => {
-  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
-  proxies = [];
-});
+const { setup, cluster } = proxyHarness();
 
 /** A POST with a raw body: status, headers and the JSON answer. */
 async function post(url: string, path: string, body: string, headers: Record<string, string> = {}) {
@@ -26,32 +19,20 @@ async function post(url: string, path: string, body: string, headers: Record<str
   return { status: answer.statusCode, headers: answer.headers, json: JSON.parse(text) as any };
 }
 
-/** Two prefill and two decode vLLM workers behind one proxy, the first prefill one as the test says. */
+/** Two prefill and two decode vLLM workers behind one proxy, the prefill ones as the test says. */
 async function twoOfEach(
   firstPrefill: Partial<FakeWorkerOptions>,
   options: Partial<ProxyOptions>,
   secondPrefill: Partial<FakeWorkerOptions> = {},
 ) {
-  const prefill = [
-    await fakes.start({ role: 'prefill', protocol: 'vllm', ...firstPrefill }),
-    await fakes.start({ role: 'prefill', protocol: 'vllm', ...secondPrefill }),
-  ];
-  const decode = [
-    await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 }),
-    await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 }),
-  ];
-  const logger = recordingLogger();
-  const proxy = createProxy({
-    connector: 'vllm',
-    prefill: prefill.map((worker) => ({ url: worker.url })),
-    decode: decode.map((worker) => ({ url: worker.url })),
-    logger: logger.logger,
-    ...options,
-  });
-  proxies.push(proxy);
-  const url = await proxy.listen(0);
-  proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, true);
-  return { prefill, decode, proxy, url, logs: logger.records };
+  const running = await cluster(
+    'vllm',
+    { prefill: [firstPrefill, secondPrefill], decode: [{ tokens: 2 }, { tokens: 2 }] },
+    options,
+  );
+  // Probes must not take the first worker out before the request meets it.
+  running.proxy.prefillWorkers.setAvailable(running.proxy.prefillWorkers.workers[0] as { url: string }, true);
+  return running;
 }
 
 const finishedLine = (logs: Array<{ fields: object; message: string | undefined }>) =>

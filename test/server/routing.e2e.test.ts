@@ -1,40 +1,22 @@
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { request } from 'undici';
-import { afterEach, describe, expect, it } from 'vitest';
-import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import { describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
-import { recordingLogger } from '../support/async.js';
-import { fakeWorkers } from '../support/http.js';
+import { proxyHarness } from '../support/proxy.js';
 
-const fakes = fakeWorkers();
-let proxies: ProxyServer[] = [];
-afterEach(async () => {
-  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
-  proxies = [];
-});
+const harness = proxyHarness();
 
-async function cluster(options: Partial<ProxyOptions>, prefillOptions: Partial<FakeWorkerOptions> = {}) {
-  const logger = recordingLogger();
-  const prefill = await Promise.all(
-    [0, 1, 2].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', ...prefillOptions })),
+/** Three prefill and three decode vLLM workers behind one proxy. */
+function cluster(options: Partial<ProxyOptions>, prefillOptions: Partial<FakeWorkerOptions> = {}) {
+  return harness.cluster(
+    'vllm',
+    {
+      prefill: [prefillOptions, prefillOptions, prefillOptions],
+      decode: [{ tokens: 2 }, { tokens: 2 }, { tokens: 2 }],
+    },
+    options,
   );
-  const decode = await Promise.all([0, 1, 2].map(() => fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 })));
-  const proxy = createProxy({
-    connector: 'vllm',
-    prefill: prefill.map((worker) => ({ url: worker.url })),
-    decode: decode.map((worker) => ({ url: worker.url })),
-    logger: logger.logger,
-    ...options,
-  });
-  proxies.push(proxy);
-  const url = await proxy.listen(0);
-  return {
-    proxy,
-    url,
-    prefill,
-    logs: logger.records,
-    client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }),
-  };
 }
 
 /** Plays `turns` of each conversation, interleaved; the workers each turn was routed to. */

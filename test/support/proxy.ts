@@ -40,5 +40,34 @@ export function proxyHarness() {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
     return { prefill, decode, proxy, url, client, logs: logger.records };
   }
-  return { setup, fakes };
+  /**
+   * Like `setup`, with a pool of fake workers per role: one per entry of `workers.prefill` and
+   * `workers.decode` (its options), listed to the proxy in that order.
+   */
+  async function cluster(
+    protocol: 'vllm' | 'sglang' | 'trtllm',
+    workers: { prefill: Array<Partial<FakeWorkerOptions>>; decode: Array<Partial<FakeWorkerOptions>> },
+    options: Partial<ProxyOptions> = {},
+  ) {
+    const prefill: FakeWorker[] = [];
+    for (const each of workers.prefill) prefill.push(await fakes.start({ role: 'prefill', protocol, ...each }));
+    const decode: FakeWorker[] = [];
+    for (const each of workers.decode) decode.push(await fakes.start({ role: 'decode', protocol, tokens: 4, ...each }));
+    const logger = recordingLogger();
+    const proxy = createProxy({
+      connector: protocol,
+      prefill: prefill.map((worker) => ({
+        url: worker.url,
+        ...(protocol === 'sglang' ? { bootstrapPort: worker.bootstrapPort } : {}),
+      })),
+      decode: decode.map((worker) => ({ url: worker.url })),
+      logger: logger.logger,
+      ...options,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    return { prefill, decode, proxy, url, client, logs: logger.records };
+  }
+  return { setup, cluster, fakes };
 }
