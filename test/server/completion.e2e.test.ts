@@ -2,21 +2,16 @@ import { request } from 'undici';
 import { describe, expect, it, vi } from 'vitest';
 import type { ProxyOptions } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
-import { eventually, eventuallyAsync } from '../support/http.js';
+import { eventually, eventuallyAsync, postRaw } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
 const { setup, cluster } = proxyHarness();
 
 /** A POST with a raw body: status, headers and the JSON answer. */
 async function post(url: string, path: string, body: string, headers: Record<string, string> = {}) {
-  const answer = await request(`${url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body,
-  });
-  const text = await answer.body.text();
+  const { text, ...answer } = await postRaw(url, path, body, headers);
   // biome-ignore lint/suspicious/noExplicitAny: answers are checked field by field
-  return { status: answer.statusCode, headers: answer.headers, json: JSON.parse(text) as any };
+  return { ...answer, json: JSON.parse(text) as any };
 }
 
 /** Two prefill and two decode vLLM workers behind one proxy, the prefill ones as the test says. */

@@ -3,20 +3,12 @@ import { connect } from 'node:net';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
-import { eventually } from '../support/http.js';
+import { eventually, postRaw } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
 const { setup, fakes } = proxyHarness();
 
-/** A POST to the proxy with a raw body; the status and the whole answer. */
-async function post(url: string, path: string, body: string, headers: Record<string, string> = {}) {
-  const answer = await request(`${url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body,
-  });
-  return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() };
-}
+const post = postRaw;
 
 describe('disagg serve under hostile input and faults', () => {
   for (const stream of [true, false]) {

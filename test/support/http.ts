@@ -1,3 +1,4 @@
+import { request } from 'undici';
 import { afterEach, expect } from 'vitest';
 import { type FakeWorker, type FakeWorkerOptions, startFakeWorker } from '../../src/testing/index.js';
 
@@ -51,4 +52,14 @@ export async function eventuallyAsync(check: () => Promise<boolean>, what: strin
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   throw new Error(`never happened: ${what}`);
+}
+
+/** A POST of a raw body (JSON by its content type) to `url` + `path`: the status, the headers and the whole answer. */
+export async function postRaw(url: string, path: string, body: string, headers: Record<string, string> = {}) {
+  const answer = await request(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() };
 }
