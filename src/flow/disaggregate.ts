@@ -67,17 +67,32 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   avoid?: { prefill?: readonly P[]; decode?: readonly D[] };
   /**
    * Sequential families with `decodeWorkers`: a decode leg that failed before answering (its
-   * dispatch rejected: refused, reset, a 5xx, a decode deadline) while prefill's worker still
-   * holds the KV. Return the milliseconds to wait before the same handoff is sent to another
-   * decode worker of the pool (passing over those that failed), or undefined to fail the
-   * request with the error. `attempt` counts from 0. Not asked after a request deadline; the
-   * wait counts against the request's deadlines. What it throws is logged and means no retry.
-   * Default: no retries.
+   * dispatch rejected) where the same handoff may go to another decode worker (see
+   * `reuseHandoff`: by default only when the failed worker cannot have received the request).
+   * Return the milliseconds to wait before the same handoff is sent to another decode worker
+   * of the pool (passing over those that failed), or undefined to fail the request with the
+   * error. `attempt` counts from 0. Not asked after a request deadline; the wait counts against
+   * the request's deadlines. What it throws is logged and means no retry. Default: no retries.
+   * A decode failure it is not asked about fails the call with that error (its leg is
+   * `decode`): a router retries it by calling `disaggregate` again, which runs a fresh prefill.
    *
    * @example
    * retryDecode: (error, attempt) => (attempt < 2 && isTransient(error) ? 100 * 2 ** attempt : undefined)
    */
   retryDecode?: (error: unknown, attempt: number) => number | undefined;
+  /**
+   * When a failed sequential decode may be given the same handoff again (`retryDecode`):
+   * - `'unreached'` (the default): only when the decode worker cannot have received the
+   *   request (the connection was refused, the name did not resolve, the connect timed out).
+   *   vLLM 0.21 and later frees the prefill's KV as soon as a decode worker refuses a request
+   *   (an error answer: a 503, a 429, a 400) or aborts one it received (a reset), so a second
+   *   decode given the same `kv_transfer_params` would read freed blocks, which may already
+   *   hold another request's KV, and answer 200 with output computed on them;
+   * - `'always'`: after any failure before decode answered, for engines that keep the KV until
+   *   a decode takes it (vLLM before 0.21, whose prefill waits for
+   *   `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`).
+   */
+  reuseHandoff?: 'unreached' | 'always';
   /**
    * The request's session (a header such as `x-session-id`), for the `session` routing
    * policy; the body's `user` when omitted.
@@ -187,6 +202,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     decodeLease,
     reacquireDecode: decodeWorkers === undefined ? undefined : (avoid) => decodeWorkers.acquire(avoid as D[], input),
     retryDecode: retryPolicy(options.retryDecode, log),
+    reuseHandoff: options.reuseHandoff ?? 'unreached',
     deadlines,
     cleanupBudgetMs,
     // The recorder is worker-agnostic; the workers it names are the pools' own.
@@ -257,6 +273,9 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
     throw new TypeError(
       `retryDecode must be a function (error, attempt) => milliseconds | undefined, got ${describeValue(options.retryDecode)}`,
     );
+  }
+  if (options.reuseHandoff !== undefined && options.reuseHandoff !== 'unreached' && options.reuseHandoff !== 'always') {
+    throw new TypeError(`reuseHandoff must be 'unreached' or 'always', got ${describeValue(options.reuseHandoff)}`);
   }
   if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
     throw new TypeError(`onEvent must be a function (event) => void, got ${describeValue(options.onEvent)}`);

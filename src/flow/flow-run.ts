@@ -10,6 +10,7 @@ import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
+import { neverConnected } from '../util/cause-chain.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
 import { once } from '../util/once.js';
@@ -45,6 +46,8 @@ export interface FlowSetup {
   reacquireDecode: ((avoid: readonly unknown[]) => Lease<unknown>) | undefined;
   /** The wait before sending a failed sequential decode again, or undefined to fail. */
   retryDecode: ((error: unknown, attempt: number) => number | undefined) | undefined;
+  /** Whether a failed decode's handoff may go to another decode worker only when it was never reached. */
+  reuseHandoff: 'unreached' | 'always';
   deadlines: Readonly<Deadlines>;
   cleanupBudgetMs: number;
   recorder: FlowRecorder;
@@ -243,20 +246,23 @@ export class FlowRun {
 
   /**
    * The decode leg of a sequential handoff. Prefill's worker holds the KV until a decode
-   * worker takes it, so a decode that failed before answering (refused, 503) can be sent to
-   * another decode worker with the same parameters, as `retryDecode` allows: after its
-   * backoff, within the request's deadlines. Never once decode has answered (it has then
-   * taken the KV, and the client may have tokens).
+   * worker takes it, or says it will not: a decode that could not be reached never saw the
+   * request, so it can be sent to another decode worker with the same parameters, as
+   * `retryDecode` allows (after its backoff, within the request's deadlines). One that was
+   * reached and failed may have freed the KV (vLLM's rejection clean-up), so its failure is
+   * the answer, unless `reuseHandoff` is `'always'`. Never once decode has answered (it has
+   * then taken the KV, and the client may have tokens).
    */
   async #decodeHandoff(body: RequestBody): Promise<DecodeStream> {
-    const { recorder, reacquireDecode, retryDecode } = this.#setup;
+    const { recorder, reacquireDecode, retryDecode, reuseHandoff } = this.#setup;
     const failed: unknown[] = [];
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.#flowTrip.guard(this.#dispatchDecode(body, true));
       } catch (error) {
+        const reusable = reuseHandoff === 'always' || neverConnected(error);
         const delayMs =
-          this.#flowTrip.error === undefined && reacquireDecode !== undefined
+          reusable && this.#flowTrip.error === undefined && reacquireDecode !== undefined
             ? retryDecode?.(error, attempt)
             : undefined;
         if (delayMs === undefined) throw error;

@@ -219,7 +219,15 @@ async function startFlow(
 ): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
   const { body, context, events, engines, sessionKey } = request;
   const avoid: { prefill: ProxyPrefillWorker[]; decode: ProxyDecodeWorker[] } = { prefill: [], decode: [] };
-  for (let attempt = 0; ; attempt++) {
+  // One budget for the request's retries of both kinds: the flow's (a decode given the same
+  // handoff) and these (the request again, with a fresh prefill).
+  let retries = 0;
+  const retryDecode = (error: unknown) => {
+    const delayMs = backoff(proxy, error, retries);
+    if (delayMs !== undefined) retries++;
+    return delayMs;
+  };
+  for (;;) {
     // Each attempt on a context of its own (a failed flow stops its context), which the
     // client's context stops in turn: a client that leaves ends whichever attempt runs.
     const attemptContext = new Controller(context.id);
@@ -236,7 +244,8 @@ async function startFlow(
         avoid,
         ...(sessionKey === undefined ? {} : { sessionKey }),
         ...(proxy.skipPrefill === undefined ? {} : { skipPrefill: proxy.skipPrefill }),
-        retryDecode: (error, attempt) => backoff(proxy, error, attempt),
+        retryDecode,
+        reuseHandoff: proxy.options.retry.reuseHandoff,
         onEvent: events.onEvent,
         logger: proxy.logger,
         deadlines: proxy.options.deadlines,
@@ -244,8 +253,9 @@ async function startFlow(
       });
       return { ok: true, stream };
     } catch (error) {
-      const delayMs = retryDelay(proxy, error, attempt, context);
+      const delayMs = retryDelay(proxy, error, retries, context);
       if (delayMs === undefined) return { ok: false, error };
+      retries++;
       const leg = legOf(error) ?? 'prefill';
       const { prefillWorker, decodeWorker } = events.routed ?? {};
       const worker = leg === 'prefill' ? prefillWorker : decodeWorker;
@@ -255,7 +265,7 @@ async function startFlow(
       proxy.logger.warn(
         {
           requestId: context.id,
-          attempt: attempt + 1,
+          attempt: retries,
           leg,
           worker: worker?.url,
           delayMs: Math.round(delayMs),
@@ -272,13 +282,14 @@ async function startFlow(
 /**
  * The backoff before another attempt of a request whose flow failed before its first byte,
  * or undefined when it is not to be retried: the client gone, the proxy shutting down, or as
- * {@link backoff} says. Here the whole request starts again: prefill in the sequential
- * families (a failed decode there is retried by the flow itself, which holds the KV's
- * parameters: `retryDecode`); with a rendezvous (SGLang) the pair, with a fresh room.
+ * {@link backoff} says. Here the whole request starts again, with a fresh prefill: after a
+ * prefill failure (on another prefill worker); after a sequential decode that failed where
+ * the flow could not give its handoff to another decode worker (the worker was reached, and
+ * vLLM frees the KV of a request its decode refused or aborted); with a rendezvous (SGLang)
+ * the pair, with a fresh room.
  */
 function retryDelay(proxy: ProxyState, error: unknown, attempt: number, context: Controller): number | undefined {
   if (context.isStopped() || proxy.closing) return undefined;
-  if (legOf(error) !== 'prefill' && proxy.connector.family !== 'concurrent') return undefined;
   return backoff(proxy, error, attempt);
 }
 
@@ -439,7 +450,7 @@ function decodeRetried(
       delayMs: Math.round(event.delayMs),
       err: event.error,
     },
-    'Retrying decode on another worker; the prefill worker holds the KV (nothing was sent to the client yet)',
+    'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
   );
   if (seen.routed !== undefined && event.decodeWorker !== undefined) {
     seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };

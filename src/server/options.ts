@@ -182,12 +182,22 @@ export interface ProxyOptions {
   queueTimeoutMs?: number;
   /**
    * Retries of a request that failed before its first byte on a worker failure that another
-   * worker may not have (refused or reset before an answer, a 5xx, a 429): the prefill leg
-   * or the decode leg with the same handoff (sequential families), or the pair with a fresh
-   * room (SGLang), on another worker where there is one, after a backoff with full jitter. `maxRetries` 2, `initialBackoffMs` 50,
-   * `maxBackoffMs` 1,000 by default; `disabled` turns them off.
+   * worker may not have (refused or reset before an answer, a 5xx, a 429), on another worker
+   * where there is one, after a backoff with full jitter: the request again with a fresh
+   * prefill (and with SGLang a fresh room), or, for a sequential decode that could not be
+   * reached, that decode alone with the same handoff (`reuseHandoff`). `maxRetries` 2 in all,
+   * `initialBackoffMs` 50, `maxBackoffMs` 1,000 by default; `disabled` turns them off.
+   * `reuseHandoff`: `'unreached'` (the default; vLLM 0.21 and later free the KV of a request
+   * their decode refused or aborted) or `'always'` (vLLM before 0.21, which holds it until a
+   * decode takes it).
    */
-  retry?: { maxRetries?: number; initialBackoffMs?: number; maxBackoffMs?: number; disabled?: boolean };
+  retry?: {
+    maxRetries?: number;
+    initialBackoffMs?: number;
+    maxBackoffMs?: number;
+    disabled?: boolean;
+    reuseHandoff?: 'unreached' | 'always';
+  };
   /**
    * The circuit breaker of each worker: `failureThreshold` requests in a row that failed on it
    * (5xx, broken stream) take it out of rotation for `openMs`, then it is on trial until
@@ -636,6 +646,15 @@ export const SETTINGS: readonly Setting[] = [
     help: 'the longest backoff between retries',
     default: 1000,
     parse: nonNegativeMs,
+  },
+  {
+    key: 'retry.reuseHandoff',
+    flag: 'retry-reuse-handoff',
+    env: 'DISAGG_RETRY_REUSE_HANDOFF',
+    arg: 'unreached|always',
+    help: 'a failed sequential decode gets the same handoff on another decode worker: only if it was never reached (unreached: vLLM >= 0.21 frees the KV of what its decode refused), or always (vLLM < 0.21); else the request runs again from prefill',
+    default: 'unreached',
+    parse: oneOf(['unreached', 'always']),
   },
   {
     key: 'retry.disabled',

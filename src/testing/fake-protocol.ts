@@ -44,13 +44,37 @@ export interface FakeProtocol {
   readonly name: 'vllm' | 'sglang' | 'trtllm';
   /** The generation routes it serves. */
   readonly routes: readonly string[];
+  /** How long a prefill holds KV no decode took, when the worker's `kvTimeoutMs` does not say; 60,000 ms if this does not either. */
+  readonly kvTimeoutMs?: number;
   /** Why a request body is refused (HTTP 400) before anything else, if it is. */
   refuse?(path: string, body: Record<string, unknown>): string | undefined;
   isPrefillCall(body: Record<string, unknown>): boolean;
   /** Computes one token, commits the KV and answers as the engine does. */
   prefill(worker: WorkerSide, res: ServerResponse, record: FakeRequest, fault: Fault | undefined): Promise<void>;
-  /** Where a decode call takes its KV (a URL and what to send, per handoff; none when it has none). */
+  /**
+   * Where a decode call takes its KV (a URL and what to send, per handoff; none when it has
+   * none). The endpoint answers 200 with `{ read }` (a `KvRead` of the ledger: `stale` for blocks
+   * already freed), anything else for a transfer that failed.
+   */
   kvSources(body: Record<string, unknown>): Array<{ url: string; payload: Record<string, unknown> }>;
+  /**
+   * The engine gave up a decode call before it took the KV its body names: its request
+   * handler refused it (`refused`), or the call was aborted while it waited (`aborted`). vLLM
+   * (0.21 and later) then tells the prefill worker to free the KV at once; engines without
+   * such a clean-up leave it to their timeouts.
+   */
+  gaveUp?(worker: WorkerSide, body: Record<string, unknown>, why: 'refused' | 'aborted'): Promise<void>;
+  /**
+   * What a decode call does when the KV transfer failed (`failure` says why): compute the
+   * prompt itself (`recompute`, vLLM's `kv_load_failure_policy: recompute`), or fail with this
+   * status, in the stream (vLLM: an error chunk of a 200 stream, a 500 when whole) or before it.
+   */
+  kvLoadFailed?(
+    worker: WorkerSide,
+    failure: string,
+  ): 'recompute' | { status: number; message: string; inStream: boolean };
+  /** Why the engine's request handler refuses a body it parsed (a model it does not serve, say): status and message. */
+  handlerRefusal?(worker: WorkerSide, body: Record<string, unknown>): { status: number; message: string } | undefined;
   /** The worker's endpoints that decode workers call to take KV. */
   readonly endpoints: Readonly<
     Record<string, (worker: WorkerSide, res: ServerResponse, body: Record<string, unknown>) => void | Promise<void>>

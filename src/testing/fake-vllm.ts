@@ -1,16 +1,37 @@
 import { randomUUID } from 'node:crypto';
+import { request } from 'undici';
 import { oneTokenAnswer } from './fake-formats.js';
 import { type FakeProtocol, kvKey } from './fake-protocol.js';
 
 /**
- * vLLM with the NIXL connector: a prefill call (`kv_transfer_params.do_remote_decode`)
- * computes one token, commits KV and answers JSON with top-level `kv_transfer_params` naming
- * this worker; a decode call with those parameters pulls the KV from it (over HTTP here, as
- * NIXL would); KV nobody pulls is freed as stranded after the worker's KV timeout.
+ * vLLM (0.22 and later) with the NIXL connector, as a router meets it:
+ * - a prefill call (`kv_transfer_params.do_remote_decode`) computes one token and answers JSON
+ *   with top-level `kv_transfer_params` naming this worker; it holds the blocks for a remote
+ *   decode under a lease (`kvTimeoutMs`, vLLM's `kv_lease_duration`, 30 s) whether it stopped at
+ *   its length or at its first token (`request_finished` in `nixl/pull_scheduler.py` treats
+ *   `FINISHED_STOPPED` as `FINISHED_LENGTH_CAPPED`); a prefill the engine aborted frees them at
+ *   once and names none;
+ * - a decode call with those parameters pulls the blocks from it (over HTTP here, as NIXL
+ *   would). Blocks already freed are read all the same, as a NIXL read of registered memory is
+ *   (prefill only logs "Potentially invalid KV blocks for unrecognized request",
+ *   `nixl/pull_worker.py`): the decode answers 200 with output computed on them (`stale0
+ *   stale1 ...` here). A transfer that fails follows `kvLoadFailurePolicy` (vLLM's
+ *   `kv_load_failure_policy`, `fail` by default);
+ * - a decode call its request handler refuses (an error answer, not a body that fails
+ *   validation), or one aborted before it pulled, tells the prefill worker to free the blocks
+ *   at once: `_with_kv_transfer_rejection_cleanup` in `vllm/entrypoints/generate/base/serving.py`
+ *   and `notify_kv_transfer_request_rejected` (vLLM 0.21 and later);
+ * - a request naming a model other than the worker's `model` (when it was given one) is a 404
+ *   from the handler, as vLLM's `_check_model`.
+ *
+ * Decode's lease heartbeats are not modelled: a fake decode pulls as soon as it is called, and
+ * a wedged one (`never-bootstrap`) would send none.
  */
 export const fakeVllm: FakeProtocol = {
   name: 'vllm',
   routes: ['/v1/completions', '/v1/chat/completions'],
+  // The default of vLLM's `kv_connector_extra_config.kv_lease_duration` (30 s).
+  kvTimeoutMs: 30_000,
   isPrefillCall: (body) =>
     (body.kv_transfer_params as { do_remote_decode?: unknown } | undefined)?.do_remote_decode === true,
 
@@ -21,13 +42,11 @@ export const fakeVllm: FakeProtocol = {
       return worker.answerError(res, 500, fault.message ?? 'prefill failed after computing');
     }
     const answer = worker.answerFor(record);
-    if (answer?.finishReason === 'abort' || answer?.finishReason === 'stop') {
-      // Dropped, or finished at its first token: as vLLM's NIXL connector does, the KV is freed
-      // at once (it is held for a decode only when the request stopped at its length).
+    const body = oneTokenAnswer(record, worker.options.model, answer, cached);
+    if (answer?.finishReason === 'abort') {
+      // Neither stopped nor capped: the connector frees the blocks at once and names none.
       record.completed = true;
-      const body = oneTokenAnswer(record, worker.options.model, answer, cached);
-      const finished = answer.finishReason === 'stop' ? { kv_transfer_params: { do_remote_prefill: false } } : {};
-      return worker.answerJson(res, 200, { ...body, ...finished });
+      return worker.answerJson(res, 200, body);
     }
     const blocks = worker.nextBlocks();
     const params = {
@@ -43,28 +62,65 @@ export const fakeVllm: FakeProtocol = {
     worker.ledger.commit(kvKey(worker.engineId, blocks), requestId);
     worker.strandLater(kvKey(worker.engineId, blocks));
     record.completed = true;
-    worker.answerJson(res, 200, {
-      ...oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached),
-      kv_transfer_params: params,
-    });
+    worker.answerJson(res, 200, { ...body, kv_transfer_params: params });
   },
 
   kvSources(body) {
-    const params = body.kv_transfer_params as Record<string, unknown> | undefined;
-    if (params?.do_remote_prefill !== true) return []; // an aggregated request: nothing to take
-    return [
-      {
-        url: `http://${String(params.remote_host)}:${String(params.remote_port)}/fake/kv/claim`,
-        payload: { key: kvKey(String(params.remote_engine_id), params.remote_block_ids) },
-      },
-    ];
+    const params = remotePrefill(body);
+    if (params === undefined) return []; // an aggregated request: nothing to take
+    return [{ url: `${prefillUrl(params)}/fake/kv/claim`, payload: { key: keyOf(params) } }];
+  },
+
+  async gaveUp(_worker, body) {
+    const params = remotePrefill(body);
+    if (params === undefined) return;
+    try {
+      const answer = await request(`${prefillUrl(params)}/fake/kv/release`, {
+        method: 'POST',
+        body: JSON.stringify({ key: keyOf(params) }),
+      });
+      await answer.body.dump();
+    } catch {
+      // As vLLM: a notification that cannot be sent is logged there, and the lease frees the KV.
+    }
+  },
+
+  kvLoadFailed(worker, failure) {
+    if (worker.options.kvLoadFailurePolicy === 'recompute') return 'recompute';
+    // `fail`: the request finishes with an error; the serving layer hides the cause.
+    return { status: 500, message: `Internal server error (${failure})`, inStream: true };
+  },
+
+  handlerRefusal(worker, body) {
+    const served = worker.options.model;
+    if (served === undefined || body.model === undefined || body.model === served) return undefined;
+    return { status: 404, message: `The model \`${String(body.model)}\` does not exist.` };
   },
 
   endpoints: {
     '/fake/kv/claim': (worker, res, body) => {
       const key = String(body.key);
-      if (worker.ledger.claim(key)) worker.answerJson(res, 200, { claimed: key });
-      else worker.answerError(res, 404, `no KV held for ${key}`);
+      const read = worker.ledger.read(key);
+      if (read === 'unknown') worker.answerError(res, 404, `no KV was ever held for ${key}`);
+      else worker.answerJson(res, 200, { read });
+    },
+    '/fake/kv/release': (worker, res, body) => {
+      worker.ledger.release(String(body.key));
+      worker.answerJson(res, 200, { released: String(body.key) });
     },
   },
 };
+
+/** The handoff parameters of a decode call, when it takes its prompt's KV from a prefill worker. */
+function remotePrefill(body: Record<string, unknown>): Record<string, unknown> | undefined {
+  const params = body.kv_transfer_params as Record<string, unknown> | undefined;
+  return params?.do_remote_prefill === true ? params : undefined;
+}
+
+function prefillUrl(params: Record<string, unknown>): string {
+  return `http://${String(params.remote_host)}:${String(params.remote_port)}`;
+}
+
+function keyOf(params: Record<string, unknown>): string {
+  return kvKey(String(params.remote_engine_id), params.remote_block_ids);
+}

@@ -15,8 +15,13 @@ import { KvLedger } from './kv-ledger.js';
 
 /**
  * What can go wrong, per request or for every request of a worker:
- * - `status`: answer with this HTTP status (and an OpenAI-style error body) before anything else;
- * - `hang`: never answer;
+ * - `status`: answer with this HTTP status (and an OpenAI-style error body) before anything
+ *   else. `stage` says who answers: the engine's request handler (`handler`, the default: a
+ *   vLLM decode then frees the handoff's KV on the prefill worker at once, its rejection
+ *   clean-up), or something in front of it (`front`: body validation, auth, a middleware or a
+ *   proxy; the KV waits for the lease);
+ * - `hang`: never answer (a vLLM decode call aborted meanwhile frees the KV it would have
+ *   pulled, as a request still waiting in vLLM's queue does);
  * - `error-event`: stream `afterTokens` tokens, then an SSE `error` event, then end;
  * - `reset`: stream `afterTokens` tokens, then break the connection;
  * - `slow`: stream with `tokenIntervalMs` between tokens;
@@ -29,7 +34,7 @@ import { KvLedger } from './kv-ledger.js';
  *   (whether or not the request asked for a stream), as a broken engine might.
  */
 export type Fault =
-  | { type: 'status'; status: number; message?: string }
+  | { type: 'status'; status: number; message?: string; stage?: 'handler' | 'front' }
   | { type: 'hang' }
   | { type: 'error-event'; afterTokens?: number; message?: string }
   | { type: 'reset'; afterTokens?: number }
@@ -51,6 +56,13 @@ export interface FakeRequest {
   aborted: boolean;
   /** The answer was sent to its end. */
   completed: boolean;
+  /**
+   * What became of the KV a decode call named (none when it named none): `taken`; `stale`, read
+   * after the prefill worker had freed it (the answer was computed on blocks that were not
+   * its own); `recomputed`, the transfer failed and decode computed the prompt itself; `failed`,
+   * the transfer failed and so did the request.
+   */
+  kv?: 'taken' | 'stale' | 'recomputed' | 'failed';
 }
 
 /** Options of {@link startFakeWorker}. */
@@ -63,8 +75,17 @@ export interface FakeWorkerOptions {
   tokenIntervalMs?: number;
   /** A fault for every request, or a function choosing one per request. */
   fault?: Fault | ((request: FakeRequest) => Fault | undefined);
-  /** How long a prefill holds committed KV before freeing it as stranded; 60,000 ms by default. */
+  /**
+   * How long a prefill holds committed KV before freeing it as stranded: vLLM's lease
+   * (`kv_lease_duration`, 30,000 ms by default, as vLLM's), TensorRT-LLM's timeout (60,000 ms).
+   */
   kvTimeoutMs?: number;
+  /**
+   * vLLM decode: what a failed KV transfer does, as vLLM's `kv_load_failure_policy`: `fail` (the
+   * default, as vLLM's since 0.20: the request ends with an error) or `recompute` (decode
+   * computes the prompt itself and answers).
+   */
+  kvLoadFailurePolicy?: 'fail' | 'recompute';
   /**
    * SGLang prefill: how long the KV transfer takes once decode has connected, before prefill
    * answers (meanwhile decode streams); 0 by default.
@@ -84,7 +105,10 @@ export interface FakeWorkerOptions {
    * workers share a port, as pods behind one headless Service do (each address a worker).
    */
   host?: string;
-  /** The model id it serves (`/v1/models`); `fake-model` by default. */
+  /**
+   * The model id it serves (`/v1/models`); `fake-model` by default. Given, a vLLM worker answers
+   * a request naming another model with a 404, as vLLM does; not given, it serves any name.
+   */
   model?: string;
   /**
    * What a decode answers (reasoning, tool calls, an abort, an error chunk, ...), for every
@@ -301,8 +325,9 @@ class Worker implements FakeWorker, WorkerSide {
     const endpoint = this.#engine.endpoints[path];
     if (endpoint !== undefined) return endpoint(this, res, body);
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
-    const refused = this.#engine.refuse?.(path, body) ?? this.#refuseLength(path, body);
-    if (refused !== undefined) return this.answerError(res, 400, refused);
+    // Refused as the body is read (field checks), before the engine's request handler.
+    const invalid = this.#engine.refuse?.(path, body) ?? this.#refuseBudget(path, body);
+    if (invalid !== undefined) return this.answerError(res, 400, invalid);
     const record: FakeRequest = {
       path,
       headers: req.headers,
@@ -316,33 +341,55 @@ class Worker implements FakeWorker, WorkerSide {
       if (!record.completed) record.aborted = true;
     });
     const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
-    if (fault?.type === 'status')
-      return this.answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
-    if (fault?.type === 'hang') return;
-    if (this.role === 'prefill' && this.#engine.isPrefillCall(body))
-      return this.#engine.prefill(this, res, record, fault);
+    const prefill = this.role === 'prefill' && this.#engine.isPrefillCall(body);
+    if (fault?.type === 'status') {
+      const message = fault.message ?? `injected ${fault.status}`;
+      if (fault.stage === 'front') return this.answerError(res, fault.status, message);
+      return this.#refuse(res, record, prefill, { status: fault.status, message });
+    }
+    // The engine's request handler: its own refusals (vLLM frees a handoff's KV on them).
+    const refusal = this.#engine.handlerRefusal?.(this, body) ?? this.#refuseContext(path, body);
+    if (refusal !== undefined) return this.#refuse(res, record, prefill, refusal);
+    if (fault?.type === 'hang') {
+      if (!prefill) res.on('close', () => void this.#engine.gaveUp?.(this, body, 'aborted'));
+      return;
+    }
+    if (prefill) return this.#engine.prefill(this, res, record, fault);
     return this.#decode(res, record, fault);
   }
 
-  /** Takes the KV its body names (from the prefill worker), then answers, streamed or whole. */
-  /** vLLM's own checks of the length budget: an integer of at least 1 that fits the context with the prompt. */
-  #refuseLength(path: string, body: Record<string, unknown>): string | undefined {
-    if (path === '/generate') return undefined;
-    const field =
-      body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
-        ? 'max_completion_tokens'
-        : 'max_tokens';
-    const budget = body[field];
+  /** An error answer from the engine's request handler; a decode call gives up its handoff first. */
+  async #refuse(
+    res: ServerResponse,
+    record: FakeRequest,
+    prefill: boolean,
+    refusal: { status: number; message: string },
+  ): Promise<void> {
+    if (!prefill) await this.#engine.gaveUp?.(this, record.body, 'refused');
+    this.answerError(res, refusal.status, refusal.message);
+  }
+
+  /** vLLM's check of the length budget's type, as the body is read: an integer of at least 1. */
+  #refuseBudget(path: string, body: Record<string, unknown>): string | undefined {
+    const [field, budget] = budgetOf(path, body);
     if (budget === undefined || budget === null) return undefined;
     if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 1) {
       return `${field} must be an integer of at least 1, got ${JSON.stringify(budget)}`;
     }
+    return undefined;
+  }
+
+  /** vLLM's check, in its request handler, that the prompt and the budget fit the context: a 400. */
+  #refuseContext(path: string, body: Record<string, unknown>): { status: number; message: string } | undefined {
+    const [, budget] = budgetOf(path, body);
+    if (typeof budget !== 'number') return undefined;
     const context = this.options.maxModelLen ?? 4096;
     const prompt = promptTokens(body);
-    if (prompt + budget > context) {
-      return `This model's maximum context length is ${context} tokens. However, you requested ${prompt + budget} tokens (${prompt} in the messages, ${budget} in the completion). Please reduce the length of the messages or completion.`;
-    }
-    return undefined;
+    if (prompt + budget <= context) return undefined;
+    return {
+      status: 400,
+      message: `This model's maximum context length is ${context} tokens. However, you requested ${prompt + budget} tokens (${prompt} in the messages, ${budget} in the completion). Please reduce the length of the messages or completion.`,
+    };
   }
 
   async #decode(res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
@@ -350,11 +397,35 @@ class Worker implements FakeWorker, WorkerSide {
     const abort = new AbortController();
     res.on('close', () => abort.abort());
     if (fault?.type === 'never-bootstrap') return; // never takes the KV, never answers
+    let read: 'none' | 'taken' | 'stale' = 'none';
     if (fault?.type !== 'no-claim') {
-      const failure = await this.#takeKv(body, abort.signal);
-      if (failure !== undefined) {
-        if (!res.destroyed) this.answerError(res, 500, failure);
-        return;
+      const taken = await this.#takeKv(body, abort.signal);
+      if (typeof taken === 'object') {
+        if (abort.signal.aborted) {
+          // Aborted before it pulled: vLLM frees the KV it would have taken at once.
+          await this.#engine.gaveUp?.(this, body, 'aborted');
+          return;
+        }
+        const failed = this.#engine.kvLoadFailed?.(this, taken.failure) ?? {
+          status: 500,
+          message: taken.failure,
+          inStream: false,
+        };
+        if (failed !== 'recompute') {
+          record.kv = 'failed';
+          if (res.destroyed) return;
+          if (!failed.inStream || body.stream !== true) return this.answerError(res, failed.status, failed.message);
+          res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+          res.write(`data: ${JSON.stringify(errorChunk(failed.status, failed.message))}\n\n`);
+          record.completed = true;
+          res.end('data: [DONE]\n\n');
+          return;
+        }
+        record.kv = 'recomputed';
+        await this.computePrompt(record);
+      } else {
+        read = taken;
+        if (taken !== 'none') record.kv = taken;
       }
     }
     if (fault?.type === 'empty') {
@@ -363,7 +434,10 @@ class Worker implements FakeWorker, WorkerSide {
       res.end('data: [DONE]\n\n');
       return;
     }
-    const plan = planAnswer(body, this.answerFor(record), this.options.tokens ?? 8);
+    const tokens = this.options.tokens ?? 8;
+    // Computed on blocks that were not this request's: what comes out is not its answer.
+    const answer = read === 'stale' ? { content: Array.from({ length: tokens }, (_, i) => `stale${i} `) } : undefined;
+    const plan = planAnswer(body, answer ?? this.answerFor(record), tokens);
     const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (this.options.tokenIntervalMs ?? 0);
     const format = formatFor(record.path, this.options.model);
     // Decode counts the whole prompt as cached: its KV came from prefill. A router must give the
@@ -392,9 +466,7 @@ class Worker implements FakeWorker, WorkerSide {
     if (breaking !== undefined && breakAt >= chunks.length) return this.#breakStream(res, breaking);
     if (plan.error !== undefined) {
       // As vLLM does: the error as a chunk of the 200 stream, then the end.
-      const { code, message } = plan.error;
-      const type = code >= 500 ? 'InternalServerError' : 'BadRequestError';
-      res.write(`data: ${JSON.stringify({ error: { object: 'error', message, type, param: null, code } })}\n\n`);
+      res.write(`data: ${JSON.stringify(errorChunk(plan.error.code, plan.error.message))}\n\n`);
     } else if (wantsUsage(body) && record.path !== '/generate') {
       // As vLLM does: the usage in a chunk of its own, with no choices.
       res.write(`data: ${stringifyJson(format.usage(usage))}\n\n`);
@@ -417,20 +489,29 @@ class Worker implements FakeWorker, WorkerSide {
     res.end();
   }
 
-  /** Takes the KV prefill committed (every handoff the body names): undefined when taken, else why not. */
-  async #takeKv(body: Record<string, unknown>, signal: AbortSignal): Promise<string | undefined> {
-    const failures = await Promise.all(
-      this.#engine.kvSources(body).map(async (source) => {
+  /**
+   * Takes the KV prefill committed (every handoff the body names): `none` when it names none,
+   * `taken`, `stale` when some of it had already been freed, or why the transfer failed.
+   */
+  async #takeKv(
+    body: Record<string, unknown>,
+    signal: AbortSignal,
+  ): Promise<'none' | 'taken' | 'stale' | { failure: string }> {
+    const sources = this.#engine.kvSources(body);
+    if (sources.length === 0) return 'none';
+    const reads = await Promise.all(
+      sources.map(async (source) => {
         try {
           const answer = await request(source.url, { method: 'POST', body: JSON.stringify(source.payload), signal });
           const text = await answer.body.text();
-          return answer.statusCode === 200 ? undefined : `KV transfer failed: ${text}`;
+          if (answer.statusCode !== 200) return { failure: `KV transfer failed: ${text}` };
+          return (JSON.parse(text) as { read?: string }).read === 'stale' ? 'stale' : 'taken';
         } catch (error) {
-          return `KV transfer failed: ${String(error)}`;
+          return { failure: `KV transfer failed: ${String(error)}` };
         }
       }),
     );
-    return failures.find((failure) => failure !== undefined);
+    return reads.find((read) => typeof read === 'object') ?? (reads.includes('stale') ? 'stale' : 'taken');
   }
 
   // WorkerSide: what the protocol modules use.
@@ -482,7 +563,8 @@ class Worker implements FakeWorker, WorkerSide {
   }
 
   strandLater(key: string): void {
-    this.#timer(this.options.kvTimeoutMs ?? 60_000, () => this.ledger.strand(key));
+    const timeout = this.options.kvTimeoutMs ?? this.#engine.kvTimeoutMs ?? 60_000;
+    this.#timer(timeout, () => this.ledger.strand(key));
   }
 
   pause(ms: number): Promise<void> {
@@ -510,4 +592,20 @@ class Worker implements FakeWorker, WorkerSide {
     this.#timers.add(timer);
     return timer;
   }
+}
+
+/** The length budget a body names, by route: the field and its value. */
+function budgetOf(path: string, body: Record<string, unknown>): [string, unknown] {
+  if (path === '/generate') return ['max_tokens', undefined];
+  const field =
+    body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
+      ? 'max_completion_tokens'
+      : 'max_tokens';
+  return [field, body[field]];
+}
+
+/** vLLM's error chunk inside a 200 stream. */
+function errorChunk(code: number, message: string) {
+  const type = code >= 500 ? 'InternalServerError' : 'BadRequestError';
+  return { error: { object: 'error', message, type, param: null, code } };
 }

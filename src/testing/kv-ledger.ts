@@ -4,10 +4,24 @@ export interface KvHandoff {
   readonly key: string;
   /** The request id prefill was called with. */
   readonly requestId: string;
-  /** `held`: committed, waiting for decode; `claimed`: decode took it; `stranded`: freed by timeout. */
-  state: 'held' | 'claimed' | 'stranded';
+  /**
+   * `held`: committed, waiting for decode; `claimed`: decode took it; `stranded`: freed unclaimed
+   * by the prefill worker's own timeout (vLLM's lease), or by an abort while it waited for
+   * decode (SGLang); `released`: freed unclaimed at once because a decode worker said it will
+   * not take it (vLLM's rejection clean-up, or a decode aborted before it pulled).
+   */
+  state: 'held' | 'claimed' | 'stranded' | 'released';
   readonly committedAt: number;
+  /**
+   * Times a decode worker read these blocks after they were freed: it computed on memory that
+   * may already hold another request's KV. vLLM's NIXL reads cannot tell (prefill only logs
+   * "Potentially invalid KV blocks for unrecognized request"), so such a decode answers 200.
+   */
+  staleReads: number;
 }
+
+/** What a decode worker's read of a handoff found: the KV, freed blocks, or nothing committed. */
+export type KvRead = 'claimed' | 'stale' | 'unknown';
 
 /**
  * The KV a fake prefill worker has committed for decode workers, and what became of it.
@@ -43,9 +57,19 @@ export class KvLedger {
     return this.all().filter((handoff) => handoff.state === 'claimed');
   }
 
+  /** Freed at once, unclaimed, because a decode worker said it would not take them. */
+  released(): KvHandoff[] {
+    return this.all().filter((handoff) => handoff.state === 'released');
+  }
+
+  /** Read by a decode worker after they were freed: answers computed on blocks that were not theirs. */
+  staleReads(): KvHandoff[] {
+    return this.all().filter((handoff) => handoff.staleReads > 0);
+  }
+
   /** Records KV committed for `key`; wakes a decode that was waiting for it. */
   commit(key: string, requestId: string): KvHandoff {
-    const handoff: KvHandoff = { key, requestId, state: 'held', committedAt: Date.now() };
+    const handoff: KvHandoff = { key, requestId, state: 'held', committedAt: Date.now(), staleReads: 0 };
     this.#handoffs.set(key, handoff);
     const waiting = this.#waiting.get(key);
     this.#waiting.delete(key);
@@ -62,6 +86,23 @@ export class KvLedger {
   }
 
   /**
+   * A decode worker's read of `key` as vLLM's NIXL does it: the held KV is claimed; blocks
+   * already freed (taken by an earlier decode, or freed unclaimed) are read all the same (a
+   * stale read, counted); a key never committed here is a failed transfer.
+   */
+  read(key: string): KvRead {
+    const handoff = this.#handoffs.get(key);
+    if (handoff === undefined) return 'unknown';
+    if (handoff.state === 'held') {
+      this.#release(handoff, 'claimed');
+      return 'claimed';
+    }
+    // Taken already (prefill frees blocks once they are pulled), or freed unclaimed.
+    handoff.staleReads++;
+    return 'stale';
+  }
+
+  /**
    * Frees a handoff nobody claimed: the worker's own timeout, or its prefill request aborted
    * while it waited for decode. Either way the KV was computed for a decode that never took it.
    */
@@ -70,14 +111,23 @@ export class KvLedger {
     if (handoff?.state === 'held') this.#release(handoff, 'stranded');
   }
 
+  /**
+   * Frees a held handoff at once because a decode worker will not take it (vLLM's rejection
+   * clean-up: decode refused the request, or aborted it before pulling).
+   */
+  release(key: string): void {
+    const handoff = this.#handoffs.get(key);
+    if (handoff?.state === 'held') this.#release(handoff, 'released');
+  }
+
   /** How many decode legs are waiting at the rendezvous for `key` to be committed. */
   waitingFor(key: string): number {
     return this.#waiting.get(key)?.length ?? 0;
   }
 
   /**
-   * Resolves with what became of the held handoff of `key` (`claimed` or `stranded`) once it
-   * is no longer held, or undefined on `cancel`.
+   * Resolves with what became of the held handoff of `key` (`claimed`, `stranded` or
+   * `released`) once it is no longer held, or undefined on `cancel`.
    */
   whenReleased(key: string): { promise: Promise<KvHandoff['state'] | undefined>; cancel(): void } {
     const known = this.#handoffs.get(key);
@@ -85,7 +135,7 @@ export class KvLedger {
     return waiter(this.#releasing, key);
   }
 
-  #release(handoff: KvHandoff, state: 'claimed' | 'stranded'): void {
+  #release(handoff: KvHandoff, state: Exclude<KvHandoff['state'], 'held'>): void {
     handoff.state = state;
     const waiting = this.#releasing.get(handoff.key);
     this.#releasing.delete(handoff.key);

@@ -4,6 +4,7 @@ import { DeadlineError } from '../../src/flow/deadlines.js';
 import type { Engine } from '../../src/flow/disaggregate.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -15,12 +16,26 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
-/** A decode engine whose listed workers refuse (as a 503 before any answer) and whose others stream. */
+/** The failure of a call that never reached its worker: the connection was refused. */
+const refused = (worker: unknown) =>
+  UpstreamError.fromFailure(
+    `http://${String(worker)}`,
+    Object.assign(new Error(`${String(worker)} refused the connection`), { code: 'ECONNREFUSED' }),
+  );
+
+/**
+ * A decode engine whose listed workers fail before any answer (refused connections by
+ * default; `failure` says otherwise) and whose others stream.
+ */
 function decodeFailingOn(...failing: string[]) {
+  return decodeFailing(failing, refused);
+}
+
+function decodeFailing(failing: string[], failure: (worker: unknown) => Error) {
   const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
   const run: Engine<unknown> = async (body, context, worker) => {
     calls.push({ worker, body });
-    if (failing.includes(worker as string)) throw new Error(`${String(worker)} answered 503`);
+    if (failing.includes(worker as string)) throw failure(worker);
     return new ResponseStream(
       new ScriptedSource([token(1), token(2), Annotated.fromData(LLMEngineOutput.length())]).end(),
       context,
@@ -31,7 +46,7 @@ function decodeFailingOn(...failing: string[]) {
 
 const leases = (pool: WorkerPool<string>) => pool.workers.map((worker) => pool.inFlight(worker));
 
-describe('a failed sequential decode is sent to another decode worker while prefill holds the KV', () => {
+describe('a sequential decode that could not be reached is sent to another decode worker with the same handoff', () => {
   it('the next decode worker gets the same kv_transfer_params; the client reads a whole stream', async () => {
     const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
     const decode = decodeFailingOn('d0');
@@ -51,9 +66,9 @@ describe('a failed sequential decode is sent to another decode worker while pref
     expect(decode.calls[1]?.body.kv_transfer_params).toEqual(kvParams);
     // Prefill ran once: the KV it computed is the one the second decode worker takes.
     expect(prefill.calls).toHaveLength(1);
-    expect(retryDecode).toHaveBeenCalledExactlyOnceWith(expect.objectContaining({ message: 'd0 answered 503' }), 0);
+    expect(retryDecode).toHaveBeenCalledExactlyOnceWith(expect.objectContaining({ networkCode: 'ECONNREFUSED' }), 0);
     expect(log.of('decodeRetried')).toMatchObject([{ attempt: 1, decodeWorker: 'd1', delayMs: 0 }]);
-    expect(log.of('decodeRetried')[0]?.error.message).toBe('d0 answered 503');
+    expect(log.of('decodeRetried')[0]?.error.message).toContain('d0 refused the connection');
     expect(log.types().filter((type) => type === 'decodeDispatched')).toHaveLength(2);
     expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
     await flush();
@@ -66,7 +81,7 @@ describe('a failed sequential decode is sent to another decode worker while pref
       const decode = decodeFailingOn('d0');
       await expect(
         runFlow({ decode: decode.run, decodeWorkers, ...(retryDecode === undefined ? {} : { retryDecode }) }),
-      ).rejects.toThrow('d0 answered 503');
+      ).rejects.toThrow('d0 refused the connection');
       expect(decode.calls).toHaveLength(1);
       expect(leases(decodeWorkers)).toEqual([0, 0]);
     }
@@ -86,7 +101,7 @@ describe('a failed sequential decode is sent to another decode worker while pref
     }).catch((e: unknown) => e);
     const workers = decode.calls.map((call) => call.worker);
     expect(new Set(workers)).toEqual(new Set(['d0', 'd1', 'd2']));
-    expect((error as Error).message).toBe(`${String(workers[2])} answered 503`);
+    expect((error as Error).message).toContain(`${String(workers[2])} refused the connection`);
     expect(attempts).toEqual([0, 1, 2]);
     expect(leases(decodeWorkers)).toEqual([0, 0, 0]);
   });
@@ -103,16 +118,15 @@ describe('a failed sequential decode is sent to another decode worker while pref
     let calls = 0;
     const failing: Engine<unknown> = async () => {
       calls++;
-      throw new Error('no pool, 503');
+      throw refused('no-pool');
     };
-    await expect(runFlow({ decode: failing, retryDecode })).rejects.toThrow('no pool, 503');
+    await expect(runFlow({ decode: failing, retryDecode })).rejects.toThrow('no-pool refused the connection');
     expect(calls).toBe(1);
     expect(retryDecode).not.toHaveBeenCalled();
     vi.useFakeTimers();
     const decodeWorkers = new WorkerPool(['d0', 'd1']);
     // Decode answers only after the total deadline, with a failure.
-    const late: Engine<unknown> = () =>
-      new Promise((_, reject) => setTimeout(() => reject(new Error('late 503')), 2_000));
+    const late: Engine<unknown> = () => new Promise((_, reject) => setTimeout(() => reject(refused('late')), 2_000));
     const outcome = runFlow({ decode: late, decodeWorkers, retryDecode, deadlines: { totalMs: 1_000 } }).catch(
       (error: unknown) => error,
     );
@@ -126,7 +140,7 @@ describe('a failed sequential decode is sent to another decode worker while pref
     const decodeWorkers = new WorkerPool(['d0']);
     const run: Engine<unknown> = async () => {
       decodeWorkers.setAvailable('d0', false); // as the health checker does with an unreachable worker
-      throw new Error('connect ECONNREFUSED');
+      throw refused('d0');
     };
     await expect(runFlow({ decode: run, decodeWorkers, retryDecode: () => 0 })).rejects.toThrow('ECONNREFUSED');
     expect(leases(decodeWorkers)).toEqual([0]);
@@ -164,13 +178,15 @@ describe('a failed sequential decode is sent to another decode worker while pref
           throw new Error('policy bug');
         },
       }),
-    ).rejects.toThrow('d0 answered 503');
+    ).rejects.toThrow('d0 refused the connection');
     expect(throwing.calls).toHaveLength(1);
     expect(recorded.records.some((r) => r.message === 'retryDecode threw; the decode failure is not retried')).toBe(
       true,
     );
     const negative = decodeFailingOn('d0', 'd1');
-    await expect(runFlow({ decode: negative.run, decodeWorkers, retryDecode: () => -1 })).rejects.toThrow('503');
+    await expect(runFlow({ decode: negative.run, decodeWorkers, retryDecode: () => -1 })).rejects.toThrow(
+      'refused the connection',
+    );
     expect(negative.calls).toHaveLength(1);
     await expect(runFlow({ retryDecode: 5 as never })).rejects.toThrow('retryDecode must be a function');
   });
@@ -184,7 +200,7 @@ describe('a failed sequential decode is sent to another decode worker while pref
       calls.push({ worker, stopped: context.isStopped() });
       if (worker === 'd0') {
         context.stop(); // the client leaves as the first decode worker fails
-        throw new Error('d0 answered 503');
+        throw refused('d0');
       }
       const source = new ScriptedSource([token(1), Annotated.fromData(LLMEngineOutput.length())]).end();
       sources.push(source);
@@ -220,7 +236,60 @@ describe('a failed sequential decode is sent to another decode worker while pref
         retryDecode,
         logger: recordingLogger().logger,
       }),
-    ).rejects.toThrow('d0 answered 503');
+    ).rejects.toThrow('d0 refused the connection');
     expect(retryDecode).not.toHaveBeenCalled();
+  });
+});
+
+describe('a decode worker that was reached may have freed the KV: its handoff is not sent again', () => {
+  const answered503 = (worker: unknown) =>
+    UpstreamError.fromStatus(`http://${String(worker)}`, 503, '{"error":{"message":"queue full"}}');
+  const reset = (worker: unknown) =>
+    UpstreamError.fromFailure(
+      `http://${String(worker)}`,
+      Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }),
+    );
+
+  it.each([
+    ['an error answer (vLLM frees the KV as its handler refuses)', answered503],
+    ['a reset before any answer (it may have received the request, and aborted it)', reset],
+  ])('%s fails the request with the decode leg, retryDecode not asked', async (_, failure) => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const decode = decodeFailing(['d0'], failure);
+    const retryDecode = vi.fn(() => 0);
+    const log = eventLog();
+    const error = await runFlow({ decode: decode.run, decodeWorkers, retryDecode, onEvent: log.onEvent }).catch(
+      (e: unknown) => e,
+    );
+    expect(UpstreamError.is(error)).toBe(true);
+    expect(retryDecode).not.toHaveBeenCalled();
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0']);
+    // The caller sees which leg failed: a router above retries it with a fresh prefill.
+    expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'decode' }]);
+    expect(log.of('decodeRetried')).toEqual([]);
+    expect(leases(decodeWorkers)).toEqual([0, 0]);
+  });
+
+  it("reuseHandoff 'always' (vLLM before 0.21, which holds the KV until a decode takes it) sends it again after a 503", async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const decode = decodeFailing(['d0'], answered503);
+    const prefill = prefillWithParams();
+    const stream = await runFlow({
+      prefill: prefill.run,
+      decode: decode.run,
+      decodeWorkers,
+      retryDecode: () => 0,
+      reuseHandoff: 'always',
+    });
+    expect((await collect(stream)).map((item) => item.data?.token_ids)).toEqual([[1], [2], []]);
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0', 'd1']);
+    expect(decode.calls[1]?.body.kv_transfer_params).toEqual(kvParams);
+    expect(prefill.calls).toHaveLength(1);
+  });
+
+  it('reuseHandoff is checked', async () => {
+    await expect(runFlow({ reuseHandoff: 'sometimes' as never })).rejects.toThrow(
+      /^reuseHandoff must be 'unreached' or 'always', got .*sometimes/,
+    );
   });
 });

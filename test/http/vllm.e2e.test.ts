@@ -124,10 +124,10 @@ describe('vLLM (NIXL) over loopback HTTP', () => {
     await expect(call).rejects.toMatchObject({ name: 'UpstreamError', status: 400, retryable: false });
     await expect(call).rejects.toThrow('max_tokens too large');
     expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'decode' }]);
-    // Refused before taking the KV: nothing can claim it now; the prefill worker holds it until
-    // its own timeout, as the ledger shows.
-    expect(workers.prefill.ledger.outstanding()).toHaveLength(1);
-    fakes.leaveKv(workers.prefill);
+    // Refused by its request handler before taking the KV: vLLM's rejection clean-up tells the
+    // prefill worker to free it at once, as the ledger shows.
+    expect(workers.prefill.ledger.released()).toHaveLength(1);
+    expect(workers.prefill.ledger.outstanding()).toEqual([]);
   });
 
   it.each([

@@ -63,7 +63,7 @@ describe('disagg serve configuration', () => {
       healthFailureThreshold: 3,
       healthSuccessThreshold: 2,
       slowClientTimeoutMs: 30_000,
-      retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, disabled: false },
+      retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, reuseHandoff: 'unreached', disabled: false },
       breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },
       maxConcurrentRequests: 1024,
       queueSize: 1024,

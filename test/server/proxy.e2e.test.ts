@@ -202,7 +202,7 @@ describe('disagg proxy, with the official openai client', () => {
       prefill_workers: 1,
       decode_workers: 1,
     });
-    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    await client.completions.create({ model: 'llama-fake', prompt: 'x', max_tokens: 2 });
     const metrics = await (await request(`${url}/metrics`)).body.text();
     expect(metrics).toContain('disagg_requests_total{route="completions",status="200",outcome="success",leg=""} 1');
     for (const name of [

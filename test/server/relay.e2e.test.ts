@@ -5,7 +5,7 @@ import { parseJson } from '../../src/http/json.js';
 import type { FakeAnswer, FakeWorker } from '../../src/testing/index.js';
 import { proxyHarness } from '../support/proxy.js';
 
-const { setup } = proxyHarness();
+const { setup, fakes } = proxyHarness();
 
 /** An SSE answer: its status, the JSON of each `data:` event, and whether it ended with [DONE]. */
 async function sse(base: string, path: string, body: object, headers: Record<string, string> = {}) {
@@ -239,12 +239,16 @@ describe('the relay: what a worker says reaches the client as the worker said it
 
 describe('a prefill that already finished the request', () => {
   it('is the answer, without the handoff parameters prefill named (no decode, nothing to claim)', async () => {
-    const { url, decode } = await setup('vllm', { prefill: { answer: { finishReason: 'stop' } } });
+    const { url, decode, prefill } = await setup('vllm', { prefill: { answer: { finishReason: 'stop' } } });
     const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ choices: [{ text: 'tok0 ', finish_reason: 'stop' }] });
     expect(answer.body).not.toHaveProperty('kv_transfer_params');
     expect(decode.requests).toHaveLength(0);
+    // vLLM holds the blocks of a request stopped at its first token as it does for a length
+    // cap: with no decode to take them, they wait for the lease.
+    expect(prefill.ledger.outstanding()).toHaveLength(1);
+    fakes.leaveKv(prefill);
   });
 });
 

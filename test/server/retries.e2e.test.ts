@@ -78,7 +78,7 @@ describe('retries before the first byte', () => {
     expect(proxy.prefillWorkers.available).toHaveLength(1);
   });
 
-  it('vLLM: a decode worker that answers 503 is skipped while the prefill worker holds the KV: prefill runs once, the next decode worker takes the KV', async () => {
+  it('vLLM: a decode worker that answers 503 freed the KV (its rejection clean-up): the request runs again with a fresh prefill, never on freed blocks', async () => {
     const { client, prefill, decode, url, logs } = await twoOfEach('vllm', {
       decode: { fault: { type: 'status', status: 503 } },
     });
@@ -89,19 +89,69 @@ describe('retries before the first byte', () => {
     for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
     expect(text).toBe('tok0 tok1 tok2 ');
     expect(response.headers.get('x-disagg-decode-worker')).toBe('decode-1');
-    expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 0]);
-    expect([decode[0]?.requests.length, decode[1]?.requests.length]).toEqual([1, 1]);
-    expect(decode[1]?.requests[0]?.body.kv_transfer_params).toEqual(decode[0]?.requests[0]?.body.kv_transfer_params);
-    // The KV prefill computed was taken by the second decode worker: nothing stranded.
-    await eventually(() => prefill[0]?.ledger.outstanding().length === 0, 'the second decode worker took the KV');
+    // vLLM's decode refused the request in its handler and told prefill to free the KV at once.
+    expect(prefill[0]?.ledger.released()).toHaveLength(1);
+    // A fresh prefill: the second decode worker takes KV of its own, not the freed blocks.
+    expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 1]);
+    expect(decode[1]?.requests[0]?.body.kv_transfer_params).not.toEqual(
+      decode[0]?.requests[0]?.body.kv_transfer_params,
+    );
+    expect(decode[1]?.requests[0]?.kv).toBe('taken');
+    expect(prefill.flatMap((worker) => worker.ledger.staleReads())).toEqual([]);
     expect(await retries(url)).toEqual(['disagg_retries_total{leg="decode"} 1']);
-    const retried = logs.filter((record) => String(record.message).startsWith('Retrying decode on another worker'));
+    const retried = logs.filter((record) => String(record.message).startsWith('Retrying the request'));
     expect(retried).toHaveLength(1);
     expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
   });
 
-  it('vLLM: a decode worker that refuses connections is skipped and leaves the rotation; whole answers too', async () => {
-    const { client, proxy, prefill, decode } = await twoOfEach('vllm', {});
+  it('vLLM: a 503 from something in front of decode (the KV waits for its lease) is retried with a fresh prefill too', async () => {
+    const { client, prefill, decode } = await twoOfEach('vllm', {
+      prefill: { kvTimeoutMs: 50 },
+      decode: { fault: { type: 'status', status: 503, stage: 'front' } },
+    });
+    const completion = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 });
+    expect(completion.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+    expect(decode[1]?.requests[0]?.kv).toBe('taken');
+    // Nothing told prefill: the first handoff's KV is freed by the lease, as on vLLM.
+    await eventually(() => prefill[0]?.ledger.stranded().length === 1, 'the lease freed the first KV');
+    fakes.leaveKv(prefill[0] as FakeWorker);
+  });
+
+  it('vLLM: when every decode worker fails, the client gets the failure (a 502), never a 200', async () => {
+    const { client, prefill, decode } = await twoOfEach(
+      'vllm',
+      { decode: { fault: { type: 'status', status: 503 } } },
+      { retry: { maxRetries: 3, initialBackoffMs: 0 } },
+    );
+    decode[1]?.setFault({ type: 'status', status: 500 });
+    const error = await client.completions
+      .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ status: 502 });
+    // Four attempts in all, each with its own prefill; each refusal freed its KV.
+    expect((prefill[0]?.requests.length ?? 0) + (prefill[1]?.requests.length ?? 0)).toBe(4);
+    expect(prefill.flatMap((worker) => worker.ledger.released())).toHaveLength(4);
+    expect(prefill.flatMap((worker) => worker.ledger.staleReads())).toEqual([]);
+  });
+
+  it("--retry-reuse-handoff always (vLLM before 0.21) gives the same handoff to the next decode: on today's vLLM that reads freed blocks, which is why it is not the default", async () => {
+    const { client, prefill, decode } = await twoOfEach(
+      'vllm',
+      { decode: { fault: { type: 'status', status: 503 } } },
+      { retry: { reuseHandoff: 'always' } },
+    );
+    const completion = await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 });
+    expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 0]);
+    expect(decode[1]?.requests[0]?.body.kv_transfer_params).toEqual(decode[0]?.requests[0]?.body.kv_transfer_params);
+    // What a client of vLLM 0.21 or later would get: a 200, computed on blocks already freed.
+    expect(decode[1]?.requests[0]?.kv).toBe('stale');
+    expect(completion.choices[0]?.text).toBe('stale0 stale1 stale2 ');
+    expect(prefill[0]?.ledger.staleReads()).toHaveLength(1);
+    fakes.expectStaleReads(prefill[0] as FakeWorker);
+  });
+
+  it('vLLM: a decode worker that refuses connections never saw the request: the next one gets the same handoff, prefill runs once, and the first leaves the rotation', async () => {
+    const { client, proxy, prefill, decode, logs } = await twoOfEach('vllm', {});
     // The first decode worker goes away after the proxy has it in rotation.
     const first = proxy.decodeWorkers.workers[0] as { url: string };
     await decode[0]?.close();
@@ -111,7 +161,12 @@ describe('retries before the first byte', () => {
     expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
     expect(response.headers.get('x-disagg-decode-worker')).toBe('decode-1');
     expect(proxy.decodeWorkers.isAvailable(first)).toBe(false);
-    await eventually(() => prefill[0]?.ledger.outstanding().length === 0, 'the KV was taken');
+    expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 0]);
+    expect(decode[1]?.requests[0]?.kv).toBe('taken');
+    await eventually(() => prefill[0]?.ledger.claimed().length === 1, 'the KV was taken');
+    const retried = logs.filter((record) => String(record.message).startsWith('Retrying decode on another worker'));
+    expect(retried).toHaveLength(1);
+    expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
   });
 
   it('SGLang: a decode that answers 500 before its stream opens is retried as a pair with a fresh room', async () => {
@@ -179,7 +234,7 @@ describe('retries before the first byte', () => {
     for (let i = 0; i < 2; i++) await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
     expect(decode[0]?.requests.length).toBeGreaterThan(2);
     expect(logs.some((record) => record.message === 'Worker circuit closed after its trial')).toBe(true);
-    fakes.leaveKv(prefill[0] as FakeWorker); // computed for decodes that answered 500: vLLM's timeout frees it
-    fakes.leaveKv(prefill[1] as FakeWorker);
+    // Each decode that answered 500 freed its handoff's KV (vLLM's rejection clean-up): none waits.
+    expect(prefill.flatMap((worker) => worker.ledger.outstanding())).toEqual([]);
   });
 });

@@ -5,15 +5,20 @@ import { type FakeWorker, type FakeWorkerOptions, startFakeWorker } from '../../
 /**
  * Fake workers for one test file: started by `start`, closed after each test, and checked
  * then: no KV left held or stranded on any of them, unless the test said it expects some
- * (`leaveKv`, for failures no router can clean up, such as a decode worker that refuses the
- * request before taking the KV).
+ * (`leaveKv`, for failures no router can clean up, such as a decode worker behind a proxy
+ * that refuses the request before vLLM sees it), and no decode answer computed on blocks
+ * already freed, unless the test shows one (`expectStaleReads`).
  */
 export function fakeWorkers() {
   let workers: FakeWorker[] = [];
   const leftBehind = new Set<FakeWorker>();
+  const staleExpected = new Set<FakeWorker>();
   afterEach(async () => {
     try {
       for (const worker of workers) {
+        if (!staleExpected.has(worker)) {
+          expect(worker.ledger.staleReads(), `KV read after it was freed, on the ${worker.role} worker`).toEqual([]);
+        }
         if (leftBehind.has(worker)) continue;
         expect(worker.ledger.outstanding(), `KV left held on the ${worker.role} worker`).toEqual([]);
         expect(worker.ledger.stranded(), `KV stranded on the ${worker.role} worker`).toEqual([]);
@@ -22,6 +27,7 @@ export function fakeWorkers() {
       await Promise.all(workers.map((worker) => worker.close()));
       workers = [];
       leftBehind.clear();
+      staleExpected.clear();
     }
   });
   return {
@@ -32,6 +38,9 @@ export function fakeWorkers() {
     },
     leaveKv(worker: FakeWorker): void {
       leftBehind.add(worker);
+    },
+    expectStaleReads(worker: FakeWorker): void {
+      staleExpected.add(worker);
     },
   };
 }

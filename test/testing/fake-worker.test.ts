@@ -170,6 +170,25 @@ describe('the SGLang rendezvous sees aborted legs', () => {
 });
 
 describe('KvLedger', () => {
+  it('a read claims held KV once; later reads, and reads of freed KV, are stale; a key never committed is unknown', () => {
+    const ledger = new KvLedger();
+    ledger.commit('a', 'req-a');
+    ledger.commit('b', 'req-b');
+    expect(ledger.read('a')).toBe('claimed');
+    expect(ledger.read('a')).toBe('stale');
+    ledger.release('b');
+    expect(ledger.released().map((handoff) => handoff.key)).toEqual(['b']);
+    expect(ledger.read('b')).toBe('stale');
+    expect(ledger.read('c')).toBe('unknown');
+    expect(ledger.staleReads().map((handoff) => [handoff.key, handoff.staleReads])).toEqual([
+      ['a', 1],
+      ['b', 1],
+    ]);
+    // Releasing what is no longer held changes nothing.
+    ledger.release('a');
+    expect(ledger.claimed().map((handoff) => handoff.key)).toEqual(['a']);
+  });
+
   it('tracks each handoff from held to claimed or stranded', async () => {
     const ledger = new KvLedger();
     const waiting = ledger.whenCommitted('room-1');
@@ -185,5 +204,125 @@ describe('KvLedger', () => {
     const cancelled = ledger.whenCommitted('never');
     cancelled.cancel();
     expect(await cancelled.promise).toBeUndefined();
+  });
+});
+
+describe('the vLLM fake behaves as vLLM 0.22 and later with NIXL', () => {
+  /** A prefill leg as a router sends it: its JSON answer, with the kv_transfer_params to hand on. */
+  async function prefillOn(worker: { url: string }, extra: Record<string, unknown> = {}) {
+    const answer = await request(`${worker.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({
+        prompt: 'Hello',
+        max_tokens: 1,
+        stream: false,
+        kv_transfer_params: { do_remote_decode: true },
+        ...extra,
+      }),
+    });
+    return (await answer.body.json()) as { kv_transfer_params: Record<string, unknown>; choices: unknown[] };
+  }
+  async function decodeOn(worker: { url: string }, params: unknown, extra: Record<string, unknown> = {}) {
+    const answer = await request(`${worker.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt: 'Hello', max_tokens: 3, kv_transfer_params: params, ...extra }),
+    });
+    return { status: answer.statusCode, text: await answer.body.text() };
+  }
+
+  it('prefill holds the blocks under a lease: unclaimed, they are freed when it runs out (kv_lease_duration)', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm', kvTimeoutMs: 30 });
+    const { kv_transfer_params: params } = await prefillOn(prefill);
+    expect(params).toMatchObject({ do_remote_prefill: true, remote_engine_id: expect.any(String) });
+    expect(prefill.ledger.outstanding()).toHaveLength(1);
+    await eventually(() => prefill.ledger.stranded().length === 1, 'the lease ran out');
+    fakes.leaveKv(prefill);
+  });
+
+  it('a stop on the first token holds the blocks as a length cap does, and names them', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm', answer: { finishReason: 'stop' } });
+    const answer = await prefillOn(prefill);
+    expect(answer.choices).toMatchObject([{ finish_reason: 'stop' }]);
+    expect(answer.kv_transfer_params).toMatchObject({ do_remote_prefill: true });
+    expect(prefill.ledger.outstanding()).toHaveLength(1);
+    fakes.leaveKv(prefill);
+    // An abort, though, frees at once and names nothing.
+    const aborted = await fakes.start({ role: 'prefill', protocol: 'vllm', answer: { finishReason: 'abort' } });
+    expect((await prefillOn(aborted)).kv_transfer_params).toBeUndefined();
+    expect(aborted.ledger.all()).toEqual([]);
+  });
+
+  it.each([
+    ['a 503 from its request handler', { fault: { type: 'status', status: 503 } as const }, {}, 503],
+    ['a prompt and budget beyond the context', { maxModelLen: 8 }, { max_tokens: 100 }, 400],
+    ['a model it does not serve', { model: 'served' }, { model: 'other' }, 404],
+  ])(
+    'decode refusing in its handler (%s) frees the handoff at once: the rejection clean-up',
+    async (_, options, extra, status) => {
+      const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+      const decode = await fakes.start({ role: 'decode', protocol: 'vllm', ...options });
+      const { kv_transfer_params: params } = await prefillOn(prefill);
+      expect((await decodeOn(decode, params, extra)).status).toBe(status);
+      expect(prefill.ledger.released()).toHaveLength(1);
+    },
+  );
+
+  it('a refusal in front of the handler (body validation, a proxy) frees nothing: the KV waits for the lease', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm' });
+    const { kv_transfer_params: params } = await prefillOn(prefill);
+    expect((await decodeOn(decode, params, { max_tokens: 'three' })).status).toBe(400);
+    decode.setFault({ type: 'status', status: 503, stage: 'front' });
+    expect((await decodeOn(decode, params)).status).toBe(503);
+    expect(prefill.ledger.outstanding()).toHaveLength(1);
+    fakes.leaveKv(prefill);
+  });
+
+  it('a decode aborted while it waits, before it pulled, frees the handoff at once', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', fault: { type: 'hang' } });
+    const { kv_transfer_params: params } = await prefillOn(prefill);
+    const controller = new AbortController();
+    const call = request(`${decode.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt: 'Hello', kv_transfer_params: params }),
+      signal: controller.signal,
+    }).catch(() => 'aborted');
+    await eventually(() => decode.requests.length === 1, 'decode received it');
+    controller.abort();
+    expect(await call).toBe('aborted');
+    await eventually(() => prefill.ledger.released().length === 1, 'prefill freed the KV');
+  });
+
+  it('a second decode given the same handoff reads freed blocks: a 200 computed on them, counted as a stale read', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm' });
+    const { kv_transfer_params: params } = await prefillOn(prefill);
+    expect(await decodeOn(decode, params)).toMatchObject({ status: 200, text: expect.stringContaining('tok0 tok1') });
+    const again = await decodeOn(decode, params);
+    expect(again.status).toBe(200);
+    expect(again.text).toContain('stale0 stale1 stale2');
+    expect(decode.requests.map((record) => record.kv)).toEqual(['taken', 'stale']);
+    expect(prefill.ledger.staleReads()).toMatchObject([{ state: 'claimed', staleReads: 1 }]);
+    fakes.expectStaleReads(prefill);
+  });
+
+  it('a transfer that fails follows kv_load_failure_policy: fail (an error: 500 whole, an error chunk streamed) or recompute', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const { kv_transfer_params: params } = await prefillOn(prefill);
+    const unknown = { ...params, remote_block_ids: [999, 1000] }; // never committed there
+    const failing = await fakes.start({ role: 'decode', protocol: 'vllm' });
+    const whole = await decodeOn(failing, unknown);
+    expect(whole.status).toBe(500);
+    expect(whole.text).toContain('Internal server error');
+    const streamed = await decodeOn(failing, unknown, { stream: true });
+    expect(streamed.status).toBe(200);
+    expect(streamed.text).toMatch(/^data: \{"error":\{.*"code":500\}\}\n\ndata: \[DONE\]\n\n$/);
+    expect(failing.requests.map((record) => record.kv)).toEqual(['failed', 'failed']);
+    const recomputing = await fakes.start({ role: 'decode', protocol: 'vllm', kvLoadFailurePolicy: 'recompute' });
+    expect(await decodeOn(recomputing, unknown)).toMatchObject({ status: 200, text: expect.stringContaining('tok0') });
+    expect(recomputing.requests[0]?.kv).toBe('recomputed');
+    // The real handoff was never read.
+    expect(await decodeOn(recomputing, params)).toMatchObject({ status: 200 });
   });
 });
