@@ -25,7 +25,21 @@ export interface Connector {
    * the request is refused before any worker is called.
    */
   refuse?(request: RequestBody): { param: string; message: string } | undefined;
+  /**
+   * The body of a call to a decode worker that frees the KV `params` name, for a prefill that
+   * finished the request itself (its first token was the end) while its worker still holds
+   * that KV for a decode; undefined when there is nothing to free. Sent by the flow in the
+   * background, on the request's decode worker.
+   */
+  release?(request: RequestBody, params: unknown): RequestBody | undefined;
 }
+
+/**
+ * The model a release call names (see {@link vllmNixl}): no worker serves it, so a decode
+ * worker's request handler refuses it with a 404 without computing anything, and the name
+ * says in the worker's log what the call was for.
+ */
+export const RELEASE_MODEL = 'disagg-release-kv';
 
 /** How many answers a request asks for: its prompts (a list of strings or of token-id lists is a batch) times `n`. */
 export function elementsOf(request: RequestBody): number {
@@ -97,6 +111,18 @@ export const vllmNixl: Connector = Object.freeze({
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { kv_transfer_params: paramsOf(handoff, 'vllm-nixl') }),
   refuse: oneSequence('vLLM NIXL'),
+  // vLLM keeps the blocks of a prefill that stopped at its first token as it does for a length
+  // cap (request_finished in nixl/pull_scheduler.py), and offers no call to free them: they
+  // wait for the lease (kv_lease_duration, 30 s) unless a decode worker says it will not take
+  // them. A request its handler refuses does (vLLM 0.21 and later: the rejection clean-up,
+  // notify_kv_transfer_request_rejected), so the release is the client's request naming a
+  // model no worker serves: a 404 that computes nothing and frees the blocks at once. A decode
+  // that served it anyway would take the KV and compute one token: freed either way.
+  release: (request: RequestBody, params: unknown) => {
+    if ((params as { do_remote_prefill?: unknown } | null)?.do_remote_prefill !== true) return undefined;
+    const { stream_options: _options, ...rest } = decodeRequest(request, { kv_transfer_params: params });
+    return { ...rest, model: RELEASE_MODEL, max_tokens: 1, max_completion_tokens: 1, stream: false };
+  },
 });
 
 /**

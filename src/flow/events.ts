@@ -31,6 +31,10 @@ export interface FlowEventBase {
  * - `terminalHeld` / `terminalReleased`: decode finished before prefill did, and waited;
  * - `cleanupExpired`: the client had gone and decode did not take the KV within the clean-up
  *   budget: an orphaned handoff;
+ * - `handoffReleased`: prefill finished the request at its first token yet its worker holds
+ *   KV for a decode (vLLM does), and the connector's release call went to the decode worker:
+ *   `freed` when that worker's request handler answered it (vLLM 0.21 and later then free the
+ *   KV at once), else the `error` (the KV waits for the engine's lease);
  * - `finished`: the client stream's one outcome;
  * - `settled`: nothing more will happen for this request.
  */
@@ -57,6 +61,7 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
     | { type: 'terminalHeld' }
     | { type: 'terminalReleased'; heldMs: number }
     | { type: 'cleanupExpired'; error: Error }
+    | { type: 'handoffReleased'; freed: boolean; error?: Error }
     | { type: 'finished'; outcome: 'success' | 'error' | 'cancelled'; leg?: Leg; error?: Error }
     | { type: 'settled' }
   );

@@ -6,11 +6,12 @@ import {
   outcomeOf,
   PrefillTask,
 } from '../handoff/prefill-task.js';
+import { Annotated } from '../protocol/annotated.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
-import { neverConnected } from '../util/cause-chain.js';
+import { findCause, neverConnected } from '../util/cause-chain.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
 import { once } from '../util/once.js';
@@ -219,7 +220,7 @@ export class FlowRun {
     switch (result.kind) {
       case 'finished': {
         this.#prefillEnded();
-        this.#decodeLease?.release();
+        this.#releaseHandoff(result.params);
         const context = this.#setup.client;
         return this.#toClient(new ResponseStream(once(result.output), context));
       }
@@ -291,6 +292,57 @@ export class FlowRun {
         }
       }
     }
+  }
+
+  /**
+   * A prefill finished the request at its first token yet its worker holds KV for a decode
+   * (vLLM does): the connector's release call goes to the request's decode worker in the
+   * background, within the clean-up budget, so that the KV is freed now rather than at the
+   * engine's lease. The decode lease is held until that call is over; `settled` waits for it.
+   */
+  #releaseHandoff(params: unknown): void {
+    const { connector, request, recorder, cleanupBudgetMs } = this.#setup;
+    const lease = this.#decodeLease;
+    const body = params === undefined ? undefined : connector.release?.(request, params);
+    if (body === undefined || lease === undefined) {
+      lease?.release();
+      return;
+    }
+    const settle = recorder.hold();
+    const context = new Controller(this.#setup.client.id);
+    const cancel = startTimer(cleanupBudgetMs, () => context.kill());
+    const call = async () => {
+      const stream = await this.#setup.decode(body, context, lease.worker);
+      const iterator = stream[Symbol.asyncIterator]();
+      for (let step = await iterator.next(); step.done !== true; step = await iterator.next()) {
+        const error = Annotated.err(step.value);
+        if (error !== undefined) throw error;
+      }
+    };
+    call()
+      .then(
+        () => this.#released(true),
+        (error: unknown) => this.#released(answeredBelow500(error), error),
+      )
+      .finally(() => {
+        cancel();
+        lease.release();
+        settle();
+      });
+  }
+
+  #released(freed: boolean, error?: unknown): void {
+    const { recorder, client } = this.#setup;
+    const failure = error === undefined ? undefined : error instanceof Error ? error : new Error(String(error));
+    recorder.emit({ type: 'handoffReleased', freed, ...(failure === undefined ? {} : { error: failure }) });
+    this.#setup
+      .logger()
+      [freed ? 'debug' : 'warn'](
+        { requestId: client.id, ...(failure === undefined ? {} : { err: failure }) },
+        freed
+          ? 'Released the KV of a request prefill finished at its first token'
+          : 'Could not release the KV of a request prefill finished at its first token; it waits for the engine to free it',
+      );
   }
 
   /** Sends the prefill leg, on its own context, and reads its answer under prefill's budgets. */
@@ -566,6 +618,18 @@ function rendezvous(worker: unknown, connector: string, elements: number): Boots
     bootstrap_port: Array.from({ length: elements }, () => bootstrapPort as number),
     bootstrap_room: Array.from({ length: elements }, () => mintBootstrapRoom(dp)),
   };
+}
+
+/**
+ * Whether a release call's failure is an answer of the decode worker's request handler (a
+ * status below 500, a 404 for the release's model): on vLLM 0.21 and later that frees the KV.
+ * A 5xx may come from something in front of it; a connection failure never reached it.
+ */
+function answeredBelow500(error: unknown): boolean {
+  const status = findCause(error, (cause) => typeof (cause as { status?: unknown }).status === 'number') as
+    | { status: number }
+    | undefined;
+  return status !== undefined && status.status >= 400 && status.status < 500;
 }
 
 function hostOf(url: unknown): string | undefined {

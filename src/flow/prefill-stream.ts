@@ -19,8 +19,12 @@ export interface BootstrapInfo {
 export type PrefillResult =
   /** Prefill ran to completion; decode takes over with these handoff parameters. */
   | { kind: 'handoff'; params: unknown; output: EngineItem; promptTokensDetails?: Record<string, unknown> }
-  /** Prefill's first output already finished the request (a finish reason other than `length`). */
-  | { kind: 'finished'; output: EngineItem }
+  /**
+   * Prefill's first output already finished the request (a finish reason other than
+   * `length`); `params` are the handoff parameters it named all the same (vLLM holds the KV
+   * of a request stopped at its first token), which no decode will take.
+   */
+  | { kind: 'finished'; output: EngineItem; params?: unknown }
   /**
    * Early handoff: the first output carried the bootstrap triple; decode may start now while
    * `task` drains the rest of the prefill stream, failing on any error output.
@@ -73,8 +77,12 @@ export async function classifyPrefill(
     if (reason !== undefined && reason !== null && reason !== 'length') {
       // A finished answer is classified like any prefill output: an abort or an error fails.
       PrefillTask.checkOutput(output);
-      const { disaggregated_params: _params, ...data } = output.data as LLMEngineOutput;
-      return { kind: 'finished', output: withoutHandoff({ ...output, data }, Annotated.wire(output)) };
+      const { disaggregated_params: params, ...data } = output.data as LLMEngineOutput;
+      return {
+        kind: 'finished',
+        output: withoutHandoff({ ...output, data }, Annotated.wire(output)),
+        ...(params === undefined || params === null ? {} : { params }),
+      };
     }
     let params = output?.data?.disaggregated_params;
     let promptTokensDetails = details(output);

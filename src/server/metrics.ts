@@ -25,6 +25,7 @@ export class ProxyMetrics {
   readonly #interToken: Histogram;
   readonly #held: Histogram;
   readonly #orphans: Counter;
+  readonly #releases: Counter<'result'>;
   readonly #queueWait: Histogram;
   readonly #retries: Counter<'leg'>;
   readonly #routed: Counter<'strategy' | 'reason'>;
@@ -77,6 +78,12 @@ export class ProxyMetrics {
     this.#orphans = new Counter({
       name: 'disagg_orphaned_handoffs_total',
       help: 'Handoffs given up after the clean-up budget: KV left on a prefill worker',
+      registers,
+    });
+    this.#releases = new Counter({
+      name: 'disagg_kv_releases_total',
+      help: 'Handoffs whose KV a prefill held although it finished the request at its first token, sent to a decode worker to be freed: freed (its handler answered), failed (the KV waits for the engine to free it)',
+      labelNames: ['result'],
       registers,
     });
     this.#retries = new Counter({
@@ -140,6 +147,9 @@ export class ProxyMetrics {
           break;
         case 'cleanupExpired':
           this.#orphans.inc();
+          break;
+        case 'handoffReleased':
+          this.#releases.inc({ result: event.freed ? 'freed' : 'failed' });
           break;
       }
     };

@@ -133,6 +133,15 @@ describe('ProxyMetrics: fed by the flow', () => {
     expect(await values('disagg_routed_requests_total')).toEqual({ 'strategy=sequential,reason=': 1 });
   });
 
+  it('a release of KV prefill held for a request it finished: counted by whether the decode worker freed it', async () => {
+    const { metrics, values } = setup();
+    const listen = metrics.listener();
+    listen(event('handoffReleased', 10, { freed: true }));
+    metrics.listener()(event('handoffReleased', 10, { freed: false, error: new Error('refused') }));
+    metrics.listener()(event('handoffReleased', 10, { freed: true }));
+    expect(await values('disagg_kv_releases_total')).toEqual({ 'result=freed': 2, 'result=failed': 1 });
+  });
+
   it('an end without its start is not a duration; each request has a listener of its own', async () => {
     const { metrics, values } = setup();
     const first = metrics.listener();

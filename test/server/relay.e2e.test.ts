@@ -1,9 +1,13 @@
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
+import { RELEASE_MODEL } from '../../src/flow/connectors.js';
 import { parseJson } from '../../src/http/json.js';
 import type { FakeAnswer, FakeWorker } from '../../src/testing/index.js';
+import { eventually, eventuallyAsync } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
+
+const metricsText = async (url: string) => (await request(`${url}/metrics`)).body.text();
 
 const { setup, fakes } = proxyHarness();
 
@@ -239,15 +243,50 @@ describe('the relay: what a worker says reaches the client as the worker said it
 
 describe('a prefill that already finished the request', () => {
   it('is the answer, without the handoff parameters prefill named (no decode, nothing to claim)', async () => {
-    const { url, decode, prefill } = await setup('vllm', { prefill: { answer: { finishReason: 'stop' } } });
-    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
+    const { url, decode, prefill } = await setup('vllm', {
+      prefill: { answer: { finishReason: 'stop' } },
+      decode: { model: 'fake-model' }, // as vLLM: it answers 404 for a model it does not serve
+    });
+    const answer = await whole(url, '/v1/completions', { model: 'fake-model', prompt: 'x' });
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ choices: [{ text: 'tok0 ', finish_reason: 'stop' }] });
     expect(answer.body).not.toHaveProperty('kv_transfer_params');
-    expect(decode.requests).toHaveLength(0);
     // vLLM holds the blocks of a request stopped at its first token as it does for a length
-    // cap: with no decode to take them, they wait for the lease.
-    expect(prefill.ledger.outstanding()).toHaveLength(1);
+    // cap. The proxy sends the decode worker a release its handler refuses (a model nobody
+    // serves): vLLM's rejection clean-up frees them at once, without computing anything.
+    await eventually(() => prefill.ledger.released().length === 1, 'the release freed the KV');
+    expect(decode.requests.map((record) => [record.body.model, record.body.max_tokens, record.kv])).toEqual([
+      [RELEASE_MODEL, 1, undefined],
+    ]);
+    expect(decode.requests[0]?.body.kv_transfer_params).toMatchObject({ do_remote_prefill: true });
+    await eventuallyAsync(
+      async () => (await metricsText(url)).includes('disagg_kv_releases_total{result="freed"} 1'),
+      'the release counted',
+    );
+  });
+
+  it('a decode worker that serves the release anyway takes the KV and computes one token: freed too', async () => {
+    // A fake started without a model serves any name.
+    const { url, decode, prefill } = await setup('vllm', { prefill: { answer: { finishReason: 'stop' } } });
+    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
+    expect(answer.body).toMatchObject({ choices: [{ text: 'tok0 ', finish_reason: 'stop' }] });
+    await eventually(() => prefill.ledger.claimed().length === 1, 'the release took the KV');
+    expect(decode.requests[0]?.kv).toBe('taken');
+  });
+
+  it('a release that cannot reach a decode worker is logged and counted; the KV waits for the lease', async () => {
+    const { url, decode, prefill, logs } = await setup('vllm', {
+      prefill: { answer: { finishReason: 'stop' }, kvTimeoutMs: 50 },
+    });
+    await decode.close();
+    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
+    expect(answer.status).toBe(200);
+    await eventuallyAsync(
+      async () => (await metricsText(url)).includes('disagg_kv_releases_total{result="failed"} 1'),
+      'the failed release counted',
+    );
+    expect(logs.some((record) => String(record.message).startsWith('Could not release the KV'))).toBe(true);
+    await eventually(() => prefill.ledger.stranded().length === 1, 'the lease freed it');
     fakes.leaveKv(prefill);
   });
 });

@@ -1,0 +1,199 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { RELEASE_MODEL, trtllmContextFirst, vllmNixl } from '../../src/flow/connectors.js';
+import type { Engine } from '../../src/flow/disaggregate.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import type { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { collect, deferred, flush, recordingLogger, ScriptedSource } from '../support/async.js';
+import { client, engine, eventLog, kvParams, runFlow } from '../support/flow.js';
+
+/** vLLM's handoff parameters as its prefill answers them. */
+const pinned = { ...kvParams, do_remote_prefill: true, do_remote_decode: false };
+
+/** A prefill whose one token ended the answer, its worker still holding the KV (vLLM's `stop`). */
+const stoppedPrefill = (params: unknown = pinned) =>
+  engine(() =>
+    new ScriptedSource([
+      Annotated.fromData<LLMEngineOutput>({
+        token_ids: [2],
+        text: '.',
+        finish_reason: 'stop',
+        ...(params === null ? {} : { disaggregated_params: params }),
+      }),
+    ]).end(),
+  );
+
+/** A decode worker answering the release as vLLM does: its handler refuses the model with a 404. */
+function refusingDecode(answer: () => Promise<void> = async () => {}) {
+  const calls: Array<{ body: Record<string, unknown>; worker: unknown }> = [];
+  const run: Engine<unknown> = async (body, _context, worker) => {
+    calls.push({ body, worker });
+    await answer();
+    throw UpstreamError.fromStatus(
+      `http://${String(worker)}`,
+      404,
+      `The model \`${String(body.model)}\` does not exist.`,
+    );
+  };
+  return { run, calls };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('the KV of a request prefill finished itself is released on the decode worker', () => {
+  it("vllmNixl's release: the client's request with the handoff, a model nobody serves and a one-token budget, whole", () => {
+    const body = vllmNixl.release?.({ ...client, stream_options: { include_usage: true } }, pinned);
+    expect(body).toEqual({
+      model: RELEASE_MODEL,
+      prompt: 'Hello',
+      min_tokens: 3,
+      max_tokens: 1,
+      max_completion_tokens: 1,
+      stream: false,
+      kv_transfer_params: pinned,
+    });
+    // Nothing to free: parameters that hold no KV for a remote decode.
+    expect(vllmNixl.release?.(client, { do_remote_prefill: false })).toBeUndefined();
+    expect(vllmNixl.release?.(client, null)).toBeUndefined();
+    expect(trtllmContextFirst.release).toBeUndefined();
+  });
+
+  it('the client gets prefill’s answer at once; the release goes to the decode worker, which stays leased until it answered', async () => {
+    const decodeWorkers = new WorkerPool(['d0']);
+    const answered = deferred<void>();
+    const decode = refusingDecode(() => answered.promise);
+    const log = eventLog();
+    const stream = await runFlow({
+      prefill: stoppedPrefill().run,
+      decode: decode.run,
+      decodeWorkers,
+      onEvent: log.onEvent,
+    });
+    const items = await collect(stream);
+    expect(items.map((item) => item.data?.finish_reason)).toEqual(['stop']);
+    expect(items[0]?.data?.disaggregated_params).toBeUndefined();
+    expect(decode.calls).toMatchObject([{ worker: 'd0', body: { model: RELEASE_MODEL, kv_transfer_params: pinned } }]);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+    expect(decodeWorkers.inFlight('d0')).toBe(1);
+    expect(log.types()).not.toContain('settled');
+    answered.resolve();
+    await flush();
+    expect(log.of('handoffReleased')).toMatchObject([{ freed: true, late: true }]);
+    expect(log.types().at(-1)).toBe('settled');
+    expect(decodeWorkers.inFlight('d0')).toBe(0);
+  });
+
+  it('a release that reaches no handler (a refused connection, a 5xx from in front) is not freed, and is logged at warn', async () => {
+    for (const failure of [
+      UpstreamError.fromFailure('http://d0', Object.assign(new Error('refused'), { code: 'ECONNREFUSED' })),
+      UpstreamError.fromStatus('http://d0', 503, 'proxy says no'),
+    ]) {
+      const recorded = recordingLogger();
+      const log = eventLog();
+      const decode: Engine<unknown> = async () => {
+        throw failure;
+      };
+      await collect(
+        await runFlow({
+          prefill: stoppedPrefill().run,
+          decode,
+          decodeWorkers: new WorkerPool(['d0']),
+          onEvent: log.onEvent,
+          logger: recorded.logger,
+        }),
+      );
+      await flush();
+      expect(log.of('handoffReleased')).toMatchObject([{ freed: false, error: failure }]);
+      expect(recorded.records.filter((record) => record.level === 'warn').map((record) => record.message)).toEqual([
+        'Could not release the KV of a request prefill finished at its first token; it waits for the engine to free it',
+      ]);
+    }
+  });
+
+  it('a decode that serves the release (it takes the KV, computes a token) frees it too; an error item inside it does not', async () => {
+    const served = engine(() =>
+      new ScriptedSource([Annotated.fromData({ token_ids: [1], finish_reason: 'length' })]).end(),
+    );
+    const log = eventLog();
+    await collect(
+      await runFlow({
+        prefill: stoppedPrefill().run,
+        decode: served.run,
+        decodeWorkers: new WorkerPool(['d0']),
+        onEvent: log.onEvent,
+      }),
+    );
+    await flush();
+    expect(log.of('handoffReleased')).toMatchObject([{ freed: true }]);
+    const failing = engine(() => new ScriptedSource([Annotated.fromError('KV transfer failed')]).end());
+    const second = eventLog();
+    await collect(
+      await runFlow({
+        prefill: stoppedPrefill().run,
+        decode: failing.run,
+        decodeWorkers: new WorkerPool(['d0']),
+        onEvent: second.onEvent,
+      }),
+    );
+    await flush();
+    expect(second.of('handoffReleased')).toMatchObject([{ freed: false }]);
+  });
+
+  it('no release without a handoff to free, without a decode pool, or for a connector without one', async () => {
+    const cases = [
+      { prefill: stoppedPrefill(null), connector: vllmNixl, pool: true },
+      { prefill: stoppedPrefill({ do_remote_prefill: false }), connector: vllmNixl, pool: true },
+      { prefill: stoppedPrefill(), connector: vllmNixl, pool: false },
+      { prefill: stoppedPrefill({ ctx_request_id: 7 }), connector: trtllmContextFirst, pool: true },
+    ];
+    for (const { prefill, connector, pool } of cases) {
+      const decode = refusingDecode();
+      const decodeWorkers = new WorkerPool(['d0']);
+      const log = eventLog();
+      const items = await collect(
+        await runFlow({
+          prefill: prefill.run,
+          decode: decode.run,
+          connector,
+          ...(pool ? { decodeWorkers } : {}),
+          onEvent: log.onEvent,
+        }),
+      );
+      expect(items.map((item) => item.data?.finish_reason)).toEqual(['stop']);
+      expect(decode.calls).toEqual([]);
+      expect(log.of('handoffReleased')).toEqual([]);
+      expect(decodeWorkers.inFlight('d0')).toBe(0);
+    }
+  });
+
+  it('a release that does not answer is killed at the clean-up budget', async () => {
+    vi.useFakeTimers();
+    const contexts: Array<{ isKilled(): boolean }> = [];
+    const hanging: Engine<unknown> = (_body, context) => {
+      contexts.push(context);
+      return new Promise((_, reject) => {
+        context.killed().then(() => reject(Object.assign(new Error('aborted'), { name: 'AbortError' })));
+      });
+    };
+    const log = eventLog();
+    const decodeWorkers = new WorkerPool(['d0']);
+    const stream = await runFlow({
+      prefill: stoppedPrefill().run,
+      decode: hanging,
+      decodeWorkers,
+      cleanupBudgetMs: 20,
+      onEvent: log.onEvent,
+    });
+    await collect(stream);
+    expect(decodeWorkers.inFlight('d0')).toBe(1);
+    await vi.advanceTimersByTimeAsync(20);
+    expect(contexts[0]?.isKilled()).toBe(true);
+    expect(log.of('handoffReleased')).toMatchObject([{ freed: false }]);
+    expect(log.types().at(-1)).toBe('settled');
+    expect(decodeWorkers.inFlight('d0')).toBe(0);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+});
