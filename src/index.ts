@@ -7,6 +7,7 @@ export {
   DiscoveryUnavailableError,
   KubernetesDiscovery,
   type KubernetesDiscoveryOptions,
+  WORKER_PORTS_ANNOTATION,
 } from './discovery/kubernetes-discovery.js';
 export {
   type DiscoveredWorker,
@@ -23,6 +24,7 @@ export {
   type Connector,
   earlyBootstrap,
   type Handoff,
+  RELEASE_MODEL,
   sglangBootstrap,
   trtllmContextFirst,
   vllmNixl,

@@ -4,8 +4,18 @@ import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { type DiscoveredWorker, type DiscoveryRole, type MembershipTarget, reconcile } from './worker-set.js';
 
-/** SGLang's model gateway reads a prefill pod's bootstrap port from this annotation; so do we. */
+/**
+ * SGLang's model gateway reads a prefill pod's bootstrap port from this annotation; so do we:
+ * one port for every worker of the pod, or a comma-separated list, one per worker port.
+ */
 export const BOOTSTRAP_PORT_ANNOTATION = 'sglang.ai/bootstrap-port';
+
+/**
+ * The annotation with the HTTP ports of a pod that serves several workers (one per
+ * data-parallel rank, say), comma-separated, as SGLang's model gateway (smg) reads it
+ * (`service_discovery.rs`); without it a pod is one worker on the discovery's port.
+ */
+export const WORKER_PORTS_ANNOTATION = 'smg.ai/worker-ports';
 
 /** Options of {@link KubernetesDiscovery}. */
 export interface KubernetesDiscoveryOptions {
@@ -20,6 +30,8 @@ export interface KubernetesDiscoveryOptions {
   scheme?: 'http' | 'https';
   /** The annotation with a prefill pod's SGLang bootstrap port; {@link BOOTSTRAP_PORT_ANNOTATION} by default. */
   bootstrapPortAnnotation?: string;
+  /** The annotation with the ports of a pod that serves several workers; {@link WORKER_PORTS_ANNOTATION} by default. */
+  workerPortsAnnotation?: string;
   target: MembershipTarget;
   logger: Logger;
   /**
@@ -58,8 +70,11 @@ function isServing(pod: Pod): boolean {
  * Workers from Kubernetes, as SGLang's model gateway and vllm-project/router find them: the
  * pods matching a label selector (in one namespace or all), listed then watched with the
  * official client's informer; a pod is a worker while it is Ready, has an IP and is not being
- * deleted (`http://<pod IP>:<port>`; for SGLang prefill, its bootstrap port from the
- * `sglang.ai/bootstrap-port` annotation). A pod that stops being one drains. When the watch
+ * deleted (`http://<pod IP>:<port>`, or one worker per port of its `smg.ai/worker-ports`
+ * annotation; for SGLang prefill, its bootstrap port from the `sglang.ai/bootstrap-port`
+ * annotation: one for all of its workers, or one per worker port, as smg pairs them). An
+ * annotation that does not parse, or a list of bootstrap ports that does not match the worker
+ * ports, is logged once and ignored, as smg does. A pod that stops being one drains. When the watch
  * fails (the API server restarts, a connection breaks) the workers stay as they are; it
  * watches again after a backoff, from where it was (a full list when the server says the
  * version is too old).
@@ -80,6 +95,8 @@ export class KubernetesDiscovery {
   #again = false;
   /** Failures so far: a restart that added none has succeeded, and the backoff starts over. */
   #failures = 0;
+  /** The annotation values already warned about (pod, key, value): each is said once. */
+  readonly #warned = new Set<string>();
 
   constructor(options: KubernetesDiscoveryOptions) {
     this.#options = options;
@@ -136,17 +153,67 @@ export class KubernetesDiscovery {
   #found(): DiscoveredWorker[] {
     const { port, role } = this.#options;
     const scheme = this.#options.scheme ?? 'http';
-    const annotation = this.#options.bootstrapPortAnnotation ?? BOOTSTRAP_PORT_ANNOTATION;
+    const bootstrapKey = this.#options.bootstrapPortAnnotation ?? BOOTSTRAP_PORT_ANNOTATION;
+    const portsKey = this.#options.workerPortsAnnotation ?? WORKER_PORTS_ANNOTATION;
     const workers = new Map<string, DiscoveredWorker>();
     for (const pod of this.#informer?.list() ?? []) {
       if (!isServing(pod)) continue;
       const ip = pod.status?.podIP as string;
-      const url = `${scheme}://${isIPv6(ip) ? `[${ip}]` : ip}:${port}`;
-      const bootstrap = Number(pod.metadata?.annotations?.[annotation]);
-      const bootstrapPort = role === 'prefill' && Number.isInteger(bootstrap) && bootstrap > 0 ? bootstrap : undefined;
-      workers.set(url, { url, ...(bootstrapPort === undefined ? {} : { bootstrapPort }) });
+      const annotations = pod.metadata?.annotations ?? {};
+      const ports = this.#workerPorts(pod, annotations[portsKey], portsKey) ?? [port];
+      const bootstraps =
+        role === 'prefill' ? this.#bootstrapPorts(pod, annotations[bootstrapKey], bootstrapKey, ports.length) : [];
+      for (const [i, workerPort] of ports.entries()) {
+        const url = `${scheme}://${isIPv6(ip) ? `[${ip}]` : ip}:${workerPort}`;
+        const bootstrapPort = bootstraps[i];
+        workers.set(url, { url, ...(bootstrapPort === undefined ? {} : { bootstrapPort }) });
+      }
     }
     return [...workers.values()];
+  }
+
+  /** A pod's worker ports from its annotation (order kept, repeats dropped); undefined without one or for one that does not parse. */
+  #workerPorts(pod: Pod, raw: string | undefined, key: string): number[] | undefined {
+    if (raw === undefined) return undefined;
+    const ports = portList(raw);
+    if (ports === undefined) {
+      this.#warnOnce(
+        pod,
+        key,
+        raw,
+        `is not a comma-separated list of ports; the pod is one worker on the discovery port (--k8s-port)`,
+      );
+      return undefined;
+    }
+    return [...new Set(ports)];
+  }
+
+  /** A prefill pod's bootstrap port per worker port: one for all, or one each; none for anything else. */
+  #bootstrapPorts(pod: Pod, raw: string | undefined, key: string, workers: number): Array<number | undefined> {
+    if (raw === undefined) return [];
+    const ports = portList(raw);
+    if (ports !== undefined && ports.length === 1) return Array.from({ length: workers }, () => ports[0]);
+    if (ports !== undefined && ports.length === workers) return ports;
+    this.#warnOnce(
+      pod,
+      key,
+      raw,
+      ports === undefined
+        ? 'is not a port or a comma-separated list of ports; ignored (--bootstrap-port applies)'
+        : `lists ${ports.length} bootstrap ports for ${workers} worker ports; ignored (--bootstrap-port applies)`,
+    );
+    return [];
+  }
+
+  #warnOnce(pod: Pod, key: string, value: string, problem: string): void {
+    const name = `${pod.metadata?.namespace ?? ''}/${pod.metadata?.name ?? ''}`;
+    const seen = `${name}\u0000${key}\u0000${value}`;
+    if (this.#warned.has(seen)) return;
+    this.#warned.add(seen);
+    this.#options.logger.warn(
+      { pod: name, annotation: key, value, role: this.#options.role },
+      `The pod's annotation ${key} ${problem}`,
+    );
   }
 
   #changed(): Promise<void> {
@@ -195,6 +262,14 @@ export class KubernetesDiscovery {
     }, delayMs);
     this.#retry.unref();
   }
+}
+
+/** Ports from `8000` or `8000, 8001`: each an integer from 1 to 65535; undefined if any is not. */
+function portList(raw: string): number[] | undefined {
+  const ports = raw.split(',').map((part) => part.trim());
+  if (ports.some((part) => !/^\d{1,5}$/.test(part))) return undefined;
+  const numbers = ports.map(Number);
+  return numbers.every((port) => port >= 1 && port <= 65_535) ? numbers : undefined;
 }
 
 function defaultConfig(k8s: typeof K8s): K8s.KubeConfig {

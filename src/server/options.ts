@@ -67,8 +67,17 @@ export interface ProxyOptions {
     namespace?: string;
     /** Kubernetes: the workers' HTTP port on each pod; 8000 by default. */
     port?: number;
-    /** Kubernetes: the annotation with a prefill pod's SGLang bootstrap port; `sglang.ai/bootstrap-port` by default. */
+    /**
+     * Kubernetes: the annotation with a prefill pod's SGLang bootstrap port (one, or one per
+     * worker port); `sglang.ai/bootstrap-port` by default.
+     */
     bootstrapPortAnnotation?: string;
+    /**
+     * Kubernetes: the annotation with the HTTP ports of a pod that serves several workers,
+     * comma-separated (each a worker); `smg.ai/worker-ports` by default, as SGLang's model
+     * gateway. Without it a pod is one worker on `port`.
+     */
+    workerPortsAnnotation?: string;
   };
   /** How `discovery` names are resolved; the system's resolver by default (a test's stand-in, say). */
   dnsLookup?: Lookup;
@@ -276,6 +285,7 @@ export interface ResolvedProxyOptions
     namespace: string | undefined;
     port: number;
     bootstrapPortAnnotation: string;
+    workerPortsAnnotation: string;
   };
   dnsLookup: Lookup | undefined;
   kubeConfig: unknown;
@@ -826,8 +836,17 @@ export const SETTINGS: readonly Setting[] = [
     flag: 'bootstrap-port-annotation',
     env: 'DISAGG_BOOTSTRAP_PORT_ANNOTATION',
     arg: 'KEY',
-    help: "SGLang: the pod annotation with a discovered prefill worker's bootstrap port (else --bootstrap-port)",
+    help: "SGLang: the pod annotation with a discovered prefill worker's bootstrap port, or one per worker port, comma-separated (else --bootstrap-port)",
     default: 'sglang.ai/bootstrap-port',
+    parse: text,
+  },
+  {
+    key: 'discovery.workerPortsAnnotation',
+    flag: 'worker-ports-annotation',
+    env: 'DISAGG_WORKER_PORTS_ANNOTATION',
+    arg: 'KEY',
+    help: 'the pod annotation listing the HTTP ports of a pod that serves several workers, comma-separated (else one worker on --k8s-port)',
+    default: 'smg.ai/worker-ports',
     parse: text,
   },
   {
@@ -1373,6 +1392,7 @@ function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['dis
     namespace: discovery.namespace,
     port: discovery.port as number,
     bootstrapPortAnnotation: discovery.bootstrapPortAnnotation as string,
+    workerPortsAnnotation: discovery.workerPortsAnnotation as string,
   };
 }
 

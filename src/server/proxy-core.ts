@@ -170,6 +170,7 @@ export class ProxyCore implements ProxyState {
             ...(discovery.namespace === undefined ? {} : { namespace: discovery.namespace }),
             port: discovery.port,
             bootstrapPortAnnotation: discovery.bootstrapPortAnnotation,
+            workerPortsAnnotation: discovery.workerPortsAnnotation,
             target: kubernetesTarget,
             logger: this.logger,
             ...(options.kubeConfig === undefined ? {} : { kubeConfig: options.kubeConfig }),

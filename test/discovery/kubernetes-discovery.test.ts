@@ -113,6 +113,64 @@ describe('KubernetesDiscovery', () => {
     expect(api.requests[0]).toMatch(/^GET \/api\/v1\/pods\?/);
   });
 
+  it('a pod serving several workers lists their ports (smg.ai/worker-ports); its bootstrap ports pair with them, or one serves all', async () => {
+    const { api, pool, discovery } = await setup({ role: 'prefill' });
+    api.apply(
+      pod('p0', '10.1.0.1', {
+        annotations: { 'smg.ai/worker-ports': '8000, 8001,8000', 'sglang.ai/bootstrap-port': '8998,8999' },
+      }),
+    );
+    api.apply(
+      pod('p1', '10.1.0.2', {
+        annotations: { 'smg.ai/worker-ports': '9000,9001', 'sglang.ai/bootstrap-port': '7000' },
+      }),
+    );
+    await discovery.start();
+    expect([...pool.workers.values()].map(({ url, bootstrapPort }) => [url, bootstrapPort])).toEqual([
+      ['http://10.1.0.1:8000', 8998],
+      ['http://10.1.0.1:8001', 8999],
+      ['http://10.1.0.2:9000', 7000],
+      ['http://10.1.0.2:9001', 7000],
+    ]);
+  });
+
+  it('an annotation that does not parse, or bootstrap ports that do not pair with the workers, is said once and ignored', async () => {
+    const { api, pool, discovery, logs } = await setup({ role: 'prefill' });
+    api.apply(pod('p0', '10.1.0.1', { annotations: { 'smg.ai/worker-ports': '8000,http' } }));
+    api.apply(
+      pod('p1', '10.1.0.2', {
+        annotations: { 'smg.ai/worker-ports': '9000,9001', 'sglang.ai/bootstrap-port': '1,2,3' },
+      }),
+    );
+    api.apply(pod('p2', '10.1.0.3', { annotations: { 'sglang.ai/bootstrap-port': '70000' } }));
+    await discovery.start();
+    expect([...pool.workers.values()].map(({ url, bootstrapPort }) => [url, bootstrapPort])).toEqual([
+      ['http://10.1.0.1:8000', undefined],
+      ['http://10.1.0.2:9000', undefined],
+      ['http://10.1.0.2:9001', undefined],
+      ['http://10.1.0.3:8000', undefined],
+    ]);
+    const warnings = () => logs.filter((record) => String(record.message).startsWith("The pod's annotation"));
+    expect(warnings().map((record) => [record.fields?.pod, record.message])).toEqual([
+      [
+        'llm/p0',
+        "The pod's annotation smg.ai/worker-ports is not a comma-separated list of ports; the pod is one worker on the discovery port (--k8s-port)",
+      ],
+      [
+        'llm/p1',
+        "The pod's annotation sglang.ai/bootstrap-port lists 3 bootstrap ports for 2 worker ports; ignored (--bootstrap-port applies)",
+      ],
+      [
+        'llm/p2',
+        "The pod's annotation sglang.ai/bootstrap-port is not a port or a comma-separated list of ports; ignored (--bootstrap-port applies)",
+      ],
+    ]);
+    // Another change of the pool reads the pods again: nothing new to say.
+    api.apply(pod('p3', '10.1.0.4'));
+    await eventually(() => pool.workers.size === 5, 'the new pod joined');
+    expect(warnings()).toHaveLength(3);
+  });
+
   it('an API server that cannot be reached: start() resolves, the failure is logged and tried again with a growing wait', async () => {
     const api = await startKubernetesApi();
     const url = api.url;

@@ -42,6 +42,7 @@ describe('disagg serve configuration', () => {
         namespace: undefined,
         port: 8000,
         bootstrapPortAnnotation: 'sglang.ai/bootstrap-port',
+        workerPortsAnnotation: 'smg.ai/worker-ports',
       },
       host: '0.0.0.0',
       port: 8000,
