@@ -41,13 +41,28 @@ export interface Connector {
  */
 export const RELEASE_MODEL = 'disagg-release-kv';
 
-/** How many answers a request asks for: its prompts (a list of strings or of token-id lists is a batch) times `n`. */
+/**
+ * How many answers a request asks for: its prompts (a list of strings or of token-id lists is
+ * a batch) times its samples (see {@link samplesOf}).
+ */
 export function elementsOf(request: RequestBody): number {
-  const n = typeof request.n === 'number' && request.n > 1 ? request.n : 1;
   const batch = [request.prompt, request.text, request.input_ids].find(
     (value) => Array.isArray(value) && value.length > 0 && (typeof value[0] === 'string' || Array.isArray(value[0])),
   );
-  return (batch === undefined ? 1 : (batch as unknown[]).length) * n;
+  return (batch === undefined ? 1 : (batch as unknown[]).length) * samplesOf(request).n;
+}
+
+/**
+ * How many samples a request asks for per prompt, and the field that says so: `n` at the top
+ * (OpenAI's routes), or SGLang's `sampling_params.n` on `/generate` (one object, or a list
+ * with one per prompt, whose `n` SGLang requires to be the same).
+ */
+export function samplesOf(request: RequestBody): { n: number; param: string } {
+  if (typeof request.n === 'number') return { n: Math.max(1, request.n), param: 'n' };
+  const sampling = request.sampling_params;
+  const first = Array.isArray(sampling) ? sampling[0] : sampling;
+  const n = (first as { n?: unknown } | null | undefined)?.n;
+  return { n: typeof n === 'number' ? Math.max(1, n) : 1, param: 'sampling_params.n' };
 }
 
 /**
@@ -154,19 +169,30 @@ export const trtllmContextFirst: Connector = Object.freeze({
 
 /**
  * SGLang prefill/decode with a router-made rendezvous: both legs carry the same
- * `bootstrap_host`, `bootstrap_port` and `bootstrap_room` and are sent at once.
+ * `bootstrap_host`, `bootstrap_port` and `bootstrap_room` (a list, one per prompt, for a
+ * batch) and are sent at once. More than one sample per prompt (`n`, or `sampling_params.n`
+ * on `/generate`) is refused: SGLang's tokenizer manager sends every sample of a prompt, and a
+ * prefix-caching request before them, with that prompt's one room
+ * (`TokenizerManager._handle_batch_request`, the parallel-sampling branch), so their KV
+ * transfers meet at one rendezvous and collide.
  */
 export const sglangBootstrap: Connector = Object.freeze({
   name: 'sglang-bootstrap',
   family: 'concurrent',
   prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
     if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
-    // A batched request (several prompts, or n > 1) has a room per element, and prefill must
-    // compute every element that decode will claim: the same n on both legs.
-    return { ...prefillRequest(request), ...(request.n === undefined ? {} : { n: request.n }), ...bootstrap };
+    return { ...prefillRequest(request), ...bootstrap };
   },
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
+  refuse: (request: RequestBody) => {
+    const { n, param } = samplesOf(request);
+    if (n <= 1) return undefined;
+    return {
+      param,
+      message: `${param} > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send ${n} requests of one sample each`,
+    };
+  },
 });
 
 /**

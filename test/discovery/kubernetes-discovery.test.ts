@@ -151,7 +151,7 @@ describe('KubernetesDiscovery', () => {
       ['http://10.1.0.3:8000', undefined],
     ]);
     const warnings = () => logs.filter((record) => String(record.message).startsWith("The pod's annotation"));
-    expect(warnings().map((record) => [record.fields?.pod, record.message])).toEqual([
+    expect(warnings().map((record) => [(record.fields as { pod?: string }).pod, record.message])).toEqual([
       [
         'llm/p0',
         "The pod's annotation smg.ai/worker-ports is not a comma-separated list of ports; the pod is one worker on the discovery port (--k8s-port)",

@@ -45,27 +45,45 @@ describe('connectors over HTTP engines', () => {
     });
   });
 
-  it('SGLang: prefill keeps the client n, so that both legs have the same element count', () => {
+  it('SGLang: a batch has a room per prompt on both legs; prefill computes one sample', () => {
     const bootstrap = { bootstrap_host: ['h', 'h'], bootstrap_port: [1, 1], bootstrap_room: [5n, 6n] };
-    expect(sglangBootstrap.prefillBody({ model: 'm', prompt: 'p', n: 2 }, bootstrap)).toMatchObject({
-      n: 2,
+    expect(sglangBootstrap.prefillBody({ model: 'm', prompt: ['p', 'q'] }, bootstrap)).toMatchObject({
+      n: 1,
       ...bootstrap,
     });
-    expect(
-      sglangBootstrap.prefillBody(
-        { model: 'm', prompt: 'p' },
-        { bootstrap_host: 'h', bootstrap_port: 1, bootstrap_room: 5n },
-      ).n,
-    ).toBe(1);
   });
 
-  it('counts the elements of a request: prompts times n', () => {
+  it('SGLang refuses more than one sample per prompt, naming the field: its samples would share one room', () => {
+    expect(sglangBootstrap.refuse?.({ prompt: 'p', n: 2 })).toEqual({
+      param: 'n',
+      message:
+        "n > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send 2 requests of one sample each",
+    });
+    expect(sglangBootstrap.refuse?.({ text: ['a', 'b'], sampling_params: { n: 3 } })).toMatchObject({
+      param: 'sampling_params.n',
+    });
+    expect(sglangBootstrap.refuse?.({ text: ['a'], sampling_params: [{ n: 2 }] })).toMatchObject({
+      param: 'sampling_params.n',
+    });
+    for (const fine of [
+      { prompt: 'p' },
+      { prompt: 'p', n: 1 },
+      { text: 'a', sampling_params: { max_new_tokens: 3 } },
+    ]) {
+      expect(sglangBootstrap.refuse?.(fine)).toBeUndefined();
+    }
+  });
+
+  it("counts the elements of a request: prompts times samples, n at the top or SGLang's sampling_params.n", () => {
     expect(elementsOf({ prompt: 'p' })).toBe(1);
     expect(elementsOf({ prompt: 'p', n: 3 })).toBe(3);
     expect(elementsOf({ prompt: ['a', 'b'], n: 2 })).toBe(4);
     expect(elementsOf({ prompt: [1, 2, 3] })).toBe(1); // token ids of one prompt
     expect(elementsOf({ prompt: [[1], [2]] })).toBe(2);
     expect(elementsOf({ text: ['a', 'b', 'c'] })).toBe(3);
+    expect(elementsOf({ text: ['a', 'b'], sampling_params: { n: 3 } })).toBe(6);
+    expect(elementsOf({ text: 'a', sampling_params: [{ n: 2 }] })).toBe(2);
+    expect(elementsOf({ input_ids: [[1], [2]], sampling_params: { temperature: 0 } })).toBe(2);
   });
 
   it.each([
@@ -73,6 +91,7 @@ describe('connectors over HTTP engines', () => {
     [vllmNixl, { best_of: 2 }, 'best_of'],
     [vllmNixl, { prompt: ['a', 'b'] }, 'prompt'],
     [trtllmContextFirst, { n: 4 }, 'n'],
+    [sglangBootstrap, { n: 2 }, 'n'],
   ])('%o refuses what its handoff cannot carry, naming the field, before any leg', async (connector, extra, param) => {
     const prefill = engine(() => new ScriptedSource([]));
     const failure = await runFlow({
@@ -85,11 +104,11 @@ describe('connectors over HTTP engines', () => {
     expect(prefill.calls).toHaveLength(0);
   });
 
-  it('SGLang with n = 2: a list of rooms on both legs, each congruent to the DP rank', async () => {
+  it('SGLang with a batch of two prompts: a list of rooms on both legs, each congruent to the DP rank', async () => {
     const prefill = engine(() => new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end());
     const decode = decodeTokens();
     const stream = await runFlow({
-      request: { model: 'm', prompt: 'p', n: 2 },
+      request: { model: 'm', prompt: ['p', 'q'] },
       context: new Controller(),
       prefill: prefill.run,
       decode: decode.run,
@@ -101,7 +120,7 @@ describe('connectors over HTTP engines', () => {
     expect(rooms).toHaveLength(2);
     expect(prefill.calls[0]?.body.bootstrap_room).toEqual(rooms);
     expect(rooms.map((room) => room % 3n)).toEqual([1n, 1n]);
-    expect(decode.calls[0]?.body).toMatchObject({ bootstrap_host: ['h', 'h'], bootstrap_port: [8998, 8998], n: 2 });
+    expect(decode.calls[0]?.body).toMatchObject({ bootstrap_host: ['h', 'h'], bootstrap_port: [8998, 8998] });
   });
 
   it('SGLang: a prefill worker with dpSize but no dpRank is refused, not sent to rank 0', async () => {

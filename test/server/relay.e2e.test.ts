@@ -134,12 +134,6 @@ const SHAPES: Shape[] = [
     protocols: ['vllm', 'sglang'],
   },
   {
-    name: 'chat, streamed, n = 2 (two choices, each finishing)',
-    path: '/v1/chat/completions',
-    body: { model: 'm', messages, stream: true, n: 2 },
-    protocols: ['sglang'],
-  },
-  {
     name: 'completions, whole, a batch of two prompts',
     path: '/v1/completions',
     body: { model: 'm', prompt: ['Say hello', 'Say bye'], max_tokens: 2 },
@@ -335,14 +329,28 @@ describe('failures stay failures', () => {
 });
 
 describe('n > 1 and batched prompts', () => {
-  it('sglang: a room per choice, the same count on both legs, each congruent to the DP rank', async () => {
-    const { client, prefill, decode } = await setup('sglang', {}, {});
-    const proxied = await client.chat.completions.create({ model: 'm', messages: messages as never, n: 3 });
-    expect(proxied.choices.map((choice) => choice.index)).toEqual([0, 1, 2]);
+  it('sglang: a room per prompt of a batch, the same on both legs; its answers in order', async () => {
+    const { url, prefill, decode } = await setup('sglang', {}, {});
+    const answer = await whole(url, '/v1/completions', { model: 'm', prompt: ['a', 'b', 'c'], max_tokens: 2 });
+    expect((answer.body.choices as Array<{ index: number }>).map((choice) => choice.index)).toEqual([0, 1, 2]);
     const rooms = (worker: FakeWorker) => worker.requests[0]?.body.bootstrap_room as bigint[];
     expect(rooms(prefill)).toHaveLength(3);
+    expect(new Set(rooms(prefill)).size).toBe(3);
     expect(rooms(decode)).toEqual(rooms(prefill));
-    expect([prefill.requests[0]?.body.n, decode.requests[0]?.body.n]).toEqual([3, 3]);
+  });
+
+  it('sglang: more than one sample per prompt is a 400 naming the field (n, or sampling_params.n on /generate), before any worker', async () => {
+    const { client, url, prefill, decode } = await setup('sglang');
+    const failure = await client.chat.completions
+      .create({ model: 'm', messages: messages as never, n: 3 })
+      .catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((failure as InstanceType<typeof OpenAI.APIError>).param).toBe('n');
+    expect((failure as InstanceType<typeof OpenAI.APIError>).message).toContain('bootstrap room');
+    const generate = await whole(url, '/generate', { text: ['a', 'b'], sampling_params: { n: 2, max_new_tokens: 2 } });
+    expect(generate.status).toBe(400);
+    expect(generate.body).toMatchObject({ error: { param: 'sampling_params.n', type: 'invalid_request_error' } });
+    expect([prefill.requests.length, decode.requests.length]).toEqual([0, 0]);
   });
 
   it('sglang with data parallelism: every room of a batch goes to the worker rank', async () => {
