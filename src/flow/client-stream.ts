@@ -78,6 +78,8 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
   /** Closed by the consumer: later calls answer done at once, never queued behind a stuck read. */
   #closed = false;
   #first = true;
+  /** What prefill computed of the prompt, merged into each item (see {@link mergeWith}). */
+  #merge: ((item: EngineItem) => EngineItem) | undefined;
 
   // Created once per stream, never per item.
   readonly #read = (): Promise<Step> => {
@@ -126,6 +128,7 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
       this.#first = false;
       recorder.emit({ type: 'firstToken' });
     }
+    if (this.#merge !== undefined) item = this.#merge(item);
     const usage = item?.data?.completion_usage;
     const details = usage === undefined || usage === null ? undefined : this.#hooks.promptDetails();
     if (details !== undefined) item = withPromptDetails(item, details);
@@ -156,6 +159,14 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
 
   constructor(hooks: ClientStreamHooks) {
     this.#hooks = hooks;
+  }
+
+  /**
+   * Merges what prefill computed of the prompt into every item from now on (a
+   * `PromptSide`'s merge), before the item's usage takes prefill's prompt details.
+   */
+  mergeWith(merge: ((item: EngineItem) => EngineItem) | undefined): void {
+    this.#merge = merge;
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { BootstrapInfo } from './prefill-stream.js';
+import { type PromptSide, promptSideOf, refusePromptSide } from './prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from './request-shaping.js';
 
 /** What decode needs from prefill: its handoff parameters, or the rendezvous both legs share. */
@@ -32,6 +33,12 @@ export interface Connector {
    * background, on the request's decode worker.
    */
   release?(request: RequestBody, params: unknown): RequestBody | undefined;
+  /**
+   * What `request` asks of its prompt that only prefill computes (prompt logprobs, an echo with
+   * them): the fields decode must not get, and how prefill's answer is merged into decode's
+   * (see {@link PromptSide}); undefined when it asks for none.
+   */
+  promptSide?(request: RequestBody): PromptSide | undefined;
 }
 
 /**
@@ -125,7 +132,8 @@ export const vllmNixl: Connector = Object.freeze({
   }),
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { kv_transfer_params: paramsOf(handoff, 'vllm-nixl') }),
-  refuse: oneSequence('vLLM NIXL'),
+  refuse: (request: RequestBody) => oneSequence('vLLM NIXL')(request) ?? refusePromptSide('vllm', request),
+  promptSide: (request: RequestBody) => promptSideOf('vllm', request),
   // vLLM keeps the blocks of a prefill that stopped at its first token as it does for a length
   // cap (request_finished in nixl/pull_scheduler.py), and offers no call to free them: they
   // wait for the lease (kv_lease_duration, 30 s) unless a decode worker says it will not take
@@ -187,12 +195,13 @@ export const sglangBootstrap: Connector = Object.freeze({
     decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
   refuse: (request: RequestBody) => {
     const { n, param } = samplesOf(request);
-    if (n <= 1) return undefined;
+    if (n <= 1) return refusePromptSide('sglang', request);
     return {
       param,
       message: `${param} > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send ${n} requests of one sample each`,
     };
   },
+  promptSide: (request: RequestBody) => promptSideOf('sglang', request),
 });
 
 /**

@@ -22,6 +22,7 @@ import { DeadlineError, type Deadlines, pause, startTimer } from './deadlines.js
 import { DecodeLeg } from './decode-leg.js';
 import type { FlowRecorder, Strategy } from './events.js';
 import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
+import type { PromptSide } from './prompt-side.js';
 import { decodeRequest, type RequestBody } from './request-shaping.js';
 import { type PromptTokensDetails, promptDetailsOf } from './usage.js';
 import { WatchedIterator } from './watched-iterator.js';
@@ -111,6 +112,10 @@ export class FlowRun {
   #promptDetails: PromptTokensDetails | undefined;
   /** The background prefill (concurrent and early families): its state is read synchronously. */
   #task: PrefillTask | undefined;
+  /** What the request asks of its prompt that only prefill computes, if anything. */
+  readonly #promptSide: PromptSide | undefined;
+  /** The request as the decode leg gets it: without the prompt side's fields. */
+  readonly #decodeSource: RequestBody;
   #decodeOpened = false;
   /** The decode leg ended without taking the KV. */
   #decodeGone = false;
@@ -123,6 +128,8 @@ export class FlowRun {
     this.#setup = setup;
     this.#prefillContext = new Controller(setup.client.id);
     this.#decodeLease = setup.decodeLease;
+    this.#promptSide = setup.connector.family === 'early' ? undefined : setup.connector.promptSide?.(setup.request);
+    this.#decodeSource = withoutFields(setup.request, this.#promptSide?.strip);
     this.#client = new ClientStream({
       recorder: setup.recorder,
       heldFor: () => this.#leg?.heldFor(),
@@ -174,25 +181,44 @@ export class FlowRun {
   async #concurrent(): Promise<ResponseStream<EngineItem>> {
     const { connector, request, recorder } = this.#setup;
     const bootstrap = rendezvous(this.#setup.prefillLease?.worker, connector.name, elementsOf(request));
+    const side = this.#promptSide;
+    // With a prompt side, decode's items wait for prefill's answer, which is merged into them.
+    let answered: (() => void) | undefined;
+    const prefillAnswered =
+      side === undefined
+        ? undefined
+        : new Promise<void>((resolve) => {
+            answered = resolve;
+          });
     const task = PrefillTask.spawn(async () => {
-      const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap));
-      for (let step = await reader.next(); step.done !== true; step = await reader.next()) {
-        PrefillTask.checkOutput(step.value);
+      let answer: EngineItem | undefined;
+      try {
+        const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap));
+        for (let step = await reader.next(); step.done !== true; step = await reader.next()) {
+          PrefillTask.checkOutput(step.value);
+          answer = step.value;
+        }
+      } catch (error) {
+        answer = undefined;
+        throw error;
+      } finally {
+        if (side !== undefined) this.#client.mergeWith(side.merge(answer));
+        answered?.();
       }
     }, this.#taskOptions());
     this.#watch(task);
     recorder.emit({ type: 'handoff', handoff: 'bootstrap' });
     // A rendezvous: the handoff begins now, with both legs sent (decode waits for prefill there).
     this.#startHandoff();
-    const body = connector.decodeBody(request, { kind: 'bootstrap', bootstrap });
-    return this.#guarded(task, body);
+    const body = connector.decodeBody(this.#decodeSource, { kind: 'bootstrap', bootstrap });
+    return this.#guarded(task, body, prefillAnswered);
   }
 
   /**
    * Decode under the watch of a background prefill (`forwardDecode`), with the decode leg's
    * and the client stream's per-item work done by the guard itself while prefill runs.
    */
-  async #guarded(task: PrefillTask, body: RequestBody): Promise<ResponseStream<EngineItem>> {
+  async #guarded(task: PrefillTask, body: RequestBody, holdFor?: Promise<void>): Promise<ResponseStream<EngineItem>> {
     const client = this.#client;
     const hooks: FlowGuardHooks = {
       observe: (step) => this.#leg?.observe(step) ?? true,
@@ -200,9 +226,11 @@ export class FlowRun {
       end: client.endOfStream,
       fail: client.failure,
     };
-    const stream = await this.#flowTrip.guard(
-      forwardDecodeWith(task, () => this.#dispatchDecode(body, true, true), this.#setup.client, hooks),
-    );
+    const dispatch =
+      holdFor === undefined
+        ? () => this.#dispatchDecode(body, true, true)
+        : () => this.#dispatchDecode(body, true, true).then((stream) => heldUntil(stream, holdFor));
+    const stream = await this.#flowTrip.guard(forwardDecodeWith(task, dispatch, this.#setup.client, hooks));
     const iterator = stream[Symbol.asyncIterator]();
     return new ResponseStream(client.readFrom(iterator, hooks.guarded === true), stream.context);
   }
@@ -233,8 +261,9 @@ export class FlowRun {
       case 'handoff': {
         this.#prefillEnded();
         recorder.emit({ type: 'handoff', handoff: 'params' });
+        if (this.#promptSide !== undefined) this.#client.mergeWith(this.#promptSide.merge(result.output));
         const { promptTokensDetails } = result;
-        const body = connector.decodeBody(request, {
+        const body = connector.decodeBody(this.#decodeSource, {
           kind: 'params',
           params: result.params,
           ...(promptTokensDetails === undefined ? {} : { promptTokensDetails }),
@@ -618,6 +647,37 @@ function rendezvous(worker: unknown, connector: string, elements: number): Boots
     bootstrap_port: Array.from({ length: elements }, () => bootstrapPort as number),
     bootstrap_room: Array.from({ length: elements }, () => mintBootstrapRoom(dp)),
   };
+}
+
+/** `request` without `fields` (the same object when there are none). */
+function withoutFields(request: RequestBody, fields: readonly string[] | undefined): RequestBody {
+  if (fields === undefined || fields.length === 0) return request;
+  const body = { ...request };
+  for (const field of fields) delete body[field];
+  return body;
+}
+
+/**
+ * A decode stream whose reads wait for `ready` (prefill's answer, to be merged into them);
+ * once it has come, reads go straight to the stream. Closing it closes the stream at once.
+ */
+function heldUntil(stream: DecodeStream, ready: Promise<void>): DecodeStream {
+  const source = stream[Symbol.asyncIterator]();
+  let held = true;
+  ready.then(() => {
+    held = false;
+  });
+  const iterator: AsyncIterableIterator<EngineItem> = {
+    next: () => (held ? ready.then(() => source.next()) : source.next()),
+    return: () => {
+      closeQuietly(source);
+      return Promise.resolve({ value: undefined, done: true });
+    },
+    [Symbol.asyncIterator]() {
+      return iterator;
+    },
+  };
+  return new ResponseStream(iterator, stream.context);
 }
 
 /**
