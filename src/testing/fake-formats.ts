@@ -2,7 +2,7 @@
 // it: OpenAI completions and chat completions (streamed chunks, the usage chunk, whole answers,
 // reasoning, tool calls, logprobs in both formats, several choices) and SGLang's /generate.
 import { randomUUID } from 'node:crypto';
-import { elementsOf } from '../flow/connectors.js';
+import { elementsOf, samplesOf } from '../flow/connectors.js';
 
 /**
  * What a fake decode worker answers, beyond its default `tok0 tok1 ...` content. Each list is
@@ -66,12 +66,106 @@ interface Choice {
   finish: string;
 }
 
+/** The engine a fake answers as, and whether the call's prompt KV came from a prefill worker. */
+export interface Engine {
+  readonly name: 'vllm' | 'sglang' | 'trtllm';
+  /** A decode call with a prefill's KV: it never ran the prompt forward. */
+  readonly remote?: boolean;
+}
+
+/**
+ * What an answer says of its prompt, as the engine computes it: its (fake) tokens, four
+ * characters each; the text an echo puts first (completions: the prompt; vLLM's chat: the last
+ * message, when its role is the answer's); whether the echo comes with the prompt's logprobs;
+ * vLLM's `prompt_logprobs` (whole answers); SGLang's input logprobs from `logprob_start_len`.
+ * A decode with remote KV has none of the logprobs on SGLang (it answers empty lists); vLLM's
+ * computes the prompt again to answer them (vLLM with skip_reading_prefix_cache honoured).
+ */
+export interface PromptPlan {
+  /** The (fake) tokens of the prompt choice `index` answers. */
+  pieces(index: number): string[];
+  /** What an echo puts before choice `index`, if anything. */
+  echo(index: number): string | undefined;
+  echoLogprobs: boolean;
+  promptLogprobs: boolean;
+  /** SGLang: the first prompt token whose logprob is answered (`logprob_start_len`). */
+  inputLogprobsFrom: ((index: number) => number) | undefined;
+  /** Asked for something of the prompt a decode with remote KV cannot give without computing it. */
+  asked: boolean;
+}
+
 /** The plan of an answer: its choices and their pieces, and the tokens it counts. */
 export interface AnswerPlan {
   choices: Choice[];
   completionTokens: number;
   error: FakeAnswer['error'];
   logprobs: boolean;
+  prompt: PromptPlan;
+  engine: Engine;
+}
+
+/** The prompt's text (a completions prompt, SGLang's `text`, a chat rendered as JSON), and its (fake) tokens. */
+function promptPieces(body: Record<string, unknown>, index = 0): string[] {
+  const ids = body.prompt ?? body.input_ids;
+  if (Array.isArray(ids) && ids.length > 0 && ids.every((id) => typeof id === 'number'))
+    return ids.map((id) => `<${id}>`);
+  const source = Array.isArray(body.prompt)
+    ? body.prompt[index]
+    : Array.isArray(body.text)
+      ? body.text[index]
+      : undefined;
+  const text =
+    typeof source === 'string'
+      ? source
+      : typeof body.prompt === 'string'
+        ? body.prompt
+        : typeof body.text === 'string'
+          ? body.text
+          : JSON.stringify(body.messages ?? body.prompt ?? '');
+  const pieces: string[] = [];
+  const chars = [...text];
+  for (let at = 0; at < chars.length; at += 4) pieces.push(chars.slice(at, at + 4).join(''));
+  return pieces.length === 0 ? [''] : pieces;
+}
+
+function planPrompt(body: Record<string, unknown>, engine: Engine): PromptPlan {
+  // Choice i answers prompt floor(i / n): the engines give each prompt its n choices in a row.
+  const n = samplesOf(body).n;
+  const pieces = (index: number) => promptPieces(body, Math.floor(index / n));
+  const chat = Array.isArray(body.messages);
+  const generate = !chat && body.prompt === undefined && (body.text !== undefined || body.input_ids !== undefined);
+  const logprobs = body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false;
+  let echo: (index: number) => string | undefined = () => undefined;
+  if (!chat && !generate && body.echo === true) echo = (index) => pieces(index).join('');
+  if (chat && body.echo === true && engine.name === 'vllm') {
+    const last = (body.messages as Array<{ role?: unknown; content?: unknown }>).at(-1);
+    const text = last?.role === 'assistant' && typeof last.content === 'string' ? last.content : '';
+    if (text !== '') echo = () => text;
+  }
+  const echoLogprobs = !chat && !generate && body.echo === true && logprobs;
+  const promptLogprobs =
+    engine.name === 'vllm' &&
+    ((body.prompt_logprobs !== undefined && body.prompt_logprobs !== null) ||
+      echoLogprobs ||
+      (chat && body.echo === true));
+  const start = typeof body.logprob_start_len === 'number' ? body.logprob_start_len : -1;
+  const inputLogprobsFrom =
+    generate && body.return_logprob === true
+      ? (index: number) => (start >= 0 ? Math.min(start, pieces(index).length) : pieces(index).length - 1)
+      : undefined;
+  const asked = echoLogprobs || promptLogprobs || inputLogprobsFrom !== undefined;
+  if (engine.remote === true && engine.name === 'sglang') {
+    // SGLang's decode never computed the prompt: its input logprobs are empty.
+    return {
+      pieces,
+      echo,
+      echoLogprobs: false,
+      promptLogprobs: false,
+      inputLogprobsFrom: inputLogprobsFrom && ((index) => pieces(index).length),
+      asked,
+    };
+  }
+  return { pieces, echo, echoLogprobs, promptLogprobs, inputLogprobsFrom, asked };
 }
 
 /** Plans the answer to `body` from `answer` (or the default tokens), within the token budget. */
@@ -79,6 +173,7 @@ export function planAnswer(
   body: Record<string, unknown>,
   answer: FakeAnswer | undefined,
   defaultTokens: number,
+  engine: Engine = { name: 'vllm' },
 ): AnswerPlan {
   const sampling = body.sampling_params as { max_new_tokens?: unknown } | undefined;
   const limit = Number(
@@ -102,8 +197,19 @@ export function planAnswer(
       ]),
     ],
   }));
-  const logprobs = body.logprobs === true || typeof body.logprobs === 'number' || typeof body.top_logprobs === 'number';
-  return { choices, completionTokens: choices[0]?.steps.length ?? 0, error: answer?.error, logprobs };
+  const logprobs =
+    body.logprobs === true ||
+    typeof body.logprobs === 'number' ||
+    typeof body.top_logprobs === 'number' ||
+    body.return_logprob === true;
+  return {
+    choices,
+    completionTokens: choices[0]?.steps.length ?? 0,
+    error: answer?.error,
+    logprobs,
+    prompt: planPrompt(body, engine),
+    engine,
+  };
 }
 
 /** The JSON shapes of one route's answers. */
@@ -114,15 +220,47 @@ export interface Format {
   whole(plan: AnswerPlan, usage: object): object;
 }
 
+const OUTPUT_LOGPROB = -0.25;
+const PROMPT_LOGPROB = -0.5;
+/** A (fake) token id: the prompt's tokens count from 1,000, the answer's from 2,000. */
+const promptId = (at: number) => 1000 + at;
+const outputId = (at: number) => 2000 + at;
+
 const chatLogprobs = (text: string) => ({
-  content: [{ token: text, logprob: -0.25, bytes: [...Buffer.from(text)], top_logprobs: [] }],
+  content: [{ token: text, logprob: OUTPUT_LOGPROB, bytes: [...Buffer.from(text)], top_logprobs: [] }],
 });
-const textLogprobs = (text: string) => ({
-  tokens: [text],
-  token_logprobs: [-0.25],
-  top_logprobs: [{ [text]: -0.25 }],
-  text_offset: [0],
-});
+
+/**
+ * Completions logprobs of `tokens` (a list of [text, logprob] with null for the prompt's
+ * first), their offsets counted from `offset` in code points as vLLM counts them; SGLang's
+ * are all -1 (not supported there).
+ */
+function textLogprobs(tokens: Array<[string, number | null]>, offset: number, engine: Engine) {
+  let at = offset;
+  const text_offset = tokens.map(([text]) => {
+    const here = at;
+    at += [...text].length;
+    return engine.name === 'sglang' ? -1 : here;
+  });
+  return {
+    tokens: tokens.map(([text]) => text),
+    token_logprobs: tokens.map(([, logprob]) => logprob),
+    top_logprobs: tokens.map(([text, logprob]) => (logprob === null ? null : { [text]: logprob })),
+    text_offset,
+  };
+}
+
+/** The prompt's own entries, as completions' logprobs list them: the first has no logprob. */
+const promptEntries = (plan: AnswerPlan, index: number): Array<[string, number | null]> =>
+  plan.prompt.pieces(index).map((piece, i) => [piece, i === 0 ? null : PROMPT_LOGPROB]);
+
+/** vLLM's `prompt_logprobs`: none for the first token, then each token's id with its logprob. */
+const vllmPromptLogprobs = (plan: AnswerPlan, index: number) =>
+  plan.prompt
+    .pieces(index)
+    .map((piece, i) =>
+      i === 0 ? null : { [String(promptId(i))]: { logprob: PROMPT_LOGPROB, rank: 1, decoded_token: piece } },
+    );
 
 /** The JSON shapes of each route: OpenAI completions, chat completions, SGLang's /generate. */
 export function formatFor(path: string, model = 'fake-model'): Format {
@@ -148,8 +286,18 @@ function chatFormat(id: string, created: number, model: string): Format {
   return {
     streamed: (plan) =>
       interleave(plan, (choice) => [
-        // As vLLM does: a first chunk with the role and no text.
+        // As vLLM does: a first chunk with the role and no text, then the echo, if any.
         chunk({ index: choice.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }),
+        ...(plan.prompt.echo(choice.index) === undefined
+          ? []
+          : [
+              chunk({
+                index: choice.index,
+                delta: { content: plan.prompt.echo(choice.index) },
+                logprobs: null,
+                finish_reason: null,
+              }),
+            ]),
         ...choice.steps.map((step) =>
           chunk({
             index: choice.index,
@@ -192,7 +340,7 @@ function chatFormat(id: string, created: number, model: string): Format {
           index: choice.index,
           message: {
             role: 'assistant',
-            content: content.join(''),
+            content: `${plan.prompt.echo(choice.index) ?? ''}${content.join('')}`,
             ...(reasoning.length === 0 ? {} : { reasoning_content: reasoning.join('') }),
             ...(tools.length === 0
               ? {}
@@ -215,6 +363,7 @@ function chatFormat(id: string, created: number, model: string): Format {
           stop_reason: null,
         };
       }),
+      ...(plan.prompt.promptLogprobs ? { prompt_logprobs: vllmPromptLogprobs(plan, 0) } : {}),
       usage,
     }),
   };
@@ -223,22 +372,33 @@ function chatFormat(id: string, created: number, model: string): Format {
 function completionFormat(id: string, created: number, model: string): Format {
   const chunk = (choice: object) => ({ id, object: 'text_completion', created, model, choices: [choice] });
   const texts = (choice: Choice) => choice.steps.filter((step) => step.kind === 'content').map((step) => step.text);
+  const echoOf = (plan: AnswerPlan, choice: Choice) => plan.prompt.echo(choice.index) ?? '';
+  const head = (plan: AnswerPlan, choice: Choice) =>
+    plan.prompt.echoLogprobs ? promptEntries(plan, choice.index) : [];
   return {
     streamed: (plan) =>
-      interleave(plan, (choice) => [
-        ...texts(choice).map((text) =>
-          chunk({
-            index: choice.index,
-            text,
-            logprobs: plan.logprobs ? textLogprobs(text) : null,
-            finish_reason: null,
-            stop_reason: null,
-          }),
-        ),
-        ...(plan.error === undefined
-          ? [chunk({ index: choice.index, text: '', logprobs: null, finish_reason: choice.finish, stop_reason: null })]
-          : []),
-      ]),
+      interleave(plan, (choice) => {
+        const out: object[] = [];
+        // vLLM counts a stream's offsets over what it has sent of the choice (the echo first).
+        let sent = 0;
+        const emit = (text: string, entries: Array<[string, number | null]>) => {
+          const logprobs = plan.logprobs ? textLogprobs(entries, sent, plan.engine) : null;
+          sent += [...text].length;
+          out.push(chunk({ index: choice.index, text, logprobs, finish_reason: null, stop_reason: null }));
+        };
+        const pieces = texts(choice);
+        if (pieces.length === 0 && echoOf(plan, choice) !== '') emit(echoOf(plan, choice), head(plan, choice));
+        for (const [i, text] of pieces.entries()) {
+          if (i === 0) emit(`${echoOf(plan, choice)}${text}`, [...head(plan, choice), [text, OUTPUT_LOGPROB]]);
+          else emit(text, [[text, OUTPUT_LOGPROB]]);
+        }
+        if (plan.error === undefined) {
+          out.push(
+            chunk({ index: choice.index, text: '', logprobs: null, finish_reason: choice.finish, stop_reason: null }),
+          );
+        }
+        return out;
+      }),
     usage: (usage) => ({ id, object: 'text_completion', created, model, choices: [], usage }),
     whole: (plan, usage) => ({
       id,
@@ -247,25 +407,51 @@ function completionFormat(id: string, created: number, model: string): Format {
       model,
       choices: plan.choices.map((choice) => ({
         index: choice.index,
-        text: texts(choice).join(''),
-        logprobs: plan.logprobs ? textLogprobs(texts(choice).join('')) : null,
+        text: `${echoOf(plan, choice)}${texts(choice).join('')}`,
+        logprobs: plan.logprobs
+          ? textLogprobs(
+              [...head(plan, choice), ...texts(choice).map((text) => [text, OUTPUT_LOGPROB] as [string, number])],
+              0,
+              plan.engine,
+            )
+          : null,
         finish_reason: choice.finish,
         stop_reason: null,
+        ...(plan.prompt.promptLogprobs ? { prompt_logprobs: vllmPromptLogprobs(plan, choice.index) } : {}),
       })),
       usage,
     }),
   };
 }
 
-/** SGLang's native answers: the whole text so far in each chunk, the finish in `meta_info`. */
+/**
+ * SGLang's native answers: the whole text so far in each chunk, the finish in `meta_info`, and
+ * with `return_logprob` the input logprobs (from `logprob_start_len`) and the output's so far,
+ * each `[logprob, token id, text]` (no text: `return_text_in_logprobs` is off).
+ */
 function generateFormat(id: string): Format {
-  const meta = (choice: Choice, done: number, finished: boolean, usage?: { prompt_tokens?: number }) => ({
+  const meta = (
+    plan: AnswerPlan,
+    choice: Choice,
+    done: number,
+    finished: boolean,
+    usage?: { prompt_tokens?: number },
+  ) => ({
     id,
     finish_reason: finished
       ? { type: choice.finish, ...(choice.finish === 'abort' ? { message: 'Abort by the scheduler' } : {}) }
       : null,
     prompt_tokens: usage?.prompt_tokens ?? 0,
     completion_tokens: done,
+    ...(plan.logprobs && plan.prompt.inputLogprobsFrom !== undefined
+      ? {
+          input_token_logprobs: plan.prompt
+            .pieces(choice.index)
+            .map((_, i) => [i === 0 ? null : PROMPT_LOGPROB, promptId(i), null])
+            .slice(plan.prompt.inputLogprobsFrom(choice.index)),
+          output_token_logprobs: Array.from({ length: done }, (_, k) => [OUTPUT_LOGPROB, outputId(k), null]),
+        }
+      : {}),
   });
   const cumulative = (choice: Choice, upTo: number) =>
     choice.steps
@@ -278,19 +464,19 @@ function generateFormat(id: string): Format {
         ...choice.steps.map((_, i) => ({
           text: cumulative(choice, i + 1),
           ...(plan.choices.length > 1 ? { index: choice.index } : {}),
-          meta_info: meta(choice, i + 1, false),
+          meta_info: meta(plan, choice, i + 1, false),
         })),
         {
           text: cumulative(choice, choice.steps.length),
           ...(plan.choices.length > 1 ? { index: choice.index } : {}),
-          meta_info: meta(choice, choice.steps.length, true),
+          meta_info: meta(plan, choice, choice.steps.length, true),
         },
       ]),
     usage: (usage) => ({ text: '', meta_info: { id, finish_reason: null, ...usage } }),
     whole: (plan, usage) => {
       const answers = plan.choices.map((choice) => ({
         text: cumulative(choice, choice.steps.length),
-        meta_info: meta(choice, choice.steps.length, true, usage as { prompt_tokens: number }),
+        meta_info: meta(plan, choice, choice.steps.length, true, usage as { prompt_tokens: number }),
       }));
       return answers.length === 1 ? (answers[0] as object) : answers;
     },
@@ -307,11 +493,12 @@ export function oneTokenAnswer(
   model: string | undefined,
   answer?: FakeAnswer,
   cachedTokens?: number,
+  engine: Engine = { name: 'vllm' },
 ) {
   const prompt = promptTokens(record.body);
   // A prefill whose one token ends the answer (an end of sequence) says so; otherwise `length`.
   const finishReason =
     answer?.finishReason === 'abort' || answer?.finishReason === 'stop' ? answer.finishReason : 'length';
-  const plan = planAnswer({ ...record.body, n: 1, max_tokens: 1 }, { content: ['tok0 '], finishReason }, 1);
+  const plan = planAnswer({ ...record.body, n: 1, max_tokens: 1 }, { content: ['tok0 '], finishReason }, 1, engine);
   return formatFor(record.path, model).whole(plan, usageOf(record.body, 1, cachedTokens ?? Math.floor(prompt / 2)));
 }

@@ -39,7 +39,8 @@ export const fakeSglang: FakeProtocol = {
       return worker.answerError(res, 500, fault.message ?? 'KV transfer aborted after the bootstrap');
     }
     record.completed = true;
-    worker.answerJson(res, 200, oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached));
+    const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached, { name: 'sglang' });
+    worker.answerJson(res, 200, answer);
   },
 
   kvSources(body) {

@@ -66,7 +66,9 @@ export const fakeTrtllm: FakeProtocol = {
     worker.ledger.commit(key, record.requestId ?? key);
     worker.strandLater(key);
     record.completed = true;
-    const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached) as {
+    const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached, {
+      name: 'trtllm',
+    }) as {
       choices: Array<Record<string, unknown>>;
     };
     const [choice] = answer.choices;

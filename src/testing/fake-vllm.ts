@@ -32,6 +32,15 @@ export const fakeVllm: FakeProtocol = {
   routes: ['/v1/completions', '/v1/chat/completions'],
   // The default of vLLM's `kv_connector_extra_config.kv_lease_duration` (30 s).
   kvTimeoutMs: 30_000,
+  recomputesPrompt: true,
+
+  refuse(_path, body) {
+    const value = body.prompt_logprobs;
+    if (body.stream === true && typeof value === 'number' && (value > 0 || value === -1)) {
+      return '`prompt_logprobs` are not available when `stream=True`.';
+    }
+    return undefined;
+  },
   isPrefillCall: (body) =>
     (body.kv_transfer_params as { do_remote_decode?: unknown } | undefined)?.do_remote_decode === true,
 
@@ -42,7 +51,7 @@ export const fakeVllm: FakeProtocol = {
       return worker.answerError(res, 500, fault.message ?? 'prefill failed after computing');
     }
     const answer = worker.answerFor(record);
-    const body = oneTokenAnswer(record, worker.options.model, answer, cached);
+    const body = oneTokenAnswer(record, worker.options.model, answer, cached, { name: 'vllm' });
     if (answer?.finishReason === 'abort') {
       // Neither stopped nor capped: the connector frees the blocks at once and names none.
       record.completed = true;

@@ -437,7 +437,13 @@ class Worker implements FakeWorker, WorkerSide {
     const tokens = this.options.tokens ?? 8;
     // Computed on blocks that were not this request's: what comes out is not its answer.
     const answer = read === 'stale' ? { content: Array.from({ length: tokens }, (_, i) => `stale${i} `) } : undefined;
-    const plan = planAnswer(body, answer ?? this.answerFor(record), tokens);
+    const remote = read !== 'none';
+    const plan = planAnswer(body, answer ?? this.answerFor(record), tokens, { name: this.protocol, remote });
+    if (remote && plan.prompt.asked && this.#engine.recomputesPrompt === true) {
+      // The transferred KV is not used: the prompt is computed again, here.
+      record.kv = 'recomputed';
+      await this.computePrompt(record);
+    }
     const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (this.options.tokenIntervalMs ?? 0);
     const format = formatFor(record.path, this.options.model);
     // Decode counts the whole prompt as cached: its KV came from prefill. A router must give the

@@ -307,6 +307,63 @@ describe('the vLLM fake behaves as vLLM 0.22 and later with NIXL', () => {
     fakes.expectStaleReads(prefill);
   });
 
+  it('prompt logprobs: prefill answers them; a decode with its KV asked for them computes the prompt again (the KV unused)', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm' });
+    const answer = (await prefillOn(prefill, { prompt: 'Hello there', prompt_logprobs: 0 })) as unknown as {
+      choices: Array<{ prompt_logprobs: unknown[] }>;
+      kv_transfer_params: unknown;
+    };
+    expect(answer.choices[0]?.prompt_logprobs).toEqual([
+      null,
+      { '1001': { logprob: -0.5, rank: 1, decoded_token: 'o th' } },
+      { '1002': { logprob: -0.5, rank: 1, decoded_token: 'ere' } },
+    ]);
+    expect(
+      (await decodeOn(decode, answer.kv_transfer_params, { prompt: 'Hello there', prompt_logprobs: 0 })).status,
+    ).toBe(200);
+    expect(decode.requests[0]?.kv).toBe('recomputed');
+    // Streamed, vLLM refuses them as it reads the body.
+    const streamed = await decodeOn(decode, undefined, { prompt_logprobs: 1, stream: true });
+    expect(streamed).toMatchObject({
+      status: 400,
+      text: expect.stringContaining('`prompt_logprobs` are not available'),
+    });
+  });
+
+  it("SGLang's decode with a prefill's KV answers empty input logprobs; alone, it computes them", async () => {
+    const decode = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 2 });
+    const body = {
+      text: 'Hello there',
+      return_logprob: true,
+      logprob_start_len: 0,
+      sampling_params: { max_new_tokens: 2 },
+    };
+    const alone = (await (
+      await request(`${decode.url}/generate`, { method: 'POST', body: JSON.stringify(body) })
+    ).body.json()) as { meta_info: { input_token_logprobs: unknown[]; output_token_logprobs: unknown[] } };
+    expect(alone.meta_info.input_token_logprobs).toEqual([
+      [null, 1000, null],
+      [-0.5, 1001, null],
+      [-0.5, 1002, null],
+    ]);
+    expect(alone.meta_info.output_token_logprobs).toEqual([
+      [-0.25, 2000, null],
+      [-0.25, 2001, null],
+    ]);
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang' });
+    const rendezvous = { bootstrap_host: '127.0.0.1', bootstrap_port: prefill.bootstrapPort, bootstrap_room: 7 };
+    const [, remote] = await Promise.all(
+      [prefill, decode].map(async (worker) =>
+        (
+          await request(`${worker.url}/generate`, { method: 'POST', body: JSON.stringify({ ...body, ...rendezvous }) })
+        ).body.json(),
+      ),
+    );
+    expect((remote as typeof alone).meta_info.input_token_logprobs).toEqual([]);
+    expect((remote as typeof alone).meta_info.output_token_logprobs).toHaveLength(2);
+  });
+
   it('a transfer that fails follows kv_load_failure_policy: fail (an error: 500 whole, an error chunk streamed) or recompute', async () => {
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
     const { kv_transfer_params: params } = await prefillOn(prefill);
