@@ -29,6 +29,12 @@ async function compare(protocol: 'vllm' | 'sglang', path: string, body: Record<s
   return { decode, prefill, proxiedCall: decode.requests[0] as FakeWorker['requests'][number] };
 }
 
+/** A chat whose answer continues the assistant message it ends with (what vLLM's chat echo repeats). */
+const continuing = [
+  { role: 'user', content: 'Write' },
+  { role: 'assistant', content: 'Once upon' },
+];
+
 describe("prompt logprobs: computed by prefill, merged into decode's answer", () => {
   it.each([
     [
@@ -56,10 +62,7 @@ describe("prompt logprobs: computed by prefill, merged into decode's answer", ()
       '/v1/chat/completions',
       {
         model: 'm',
-        messages: [
-          { role: 'user', content: 'Write' },
-          { role: 'assistant', content: 'Once upon' },
-        ],
+        messages: continuing,
         echo: true,
         add_generation_prompt: false,
       },
@@ -69,10 +72,7 @@ describe("prompt logprobs: computed by prefill, merged into decode's answer", ()
       '/v1/chat/completions',
       {
         model: 'm',
-        messages: [
-          { role: 'user', content: 'Write' },
-          { role: 'assistant', content: 'Once upon' },
-        ],
+        messages: continuing,
         echo: true,
         stream: true,
       },
