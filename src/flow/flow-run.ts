@@ -192,17 +192,17 @@ export class FlowRun {
           });
     const task = PrefillTask.spawn(async () => {
       let answer: EngineItem | undefined;
+      let whole = false;
       try {
         const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap));
         for (let step = await reader.next(); step.done !== true; step = await reader.next()) {
           PrefillTask.checkOutput(step.value);
           answer = step.value;
         }
-      } catch (error) {
-        answer = undefined;
-        throw error;
+        whole = true;
       } finally {
-        if (side !== undefined) this.#client.mergeWith(side.merge(answer));
+        // A failed prefill has nothing to merge (the stream ends with its failure anyway).
+        if (side !== undefined) this.#client.mergeWith(side.merge(whole ? answer : undefined));
         answered?.();
       }
     }, this.#taskOptions());
