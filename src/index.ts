@@ -47,6 +47,7 @@ export {
   sanitizeClientRequest,
 } from './flow/handoff-fields.js';
 export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
+export { type PromptSide, type PromptSideEngine, promptSideOf, refusePromptSide } from './flow/prompt-side.js';
 export {
   decodeRequest,
   prefillRequest,

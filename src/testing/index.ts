@@ -10,4 +10,4 @@ export {
   type Fault,
   startFakeWorker,
 } from './fake-worker.js';
-export { type KvHandoff, KvLedger } from './kv-ledger.js';
+export { type KvHandoff, KvLedger, type KvRead } from './kv-ledger.js';
