@@ -151,6 +151,9 @@ async function soak(protocol) {
   const held = all.reduce((sum, w) => sum + w.ledger.outstanding().length, 0);
   const stranded = all.reduce((sum, w) => sum + w.ledger.stranded().length, 0);
   const claimed = all.reduce((sum, w) => sum + w.ledger.claimed().length, 0);
+  const released = all.reduce((sum, w) => sum + w.ledger.released().length, 0);
+  // A decode that read KV already freed answered on blocks that were not its own: never.
+  const staleReads = all.reduce((sum, w) => sum + w.ledger.staleReads().length, 0);
   await stop();
   await Promise.all([...prefill, ...decode].map((w) => w.close()));
   await client.close();
@@ -167,6 +170,8 @@ async function soak(protocol) {
     kvClaimed: claimed,
     kvHeld: held,
     kvStranded: stranded,
+    kvReleased: released,
+    kvStaleReads: staleReads,
     restarts: retired.length,
     proxyHeapLowMBPerQuarter: [0, 1, 2, 3].map((q) => {
       const inQuarter = heap.filter(([t]) => t >= (q * SECONDS * 1000) / 4 && t < ((q + 1) * SECONDS * 1000) / 4);
@@ -175,7 +180,14 @@ async function soak(protocol) {
   };
   console.log(JSON.stringify(report));
   for (const line of broken.slice(0, 5)) console.log(`  broken: ${line}`);
-  return report.broken === 0 && report.hung === 0 && report.openLegs === 0 && report.inFlight === 0 && held === 0;
+  return (
+    report.broken === 0 &&
+    report.hung === 0 &&
+    report.openLegs === 0 &&
+    report.inFlight === 0 &&
+    held === 0 &&
+    staleReads === 0
+  );
 }
 
 let ok = true;

@@ -18,7 +18,7 @@ describe('npm run soak (short run)', () => {
       .map((line) => JSON.parse(line));
     expect(reports.map((report) => report.protocol)).toEqual(['vllm', 'sglang']);
     for (const report of reports) {
-      expect(report).toMatchObject({ broken: 0, hung: 0, openLegs: 0, inFlight: 0, kvHeld: 0 });
+      expect(report).toMatchObject({ broken: 0, hung: 0, openLegs: 0, inFlight: 0, kvHeld: 0, kvStaleReads: 0 });
       expect(report.complete).toBeGreaterThan(0);
     }
   }, 120_000);
