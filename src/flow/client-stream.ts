@@ -1,7 +1,7 @@
 import { PrefillError } from '../handoff/prefill-error.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { CallOrder } from '../util/call-order.js';
 import { closeQuietly } from '../util/close-quietly.js';
 import { deadlineIn } from './deadlines.js';
@@ -80,6 +80,14 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
   #first = true;
   /** What prefill computed of the prompt, merged into each item (see {@link mergeWith}). */
   #merge: ((item: EngineItem) => EngineItem) | undefined;
+  /** Calls made, and answers given (each answer passes one of the rules below): a read is in flight while they differ. */
+  #calls = 0;
+  #answers = 0;
+  /** An answer given before it was asked for (nobody was reading): the next call's. */
+  #owed: Promise<Step> | undefined;
+  #iterated = false;
+  /** {@link settleUnread} was asked before there was anything to read. */
+  #settleWanted = false;
 
   // Created once per stream, never per item.
   readonly #read = (): Promise<Step> => {
@@ -115,6 +123,7 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
    * itself, or undefined (done) once the stream has ended. Records what the item means.
    */
   readonly answerItem = (answered: EngineItem): EngineItem | undefined => {
+    this.#answers++;
     if (this.#done) return undefined;
     let item = answered;
     const error = Annotated.err(item);
@@ -147,11 +156,13 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
 
   /** What is behind ended by itself: a success, unless the stream had ended already. */
   readonly endOfStream = (): void => {
+    this.#answers++;
     if (!this.#done) this.#end('success');
   };
 
   /** What the client is thrown for a failed read: a deadline as itself. */
   readonly failure = (error: unknown): unknown => {
+    this.#answers++;
     const shown = clientError(error);
     if (!this.#done) this.#end('error', legOf(error), shown instanceof Error ? shown : undefined);
     return shown;
@@ -176,15 +187,61 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
   readFrom(inner: AsyncIterator<EngineItem>, fused: boolean): this {
     this.#inner = inner;
     this.#fused = fused;
+    // Over before it came (the client left, nobody reading): what is behind ends now.
+    if (this.#done) closeQuietly(inner);
+    else if (this.#settleWanted) this.settleUnread();
     return this;
   }
 
+  /**
+   * The client left (its context was stopped or killed). A stream nobody is reading now (no
+   * call waiting for its answer; perhaps never to be read: a router whose client has gone)
+   * ends at once, as if its reader had closed it, so that its legs end and their leases are
+   * released without a reader; a later read gets one `cancelled` item, then the end. A stream
+   * being read goes on to its own end.
+   */
+  clientLeft(): void {
+    if (this.#done || this.#calls > this.#answers) return;
+    this.#owed = Promise.resolve({ value: Annotated.fromData(LLMEngineOutput.cancelled()), done: false });
+    this.#end('cancelled', undefined, undefined, true);
+  }
+
+  /**
+   * The request's outcome is known behind (prefill failed: the next answer is its error), and
+   * nobody may be reading: that answer is read now, so that the request ends (its outcome
+   * reported, its legs closed) without a reader; the next call gets it.
+   */
+  settleUnread(): void {
+    if (this.#inner === undefined) {
+      // Not handed over yet: once it is, it is read at once.
+      this.#settleWanted = true;
+      return;
+    }
+    if (this.#done || this.#owed !== undefined || this.#calls > this.#answers) return;
+    this.#owed = this.#pull();
+  }
+
+  /** @throws {TypeError} for a second iteration: the stream is read once. */
   [Symbol.asyncIterator](): this {
+    if (this.#iterated) {
+      throw new TypeError("This request's stream is already being iterated; it can be iterated only once");
+    }
+    this.#iterated = true;
     return this;
   }
 
   next(): Promise<Step> {
     if (this.#closed) return Promise.resolve(DONE);
+    const owed = this.#owed;
+    if (owed !== undefined) {
+      this.#owed = undefined;
+      return owed;
+    }
+    return this.#pull();
+  }
+
+  #pull(): Promise<Step> {
+    this.#calls++;
     if (!this.#fused) return this.#order.call();
     // The guard answers in call order while the stream runs. Once it has ended here (and the
     // guard was closed), a call is done after the one before it: reads still in flight below

@@ -325,8 +325,12 @@ export class DecodeLeg {
     if (this.#claimed || this.#ended || this.#options.prefillFailed()) {
       this.#abandoned = true;
       this.#closeSource();
-      // A decode that already sent its terminal has nothing left to stop.
-      if (!this.#finishedOutput && !this.#ended) this.context.stopGenerating();
+      // A decode that already sent its terminal has nothing left to stop; a client that was
+      // killed (not only stopped) has its decode killed too.
+      if (!this.#finishedOutput && !this.#ended) {
+        if (this.#options.client.isKilled()) this.context.kill();
+        else this.context.stopGenerating();
+      }
       this.#end();
       return;
     }

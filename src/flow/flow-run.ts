@@ -534,7 +534,11 @@ export class FlowRun {
     client.stopped().then(() => {
       const run = link.run;
       link.run = undefined;
-      if (run !== undefined && !run.#prefillFailed()) recorder.finish('cancelled');
+      if (run !== undefined && !run.#prefillFailed()) {
+        recorder.finish('cancelled');
+        // A stream nobody is reading would hold its legs and leases until someone did.
+        run.#client.clientLeft();
+      }
     }, ignore);
     this.#unwatchClient = () => {
       link.run = undefined;
@@ -577,6 +581,8 @@ export class FlowRun {
       recorder.emit({ type: 'prefillFailed', error: PrefillError.from(error) });
       // No KV will come: a decode waiting for it is stopped now, not cleaned up later.
       this.#leg?.abandon();
+      // The client's next answer is this failure: without a reader, it is read now.
+      this.#client.settleUnread();
     }
     this.#setup.prefillLease?.release();
     this.#releasePrefill?.();

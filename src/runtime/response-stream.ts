@@ -1,3 +1,4 @@
+import { closeQuietly } from '../util/close-quietly.js';
 import { type AsyncEngineContext, isContext } from './controller.js';
 
 /**
@@ -15,6 +16,8 @@ import { type AsyncEngineContext, isContext } from './controller.js';
  */
 export class ResponseStream<T> implements AsyncIterable<T> {
   readonly #source: AsyncIterable<T>;
+  /** The iterator handed out first, which `cancel()` closes. */
+  #iterator: AsyncIterator<T> | undefined;
   /** The context of the work behind this stream; stopping it asks that work to stop. */
   readonly context: AsyncEngineContext;
 
@@ -33,7 +36,24 @@ export class ResponseStream<T> implements AsyncIterable<T> {
   }
 
   [Symbol.asyncIterator](): AsyncIterator<T> {
-    return this.#source[Symbol.asyncIterator]();
+    const iterator = this.#source[Symbol.asyncIterator]();
+    this.#iterator ??= iterator;
+    return iterator;
+  }
+
+  /**
+   * Closes the stream without reading it (or the rest of it): for a caller that knows it
+   * will not read, such as a router whose client has gone. It is the `return()` of the stream's
+   * iterator (the first one, or one made now), called without waiting for it: for a stream of
+   * `disaggregate` every leg then ends as for a reader that closed it (a decode that has not
+   * taken its KV yet is cleaned up first), and its worker leases are released.
+   *
+   * @example
+   * if (res.destroyed) return stream.cancel();
+   */
+  cancel(): void {
+    this.#iterator ??= this.#source[Symbol.asyncIterator]();
+    closeQuietly(this.#iterator);
   }
 }
 

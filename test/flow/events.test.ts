@@ -67,9 +67,10 @@ describe('lifecycle events', () => {
     expect(log.of('handoff')).toMatchObject([{ handoff: 'bootstrap' }]);
   });
 
-  it('concurrent: a decode read for a departed client, then by the guard, is counted once', async () => {
-    // The client leaves before decode answers: the leg reads decode itself (for the claim);
-    // the router's reader then gets that same read through the guard. One claim, one hold.
+  it('concurrent: a decode read for a departed client while the router reads, then by the guard, is counted once', async () => {
+    // The client leaves before decode answers, while the router waits for an item: the leg
+    // reads decode itself (for the claim); the router's reader gets that same read through
+    // the guard. One claim, one hold.
     const prefillSource = new ScriptedSource();
     const decodeSource = new ScriptedSource();
     const context = new Controller('req-e');
@@ -82,10 +83,11 @@ describe('lifecycle events', () => {
       prefillWorker: sglangWorker,
       onEvent: log.onEvent,
     });
+    const reading = collect(stream);
+    await flush();
     context.stopGenerating();
     await flush();
     decodeSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
-    const reading = collect(stream);
     await flush();
     prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
     expect((await reading).map((item) => item.data?.finish_reason)).toEqual(['length']);
@@ -93,6 +95,33 @@ describe('lifecycle events', () => {
     expect(log.of('kvClaimed')).toHaveLength(1);
     expect(log.of('terminalHeld')).toHaveLength(1);
     expect(log.of('finished').map((event) => event.outcome)).toEqual(['cancelled']);
+  });
+
+  it('concurrent: a departed client whose stream nobody reads: it ends at once, decode is still read for the claim, then every leg ends', async () => {
+    const prefillSource = new ScriptedSource();
+    const decodeSource = new ScriptedSource();
+    const context = new Controller('req-gone');
+    const log = eventLog();
+    const stream = await run({
+      context,
+      prefill: engine(() => prefillSource).run,
+      decode: engine(() => decodeSource).run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      onEvent: log.onEvent,
+    });
+    context.stopGenerating();
+    await flush();
+    expect(log.of('finished').map((event) => event.outcome)).toEqual(['cancelled']);
+    expect(decodeSource.nextCalls).toBe(1); // read for the claim: nobody else will
+    decodeSource.push(Annotated.fromData(LLMEngineOutput.length()));
+    prefillSource.push(Annotated.fromData(LLMEngineOutput.length())).end();
+    await flush();
+    expect(log.of('kvClaimed')).toHaveLength(1);
+    expect(decodeSource.closed).toBe(true);
+    expect(log.types().at(-1)).toBe('settled');
+    // A reader that comes after all is told the request was cancelled.
+    expect((await collect(stream)).map((item) => item.data?.finish_reason)).toEqual(['cancelled']);
   });
 
   it('concurrent: prefill completed is reported before the terminal it releases', async () => {

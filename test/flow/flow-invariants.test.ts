@@ -58,6 +58,8 @@ async function scenario(
   deadlines: Deadlines,
   deferDecode: boolean,
   plan: ReaderPlan = { inFlight: 1, depths: [0] },
+  /** The client reads to the end once both workers have finished; false: a reader that never comes back. */
+  readToEnd = true,
 ) {
   const context = new Controller('req-p');
   const prefillSource = new ScriptedSource();
@@ -224,7 +226,7 @@ async function scenario(
     if (inFlight.length > 0) {
       if (await isPending(Promise.all(inFlight))) continue;
     }
-    if (ended || outcome.rejected !== undefined) break;
+    if (ended || outcome.rejected !== undefined || !readToEnd) break;
     for (let i = 0; i < plan.inFlight; i++) read();
   }
   const stuckRead = reading().length > 0 && (await isPending(Promise.all(reading())));
@@ -325,7 +327,10 @@ describe('the flow under random interleavings', () => {
                   ? 'cancelled'
                   : 'success';
             }
-            if (outcome.clientLeft) expect(['cancelled', expected]).toContain(finished[0]?.outcome);
+            // A prefill that failed before the consumer left (with nobody reading, the flow reads
+            // its error itself) is an error, whoever was reading.
+            const failedFirst = log.of('prefillFailed').some((event) => !event.late) ? ['error'] : [];
+            if (outcome.clientLeft) expect(['cancelled', expected, ...failedFirst]).toContain(finished[0]?.outcome);
             else if (expected !== undefined) expect(finished[0]?.outcome).toBe(expected);
             // Every lease is back once the request has settled.
             expect(seen.leases).toEqual([0, 0]);
@@ -344,6 +349,40 @@ describe('the flow under random interleavings', () => {
         },
       ),
       propertyOptions(2000, 20261130),
+    );
+  }, 120_000);
+
+  it('a reader that never comes: once the client has gone, every leg ends, its leases are back and settled comes last, with no read at all', async () => {
+    const NO_READS: Action[] = ACTIONS.filter((action) => action !== 'read' && action !== 'return');
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom('sequential', 'concurrent', 'early') as fc.Arbitrary<keyof typeof families>,
+        fc.array(fc.constantFrom(...NO_READS), { maxLength: 16 }),
+        fc.constantFrom<Action>('clientStop', 'clientKill'),
+        fc.nat(),
+        fc.boolean(),
+        async (family, actions, leave, at, deferDecode) => {
+          vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+          try {
+            // The client leaves somewhere in the schedule; nobody ever reads the stream.
+            const schedule = [...actions];
+            schedule.splice(at % (schedule.length + 1), 0, leave);
+            const seen = await scenario(family, schedule, {}, deferDecode, { inFlight: 1, depths: [0] }, false);
+            const { log } = seen;
+            expect(log.of('finished')).toHaveLength(1);
+            expect(log.types().filter((type) => type === 'settled')).toHaveLength(1);
+            expect(log.types().at(-1)).toBe('settled');
+            expect(seen.leases).toEqual([0, 0]);
+            // A decode that was opened was read for its claim and closed, or finished.
+            if (seen.decodeContext !== undefined && seen.decodeSource.nextCalls > 0) {
+              expect(seen.decodeSource.finished).toBe(true);
+            }
+          } finally {
+            vi.useRealTimers();
+          }
+        },
+      ),
+      propertyOptions(500, 20261201),
     );
   }, 120_000);
 });
