@@ -9,8 +9,13 @@ import { describeValue } from '../util/describe-value.js';
  */
 export type FinishReason = 'eos' | 'length' | 'stop' | 'cancelled' | 'content_filter' | { error: string };
 
-/** The finish reasons an OpenAI-compatible response may carry. */
-export type OpenAIFinishReason = 'stop' | 'length' | 'content_filter';
+/**
+ * The finish reasons an OpenAI-compatible response may carry: OpenAI's own (`stop`, `length`,
+ * `content_filter`), and the words vLLM and SGLang use for a sequence that failed: `abort`
+ * (dropped, cancelled) and `error`. The last two are never a success; a relay that must not
+ * show a failure as a finish (as `disagg serve` does not) turns them into an error instead.
+ */
+export type OpenAIFinishReason = 'stop' | 'length' | 'content_filter' | 'abort' | 'error';
 
 const SIMPLE: ReadonlySet<string> = new Set(['eos', 'length', 'stop', 'cancelled', 'content_filter']);
 const ERROR_PREFIX = 'error: ';
@@ -61,12 +66,21 @@ function format(reason: FinishReason): string {
 }
 
 /**
- * Maps to the OpenAI `finish_reason`: eos, stop, cancelled and errors become `stop`,
- * `length` stays `length`, `content_filter` stays `content_filter`.
+ * Maps to an OpenAI-compatible `finish_reason`, failures as failures: `eos` and `stop` become
+ * `stop`, `length` and `content_filter` stay, `cancelled` is `abort` and `{error}` is
+ * `error`, as vLLM and SGLang answer them (never `stop`: a failure reported as a finish is a
+ * success invented). Check {@link FinishReason.isFailure} first to answer a failure with an
+ * error rather than a finish.
+ *
+ * @example
+ * FinishReason.toOpenAI('eos'); // 'stop'
+ * FinishReason.toOpenAI({ error: 'out of memory' }); // 'error'
  */
 function toOpenAI(reason: FinishReason): OpenAIFinishReason {
   if (reason === 'length') return 'length';
   if (reason === 'content_filter') return 'content_filter';
+  if (reason === 'cancelled') return 'abort';
+  if (isErrorReason(reason)) return 'error';
   return 'stop';
 }
 

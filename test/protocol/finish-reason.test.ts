@@ -39,15 +39,18 @@ describe('FinishReason', () => {
   it.each([
     ['eos', 'stop'],
     ['stop', 'stop'],
-    ['cancelled', 'stop'],
     ['length', 'length'],
     ['content_filter', 'content_filter'],
-  ] as const)('maps %s to the OpenAI finish reason %s', (reason, openai) => {
+    ['cancelled', 'abort'],
+  ] as const)('maps %s to the OpenAI-compatible finish reason %s', (reason, openai) => {
     expect(FinishReason.toOpenAI(reason)).toBe(openai);
   });
 
-  it('maps an error to the OpenAI finish reason stop', () => {
-    expect(FinishReason.toOpenAI({ error: 'boom' })).toBe('stop');
+  it('never maps a failure to a finish: an error is `error`, a cancellation `abort` (as vLLM and SGLang say them)', () => {
+    expect(FinishReason.toOpenAI({ error: 'boom' })).toBe('error');
+    for (const failed of ['cancelled', { error: 'x' }] as const) {
+      expect(['stop', 'length', 'content_filter']).not.toContain(FinishReason.toOpenAI(failed));
+    }
   });
 
   it('tells failures from finishes', () => {
