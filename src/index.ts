@@ -29,7 +29,7 @@ export {
   trtllmContextFirst,
   vllmNixl,
 } from './flow/connectors.js';
-export { DeadlineError, type DeadlinePhase, type Deadlines } from './flow/deadlines.js';
+export { DEFAULT_DEADLINES, DeadlineError, type DeadlinePhase, type Deadlines } from './flow/deadlines.js';
 export { CleanupError, DEFAULT_CLEANUP_BUDGET_MS, orphanedHandoffs } from './flow/decode-leg.js';
 export { type DisaggregateOptions, disaggregate, type Engine, type PrefillWorker } from './flow/disaggregate.js';
 export type {

@@ -13,6 +13,7 @@ const EXPORTS = [
   'CleanupError',
   'Controller',
   'DEFAULT_CLEANUP_BUDGET_MS',
+  'DEFAULT_DEADLINES',
   'DeadlineError',
   'DisaggError',
   'DiscoveryUnavailableError',

@@ -91,21 +91,46 @@ export function deadlineIn(error: unknown): DeadlineError | undefined {
  * @throws {TypeError} for anything but an object of positive finite numbers under the known keys.
  */
 export function checkDeadlines(value: unknown): Readonly<Deadlines> {
-  if (value === undefined) return {};
+  if (value === undefined) return DEFAULT_DEADLINES;
   if (typeof value !== 'object' || value === null) {
     throw new TypeError(`deadlines must be an object of millisecond budgets, got ${describeValue(value)}`);
   }
   const known = new Set(PHASES.map((phase) => `${phase}Ms`));
+  const active: Record<string, number> = { ...DEFAULT_DEADLINES };
   for (const [key, budget] of Object.entries(value)) {
     if (!known.has(key)) {
       throw new TypeError(`Unknown deadline ${JSON.stringify(key)}: expected one of ${[...known].join(', ')}`);
     }
-    if (budget !== undefined && !isBudget(budget)) {
-      throw new TypeError(`deadlines.${key} must be a positive number of milliseconds, got ${describeValue(budget)}`);
+    if (budget === undefined) continue;
+    if (budget !== 0 && !isBudget(budget)) {
+      throw new TypeError(
+        `deadlines.${key} must be a positive number of milliseconds, or 0 for none, got ${describeValue(budget)}`,
+      );
     }
+    if (budget === 0) delete active[key];
+    else active[key] = budget;
   }
-  return Object.freeze({ ...(value as Deadlines) });
+  return Object.freeze(active as Deadlines);
 }
+
+/**
+ * The deadlines of a request when none are given (`disaggregate`'s and `disagg serve`'s): each
+ * ends a hang of its phase, none cuts a legitimate request. A prompt of a million tokens takes
+ * minutes to prefill, so prefill has ten; the handoff (which with SGLang's rendezvous includes
+ * prefill's computing, as decode waits at the rendezvous meanwhile) as long; decode five
+ * minutes to answer and give its first token (its queue under load), then two minutes at most
+ * between two items. No total: a long answer is not a hang, and every wait of a request is
+ * covered by one of these. Given deadlines replace these one by one; `0` turns one off.
+ *
+ * @example
+ * disaggregate({ ..., deadlines: { idleMs: 30_000, handoffMs: 0 } }); // idle 30 s, no handoff budget, the rest as here
+ */
+export const DEFAULT_DEADLINES: Readonly<Required<Omit<Deadlines, 'totalMs'>>> = Object.freeze({
+  prefillFirstOutputMs: 600_000,
+  handoffMs: 600_000,
+  decodeFirstTokenMs: 300_000,
+  idleMs: 120_000,
+});
 
 /**
  * Checks a budget in milliseconds.

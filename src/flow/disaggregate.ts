@@ -5,7 +5,7 @@ import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
 import type { Connector } from './connectors.js';
-import { checkBudget, checkDeadlines, type Deadlines } from './deadlines.js';
+import { checkBudget, checkDeadlines, type DEFAULT_DEADLINES, type Deadlines } from './deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from './decode-leg.js';
 import { type FlowEventListener, FlowRecorder } from './events.js';
 import { type EngineCall, FlowRun } from './flow-run.js';
@@ -108,7 +108,11 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * cancellation (`AbortError`), which fails the request.
    */
   skipPrefill?: (request: RequestBody) => boolean | string | undefined | PromiseLike<boolean | string | undefined>;
-  /** Budgets per phase; each overrun is a `DeadlineError` naming its phase. None by default. */
+  /**
+   * Budgets per phase; each overrun is a `DeadlineError` naming its phase. By default
+   * {@link DEFAULT_DEADLINES} (every phase but the total, so that every hang ends); given
+   * budgets replace those one by one, `0` turns one off.
+   */
   deadlines?: Deadlines;
   /**
    * How long decode may take to claim the KV once the client has gone (default 120,000 ms);

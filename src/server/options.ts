@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { Lookup } from '../discovery/dns-discovery.js';
-import type { Deadlines } from '../flow/deadlines.js';
+import { DEFAULT_DEADLINES, type Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
 import { CACHE_AWARE_DEFAULTS } from '../routing/cache-aware.js';
@@ -338,24 +338,9 @@ export interface ServeConfig {
   workerApiKey: string | undefined;
 }
 
-/**
- * The proxy's deadlines when none are given: each ends a hang of its phase, none cuts a
- * legitimate request. A prompt of a million tokens takes minutes to prefill, so prefill has
- * ten; the handoff (which on SGLang includes prefill's computing, as decode waits at the
- * rendezvous meanwhile) as long; decode five minutes to answer and give its first token (its
- * queue under load), then two minutes at most between two items. No total: a long answer is
- * not a hang, and every wait of a request is covered by one of these. `0` turns one off.
- */
-export const DEFAULT_DEADLINES = Object.freeze({
-  prefillFirstOutputMs: 600_000,
-  handoffMs: 600_000,
-  decodeFirstTokenMs: 300_000,
-  idleMs: 120_000,
-} satisfies Deadlines);
-
-/** The deadlines the flow gets: those given, without the ones turned off with `0`. */
+/** The deadlines the flow gets: the settings, each one given (`0` turns one off there). */
 function activeDeadlines(deadlines: Deadlines | undefined): Deadlines {
-  return Object.fromEntries(Object.entries(deadlines ?? {}).filter(([, ms]) => ms !== 0)) as Deadlines;
+  return { ...(deadlines ?? {}) };
 }
 
 /**

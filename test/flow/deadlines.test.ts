@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap } from '../../src/flow/connectors.js';
-import { checkBudget, checkDeadlines, DeadlineError } from '../../src/flow/deadlines.js';
+import { checkBudget, checkDeadlines, DEFAULT_DEADLINES, DeadlineError } from '../../src/flow/deadlines.js';
 import { orphanedHandoffs } from '../../src/flow/decode-leg.js';
 import type { DisaggregateOptions, Engine } from '../../src/flow/disaggregate.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
@@ -52,10 +52,28 @@ describe('DeadlineError', () => {
     expect(DeadlineError.is(new Error('x'))).toBe(false);
   });
 
-  it('refuses budgets that are not positive numbers of milliseconds, and unknown phases', () => {
-    expect(checkDeadlines(undefined)).toEqual({});
-    expect(checkDeadlines({ idleMs: 5, totalMs: undefined })).toEqual({ idleMs: 5, totalMs: undefined });
-    expect(() => checkDeadlines({ idleMs: 0 })).toThrow('deadlines.idleMs must be a positive number of milliseconds');
+  it('every phase but the total has a deadline by default; given ones replace them one by one, 0 turns one off', () => {
+    expect(checkDeadlines(undefined)).toEqual(DEFAULT_DEADLINES);
+    expect(DEFAULT_DEADLINES).toEqual({
+      prefillFirstOutputMs: 600_000,
+      handoffMs: 600_000,
+      decodeFirstTokenMs: 300_000,
+      idleMs: 120_000,
+    });
+    expect(checkDeadlines({ idleMs: 5, totalMs: undefined, handoffMs: 0 })).toEqual({
+      prefillFirstOutputMs: 600_000,
+      decodeFirstTokenMs: 300_000,
+      idleMs: 5,
+    });
+    expect(
+      checkDeadlines({ prefillFirstOutputMs: 0, handoffMs: 0, decodeFirstTokenMs: 0, idleMs: 0, totalMs: 0 }),
+    ).toEqual({});
+  });
+
+  it('refuses budgets that are not positive numbers of milliseconds (or 0), and unknown phases', () => {
+    expect(() => checkDeadlines({ idleMs: -1 })).toThrow(
+      'deadlines.idleMs must be a positive number of milliseconds, or 0 for none',
+    );
     expect(() => checkDeadlines({ idleMs: Number.NaN })).toThrow(TypeError);
     expect(() => checkDeadlines({ totalMs: '5s' })).toThrow('got "5s"');
     expect(() => checkDeadlines({ idle: 5 })).toThrow('Unknown deadline "idle": expected one of totalMs');
@@ -73,6 +91,37 @@ describe('DeadlineError', () => {
 });
 
 describe('deadlines per phase', () => {
+  it('without any deadline given, a hang still ends: a decode that never answers meets the default first-token budget (5 min)', async () => {
+    const stuck: Engine = () => new Promise(() => {});
+    const call = run({ decode: stuck });
+    call.catch(() => {});
+    await elapse(DEFAULT_DEADLINES.decodeFirstTokenMs - 1);
+    expect(
+      await Promise.race([
+        call.then(
+          () => 'open',
+          () => 'failed',
+        ),
+        flush().then(() => 'pending'),
+      ]),
+    ).toBe('pending');
+    await elapse(1);
+    await expect(call).rejects.toMatchObject({ name: 'DeadlineError', phase: 'decodeFirstToken', leg: 'decode' });
+    // Turned off with 0, the same decode holds the call as long as it likes.
+    const unbounded = run({ decode: stuck, deadlines: { decodeFirstTokenMs: 0, handoffMs: 0 } });
+    unbounded.catch(() => {});
+    await elapse(DEFAULT_DEADLINES.handoffMs * 2);
+    expect(
+      await Promise.race([
+        unbounded.then(
+          () => 'open',
+          () => 'failed',
+        ),
+        flush().then(() => 'pending'),
+      ]),
+    ).toBe('pending');
+  });
+
   it('prefillFirstOutput: a prefill that says nothing fails the request, and the prefill leg is killed', async () => {
     const prefill = engine(() => new ScriptedSource());
     const decode = decodeTokens();

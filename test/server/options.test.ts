@@ -2,12 +2,12 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_DEADLINES } from '../../src/flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../../src/flow/decode-leg.js';
 import { loadServeConfig, SERVE_USAGE } from '../../src/server/config.js';
 import {
   ConfigError,
   checkWorker,
-  DEFAULT_DEADLINES,
   resolveHandlerOptions,
   resolveProxyOptions,
   SETTINGS,
@@ -203,10 +203,12 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
   it('every phase but the total has a deadline by default, so that every hang ends; 0 turns one off', () => {
     const workers = { connector: 'vllm' as const, prefill: [{ url: 'http://p' }], decode: [{ url: 'http://d' }] };
     expect(resolveProxyOptions(workers).deadlines).toEqual(DEFAULT_DEADLINES);
+    // 0 goes on to the flow, which turns that deadline off.
     expect(resolveProxyOptions({ ...workers, deadlines: { idleMs: 0, totalMs: 60_000 } }).deadlines).toEqual({
       prefillFirstOutputMs: 600_000,
       handoffMs: 600_000,
       decodeFirstTokenMs: 300_000,
+      idleMs: 0,
       totalMs: 60_000,
     });
   });
