@@ -20,6 +20,7 @@ export {
   MAX_BOOTSTRAP_ROOM,
   mintBootstrapRoom,
 } from './flow/bootstrap-room.js';
+export { failedLeg } from './flow/client-stream.js';
 export {
   type Connector,
   earlyBootstrap,
@@ -85,3 +86,4 @@ export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';
 export { type BrandCheck, branded, DisaggError } from './util/disagg-error.js';
+export { workerRedactor } from './util/url.js';

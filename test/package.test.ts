@@ -41,6 +41,7 @@ const EXPORTS = [
   'decodeRequest',
   'disaggregate',
   'earlyBootstrap',
+  'failedLeg',
   'httpEngine',
   'mintBootstrapRoom',
   'orphanedHandoffs',
@@ -57,6 +58,7 @@ const EXPORTS = [
   'stringifyJson',
   'trtllmContextFirst',
   'vllmNixl',
+  'workerRedactor',
 ];
 
 describe('the built package, as a router imports it', () => {
@@ -176,7 +178,7 @@ describe('the disagg/testing subpath', () => {
 });
 
 describe('the disagg/server subpath', () => {
-  it('both formats give createProxy, createHandler and the configuration loader', () => {
+  it('both formats give createProxy, createHandler, the configuration loader and the relay pieces', () => {
     const script = `
       import * as esm from 'disagg/server';
       import { createRequire } from 'node:module';
@@ -185,7 +187,17 @@ describe('the disagg/server subpath', () => {
     `;
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
-    const names = ['ConfigError', 'createHandler', 'createProxy', 'loadServeConfig'];
+    const names = [
+      'ConfigError',
+      'createHandler',
+      'createProxy',
+      'errorToResponse',
+      'loadServeConfig',
+      'sseResponse',
+      'validateRequest',
+      'writeJson',
+      'writeSse',
+    ];
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names });
   });
 });

@@ -54,14 +54,17 @@ async function main(argv: string[]): Promise<number> {
 
 /** JSON lines to stdout; or, with --log-format pretty, pino-pretty's lines (an optional dependency). */
 async function createLogger(config: ServeConfig): Promise<Logger> {
-  if (config.logFormat !== 'pretty') return pino({ level: config.logLevel });
+  // An error's own message, its causes nested (pino's default joins every cause's message
+  // into it, and the library's errors already hold their cause's text).
+  const serializers = { err: pino.stdSerializers.errWithCause };
+  if (config.logFormat !== 'pretty') return pino({ level: config.logLevel, serializers });
   let pretty: (options: object) => NodeJS.WritableStream;
   try {
     pretty = ((await import('pino-pretty')) as unknown as { default: typeof pretty }).default;
   } catch {
     throw new PrettyMissing();
   }
-  return pino({ level: config.logLevel }, pretty({ colorize: process.stdout.isTTY, sync: true }));
+  return pino({ level: config.logLevel, serializers }, pretty({ colorize: process.stdout.isTTY, sync: true }));
 }
 
 class PrettyMissing extends Error {

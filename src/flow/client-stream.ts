@@ -4,6 +4,7 @@ import { FinishReason } from '../protocol/finish-reason.js';
 import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { CallOrder } from '../util/call-order.js';
 import { closeQuietly } from '../util/close-quietly.js';
+import { DisaggError } from '../util/disagg-error.js';
 import { deadlineIn } from './deadlines.js';
 import type { FlowRecorder, Leg } from './events.js';
 import { type PromptTokensDetails, withPromptDetails } from './usage.js';
@@ -24,6 +25,34 @@ export function legOf(error: unknown): Leg {
   if (deadline !== undefined) return deadline.leg;
   return PrefillError.is(error) ? 'prefill' : 'decode';
 }
+
+/**
+ * The leg a request's failure came from, for a router that answers or retries it: `prefill`
+ * for a `PrefillError` or a deadline of prefill's, `decode` for a deadline of decode's or the
+ * failure of a decode worker or engine (an `UpstreamError`, a broken stream, the error an
+ * engine threw); undefined for a failure of neither leg (no worker in rotation, a request
+ * refused before any worker, an option that is wrong).
+ *
+ * @example
+ * failedLeg(await disaggregate(options).catch((error) => error)); // 'prefill' | 'decode' | undefined
+ */
+export function failedLeg(error: unknown): Leg | undefined {
+  if (PrefillError.is(error)) return 'prefill';
+  const deadline = deadlineIn(error);
+  if (deadline !== undefined) return deadline.leg;
+  if (error instanceof TypeError) return undefined;
+  if (DisaggError.is(error) && !LEG_CODES.has(error.code)) return undefined;
+  return 'decode';
+}
+
+/** The library's errors that come from a leg (any other of its errors is a refusal of the request or the router's). */
+const LEG_CODES: ReadonlySet<string> = new Set([
+  'DISAGG_UPSTREAM_STATUS',
+  'DISAGG_UPSTREAM_CONNECTION',
+  'DISAGG_UPSTREAM_PROTOCOL',
+  'DISAGG_STREAM_ERROR',
+  'DISAGG_CLEANUP_EXPIRED',
+]);
 
 /**
  * What the client sees of an error: a deadline that ended prefill is reported as itself, not

@@ -159,8 +159,9 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
  * @throws {PrefillError} when prefill fails before decode is dispatched;
  *   {DeadlineError} when a budget runs out before the client stream exists;
  *   {HandoffFieldError} for client handoff fields with `clientHandoffFields: 'reject'`;
- *   {UnsupportedRequestError} for a request the connector's engine cannot serve disaggregated
- *   (`n > 1` with vLLM's NIXL or TensorRT-LLM, say), naming the field;
+ *   {UnsupportedRequestError} for a request body that is not a JSON object (`param` `body`), or
+ *   one the connector's engine cannot serve disaggregated (`n > 1` with vLLM's NIXL or
+ *   TensorRT-LLM, say), naming the field;
  *   {TypeError} for invalid options, or a concurrent connector without a prefill worker rendezvous.
  */
 export async function disaggregate<P = PrefillWorker, D = unknown>(
@@ -240,6 +241,11 @@ function fixedLease<W>(worker: W): Lease<W> {
 function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`disaggregate expects an options object, got ${describeValue(options)}`);
+  }
+  const { request } = options;
+  if (typeof request !== 'object' || request === null || Array.isArray(request)) {
+    // The client's mistake, not a prefill failure: a router answers it 400.
+    throw new UnsupportedRequestError('body', `The request body must be a JSON object, got ${describeValue(request)}`);
   }
   if (!isContext(options.context)) {
     throw new TypeError(

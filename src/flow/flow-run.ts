@@ -617,8 +617,9 @@ export class FlowRun {
     this.#leg?.expire(error);
   }
 
-  #taskOptions(): { logger: Logger } {
-    return { logger: this.#setup.logger() };
+  #taskOptions(): { logger: Logger; handled: boolean } {
+    // The flow reports a prefill failure itself (the call rejects, or the stream ends with it).
+    return { logger: this.#setup.logger(), handled: true };
   }
 }
 

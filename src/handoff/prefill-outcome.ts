@@ -24,7 +24,7 @@ export class PrefillOutcome {
   readonly settled: Promise<void>;
   #listeners: Set<() => void> | undefined = new Set();
 
-  constructor(work: PromiseLike<void>, logger: Logger) {
+  constructor(work: PromiseLike<unknown>, logger: Logger, level: 'warn' | 'debug' = 'warn') {
     this.settled = Promise.resolve(work).then(
       () => this.#settle(SUCCEEDED),
       (reason: unknown) => {
@@ -32,7 +32,7 @@ export class PrefillOutcome {
         this.error = error;
         // Logged here, once, so a failure nobody awaits any more still leaves evidence.
         try {
-          logger.warn({ err: error }, 'Prefill background task failed');
+          logger[level]({ err: error }, 'Prefill background task failed');
         } catch {
           // A broken logger must not turn a prefill failure into an unhandled rejection.
         }

@@ -22,8 +22,14 @@ export type DecodeDispatch = PromiseLike<DecodeStream> | ((signal: AbortSignal) 
 
 /** Options of {@link PrefillTask.spawn}. */
 export interface PrefillTaskOptions {
-  /** Where a failed prefill is logged (warn). Defaults to the library's stderr logger. */
+  /** Where a failed prefill is logged. Defaults to the library's stderr logger. */
   logger?: Logger;
+  /**
+   * The caller reports a failure itself (as `disaggregate` does, to its caller and in the
+   * stream): it is logged at debug, not warn, so that one failure is not reported twice.
+   * False by default: a task nobody may await still leaves a warning (rule 2).
+   */
+  handled?: boolean;
 }
 
 /**
@@ -84,21 +90,24 @@ export class PrefillTask {
 
   /**
    * Starts the prefill at once (a function is called now) or adopts one already running (a
-   * promise). It runs to completion whatever happens to the observers: dropping the task or
-   * its streams never cancels it. A failure is logged once at warn level and never becomes an
-   * unhandled rejection. A function that throws, or returns something that is not a promise,
-   * is a failed prefill, not a crash.
+   * promise; what it resolves to is ignored). It runs to completion whatever happens to the
+   * observers: dropping the task or its streams never cancels it. A failure is logged once, at
+   * warn level (debug with `handled`), and never becomes an unhandled rejection. A function
+   * that throws, or returns something that is not a promise, is a failed prefill, not a crash.
    *
    * @throws {TypeError} when `work` is neither a promise-like nor a function.
    */
-  static spawn(work: PromiseLike<void> | (() => PromiseLike<void>), options: PrefillTaskOptions = {}): PrefillTask {
+  static spawn(
+    work: PromiseLike<unknown> | (() => PromiseLike<unknown>),
+    options: PrefillTaskOptions = {},
+  ): PrefillTask {
     const logger = options.logger ?? defaultLogger();
-    let running: PromiseLike<void>;
+    let running: PromiseLike<unknown>;
     if (typeof work === 'function') {
       try {
         const started: unknown = work();
         running = isThenable(started)
-          ? (started as PromiseLike<void>)
+          ? (started as PromiseLike<unknown>)
           : Promise.reject(
               new TypeError(
                 `The prefill function returned ${describeValue(started)}; expected a promise (PromiseLike<void>)`,
@@ -114,7 +123,7 @@ export class PrefillTask {
         `PrefillTask.spawn expects a promise or a function returning one, got ${describeValue(work)}`,
       );
     }
-    return new PrefillTask(new PrefillOutcome(running, logger));
+    return new PrefillTask(new PrefillOutcome(running, logger, options.handled === true ? 'debug' : 'warn'));
   }
 
   /**

@@ -43,6 +43,21 @@ export function webExchange(
   };
 }
 
+/**
+ * A Node-shaped response writing into a WHATWG `Response` (see {@link webExchange}), for a
+ * handler that answers without a Node request: `response` resolves once the head is written.
+ *
+ * @internal
+ */
+export function webResponse(options: { highWaterMark?: number } = {}): {
+  res: ServerResponse;
+  response: Promise<Response>;
+  clientLeft: () => void;
+} {
+  const reply = new WebReply(false, options.highWaterMark ?? 1);
+  return { res: reply as unknown as ServerResponse, response: reply.response, clientLeft: () => reply.clientLeft() };
+}
+
 /** The part of Node's `ServerResponse` the proxy's handlers use, writing into a `Response`. */
 class WebReply extends EventEmitter {
   statusCode = 200;

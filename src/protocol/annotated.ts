@@ -1,4 +1,5 @@
 import { branded, DisaggError } from '../util/disagg-error.js';
+import type { LLMEngineOutput } from './llm-engine-output.js';
 
 /**
  * One item of an engine's response stream: data, an annotation, or an error, in the
@@ -45,11 +46,15 @@ const ORIGINAL_ERROR = Symbol.for('disagg.annotated.originalError');
 const UNKNOWN_ERROR = 'unknown error';
 
 /**
- * A data item.
+ * A data item. An engine output written in place is typed as one (its `finish_reason` read as
+ * a `FinishReason`, without `as const`); anything else keeps its own type.
  *
  * @example
  * Annotated.fromData(LLMEngineOutput.length()); // { data: { token_ids: [], finish_reason: 'length' } }
+ * Annotated.fromData({ token_ids: [], finish_reason: 'length' }); // an EngineItem
  */
+function fromData(data: LLMEngineOutput): Annotated<LLMEngineOutput>;
+function fromData<T>(data: T): Annotated<T>;
 function fromData<T>(data: T): Annotated<T> {
   return { data };
 }

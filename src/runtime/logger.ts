@@ -24,6 +24,11 @@ let libraryLogger: Logger | undefined;
  * lines to stderr. Created on first use, so importing the library opens nothing.
  */
 export function defaultLogger(): Logger {
-  libraryLogger ??= pino({ name: 'disagg', level: 'warn' }, pino.destination({ dest: 2, sync: true }));
+  libraryLogger ??= pino(
+    // An error's own message, its causes nested: pino's default serializer joins their
+    // messages into it, and a PrefillError's message already holds its cause's text.
+    { name: 'disagg', level: 'warn', serializers: { err: pino.stdSerializers.errWithCause } },
+    pino.destination({ dest: 2, sync: true }),
+  );
   return libraryLogger;
 }

@@ -4,7 +4,6 @@ import { legOf } from '../flow/client-stream.js';
 import { deadlineIn } from '../flow/deadlines.js';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
-import { UnsupportedRequestError } from '../flow/request-shaping.js';
 import { nestsDeeperThan, parseJson } from '../http/json.js';
 import { answerJson, headerValue, RequestError, readBody } from '../http/node-server.js';
 import { UpstreamError } from '../http/upstream-error.js';
@@ -13,12 +12,12 @@ import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { findCause } from '../util/cause-chain.js';
 import { OverloadedError, type Ticket } from './admission.js';
-import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
+import { type ErrorAnswer, errorAnswer, errorToResponse, ShutdownError } from './error-answers.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
-import { checkRequest } from './request-schemas.js';
+import { validateRequest } from './request-schemas.js';
 import { relaySse } from './sse-relay.js';
 import { incomingTrace, RequestTrace } from './tracing.js';
 import { answerWhole } from './whole-response.js';
@@ -56,8 +55,7 @@ export async function handleCompletion(
   let body: Record<string, unknown>;
   try {
     body = await readRequestBody(req, proxy.options.maxBodyBytes, bodyText);
-    checkRouteBody(route, body);
-    checkRequest(route, body, proxy.models);
+    validateRequest(route, body, proxy.models);
   } catch (error) {
     // Over the size limit the rest of the body is not read: the connection closes after the 413.
     if (RequestError.is(error) && error.status === 413) res.setHeader('connection', 'close');
@@ -124,7 +122,7 @@ async function serveAdmitted(
     proxy.health.noteFailure(error, { prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
     failure = error;
     // The client gets the worker's words without its address; the log keeps them whole.
-    return errorAnswer(error, legOf(error), (text) => proxy.redact(text));
+    return errorToResponse(error, { redact: (text) => proxy.redact(text) });
   };
   // Passed on to the workers unless a worker key replaces it (engineFor decides).
   const authorization = req.headers.authorization;
@@ -468,33 +466,6 @@ function setRouteHeaders(proxy: ProxyState, res: ServerResponse, routed: Routed 
 /** A worker as the log names it: its name and its address. */
 function workerOf(proxy: ProxyState, worker: { url: string } | undefined): string | undefined {
   return worker === undefined ? undefined : `${proxy.nameOf(worker)} ${worker.url}`;
-}
-
-/**
- * A body must fit its route: the chat route takes `messages`, completions a `prompt`, SGLang's
- * `/generate` a `text` or `input_ids`; a body for another route is refused, naming the field.
- */
-function checkRouteBody(route: Route, body: Record<string, unknown>): void {
-  const has = (field: string) => body[field] !== undefined && body[field] !== null;
-  if (route === 'chat' && (!Array.isArray(body.messages) || body.messages.length === 0)) {
-    throw new UnsupportedRequestError(
-      'messages',
-      has('prompt')
-        ? 'The chat route takes messages, not a prompt: send a prompt to /v1/completions'
-        : 'The chat route needs messages: a non-empty list',
-    );
-  }
-  if (route === 'completions' && !has('prompt')) {
-    throw new UnsupportedRequestError(
-      'prompt',
-      has('messages')
-        ? 'The completions route takes a prompt, not messages: send messages to /v1/chat/completions'
-        : 'The completions route needs a prompt',
-    );
-  }
-  if (route === 'generate' && !has('text') && !has('input_ids') && !has('input_embeds')) {
-    throw new UnsupportedRequestError('text', '/generate needs a text, input_ids or input_embeds');
-  }
 }
 
 function answer(res: ServerResponse, error: ErrorAnswer): void {

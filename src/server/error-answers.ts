@@ -1,3 +1,4 @@
+import { failedLeg } from '../flow/client-stream.js';
 import { DeadlineError } from '../flow/deadlines.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { UpstreamError } from '../http/upstream-error.js';
@@ -50,6 +51,26 @@ const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string
 };
 
 const INTERNAL = { status: 500, type: 'internal_error' } as const;
+
+/**
+ * A request's failure as a router answers it, in OpenAI's shape: `{ status, body }` by the
+ * library's one table of errors (a worker's 4xx with its own status and words, other worker
+ * failures 502, a deadline 504, no worker 503, the router's own refusals with theirs), the
+ * failing `leg` named ({@link failedLeg} unless given), `param` where a field is at fault, and
+ * the message passed through `redact` (give it `workerRedactor(workers)` so that no worker's
+ * address reaches a client). `disagg serve` answers every failure with it.
+ *
+ * @example
+ * const redact = workerRedactor([...prefillWorkers.workers, ...decodeWorkers.workers]);
+ * const { status, body } = errorToResponse(error, { redact });
+ * res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+ */
+export function errorToResponse(
+  error: unknown,
+  options: { redact?: (text: string) => string; leg?: 'prefill' | 'decode' } = {},
+): ErrorAnswer {
+  return errorAnswer(error, options.leg ?? failedLeg(error), options.redact);
+}
 
 /**
  * What the client is told about a failure, by the one table above: the router's own refusals

@@ -1,6 +1,8 @@
 // The `disagg/server` subpath: the OpenAI-compatible disaggregating proxy that `disagg serve`
 // runs, to embed in your own process.
 export { loadServeConfig } from './config.js';
+export { type ErrorAnswer, errorToResponse } from './error-answers.js';
+export type { Route } from './openai-format.js';
 export {
   ConfigError,
   type HandlerOptions,
@@ -10,5 +12,7 @@ export {
   type ServeConfig,
 } from './options.js';
 export { createProxy, type ProxyServer } from './proxy.js';
+export { type RelayOptions, type RelayResult, sseResponse, writeJson, writeSse } from './relay.js';
+export { type ModelLimits, validateRequest } from './request-schemas.js';
 export type { TracerLike } from './tracing.js';
 export { createHandler, type DisaggHandler } from './web-handler.js';

@@ -2,7 +2,7 @@ import type { DiscoveredWorker, MembershipTarget } from '../discovery/worker-set
 import type { WorkerPool, WorkerState } from '../flow/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
-import { trimSlash } from '../util/url.js';
+import { addressForms, trimSlash } from '../util/url.js';
 import type { HealthChecker } from './health.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 
@@ -40,16 +40,6 @@ export class MembershipError extends DisaggError {
 
   constructor(code: 'DISAGG_WORKER_EXISTS' | 'DISAGG_WORKER_UNKNOWN', message: string) {
     super(code, message);
-  }
-}
-
-/** `host:port` of a URL, if it parses. */
-function hostOf(url: string): string | undefined {
-  try {
-    const { host } = new URL(url);
-    return host === '' ? undefined : host;
-  } catch {
-    return undefined;
   }
 }
 
@@ -248,10 +238,7 @@ export class Membership {
     const name = worker.name ?? this.#nextName(role);
     this.#names.set(worker, name);
     this.#sources.set(worker, source);
-    const base = trimSlash(worker.url);
-    this.#addresses.push([base, name]);
-    const host = hostOf(base);
-    if (host !== undefined) this.#addresses.push([host, name]);
+    for (const form of addressForms(worker.url)) this.#addresses.push([form, name]);
     // Longer addresses first, so that a URL is replaced whole before its host is.
     this.#addresses.sort((a, b) => b[0].length - a[0].length);
   }
@@ -267,12 +254,9 @@ export class Membership {
     const name = this.#names.get(worker);
     this.#names.delete(worker);
     this.#sources.delete(worker);
-    const base = trimSlash(worker.url);
-    const host = hostOf(base);
+    const forms = addressForms(worker.url);
     // Another worker may share the address (added again under a new name): keep its entries.
-    this.#addresses = this.#addresses.filter(
-      ([address, named]) => !(named === name && (address === base || address === host)),
-    );
+    this.#addresses = this.#addresses.filter(([address, named]) => !(named === name && forms.includes(address)));
   }
 
   #view(role: Role, worker: AnyWorker): WorkerView {

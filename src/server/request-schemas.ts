@@ -80,12 +80,37 @@ export interface ModelLimits {
 }
 
 /**
- * Checks a request body for `route` before any worker is called: the types and ranges of the
- * sampling and length fields, `stream`, `n`, a prompt or messages that are well formed, the
+ * Checks a request body for `route` before any worker is called, as `disagg serve` does: a
+ * JSON object that fits its route (chat takes `messages`, completions a `prompt`, SGLang's
+ * `/generate` a `text`, `input_ids` or `input_embeds`), the types and ranges of the sampling
+ * and length fields, `stream`, `n`, a prompt or messages that are well formed, the
  * combinations the engines refuse (`stream_options` without `stream`, `top_logprobs` without
- * `logprobs`), and a length budget beyond the model's context (`max_model_len` from
- * `/v1/models`; with a prompt of token ids, prompt and budget together). What needs the
- * tokenizer (a text prompt longer than the context) is left to the engine.
+ * `logprobs`), and a length budget beyond the model's context (`limits.maxModelLen`, vLLM's and
+ * SGLang's `max_model_len`; with a prompt of token ids, prompt and budget together). Without
+ * it, a request decode refuses (`max_tokens: "ten"`) would have prefill compute, and hold, KV
+ * for nothing. What needs the tokenizer (a text prompt longer than the context) is left to the
+ * engine; other fields pass unchecked.
+ *
+ * @example
+ * try { validateRequest('completions', body, { maxModelLen: () => 32_768 }); }
+ * catch (error) { const { status, body } = errorToResponse(error); } // a 400 naming `param`
+ *
+ * @throws {UnsupportedRequestError} naming the field and saying what was expected.
+ */
+export function validateRequest(
+  route: Route,
+  body: unknown,
+  limits?: ModelLimits,
+): asserts body is Record<string, unknown> {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new UnsupportedRequestError('body', `The request body must be a JSON object, got ${describeValue(body)}`);
+  }
+  checkRouteBody(route, body as Record<string, unknown>);
+  checkRequest(route, body as Record<string, unknown>, limits);
+}
+
+/**
+ * The field checks of {@link validateRequest}, for a body already known to fit its route.
  *
  * @throws {UnsupportedRequestError} naming the field and saying what was expected.
  */
@@ -152,4 +177,31 @@ function expectation(issue: z.core.$ZodIssue): string {
 
 function article(type: string): string {
   return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;
+}
+
+/**
+ * A body must fit its route: the chat route takes `messages`, completions a `prompt`, SGLang's
+ * `/generate` a `text` or `input_ids`; a body for another route is refused, naming the field.
+ */
+function checkRouteBody(route: Route, body: Record<string, unknown>): void {
+  const has = (field: string) => body[field] !== undefined && body[field] !== null;
+  if (route === 'chat' && (!Array.isArray(body.messages) || body.messages.length === 0)) {
+    throw new UnsupportedRequestError(
+      'messages',
+      has('prompt')
+        ? 'The chat route takes messages, not a prompt: send a prompt to /v1/completions'
+        : 'The chat route needs messages: a non-empty list',
+    );
+  }
+  if (route === 'completions' && !has('prompt')) {
+    throw new UnsupportedRequestError(
+      'prompt',
+      has('messages')
+        ? 'The completions route takes a prompt, not messages: send messages to /v1/chat/completions'
+        : 'The completions route needs a prompt',
+    );
+  }
+  if (route === 'generate' && !has('text') && !has('input_ids') && !has('input_embeds')) {
+    throw new UnsupportedRequestError('text', '/generate needs a text, input_ids or input_embeds');
+  }
 }

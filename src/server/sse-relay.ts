@@ -16,6 +16,8 @@ export interface RelayHooks {
   answerFor(error: unknown): ErrorAnswer;
   /** The gap between two chunks written, in seconds. */
   interToken(seconds: number): void;
+  /** What a shutdown ends the answer with; a `ShutdownError` by default (or when this gives none). */
+  shutdownError?: () => unknown;
 }
 
 /**
@@ -56,7 +58,7 @@ export async function relaySse(
   };
   entry.shutdown = () => {
     entry.context.stopGenerating();
-    fail(new ShutdownError());
+    fail(hooks.shutdownError?.() ?? new ShutdownError());
   };
   try {
     for (;;) {

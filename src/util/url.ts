@@ -18,3 +18,43 @@ export function isUnder(url: string, base: string): boolean {
   const root = trimSlash(base);
   return url === root || url.startsWith(`${root}/`);
 }
+
+/**
+ * The forms in which a message may hold a worker's address: its URL (without trailing
+ * slashes) and its `host:port`, longest first, so that a URL is replaced whole before its host.
+ */
+export function addressForms(url: string): string[] {
+  const base = trimSlash(url);
+  let host: string | undefined;
+  try {
+    host = new URL(base).host || undefined;
+  } catch {
+    host = undefined;
+  }
+  return host === undefined || host === base ? [base] : [base, host];
+}
+
+/**
+ * A redaction of worker addresses: each worker's URL and `host:port` in a text become its
+ * name (`name`, else `worker-<its position>`), so that a message can reach a client without
+ * naming an internal address.
+ *
+ * @example
+ * const redact = workerRedactor([{ url: 'http://10.0.0.7:8200', name: 'decode-a' }]);
+ * redact('http://10.0.0.7:8200/v1/completions answered 503'); // 'decode-a/v1/completions answered 503'
+ */
+export function workerRedactor(workers: Iterable<{ url: string; name?: string }>): (text: string) => string {
+  const pairs: Array<[string, string]> = [];
+  let position = 0;
+  for (const worker of workers) {
+    const name = worker.name ?? `worker-${position}`;
+    position++;
+    for (const form of addressForms(worker.url)) pairs.push([form, name]);
+  }
+  pairs.sort((a, b) => b[0].length - a[0].length);
+  return (text) => {
+    let redacted = text;
+    for (const [address, name] of pairs) redacted = redacted.replaceAll(address, name);
+    return redacted;
+  };
+}

@@ -500,3 +500,19 @@ describe('disaggregate refuses options it cannot use, saying what it expected', 
     }
   });
 });
+
+describe('what disaggregate refuses before any worker', () => {
+  it('a request body that is not a JSON object is the client’s mistake (a 400 above), not a prefill failure', async () => {
+    for (const request of [null, [1], 'text', 5]) {
+      const failure = await runFlow({ request: request as never }).catch((error: unknown) => error);
+      expect(failure).toMatchObject({ name: 'UnsupportedRequestError', param: 'body' });
+    }
+  });
+
+  it('a prefill failure the flow reports (the call rejects, or the stream ends with it) is logged at debug, not warn', async () => {
+    const recorded = recordingLogger();
+    const failing = engine(() => new ScriptedSource([Annotated.fromError('prefill OOM')]).end());
+    await runFlow({ prefill: failing.run, logger: recorded.logger }).catch(() => {});
+    expect(recorded.records.filter((record) => record.level === 'warn')).toEqual([]);
+  });
+});

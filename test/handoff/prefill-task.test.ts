@@ -346,3 +346,21 @@ describe('PrefillTask.state', () => {
     expect([succeeding.state, failing.state]).toEqual(['succeeded', 'failed']);
   });
 });
+
+describe('PrefillTask.spawn takes any promise', () => {
+  it('a prefill that resolves to something (a drained answer) is a success; what it resolves to is ignored (a type error before)', async () => {
+    const task = PrefillTask.spawn(async () => ({ drained: 3 }));
+    await expect(task.wait()).resolves.toBeUndefined();
+    const adopted = PrefillTask.spawn(Promise.resolve(42));
+    await expect(adopted.wait()).resolves.toBeUndefined();
+  });
+
+  it('handled: a failure the caller reports itself is logged at debug, not warn', async () => {
+    const recorded = recordingLogger();
+    const task = PrefillTask.spawn(Promise.reject(new Error('boom')), { logger: recorded.logger, handled: true });
+    await task.wait().catch(() => {});
+    expect(recorded.records.map((record) => [record.level, record.message])).toEqual([
+      ['debug', 'Prefill background task failed'],
+    ]);
+  });
+});

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Annotated, AnnotatedError } from '../../src/protocol/annotated.js';
-import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 
 const roundTrip = <T>(value: T): T => JSON.parse(JSON.stringify(value));
 
@@ -52,5 +52,15 @@ describe('Annotated', () => {
   it.each([null, undefined, 42, 'error', { event: 'metrics' }, { data: {} }])('isError(%j) is false', (value) => {
     expect(Annotated.isError(value)).toBe(false);
     expect(Annotated.err(value)).toBeUndefined();
+  });
+});
+
+describe('Annotated.fromData types an engine output written in place', () => {
+  it('as an engine item, finish reason and all, without `as const` (a type error before)', () => {
+    const item: EngineItem = Annotated.fromData({ token_ids: [], finish_reason: 'length' });
+    expect(item.data?.finish_reason).toBe('length');
+    // Anything else keeps its own type.
+    const other = Annotated.fromData({ kind: 'note' });
+    expect(other.data?.kind).toBe('note');
   });
 });

@@ -1,0 +1,134 @@
+import { describe, expect, it } from 'vitest';
+import { failedLeg } from '../../src/flow/client-stream.js';
+import { DeadlineError } from '../../src/flow/deadlines.js';
+import { NoWorkerError } from '../../src/flow/worker-pool.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { errorToResponse } from '../../src/server/error-answers.js';
+import { sseResponse } from '../../src/server/relay.js';
+import { validateRequest } from '../../src/server/request-schemas.js';
+import { workerRedactor } from '../../src/util/url.js';
+import { ScriptedSource } from '../support/async.js';
+
+const decodeUrl = 'http://10.0.0.7:8200';
+const event = (json: Record<string, unknown>, text = '') =>
+  Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], text }), [
+    { form: 'event', text: JSON.stringify(json), json },
+  ]);
+
+describe('errorToResponse: a failure as a router answers it', () => {
+  it('a worker failure: 502, the failing leg named, the address replaced by the worker name', () => {
+    const redact = workerRedactor([{ url: 'http://10.0.0.2:8100/', name: 'prefill-a' }, { url: decodeUrl }]);
+    const decode = UpstreamError.fromStatus(`${decodeUrl}/v1/completions`, 503, '{"error":{"message":"queue full"}}');
+    expect(errorToResponse(decode, { redact })).toEqual({
+      status: 502,
+      body: {
+        error: {
+          message: 'worker-1/v1/completions answered 503: queue full',
+          type: 'upstream_error',
+          code: 502,
+          param: null,
+          leg: 'decode',
+        },
+      },
+    });
+    const prefill = PrefillError.from(UpstreamError.fromStatus('http://10.0.0.2:8100/v1/completions', 500, 'boom'));
+    const answered = errorToResponse(prefill, { redact });
+    expect(answered.body.error).toMatchObject({ leg: 'prefill', message: expect.stringContaining('prefill-a/v1') });
+    expect(answered.body.error.message).not.toContain('10.0.0.2');
+  });
+
+  it("a worker's 4xx with its own status; a deadline 504 on its leg; no worker 503 and no leg; a field named in param", () => {
+    expect(errorToResponse(UpstreamError.fromStatus(decodeUrl, 400, 'bad max_tokens'))).toMatchObject({
+      status: 400,
+      body: { error: { type: 'invalid_request_error', leg: 'decode' } },
+    });
+    expect(errorToResponse(new DeadlineError('handoff', 10, 'prefill'))).toMatchObject({
+      status: 504,
+      body: { error: { leg: 'prefill' } },
+    });
+    const none = errorToResponse(new NoWorkerError(2));
+    expect(none.status).toBe(503);
+    expect(none.body.error).not.toHaveProperty('leg');
+    let refused: unknown;
+    try {
+      validateRequest('completions', { prompt: 'x', max_tokens: 'ten' });
+    } catch (error) {
+      refused = error;
+    }
+    expect(errorToResponse(refused)).toMatchObject({ status: 400, body: { error: { param: 'max_tokens' } } });
+  });
+
+  it('failedLeg: prefill, decode, or neither', () => {
+    expect(failedLeg(new PrefillError('prefill', 'x'))).toBe('prefill');
+    expect(failedLeg(UpstreamError.fromStatus(decodeUrl, 500, 'x'))).toBe('decode');
+    expect(failedLeg(new Error('an engine of your own threw'))).toBe('decode');
+    expect(failedLeg(new DeadlineError('idle', 5, 'decode'))).toBe('decode');
+    expect(failedLeg(new NoWorkerError(0))).toBeUndefined();
+    expect(failedLeg(new TypeError('bad option'))).toBeUndefined();
+  });
+});
+
+describe('validateRequest: before any worker', () => {
+  it.each([
+    ['a body that is not an object', 'completions', [1], 'body'],
+    ['a chat without messages', 'chat', { prompt: 'x' }, 'messages'],
+    ['completions without a prompt', 'completions', { messages: [] }, 'prompt'],
+    ['a budget that is not a number', 'completions', { prompt: 'x', max_tokens: 'ten' }, 'max_tokens'],
+    ['a budget past the context', 'completions', { prompt: [1, 2], max_tokens: 10 }, 'max_tokens'],
+  ] as const)('refuses %s, naming the field', (_, route, body, param) => {
+    expect(() => validateRequest(route, body, { maxModelLen: () => 8 })).toThrow(
+      expect.objectContaining({ param, code: 'DISAGG_UNSUPPORTED_REQUEST' }),
+    );
+  });
+});
+
+describe('sseResponse: the SSE relay as a WHATWG Response', () => {
+  it("streams the workers' chunks as they sent them, then [DONE]", async () => {
+    const source = new ScriptedSource([
+      event({ choices: [{ index: 0, text: 'Hi' }] }, 'Hi'),
+      event({ choices: [{ index: 0, text: '', finish_reason: 'stop' }] }),
+    ]).end();
+    const stream = new ResponseStream<EngineItem>(source, new Controller());
+    const response = await sseResponse(stream, { request: { model: 'm' } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toBe('text/event-stream');
+    expect(await response.text()).toBe(
+      'data: {"choices":[{"index":0,"text":"Hi"}]}\n\ndata: {"choices":[{"index":0,"text":"","finish_reason":"stop"}]}\n\ndata: [DONE]\n\n',
+    );
+  });
+
+  it('a failure before the first byte is its status and OpenAI body; after it, one error event and no [DONE]', async () => {
+    const failing = new ResponseStream<EngineItem>(
+      new ScriptedSource([Annotated.fromError(UpstreamError.fromStatus(decodeUrl, 400, 'bad'))]).end(),
+      new Controller(),
+    );
+    const refused = await sseResponse(failing);
+    expect(refused.status).toBe(400);
+    expect(await refused.json()).toMatchObject({ error: { message: expect.stringContaining('bad'), leg: 'decode' } });
+    const late = new ResponseStream<EngineItem>(
+      new ScriptedSource([event({ choices: [{ index: 0, text: 'a' }] }, 'a'), Annotated.fromError('decode OOM')]).end(),
+      new Controller(),
+    );
+    const text = await (await sseResponse(late)).text();
+    expect(text).toMatch(/^data: \{"choices".*\n\nevent: error\ndata: \{"error":\{"message":"decode OOM"/);
+    expect(text).not.toContain('[DONE]');
+  });
+
+  it('a body the reader cancels is a client that left: the context is stopped, the stream closed', async () => {
+    const source = new ScriptedSource([event({ choices: [{ index: 0, text: 'a' }] }, 'a')]);
+    const context = new Controller();
+    const response = await sseResponse(new ResponseStream<EngineItem>(source, context), { context });
+    const reader = response.body?.getReader();
+    await reader?.read();
+    await reader?.cancel();
+    source.push(Annotated.fromData(LLMEngineOutput.cancelled()));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(context.isStopped()).toBe(true);
+    expect(source.closed).toBe(true);
+  });
+});
