@@ -433,6 +433,8 @@ export class FlowRun {
     const { recorder } = this.#setup;
     const decodeLease = this.#decodeLease;
     const releaseLeg = recorder.hold();
+    /** Decode answered the call (its stream opened): the leg did its part if it also took the KV. */
+    let opened = false;
     const leg = new DecodeLeg({
       client: this.#setup.client,
       deadlines: this.#setup.deadlines,
@@ -444,7 +446,8 @@ export class FlowRun {
       prefillPending: () => this.#prefillRunning(),
       prefillFailed: () => this.#prefillFailed(),
       onEnd: (claimed) => {
-        decodeLease?.release();
+        // For the policy: the decode worker holds the prompt once it answered and took the KV.
+        decodeLease?.release(opened && claimed ? 'success' : 'failure');
         releaseLeg();
         if (!claimed) this.#decodeGaveUp();
       },
@@ -476,6 +479,7 @@ export class FlowRun {
     } finally {
       cancel();
     }
+    opened = true;
     this.#decodeOpened = true;
     this.#handoffDone();
     return leg.open(stream);
@@ -584,7 +588,7 @@ export class FlowRun {
       // The client's next answer is this failure: without a reader, it is read now.
       this.#client.settleUnread();
     }
-    this.#setup.prefillLease?.release();
+    this.#setup.prefillLease?.release(error === undefined ? 'success' : 'failure');
     this.#releasePrefill?.();
   }
 

@@ -22,10 +22,19 @@ export interface WorkerPoolOptions<W> {
   selection?: Selection<W>;
 }
 
-/** One use of a worker: `release()` (idempotent) when the leg on it is over. */
+/**
+ * How a leg on a worker ended, for the pool's routing policy: `success`, the worker did its part
+ * (it now holds the request's prompt in its cache); `failure`, it did not.
+ */
+export type LegOutcome = 'success' | 'failure';
+
+/**
+ * One use of a worker: `release()` (idempotent) when the leg on it is over, with how it ended
+ * when that is known, which the pool's routing policy learns from (`completed`).
+ */
 export interface Lease<W> {
   readonly worker: W;
-  release(): void;
+  release(outcome?: LegOutcome): void;
 }
 
 /** Every worker of a pool is out of rotation (marked down by health checks, or draining), or it has none. */
@@ -249,11 +258,12 @@ export class WorkerPool<W> {
     let released = false;
     return {
       worker,
-      release: () => {
+      release: (outcome?: LegOutcome) => {
         if (released) return;
         released = true;
         this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) - 1);
         this.#settleIfIdle(worker);
+        if (outcome !== undefined) this.#policy?.completed?.(worker, input, outcome);
       },
     };
   }

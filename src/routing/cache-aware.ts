@@ -35,8 +35,10 @@ export const CACHE_AWARE_DEFAULTS: Readonly<Required<CacheAwareOptions>> = Objec
  * A request goes to the candidate holding the longest prefix of its text when that prefix is
  * more than `cacheThreshold` of it (ties: the less loaded); otherwise to the least loaded
  * candidate (ties: the one remembered holding least, which has the most room). When load is
- * imbalanced (both thresholds exceeded) the least loaded wins outright. Either way the text is
- * recorded for the worker chosen. A worker that leaves the rotation is forgotten.
+ * imbalanced (both thresholds exceeded) the least loaded wins outright. The text is recorded
+ * for the worker once its leg succeeded (`completed`): a worker that failed the request (and
+ * whose retry went elsewhere) is not taken for holding it. A worker that leaves the rotation is
+ * forgotten.
  *
  * A request without routing text (no prompt or messages) goes to the least loaded worker.
  *
@@ -64,8 +66,11 @@ export function cacheAware<W>(options: CacheAwareOptions = {}): RoutingPolicy<W>
             ? leastLoaded(workers, load)
             : leastLoaded(candidates, load, roomier);
       }
-      tree.insert(text, chosen);
       return chosen;
+    },
+    completed(worker: W, input: RoutingInput | undefined, outcome: 'success' | 'failure'): void {
+      const text = input?.text ?? '';
+      if (outcome === 'success' && text !== '') tree.insert(text, worker);
     },
     forget(worker: W): void {
       tree.remove(worker);

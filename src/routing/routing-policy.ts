@@ -19,6 +19,12 @@ export interface RoutingPolicy<W> {
   readonly name: string;
   select(candidates: readonly W[], load: LoadView<W>, input: RoutingInput | undefined): W;
   forget?(worker: W): void;
+  /**
+   * The leg on `worker` that `select` chose it for is over: `success`, it did its part (it
+   * holds the request's prompt now), or `failure`. Where a policy learns from outcomes (as
+   * cache-aware records what a worker holds); `select` only chooses.
+   */
+  completed?(worker: W, input: RoutingInput | undefined, outcome: 'success' | 'failure'): void;
 }
 
 /** The candidate with the fewest requests in flight; ties go to the lowest `tieBreak`, then to the first. */

@@ -18,11 +18,17 @@ describe('cacheAware', () => {
   it('a request goes where its prefix was sent when the match passes the threshold', () => {
     const policy = cacheAware<string>();
     const { workers, load } = loads(0, 0, 0);
+    // Each leg succeeds: what its worker computed is then known to be there.
+    const routed = (input: RoutingInput) => {
+      const worker = policy.select(workers, load, input);
+      policy.completed?.(worker, input, 'success');
+      return worker;
+    };
     // Cold: each new prompt goes to the worker remembered holding least (ties in order).
-    expect(policy.select(workers, load, prompt(`${SYSTEM}first`))).toBe('w0');
-    expect(policy.select(workers, load, prompt('another topic entirely'))).toBe('w1');
+    expect(routed(prompt(`${SYSTEM}first`))).toBe('w0');
+    expect(routed(prompt('another topic entirely'))).toBe('w1');
     // Warm: most of this prompt is what w0 got.
-    expect(policy.select(workers, load, prompt(`${SYSTEM}second`))).toBe('w0');
+    expect(routed(prompt(`${SYSTEM}second`))).toBe('w0');
   });
 
   it('below the threshold the least loaded worker gets it; at 0.3 the same match is a hit', () => {
@@ -51,10 +57,27 @@ describe('cacheAware', () => {
     expect(chosen(100, 95)).toBe('w0');
   });
 
-  it('records the text for the worker chosen, also when balance chose it', () => {
+  it('records the text for the worker chosen once its leg succeeded, also when balance chose it; choosing alone records nothing', () => {
     const policy = cacheAware<string>({ balanceAbsThreshold: 0, balanceRelThreshold: 1 });
-    policy.select(...asArgs(loads(3, 0)), prompt('hello there'));
+    const input = prompt('hello there');
+    const chosen = policy.select(...asArgs(loads(3, 0)), input);
+    expect(chosen).toBe('w1');
+    expect(policy.tree.sizeOf('w1')).toBe(0);
+    policy.completed?.(chosen, input, 'success');
     expect(policy.tree.match('hello there', ['w0', 'w1'])).toEqual({ length: 11, workers: ['w1'] });
+  });
+
+  it('a leg that failed is not recorded: after a prefill failure and a retry elsewhere, the next turn goes where the prompt was computed', () => {
+    const policy = cacheAware<string>();
+    const pool = new WorkerPool(['w0', 'w1'], { selection: policy });
+    const turn = prompt(`${SYSTEM}turn one`);
+    const failed = pool.acquire(undefined, turn);
+    expect(failed.worker).toBe('w0');
+    failed.release('failure'); // a 500 on w0
+    const retried = pool.acquire([failed.worker], turn);
+    expect(retried.worker).toBe('w1');
+    retried.release('success');
+    expect(pool.acquire(undefined, prompt(`${SYSTEM}turn one, and two`)).worker).toBe('w1');
   });
 
   it('a request without routing text goes to the least loaded and is not recorded', () => {
@@ -67,11 +90,13 @@ describe('cacheAware', () => {
   it('a worker leaving the rotation of its pool is forgotten: when it comes back it is cold', () => {
     const policy = cacheAware<string>();
     const pool = new WorkerPool(['w0', 'w1'], { selection: policy });
-    pool.acquire(undefined, prompt(`${SYSTEM}a`)).release();
+    pool.acquire(undefined, prompt(`${SYSTEM}a`)).release('success');
     expect(policy.tree.sizeOf('w0')).toBeGreaterThan(0);
     pool.setAvailable('w0', false);
     expect(policy.tree.sizeOf('w0')).toBe(0);
-    expect(pool.acquire(undefined, prompt(`${SYSTEM}b`)).worker).toBe('w1');
+    const served = pool.acquire(undefined, prompt(`${SYSTEM}b`));
+    expect(served.worker).toBe('w1');
+    served.release('success');
     pool.setAvailable('w0', true);
     // Back in rotation, w0 is cold: the prefix is w1's now.
     expect(pool.acquire(undefined, prompt(`${SYSTEM}c`)).worker).toBe('w1');
