@@ -1,11 +1,12 @@
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
-import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
+import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
+import { clientError, failedLeg } from './client-stream.js';
 import type { Connector } from './connectors.js';
-import { checkBudget, checkDeadlines, type DEFAULT_DEADLINES, type Deadlines } from './deadlines.js';
+import { checkBudget, checkDeadlines, type DEFAULT_DEADLINES, type Deadlines, pause } from './deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from './decode-leg.js';
 import { type FlowEventListener, FlowRecorder } from './events.js';
 import { type EngineCall, FlowRun } from './flow-run.js';
@@ -80,6 +81,23 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * retryDecode: (error, attempt) => (attempt < 2 && isTransient(error) ? 100 * 2 ** attempt : undefined)
    */
   retryDecode?: (error: unknown, attempt: number) => number | undefined;
+  /**
+   * A request that failed before its client stream exists, where another attempt from the
+   * start may get past the failure: prefill's failures (sent again to another prefill worker),
+   * and decode's where its handoff cannot be given to another decode worker (`retryDecode`,
+   * `reuseHandoff`), or any failure of a rendezvous pair (a fresh room), or of a request served
+   * aggregated. Return the milliseconds to wait before the request runs again, with a fresh
+   * prefill, passing over the worker that failed (by its leg: {@link failedLeg}), or undefined
+   * to fail with the error. `attempt` counts from 0. Each attempt has the request's budgets
+   * from its own start, on a context of its own that the client's stops; a client that leaves
+   * during the wait ends the request (cancelled, the call rejecting with the failure). Each
+   * retry is a `prefillRetried` event. What it throws is logged and means no retry. Default:
+   * no retries.
+   *
+   * @example
+   * retryPrefill: (error, attempt) => (attempt < 2 && isTransient(error) ? 50 * 2 ** attempt : undefined)
+   */
+  retryPrefill?: (error: unknown, attempt: number) => number | undefined;
   /**
    * When a failed sequential decode may be given the same handoff again (`retryDecode`):
    * - `'unreached'` (the default): only when the decode worker cannot have received the
@@ -178,57 +196,109 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
 
   // What routing policies look at: worked out once, and only if a policy asks.
   const input = new RoutingInput(request, options.sessionKey);
-  let skip = options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, logger);
-  let prefillLease: Lease<unknown> | undefined;
-  if (skip === undefined && options.prefillWorkers !== undefined) {
-    if (options.prefillWorkers.available.length === 0) {
-      // As the reference router does: no prefill worker in rotation, so decode serves the
-      // request whole rather than failing it.
-      log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
-      skip = 'no-prefill-worker';
-    } else prefillLease = options.prefillWorkers.acquire(options.avoid?.prefill, input);
-  } else if (skip === undefined && options.prefillWorker !== undefined)
-    prefillLease = fixedLease(options.prefillWorker);
+  const skipped =
+    options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, logger);
   const { decodeWorkers } = options;
-  let decodeLease: Lease<unknown> | undefined;
-  try {
-    decodeLease = decodeWorkers?.acquire(options.avoid?.decode, input);
-  } catch (error) {
-    prefillLease?.release();
-    throw error;
+  // The recorder is worker-agnostic; the workers it names are the pools' own. One for the
+  // request, whatever its attempts: one `finished`, `settled` last.
+  const recorder = new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log);
+  const retryPrefill = retryPolicy('retryPrefill', options.retryPrefill, log);
+  const avoid = { prefill: [...(options.avoid?.prefill ?? [])], decode: [...(options.avoid?.decode ?? [])] };
+  for (let attempt = 0; ; attempt++) {
+    let skip = skipped;
+    let prefillLease: Lease<unknown> | undefined;
+    if (skip === undefined && options.prefillWorkers !== undefined) {
+      if (options.prefillWorkers.available.length === 0) {
+        // As the reference router does: no prefill worker in rotation, so decode serves the
+        // request whole rather than failing it.
+        log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
+        skip = 'no-prefill-worker';
+      } else prefillLease = options.prefillWorkers.acquire(avoid.prefill as P[], input);
+    } else if (skip === undefined && options.prefillWorker !== undefined)
+      prefillLease = fixedLease(options.prefillWorker);
+    let decodeLease: Lease<unknown> | undefined;
+    try {
+      decodeLease = decodeWorkers?.acquire(avoid.decode as D[], input);
+    } catch (error) {
+      prefillLease?.release();
+      throw error;
+    }
+    // With retries each attempt has a context of its own (a failed attempt stops its own, as
+    // a prefill failure does), which the client's stops in turn.
+    let client = context;
+    if (retryPrefill !== undefined) {
+      client = new Controller(context.id);
+      context.linkChild(client as Controller);
+    }
+    const run = new FlowRun({
+      request,
+      client,
+      prefill: options.prefill as EngineCall,
+      decode: options.decode as EngineCall,
+      connector,
+      prefillLease,
+      decodeLease,
+      reacquireDecode:
+        decodeWorkers === undefined ? undefined : (passOver) => decodeWorkers.acquire(passOver as D[], input),
+      retryDecode: retryPolicy('retryDecode', options.retryDecode, log),
+      reuseHandoff: options.reuseHandoff ?? 'unreached',
+      deadlines,
+      cleanupBudgetMs,
+      recorder,
+      logger: log,
+    });
+    try {
+      return await run.start(skip);
+    } catch (error) {
+      const delayMs = retryPrefill === undefined || context.isStopped() ? undefined : retryPrefill(error, attempt);
+      if (delayMs === undefined) throw run.failed(error);
+      const leg = failedLeg(error);
+      const failed = run.workers;
+      if (leg === 'prefill' && failed.prefill !== undefined) avoid.prefill.push(failed.prefill as P);
+      if (leg === 'decode' && failed.decode !== undefined) avoid.decode.push(failed.decode as D);
+      recorder.emit({
+        type: 'prefillRetried',
+        attempt: attempt + 1,
+        error: error instanceof Error ? error : new Error(String(error)),
+        delayMs,
+        ...(leg === undefined ? {} : { leg }),
+        ...(failed.prefill === undefined ? {} : { prefillWorker: failed.prefill }),
+        ...(failed.decode === undefined ? {} : { decodeWorker: failed.decode }),
+      });
+      await waitFor(delayMs, context);
+      // A client that left meanwhile ends the request: cancelled, and the failure its answer.
+      if (context.isStopped()) {
+        recorder.finish('cancelled');
+        throw clientError(error);
+      }
+    }
   }
-  const run = new FlowRun({
-    request,
-    client: context,
-    prefill: options.prefill as EngineCall,
-    decode: options.decode as EngineCall,
-    connector,
-    prefillLease,
-    decodeLease,
-    reacquireDecode: decodeWorkers === undefined ? undefined : (avoid) => decodeWorkers.acquire(avoid as D[], input),
-    retryDecode: retryPolicy(options.retryDecode, log),
-    reuseHandoff: options.reuseHandoff ?? 'unreached',
-    deadlines,
-    cleanupBudgetMs,
-    // The recorder is worker-agnostic; the workers it names are the pools' own.
-    recorder: new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log),
-    logger: log,
-  });
-  return run.start(skip);
 }
 
-/** The caller's `retryDecode`, with a throw or a non-wait taken as no retry. */
+/** Waits `ms` (on the flow's one timer), or less if the client leaves meanwhile. */
+function waitFor(ms: number, context: AsyncEngineContext): Promise<void> {
+  const wait = pause(ms);
+  return Promise.race([wait.done, context.stopped()]).finally(() => wait.cancel());
+}
+
+/** The caller's `retryPrefill` or `retryDecode`, with a throw or a non-wait taken as no retry. */
 function retryPolicy(
-  retryDecode: DisaggregateOptions['retryDecode'],
+  option: 'retryPrefill' | 'retryDecode',
+  retry: DisaggregateOptions['retryDecode'],
   log: () => Logger,
 ): ((error: unknown, attempt: number) => number | undefined) | undefined {
-  if (retryDecode === undefined) return undefined;
+  if (retry === undefined) return undefined;
   return (error, attempt) => {
     try {
-      const delayMs = retryDecode(error, attempt);
+      const delayMs = retry(error, attempt);
       return typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0 ? delayMs : undefined;
     } catch (thrown) {
-      log().warn({ err: thrown }, 'retryDecode threw; the decode failure is not retried');
+      log().warn(
+        { err: thrown },
+        option === 'retryDecode'
+          ? 'retryDecode threw; the decode failure is not retried'
+          : 'retryPrefill threw; the request is not retried',
+      );
       return undefined;
     }
   };
@@ -279,10 +349,12 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
   if (options.sessionKey !== undefined && typeof options.sessionKey !== 'string') {
     throw new TypeError(`sessionKey must be a string, got ${describeValue(options.sessionKey)}`);
   }
-  if (options.retryDecode !== undefined && typeof options.retryDecode !== 'function') {
-    throw new TypeError(
-      `retryDecode must be a function (error, attempt) => milliseconds | undefined, got ${describeValue(options.retryDecode)}`,
-    );
+  for (const option of ['retryDecode', 'retryPrefill'] as const) {
+    if (options[option] !== undefined && typeof options[option] !== 'function') {
+      throw new TypeError(
+        `${option} must be a function (error, attempt) => milliseconds | undefined, got ${describeValue(options[option])}`,
+      );
+    }
   }
   if (options.reuseHandoff !== undefined && options.reuseHandoff !== 'unreached' && options.reuseHandoff !== 'always') {
     throw new TypeError(`reuseHandoff must be 'unreached' or 'always', got ${describeValue(options.reuseHandoff)}`);

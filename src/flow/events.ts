@@ -26,8 +26,11 @@ export interface FlowEventBase {
  * - `handoff`: decode has what it needs from prefill (the parameters, or the rendezvous);
  * - `decodeDispatched`, `decodeOpened` (its stream is there), `kvClaimed` (decode answered
  *   for the first time, so it has taken the KV), `firstToken` (first item to the client);
- * - `decodeRetried`: a sequential decode failed before answering while prefill's KV is still
- *   held, and is sent again to `decodeWorker` after `delayMs` (see `retryDecode`);
+ * - `decodeRetried`: a sequential decode that could not be reached is sent again, with the
+ *   same handoff, to `decodeWorker` after `delayMs` (see `retryDecode`);
+ * - `prefillRetried`: the request failed before its client stream existed and runs again
+ *   from the start after `delayMs` (see `retryPrefill`), passing over the worker of the `leg`
+ *   that failed; a `routed` event and the rest follow for the new attempt;
  * - `terminalHeld` / `terminalReleased`: decode finished before prefill did, and waited;
  * - `cleanupExpired`: the client had gone and decode did not take the KV within the clean-up
  *   budget: an orphaned handoff;
@@ -55,6 +58,17 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
     | { type: 'prefillFailed'; error: Error }
     | { type: 'decodeDispatched' }
     | { type: 'decodeRetried'; attempt: number; error: Error; delayMs: number; decodeWorker?: D }
+    | {
+        type: 'prefillRetried';
+        attempt: number;
+        error: Error;
+        delayMs: number;
+        /** The leg that failed, when it is one's. */
+        leg?: Leg;
+        /** The workers of the attempt that failed. */
+        prefillWorker?: P;
+        decodeWorker?: D;
+      }
     | { type: 'decodeOpened' }
     | { type: 'kvClaimed' }
     | { type: 'firstToken' }

@@ -148,7 +148,9 @@ export class FlowRun {
 
   /**
    * Runs the request by the connector's family, or aggregated on decode for `skip` (the
-   * reason); rejects only before the client stream exists.
+   * reason); rejects only before the client stream exists, with every leg of the attempt over
+   * (or cleaning up) but the request not yet finished: the caller may try again, or ends it
+   * with {@link failed}.
    */
   async start(skip: string | undefined): Promise<ResponseStream<EngineItem>> {
     const { connector, recorder, request } = this.#setup;
@@ -171,11 +173,23 @@ export class FlowRun {
       if (connector.family === 'concurrent') return await this.#concurrent();
       return await this.#sequentialOrEarly();
     } catch (error) {
-      this.#failBeforeStream(error);
-      throw clientError(error);
+      this.#cleanUpBeforeStream();
+      throw error;
     } finally {
       releaseStart();
     }
+  }
+
+  /** The request failed with `error` (no other attempt): its one `finished`; what the caller rejects with. */
+  failed(error: unknown): unknown {
+    const shown = clientError(error);
+    this.#setup.recorder.finish('error', legOf(error), shown instanceof Error ? shown : undefined);
+    return shown;
+  }
+
+  /** The workers this attempt was given (the decode worker it ended on, after a decode retry). */
+  get workers(): { prefill: unknown; decode: unknown } {
+    return { prefill: this.#setup.prefillLease?.worker, decode: this.#decodeLease?.worker };
   }
 
   async #concurrent(): Promise<ResponseStream<EngineItem>> {
@@ -516,13 +530,11 @@ export class FlowRun {
     this.#unwatchClient?.();
   }
 
-  #failBeforeStream(error: unknown): void {
+  #cleanUpBeforeStream(): void {
     this.#clientEnded();
     this.#cancelFirstOutput?.();
     if (this.#leg === undefined) this.#decodeLease?.release();
     if (this.#prefillState === IDLE) this.#setup.prefillLease?.release();
-    const shown = clientError(error);
-    this.#setup.recorder.finish('error', legOf(error), shown instanceof Error ? shown : undefined);
   }
 
   /**

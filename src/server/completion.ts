@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { legOf } from '../flow/client-stream.js';
 import { deadlineIn } from '../flow/deadlines.js';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
@@ -207,8 +206,10 @@ function traceOf(proxy: ProxyState, req: IncomingMessage, route: Route, requestI
 }
 
 /**
- * The client stream of the request, or the failure to answer with: attempts of the flow until
- * one opens its stream or {@link retryDelay} says a failure is not to be retried. Nothing has
+ * The client stream of the request, or the failure to answer with: the flow, with its retries
+ * before the first byte on one budget per request (the flow's: a decode that could not be
+ * reached given the same handoff, `retryDecode`; the request again from prefill, `retryPrefill`),
+ * each logged, counted and charged to the worker that failed as its event comes. Nothing has
  * been sent to the client while this runs.
  */
 async function startFlow(
@@ -216,79 +217,35 @@ async function startFlow(
   request: ServeRequest,
 ): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
   const { body, context, events, engines, sessionKey } = request;
-  const avoid: { prefill: ProxyPrefillWorker[]; decode: ProxyDecodeWorker[] } = { prefill: [], decode: [] };
-  // One budget for the request's retries of both kinds: the flow's (a decode given the same
-  // handoff) and these (the request again, with a fresh prefill).
-  let retries = 0;
-  const retryDecode = (error: unknown) => {
-    const delayMs = backoff(proxy, error, retries);
-    if (delayMs !== undefined) retries++;
+  const retry = (error: unknown): number | undefined => {
+    const delayMs = backoff(proxy, error, events.retries);
+    if (delayMs !== undefined) events.retries++;
     return delayMs;
   };
-  for (;;) {
-    // Each attempt on a context of its own (a failed flow stops its context), which the
-    // client's context stops in turn: a client that leaves ends whichever attempt runs.
-    const attemptContext = new Controller(context.id);
-    context.linkChild(attemptContext);
-    try {
-      const stream = await disaggregate({
-        request: body,
-        context: attemptContext,
-        prefill: engines.prefill,
-        decode: engines.decode,
-        connector: proxy.connector,
-        prefillWorkers: proxy.prefillWorkers,
-        decodeWorkers: proxy.decodeWorkers,
-        avoid,
-        ...(sessionKey === undefined ? {} : { sessionKey }),
-        ...(proxy.skipPrefill === undefined ? {} : { skipPrefill: proxy.skipPrefill }),
-        retryDecode,
-        reuseHandoff: proxy.options.retry.reuseHandoff,
-        onEvent: events.onEvent,
-        logger: proxy.logger,
-        deadlines: proxy.options.deadlines,
-        cleanupBudgetMs: proxy.options.cleanupBudgetMs,
-      });
-      return { ok: true, stream };
-    } catch (error) {
-      const delayMs = retryDelay(proxy, error, retries, context);
-      if (delayMs === undefined) return { ok: false, error };
-      retries++;
-      const leg = legOf(error) ?? 'prefill';
-      const { prefillWorker, decodeWorker } = events.routed ?? {};
-      const worker = leg === 'prefill' ? prefillWorker : decodeWorker;
-      proxy.health.noteFailure(error, { prefill: prefillWorker, decode: decodeWorker });
-      if (worker !== undefined) (avoid[leg] as Array<{ url: string }>).push(worker);
-      proxy.metrics.retried(leg);
-      proxy.logger.warn(
-        {
-          requestId: context.id,
-          attempt: retries,
-          leg,
-          worker: worker?.url,
-          delayMs: Math.round(delayMs),
-          err: error,
-        },
-        'Retrying the request on another worker (nothing was sent to the client yet)',
-      );
-      await pause(delayMs, context);
-      if (context.isStopped()) return { ok: false, error };
-    }
+  try {
+    const stream = await disaggregate({
+      request: body,
+      context,
+      prefill: engines.prefill,
+      decode: engines.decode,
+      connector: proxy.connector,
+      prefillWorkers: proxy.prefillWorkers,
+      decodeWorkers: proxy.decodeWorkers,
+      ...(sessionKey === undefined ? {} : { sessionKey }),
+      ...(proxy.skipPrefill === undefined ? {} : { skipPrefill: proxy.skipPrefill }),
+      retryDecode: retry,
+      // Not once the proxy is shutting down: the request is ended then, not started again.
+      retryPrefill: (error) => (proxy.closing ? undefined : retry(error)),
+      reuseHandoff: proxy.options.retry.reuseHandoff,
+      onEvent: events.onEvent,
+      logger: proxy.logger,
+      deadlines: proxy.options.deadlines,
+      cleanupBudgetMs: proxy.options.cleanupBudgetMs,
+    });
+    return { ok: true, stream };
+  } catch (error) {
+    return { ok: false, error };
   }
-}
-
-/**
- * The backoff before another attempt of a request whose flow failed before its first byte,
- * or undefined when it is not to be retried: the client gone, the proxy shutting down, or as
- * {@link backoff} says. Here the whole request starts again, with a fresh prefill: after a
- * prefill failure (on another prefill worker); after a sequential decode that failed where
- * the flow could not give its handoff to another decode worker (the worker was reached, and
- * vLLM frees the KV of a request its decode refused or aborted); with a rendezvous (SGLang)
- * the pair, with a fresh room.
- */
-function retryDelay(proxy: ProxyState, error: unknown, attempt: number, context: Controller): number | undefined {
-  if (context.isStopped() || proxy.closing) return undefined;
-  return backoff(proxy, error, attempt);
 }
 
 /**
@@ -311,17 +268,6 @@ function backoff(proxy: ProxyState, error: unknown, attempt: number): number | u
   if (!transient) return undefined;
   const ceiling = Math.min(retry.maxBackoffMs, retry.initialBackoffMs * 2 ** attempt);
   return Math.random() * ceiling;
-}
-
-/** Waits `ms`, or less if the client leaves meanwhile. */
-function pause(ms: number, context: Controller): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    context.stopped().then(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
 }
 
 /** The one log line of a request, when it is over. */
@@ -404,11 +350,14 @@ function requestEvents(proxy: ProxyState) {
     routed: Routed | undefined;
     finished: FlowEventOf<'finished'> | undefined;
     trace: RequestTrace | undefined;
+    /** Retries of this request so far, of both kinds (one budget). */
+    retries: number;
     onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
   } = {
     routed: undefined,
     finished: undefined,
     trace: undefined,
+    retries: 0,
     onEvent: (event) => {
       observe(event);
       seen.trace?.onEvent(event);
@@ -421,10 +370,37 @@ function requestEvents(proxy: ProxyState) {
       }
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
+      else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
       else if (event.type === 'finished') seen.finished = event;
     },
   };
   return seen;
+}
+
+/**
+ * The flow runs the request again from prefill: the worker of the leg that failed is charged
+ * (a worker that could not be reached leaves the rotation), the retry counted and logged.
+ */
+function prefillRetried(
+  proxy: ProxyState,
+  seen: { retries: number },
+  event: FlowEventOf<'prefillRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
+): void {
+  const leg = event.leg ?? 'prefill';
+  proxy.health.noteFailure(event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
+  proxy.metrics.retried(leg);
+  const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
+  proxy.logger.warn(
+    {
+      requestId: event.requestId,
+      attempt: seen.retries,
+      leg,
+      worker: worker?.url,
+      delayMs: Math.round(event.delayMs),
+      err: event.error,
+    },
+    'Retrying the request on another worker (nothing was sent to the client yet)',
+  );
 }
 
 /**

@@ -1,0 +1,160 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { sglangBootstrap } from '../../src/flow/connectors.js';
+import type { Engine } from '../../src/flow/disaggregate.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { cacheAware } from '../../src/routing/cache-aware.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { collect, flush, recordingLogger, ScriptedSource } from '../support/async.js';
+import { client, decodeTokens, eventLog, handoffItem, runFlow } from '../support/flow.js';
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+/** A prefill engine that fails with a 500 on the listed workers and hands off on the others. */
+function prefillFailingOn(...failing: string[]) {
+  const calls: unknown[] = [];
+  const run: Engine<unknown> = async (_body, context, worker) => {
+    calls.push(worker);
+    if (failing.includes(worker as string))
+      throw UpstreamError.fromStatus(`http://${String(worker)}`, 500, 'prefill OOM');
+    return new ResponseStream(new ScriptedSource([handoffItem()]).end(), context);
+  };
+  return { run, calls };
+}
+
+describe('retryPrefill: the request again from the start, passing over the worker that failed', () => {
+  it('a prefill 500: the next prefill worker computes it; one outcome, settled last, leases back; routing learns where it was computed', async () => {
+    const policy = cacheAware<string>();
+    const prefillWorkers = new WorkerPool(['p0', 'p1'], { selection: policy });
+    const decodeWorkers = new WorkerPool(['d0']);
+    const prefill = prefillFailingOn('p0');
+    const log = eventLog();
+    const retryPrefill = vi.fn((_error: unknown, attempt: number) => (attempt < 2 ? 0 : undefined));
+    const turn = { ...client, prompt: 'You are a helpful assistant. The user asks about Paris.' };
+    const stream = await runFlow({
+      request: turn,
+      prefill: prefill.run,
+      prefillWorkers,
+      decodeWorkers,
+      retryPrefill,
+      onEvent: log.onEvent,
+    });
+    expect((await collect(stream)).map((item) => item.data?.token_ids)).toEqual([[1], [2], []]);
+    expect(prefill.calls).toEqual(['p0', 'p1']);
+    expect(retryPrefill).toHaveBeenCalledExactlyOnceWith(expect.objectContaining({ name: 'PrefillError' }), 0);
+    expect(log.of('prefillRetried')).toMatchObject([
+      { attempt: 1, leg: 'prefill', prefillWorker: 'p0', decodeWorker: 'd0', delayMs: 0 },
+    ]);
+    expect(log.of('routed').map((event) => event.prefillWorker)).toEqual(['p0', 'p1']);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+    await flush();
+    expect(log.types().filter((type) => type === 'settled')).toHaveLength(1);
+    expect(log.types().at(-1)).toBe('settled');
+    expect([prefillWorkers.inFlight('p0'), prefillWorkers.inFlight('p1'), decodeWorkers.inFlight('d0')]).toEqual([
+      0, 0, 0,
+    ]);
+    // The next turn of the conversation goes where the prompt was computed, not where it failed.
+    const next = new RoutingInput({ ...turn, prompt: `${turn.prompt} And Lyon?` });
+    expect(prefillWorkers.acquire(undefined, next).worker).toBe('p1');
+  });
+
+  it('a rendezvous whose decode fails before its stream: the pair again, with a fresh room, on another decode worker', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const rooms: unknown[] = [];
+    const decode: Engine<unknown> = async (body, context, worker) => {
+      rooms.push(body.bootstrap_room);
+      if (worker === 'd0') throw UpstreamError.fromStatus('http://d0', 503, 'busy');
+      return new ResponseStream(
+        new ScriptedSource([
+          Annotated.fromData({ token_ids: [3] }),
+          Annotated.fromData(LLMEngineOutput.length()),
+        ]).end(),
+        context,
+      );
+    };
+    const log = eventLog();
+    const stream = await runFlow({
+      connector: sglangBootstrap,
+      prefill: async (_body, context) =>
+        new ResponseStream(new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end(), context),
+      prefillWorker: { bootstrapHost: 'h', bootstrapPort: 1 },
+      decode,
+      decodeWorkers,
+      retryPrefill: () => 0,
+      onEvent: log.onEvent,
+    });
+    expect((await collect(stream)).map((item) => item.data?.token_ids)).toEqual([[3], []]);
+    expect(rooms).toHaveLength(2);
+    expect(rooms[0]).not.toEqual(rooms[1]);
+    expect(log.of('prefillRetried')).toMatchObject([{ leg: 'decode', decodeWorker: 'd0' }]);
+    expect(log.of('routed').map((event) => event.decodeWorker)).toEqual(['d0', 'd1']);
+  });
+
+  it('answered undefined, or not given: the failure is the answer, with one finished', async () => {
+    for (const retryPrefill of [undefined, () => undefined]) {
+      const log = eventLog();
+      const failure = await runFlow({
+        prefill: prefillFailingOn('p0').run,
+        prefillWorkers: new WorkerPool(['p0', 'p1']),
+        ...(retryPrefill === undefined ? {} : { retryPrefill }),
+        onEvent: log.onEvent,
+      }).catch((error: unknown) => error);
+      expect(failure).toMatchObject({ name: 'PrefillError' });
+      expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'prefill' }]);
+      expect(log.of('prefillRetried')).toEqual([]);
+    }
+  });
+
+  it('a client that leaves during the wait ends the request as cancelled; the call rejects with the failure', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const context = new Controller('gone');
+    const prefill = prefillFailingOn('p0', 'p1');
+    const log = eventLog();
+    const call = runFlow({
+      context,
+      prefill: prefill.run,
+      prefillWorkers: new WorkerPool(['p0', 'p1']),
+      retryPrefill: () => 5_000,
+      onEvent: log.onEvent,
+    });
+    call.catch(() => {});
+    await flush();
+    expect(log.of('prefillRetried')).toHaveLength(1);
+    context.stopGenerating();
+    await expect(call).rejects.toMatchObject({ name: 'PrefillError' });
+    expect(prefill.calls).toEqual(['p0']);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'cancelled' }]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('a retryPrefill that throws means no retry, and is logged', async () => {
+    const recorded = recordingLogger();
+    const failure = await runFlow({
+      prefill: prefillFailingOn('p0').run,
+      prefillWorkers: new WorkerPool(['p0', 'p1']),
+      logger: recorded.logger,
+      retryPrefill: () => {
+        throw new Error('policy bug');
+      },
+    }).catch((error: unknown) => error);
+    expect(failure).toMatchObject({ name: 'PrefillError' });
+    expect(recorded.records.map((record) => record.message)).toContain(
+      'retryPrefill threw; the request is not retried',
+    );
+    await expect(runFlow({ retryPrefill: 5 as never })).rejects.toThrow('retryPrefill must be a function');
+  });
+
+  it('decode that answered on the first attempt is untouched: retries happen only before the client stream exists', async () => {
+    const retryPrefill = vi.fn(() => 0);
+    const decode = decodeTokens();
+    await collect(await runFlow({ decode: decode.run, retryPrefill }));
+    expect(retryPrefill).not.toHaveBeenCalled();
+    expect(decode.calls).toHaveLength(1);
+  });
+});
