@@ -57,6 +57,7 @@ export {
 } from './flow/request-shaping.js';
 export {
   type Lease,
+  type LegOutcome,
   NoWorkerError,
   type Selection,
   WorkerPool,

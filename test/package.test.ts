@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -224,5 +224,16 @@ describe('the disagg/fastify subpath', () => {
     );
     expect(loaded.stderr).toBe('');
     expect(JSON.parse(loaded.stdout)).toEqual([]);
+  });
+});
+
+describe('the API reference', () => {
+  it('documents every subpath the package exports (npm run docs builds from these entry points)', () => {
+    const exports = Object.keys(JSON.parse(readFileSync(`${root}/package.json`, 'utf8')).exports).filter(
+      (path) => path !== './package.json',
+    );
+    const entries = JSON.parse(readFileSync(`${root}/typedoc.json`, 'utf8')).entryPoints as string[];
+    const expected = exports.map((path) => (path === '.' ? 'src/index.ts' : `src/${path.slice(2)}/index.ts`));
+    expect([...entries].sort()).toEqual(expected.sort());
   });
 });

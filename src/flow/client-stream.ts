@@ -117,6 +117,8 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
   #iterated = false;
   /** {@link settleUnread} was asked before there was anything to read. */
   #settleWanted = false;
+  /** The outcome of a terminal handed to the reader, reported on the reader's next move. */
+  #finish: (() => void) | undefined;
 
   // Created once per stream, never per item.
   readonly #read = (): Promise<Step> => {
@@ -158,11 +160,12 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
     const error = Annotated.err(item);
     if (error !== undefined) {
       const shown = clientError(error) as Error;
-      this.#end('error', legOf(error), shown);
+      this.#end('error', legOf(error), shown, false, true);
       return shown === error ? item : Annotated.fromError<LLMEngineOutput>(shown);
     }
     const recorder = this.#hooks.recorder;
-    if (this.#first) {
+    // The first token, not the first chunk: chat's opening chunk (the role, no content) is none.
+    if (this.#first && !roleOnly(item)) {
       this.#first = false;
       recorder.emit({ type: 'firstToken' });
     }
@@ -172,12 +175,17 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
     if (details !== undefined) item = withPromptDetails(item, details);
     const reason = item?.data?.finish_reason;
     if (reason !== undefined && reason !== null) {
-      if (FinishReason.isError(reason)) this.#end('error', 'decode', new Error(reason.error));
-      else if (FinishReason.isCancelled(reason)) this.#end('cancelled');
+      if (this.#first) {
+        // An answer that ends without a token of its own (an empty one): its end is its first.
+        this.#first = false;
+        recorder.emit({ type: 'firstToken' });
+      }
+      if (FinishReason.isError(reason)) this.#end('error', 'decode', new Error(reason.error), false, true);
+      else if (FinishReason.isCancelled(reason)) this.#end('cancelled', undefined, undefined, false, true);
       else {
         const heldMs = this.#hooks.heldFor();
         if (heldMs !== undefined) recorder.emit({ type: 'terminalReleased', heldMs });
-        this.#end('success');
+        this.#end('success', undefined, undefined, false, true);
       }
     }
     return item;
@@ -247,7 +255,11 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
       return;
     }
     if (this.#done || this.#owed !== undefined || this.#calls > this.#answers) return;
-    this.#owed = this.#pull();
+    const owed = this.#pull();
+    this.#owed = owed;
+    // Read for nobody: its outcome is reported as it is known, not on a reader's next move.
+    const report = () => this.#flushFinish();
+    owed.then(report, report);
   }
 
   /** @throws {TypeError} for a second iteration: the stream is read once. */
@@ -260,6 +272,7 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
   }
 
   next(): Promise<Step> {
+    this.#flushFinish();
     if (this.#closed) return Promise.resolve(DONE);
     const owed = this.#owed;
     if (owed !== undefined) {
@@ -283,6 +296,7 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
   }
 
   return(): Promise<Step> {
+    this.#flushFinish();
     this.#closed = true;
     if (!this.#done) this.#end('cancelled', undefined, undefined, true);
     return Promise.resolve(DONE);
@@ -292,11 +306,47 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
     return this.return();
   }
 
-  #end(outcome: 'success' | 'error' | 'cancelled', leg?: Leg, error?: Error, early = false): void {
+  /**
+   * Ends the stream: what is behind is closed now (its legs end, their leases are released);
+   * the outcome is reported now, or, for a terminal item being handed to the reader
+   * (`afterReader`), once the reader is past it (its next call, or its close), so that a
+   * listener acting on `finished` finds the last item with the reader.
+   */
+  #end(outcome: 'success' | 'error' | 'cancelled', leg?: Leg, error?: Error, early = false, afterReader = false): void {
     this.#done = true;
     this.#hooks.onEnd(early);
     // Whatever is behind us is done too; a source that already ended ignores this.
     if (this.#inner !== undefined) closeQuietly(this.#inner);
-    this.#hooks.recorder.finish(outcome, leg, error);
+    const finish = () => this.#hooks.recorder.finish(outcome, leg, error);
+    // A reader with a later call already waiting (a pipelined one) is past it already.
+    if (afterReader && this.#calls <= this.#answers) this.#finish = finish;
+    else finish();
   }
+
+  /** Reports an outcome kept for the reader's next move (see {@link #end}). */
+  #flushFinish(): void {
+    const finish = this.#finish;
+    if (finish === undefined) return;
+    this.#finish = undefined;
+    finish();
+  }
+}
+
+/** Chat's opening chunk: a role and no content (no token yet), as vLLM and SGLang send it first. */
+function roleOnly(item: EngineItem): boolean {
+  const data = item.data;
+  if (data === undefined || data === null) return false;
+  if ((data.text ?? '') !== '' || data.token_ids.length > 0) return false;
+  const chunks = Annotated.wire(item);
+  if (chunks === undefined || chunks.length === 0) return false;
+  return chunks.every((chunk) => {
+    const choices = chunk.json.choices;
+    if (!Array.isArray(choices) || choices.length === 0) return false;
+    return choices.every((choice: { delta?: Record<string, unknown>; finish_reason?: unknown }) => {
+      const delta = choice.delta;
+      if (delta === undefined || delta === null || typeof delta.role !== 'string') return false;
+      if (choice.finish_reason !== undefined && choice.finish_reason !== null) return false;
+      return Object.entries(delta).every(([key, value]) => key === 'role' || value === '' || value === null);
+    });
+  });
 }

@@ -321,3 +321,52 @@ describe('lifecycle events', () => {
     await expect(run({ onEvent: 'log' as never })).rejects.toThrow('onEvent must be a function');
   });
 });
+
+describe('events a router acts on come when it has what they speak of', () => {
+  const chatChunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+    Annotated.withWire(
+      Annotated.fromData<LLMEngineOutput>({
+        token_ids: [],
+        text: typeof delta.content === 'string' ? delta.content : '',
+        ...(finish === null ? {} : { finish_reason: finish as 'stop' }),
+      }),
+      [{ form: 'event', text: undefined, json: { choices: [{ index: 0, delta, finish_reason: finish }] } }],
+    );
+
+  it("firstToken is the first token, not chat's opening chunk (the role, no content)", async () => {
+    const decodeSource = new ScriptedSource([
+      chatChunk({ role: 'assistant', content: '' }),
+      chatChunk({ content: 'Hi' }),
+      chatChunk({}, 'stop'),
+    ]).end();
+    const log = eventLog();
+    const stream = await run({ decode: engine(() => decodeSource).run, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next(); // the role
+    expect(log.of('firstToken')).toEqual([]);
+    await iterator.next(); // 'Hi'
+    expect(log.of('firstToken')).toHaveLength(1);
+  });
+
+  it('finished (and settled) come once the reader has the last item: at its next call, or its close', async () => {
+    const log = eventLog();
+    const stream = await run({ onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    await iterator.next();
+    const terminal = await iterator.next();
+    expect(terminal.value?.data?.finish_reason).toBe('length');
+    // The reader holds the terminal and is writing it out: nothing is over for it yet.
+    expect(log.of('finished')).toEqual([]);
+    expect((await iterator.next()).done).toBe(true);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+    await flush();
+    expect(log.types().at(-1)).toBe('settled');
+    // A reader that closes the stream after the terminal reports it as it was: a success.
+    const second = eventLog();
+    const closing = (await run({ onEvent: second.onEvent }))[Symbol.asyncIterator]();
+    for (let i = 0; i < 3; i++) await closing.next();
+    await closing.return?.();
+    expect(second.of('finished')).toMatchObject([{ outcome: 'success' }]);
+  });
+});
