@@ -25,8 +25,12 @@ describe('the default logger', () => {
       level: 40,
       name: 'disagg',
       msg: 'Prefill background task failed',
-      // pino's error serializer appends the cause chain to the message.
-      err: { type: 'PrefillError', message: expect.stringContaining('Prefill execution failed: worker 7 crashed') },
+      // The error's own message, once (it holds its cause's text); the cause nested, whole.
+      err: {
+        type: 'PrefillError',
+        message: 'Prefill execution failed: worker 7 crashed',
+        cause: { type: 'Error', message: 'worker 7 crashed' },
+      },
     });
   });
 });
