@@ -221,6 +221,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       decodeLease = decodeWorkers?.acquire(avoid.decode as D[], input);
     } catch (error) {
       prefillLease?.release();
+      // No decode worker left for a retry: the request, already under way, ends with that.
+      if (attempt > 0) recorder.finish('error', undefined, error instanceof Error ? error : undefined);
       throw error;
     }
     // With retries each attempt has a context of its own (a failed attempt stops its own, as

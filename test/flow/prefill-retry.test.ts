@@ -158,3 +158,21 @@ describe('retryPrefill: the request again from the start, passing over the worke
     expect(decode.calls).toHaveLength(1);
   });
 });
+
+describe('retryPrefill when the pools have emptied', () => {
+  it('no decode worker left for the retry: the request ends with the NoWorkerError, one finished, settled last', async () => {
+    const decodeWorkers = new WorkerPool(['d0']);
+    const log = eventLog();
+    const decode: Engine<unknown> = async () => {
+      decodeWorkers.setAvailable('d0', false); // as health does with a worker that failed
+      throw UpstreamError.fromStatus('http://d0', 503, 'busy');
+    };
+    const failure = await runFlow({ decode, decodeWorkers, retryPrefill: () => 0, onEvent: log.onEvent }).catch(
+      (error: unknown) => error,
+    );
+    expect(failure).toMatchObject({ name: 'NoWorkerError' });
+    expect(log.of('finished')).toMatchObject([{ outcome: 'error' }]);
+    await flush();
+    expect(log.types().at(-1)).toBe('settled');
+  });
+});
