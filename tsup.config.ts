@@ -1,5 +1,10 @@
 import { defineConfig } from 'tsup';
 
+// Optional dependencies and peers stay outside the bundle, loaded from the user's node_modules
+// when asked: bundled, @kubernetes/client-node's CommonJS (a dynamic require of punycode) broke
+// in the ESM bin, and doubled dist/ by 29 MB.
+const external = ['@kubernetes/client-node', 'pino-pretty', '@opentelemetry/api', 'rxjs', 'fastify'];
+
 export default defineConfig([
   {
     // The library and its subpaths, for import and require.
@@ -20,13 +25,14 @@ export default defineConfig([
     platform: 'node',
     // Class names as written: logs name an error's class (pino's `err.type`), not `_UpstreamError`.
     keepNames: true,
+    external,
   },
   {
     // The `disagg` command (the package's bin): ESM only, with its shebang.
     entry: { cli: 'src/cli/disagg.ts' },
     format: ['esm'],
-    // Optional: loaded only for --log-format pretty, from the user's node_modules.
-    external: ['pino-pretty'],
+    // Optional: loaded only when asked (--log-format pretty, a selector), from the user's node_modules.
+    external,
     dts: false,
     sourcemap: true,
     clean: false,
