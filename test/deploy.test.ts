@@ -90,7 +90,7 @@ describe('the Dockerfile', () => {
   it('starts node itself (signals reach the proxy), as a non-root user, exposing the default port', () => {
     expect(final).toMatch(/^ENTRYPOINT \["node", "dist\/cli\.js"\]$/m);
     expect(final).not.toMatch(/npx|npm (start|run)/);
-    expect(final).toMatch(/^USER node$/m);
+    expect(final).toMatch(/^USER 1000:1000$/m); // by number: a kubelet checks runAsNonRoot on a UID
     expect(final).toMatch(new RegExp(`^EXPOSE ${defaultOf('port')}$`, 'm'));
   });
 
@@ -98,5 +98,52 @@ describe('the Dockerfile', () => {
     expect(dockerfile.match(/^FROM /gm)).toHaveLength(2);
     expect(dockerfile).toMatch(/npm prune --omit=dev/);
     expect(final).not.toMatch(/COPY src|COPY \. /);
+  });
+});
+
+describe('the pod starts under the Pod Security "restricted" level', () => {
+  const deployment = of('Deployment');
+  const pod = deployment.spec.template.spec;
+  const dockerfile = readFileSync(join(root, 'deploy/Dockerfile'), 'utf8');
+
+  it('non-root by number, in the image and the pod (a kubelet cannot check a user name against runAsNonRoot)', () => {
+    const user = /^USER\s+(\S+)/m.exec(dockerfile)?.[1] ?? '';
+    expect(user).toMatch(/^\d+(:\d+)?$/);
+    expect(Number(user.split(':')[0])).toBeGreaterThan(0);
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: Number(user.split(':')[0]) });
+  });
+
+  it("every container: no privilege escalation, every capability dropped, the runtime's seccomp profile, a read-only root", () => {
+    for (const container of pod.containers) {
+      const context = container.securityContext;
+      expect(context.allowPrivilegeEscalation, container.name).toBe(false);
+      expect(context.capabilities.drop, container.name).toEqual(['ALL']);
+      expect(context.capabilities.add ?? [], container.name).toEqual([]);
+      expect(context.readOnlyRootFilesystem, container.name).toBe(true);
+      const seccomp = context.seccompProfile?.type ?? pod.securityContext.seccompProfile?.type;
+      expect(['RuntimeDefault', 'Localhost']).toContain(seccomp);
+      expect(context.privileged ?? false).toBe(false);
+      expect(context.runAsUser ?? pod.securityContext.runAsUser).not.toBe(0);
+    }
+    // Nothing the restricted level forbids at the pod's level either.
+    expect(pod.hostNetwork ?? false).toBe(false);
+    expect(pod.hostPID ?? false).toBe(false);
+    expect(pod.hostIPC ?? false).toBe(false);
+    const allowed = new Set([
+      'configMap',
+      'emptyDir',
+      'projected',
+      'secret',
+      'downwardAPI',
+      'persistentVolumeClaim',
+      'ephemeral',
+      'csi',
+    ]);
+    for (const volume of pod.volumes)
+      expect(
+        Object.keys(volume)
+          .filter((key) => key !== 'name')
+          .every((key) => allowed.has(key)),
+      ).toBe(true);
   });
 });
