@@ -237,3 +237,13 @@ describe('the API reference', () => {
     expect([...entries].sort()).toEqual(expected.sort());
   });
 });
+
+describe('installing before publication', () => {
+  it('a git install or a pack builds the package (prepare), so that the bin and the library are there', () => {
+    const scripts = JSON.parse(readFileSync(`${root}/package.json`, 'utf8')).scripts as Record<string, string>;
+    expect(scripts.prepare).toMatch(/^tsup\b/);
+    const pack = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8' });
+    const files = (JSON.parse(pack.stdout) as Array<{ files: Array<{ path: string }> }>)[0]?.files.map((f) => f.path);
+    expect(files).toEqual(expect.arrayContaining(['dist/cli.js', 'dist/index.js', 'dist/index.cjs', 'dist/server.js']));
+  });
+});
