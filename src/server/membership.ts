@@ -78,8 +78,14 @@ export class Membership {
     this.#health = health;
     this.#logger = logger;
     this.#onChange = onChange;
-    for (const role of ['prefill', 'decode'] as const) {
-      for (const worker of this.#pools[role].workers) this.#register(role, worker, 'config');
+    // Named workers first: a name given is kept, and the generated ones (prefill-0, ...) pass
+    // over it, whatever the order of the list.
+    for (const named of [true, false]) {
+      for (const role of ['prefill', 'decode'] as const) {
+        for (const worker of this.#pools[role].workers) {
+          if ((worker.name !== undefined) === named) this.#register(role, worker, 'config');
+        }
+      }
     }
   }
 

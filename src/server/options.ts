@@ -1033,6 +1033,16 @@ function resolve(read: (setting: Setting) => { value: unknown; source: Source } 
     else if (setting.key === 'connector') value = parseSetting(setting, undefined, { kind: 'flag' });
     if (value !== undefined) setAt(values, setting.key, value);
   }
+  // A worker's name is one worker, across both pools (the admin API and answers name it).
+  const named = (['prefill', 'decode'] as const).flatMap((role) =>
+    ((values[role] ?? []) as Array<{ name?: string }>).flatMap((worker) =>
+      worker.name === undefined ? [] : [worker.name],
+    ),
+  );
+  const twice = named.find((name, i) => named.indexOf(name) !== i);
+  if (twice !== undefined) {
+    throw new ConfigError(`Two workers are named ${JSON.stringify(twice)}: give each its own name (or none)`);
+  }
   // A role needs a worker at start unless discovery will find them.
   for (const role of ['prefill', 'decode'] as const) {
     const list = (values[role] ?? []) as unknown[];
@@ -1279,7 +1289,17 @@ function workers(value: unknown, fields: readonly string[]): Array<{ url: string
     if (typeof url !== 'string' || !/^https?:\/\/[^/]+/.test(url)) {
       throw new Invalid(`has ${describeValue(url ?? entry)}, which is not an http(s) URL such as http://10.0.0.2:8000`);
     }
+    // The proxy calls the worker's own routes under its URL (/v1/completions, /health): a URL
+    // that already ends in /v1 would be called at /v1/v1/completions.
+    if (/\/v1\/*$/.test(url)) {
+      throw new Invalid(
+        `has ${describeValue(url)}, which ends in /v1: give the worker's base URL (${url.replace(/\/v1\/*$/, '')}); the proxy adds /v1/completions, /health and the rest itself`,
+      );
+    }
   }
+  const names = result.map((entry) => (entry as { name?: unknown }).name).filter((name) => name !== undefined);
+  const twice = names.find((name, i) => names.indexOf(name) !== i);
+  if (twice !== undefined) throw new Invalid(`names two workers ${describeValue(twice)}: a name is one worker`);
   return result as Array<{ url: string }>;
 }
 

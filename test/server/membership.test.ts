@@ -313,3 +313,14 @@ describe('Membership: discovery', () => {
     lease.release();
   });
 });
+
+describe('names are one worker each', () => {
+  it('a name given is kept whatever the order: an unnamed worker before one named prefill-0 gets another name', () => {
+    const unnamed = { url: 'http://10.0.0.1:8100' };
+    const named = { url: 'http://10.0.0.3:8100', name: 'prefill-0' };
+    const { membership } = setup([unnamed, named]);
+    expect(membership.nameOf(named)).toBe('prefill-0');
+    expect(membership.nameOf(unnamed)).toBe('prefill-1');
+    expect(membership.find('prefill-0')?.worker).toBe(named);
+  });
+});

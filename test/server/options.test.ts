@@ -470,3 +470,33 @@ describe('what createProxy, createHandler and the admin API take besides the set
     }
   });
 });
+
+describe('workers checked as they are given', () => {
+  const base = { connector: 'vllm' as const, decode: [{ url: 'http://d' }] };
+  it('a URL that ends in /v1 is refused with the base URL to give instead (the proxy adds /v1/completions itself)', () => {
+    expect(() => resolveProxyOptions({ ...base, prefill: [{ url: 'http://p0:8100/v1' }] })).toThrow(
+      /ends in \/v1: give the worker's base URL \(http:\/\/p0:8100\)/,
+    );
+    expect(() => resolveProxyOptions({ ...base, prefill: [{ url: 'http://p0:8100/v1/' }] })).toThrow(/ends in \/v1/);
+    expect(resolveProxyOptions({ ...base, prefill: [{ url: 'http://p0:8100/vllm' }] }).prefill).toHaveLength(1);
+  });
+
+  it('two workers of one name are refused, in a pool or across both', () => {
+    expect(() =>
+      resolveProxyOptions({
+        ...base,
+        prefill: [
+          { url: 'http://p0', name: 'a' },
+          { url: 'http://p1', name: 'a' },
+        ],
+      }),
+    ).toThrow(/names two workers "a"|Two workers are named "a"/);
+    expect(() =>
+      resolveProxyOptions({
+        connector: 'vllm',
+        prefill: [{ url: 'http://p0', name: 'x' }],
+        decode: [{ url: 'http://d', name: 'x' }],
+      }),
+    ).toThrow('Two workers are named "x": give each its own name (or none)');
+  });
+});
