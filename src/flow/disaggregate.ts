@@ -12,7 +12,7 @@ import { type FlowEventListener, FlowRecorder } from './events.js';
 import { type EngineCall, FlowRun } from './flow-run.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
 import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
-import { type Lease, WorkerPool } from './worker-pool.js';
+import { type Lease, NoWorkerError, WorkerPool } from './worker-pool.js';
 
 /**
  * An engine leg: a request body, the leg's context and the worker chosen for it in, a
@@ -116,6 +116,12 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * policy; the body's `user` when omitted.
    */
   sessionKey?: string;
+  /**
+   * Without a prefill worker in rotation: serve the request on decode alone (`'aggregate'`,
+   * the default, as the reference router does) or fail it with a `NoWorkerError` (`'fail'`:
+   * a deployment that must not put prompts on its decode GPUs).
+   */
+  noPrefillWorker?: 'aggregate' | 'fail';
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
@@ -209,6 +215,11 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     let prefillLease: Lease<unknown> | undefined;
     if (skip === undefined && options.prefillWorkers !== undefined) {
       if (options.prefillWorkers.available.length === 0) {
+        if (options.noPrefillWorker === 'fail') {
+          const error = new NoWorkerError(options.prefillWorkers.workers.length, 'prefill');
+          if (attempt > 0) recorder.finish('error', 'prefill', error);
+          throw error;
+        }
         // As the reference router does: no prefill worker in rotation, so decode serves the
         // request whole rather than failing it.
         log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');

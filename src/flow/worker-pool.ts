@@ -44,12 +44,13 @@ export class NoWorkerError extends DisaggError {
   readonly kind = 'no_worker';
   readonly retryable = true;
 
-  constructor(size: number) {
+  constructor(size: number, pool?: string) {
+    const which = pool === undefined ? 'worker' : `${pool} worker`;
     super(
       'DISAGG_NO_WORKER',
       size === 0
-        ? 'No worker is available: the pool has none (none configured or discovered yet)'
-        : `No worker is available: all ${size} of the pool are out of rotation`,
+        ? `No ${which} is available: the pool has none (none configured or discovered yet)`
+        : `No ${which} is available: all ${size} of the pool are out of rotation`,
     );
   }
 }

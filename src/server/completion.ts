@@ -237,6 +237,7 @@ async function startFlow(
       // Not once the proxy is shutting down: the request is ended then, not started again.
       retryPrefill: (error) => (proxy.closing ? undefined : retry(error)),
       reuseHandoff: proxy.options.retry.reuseHandoff,
+      noPrefillWorker: proxy.options.requireDisaggregation ? 'fail' : 'aggregate',
       onEvent: events.onEvent,
       logger: proxy.logger,
       deadlines: proxy.options.deadlines,

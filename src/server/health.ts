@@ -246,7 +246,7 @@ export class HealthChecker {
       this.#options.logger.info({ worker: worker.url, role }, 'Worker back in rotation');
       return;
     }
-    const hint = probeHint(worker.url, status, code);
+    const hint = probeHint(status, code);
     this.#options.logger.warn(
       {
         worker: worker.url,
@@ -270,16 +270,8 @@ function codeOf(error: unknown): string | undefined {
 }
 
 /** What an operator most likely got wrong, for the failures that have a usual cause. */
-export function probeHint(url: string, status: number | undefined, code: string | undefined): string | undefined {
-  let path = '';
-  try {
-    path = new URL(url).pathname.replace(/\/+$/, '');
-  } catch {
-    return undefined;
-  }
-  if (path.endsWith('/v1')) {
-    return `the worker URL ends in /v1: give the server's root (${url.replace(/\/v1\/?$/, '')}), not an OpenAI base URL`;
-  }
+export function probeHint(status: number | undefined, code: string | undefined): string | undefined {
+  // A URL ending in /v1 never gets here: workers() refuses it with the base URL to give.
   if (status === 401 || status === 403) return 'the worker wants a key: set --worker-api-key to its --api-key';
   if (status === 404) return 'the worker has no /health: is the URL the root of a vLLM or SGLang server?';
   if (code === 'ECONNREFUSED') return 'nothing listens there: is the worker up, and the port right?';

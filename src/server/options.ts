@@ -108,6 +108,13 @@ export interface ProxyOptions {
   /** How a worker is chosen for each leg; `least-in-flight` by default. */
   selection?: 'round-robin' | 'least-in-flight';
   /**
+   * Refuse to serve prompts on decode alone: without a prefill worker in rotation `/ready`
+   * fails and requests get a 503 saying so (`disagg_routed_requests_total{reason=
+   * "no-prefill-worker"}` counts what was served that way otherwise). False by default: decode
+   * serves such requests whole, as the reference router does.
+   */
+  requireDisaggregation?: boolean;
+  /**
    * How the prefill worker of a request is chosen, by more than `selection`: `cache-aware`
    * (to the worker whose cache most likely holds the prompt's prefix), `power-of-two` or
    * `session` (one worker per session key). `selection` by default.
@@ -308,6 +315,7 @@ export interface ServeConfig {
   host: string;
   port: number;
   selection: 'round-robin' | 'least-in-flight';
+  requireDisaggregation: boolean;
   /** As given; `selection` applies when undefined. */
   prefillPolicy: PolicyName | undefined;
   decodePolicy: PolicyName | undefined;
@@ -448,6 +456,16 @@ export const SETTINGS: readonly Setting[] = [
     default: 8000,
     serveOnly: true,
     parse: port,
+  },
+  {
+    key: 'requireDisaggregation',
+    flag: 'require-disaggregation',
+    env: 'DISAGG_REQUIRE_DISAGGREGATION',
+    arg: '',
+    help: 'without a prefill worker in rotation, fail /ready and answer 503 instead of serving on decode alone',
+    default: false,
+    boolean: true,
+    parse: switchValue,
   },
   {
     key: 'selection',
@@ -1357,6 +1375,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     host: resolved.host as string,
     port: resolved.port as number,
     selection: resolved.selection as ServeConfig['selection'],
+    requireDisaggregation: resolved.requireDisaggregation as boolean,
     prefillPolicy: resolved.prefillPolicy as PolicyName | undefined,
     decodePolicy: resolved.decodePolicy as PolicyName | undefined,
     routing: resolved.routing as ServeConfig['routing'],

@@ -118,14 +118,21 @@ const GENERATION_ROUTES: Readonly<Record<string, Route>> = {
 function ready(proxy: ProxyState, res: ServerResponse): void {
   const prefill = proxy.prefillWorkers.available.length;
   const decode = proxy.decodeWorkers.available.length;
-  const isReady = decode > 0 && !proxy.draining;
-  const reason = proxy.draining ? 'shutting down' : decode === 0 ? 'no decode worker in rotation' : undefined;
+  const required = proxy.options.requireDisaggregation;
+  const isReady = decode > 0 && !proxy.draining && (prefill > 0 || !required);
+  const reason = proxy.draining
+    ? 'shutting down'
+    : decode === 0
+      ? 'no decode worker in rotation'
+      : prefill === 0 && required
+        ? 'no prefill worker in rotation (--require-disaggregation)'
+        : undefined;
   answerJson(res, isReady ? 200 : 503, {
     ready: isReady,
     ...(reason === undefined ? {} : { reason }),
     prefill_workers: prefill,
     decode_workers: decode,
-    ...(prefill === 0 && decode > 0 ? { mode: 'aggregated (no prefill worker in rotation)' } : {}),
+    ...(prefill === 0 && decode > 0 && !required ? { mode: 'aggregated (no prefill worker in rotation)' } : {}),
   });
 }
 

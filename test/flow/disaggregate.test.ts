@@ -3,7 +3,7 @@ import { earlyBootstrap, sglangBootstrap, trtllmContextFirst, vllmNixl } from '.
 import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { HandoffFieldError } from '../../src/flow/handoff-fields.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';
-import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -413,6 +413,20 @@ describe('skipPrefill (conditional disaggregation)', () => {
     prefillWorkers.setAvailable('p', false);
     expect(await reasonOf({ prefillWorkers })).toEqual([{ strategy: 'aggregated', reason: 'no-prefill-worker' }]);
     expect(await reasonOf({})).toEqual([{ strategy: 'sequential', reason: undefined }]);
+  });
+
+  it("noPrefillWorker 'fail': without a prefill worker in rotation the request fails with NoWorkerError naming the pool, and nothing reaches decode", async () => {
+    const prefillWorkers = new WorkerPool<unknown>(['p']);
+    prefillWorkers.setAvailable('p', false);
+    const decode = decodeTokens();
+    const failure = await runFlow({ prefillWorkers, decode: decode.run, noPrefillWorker: 'fail' }).catch(
+      (e: unknown) => e,
+    );
+    expect(failure).toBeInstanceOf(NoWorkerError);
+    expect((failure as NoWorkerError).message).toBe(
+      'No prefill worker is available: all 1 of the pool are out of rotation',
+    );
+    expect(decode.calls).toHaveLength(0);
   });
 
   it('a planning error falls back to remote prefill and is logged; a cancellation fails the request', async () => {

@@ -47,6 +47,7 @@ describe('disagg serve configuration', () => {
       host: '0.0.0.0',
       port: 8000,
       selection: 'least-in-flight',
+      requireDisaggregation: false,
       prefillPolicy: undefined,
       decodePolicy: undefined,
       routing: {

@@ -79,6 +79,27 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     });
   });
 
+  it('with requireDisaggregation and no prefill worker in rotation, /ready is 503 saying why and a request is a 503, never served on decode alone', async () => {
+    const { url, proxy, client, decode } = await setup('vllm', {}, { requireDisaggregation: true });
+    expect((await request(`${url}/ready`)).statusCode).toBe(200);
+    proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, false);
+    const notReady = await request(`${url}/ready`);
+    expect(notReady.statusCode).toBe(503);
+    expect(await notReady.body.json()).toStrictEqual({
+      ready: false,
+      reason: 'no prefill worker in rotation (--require-disaggregation)',
+      prefill_workers: 0,
+      decode_workers: 1,
+    });
+    const refused = await client.completions
+      .create({ model: 'fake-model', prompt: 'hi', max_tokens: 2 })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.APIError);
+    expect((refused as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
+    expect((refused as InstanceType<typeof OpenAI.APIError>).message).toContain('No prefill worker is available');
+    expect(decode.requests).toHaveLength(0);
+  });
+
   it("GET /v1/models/{id}: a worker's refusal passes through as it answered", async () => {
     const { url } = await setup('vllm', { decode: { apiKey: 'worker-only' } });
     const answer = await request(`${url}/v1/models/fake-model`);
@@ -164,14 +185,14 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
   it('a failed probe says why: the status or error code, and a hint for the usual mistakes', async () => {
     const { logs } = await setup('vllm', {}, ({ prefill, decode }) => ({
       prefill: [{ url: prefill.url }],
-      decode: [{ url: `${decode.url}/v1` }, { url: 'http://127.0.0.1:1' }],
+      decode: [{ url: `${decode.url}/api` }, { url: 'http://127.0.0.1:1' }],
       healthFailureThreshold: 1,
     }));
     const failed = logs.filter((record) => String(record.message).startsWith('Worker failed its health check'));
     const byWorker = Object.fromEntries(failed.map((record) => [(record.fields as { worker: string }).worker, record]));
-    const openaiBase = Object.entries(byWorker).find(([worker]) => worker.endsWith('/v1'))?.[1];
-    expect(openaiBase?.message).toBe('Worker failed its health check (GET /health answered 404); out of rotation');
-    expect(openaiBase?.fields).toMatchObject({ status: 404, hint: expect.stringContaining('not an OpenAI base URL') });
+    const wrongPath = Object.entries(byWorker).find(([worker]) => worker.endsWith('/api'))?.[1];
+    expect(wrongPath?.message).toBe('Worker failed its health check (GET /health answered 404); out of rotation');
+    expect(wrongPath?.fields).toMatchObject({ status: 404, hint: expect.stringContaining('has no /health') });
     const refused = byWorker['http://127.0.0.1:1'];
     expect(refused?.message).toBe('Worker failed its health check (ECONNREFUSED); out of rotation');
     expect(refused?.fields).toMatchObject({
