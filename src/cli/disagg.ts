@@ -34,7 +34,10 @@ async function main(argv: string[]): Promise<number> {
     config = loadServeConfig(rest);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    console.error(`disagg serve: ${error.message}\n\n${SERVE_USAGE}`);
+    // The problems, one line each, and where to read more: not the whole help, which is what
+    // `kubectl logs` would show of a crash loop otherwise.
+    for (const problem of error.problems) console.error(`disagg serve: ${problem}`);
+    console.error("See 'disagg serve --help' for every setting.");
     return 2;
   }
   if (config === 'help') {

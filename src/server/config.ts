@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
+import { closest } from '../util/closest.js';
 import { ConfigError, resolveServeConfig, SETTINGS, type ServeConfig, serveUsage } from './options.js';
 
 export { ConfigError, type ServeConfig } from './options.js';
@@ -34,7 +35,10 @@ export function loadServeConfig(args: string[], env: NodeJS.ProcessEnv = process
   try {
     flags = parseArgs({ args, options: FLAGS, allowPositionals: false, strict: true }).values as Raw;
   } catch (error) {
-    throw new ConfigError((error as Error).message);
+    if ((error as { code?: unknown }).code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
+      throw new ConfigError((error as Error).message);
+    }
+    throw ConfigError.of(unknownFlags(args));
   }
   if (flags.help === true) return 'help';
   const path = (flags.config as string | undefined) ?? env.DISAGG_CONFIG;
@@ -43,6 +47,22 @@ export function loadServeConfig(args: string[], env: NodeJS.ProcessEnv = process
     env,
     file: path === undefined || path === '' ? undefined : { path, values: readConfigFile(path) },
   });
+}
+
+/**
+ * Every flag of `args` that `disagg serve` does not have, each with the closest one it does
+ * (`--prefil` finds `--prefill`): node's own message names the first and suggests `--`.
+ */
+function unknownFlags(args: string[]): string[] {
+  const { tokens } = parseArgs({ args, options: FLAGS, allowPositionals: true, strict: false, tokens: true });
+  const known = Object.keys(FLAGS);
+  const problems: string[] = [];
+  for (const token of tokens) {
+    if (token.kind !== 'option' || Object.hasOwn(FLAGS, token.name)) continue;
+    const hint = closest(token.name, known);
+    problems.push(`Unknown flag ${token.rawName}${hint === undefined ? '' : `; did you mean --${hint}?`}`);
+  }
+  return problems;
 }
 
 function readConfigFile(path: string): Raw {

@@ -359,9 +359,50 @@ function activeDeadlines(deadlines: Deadlines | undefined): Deadlines {
 export class ConfigError extends DisaggError {
   static override readonly is = branded<ConfigError>('ConfigError');
   declare readonly code: 'DISAGG_CONFIG';
+  /** Each problem found, in the order met: one line each (the message holds them all). */
+  readonly problems: readonly string[];
 
-  constructor(message: string) {
+  constructor(message: string, problems: readonly string[] = [message]) {
     super('DISAGG_CONFIG', message);
+    this.problems = problems;
+  }
+
+  /** One error for every problem of a configuration, so that one restart fixes them all. */
+  static of(problems: readonly string[]): ConfigError {
+    if (problems.length === 1) return new ConfigError(problems[0] as string);
+    return new ConfigError(`${problems.length} problems:\n${problems.map((p) => `  - ${p}`).join('\n')}`, problems);
+  }
+}
+
+/**
+ * Gathers the problems of a configuration instead of stopping at the first: an operator who
+ * restarts a pod for each misspelt key learns of them one crash loop at a time.
+ */
+class Problems {
+  readonly #found: string[] = [];
+
+  /** Runs `step`; a ConfigError it throws is noted (undefined returned), anything else rethrown. */
+  check<T>(step: () => T): T | undefined {
+    try {
+      return step();
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      this.#found.push(...error.problems);
+      return undefined;
+    }
+  }
+
+  add(problem: string): void {
+    this.#found.push(problem);
+  }
+
+  get count(): number {
+    return this.#found.length;
+  }
+
+  /** @throws {ConfigError} with every problem noted, if any was. */
+  throwIfAny(): void {
+    if (this.#found.length > 0) throw ConfigError.of(this.#found);
   }
 }
 
@@ -958,13 +999,19 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'metricsRegistry',
     'tracer',
   ];
-  rejectUnknown(options as unknown as Record<string, unknown>, known, (key) => `option ${key} of createProxy`);
+  const problems = new Problems();
+  rejectUnknown(
+    options as unknown as Record<string, unknown>,
+    known,
+    (key) => `option ${key} of createProxy`,
+    problems,
+  );
   const source: Source = { kind: 'option' };
   const values = resolve((setting) => {
     if (setting.serveOnly) return undefined;
     const value = valueAt(options as unknown as Record<string, unknown>, setting.key);
     return value === undefined ? undefined : { value, source };
-  });
+  }, problems);
   if (options.tracer !== undefined && typeof (options.tracer as { startSpan?: unknown })?.startSpan !== 'function') {
     throw new ConfigError(`tracer must be an OpenTelemetry tracer, got ${describeValue(options.tracer)}`);
   }
@@ -1041,14 +1088,21 @@ export function resolveHandlerOptions(options: HandlerOptions): { proxy: Resolve
  * Every setting from `read` (the first source that gives it), parsed, with defaults; a
  * required one that no source gives is refused with its command-line name.
  */
-function resolve(read: (setting: Setting) => { value: unknown; source: Source } | undefined): Record<string, unknown> {
+function resolve(
+  read: (setting: Setting) => { value: unknown; source: Source } | undefined,
+  problems: Problems = new Problems(),
+): Record<string, unknown> {
   const values: Record<string, unknown> = { deadlines: {} };
+  const refused = new Set<string>();
   for (const setting of SETTINGS) {
     const given = read(setting);
     let value: unknown;
-    if (given !== undefined) value = parseSetting(setting, given.value, given.source);
+    const before = problems.count;
+    if (given !== undefined) value = problems.check(() => parseSetting(setting, given.value, given.source));
     else if (setting.default !== undefined) value = setting.default;
-    else if (setting.key === 'connector') value = parseSetting(setting, undefined, { kind: 'flag' });
+    else if (setting.key === 'connector')
+      value = problems.check(() => parseSetting(setting, undefined, { kind: 'flag' }));
+    if (problems.count > before) refused.add(setting.key);
     if (value !== undefined) setAt(values, setting.key, value);
   }
   // A worker's name is one worker, across both pools (the admin API and answers name it).
@@ -1059,19 +1113,21 @@ function resolve(read: (setting: Setting) => { value: unknown; source: Source } 
   );
   const twice = named.find((name, i) => named.indexOf(name) !== i);
   if (twice !== undefined) {
-    throw new ConfigError(`Two workers are named ${JSON.stringify(twice)}: give each its own name (or none)`);
+    problems.add(`Two workers are named ${JSON.stringify(twice)}: give each its own name (or none)`);
   }
   // A role needs a worker at start unless discovery will find them.
   for (const role of ['prefill', 'decode'] as const) {
     const list = (values[role] ?? []) as unknown[];
     values[role] = list;
     const found = valueAt(values, `discovery.${role}Dns`) ?? valueAt(values, `discovery.${role}Selector`);
-    if (list.length === 0 && found === undefined) {
-      throw new ConfigError(
+    // A list that was refused has said so already.
+    if (list.length === 0 && found === undefined && !refused.has(role)) {
+      problems.add(
         `--${role} is required: at least one worker URL (or --${role}-dns or --${role}-selector to find them)`,
       );
     }
   }
+  problems.throwIfAny();
   return values;
 }
 
@@ -1146,19 +1202,29 @@ ${lines.join('\n')}
  * ignored without a word and its default used. `what` names a key where it was given
  * (`setting "x" in disagg.yaml`).
  */
-function rejectUnknown(values: Record<string, unknown>, known: readonly string[], what: (key: string) => string) {
+function rejectUnknown(
+  values: Record<string, unknown>,
+  known: readonly string[],
+  what: (key: string) => string,
+  problems: Problems,
+): void {
   const tops = new Set(known.map((key) => key.split('.')[0] as string));
   const groups = new Set(known.filter((key) => key.includes('.')).map((key) => key.split('.')[0] as string));
   for (const [key, value] of Object.entries(values)) {
-    if (!tops.has(key)) throw new ConfigError(withHint(`Unknown ${what(JSON.stringify(key))}`, key, known));
+    if (!tops.has(key)) {
+      // A group's own name is a candidate too: `routnig` is most likely `routing`.
+      problems.add(withHint(`Unknown ${what(JSON.stringify(key))}`, key, [...known, ...groups]));
+      continue;
+    }
     if (!groups.has(key) || value === undefined) continue;
     if (typeof value !== 'object' || value === null || Array.isArray(value)) {
       const kind = key === 'deadlines' ? 'budgets' : 'settings';
-      throw new ConfigError(`The ${what(JSON.stringify(key))}: ${key} must be an object of ${kind}`);
+      problems.add(`The ${what(JSON.stringify(key))}: ${key} must be an object of ${kind}`);
+      continue;
     }
     for (const inner of Object.keys(value)) {
       const name = `${key}.${inner}`;
-      if (!known.includes(name)) throw new ConfigError(withHint(`Unknown ${what(JSON.stringify(name))}`, name, known));
+      if (!known.includes(name)) problems.add(withHint(`Unknown ${what(JSON.stringify(name))}`, name, known));
     }
   }
 }
@@ -1348,12 +1414,14 @@ export interface ServeSources {
  * @throws {ConfigError} naming the setting as it was given.
  */
 export function resolveServeConfig({ flags, env, file }: ServeSources): ServeConfig {
-  checkEnvironment(env);
+  const problems = new Problems();
+  checkEnvironment(env, problems);
   if (file !== undefined) {
     rejectUnknown(
       file.values,
       SETTINGS.map((setting) => setting.key),
       (key) => `setting ${key} in ${file.path}`,
+      problems,
     );
   }
   const values = resolve((setting) => {
@@ -1365,7 +1433,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     }
     const value = file === undefined ? undefined : valueAt(file.values, setting.key);
     return value === undefined ? undefined : { value, source: { kind: 'file', path: (file as { path: string }).path } };
-  });
+  }, problems);
   const resolved = withWorkers(values);
   return {
     connector: resolved.connector as ServeConfig['connector'],
@@ -1433,10 +1501,10 @@ function isServiceLink(name: string, value: string): boolean {
   );
 }
 
-function checkEnvironment(env: NodeJS.ProcessEnv): void {
+function checkEnvironment(env: NodeJS.ProcessEnv, problems: Problems): void {
   const known = [...SETTINGS.map((setting) => setting.env), 'DISAGG_CONFIG'];
   for (const [name, value] of Object.entries(env)) {
     if (!name.startsWith('DISAGG_') || known.includes(name) || isServiceLink(name, value ?? '')) continue;
-    throw new ConfigError(withHint(`Unknown environment variable ${name}`, name, known));
+    problems.add(withHint(`Unknown environment variable ${name}`, name, known));
   }
 }

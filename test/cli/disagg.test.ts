@@ -18,6 +18,22 @@ describe('the disagg command (built)', () => {
     const bad = spawnSync(process.execPath, [bin, 'serve', '--connector', 'trt'], { encoding: 'utf8' });
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("--connector must be one of 'vllm', 'sglang', 'trtllm'");
+    // What `kubectl logs` shows of a crash loop: the problems, one line each, then where to read
+    // more, not the whole help.
+    const typos = spawnSync(
+      process.execPath,
+      [bin, 'serve', '--connector', 'vllm', '--prefil', 'http://p', '--decode', 'http://d', '--prot', '1'],
+      { encoding: 'utf8' },
+    );
+    expect(typos.status).toBe(2);
+    expect(typos.stderr).toBe(
+      [
+        'disagg serve: Unknown flag --prefil; did you mean --prefill?',
+        'disagg serve: Unknown flag --prot; did you mean --port?',
+        "See 'disagg serve --help' for every setting.",
+        '',
+      ].join('\n'),
+    );
     const unknown = spawnSync(process.execPath, [bin, 'foo'], { encoding: 'utf8' });
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toMatch(/^disagg: unknown command "foo"\n/);

@@ -175,7 +175,7 @@ deadlines:
       ['--connector', 'vllm', '--prefill', 'http://p', '--decode', 'http://d', '--selection', 'random'],
       '--selection must be',
     ],
-    [['--nope'], "Unknown option '--nope'"],
+    [['--nope'], 'Unknown flag --nope'],
     [['--config', '/no/such/file.yaml'], 'Cannot read the config file'],
   ])('refuses %j, saying what was expected', (args, message) => {
     expect(() => loadServeConfig(args, {})).toThrow(ConfigError);
@@ -191,6 +191,55 @@ deadlines:
     expect(disabled([], { DISAGG_DISABLE_RETRIES: 'false' })).toBe(false);
     expect(disabled([], {})).toBe(false);
     expect(() => loadServeConfig(workers, { DISAGG_DISABLE_RETRIES: 'maybe' })).toThrow('must be true or false');
+  });
+
+  it('an unknown flag gets the closest one as a hint, and every unknown flag is named at once', () => {
+    const error = (() => {
+      try {
+        loadServeConfig(['--prefil', 'http://p', '--decode', 'http://d', '--conector=vllm', '--xyzzy'], {});
+      } catch (caught) {
+        return caught as ConfigError;
+      }
+      throw new Error('accepted');
+    })();
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error.problems).toEqual([
+      'Unknown flag --prefil; did you mean --prefill?',
+      'Unknown flag --conector; did you mean --connector?',
+      'Unknown flag --xyzzy',
+    ]);
+  });
+
+  it('every problem of a configuration is reported at once: file keys, variables and values, each on its line', () => {
+    const path = file(
+      'many.yaml',
+      'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\nportt: 8000\nroutnig: {}\nport: x\n',
+    );
+    let error: ConfigError | undefined;
+    try {
+      loadServeConfig(['--config', path, '--selection', 'random'], { DISAGG_PORTT: '1' });
+    } catch (caught) {
+      error = caught as ConfigError;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error?.problems).toHaveLength(5);
+    expect(error?.problems.join('\n')).toMatch(/DISAGG_PORTT.*DISAGG_PORT/);
+    expect(error?.problems.join('\n')).toMatch(/"portt".*did you mean "port"/);
+    expect(error?.problems.join('\n')).toMatch(/"routnig".*did you mean "routing/);
+    expect(error?.problems.join('\n')).toContain('--selection must be');
+    expect(error?.problems.join('\n')).toContain('must be a non-negative number');
+    expect(error?.message).toMatch(/^5 problems:\n {2}- /);
+  });
+
+  it('a worker list that was refused is not also reported as missing', () => {
+    let error: ConfigError | undefined;
+    try {
+      loadServeConfig(['--connector', 'vllm', '--prefill', 'p0:8000', '--decode', 'http://d'], {});
+    } catch (caught) {
+      error = caught as ConfigError;
+    }
+    expect(error?.problems).toHaveLength(1);
+    expect(error?.message).toContain('is not an http(s) URL');
   });
 
   it('--help asks for the usage', () => {

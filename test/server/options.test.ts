@@ -35,9 +35,11 @@ const refusal = (run: () => unknown): ConfigError => {
 describe('one table of settings for createProxy, disagg serve and its help', () => {
   it('a config file key it does not know is refused by name, with the closest known one', () => {
     const typo = file('typo.yaml', 'connector: vllm\nprefil: [http://p]\ndecode: [http://d]\n');
-    expect(refusal(() => loadServeConfig(['--config', typo], {})).message).toBe(
+    // Both true, both said: the misspelt key and so the missing list.
+    expect(refusal(() => loadServeConfig(['--config', typo], {})).problems).toEqual([
       `Unknown setting "prefil" in ${typo}; did you mean "prefill"?`,
-    );
+      '--prefill is required: at least one worker URL (or --prefill-dns or --prefill-selector to find them)',
+    ]);
     const flat = file(
       'flat.yaml',
       'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\ndeadlineTotalMs: 60000\n',
@@ -80,7 +82,7 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
     expect(
       refusal(() => createProxy({ connector: 'vllm', prefill: [{ url: 'http://p' }], decode: [], port: 1 } as never))
         .message,
-    ).toMatch(/^Unknown option "port" of createProxy/);
+    ).toMatch(/^2 problems:\n {2}- Unknown option "port" of createProxy/);
   });
 
   it('routing: a policy per leg (else --selection), the cache-aware thresholds checked, the session header named', () => {
