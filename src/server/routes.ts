@@ -58,11 +58,13 @@ export async function handleRequest(
   }
   const isModels = method === 'GET' && (path === '/v1/models' || modelId !== undefined);
   if ((route !== undefined || isModels) && !bearerMatches(req, proxy.options.apiKey)) {
-    return answerUnauthorized(res, 'API key');
+    return answerUnauthorized(res, 'API key', { req, path, logger: proxy.logger });
   }
   // Off (a 404 like any unknown path) unless an admin key is set.
   if (proxy.options.adminKey !== undefined && (path === ADMIN_PREFIX || path.startsWith(`${ADMIN_PREFIX}/`))) {
-    if (!bearerMatches(req, proxy.options.adminKey)) return answerUnauthorized(res, 'admin key');
+    if (!bearerMatches(req, proxy.options.adminKey)) {
+      return answerUnauthorized(res, 'admin key', { req, path, logger: proxy.logger });
+    }
     return handleAdmin(proxy, req, res, path, body);
   }
   if (isModels) return models(proxy, res, modelId);

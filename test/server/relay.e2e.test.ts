@@ -389,6 +389,38 @@ describe('credentials and privacy', () => {
     expect((await right.completions.create({ model: 'm', prompt: 'x', max_tokens: 1 })).choices).toHaveLength(1);
   });
 
+  it('a request refused for its key is logged at warn: where from, at what, missing or wrong, never the key sent', async () => {
+    const { url, logs } = await setup('vllm', {}, { apiKey: 'proxy-secret' });
+    const wrong = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: {
+        authorization: 'Bearer not-the-secret',
+        'user-agent': 'scanner/1',
+        'content-type': 'application/json',
+      },
+      body: '{}',
+    });
+    expect(wrong.statusCode).toBe(401);
+    await wrong.body.dump();
+    const missing = await request(`${url}/v1/models`);
+    expect(missing.statusCode).toBe(401);
+    await missing.body.dump();
+    const refused = logs.filter((record) => String(record.message).startsWith('Refused a request'));
+    expect(refused.map(({ level, message, fields }) => ({ level, message, ...(fields as object) }))).toEqual([
+      expect.objectContaining({
+        level: 'warn',
+        message: 'Refused a request with a wrong API key',
+        method: 'POST',
+        path: '/v1/completions',
+        auth: 'wrong',
+        userAgent: 'scanner/1',
+        client: expect.stringMatching(/127\.0\.0\.1/),
+      }),
+      expect.objectContaining({ message: 'Refused a request without an API key', path: '/v1/models', auth: 'missing' }),
+    ]);
+    expect(JSON.stringify(logs)).not.toContain('not-the-secret');
+  });
+
   it('worker addresses never reach a client: errors and headers name workers', async () => {
     const { url, prefill } = await setup('vllm', {
       prefill: { fault: { type: 'status', status: 503, message: 'busy' } },
