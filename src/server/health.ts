@@ -50,6 +50,14 @@ interface Circuit {
  *
  * @internal
  */
+/** Why a probe failed, as the log line and the admin API say it. */
+export interface ProbeFailure {
+  /** `GET /health answered 503`, or the error code (`ECONNREFUSED`, `TIMEOUT`). */
+  reason: string;
+  /** What an operator most likely got wrong, when the failure has a usual cause. */
+  hint?: string;
+}
+
 export class HealthChecker {
   readonly #pools: Array<{ role: string; pool: WorkerPool<Named> }>;
   readonly #options: HealthOptions;
@@ -58,6 +66,8 @@ export class HealthChecker {
   readonly #circuits = new Map<Named, Circuit>();
   /** Each worker's run of probe results against its current state: failures while in, successes while out. */
   readonly #streaks = new Map<Named, number>();
+  /** Why each worker's last probe failed, until one succeeds: what the admin API shows. */
+  readonly #failures = new Map<Named, ProbeFailure>();
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
@@ -111,14 +121,37 @@ export class HealthChecker {
     if (entry === undefined || !entry.pool.has(worker)) return false;
     if (entry.pool.isAvailable(worker)) return true;
     // Unreachable for now or not ready: the regular rounds keep trying.
-    const { status } = await this.#ask(worker);
+    const { status, failure } = await this.#ask(worker);
+    this.#note(worker, status, failure);
     if (status !== 200 || entry.pool.stateOf(worker) !== 'down') return entry.pool.isAvailable(worker);
     entry.pool.setAvailable(worker, true);
     return true;
   }
 
+  /**
+   * Why the worker's last probe failed (`GET /health answered 404`, `ECONNREFUSED`) with the
+   * usual cause when there is one; undefined once a probe succeeds.
+   */
+  lastFailure(worker: Named): ProbeFailure | undefined {
+    return this.#failures.get(worker);
+  }
+
+  #note(worker: Named, status: number | undefined, failure: unknown): void {
+    if (status === 200) {
+      this.#failures.delete(worker);
+      return;
+    }
+    const code = failure === undefined ? undefined : codeOf(failure);
+    const hint = probeHint(status, code);
+    this.#failures.set(worker, {
+      reason: status === undefined ? (code ?? 'no answer') : `GET /health answered ${status}`,
+      ...(hint === undefined ? {} : { hint }),
+    });
+  }
+
   /** A worker left its pool: its circuit and probe streak go with it. */
   forget(worker: Named): void {
+    this.#failures.delete(worker);
     const circuit = this.#circuits.get(worker);
     if (circuit?.timer !== undefined) clearTimeout(circuit.timer);
     this.#circuits.delete(worker);
@@ -226,6 +259,7 @@ export class HealthChecker {
     const healthy = status === 200;
     // The worker may have left the pool while the probe was out (removed, drained, discovery).
     if (!pool.has(worker)) return;
+    this.#note(worker, status, failure);
     // An open circuit keeps its worker out whatever /health says, until its trial.
     if (healthy && this.#circuits.get(worker)?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) {

@@ -26,6 +26,10 @@ export interface WorkerView {
   source: MembershipSource;
   bootstrap_host?: string;
   bootstrap_port?: number;
+  /** When `down`: why its last health probe failed (`GET /health answered 404`, `ECONNREFUSED`). */
+  reason?: string;
+  /** When `down` for a usual cause: what to check. */
+  hint?: string;
 }
 
 type AnyWorker = ProxyPrefillWorker | ProxyDecodeWorker;
@@ -176,7 +180,15 @@ export class Membership {
     const inRotation = await this.#health.admit(role, worker);
     const view = this.#view(role, worker);
     this.#logger.info(
-      { role, worker: view.name, url: worker.url, source, state: view.state },
+      {
+        role,
+        worker: view.name,
+        url: worker.url,
+        source,
+        state: view.state,
+        ...(view.reason === undefined ? {} : { reason: view.reason }),
+        ...(view.hint === undefined ? {} : { hint: view.hint }),
+      },
       inRotation
         ? `Worker added to the ${role} pool`
         : `Worker added to the ${role} pool; out of rotation until it answers a probe`,
@@ -277,6 +289,7 @@ export class Membership {
       source: this.#sources.get(worker) ?? 'config',
       ...(prefill.bootstrapHost === undefined ? {} : { bootstrap_host: prefill.bootstrapHost }),
       ...(prefill.bootstrapPort === undefined ? {} : { bootstrap_port: prefill.bootstrapPort }),
+      ...(pool.stateOf(worker) === 'down' ? this.#health.lastFailure(worker) : {}),
     };
   }
 }

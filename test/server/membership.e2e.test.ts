@@ -116,6 +116,33 @@ describe('the admin API', () => {
     });
   });
 
+  it('a worker added down says why, in the answer, the list and the log: what its probe got and the usual cause', async () => {
+    const { admin, decode, logs } = await start();
+    const refused = await admin('POST', '/admin/workers', { role: 'decode', url: 'http://127.0.0.1:1' });
+    expect(refused.status).toBe(201);
+    expect(refused.body).toMatchObject({
+      state: 'down',
+      reason: 'ECONNREFUSED',
+      hint: 'nothing listens there: is the worker up, and the port right?',
+    });
+    const wrongPath = await admin('POST', '/admin/workers', { role: 'decode', url: `${decode.url}/api` });
+    expect(wrongPath.body).toMatchObject({
+      state: 'down',
+      reason: 'GET /health answered 404',
+      hint: expect.stringContaining('has no /health'),
+    });
+    const listed = (await admin('GET', '/admin/workers')).body as { decode: Array<{ name: string; reason?: string }> };
+    expect(listed.decode.map(({ name, reason }) => ({ name, reason }))).toEqual([
+      { name: 'decode-0', reason: undefined },
+      { name: 'decode-1', reason: 'ECONNREFUSED' },
+      { name: 'decode-2', reason: 'GET /health answered 404' },
+    ]);
+    expect(logs.find((record) => (record.fields as { worker?: string }).worker === 'decode-1')?.fields).toMatchObject({
+      state: 'down',
+      reason: 'ECONNREFUSED',
+    });
+  });
+
   it('a worker added takes requests at once, without a restart; the change is logged and counted', async () => {
     const { admin, decodeWorkerOf, metric, logs } = await start();
     const second = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });

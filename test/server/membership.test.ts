@@ -18,6 +18,7 @@ function setup(
       if (answers) pool.setAvailable(worker as never, true);
       return answers;
     }),
+    lastFailure: vi.fn(() => (answers ? undefined : { reason: 'ECONNREFUSED', hint: 'nothing listens there' })),
     forget: vi.fn(),
   };
   const logs: Array<{ fields: Record<string, unknown>; message: string | undefined }> = [];
@@ -156,6 +157,8 @@ describe('Membership: changes', () => {
       source: 'admin',
       bootstrap_host: 'p9',
       bootstrap_port: 8998,
+      reason: 'ECONNREFUSED',
+      hint: 'nothing listens there',
     });
     expect(prefill.isAvailable(prefill.workers[1] as ProxyPrefillWorker)).toBe(false);
     expect(logs[0]?.message).toBe('Worker added to the prefill pool; out of rotation until it answers a probe');
