@@ -5,6 +5,9 @@ import type { WorkerPool } from '../flow/worker-pool.js';
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 const TOKEN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
+/** The proxy's own operational routes, which `disagg_requests_total` does not count. */
+const NOT_REQUESTS: ReadonlySet<string> = new Set(['health', 'ready', 'metrics']);
+
 /** A worker as the metrics name it. */
 type Named = { url: string };
 
@@ -36,6 +39,11 @@ export class ProxyMetrics {
     admission?: { readonly active: number; readonly queued: number },
     /** An application's registry the proxy's metrics join too (not the process metrics, which it has its own of). */
     shared?: Registry,
+    /**
+     * A worker's name for its `worker` label (what the admin API, logs and answers call it);
+     * its URL when omitted. Read at each scrape: names are given as workers join.
+     */
+    nameOf: (worker: Named) => string = (worker) => worker.url,
   ) {
     const registers = shared === undefined ? [this.registry] : [this.registry, shared];
     collectDefaultMetrics({ register: this.registry });
@@ -110,7 +118,7 @@ export class ProxyMetrics {
       labelNames: ['role', 'change', 'source'],
       registers,
     });
-    registerGauges(registers, pools, admission);
+    registerGauges(registers, pools, admission, nameOf);
   }
 
   /** A worker joined or left a pool (see {@link Membership}). */
@@ -161,11 +169,15 @@ export class ProxyMetrics {
   }
 
   /**
-   * Counts one request once its response has closed, whatever answered it: the flow's verdict
+   * Counts one request once its response has closed (not `/health`, `/ready`, `/metrics`),
+   * whatever answered it: the flow's verdict
    * where the request reached the flow; otherwise a 4xx is `rejected`, a 5xx an `error`, an
    * answer cut before its end `cancelled`.
    */
   answered(route: string, res: { statusCode: number; writableFinished: boolean }): void {
+    // Health probes and scrapes are not requests: a kubelet's every 10 s would outnumber a
+    // quiet fleet's traffic and pull its error ratio toward zero.
+    if (NOT_REQUESTS.has(route)) return;
     const verdict = this.#verdicts.get(res);
     const status = res.statusCode;
     const outcome =
@@ -195,6 +207,7 @@ function registerGauges(
   registers: Registry[],
   pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
   admission: { readonly active: number; readonly queued: number } | undefined,
+  nameOf: (worker: Named) => string,
 ): void {
   new Gauge({
     name: 'disagg_queue_depth',
@@ -235,7 +248,7 @@ function registerGauges(
       // Workers come and go at run time: a series per worker present at this scrape only.
       this.reset();
       for (const [role, pool] of Object.entries(pools)) {
-        for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.inFlight(worker));
+        for (const worker of pool.workers) this.set({ role, worker: nameOf(worker) }, pool.inFlight(worker));
       }
     },
   });
@@ -247,7 +260,7 @@ function registerGauges(
     collect() {
       this.reset();
       for (const [role, pool] of Object.entries(pools)) {
-        for (const worker of pool.workers) this.set({ role, worker: worker.url }, pool.isAvailable(worker) ? 1 : 0);
+        for (const worker of pool.workers) this.set({ role, worker: nameOf(worker) }, pool.isAvailable(worker) ? 1 : 0);
       }
     },
   });

@@ -92,6 +92,9 @@ export class ProxyCore implements ProxyState {
       { prefill: this.prefillWorkers, decode: this.decodeWorkers },
       this.admission,
       options.metricsRegistry as Registry | undefined,
+      // Names, not addresses: a series matches the admin API and logs, and /metrics does not
+      // list the fleet's internal addresses.
+      (worker) => this.membership.nameOf(worker),
     );
     this.models = new ServedModels({
       headers: this.workerHeaders,

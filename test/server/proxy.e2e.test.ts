@@ -218,6 +218,19 @@ describe('disagg proxy, with the official openai client', () => {
     }
   });
 
+  it('/metrics names workers as the admin API and logs do, never by address, and does not count probes as requests', async () => {
+    const { client, url, prefill, decode } = await setup('vllm');
+    await client.completions.create({ model: 'fake-model', prompt: 'x', max_tokens: 2 });
+    for (const path of ['/health', '/ready', '/health']) await (await request(`${url}${path}`)).body.dump();
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_worker_available{role="prefill",worker="prefill-0"} 1');
+    expect(metrics).toContain('disagg_in_flight_requests{role="decode",worker="decode-0"} 0');
+    expect(metrics).not.toContain(new URL(prefill.url).host);
+    expect(metrics).not.toContain(new URL(decode.url).host);
+    const counted = [...metrics.matchAll(/^disagg_requests_total\{route="(\w+)"/gm)].map((m) => m[1]);
+    expect(counted).toEqual(['completions']);
+  });
+
   it('metrics: the held terminal of a concurrent request, and an orphaned handoff', async () => {
     const sglang = await setup('sglang', { prefill: { transferMs: 150 }, decode: { tokens: 2 } });
     const stream = await sglang.client.chat.completions.create({
