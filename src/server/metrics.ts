@@ -2,7 +2,9 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 import type { FlowEvent } from '../flow/events.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
 
-const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+// Up to the longest default deadline (a prefill's 600 s): a long prompt's TTFT past 30 s must
+// land in a bucket of its own, not only in +Inf.
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 const TOKEN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
 /** The proxy's own operational routes, which `disagg_requests_total` does not count. */
@@ -22,6 +24,7 @@ export class ProxyMetrics {
   readonly #requests: Counter<'route' | 'status' | 'outcome' | 'leg'>;
   /** The flow's verdict on the request a response answers, until the response closes. */
   readonly #verdicts = new WeakMap<object, { outcome: string; leg: string | undefined }>();
+  readonly #duration: Histogram<'route' | 'outcome'>;
   readonly #ttft: Histogram;
   readonly #prefill: Histogram;
   readonly #handoff: Histogram;
@@ -51,6 +54,13 @@ export class ProxyMetrics {
       name: 'disagg_requests_total',
       help: 'Every answered request, by route, HTTP status, outcome (success, error, cancelled, rejected before any worker was called) and, for errors, the leg that failed',
       labelNames: ['route', 'status', 'outcome', 'leg'],
+      registers,
+    });
+    this.#duration = new Histogram({
+      name: 'disagg_request_duration_seconds',
+      help: 'From a request arriving to its answer closing (the last byte, or the connection cut), by route and outcome',
+      labelNames: ['route', 'outcome'],
+      buckets: LATENCY_BUCKETS,
       registers,
     });
     this.#ttft = new Histogram({
@@ -174,7 +184,7 @@ export class ProxyMetrics {
    * where the request reached the flow; otherwise a 4xx is `rejected`, a 5xx an `error`, an
    * answer cut before its end `cancelled`.
    */
-  answered(route: string, res: { statusCode: number; writableFinished: boolean }): void {
+  answered(route: string, res: { statusCode: number; writableFinished: boolean }, seconds?: number): void {
     // Health probes and scrapes are not requests: a kubelet's every 10 s would outnumber a
     // quiet fleet's traffic and pull its error ratio toward zero.
     if (NOT_REQUESTS.has(route)) return;
@@ -184,6 +194,7 @@ export class ProxyMetrics {
       verdict?.outcome ??
       (!res.writableFinished ? 'cancelled' : status >= 500 ? 'error' : status >= 400 ? 'rejected' : 'success');
     this.#requests.inc({ route, status: String(status), outcome, leg: verdict?.leg ?? '' });
+    if (seconds !== undefined) this.#duration.observe({ route, outcome }, seconds);
   }
 
   /** A request is tried again after its `leg` failed. */

@@ -131,7 +131,10 @@ export class ProxyCore implements ProxyState {
    * a framework has read it; `given.path`: the route's path, when mounted under a prefix.
    */
   answer(req: IncomingMessage, res: ServerResponse, given: { body?: string; path?: string } = {}): void {
-    res.once('close', () => this.metrics.answered(routeLabel(req, given.path), res));
+    const arrived = performance.now();
+    res.once('close', () =>
+      this.metrics.answered(routeLabel(req, given.path), res, (performance.now() - arrived) / 1000),
+    );
     handleRequest(this, req, res, given).catch((error: unknown) => {
       this.logger.error({ err: error }, 'The proxy failed to answer a request');
       if (res.headersSent) res.destroy();

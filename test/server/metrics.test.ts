@@ -62,7 +62,7 @@ describe('ProxyMetrics: what /metrics says', () => {
     for (const { name, help } of exposed) expect(help, name).toMatch(/^[A-Z].{20,}/);
   });
 
-  it('latencies are bucketed from 5 ms to 30 s, gaps between chunks from 1 ms to 2.5 s', async () => {
+  it('latencies are bucketed from 5 ms to 600 s (the prefill deadline), gaps between chunks from 1 ms to 2.5 s', async () => {
     const { metrics } = setup();
     const bounds = async (name: string) =>
       ((await metrics.registry.getMetricsAsJSON()).find((metric) => metric.name === name)?.values ?? [])
@@ -81,6 +81,10 @@ describe('ProxyMetrics: what /metrics says', () => {
       5,
       10,
       30,
+      60,
+      120,
+      300,
+      600,
       '+Inf',
     ]);
     expect(await bounds('disagg_inter_token_latency_seconds')).toEqual([
@@ -181,6 +185,32 @@ describe('ProxyMetrics: fed by the flow', () => {
       'route=completions,status=500,outcome=error,leg=': 1,
       'route=completions,status=200,outcome=cancelled,leg=': 1,
     });
+  });
+
+  it('a request lasts from its arrival to its answer closing, by route and outcome; buckets reach the 600 s prefill deadline', async () => {
+    const { metrics, values } = setup();
+    metrics.answered('completions', { statusCode: 200, writableFinished: true }, 0.4);
+    metrics.answered('completions', { statusCode: 200, writableFinished: true }, 420);
+    metrics.answered('chat', { statusCode: 200, writableFinished: false }, 2);
+    metrics.answered('health', { statusCode: 200, writableFinished: true }, 0.001);
+    expect(await values('disagg_request_duration_seconds')).toEqual({
+      '_sum route=completions,outcome=success': 420.4,
+      '_count route=completions,outcome=success': 2,
+      '_sum route=chat,outcome=cancelled': 2,
+      '_count route=chat,outcome=cancelled': 1,
+    });
+    const text = await metrics.registry.metrics();
+    // The 420 s request is in the 600 s bucket, not only in +Inf.
+    expect(text).toContain('disagg_request_duration_seconds_bucket{le="300",route="completions",outcome="success"} 1');
+    expect(text).toContain('disagg_request_duration_seconds_bucket{le="600",route="completions",outcome="success"} 2');
+    expect(text).toContain('disagg_time_to_first_token_seconds_bucket{le="600"} 0');
+  });
+
+  it('probes and scrapes (health, ready, metrics) are not requests', async () => {
+    const { metrics, values } = setup();
+    for (const route of ['health', 'ready', 'metrics'])
+      metrics.answered(route, { statusCode: 200, writableFinished: true });
+    expect(await values('disagg_requests_total')).toEqual({});
   });
 
   it('retries by leg, queue waits, gaps between chunks and membership changes', async () => {
