@@ -18,11 +18,18 @@ export interface InFlightRequest {
  */
 export class InFlightRequests {
   readonly #entries = new Set<InFlightRequest>();
+  /** Responses shutdown ended: counted as cut by shutdown, not as clients that left. */
+  readonly #cut = new WeakSet<ServerResponse>();
   /** Wakes a drain waiting for the last request to end. */
   #emptied: (() => void) | undefined;
 
   get size(): number {
     return this.#entries.size;
+  }
+
+  /** Whether shutdown ended this response before its end (past the grace period). */
+  wasCut(res: ServerResponse): boolean {
+    return this.#cut.has(res);
   }
 
   add(entry: InFlightRequest): void {
@@ -51,6 +58,7 @@ export class InFlightRequests {
       this.#emptied = undefined;
     }
     const ending = [...this.#entries].map((entry) => {
+      this.#cut.add(entry.res);
       entry.shutdown();
       return finished(entry.res);
     });

@@ -52,7 +52,7 @@ export class ProxyMetrics {
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new Counter({
       name: 'disagg_requests_total',
-      help: 'Every answered request, by route, HTTP status, outcome (success, error, cancelled, rejected before any worker was called) and, for errors, the leg that failed',
+      help: 'Every answered request, by route, HTTP status, outcome (success, error, cancelled by the client, shutdown: ended past the grace period, rejected before any worker was called) and, for errors, the leg that failed',
       labelNames: ['route', 'status', 'outcome', 'leg'],
       registers,
     });
@@ -184,16 +184,25 @@ export class ProxyMetrics {
    * where the request reached the flow; otherwise a 4xx is `rejected`, a 5xx an `error`, an
    * answer cut before its end `cancelled`.
    */
-  answered(route: string, res: { statusCode: number; writableFinished: boolean }, seconds?: number): void {
+  answered(
+    route: string,
+    res: { statusCode: number; writableFinished: boolean },
+    seconds?: number,
+    how: { cutAtShutdown?: boolean } = {},
+  ): void {
     // Health probes and scrapes are not requests: a kubelet's every 10 s would outnumber a
     // quiet fleet's traffic and pull its error ratio toward zero.
     if (NOT_REQUESTS.has(route)) return;
     const verdict = this.#verdicts.get(res);
     const status = res.statusCode;
-    const outcome =
-      verdict?.outcome ??
-      (!res.writableFinished ? 'cancelled' : status >= 500 ? 'error' : status >= 400 ? 'rejected' : 'success');
-    this.#requests.inc({ route, status: String(status), outcome, leg: verdict?.leg ?? '' });
+    // A request ended by shutdown past the grace period is neither the client's doing
+    // (cancelled) nor a worker's (error): an operator sizing --grace-period-ms counts these.
+    const outcome = how.cutAtShutdown
+      ? 'shutdown'
+      : (verdict?.outcome ??
+        (!res.writableFinished ? 'cancelled' : status >= 500 ? 'error' : status >= 400 ? 'rejected' : 'success'));
+    const leg = how.cutAtShutdown ? '' : (verdict?.leg ?? '');
+    this.#requests.inc({ route, status: String(status), outcome, leg });
     if (seconds !== undefined) this.#duration.observe({ route, outcome }, seconds);
   }
 

@@ -133,7 +133,9 @@ export class ProxyCore implements ProxyState {
   answer(req: IncomingMessage, res: ServerResponse, given: { body?: string; path?: string } = {}): void {
     const arrived = performance.now();
     res.once('close', () =>
-      this.metrics.answered(routeLabel(req, given.path), res, (performance.now() - arrived) / 1000),
+      this.metrics.answered(routeLabel(req, given.path), res, (performance.now() - arrived) / 1000, {
+        cutAtShutdown: this.inFlight.wasCut(res),
+      }),
     );
     handleRequest(this, req, res, given).catch((error: unknown) => {
       this.logger.error({ err: error }, 'The proxy failed to answer a request');

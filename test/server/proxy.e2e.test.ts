@@ -1,4 +1,5 @@
 import OpenAI from 'openai';
+import { Registry } from 'prom-client';
 import { Agent, type Dispatcher, request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { createProxy } from '../../src/server/proxy.js';
@@ -330,6 +331,29 @@ describe('disagg proxy, with the official openai client', () => {
     expect(error).toBeInstanceOf(OpenAI.APIError);
     expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
     expect((error as Error).message).toContain('shutting down');
+  });
+
+  it('a request ended by shutdown past the grace period is counted as shutdown, not as a client that left', async () => {
+    const registry = new Registry();
+    const { client, proxy } = await setup(
+      'vllm',
+      { decode: { tokens: 1000, tokenIntervalMs: 20 } },
+      { metricsRegistry: registry },
+    );
+    const stream = await client.completions.create({ model: 'm', prompt: 'x', stream: true });
+    const reading = (async () => {
+      for await (const _ of stream);
+    })().catch((e: unknown) => e);
+    const call = client.completions.create({ model: 'm', prompt: 'x' }).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await proxy.close({ gracePeriodMs: 50, drainDelayMs: 0 });
+    await Promise.all([reading, call]);
+    const text = await registry.metrics();
+    const counted = [...text.matchAll(/^disagg_requests_total\{(.*)\} (\d+)$/gm)].map((m) => `${m[1]} ${m[2]}`);
+    expect(counted.sort()).toEqual([
+      'route="completions",status="200",outcome="shutdown",leg="" 1',
+      'route="completions",status="503",outcome="shutdown",leg="" 1',
+    ]);
   });
 });
 
