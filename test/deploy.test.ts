@@ -46,6 +46,20 @@ describe('the Kubernetes manifests agree with the proxy', () => {
     expect(service.spec.selector).toEqual(deployment.spec.selector.matchLabels);
   });
 
+  it('metrics on a port of their own, annotated for scraping and not behind the Service; the Service keeps a client on one replica', () => {
+    const metricsPort = container.ports.find((each: { name: string }) => each.name === 'metrics');
+    expect(metricsPort.containerPort).toBe(config.metricsPort);
+    expect(deployment.spec.template.metadata.annotations).toMatchObject({
+      'prometheus.io/scrape': 'true',
+      'prometheus.io/port': String(config.metricsPort),
+    });
+    const service = of('Service');
+    expect(service.spec.ports.map((each: { targetPort: string }) => each.targetPort)).toEqual(['http']);
+    // cache-aware routing learns per replica (the ConfigMap's prefillPolicy).
+    expect(config.prefillPolicy).toBe('cache-aware');
+    expect(service.spec.sessionAffinity).toBe('ClientIP');
+  });
+
   it('the pod may list and watch the pods its discovery selects, in the namespace it watches, and nothing else', () => {
     expect(config.discovery.prefillSelector).toBeDefined();
     expect(config.discovery.decodeSelector).toBeDefined();

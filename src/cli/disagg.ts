@@ -111,6 +111,7 @@ async function serve(config: ServeConfig): Promise<void> {
       decode: proxy.decodeWorkers.workers.map((w) => w.url),
       ...discoveryOf(config),
       admin: config.adminKey !== undefined,
+      metrics: proxy.metricsUrl === undefined ? `${url}/metrics` : `${proxy.metricsUrl}/metrics`,
     },
     'disagg serve listening',
   );

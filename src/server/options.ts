@@ -103,6 +103,12 @@ export interface ProxyOptions {
    * (404) without one.
    */
   adminKey?: string;
+  /**
+   * Serve `/metrics` on this port of its own (the host `listen` is given), not on the API
+   * port: a Service or NetworkPolicy then exposes the API without the fleet's metrics. On the
+   * API port by default.
+   */
+  metricsPort?: number;
   /** SGLang: the bootstrap port of prefill workers that do not name their own; 8998 by default. */
   bootstrapPort?: number;
   /** How a worker is chosen for each leg; `least-in-flight` by default. */
@@ -261,6 +267,7 @@ export interface ResolvedProxyOptions
       | 'bootstrapPort'
       | 'apiKey'
       | 'adminKey'
+      | 'metricsPort'
       | 'discovery'
       | 'dnsLookup'
       | 'kubeConfig'
@@ -283,6 +290,7 @@ export interface ResolvedProxyOptions
   cleanupBudgetMs: number;
   apiKey: string | undefined;
   adminKey: string | undefined;
+  metricsPort: number | undefined;
   discovery: {
     prefillDns: string | undefined;
     decodeDns: string | undefined;
@@ -342,6 +350,7 @@ export interface ServeConfig {
   logFormat: 'json' | 'pretty';
   apiKey: string | undefined;
   adminKey: string | undefined;
+  metricsPort: number | undefined;
   discovery: ResolvedProxyOptions['discovery'];
   workerApiKey: string | undefined;
 }
@@ -496,6 +505,15 @@ export const SETTINGS: readonly Setting[] = [
     help: 'the port to listen on',
     default: 8000,
     serveOnly: true,
+    parse: port,
+  },
+  {
+    key: 'metricsPort',
+    flag: 'metrics-port',
+    env: 'DISAGG_METRICS_PORT',
+    arg: 'N',
+    help: 'serve /metrics on this port only (not on --port), for a scrape the API port does not expose',
+    shownDefault: 'on --port',
     parse: port,
   },
   {
@@ -1044,6 +1062,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     adminKey: values.adminKey as string | undefined,
+    metricsPort: values.metricsPort as number | undefined,
     discovery: discoveryOf(values),
     dnsLookup: options.dnsLookup,
     kubeConfig: options.kubeConfig,
@@ -1468,6 +1487,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     logFormat: resolved.logFormat as ServeConfig['logFormat'],
     apiKey: resolved.apiKey as string | undefined,
     adminKey: resolved.adminKey as string | undefined,
+    metricsPort: resolved.metricsPort as number | undefined,
     discovery: discoveryOf(resolved),
     workerApiKey: resolved.workerApiKey as string | undefined,
   };

@@ -7,7 +7,7 @@ import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '.
 import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
-import { answerJson } from '../http/node-server.js';
+import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { Admission } from './admission.js';
 import { errorAnswer } from './error-answers.js';
@@ -19,7 +19,7 @@ import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
 import { checkWorker, type ProxyDecodeWorker, type ProxyPrefillWorker, type ResolvedProxyOptions } from './options.js';
 import type { ProxyState } from './proxy-state.js';
-import { handleRequest, routeLabel } from './routes.js';
+import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, selectionFor } from './routing-policies.js';
 import { Tracing } from './tracing.js';
 
@@ -130,6 +130,20 @@ export class ProxyCore implements ProxyState {
    * OpenAI shape before the first byte, a cut connection after. `given.body`: the body, when
    * a framework has read it; `given.path`: the route's path, when mounted under a prefix.
    */
+  /** The metrics port: `GET`/`HEAD /metrics` and nothing else (a 404 for any other path). */
+  answerMetricsPort(req: IncomingMessage, res: ServerResponse): void {
+    const method = req.method ?? 'GET';
+    if (pathOf(req) === '/metrics' && (method === 'GET' || method === 'HEAD')) {
+      answerMetrics(this, res).catch((error: unknown) => {
+        this.logger.error({ err: error }, 'The proxy failed to answer a scrape');
+        res.destroy();
+      });
+      return;
+    }
+    const answer = errorAnswer(new RequestError(404, 'This port serves GET /metrics only'));
+    answerJson(res, answer.status, answer.body);
+  }
+
   answer(req: IncomingMessage, res: ServerResponse, given: { body?: string; path?: string } = {}): void {
     const arrived = performance.now();
     res.once('close', () =>

@@ -19,6 +19,8 @@ export interface ProxyServer {
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
   /** Probes every worker once, then listens; resolves with the proxy's base URL. */
   listen(port?: number, host?: string): Promise<string>;
+  /** Where `/metrics` is served when `metricsPort` is set and the proxy listens; else undefined. */
+  readonly metricsUrl: string | undefined;
   /**
    * Shuts down as orchestrators expect: first `/ready` answers 503 for `drainDelayMs` (the
    * option's value, 5,000 by default) while requests are still served, so that load balancers
@@ -68,7 +70,13 @@ class DisaggProxy implements ProxyServer {
       connectionsCheckingInterval: Math.max(10, Math.min(1000, options.headersTimeoutMs / 10)),
     };
     this.server = createServer(serverOptions, (req, res) => this.core.answer(req, res));
+    if (options.metricsPort !== undefined) {
+      this.#metricsServer = createServer((req, res) => this.core.answerMetricsPort(req, res));
+    }
   }
+
+  /** `/metrics` alone, when `metricsPort` gives it a port of its own. */
+  readonly #metricsServer: Server | undefined;
 
   get prefillWorkers(): WorkerPool<ProxyPrefillWorker> {
     return this.core.prefillWorkers;
@@ -80,15 +88,21 @@ class DisaggProxy implements ProxyServer {
 
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {
     await this.core.start();
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, host, () => {
-        this.server.off('error', reject);
-        resolve();
-      });
-    });
-    const address = this.server.address() as AddressInfo;
-    return `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
+    // The metrics port first: a port in use fails the start before the API takes requests.
+    if (this.#metricsServer !== undefined) {
+      await listenOn(this.#metricsServer, this.core.options.metricsPort as number, host);
+    }
+    try {
+      await listenOn(this.server, port, host);
+    } catch (error) {
+      this.#metricsServer?.close();
+      throw error;
+    }
+    return urlOf(this.server);
+  }
+
+  get metricsUrl(): string | undefined {
+    return this.#metricsServer?.listening ? urlOf(this.#metricsServer) : undefined;
   }
 
   async close(options: { gracePeriodMs?: number; drainDelayMs?: number } = {}): Promise<void> {
@@ -103,5 +117,28 @@ class DisaggProxy implements ProxyServer {
       this.server.closeAllConnections();
       await closed;
     });
+    // Scraped to the end: the last of the drain shows in the metrics.
+    const metricsServer = this.#metricsServer;
+    if (metricsServer?.listening) {
+      await new Promise<void>((resolve) => {
+        metricsServer.close(() => resolve());
+        metricsServer.closeAllConnections();
+      });
+    }
   }
+}
+
+function listenOn(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+function urlOf(server: Server): string {
+  const address = server.address() as AddressInfo;
+  return `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
 }

@@ -37,7 +37,8 @@ export async function handleRequest(
     // HEAD answers as GET without the body (Node leaves the body out of a HEAD answer).
     if (path === '/health') return answerJson(res, 200, { status: 'ok' });
     if (path === '/ready') return ready(proxy, res);
-    if (path === '/metrics') return metrics(proxy, res);
+    // With a metrics port of its own, /metrics is not on the API port (a 404 like any path).
+    if (path === '/metrics' && proxy.options.metricsPort === undefined) return answerMetrics(proxy, res);
   }
   const allowed = allowedMethods(path);
   if (allowed !== undefined && !allowed.includes(method)) {
@@ -138,7 +139,12 @@ function ready(proxy: ProxyState, res: ServerResponse): void {
   });
 }
 
-async function metrics(proxy: ProxyState, res: ServerResponse): Promise<void> {
+/**
+ * The Prometheus text of the proxy's metrics.
+ *
+ * @internal
+ */
+export async function answerMetrics(proxy: ProxyState, res: ServerResponse): Promise<void> {
   const { registry } = proxy.metrics;
   const text = await registry.metrics();
   res.writeHead(200, { 'content-type': registry.contentType });

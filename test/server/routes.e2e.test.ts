@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
+import { createProxy } from '../../src/server/proxy.js';
 import { proxyHarness } from '../support/proxy.js';
 
 const { setup } = proxyHarness();
@@ -199,6 +200,50 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
       code: 'ECONNREFUSED',
       hint: expect.stringContaining('nothing listens there'),
     });
+  });
+});
+
+describe('--metrics-port', () => {
+  it('serves /metrics on a port of its own and nowhere else: the API port answers it 404, with or without the API key', async () => {
+    const { url, proxy } = await setup('vllm', {}, { metricsPort: 0, apiKey: 'k' });
+    const metricsUrl = proxy.metricsUrl as string;
+    expect(metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(metricsUrl).not.toBe(url);
+    await new OpenAI({ baseURL: `${url}/v1`, apiKey: 'k', maxRetries: 0 }).completions.create({
+      model: 'fake-model',
+      prompt: 'x',
+      max_tokens: 2,
+    });
+    const scrape = await request(`${metricsUrl}/metrics`);
+    expect(scrape.statusCode).toBe(200);
+    expect(await scrape.body.text()).toContain(
+      'disagg_requests_total{route="completions",status="200",outcome="success",leg=""} 1',
+    );
+    const onApi = await request(`${url}/metrics`, { headers: { authorization: 'Bearer k' } });
+    expect(onApi.statusCode).toBe(404);
+    await onApi.body.dump();
+    const other = await request(`${metricsUrl}/v1/completions`, { method: 'POST', body: '{}' });
+    expect(other.statusCode).toBe(404);
+    expect(((await other.body.json()) as { error: { message: string } }).error.message).toBe(
+      'This port serves GET /metrics only',
+    );
+    await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 });
+    expect(proxy.metricsUrl).toBeUndefined();
+    await expect(request(`${metricsUrl}/metrics`)).rejects.toThrow();
+  });
+
+  it('a metrics port in use fails listen, and the API port is not taken', async () => {
+    const first = await setup('vllm', {}, { metricsPort: 0 });
+    const taken = Number(new URL(first.proxy.metricsUrl as string).port);
+    const second = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: first.prefill.url }],
+      decode: [{ url: first.decode.url }],
+      metricsPort: taken,
+    });
+    await expect(second.listen(0)).rejects.toMatchObject({ code: 'EADDRINUSE' });
+    expect(second.server.listening).toBe(false);
+    await second.close({ gracePeriodMs: 0, drainDelayMs: 0 });
   });
 });
 
