@@ -60,6 +60,15 @@ describe('the Kubernetes manifests agree with the proxy', () => {
     expect(service.spec.sessionAffinity).toBe('ClientIP');
   });
 
+  it('a startup probe gives the first round of worker probes time before liveness counts; a disruption takes one replica at a time', () => {
+    expect(container.startupProbe.httpGet).toEqual({ path: '/health', port: 'http' });
+    expect(container.startupProbe.periodSeconds * container.startupProbe.failureThreshold).toBeGreaterThanOrEqual(60);
+    const budget = of('PodDisruptionBudget');
+    expect(budget.spec.selector.matchLabels).toEqual(deployment.spec.selector.matchLabels);
+    expect(budget.spec.maxUnavailable).toBe(1);
+    expect(deployment.spec.replicas).toBeGreaterThan(budget.spec.maxUnavailable);
+  });
+
   it('the pod may list and watch the pods its discovery selects, in the namespace it watches, and nothing else', () => {
     expect(config.discovery.prefillSelector).toBeDefined();
     expect(config.discovery.decodeSelector).toBeDefined();
