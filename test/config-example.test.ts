@@ -30,6 +30,7 @@ describe('disagg.example.yaml', () => {
       'apiKey',
       'workerApiKey',
       'adminKey',
+      'metricsPort',
       'discovery.prefillDns',
       'discovery.decodeDns',
       'discovery.prefillSelector',

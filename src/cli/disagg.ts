@@ -1,14 +1,25 @@
 #!/usr/bin/env node
 // The `disagg` command. The only module that writes to the console: a command-line tool.
+import { rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
+import {
+  FAKE_WORKERS_USAGE,
+  FakeWorkersUsageError,
+  parseFakeWorkersArgs,
+  serveCommand,
+  startFakeFleet,
+} from './fake-workers.js';
 
 const USAGE = `Usage: disagg <command>
 
 Commands:
-  serve     run the OpenAI-compatible disaggregating proxy (disagg serve --help)
+  serve         run the OpenAI-compatible disaggregating proxy (disagg serve --help)
+  fake-workers  start fake prefill and decode workers to try it without a GPU (--help)
 
 Options:
   --version  print the version
@@ -21,6 +32,7 @@ async function main(argv: string[]): Promise<number> {
     console.log(version);
     return 0;
   }
+  if (command === 'fake-workers') return fakeWorkers(rest);
   if (command !== 'serve') {
     if (command === undefined || command === '--help' || command === '-h') {
       console.log(USAGE);
@@ -126,6 +138,56 @@ async function serve(config: ServeConfig): Promise<void> {
     process.on('SIGINT', stop);
   });
   logger.info('Stopped');
+}
+
+async function fakeWorkers(args: string[]): Promise<number> {
+  let plan: ReturnType<typeof parseFakeWorkersArgs>;
+  try {
+    plan = parseFakeWorkersArgs(args);
+  } catch (error) {
+    if (!(error instanceof FakeWorkersUsageError)) throw error;
+    console.error(`disagg fake-workers: ${error.message}`);
+    console.error("See 'disagg fake-workers --help'.");
+    return 2;
+  }
+  if (plan === 'help') {
+    console.log(FAKE_WORKERS_USAGE);
+    return 0;
+  }
+  let fleet: Awaited<ReturnType<typeof startFakeFleet>>;
+  try {
+    fleet = await startFakeFleet(plan);
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (code !== 'EADDRINUSE' && code !== 'EACCES' && code !== 'EADDRNOTAVAIL') throw error;
+    console.error(
+      `disagg fake-workers: cannot listen (${String(code)}): ${(error as Error).message}; choose other ports with --prefill-port and --decode-port`,
+    );
+    return 1;
+  }
+  for (const worker of [...fleet.prefill, ...fleet.decode]) {
+    console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}`);
+  }
+  const { command, configFile } = serveCommand(plan, fleet);
+  const path = configFile === undefined ? undefined : join(tmpdir(), `disagg-fake-workers-${process.pid}.yaml`);
+  if (path === undefined) console.log(`\nIn another terminal:\n  ${command}`);
+  else {
+    writeFileSync(path, configFile as string);
+    console.log(`\nIn another terminal:\n  ${command} ${path}`);
+  }
+  console.log('Ctrl-C stops the workers.');
+  await new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGTERM', stop);
+      process.off('SIGINT', stop);
+      resolve();
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+  });
+  await Promise.all([...fleet.prefill, ...fleet.decode].map((worker) => worker.close()));
+  if (path !== undefined) rmSync(path, { force: true });
+  return 0;
 }
 
 main(process.argv.slice(2)).then(

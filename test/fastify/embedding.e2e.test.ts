@@ -146,7 +146,11 @@ for (const [name, mount] of Object.entries(mounts)) {
       try {
         for await (const _ of stream) {
           chunks += 1;
-          if (chunks === 3) controller.abort();
+          if (chunks === 3) {
+            controller.abort();
+            // A chunk the SDK had already read may still come out of the loop: not ours to count.
+            break;
+          }
         }
       } catch {
         // The SDK may end the loop or throw on its own abort; either is the client leaving.

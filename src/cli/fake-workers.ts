@@ -1,0 +1,181 @@
+// `disagg fake-workers`: fake prefill and decode workers on this machine, so that a newcomer
+// tries the router in two terminals without a GPU. Part of the command-line tool: it writes
+// to the console.
+import { parseArgs } from 'node:util';
+import { type FakeWorker, type FakeWorkerOptions, type Fault, startFakeWorker } from '../testing/fake-worker.js';
+
+/** The help text of `disagg fake-workers`. */
+export const FAKE_WORKERS_USAGE = `Usage: disagg fake-workers [options]
+
+Starts fake prefill and decode workers that speak an engine's disaggregated protocol (no GPU,
+no model), prints the disagg serve command that fronts them, and runs until interrupted.
+
+Options:
+  --connector vllm|sglang|trtllm  the engine the fakes behave as (vllm)
+  --host HOST                     the address they listen on (127.0.0.1)
+  --prefill-port N                the first prefill worker's port (8100; 0: any free port)
+  --decode-port N                 the first decode worker's port (8200; 0: any free port)
+  --prefills N                    how many prefill workers, on consecutive ports (1)
+  --decodes N                     how many decode workers, on consecutive ports (1)
+  --tokens N                      tokens a decode answers at most (8)
+  --token-interval-ms N           the time between two tokens (20)
+  --model NAME                    the model the fakes serve (fake-model)
+  --prefill-fault FAULT           every prefill call fails so: status:CODE, hang, reset, error-event
+  --decode-fault FAULT            every decode call fails so (the same faults)
+  --help                          this text
+
+SGLang fakes serve their bootstrap on their HTTP port: the printed command names it.
+`;
+
+const OPTIONS = {
+  connector: { type: 'string', default: 'vllm' },
+  host: { type: 'string', default: '127.0.0.1' },
+  'prefill-port': { type: 'string', default: '8100' },
+  'decode-port': { type: 'string', default: '8200' },
+  prefills: { type: 'string', default: '1' },
+  decodes: { type: 'string', default: '1' },
+  tokens: { type: 'string', default: '8' },
+  'token-interval-ms': { type: 'string', default: '20' },
+  model: { type: 'string', default: 'fake-model' },
+  'prefill-fault': { type: 'string' },
+  'decode-fault': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** What `disagg fake-workers` was asked for. */
+export interface FakeFleetPlan {
+  protocol: FakeWorkerOptions['protocol'];
+  host: string;
+  prefillPort: number;
+  decodePort: number;
+  prefills: number;
+  decodes: number;
+  tokens: number;
+  tokenIntervalMs: number;
+  model: string;
+  prefillFault: Fault | undefined;
+  decodeFault: Fault | undefined;
+}
+
+/** A problem with the arguments of `disagg fake-workers`: one line that says what to change. */
+export class FakeWorkersUsageError extends Error {}
+
+/**
+ * Reads the arguments of `disagg fake-workers`.
+ *
+ * @returns the plan, or `'help'`.
+ * @throws {FakeWorkersUsageError} naming the argument and what it takes.
+ */
+export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
+  } catch (error) {
+    throw new FakeWorkersUsageError((error as Error).message.split('. ')[0] as string);
+  }
+  if (values.help === true) return 'help';
+  const protocol = values.connector as string;
+  if (protocol !== 'vllm' && protocol !== 'sglang' && protocol !== 'trtllm') {
+    throw new FakeWorkersUsageError(`--connector must be vllm, sglang or trtllm, got ${JSON.stringify(protocol)}`);
+  }
+  const count = (name: string, min: number, max: number): number => {
+    const text = values[name] as string;
+    const value = Number(text);
+    if (!Number.isInteger(value) || value < min || value > max) {
+      throw new FakeWorkersUsageError(
+        `--${name} must be a whole number from ${min} to ${max}, got ${JSON.stringify(text)}`,
+      );
+    }
+    return value;
+  };
+  return {
+    protocol,
+    host: values.host as string,
+    prefillPort: count('prefill-port', 0, 65535),
+    decodePort: count('decode-port', 0, 65535),
+    prefills: count('prefills', 0, 64),
+    decodes: count('decodes', 1, 64),
+    tokens: count('tokens', 1, 1_000_000),
+    tokenIntervalMs: count('token-interval-ms', 0, 60_000),
+    model: values.model as string,
+    prefillFault: faultOf('prefill-fault', values['prefill-fault'] as string | undefined),
+    decodeFault: faultOf('decode-fault', values['decode-fault'] as string | undefined),
+  };
+}
+
+function faultOf(name: string, text: string | undefined): Fault | undefined {
+  if (text === undefined) return undefined;
+  const [type, argument] = text.split(':');
+  if (type === 'status') {
+    const status = Number(argument);
+    if (!Number.isInteger(status) || status < 400 || status > 599) {
+      throw new FakeWorkersUsageError(`--${name} status:CODE takes a 4xx or 5xx code, got ${JSON.stringify(text)}`);
+    }
+    return { type: 'status', status };
+  }
+  if (type === 'hang' || type === 'reset' || type === 'error-event') return { type };
+  throw new FakeWorkersUsageError(
+    `--${name} must be status:CODE, hang, reset or error-event, got ${JSON.stringify(text)}`,
+  );
+}
+
+/** The workers of a plan, started; the first of a role on its port, the rest on the next ones. */
+export async function startFakeFleet(plan: FakeFleetPlan): Promise<{ prefill: FakeWorker[]; decode: FakeWorker[] }> {
+  const started: FakeWorker[] = [];
+  const start = async (role: 'prefill' | 'decode', index: number): Promise<FakeWorker> => {
+    const first = role === 'prefill' ? plan.prefillPort : plan.decodePort;
+    const fault = role === 'prefill' ? plan.prefillFault : plan.decodeFault;
+    const worker = await startFakeWorker({
+      role,
+      protocol: plan.protocol,
+      host: plan.host,
+      port: first === 0 ? 0 : first + index,
+      tokens: plan.tokens,
+      tokenIntervalMs: plan.tokenIntervalMs,
+      model: plan.model,
+      ...(fault === undefined ? {} : { fault }),
+    });
+    started.push(worker);
+    return worker;
+  };
+  try {
+    const prefill: FakeWorker[] = [];
+    for (let i = 0; i < plan.prefills; i++) prefill.push(await start('prefill', i));
+    const decode: FakeWorker[] = [];
+    for (let i = 0; i < plan.decodes; i++) decode.push(await start('decode', i));
+    return { prefill, decode };
+  } catch (error) {
+    // A port in use: the ones already up go too, so nothing is left listening.
+    await Promise.all(started.map((worker) => worker.close()));
+    throw error;
+  }
+}
+
+/**
+ * The `disagg serve` command that fronts the fleet. An SGLang fake serves its bootstrap on its
+ * HTTP port: one prefill gets `--bootstrap-port`; several, each its own, need a config file
+ * (a flag gives one port for all), whose text is returned to be written.
+ */
+export function serveCommand(
+  plan: FakeFleetPlan,
+  fleet: { prefill: FakeWorker[]; decode: FakeWorker[] },
+): { command: string; configFile?: string } {
+  const flags = [
+    `--connector ${plan.protocol}`,
+    ...fleet.prefill.map((worker) => `--prefill ${worker.url}`),
+    ...fleet.decode.map((worker) => `--decode ${worker.url}`),
+  ];
+  if (plan.protocol !== 'sglang' || fleet.prefill.length === 0) return { command: `disagg serve ${flags.join(' ')}` };
+  if (fleet.prefill.length === 1) {
+    return { command: `disagg serve ${flags.join(' ')} --bootstrap-port ${fleet.prefill[0]?.bootstrapPort}` };
+  }
+  const configFile = [
+    'connector: sglang',
+    'prefill:',
+    ...fleet.prefill.map((worker) => `  - { url: ${worker.url}, bootstrapPort: ${worker.bootstrapPort} }`),
+    'decode:',
+    ...fleet.decode.map((worker) => `  - ${worker.url}`),
+    '',
+  ].join('\n');
+  return { command: 'disagg serve --config', configFile };
+}
