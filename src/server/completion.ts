@@ -285,7 +285,15 @@ function logRequest(
   },
 ): void {
   const { routed, finished } = request.events;
-  if (finished !== undefined) proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
+  if (finished !== undefined) {
+    proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
+    const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
+    proxy.metrics.legsFinished(
+      { prefill: name(routed?.prefillWorker), decode: name(routed?.decodeWorker) },
+      finished.outcome,
+      finished.leg,
+    );
+  }
   if (finished?.outcome === 'success') {
     proxy.health.noteSuccess({ prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
   }

@@ -36,6 +36,7 @@ export class ProxyMetrics {
   readonly #retries: Counter<'leg'>;
   readonly #routed: Counter<'strategy' | 'reason'>;
   readonly #membership: Counter<'role' | 'change' | 'source'>;
+  readonly #workerLegs: Counter<'role' | 'worker' | 'outcome'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -128,7 +129,31 @@ export class ProxyMetrics {
       labelNames: ['role', 'change', 'source'],
       registers,
     });
+    this.#workerLegs = new Counter({
+      name: 'disagg_worker_legs_total',
+      help: "Legs each worker served for finished requests (the request's last attempt), by pool, worker name and outcome: success, error (only the leg that failed), cancelled (the client left)",
+      labelNames: ['role', 'worker', 'outcome'],
+      registers,
+    });
     registerGauges(registers, pools, admission, nameOf);
+  }
+
+  /**
+   * A finished request's legs, counted per worker: both legs of a success or a cancellation,
+   * the failing leg of an error. Aggregated requests have no prefill leg.
+   */
+  legsFinished(
+    workers: { prefill?: string | undefined; decode?: string | undefined },
+    outcome: 'success' | 'error' | 'cancelled',
+    failedLeg: string | undefined,
+  ): void {
+    for (const role of ['prefill', 'decode'] as const) {
+      const worker = workers[role];
+      // Of a failed request only the failing leg's worker is counted: the other may never
+      // have been called (a prefill that failed before decode was sent).
+      if (worker === undefined || (outcome === 'error' && failedLeg !== role)) continue;
+      this.#workerLegs.inc({ role, worker, outcome });
+    }
   }
 
   /** A worker joined or left a pool (see {@link Membership}). */

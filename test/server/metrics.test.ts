@@ -206,6 +206,21 @@ describe('ProxyMetrics: fed by the flow', () => {
     expect(text).toContain('disagg_time_to_first_token_seconds_bucket{le="600"} 0');
   });
 
+  it("a finished request's legs per worker: both legs of a success or a cancellation, only the failing leg of an error", async () => {
+    const { metrics, values } = setup();
+    metrics.legsFinished({ prefill: 'prefill-0', decode: 'decode-0' }, 'success', undefined);
+    metrics.legsFinished({ prefill: 'prefill-0', decode: 'decode-1' }, 'error', 'decode');
+    metrics.legsFinished({ prefill: 'prefill-0', decode: 'decode-0' }, 'error', 'prefill');
+    metrics.legsFinished({ decode: 'decode-1' }, 'cancelled', undefined);
+    expect(await values('disagg_worker_legs_total')).toEqual({
+      'role=prefill,worker=prefill-0,outcome=success': 1,
+      'role=decode,worker=decode-0,outcome=success': 1,
+      'role=decode,worker=decode-1,outcome=error': 1,
+      'role=prefill,worker=prefill-0,outcome=error': 1,
+      'role=decode,worker=decode-1,outcome=cancelled': 1,
+    });
+  });
+
   it('probes and scrapes (health, ready, metrics) are not requests', async () => {
     const { metrics, values } = setup();
     for (const route of ['health', 'ready', 'metrics'])
