@@ -142,6 +142,9 @@ async function serveAdmitted(
     writer = await serve(proxy, { body, route, context, res, entry, events, answerFor, engines, sessionKey });
   } finally {
     proxy.inFlight.delete(entry);
+    if (writer?.usage !== undefined) {
+      proxy.metrics.tokens(route, typeof body.model === 'string' ? body.model : '', writer.usage);
+    }
     logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure });
     trace?.end(
       res.statusCode,

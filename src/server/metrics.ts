@@ -37,6 +37,7 @@ export class ProxyMetrics {
   readonly #routed: Counter<'strategy' | 'reason'>;
   readonly #membership: Counter<'role' | 'change' | 'source'>;
   readonly #workerLegs: Counter<'role' | 'worker' | 'outcome'>;
+  readonly #tokens: Counter<'route' | 'model' | 'kind'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -135,7 +136,33 @@ export class ProxyMetrics {
       labelNames: ['role', 'worker', 'outcome'],
       registers,
     });
+    this.#tokens = new Counter({
+      name: 'disagg_tokens_total',
+      help: "Tokens of answered requests as the workers' usage reported them, by route, model and kind: prompt, completion, cached (prompt tokens the prefill worker's cache held)",
+      labelNames: ['route', 'model', 'kind'],
+      registers,
+    });
     registerGauges(registers, pools, admission, nameOf);
+  }
+
+  /**
+   * The usage a worker reported for a request. Only usage a worker sent is counted, so the
+   * model label holds names a worker served, not whatever a client wrote.
+   */
+  tokens(
+    route: string,
+    model: string,
+    usage: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: unknown },
+  ): void {
+    const cached = (usage.prompt_tokens_details as { cached_tokens?: unknown } | null | undefined)?.cached_tokens;
+    for (const [kind, count] of [
+      ['prompt', usage.prompt_tokens],
+      ['completion', usage.completion_tokens],
+      ['cached', cached],
+    ] as const) {
+      if (typeof count === 'number' && Number.isFinite(count) && count > 0)
+        this.#tokens.inc({ route, model, kind }, count);
+    }
   }
 
   /**

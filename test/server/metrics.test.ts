@@ -221,6 +221,23 @@ describe('ProxyMetrics: fed by the flow', () => {
     });
   });
 
+  it('tokens as the workers reported them, by route, model and kind; cached from prompt_tokens_details', async () => {
+    const { metrics, values } = setup();
+    metrics.tokens('chat', 'qwen3', {
+      prompt_tokens: 100,
+      completion_tokens: 7,
+      prompt_tokens_details: { cached_tokens: 64 },
+    });
+    metrics.tokens('chat', 'qwen3', { prompt_tokens: 20, completion_tokens: 3, prompt_tokens_details: null });
+    metrics.tokens('completions', 'llama', { prompt_tokens: 5, completion_tokens: 0 });
+    expect(await values('disagg_tokens_total')).toEqual({
+      'route=chat,model=qwen3,kind=prompt': 120,
+      'route=chat,model=qwen3,kind=completion': 10,
+      'route=chat,model=qwen3,kind=cached': 64,
+      'route=completions,model=llama,kind=prompt': 5,
+    });
+  });
+
   it('probes and scrapes (health, ready, metrics) are not requests', async () => {
     const { metrics, values } = setup();
     for (const route of ['health', 'ready', 'metrics'])

@@ -228,6 +228,8 @@ describe('disagg proxy, with the official openai client', () => {
     expect(metrics).toContain('disagg_in_flight_requests{role="decode",worker="decode-0"} 0');
     expect(metrics).toContain('disagg_worker_legs_total{role="prefill",worker="prefill-0",outcome="success"} 1');
     expect(metrics).toContain('disagg_worker_legs_total{role="decode",worker="decode-0",outcome="success"} 1');
+    // The fake decode answered 2 tokens for a 1-token prompt (its usage, passed through).
+    expect(metrics).toContain('disagg_tokens_total{route="completions",model="fake-model",kind="completion"} 2');
     expect(metrics).not.toContain(new URL(prefill.url).host);
     expect(metrics).not.toContain(new URL(decode.url).host);
     const counted = [...metrics.matchAll(/^disagg_requests_total\{route="(\w+)"/gm)].map((m) => m[1]);
