@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventuallyAsync, fakeWorkers } from './support/http.js';
+import { eventuallyAsync, expectServedCompletion, fakeWorkers } from './support/http.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const fakes = fakeWorkers();
@@ -85,13 +85,7 @@ describe('the packed tarball in an empty project', () => {
         if (line !== undefined) url = JSON.parse(line).url;
         return line !== undefined;
       }, 'the proxy listens');
-      const answer = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
-      });
-      expect(answer.status).toBe(200);
-      expect(((await answer.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+      await expectServedCompletion(url);
     } finally {
       // npx runs the bin in a child of its own: end the whole group.
       if (child.pid !== undefined) process.kill(-child.pid, 'SIGTERM');

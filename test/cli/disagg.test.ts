@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { eventually, fakeWorkers } from '../support/http.js';
+import { eventually, expectServedCompletion, fakeWorkers } from '../support/http.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = `${root}/dist/cli.js`;
@@ -102,14 +102,7 @@ describe('the disagg command (built)', () => {
         }
       });
     });
-    const answer = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
-    });
-    expect(answer.status).toBe(200);
-    expect(answer.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
-    expect(((await answer.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+    await expectServedCompletion(url);
     expect((await fetch(`${url}/ready`)).status).toBe(200);
     const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
     child.kill('SIGTERM');

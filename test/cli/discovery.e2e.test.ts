@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { eventuallyAsync, fakeWorkers } from '../support/http.js';
+import { eventuallyAsync, expectServedCompletion, fakeWorkers } from '../support/http.js';
 import { type StandInPod, startKubernetesApi } from '../support/kubernetes-api.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -112,14 +112,7 @@ describe('Kubernetes discovery from the built bin', () => {
     expect(await ready()).toMatchObject({ ready: false, decode_workers: 0 });
     api.apply(pod('decode-a', 'decode', '127.0.0.3'));
     await eventuallyAsync(async () => (await ready()).ready === true, 'the decode pod became Ready');
-    const answer = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
-    });
-    expect(answer.status).toBe(200);
-    expect(answer.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
-    expect(((await answer.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+    await expectServedCompletion(url);
     // A broken watch (an API server restart): the pool stays; a change after it still arrives.
     api.breakWatches();
     api.remove('decode-a', 'llm');

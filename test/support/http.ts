@@ -72,3 +72,18 @@ export async function postRaw(url: string, path: string, body: string, headers: 
   });
   return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() };
 }
+
+/**
+ * A two-token completion through a proxy in front of vLLM fakes (built bin, tarball, pods
+ * found by label): a 200 of the fakes' tokens, served disaggregated.
+ */
+export async function expectServedCompletion(url: string): Promise<void> {
+  const answer = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
+  });
+  expect(answer.status).toBe(200);
+  expect(answer.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
+  expect(((await answer.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+}
