@@ -402,6 +402,7 @@ function prefillRetried(
   proxy.health.noteFailure(event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
   proxy.metrics.retried(leg);
   const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
+  proxy.metrics.legRetried(leg, worker === undefined ? undefined : proxy.nameOf(worker));
   proxy.logger.warn(
     {
       requestId: event.requestId,
@@ -427,6 +428,7 @@ function decodeRetried(
   const failed = seen.routed?.decodeWorker;
   proxy.health.noteFailure(event.error, { decode: failed });
   proxy.metrics.retried('decode');
+  proxy.metrics.legRetried('decode', failed === undefined ? undefined : proxy.nameOf(failed));
   proxy.logger.warn(
     {
       requestId: event.requestId,

@@ -132,7 +132,7 @@ export class ProxyMetrics {
     });
     this.#workerLegs = new Counter({
       name: 'disagg_worker_legs_total',
-      help: "Legs each worker served for finished requests (the request's last attempt), by pool, worker name and outcome: success, error (only the leg that failed), cancelled (the client left)",
+      help: 'Legs each worker served, by pool, worker name and outcome: success, error (the leg that failed a finished request), cancelled (the client left), retried (a leg that failed and was retried on another worker, so the client never saw it)',
       labelNames: ['role', 'worker', 'outcome'],
       registers,
     });
@@ -181,6 +181,15 @@ export class ProxyMetrics {
       if (worker === undefined || (outcome === 'error' && failedLeg !== role)) continue;
       this.#workerLegs.inc({ role, worker, outcome });
     }
+  }
+
+  /**
+   * A leg that failed and was retried on another worker: the client never saw the failure,
+   * the operator should (`outcome="retried"`), or a worker that fails every first attempt
+   * would look healthy in the per-worker counts.
+   */
+  legRetried(role: 'prefill' | 'decode', worker: string | undefined): void {
+    if (worker !== undefined) this.#workerLegs.inc({ role, worker, outcome: 'retried' });
   }
 
   /** A worker joined or left a pool (see {@link Membership}). */

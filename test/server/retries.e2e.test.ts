@@ -53,6 +53,14 @@ const retries = async (url: string) =>
     .split('\n')
     .filter((line) => line.startsWith('disagg_retries_total{'));
 
+/** The per-worker leg counts, as `role worker outcome count` lines in the registry's order. */
+const legs = async (url: string) =>
+  (await (await request(`${url}/metrics`)).body.text())
+    .split('\n')
+    .filter((line) => line.startsWith('disagg_worker_legs_total{'))
+    .map((line) => line.replace(/^.*role="(\w+)",worker="([\w-]+)",outcome="(\w+)"\} (\d+)$/, '$1 $2 $3 $4'))
+    .sort();
+
 describe('retries before the first byte', () => {
   it('a prefill worker that answers 503 is skipped: the client gets its answer from the next one and never notices', async () => {
     const { client, prefill, url, logs } = await twoOfEach('vllm', {
@@ -66,6 +74,12 @@ describe('retries before the first byte', () => {
     expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 1]);
     expect(await retries(url)).toEqual(['disagg_retries_total{leg="prefill"} 1']);
     expect(logs.filter((record) => String(record.message).startsWith('Retrying the request'))).toHaveLength(1);
+    // The failure the retry hid from the client is still charged to the worker that failed.
+    expect(await legs(url)).toEqual([
+      'decode decode-1 success 1',
+      'prefill prefill-0 retried 1',
+      'prefill prefill-1 success 1',
+    ]);
   });
 
   it('a prefill worker that refuses connections is skipped, and leaves the rotation', async () => {
@@ -99,6 +113,7 @@ describe('retries before the first byte', () => {
     expect(decode[1]?.requests[0]?.kv).toBe('taken');
     expect(prefill.flatMap((worker) => worker.ledger.staleReads())).toEqual([]);
     expect(await retries(url)).toEqual(['disagg_retries_total{leg="decode"} 1']);
+    expect(await legs(url)).toContain('decode decode-0 retried 1');
     const retried = logs.filter((record) => String(record.message).startsWith('Retrying the request'));
     expect(retried).toHaveLength(1);
     expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
@@ -151,7 +166,7 @@ describe('retries before the first byte', () => {
   });
 
   it('vLLM: a decode worker that refuses connections never saw the request: the next one gets the same handoff, prefill runs once, and the first leaves the rotation', async () => {
-    const { client, proxy, prefill, decode, logs } = await twoOfEach('vllm', {});
+    const { client, proxy, prefill, decode, logs, url } = await twoOfEach('vllm', {});
     // The first decode worker goes away after the proxy has it in rotation.
     const first = proxy.decodeWorkers.workers[0] as { url: string };
     await decode[0]?.close();
@@ -167,6 +182,11 @@ describe('retries before the first byte', () => {
     const retried = logs.filter((record) => String(record.message).startsWith('Retrying decode on another worker'));
     expect(retried).toHaveLength(1);
     expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
+    expect(await legs(url)).toEqual([
+      'decode decode-0 retried 1',
+      'decode decode-1 success 1',
+      'prefill prefill-0 success 1',
+    ]);
   });
 
   it('SGLang: a decode that answers 500 before its stream opens is retried as a pair with a fresh room', async () => {
