@@ -36,6 +36,8 @@ describe('disagg.example.yaml', () => {
       'discovery.prefillSelector',
       'discovery.decodeSelector',
       'discovery.namespace',
+      'discovery.prefillPort',
+      'discovery.decodePort',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

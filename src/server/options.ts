@@ -67,6 +67,10 @@ export interface ProxyOptions {
     namespace?: string;
     /** Kubernetes: the workers' HTTP port on each pod; 8000 by default. */
     port?: number;
+    /** Kubernetes: the prefill pods' HTTP port, when it is not `port` (SGLang's guide: 30000). */
+    prefillPort?: number;
+    /** Kubernetes: the decode pods' HTTP port, when it is not `port` (SGLang's guide: 30001). */
+    decodePort?: number;
     /**
      * Kubernetes: the annotation with a prefill pod's SGLang bootstrap port (one, or one per
      * worker port); `sglang.ai/bootstrap-port` by default.
@@ -299,6 +303,8 @@ export interface ResolvedProxyOptions
     decodeSelector: string | undefined;
     namespace: string | undefined;
     port: number;
+    prefillPort: number | undefined;
+    decodePort: number | undefined;
     bootstrapPortAnnotation: string;
     workerPortsAnnotation: string;
   };
@@ -893,6 +899,17 @@ export const SETTINGS: readonly Setting[] = [
     default: 8000,
     parse: port,
   },
+  ...(['prefill', 'decode'] as const).map(
+    (role): Setting => ({
+      key: `discovery.${role}Port`,
+      flag: `k8s-${role}-port`,
+      env: `DISAGG_K8S_${role.toUpperCase()}_PORT`,
+      arg: 'N',
+      help: `the ${role} pods' HTTP port, when the roles listen on different ports (else --k8s-port)`,
+      shownDefault: '--k8s-port',
+      parse: port,
+    }),
+  ),
   {
     key: 'discovery.bootstrapPortAnnotation',
     flag: 'bootstrap-port-annotation',
@@ -1503,6 +1520,8 @@ function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['dis
     decodeSelector: discovery.decodeSelector,
     namespace: discovery.namespace,
     port: discovery.port as number,
+    prefillPort: discovery.prefillPort,
+    decodePort: discovery.decodePort,
     bootstrapPortAnnotation: discovery.bootstrapPortAnnotation as string,
     workerPortsAnnotation: discovery.workerPortsAnnotation as string,
   };

@@ -190,7 +190,7 @@ export class ProxyCore implements ProxyState {
             role,
             selector,
             ...(discovery.namespace === undefined ? {} : { namespace: discovery.namespace }),
-            port: discovery.port,
+            port: discovery[`${role}Port`] ?? discovery.port,
             bootstrapPortAnnotation: discovery.bootstrapPortAnnotation,
             workerPortsAnnotation: discovery.workerPortsAnnotation,
             target: kubernetesTarget,

@@ -52,6 +52,54 @@ const pod = (name: string, role: 'prefill' | 'decode', ip: string, extra: Partia
   ...extra,
 });
 
+/** The built bin serving with discovery against `api`: its URL once it listens, and its output so far. */
+async function serve(api: { url: string }, args: string[]) {
+  const child = spawn(
+    process.execPath,
+    [
+      `${root}/dist/cli.js`,
+      'serve',
+      '--connector',
+      'vllm',
+      '--prefill-selector',
+      'app=vllm,role=prefill',
+      '--decode-selector',
+      'app=vllm,role=decode',
+      '--k8s-namespace',
+      'llm',
+      ...args,
+      '--port',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--drain-delay-ms',
+      '0',
+    ],
+    { env: { ...process.env, KUBECONFIG: kubeconfig(api.url) }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const output = { out: '', err: '' };
+  child.stdout.on('data', (chunk: Buffer) => {
+    output.out += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    output.err += chunk.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+  cleanups.push(async () => {
+    child.kill('SIGTERM');
+    await exited;
+  });
+  let url = '';
+  await eventuallyAsync(async () => {
+    const line = output.out.split('\n').find((entry) => entry.includes('disagg serve listening'));
+    if (line !== undefined) url = JSON.parse(line).url;
+    return line !== undefined || output.out.includes('"level":50');
+  }, `the proxy listens: ${output.out}${output.err}`);
+  expect(output.out).not.toContain('DiscoveryUnavailableError');
+  const ready = async () => (await fetch(`${url}/ready`)).json() as Promise<Record<string, unknown>>;
+  return { url, output, ready };
+}
+
 describe('Kubernetes discovery from the built bin', () => {
   it('finds pods by label as they become Ready, drops one deleted, and carries on after a broken watch', async () => {
     const api = await startKubernetesApi();
@@ -60,55 +108,14 @@ describe('Kubernetes discovery from the built bin', () => {
     // Two pods, two addresses, one port: prefill at 127.0.0.2, decode at 127.0.0.3.
     await fakes.start({ role: 'prefill', protocol: 'vllm', host: '127.0.0.2', port });
     await fakes.start({ role: 'decode', protocol: 'vllm', host: '127.0.0.3', port, tokens: 2 });
-    const child = spawn(
-      process.execPath,
-      [
-        `${root}/dist/cli.js`,
-        'serve',
-        '--connector',
-        'vllm',
-        '--prefill-selector',
-        'app=vllm,role=prefill',
-        '--decode-selector',
-        'app=vllm,role=decode',
-        '--k8s-namespace',
-        'llm',
-        '--k8s-port',
-        String(port),
-        '--port',
-        '0',
-        '--host',
-        '127.0.0.1',
-        '--drain-delay-ms',
-        '0',
-      ],
-      { env: { ...process.env, KUBECONFIG: kubeconfig(api.url) }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      err += chunk.toString();
-    });
-    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-    cleanups.push(async () => {
-      child.kill('SIGTERM');
-      await exited;
-    });
-    let url = '';
-    await eventuallyAsync(async () => {
-      const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
-      if (line !== undefined) url = JSON.parse(line).url;
-      return line !== undefined || out.includes('"level":50');
-    }, `the proxy listens: ${out}${err}`);
-    expect(out).not.toContain('DiscoveryUnavailableError');
-    const ready = async () => (await fetch(`${url}/ready`)).json() as Promise<Record<string, unknown>>;
+    const { url, output, ready } = await serve(api, ['--k8s-port', String(port)]);
     // Not ready yet: a pod that is not Ready is no worker.
     api.apply(pod('decode-a', 'decode', '127.0.0.3', { ready: false }));
     api.apply(pod('prefill-a', 'prefill', '127.0.0.2'));
-    await eventuallyAsync(async () => (await ready()).prefill_workers === 1, `the prefill pod found: ${out}${err}`);
+    await eventuallyAsync(
+      async () => (await ready()).prefill_workers === 1,
+      `the prefill pod found: ${output.out}${output.err}`,
+    );
     expect(await ready()).toMatchObject({ ready: false, decode_workers: 0 });
     api.apply(pod('decode-a', 'decode', '127.0.0.3'));
     await eventuallyAsync(async () => (await ready()).ready === true, 'the decode pod became Ready');
@@ -119,6 +126,25 @@ describe('Kubernetes discovery from the built bin', () => {
     await eventuallyAsync(async () => (await ready()).decode_workers === 0, 'the deleted pod drained');
     api.apply(pod('decode-b', 'decode', '127.0.0.3'));
     await eventuallyAsync(async () => (await ready()).ready === true, 'a new decode pod found after the break');
-    expect(out).toContain('Kubernetes watch failed');
+    expect(output.out).toContain('Kubernetes watch failed');
+  }, 60_000);
+
+  it("prefill and decode pods on ports of their own (as SGLang's guide runs them: 30000 and 30001) are each found on theirs", async () => {
+    const api = await startKubernetesApi();
+    cleanups.push(() => api.close());
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm', host: '127.0.0.2' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', host: '127.0.0.3', tokens: 2 });
+    const portOf = (worker: { url: string }) => new URL(worker.url).port;
+    const { url, ready } = await serve(api, [
+      '--k8s-prefill-port',
+      portOf(prefill),
+      '--k8s-decode-port',
+      portOf(decode),
+    ]);
+    api.apply(pod('prefill-a', 'prefill', '127.0.0.2'));
+    api.apply(pod('decode-a', 'decode', '127.0.0.3'));
+    await eventuallyAsync(async () => (await ready()).ready === true, 'both pods found on their ports');
+    await expectServedCompletion(url);
+    expect([prefill.requests.length, decode.requests.length]).toEqual([1, 1]);
   }, 60_000);
 });
