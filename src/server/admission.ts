@@ -65,6 +65,11 @@ export class Admission {
     return this.#active;
   }
 
+  /** The limits it admits by. */
+  get limits(): { maxConcurrent: number; queueSize: number } {
+    return { maxConcurrent: this.#max, queueSize: this.#queueSize };
+  }
+
   /** Requests waiting for a slot. */
   get queued(): number {
     return this.#queue.length;

@@ -13,6 +13,17 @@ const NOT_REQUESTS: ReadonlySet<string> = new Set(['health', 'ready', 'metrics']
 /** A worker as the metrics name it. */
 type Named = { url: string };
 
+const CIRCUIT_STATES = ['closed', 'open', 'half-open'] as const;
+/** A circuit breaker's state, as the health checker keeps it. */
+type CircuitState = (typeof CIRCUIT_STATES)[number];
+
+/** What the gauges read off admission: its counts, and its limits when it has them. */
+type Admitting = {
+  readonly active: number;
+  readonly queued: number;
+  readonly limits?: { readonly maxConcurrent: number; readonly queueSize: number };
+};
+
 /**
  * The proxy's Prometheus metrics, in a registry of its own (so that an embedding application's
  * default registry is left alone), fed from the flow's lifecycle events.
@@ -41,7 +52,7 @@ export class ProxyMetrics {
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
-    admission?: { readonly active: number; readonly queued: number },
+    admission?: Admitting,
     /** An application's registry the proxy's metrics join too (not the process metrics, which it has its own of). */
     shared?: Registry,
     /**
@@ -49,6 +60,8 @@ export class ProxyMetrics {
      * its URL when omitted. Read at each scrape: names are given as workers join.
      */
     nameOf: (worker: Named) => string = (worker) => worker.url,
+    /** The state of a worker's circuit breaker, read at each scrape; every circuit closed when omitted. */
+    circuitOf: (worker: Named) => CircuitState = () => 'closed',
   ) {
     const registers = shared === undefined ? [this.registry] : [this.registry, shared];
     collectDefaultMetrics({ register: this.registry });
@@ -142,7 +155,7 @@ export class ProxyMetrics {
       labelNames: ['route', 'model', 'kind'],
       registers,
     });
-    registerGauges(registers, pools, admission, nameOf);
+    registerGauges(registers, pools, admission, nameOf, circuitOf);
   }
 
   /**
@@ -287,9 +300,37 @@ export class ProxyMetrics {
 function registerGauges(
   registers: Registry[],
   pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
-  admission: { readonly active: number; readonly queued: number } | undefined,
+  admission: Admitting | undefined,
   nameOf: (worker: Named) => string,
+  circuitOf: (worker: Named) => CircuitState,
 ): void {
+  new Gauge({
+    name: 'disagg_admission_limit',
+    help: 'The admission limits: in_flight (--max-concurrent-requests) and queue (--queue-size); a full queue answers 429',
+    labelNames: ['limit'],
+    registers,
+    collect() {
+      if (admission?.limits === undefined) return;
+      this.set({ limit: 'in_flight' }, admission.limits.maxConcurrent);
+      this.set({ limit: 'queue' }, admission.limits.queueSize);
+    },
+  });
+  new Gauge({
+    name: 'disagg_worker_circuit_state',
+    help: "Each worker's circuit breaker: 1 for its state (closed, open: out of rotation after failed requests, half-open: one trial request), 0 for the others",
+    labelNames: ['role', 'worker', 'state'],
+    registers,
+    collect() {
+      this.reset();
+      for (const [role, pool] of Object.entries(pools)) {
+        for (const worker of pool.workers) {
+          const current = circuitOf(worker);
+          for (const state of CIRCUIT_STATES)
+            this.set({ role, worker: nameOf(worker), state }, state === current ? 1 : 0);
+        }
+      }
+    },
+  });
   new Gauge({
     name: 'disagg_queue_depth',
     help: 'Requests waiting for a slot (--max-concurrent-requests)',

@@ -95,6 +95,8 @@ export class ProxyCore implements ProxyState {
       // Names, not addresses: a series matches the admin API and logs, and /metrics does not
       // list the fleet's internal addresses.
       (worker) => this.membership.nameOf(worker),
+      // Read at a scrape, after the constructor made the checker.
+      (worker) => this.health.circuit(worker),
     );
     this.models = new ServedModels({
       headers: this.workerHeaders,

@@ -226,6 +226,9 @@ describe('disagg proxy, with the official openai client', () => {
     const metrics = await (await request(`${url}/metrics`)).body.text();
     expect(metrics).toContain('disagg_worker_available{role="prefill",worker="prefill-0"} 1');
     expect(metrics).toContain('disagg_in_flight_requests{role="decode",worker="decode-0"} 0');
+    // The limits, so that an alert can compare the queue with its size.
+    expect(metrics).toContain('disagg_admission_limit{limit="in_flight"} 1024');
+    expect(metrics).toContain('disagg_admission_limit{limit="queue"} 1024');
     expect(metrics).toContain('disagg_worker_legs_total{role="prefill",worker="prefill-0",outcome="success"} 1');
     expect(metrics).toContain('disagg_worker_legs_total{role="decode",worker="decode-0",outcome="success"} 1');
     // The fake decode answered 2 tokens for a 1-token prompt (its usage, passed through).

@@ -225,7 +225,7 @@ describe('retries before the first byte', () => {
   });
 
   it('a worker failing requests opens its circuit (out of rotation), gets a half-open trial, and comes back', async () => {
-    const { client, proxy, decode, prefill, logs } = await twoOfEach(
+    const { client, proxy, decode, prefill, logs, url } = await twoOfEach(
       'vllm',
       { decode: { fault: { type: 'status', status: 500, message: 'decode broken' } } },
       // Retries off: each failure reaches the client, so the results show the circuit.
@@ -245,6 +245,14 @@ describe('retries before the first byte', () => {
     expect(results).toEqual([502, 200, 502, 200]);
     expect(proxy.decodeWorkers.isAvailable(faulty)).toBe(false);
     expect(logs.filter((record) => String(record.message).startsWith('Worker circuit open'))).toHaveLength(1);
+    const circuits = async () =>
+      (await (await request(`${url}/metrics`)).body.text())
+        .split('\n')
+        .filter((line) => line.startsWith('disagg_worker_circuit_state{role="decode"') && line.endsWith(' 1'));
+    expect(await circuits()).toEqual([
+      'disagg_worker_circuit_state{role="decode",worker="decode-0",state="open"} 1',
+      'disagg_worker_circuit_state{role="decode",worker="decode-1",state="closed"} 1',
+    ]);
     // While open every request goes to the other worker.
     await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
     expect(decode[0]?.requests).toHaveLength(2);
@@ -254,6 +262,10 @@ describe('retries before the first byte', () => {
     for (let i = 0; i < 2; i++) await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
     expect(decode[0]?.requests.length).toBeGreaterThan(2);
     expect(logs.some((record) => record.message === 'Worker circuit closed after its trial')).toBe(true);
+    expect(await circuits()).toEqual([
+      'disagg_worker_circuit_state{role="decode",worker="decode-0",state="closed"} 1',
+      'disagg_worker_circuit_state{role="decode",worker="decode-1",state="closed"} 1',
+    ]);
     // Each decode that answered 500 freed its handoff's KV (vLLM's rejection clean-up): none waits.
     expect(prefill.flatMap((worker) => worker.ledger.outstanding())).toEqual([]);
   });
