@@ -38,7 +38,7 @@ const FOLDERS = {
           'test/server/options.test.ts',
           'test/server/config.test.ts',
           'test/config-example.test.ts',
-          'test/deploy.test.ts',
+          'test/deploy/manifests.test.ts',
         ],
       },
       { name: 'requests', files: ['request-schemas.ts', 'openai-format.ts', 'model-limits.ts'], tests: 'server' },

@@ -4,11 +4,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { loadServeConfig } from '../src/server/config.js';
-import type { ServeConfig } from '../src/server/options.js';
-import { SETTINGS } from '../src/server/options.js';
+import { loadServeConfig } from '../../src/server/config.js';
+import type { ServeConfig } from '../../src/server/options.js';
+import { SETTINGS } from '../../src/server/options.js';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
+const root = fileURLToPath(new URL('../..', import.meta.url));
 const defaultOf = (key: string) => SETTINGS.find((setting) => setting.key === key)?.default;
 
 // biome-ignore lint/suspicious/noExplicitAny: parsed YAML, whose every field the tests check by name
