@@ -1,9 +1,15 @@
+import { readFileSync } from 'node:fs';
 import { defineConfig } from 'tsup';
 
 // Optional dependencies and peers stay outside the bundle, loaded from the user's node_modules
 // when asked: bundled, @kubernetes/client-node's CommonJS (a dynamic require of punycode) broke
 // in the ESM bin, and doubled dist/ by 29 MB.
-const external = ['@kubernetes/client-node', 'pino-pretty', '@opentelemetry/api', 'rxjs', 'fastify'];
+// Read from package.json, so that an optional package added there cannot be bundled by mistake.
+const manifest = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8')) as {
+  optionalDependencies: Record<string, string>;
+  peerDependencies: Record<string, string>;
+};
+const external = [...Object.keys(manifest.optionalDependencies), ...Object.keys(manifest.peerDependencies)];
 
 export default defineConfig([
   {

@@ -38,6 +38,7 @@ describe('disagg.example.yaml', () => {
       'discovery.namespace',
       'discovery.prefillPort',
       'discovery.decodePort',
+      'tracing.otlpEndpoint',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

@@ -14,6 +14,7 @@ import {
   serveCommand,
   startFakeFleet,
 } from './fake-workers.js';
+import { startOtlpTracing, TracingUnavailableError } from './otlp-tracing.js';
 
 const USAGE = `Usage: disagg <command>
 
@@ -91,6 +92,7 @@ function startupFailure(error: unknown, config: ServeConfig): string | undefined
   const code = (error as { code?: unknown })?.code;
   const where = `${config.host}:${config.port}`;
   if (code === 'PRETTY_MISSING') return '--log-format pretty needs pino-pretty: npm install pino-pretty';
+  if (TracingUnavailableError.is(error)) return error.message;
   if (code === 'EADDRINUSE') return `cannot listen on ${where}: the port is in use (another disagg serve?)`;
   if (code === 'EACCES') return `cannot listen on ${where}: permission denied (ports below 1024 need privileges)`;
   if (code === 'EADDRNOTAVAIL') return `cannot listen on ${where}: no such address on this machine`;
@@ -98,7 +100,6 @@ function startupFailure(error: unknown, config: ServeConfig): string | undefined
   return undefined;
 }
 
-/** Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period. */
 /** Where the pools are found at run time, for the start-up line (what is set only). */
 function discoveryOf(config: ServeConfig): { discovery?: Record<string, unknown> } {
   const { prefillDns, decodeDns, prefillSelector, decodeSelector, namespace } = config.discovery;
@@ -108,11 +109,28 @@ function discoveryOf(config: ServeConfig): { discovery?: Record<string, unknown>
   return found.length === 0 ? {} : { discovery: Object.fromEntries(found) };
 }
 
+/**
+ * Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period, and then the
+ * span exporter (its buffered spans sent, for 5 s at most).
+ */
 async function serve(config: ServeConfig): Promise<void> {
   const logger = await createLogger(config);
   // Everything but where and how the process runs is an option of the proxy (one table of both).
-  const { host: _host, port: _port, logLevel: _level, logFormat: _format, ...settings } = config;
-  const proxy = createProxy({ ...dropUndefined(settings), logger });
+  const { host: _host, port: _port, logLevel: _level, logFormat: _format, tracing: traceConfig, ...settings } = config;
+  const tracing =
+    traceConfig.otlpEndpoint === undefined
+      ? undefined
+      : await startOtlpTracing({
+          endpoint: traceConfig.otlpEndpoint,
+          sampleRatio: traceConfig.sampleRatio,
+          serviceName: traceConfig.serviceName,
+          logger,
+        });
+  const proxy = createProxy({
+    ...dropUndefined(settings),
+    logger,
+    ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
+  });
   const url = await proxy.listen(config.port, config.host);
   logger.info(
     {
@@ -124,6 +142,7 @@ async function serve(config: ServeConfig): Promise<void> {
       ...discoveryOf(config),
       admin: config.adminKey !== undefined,
       metrics: proxy.metricsUrl === undefined ? `${url}/metrics` : `${proxy.metricsUrl}/metrics`,
+      ...(tracing === undefined ? {} : { traces: tracing.url }),
     },
     'disagg serve listening',
   );
@@ -137,6 +156,8 @@ async function serve(config: ServeConfig): Promise<void> {
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
   });
+  // After the proxy: the spans of the requests it ended go out too.
+  await tracing?.shutdown();
   logger.info('Stopped');
 }
 

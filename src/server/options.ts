@@ -359,6 +359,8 @@ export interface ServeConfig {
   metricsPort: number | undefined;
   discovery: ResolvedProxyOptions['discovery'];
   workerApiKey: string | undefined;
+  /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
+  tracing: { otlpEndpoint?: string; sampleRatio: number; serviceName: string };
 }
 
 /** The deadlines the flow gets: the settings, each one given (`0` turns one off there). */
@@ -966,6 +968,36 @@ export const SETTINGS: readonly Setting[] = [
     serveOnly: true,
     parse: oneOf(PINO_LEVELS),
   },
+  {
+    key: 'tracing.otlpEndpoint',
+    flag: 'otlp-endpoint',
+    env: 'DISAGG_OTLP_ENDPOINT',
+    arg: 'URL',
+    help: "export the proxy's spans over OTLP/HTTP to this collector (http://otel-collector:4318; /v1/traces is added unless given); needs the optional OpenTelemetry packages; OTEL_EXPORTER_OTLP_HEADERS is honoured",
+    shownDefault: 'off',
+    serveOnly: true,
+    parse: httpUrl,
+  },
+  {
+    key: 'tracing.sampleRatio',
+    flag: 'trace-sample-ratio',
+    env: 'DISAGG_TRACE_SAMPLE_RATIO',
+    arg: 'R',
+    help: "the share of new traces recorded (0 to 1); a request that arrives with a traceparent follows its caller's decision",
+    default: 1,
+    serveOnly: true,
+    parse: unitRatio,
+  },
+  {
+    key: 'tracing.serviceName',
+    flag: 'trace-service-name',
+    env: 'DISAGG_TRACE_SERVICE_NAME',
+    arg: 'NAME',
+    help: 'the service.name of the exported spans',
+    default: 'disagg',
+    serveOnly: true,
+    parse: text,
+  },
 ];
 
 /** Where a value came from, for the name an error gives it. */
@@ -1376,6 +1408,21 @@ function dnsUrl(value: unknown): string {
   return given;
 }
 
+/** An http(s) URL, such as a collector's. */
+function httpUrl(value: unknown): string {
+  const given = text(value);
+  let url: URL | undefined;
+  try {
+    url = new URL(given);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+    throw new Invalid(`must be an http(s) URL such as http://otel-collector:4318, got ${describeValue(value)}`);
+  }
+  return given;
+}
+
 function text(value: unknown): string {
   if (typeof value !== 'string' || value === '')
     throw new Invalid(`must be a non-empty string, got ${describeValue(value)}`);
@@ -1507,6 +1554,7 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     metricsPort: resolved.metricsPort as number | undefined,
     discovery: discoveryOf(resolved),
     workerApiKey: resolved.workerApiKey as string | undefined,
+    tracing: resolved.tracing as ServeConfig['tracing'],
   };
 }
 
