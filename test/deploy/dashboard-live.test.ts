@@ -1,0 +1,139 @@
+// The dashboard against a real Prometheus scraping a proxy that served requests: every query
+// runs without an error, and the panels an operator reads first show data. What
+// monitoring.test.ts checks by reading, this checks by running.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
+import { expectServedCompletion, fakeWorkers } from '../support/http.js';
+import { tool } from '../support/tools.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const dashboard = JSON.parse(readFileSync(join(root, 'deploy/kubernetes/monitoring/dashboard.json'), 'utf8'));
+const prometheusTool = tool('prometheus', 'prometheus');
+const fakes = fakeWorkers();
+
+type Panel = { title: string; targets?: Array<{ expr: string }> };
+const panels: Panel[] = dashboard.panels.filter((panel: Panel) => panel.targets !== undefined);
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Polls `check` every 100 ms for up to 30 s: Prometheus starts, then scrapes every second. */
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    if (await check().catch(() => false)) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`never happened: ${what}`);
+}
+
+/** A dashboard query as Grafana sends it, for a 1 s scrape: its variables filled in. */
+const asSent = (expr: string) =>
+  expr.replaceAll('$__rate_interval', '1m').replaceAll('$__range', '1m').replaceAll('$instance', '.*');
+
+describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prometheusTool.why})`, () => {
+  let proxy: ProxyServer;
+  let prometheus: ReturnType<typeof spawn>;
+  let api = '';
+  const query = async (expr: string) => {
+    const answer = await fetch(`${api}/api/v1/query?query=${encodeURIComponent(expr)}`);
+    return (await answer.json()) as { status: string; error?: string; data?: { result: unknown[] } };
+  };
+
+  beforeAll(async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [{ url: decode.url }],
+      metricsPort: 0,
+    });
+    const url = await proxy.listen(0, '127.0.0.1');
+    const dir = mkdtempSync(join(tmpdir(), 'disagg-prometheus-'));
+    writeFileSync(
+      join(dir, 'prometheus.yml'),
+      [
+        'global: { scrape_interval: 1s, evaluation_interval: 1s }',
+        'scrape_configs:',
+        `  - job_name: disagg`,
+        `    static_configs: [{ targets: ["${new URL(proxy.metricsUrl as string).host}"] }]`,
+      ].join('\n'),
+    );
+    const port = await freePort();
+    api = `http://127.0.0.1:${port}`;
+    prometheus = spawn(
+      'prometheus',
+      [
+        `--config.file=${join(dir, 'prometheus.yml')}`,
+        `--storage.tsdb.path=${join(dir, 'data')}`,
+        `--web.listen-address=127.0.0.1:${port}`,
+      ],
+      { stdio: 'ignore' },
+    );
+    // Requests before, between and after the scrapes: rates need two samples apart.
+    await expectServedCompletion(url);
+    await until(
+      async () => ((await query('up{job="disagg"} == 1')).data?.result.length ?? 0) > 0,
+      'Prometheus scrapes the proxy',
+    );
+    for (let i = 0; i < 3; i++) await expectServedCompletion(url);
+    await until(
+      async () => ((await query('increase(disagg_requests_total{job="disagg"}[1m]) > 0')).data?.result.length ?? 0) > 0,
+      'a scrape after the requests',
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    prometheus?.kill('SIGTERM');
+    await proxy?.close({ gracePeriodMs: 0, drainDelayMs: 0 });
+  });
+
+  it('every query runs without an error', async () => {
+    const failures: string[] = [];
+    for (const panel of panels) {
+      for (const target of panel.targets ?? []) {
+        const answer = await query(asSent(target.expr));
+        if (answer.status !== 'success') failures.push(`${panel.title}: ${answer.error}`);
+      }
+    }
+    expect(failures).toEqual([]);
+  });
+
+  it('the panels an operator reads first show the requests just served', async () => {
+    const withData: string[] = [];
+    for (const panel of panels) {
+      const answers = await Promise.all((panel.targets ?? []).map((target) => query(asSent(target.expr))));
+      if (answers.some((answer) => (answer.data?.result.length ?? 0) > 0)) withData.push(panel.title);
+    }
+    expect(withData).toEqual(
+      expect.arrayContaining([
+        'Requests per second',
+        'Request duration',
+        'Time to first token',
+        'Tokens per second',
+        'How requests were served',
+        'Prefill and handoff',
+        'Workers by pool and state',
+        'In flight per worker',
+        'Legs per worker',
+        'Slots',
+        'Queue',
+        'Queue wait',
+        'Memory',
+        'CPU',
+        'Event loop lag',
+      ]),
+    );
+  });
+});
