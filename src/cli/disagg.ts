@@ -7,10 +7,15 @@ import { join } from 'node:path';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
+import { type FakeKubernetesApi, fakeKubeconfig, startFakeKubernetesApi } from '../testing/fake-kubernetes-api.js';
 import {
+  FAKE_POD_APP,
   FAKE_WORKERS_USAGE,
   FakeWorkersUsageError,
+  fakePods,
+  kubernetesServeCommand,
   parseFakeWorkersArgs,
+  podHost,
   serveCommand,
   startFakeFleet,
 } from './fake-workers.js';
@@ -189,12 +194,31 @@ async function fakeWorkers(args: string[]): Promise<number> {
   for (const worker of [...fleet.prefill, ...fleet.decode]) {
     console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}`);
   }
-  const { command, configFile } = serveCommand(plan, fleet);
-  const path = configFile === undefined ? undefined : join(tmpdir(), `disagg-fake-workers-${process.pid}.yaml`);
-  if (path === undefined) console.log(`\nIn another terminal:\n  ${command}`);
-  else {
-    writeFileSync(path, configFile as string);
-    console.log(`\nIn another terminal:\n  ${command} ${path}`);
+  let path: string | undefined;
+  let api: FakeKubernetesApi | undefined;
+  if (plan.kubernetesPort !== undefined) {
+    try {
+      api = await startFakeKubernetesApi({ host: podHost(plan.host), port: plan.kubernetesPort });
+    } catch (error) {
+      await Promise.all([...fleet.prefill, ...fleet.decode].map((worker) => worker.close()));
+      console.error(
+        `disagg fake-workers: the fake Kubernetes API cannot listen (${String((error as { code?: unknown }).code)}); choose another --kubernetes-port`,
+      );
+      return 1;
+    }
+    for (const pod of fakePods(plan, fleet)) api.apply(pod);
+    path = join(tmpdir(), `disagg-fake-kubeconfig-${process.pid}`);
+    writeFileSync(path, fakeKubeconfig(api.url));
+    console.log(`fake Kubernetes API at ${api.url}: the workers as pods labelled app=${FAKE_POD_APP}`);
+    console.log(`\nIn another terminal:\n  ${kubernetesServeCommand(plan, path)}`);
+  } else {
+    const { command, configFile } = serveCommand(plan, fleet);
+    path = configFile === undefined ? undefined : join(tmpdir(), `disagg-fake-workers-${process.pid}.yaml`);
+    if (path === undefined) console.log(`\nIn another terminal:\n  ${command}`);
+    else {
+      writeFileSync(path, configFile as string);
+      console.log(`\nIn another terminal:\n  ${command} ${path}`);
+    }
   }
   console.log('Ctrl-C stops the workers.');
   await new Promise<void>((resolve) => {
@@ -206,6 +230,7 @@ async function fakeWorkers(args: string[]): Promise<number> {
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
   });
+  await api?.close();
   await Promise.all([...fleet.prefill, ...fleet.decode].map((worker) => worker.close()));
   if (path !== undefined) rmSync(path, { force: true });
   return 0;

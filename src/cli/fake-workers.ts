@@ -2,6 +2,8 @@
 // tries the router in two terminals without a GPU. Part of the command-line tool: it writes
 // to the console.
 import { parseArgs } from 'node:util';
+import { BOOTSTRAP_PORT_ANNOTATION, WORKER_PORTS_ANNOTATION } from '../discovery/kubernetes-discovery.js';
+import type { FakePod } from '../testing/fake-kubernetes-api.js';
 import { type FakeWorker, type FakeWorkerOptions, type Fault, startFakeWorker } from '../testing/fake-worker.js';
 
 /** The help text of `disagg fake-workers`. */
@@ -22,6 +24,10 @@ Options:
   --model NAME                    the model the fakes serve (fake-model)
   --prefill-fault FAULT           every prefill call fails so: status:CODE, hang, reset, error-event
   --decode-fault FAULT            every decode call fails so (the same faults)
+  --kubernetes                    also serve a fake Kubernetes API listing the workers as pods
+                                  (labels app=disagg-fake,role=prefill|decode), and print the
+                                  disagg serve command that finds them by label
+  --kubernetes-port N             the fake Kubernetes API's port (0: any free port)
   --help                          this text
 
 SGLang fakes serve their bootstrap on their HTTP port: the printed command names it.
@@ -39,6 +45,8 @@ const OPTIONS = {
   model: { type: 'string', default: 'fake-model' },
   'prefill-fault': { type: 'string' },
   'decode-fault': { type: 'string' },
+  kubernetes: { type: 'boolean' },
+  'kubernetes-port': { type: 'string', default: '0' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -55,6 +63,8 @@ export interface FakeFleetPlan {
   model: string;
   prefillFault: Fault | undefined;
   decodeFault: Fault | undefined;
+  /** The fake Kubernetes API's port, when the workers are to be found as pods. */
+  kubernetesPort: number | undefined;
 }
 
 /** A problem with the arguments of `disagg fake-workers`: one line that says what to change. */
@@ -100,6 +110,7 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     model: values.model as string,
     prefillFault: faultOf('prefill-fault', values['prefill-fault'] as string | undefined),
     decodeFault: faultOf('decode-fault', values['decode-fault'] as string | undefined),
+    kubernetesPort: values.kubernetes === true ? count('kubernetes-port', 0, 65535) : undefined,
   };
 }
 
@@ -178,4 +189,49 @@ export function serveCommand(
     '',
   ].join('\n');
   return { command: 'disagg serve --config', configFile };
+}
+
+/** The label of the fake pods (`app=disagg-fake`), with `role=prefill` or `role=decode`. */
+export const FAKE_POD_APP = 'disagg-fake';
+
+/**
+ * The fleet as pods for the fake Kubernetes API: one pod per worker, named `fake-<role>-<i>`,
+ * in `default`, at the workers' address, its port in the `smg.ai/worker-ports` annotation (the
+ * fakes of one role listen on consecutive ports of one address, where real pods would share a
+ * port on addresses of their own); an SGLang prefill's bootstrap port in `sglang.ai/bootstrap-port`.
+ */
+export function fakePods(plan: FakeFleetPlan, fleet: { prefill: FakeWorker[]; decode: FakeWorker[] }): FakePod[] {
+  return (['prefill', 'decode'] as const).flatMap((role) =>
+    fleet[role].map((worker, i): FakePod => {
+      const url = new URL(worker.url);
+      return {
+        name: `fake-${role}-${i}`,
+        namespace: 'default',
+        labels: { app: FAKE_POD_APP, role },
+        ip: podHost(url.hostname.replace(/^\[|\]$/g, '')),
+        annotations: {
+          [WORKER_PORTS_ANNOTATION]: url.port,
+          ...(role === 'prefill' && plan.protocol === 'sglang'
+            ? { [BOOTSTRAP_PORT_ANNOTATION]: String(worker.bootstrapPort) }
+            : {}),
+        },
+      };
+    }),
+  );
+}
+
+/** The `disagg serve` command that finds the fake pods by label through the kubeconfig at `kubeconfig`. */
+export function kubernetesServeCommand(plan: FakeFleetPlan, kubeconfig: string): string {
+  return [
+    `KUBECONFIG=${kubeconfig} disagg serve`,
+    `--connector ${plan.protocol}`,
+    `--prefill-selector app=${FAKE_POD_APP},role=prefill`,
+    `--decode-selector app=${FAKE_POD_APP},role=decode`,
+    '--k8s-namespace default',
+  ].join(' ');
+}
+
+/** Where workers listening on `host` are reached: loopback for a wildcard address. */
+export function podHost(host: string): string {
+  return host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
 }

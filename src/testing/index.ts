@@ -1,7 +1,14 @@
 // The `disagg/testing` subpath: fake prefill and decode workers that speak the vLLM and SGLang
-// protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs.
+// protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs,
+// and a fake Kubernetes API that serves them as pods for label discovery.
 
 export type { FakeAnswer } from './fake-formats.js';
+export {
+  type FakeKubernetesApi,
+  type FakePod,
+  fakeKubeconfig,
+  startFakeKubernetesApi,
+} from './fake-kubernetes-api.js';
 export { FakePrefixCache, type FakePrefixCacheOptions } from './fake-prefix-cache.js';
 export {
   type FakeRequest,

@@ -13,8 +13,15 @@ afterEach(() => {
 });
 
 /** Runs the built bin; resolves once `ready` finds what it waits for in stdout. */
-function run<T>(args: string[], ready: (out: string) => T | undefined): Promise<{ child: ChildProcess; found: T }> {
-  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+function run<T>(
+  args: string[],
+  ready: (out: string) => T | undefined,
+  env: Record<string, string> = {},
+): Promise<{ child: ChildProcess; found: T }> {
+  const child = spawn(process.execPath, [bin, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
   children.push(child);
   let out = '';
   let err = '';
@@ -54,6 +61,52 @@ describe('disagg fake-workers (built): the router tried in two terminals, withou
           return line === undefined ? undefined : (JSON.parse(line).url as string);
         },
       );
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+      const { data, response } = await client.completions
+        .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
+        .withResponse();
+      expect(response.headers.get('x-disagg-strategy')).toBe(strategy);
+      expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+      serve.kill('SIGTERM');
+    },
+    20_000,
+  );
+
+  it.each([
+    ['vllm', 'disaggregated-sequential'],
+    ['sglang', 'disaggregated-concurrent'],
+  ])(
+    '%s with --kubernetes: the printed command finds the fakes as pods by label and serves through them',
+    async (connector, strategy) => {
+      const { found } = await run(
+        [
+          'fake-workers',
+          '--connector',
+          connector,
+          '--prefill-port',
+          '0',
+          '--decode-port',
+          '0',
+          '--prefills',
+          '2',
+          '--kubernetes',
+        ],
+        (out) => /In another terminal:\n {2}KUBECONFIG=(\S+) disagg serve (.*)\n/.exec(out) ?? undefined,
+      );
+      const [, kubeconfig, command] = found as unknown as [string, string, string];
+      expect(command).toBe(
+        `--connector ${connector} --prefill-selector app=disagg-fake,role=prefill --decode-selector app=disagg-fake,role=decode --k8s-namespace default`,
+      );
+      const { child: serve, found: url } = await run(
+        ['serve', ...command.split(' '), '--host', '127.0.0.1', '--port', '0', '--drain-delay-ms', '0'],
+        (out) => {
+          const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
+          return line === undefined ? undefined : (JSON.parse(line).url as string);
+        },
+        { KUBECONFIG: kubeconfig },
+      );
+      const ready = (await (await fetch(`${url}/ready`)).json()) as Record<string, unknown>;
+      expect(ready).toMatchObject({ ready: true, prefill_workers: 2, decode_workers: 1 });
       const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
       const { data, response } = await client.completions
         .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
