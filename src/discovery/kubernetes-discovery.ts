@@ -163,10 +163,16 @@ export class KubernetesDiscovery {
       const ports = this.#workerPorts(pod, annotations[portsKey], portsKey) ?? [port];
       const bootstraps =
         role === 'prefill' ? this.#bootstrapPorts(pod, annotations[bootstrapKey], bootstrapKey, ports.length) : [];
+      const podName = pod.metadata?.name;
       for (const [i, workerPort] of ports.entries()) {
         const url = `${scheme}://${isIPv6(ip) ? `[${ip}]` : ip}:${workerPort}`;
         const bootstrapPort = bootstraps[i];
-        workers.set(url, { url, ...(bootstrapPort === undefined ? {} : { bootstrapPort }) });
+        const name = podName === undefined ? undefined : ports.length === 1 ? podName : `${podName}:${workerPort}`;
+        workers.set(url, {
+          url,
+          ...(name === undefined ? {} : { name }),
+          ...(bootstrapPort === undefined ? {} : { bootstrapPort }),
+        });
       }
     }
     return [...workers.values()];

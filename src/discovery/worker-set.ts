@@ -6,6 +6,12 @@ export type DiscoveryRole = 'prefill' | 'decode';
 /** A worker as a discovery source sees it: its base URL and, for SGLang, its bootstrap server. */
 export interface DiscoveredWorker {
   url: string;
+  /**
+   * What the proxy should call it (Kubernetes: the pod's name, `<pod>:<port>` for a pod of
+   * several workers), so that metrics, logs and the admin API name what `kubectl` shows; a
+   * generated name (`prefill-3`) without one, or when another worker has it.
+   */
+  name?: string;
   bootstrapHost?: string;
   bootstrapPort?: number;
 }

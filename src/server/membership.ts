@@ -129,7 +129,9 @@ export class Membership {
           url: worker.url,
           draining: this.#pools[role].stateOf(worker as never) === 'draining',
         })),
-      add: (role, worker) => this.add(role, check(role, worker), source),
+      // A found worker's name is a wish: a pod re-created under its name while the old one
+      // drains must still join (as `<name>-2`), not wait for the next change to the pods.
+      add: (role, worker) => this.add(role, check(role, this.#freeName(worker)), source),
       drain: (role, url) => {
         const worker = this.workersFrom(role, source).find((candidate) => candidate.url === url);
         if (worker !== undefined) this.drain(role, worker, source);
@@ -259,6 +261,14 @@ export class Membership {
     for (const form of addressForms(worker.url)) this.#addresses.push([form, name]);
     // Longer addresses first, so that a URL is replaced whole before its host is.
     this.#addresses.sort((a, b) => b[0].length - a[0].length);
+  }
+
+  /** `worker`, its name made unique if another worker has it. */
+  #freeName<T extends { name?: string }>(worker: T): T {
+    if (worker.name === undefined || this.find(worker.name) === undefined) return worker;
+    let n = 2;
+    while (this.find(`${worker.name}-${n}`) !== undefined) n += 1;
+    return { ...worker, name: `${worker.name}-${n}` };
   }
 
   #nextName(role: Role): string {

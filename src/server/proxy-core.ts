@@ -166,8 +166,8 @@ export class ProxyCore implements ProxyState {
   /** The discovery sources the options ask for; started by `start()`. */
   #discover(options: ResolvedProxyOptions): void {
     const { discovery } = options;
-    const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number }) =>
-      checkWorker(role, worker.bootstrapPort === undefined ? worker.url : worker, options);
+    const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number; name?: string }) =>
+      checkWorker(role, worker.bootstrapPort === undefined && worker.name === undefined ? worker.url : worker, options);
     const dnsTarget = this.membership.targetFor('dns', check);
     const kubernetesTarget = this.membership.targetFor('kubernetes', check);
     for (const role of ['prefill', 'decode'] as const) {

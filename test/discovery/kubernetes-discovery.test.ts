@@ -65,6 +65,8 @@ describe('KubernetesDiscovery', () => {
     api.apply(pod('other-namespace', '10.1.0.5', { namespace: 'elsewhere' }));
     await discovery.start();
     expect(pool.urls()).toEqual(['http://10.1.0.1:8000', 'http://10.1.0.2:8000']);
+    // Named after their pods: what kubectl shows is what metrics and the admin API say.
+    expect([...pool.workers.values()].map((worker) => worker.name)).toEqual(['d0', 'd1']);
     expect(api.requests[0]).toBe('GET /api/v1/namespaces/llm/pods?labelSelector=app%3Dvllm%2Crole%3Ddecode');
   });
 
@@ -131,6 +133,12 @@ describe('KubernetesDiscovery', () => {
       ['http://10.1.0.1:8001', 8999],
       ['http://10.1.0.2:9000', 7000],
       ['http://10.1.0.2:9001', 7000],
+    ]);
+    expect([...pool.workers.values()].map((worker) => worker.name)).toEqual([
+      'p0:8000',
+      'p0:8001',
+      'p1:9000',
+      'p1:9001',
     ]);
   });
 

@@ -315,6 +315,21 @@ describe('Membership: discovery', () => {
     expect(membership.workersFrom('decode', 'config').map((worker) => worker.url)).toEqual(['http://10.0.0.9:8200']);
     lease.release();
   });
+
+  it("a found worker keeps its pod's name; a pod re-created under that name while the old one drains joins at once as <name>-2", async () => {
+    const { membership, decode } = setup([{ url: 'http://p0' }], []);
+    const check = (_role: string, worker: { url: string; name?: string }) => ({ ...worker });
+    const target = membership.targetFor('kubernetes', check);
+    await target.add('decode', { url: 'http://10.0.0.5:8200', name: 'decode-a' });
+    const lease = decode.acquire([decode.workers[0] as ProxyDecodeWorker]);
+    target.drain('decode', 'http://10.0.0.5:8200');
+    await target.add('decode', { url: 'http://10.0.0.7:8200', name: 'decode-a' });
+    expect(decode.workers.map((worker) => [worker.url, membership.nameOf(worker), decode.stateOf(worker)])).toEqual([
+      ['http://10.0.0.5:8200', 'decode-a', 'draining'],
+      ['http://10.0.0.7:8200', 'decode-a-2', 'ready'],
+    ]);
+    lease.release();
+  });
 });
 
 describe('names are one worker each', () => {
