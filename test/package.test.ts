@@ -172,7 +172,7 @@ describe('the disagg/testing subpath', () => {
     `;
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
-    const names = ['FakePrefixCache', 'KvLedger', 'startFakeWorker'];
+    const names = ['FakePrefixCache', 'KvLedger', 'fakeKubeconfig', 'startFakeKubernetesApi', 'startFakeWorker'];
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, health: { status: 'ok' } });
   });
 });
