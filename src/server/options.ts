@@ -1517,45 +1517,10 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
     const value = file === undefined ? undefined : valueAt(file.values, setting.key);
     return value === undefined ? undefined : { value, source: { kind: 'file', path: (file as { path: string }).path } };
   }, problems);
+  // Every row's value as resolved, under its key: a row added to SETTINGS reaches the CLI as it
+  // reaches createProxy (a field-by-field copy here once parsed a new flag and dropped it).
   const resolved = withWorkers(values);
-  return {
-    connector: resolved.connector as ServeConfig['connector'],
-    prefill: resolved.prefill as ProxyPrefillWorker[],
-    decode: resolved.decode as ProxyDecodeWorker[],
-    bootstrapPort: resolved.bootstrapPort as number,
-    host: resolved.host as string,
-    port: resolved.port as number,
-    selection: resolved.selection as ServeConfig['selection'],
-    requireDisaggregation: resolved.requireDisaggregation as boolean,
-    prefillPolicy: resolved.prefillPolicy as PolicyName | undefined,
-    decodePolicy: resolved.decodePolicy as PolicyName | undefined,
-    routing: resolved.routing as ServeConfig['routing'],
-    deadlines: resolved.deadlines as Deadlines,
-    cleanupBudgetMs: resolved.cleanupBudgetMs as number | undefined,
-    healthIntervalMs: resolved.healthIntervalMs as number,
-    healthFailureThreshold: resolved.healthFailureThreshold as number,
-    healthSuccessThreshold: resolved.healthSuccessThreshold as number,
-    slowClientTimeoutMs: resolved.slowClientTimeoutMs as number,
-    retry: resolved.retry as ServeConfig['retry'],
-    breaker: resolved.breaker as ServeConfig['breaker'],
-    maxConcurrentRequests: resolved.maxConcurrentRequests as number,
-    queueSize: resolved.queueSize as number,
-    queueTimeoutMs: resolved.queueTimeoutMs as number,
-    gracePeriodMs: resolved.gracePeriodMs as number,
-    drainDelayMs: resolved.drainDelayMs as number,
-    keepAliveTimeoutMs: resolved.keepAliveTimeoutMs as number,
-    headersTimeoutMs: resolved.headersTimeoutMs as number,
-    requestTimeoutMs: resolved.requestTimeoutMs as number,
-    maxBodyBytes: resolved.maxBodyBytes as number,
-    logLevel: resolved.logLevel as string,
-    logFormat: resolved.logFormat as ServeConfig['logFormat'],
-    apiKey: resolved.apiKey as string | undefined,
-    adminKey: resolved.adminKey as string | undefined,
-    metricsPort: resolved.metricsPort as number | undefined,
-    discovery: discoveryOf(resolved),
-    workerApiKey: resolved.workerApiKey as string | undefined,
-    tracing: resolved.tracing as ServeConfig['tracing'],
-  };
+  return { ...resolved, discovery: discoveryOf(resolved) } as unknown as ServeConfig;
 }
 
 function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['discovery'] {
