@@ -3,6 +3,9 @@ import { isIPv6 } from 'node:net';
 import type { Logger } from '../runtime/logger.js';
 import { type DiscoveredWorker, type DiscoveryRole, type MembershipTarget, reconcile } from './worker-set.js';
 
+/** How often a name is resolved again by default (`--dns-interval-ms` shows and applies it). */
+export const DNS_INTERVAL_MS = 10_000;
+
 /** Resolves a host name to all its addresses (`dns.promises.lookup` with `all: true` by default). */
 export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string }>>;
 
@@ -55,7 +58,7 @@ export class DnsDiscovery {
     this.#stopped = false;
     await this.refresh();
     if (this.#stopped || this.#timer !== undefined) return;
-    this.#timer = setInterval(() => void this.refresh(), this.#options.intervalMs ?? 10_000);
+    this.#timer = setInterval(() => void this.refresh(), this.#options.intervalMs ?? DNS_INTERVAL_MS);
     this.#timer.unref();
   }
 

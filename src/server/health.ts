@@ -7,11 +7,17 @@ import { isUnder, joinUrl } from '../util/url.js';
 
 type Named = { url: string };
 
+/**
+ * The probes' defaults, stated once: the settings table (`--health-interval-ms`,
+ * `--health-timeout-ms`) shows and applies these.
+ */
+export const HEALTH_DEFAULTS = { intervalMs: 5000, timeoutMs: 2000 } as const;
+
 /** Options of {@link HealthChecker}. */
 export interface HealthOptions {
-  /** Between rounds of probes; 5,000 ms by default. */
+  /** Between rounds of probes; {@link HEALTH_DEFAULTS} (5,000 ms) by default. */
   intervalMs?: number;
-  /** How long one probe may take; 2,000 ms by default. */
+  /** How long one probe may take; {@link HEALTH_DEFAULTS} (2,000 ms) by default. */
   timeoutMs?: number;
   logger: Logger;
   dispatcher?: Dispatcher;
@@ -96,7 +102,7 @@ export class HealthChecker {
     if (this.#timer !== undefined) return;
     this.#timer = setInterval(() => {
       this.check().then(undefined, () => {});
-    }, this.#options.intervalMs ?? 5000);
+    }, this.#options.intervalMs ?? HEALTH_DEFAULTS.intervalMs);
     this.#timer.unref();
   }
 
@@ -244,7 +250,7 @@ export class HealthChecker {
     try {
       const answer = await request(joinUrl(worker.url, '/health'), {
         headers: this.#options.headers ?? {},
-        signal: AbortSignal.timeout(this.#options.timeoutMs ?? 2000),
+        signal: AbortSignal.timeout(this.#options.timeoutMs ?? HEALTH_DEFAULTS.timeoutMs),
         ...(this.#options.dispatcher === undefined ? {} : { dispatcher: this.#options.dispatcher }),
       });
       await answer.body.dump();

@@ -1,5 +1,5 @@
 import type { Dispatcher } from 'undici';
-import type { Lookup } from '../discovery/dns-discovery.js';
+import { DNS_INTERVAL_MS, type Lookup } from '../discovery/dns-discovery.js';
 import { DEFAULT_DEADLINES, type Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
@@ -8,6 +8,7 @@ import type { Logger } from '../runtime/logger.js';
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { HEALTH_DEFAULTS } from './health.js';
 import type { TracerLike } from './tracing.js';
 
 /** A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server. */
@@ -163,6 +164,8 @@ export interface ProxyOptions {
   cleanupBudgetMs?: number;
   /** Between health probes of every worker; 5,000 ms by default. */
   healthIntervalMs?: number;
+  /** How long one health probe may take before it counts as failed; 2,000 ms by default. */
+  healthTimeoutMs?: number;
   /**
    * Failed probes in a row that take a worker out of rotation (one that cannot be connected
    * to is out at once); 3 by default.
@@ -338,6 +341,7 @@ export interface ServeConfig {
   /** As given; the flow's default (120,000 ms) applies when undefined. */
   cleanupBudgetMs: number | undefined;
   healthIntervalMs: number;
+  healthTimeoutMs: number;
   healthFailureThreshold: number;
   healthSuccessThreshold: number;
   slowClientTimeoutMs: number;
@@ -661,7 +665,16 @@ export const SETTINGS: readonly Setting[] = [
     env: 'DISAGG_HEALTH_INTERVAL_MS',
     arg: 'N',
     help: 'between worker health probes',
-    default: 5000,
+    default: HEALTH_DEFAULTS.intervalMs,
+    parse: positiveMs,
+  },
+  {
+    key: 'healthTimeoutMs',
+    flag: 'health-timeout-ms',
+    env: 'DISAGG_HEALTH_TIMEOUT_MS',
+    arg: 'N',
+    help: 'how long one health probe may take before it counts as failed (a worker busy with long prompts may answer /health late)',
+    default: HEALTH_DEFAULTS.timeoutMs,
     parse: positiveMs,
   },
   {
@@ -936,7 +949,7 @@ export const SETTINGS: readonly Setting[] = [
     env: 'DISAGG_DNS_INTERVAL_MS',
     arg: 'MS',
     help: 'how often --prefill-dns and --decode-dns are resolved again',
-    default: 10_000,
+    default: DNS_INTERVAL_MS,
     parse: positiveMs,
   },
   {

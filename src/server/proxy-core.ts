@@ -111,6 +111,7 @@ export class ProxyCore implements ProxyState {
       {
         logger: this.logger,
         intervalMs: options.healthIntervalMs,
+        timeoutMs: options.healthTimeoutMs,
         headers: this.workerHeaders,
         dispatcher,
         afterRound: () => this.models.refresh(this.decodeWorkers.available),

@@ -65,6 +65,7 @@ describe('disagg serve configuration', () => {
       deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },
       cleanupBudgetMs: undefined,
       healthIntervalMs: 5000,
+      healthTimeoutMs: 2000,
       healthFailureThreshold: 3,
       healthSuccessThreshold: 2,
       slowClientTimeoutMs: 30_000,
