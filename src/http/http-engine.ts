@@ -8,6 +8,7 @@ import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
+import { joinUrl } from '../util/url.js';
 import { parseJson, stringifyJson } from './json.js';
 import { errorText, generateReader, outputFromOpenAI } from './openai-output.js';
 import { type BodySink, UpstreamCall, type UpstreamHead } from './upstream-call.js';
@@ -120,10 +121,6 @@ function baseUrl<W>(option: HttpEngineOptions<W>['url'], worker: W | undefined):
     );
   }
   return url;
-}
-
-function joinUrl(base: string, path: string): string {
-  return base.endsWith('/') ? `${base.slice(0, -1)}${path}` : `${base}${path}`;
 }
 
 function isAbort(error: unknown): boolean {

@@ -1,4 +1,4 @@
-import { CONNECTION_ERROR_CODES, findCause } from '../util/cause-chain.js';
+import { CONNECTION_ERROR_CODES, errorCode } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 
@@ -86,7 +86,7 @@ export class UpstreamError extends DisaggError {
    */
   static fromFailure(url: string, error: unknown, options: { afterResponse?: boolean } = {}): UpstreamError {
     if (UpstreamError.is(error)) return error;
-    const code = codeOf(error);
+    const code = errorCode(error);
     const text = error instanceof Error ? error.message || error.name : describeValue(error);
     const afterResponse = options.afterResponse ?? false;
     if (code !== undefined && CONNECTION_ERROR_CODES.has(code)) {
@@ -104,12 +104,6 @@ export class UpstreamError extends DisaggError {
       afterResponse,
     });
   }
-}
-
-/** The code of an error or of the first cause that has one (undici nests the socket error). */
-function codeOf(error: unknown): string | undefined {
-  const found = findCause(error, (candidate) => typeof (candidate as { code?: unknown }).code === 'string');
-  return (found as { code?: string } | undefined)?.code;
 }
 
 const MAX_TEXT = 500;

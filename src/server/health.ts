@@ -2,7 +2,7 @@ import { type Dispatcher, request } from 'undici';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import type { Logger } from '../runtime/logger.js';
-import { findCause } from '../util/cause-chain.js';
+import { errorCode, findCause } from '../util/cause-chain.js';
 import { isUnder, joinUrl } from '../util/url.js';
 
 type Named = { url: string };
@@ -303,10 +303,7 @@ export class HealthChecker {
 
 /** The code of a failed probe (undici nests the socket's), e.g. ECONNREFUSED, UND_ERR_CONNECT_TIMEOUT. */
 function codeOf(error: unknown): string | undefined {
-  const found = findCause(error, (cause) => typeof (cause as { code?: unknown }).code === 'string');
-  const code = (found as { code?: string } | undefined)?.code;
-  if (code !== undefined) return code;
-  return (error as { name?: unknown })?.name === 'TimeoutError' ? 'TIMEOUT' : undefined;
+  return errorCode(error) ?? ((error as { name?: unknown })?.name === 'TimeoutError' ? 'TIMEOUT' : undefined);
 }
 
 /** What an operator most likely got wrong, for the failures that have a usual cause. */

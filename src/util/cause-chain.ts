@@ -69,3 +69,14 @@ export function findCause(error: unknown, test: (candidate: object) => boolean):
   }
   return undefined;
 }
+
+/**
+ * The code of an error or of the first cause that has one (undici nests the socket's error:
+ * `UND_ERR_SOCKET` over `ECONNRESET`, say); undefined when none has a string code.
+ *
+ * @example errorCode(new Error('fetch failed', { cause: Object.assign(new Error(), { code: 'ECONNREFUSED' }) })); // 'ECONNREFUSED'
+ */
+export function errorCode(error: unknown): string | undefined {
+  const found = findCause(error, (candidate) => typeof (candidate as { code?: unknown }).code === 'string');
+  return (found as { code?: string } | undefined)?.code;
+}

@@ -59,7 +59,10 @@ function nested(entries: Array<[string, unknown]>): Record<string, unknown> {
   for (const [key, value] of entries) {
     const parts = key.split('.');
     let at = out;
-    for (const part of parts.slice(0, -1)) at = (at[part] ??= {}) as Record<string, unknown>;
+    for (const part of parts.slice(0, -1)) {
+      at[part] ??= {};
+      at = at[part] as Record<string, unknown>;
+    }
     at[parts.at(-1) as string] = value;
   }
   return out;
