@@ -78,8 +78,20 @@ export { Annotated, AnnotatedError, type AnnotatedErrorBody, type WireChunk } fr
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protocol/llm-engine-output.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
+export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
+export { leastInFlight } from './routing/least-in-flight.js';
 export { type PowerOfTwoOptions, powerOfTwo } from './routing/power-of-two.js';
 export { PrefixTree } from './routing/prefix-tree.js';
+export { type RandomOptions, random } from './routing/random.js';
+export {
+  createPolicy,
+  POLICIES,
+  POLICY_NAMES,
+  type PolicyName,
+  type PolicyPlugin,
+  type RoutingParams,
+} from './routing/registry.js';
+export { roundRobin } from './routing/round-robin.js';
 export { RoutingInput, routingText } from './routing/routing-input.js';
 export type { LoadView, RoutingPolicy } from './routing/routing-policy.js';
 export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';

@@ -1,3 +1,5 @@
+import { leastInFlight } from '../routing/least-in-flight.js';
+import { roundRobin } from '../routing/round-robin.js';
 import type { RoutingInput } from '../routing/routing-input.js';
 import type { RoutingPolicy } from '../routing/routing-policy.js';
 import { describeValue } from '../util/describe-value.js';
@@ -82,7 +84,6 @@ export class WorkerPool<W> {
   readonly #leaving = new Map<W, { draining: boolean; idle: () => void; done: Promise<void> }>();
   readonly #select: (candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W;
   readonly #policy: RoutingPolicy<W> | undefined;
-  #turn = 0;
 
   /**
    * `workers` may be empty for a pool filled at run time ({@link add}, discovery): until then
@@ -99,10 +100,11 @@ export class WorkerPool<W> {
     }
     this.#workers = Object.freeze([...workers]);
     for (const worker of this.#workers) this.#inFlight.set(worker, 0);
-    const selection = options.selection ?? 'round-robin';
-    if (selection === 'round-robin') this.#select = (candidates) => this.#next(candidates);
-    else if (selection === 'least-in-flight') this.#select = (candidates) => this.#leastInFlight(candidates);
-    else if (typeof selection === 'function') this.#select = selection;
+    // The two names are the built-in policies of the same names (one turn per pool, as before).
+    const given = options.selection ?? 'round-robin';
+    const selection =
+      given === 'round-robin' ? roundRobin<W>() : given === 'least-in-flight' ? leastInFlight<W>() : given;
+    if (typeof selection === 'function') this.#select = selection;
     else if (isPolicy<W>(selection)) {
       this.#policy = selection;
       this.#select = (candidates, pool, input) => selection.select(candidates, pool, input);
@@ -267,24 +269,6 @@ export class WorkerPool<W> {
         if (outcome !== undefined) this.#policy?.completed?.(worker, input, outcome);
       },
     };
-  }
-
-  #next(candidates: readonly W[]): W {
-    const worker = candidates[this.#turn % candidates.length] as W;
-    this.#turn = (this.#turn + 1) % candidates.length;
-    return worker;
-  }
-
-  #leastInFlight(candidates: readonly W[]): W {
-    // Start from the round-robin position so that ties rotate instead of piling on the first.
-    const start = this.#turn % candidates.length;
-    let best = candidates[start] as W;
-    for (let offset = 1; offset < candidates.length; offset++) {
-      const worker = candidates[(start + offset) % candidates.length] as W;
-      if (this.inFlight(worker) < this.inFlight(best)) best = worker;
-    }
-    this.#turn = (start + 1) % candidates.length;
-    return best;
   }
 }
 

@@ -1,4 +1,4 @@
-import { describeValue } from '../util/describe-value.js';
+import { hash32, workerId } from './hash.js';
 import type { RoutingInput } from './routing-input.js';
 import { type LoadView, leastLoaded, type RoutingPolicy } from './routing-policy.js';
 
@@ -21,7 +21,7 @@ export interface SessionAffinityOptions<W> {
  */
 export function sessionAffinity<W>(options: SessionAffinityOptions<W> = {}): RoutingPolicy<W> {
   const fallback = options.fallback;
-  const idOf = options.idOf ?? defaultId;
+  const idOf = options.idOf ?? ((worker: W) => workerId(worker, 'sessionAffinity'));
   const seeds = new Map<W, number>();
   return {
     name: 'session',
@@ -35,10 +35,10 @@ export function sessionAffinity<W>(options: SessionAffinityOptions<W> = {}): Rou
       for (const worker of candidates) {
         let seed = seeds.get(worker);
         if (seed === undefined) {
-          seed = hash(idOf(worker), 0x811c9dc5);
+          seed = hash32(idOf(worker));
           seeds.set(worker, seed);
         }
-        const score = hash(key, seed);
+        const score = hash32(key, seed);
         if (score > bestScore) {
           best = worker;
           bestScore = score;
@@ -50,28 +50,4 @@ export function sessionAffinity<W>(options: SessionAffinityOptions<W> = {}): Rou
       fallback?.forget?.(worker);
     },
   };
-}
-
-function defaultId(worker: unknown): string {
-  if (typeof worker === 'string') return worker;
-  const url = (worker as { url?: unknown } | null)?.url;
-  if (typeof url === 'string') return url;
-  throw new TypeError(
-    `sessionAffinity needs a stable name for each worker: give workers a url, or pass idOf; got ${describeValue(worker)}`,
-  );
-}
-
-/** FNV-1a over `text` from `seed`, then murmur3's finaliser for an even spread; unsigned 32 bits. */
-function hash(text: string, seed: number): number {
-  let h = seed >>> 0;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
 }

@@ -4,6 +4,7 @@ import { DEFAULT_DEADLINES, type Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
 import { CACHE_AWARE_DEFAULTS } from '../routing/cache-aware.js';
+import { POLICY_NAMES, type PolicyName } from '../routing/registry.js';
 import type { Logger } from '../runtime/logger.js';
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
@@ -32,9 +33,9 @@ export interface ProxyDecodeWorker {
   name?: string;
 }
 
-/** The ways a pool can choose its worker (`--prefill-policy`, `--decode-policy`). */
-export const POLICY_NAMES = ['least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session'] as const;
-export type PolicyName = (typeof POLICY_NAMES)[number];
+// The ways a pool can choose its worker (`--prefill-policy`, `--decode-policy`): the routing
+// registry's names, re-exported where the settings' types were.
+export { POLICY_NAMES, type PolicyName } from '../routing/registry.js';
 
 /**
  * Options of `createProxy`. Every setting is described, with its default, its command-line

@@ -1,36 +1,19 @@
 import type { RequestBody } from '../flow/request-shaping.js';
 import type { Selection, WorkerPool } from '../flow/worker-pool.js';
-import { cacheAware } from '../routing/cache-aware.js';
-import { powerOfTwo } from '../routing/power-of-two.js';
 import type { PrefixTree } from '../routing/prefix-tree.js';
+import { createPolicy } from '../routing/registry.js';
 import { routingText } from '../routing/routing-input.js';
-import { sessionAffinity } from '../routing/session-affinity.js';
 import type { PolicyName, ResolvedProxyOptions } from './options.js';
 
 /**
- * The selection of one pool for `--prefill-policy` or `--decode-policy`: a policy object of
- * its own for each pool (a cache-aware tree describes one pool's caches). `session` falls
- * back to least in flight for a request without a session key.
+ * The selection of one pool for `--prefill-policy` or `--decode-policy`: the registry's
+ * plugin of that name, made for this pool alone (a cache-aware tree describes one pool's caches).
  */
 export function selectionFor<W extends { url: string }>(
   name: PolicyName,
   routing: ResolvedProxyOptions['routing'],
 ): Selection<W> {
-  switch (name) {
-    case 'cache-aware':
-      return cacheAware<W>({
-        cacheThreshold: routing.cacheThreshold,
-        balanceAbsThreshold: routing.balanceAbsThreshold,
-        balanceRelThreshold: routing.balanceRelThreshold,
-        maxTreeChars: routing.maxTreeChars,
-      });
-    case 'power-of-two':
-      return powerOfTwo<W>();
-    case 'session':
-      return sessionAffinity<W>();
-    default:
-      return name;
-  }
+  return createPolicy<W>(name, routing);
 }
 
 /**

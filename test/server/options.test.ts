@@ -103,8 +103,8 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
       decodePolicy: 'power-of-two',
     });
     expect([resolved.prefillPolicy, resolved.decodePolicy]).toEqual(['round-robin', 'power-of-two']);
-    expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'random'], {})).message).toBe(
-      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', got \"random\"",
+    expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'fastest'], {})).message).toBe(
+      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'consistent-hash', got \"fastest\"",
     );
     expect(refusal(() => loadServeConfig([...workers, '--cache-threshold', '1.5'], {})).message).toBe(
       '--cache-threshold (routing.cacheThreshold) must be a number from 0 to 1, got "1.5"',

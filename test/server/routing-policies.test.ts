@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { POLICY_NAMES } from '../../src/routing/registry.js';
 import type { ResolvedProxyOptions } from '../../src/server/options.js';
 import { conditionalAggregation, selectionFor } from '../../src/server/routing-policies.js';
 
@@ -31,10 +32,12 @@ describe('selectionFor', () => {
     });
     expect(first).toMatchObject({ name: 'cache-aware' });
     expect(selectionFor<W>('cache-aware', routing)).not.toBe(first);
-    expect(selectionFor<W>('power-of-two', routing)).toMatchObject({ name: 'power-of-two' });
-    expect(selectionFor<W>('session', routing)).toMatchObject({ name: 'session' });
-    expect(selectionFor<W>('least-in-flight', routing)).toBe('least-in-flight');
-    expect(selectionFor<W>('round-robin', routing)).toBe('round-robin');
+    // Every plugin of the registry, by its own name, a new object per pool.
+    for (const name of POLICY_NAMES) {
+      const policy = selectionFor<W>(name, routing);
+      expect(policy, name).toMatchObject({ name });
+      expect(selectionFor<W>(name, routing), name).not.toBe(policy);
+    }
   });
 });
 

@@ -1,6 +1,7 @@
-import type OpenAI from 'openai';
+import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
+import { POLICY_NAMES } from '../../src/routing/registry.js';
 import { createProxy, type ProxyOptions } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
 import { proxyHarness } from '../support/proxy.js';
@@ -54,10 +55,33 @@ describe('routing by cache and session through the proxy', () => {
   });
 
   it('every policy serves both legs end to end', async () => {
-    for (const policy of ['least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session'] as const) {
+    for (const policy of POLICY_NAMES) {
       const { client } = await cluster({ prefillPolicy: policy, decodePolicy: policy });
       const answer = await client.completions.create({ model: 'fake-model', prompt: `via ${policy}`, max_tokens: 2 });
       expect(answer.choices[0]?.text, policy).toBe('tok0 tok1 ');
+    }
+  });
+
+  it('consistent-hash: two router replicas send every conversation to the same workers, sharing nothing', async () => {
+    const options = { prefillPolicy: 'consistent-hash', decodePolicy: 'consistent-hash' } as const;
+    const { client, prefill, decode } = await cluster(options);
+    const replica = createProxy({
+      connector: 'vllm',
+      prefill: prefill.map((worker) => ({ url: worker.url })),
+      decode: decode.map((worker) => ({ url: worker.url })),
+      ...options,
+    });
+    try {
+      const url = await replica.listen(0, '127.0.0.1');
+      const other = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+      const sessions = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank'];
+      const first = await converse(client, sessions, 2);
+      expect(await converse(other, sessions, 2)).toEqual(first);
+      // Each conversation stays put, and they do not all share one worker.
+      for (const turns of first) expect(new Set(turns.map((turn) => turn.prefill)).size).toBe(1);
+      expect(new Set(first.map((turns) => turns[0]?.prefill)).size).toBeGreaterThan(1);
+    } finally {
+      await replica.close({ gracePeriodMs: 0, drainDelayMs: 0 });
     }
   });
 

@@ -1,0 +1,97 @@
+import { cacheAware } from './cache-aware.js';
+import { consistentHash } from './consistent-hash.js';
+import { leastInFlight } from './least-in-flight.js';
+import { powerOfTwo } from './power-of-two.js';
+import { random } from './random.js';
+import { roundRobin } from './round-robin.js';
+import type { RoutingPolicy } from './routing-policy.js';
+import { sessionAffinity } from './session-affinity.js';
+
+/** The routing settings a policy may read (`--cache-threshold`, ...: the `routing` group). */
+export interface RoutingParams {
+  cacheThreshold: number;
+  balanceAbsThreshold: number;
+  balanceRelThreshold: number;
+  maxTreeChars: number;
+}
+
+/**
+ * A routing policy as a plugin: its name (what `--prefill-policy` and `--decode-policy` take),
+ * what it does (for `--help` and the docs), the routing settings it reads, and its factory,
+ * called once per pool (a policy's state, such as a cache-aware tree, describes one pool).
+ * Modelled on llm-d's plugin registry (`pkg/plugins/register.go`): a plugin owns its name,
+ * its parameters and its factory; nothing else lists them.
+ */
+export interface PolicyPlugin {
+  readonly name: string;
+  readonly help: string;
+  readonly params: ReadonlyArray<keyof RoutingParams>;
+  create<W extends { url: string }>(params: RoutingParams): RoutingPolicy<W>;
+}
+
+function plugin<const N extends string>(definition: PolicyPlugin & { name: N }): PolicyPlugin & { name: N } {
+  return definition;
+}
+
+/**
+ * Every built-in policy, once. The settings' choices, `PolicyName`, the help text and the
+ * proxy's pools all come from this list; adding a policy is one entry here and its module.
+ */
+export const POLICIES = [
+  plugin({
+    name: 'least-in-flight',
+    help: 'the worker with the fewest requests under way (ties in turn)',
+    params: [],
+    create: () => leastInFlight(),
+  }),
+  plugin({ name: 'round-robin', help: 'each worker in turn', params: [], create: () => roundRobin() }),
+  plugin({
+    name: 'cache-aware',
+    help: 'the worker whose prefix cache (as this router learnt it) holds most of the prompt, unless load is imbalanced',
+    params: ['cacheThreshold', 'balanceAbsThreshold', 'balanceRelThreshold', 'maxTreeChars'],
+    create: (params) =>
+      cacheAware({
+        cacheThreshold: params.cacheThreshold,
+        balanceAbsThreshold: params.balanceAbsThreshold,
+        balanceRelThreshold: params.balanceRelThreshold,
+        maxTreeChars: params.maxTreeChars,
+      }),
+  }),
+  plugin({
+    name: 'power-of-two',
+    help: 'two workers at random, the less loaded wins',
+    params: [],
+    create: () => powerOfTwo(),
+  }),
+  plugin({
+    name: 'session',
+    help: "a session (--session-header, else the body's user) stays on one worker (rendezvous hashing); least in flight without one",
+    params: [],
+    create: () => sessionAffinity(),
+  }),
+  plugin({ name: 'random', help: 'a worker at random', params: [], create: () => random() }),
+  plugin({
+    name: 'consistent-hash',
+    help: "a hash ring on the session key, else the prompt's start: the same worker on every router replica, ~1/n of keys move when a worker comes or goes",
+    params: [],
+    create: () => consistentHash(),
+  }),
+] as const;
+
+/** The name of a built-in policy. */
+export type PolicyName = (typeof POLICIES)[number]['name'];
+
+/** Every built-in policy's name, in the registry's order. */
+export const POLICY_NAMES = POLICIES.map((each) => each.name) as readonly PolicyName[];
+
+/**
+ * A pool's policy by name, made with the routing settings it reads.
+ *
+ * @throws {TypeError} for a name no plugin has.
+ */
+export function createPolicy<W extends { url: string }>(name: PolicyName, params: RoutingParams): RoutingPolicy<W> {
+  const found = POLICIES.find((each) => each.name === name);
+  if (found === undefined)
+    throw new TypeError(`No routing policy is named ${JSON.stringify(name)}: ${POLICY_NAMES.join(', ')}`);
+  return found.create<W>(params);
+}

@@ -1,0 +1,73 @@
+import { describe, expect, it } from 'vitest';
+import { consistentHash } from '../../src/routing/consistent-hash.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
+
+type W = { url: string };
+const workers: W[] = Array.from({ length: 5 }, (_, i) => ({ url: `http://w${i}:8000` }));
+const idle = { inFlight: () => 0 };
+const prompt = (i: number) => new RoutingInput({ prompt: `system prompt ${i}: and then the question` });
+
+describe('consistentHash', () => {
+  it('the same key goes to the same worker, on a second router replica too (nothing learnt, nothing shared)', () => {
+    const replicaA = consistentHash<W>();
+    const replicaB = consistentHash<W>();
+    for (let i = 0; i < 200; i++) {
+      const a = replicaA.select(workers, idle, prompt(i));
+      expect(replicaA.select(workers, idle, prompt(i))).toBe(a);
+      // Another process: the same workers (by URL), listed in another order.
+      expect(replicaB.select([...workers].reverse(), idle, prompt(i)).url).toBe(a.url);
+    }
+  });
+
+  it('spreads 10,000 keys over the workers within 25 % of an even share', () => {
+    const policy = consistentHash<W>();
+    const counts = new Map<W, number>();
+    for (let i = 0; i < 10_000; i++) {
+      const chosen = policy.select(workers, idle, prompt(i));
+      counts.set(chosen, (counts.get(chosen) ?? 0) + 1);
+    }
+    for (const worker of workers) expect(counts.get(worker) ?? 0, worker.url).toBeGreaterThan(2000 * 0.75);
+    for (const worker of workers) expect(counts.get(worker) ?? 0, worker.url).toBeLessThan(2000 * 1.25);
+  });
+
+  it('a worker that leaves the rotation moves only its own keys; when it comes back they return to it', () => {
+    const policy = consistentHash<W>();
+    const before = Array.from({ length: 2000 }, (_, i) => policy.select(workers, idle, prompt(i)));
+    const gone = workers[2] as W;
+    const rest = workers.filter((worker) => worker !== gone);
+    const during = Array.from({ length: 2000 }, (_, i) => policy.select(rest, idle, prompt(i)));
+    for (let i = 0; i < 2000; i++) {
+      if (before[i] !== gone) expect(during[i]).toBe(before[i]);
+      else expect(during[i]).not.toBe(gone);
+    }
+    policy.forget?.(gone);
+    const after = Array.from({ length: 2000 }, (_, i) => policy.select(workers, idle, prompt(i)));
+    expect(after).toEqual(before);
+  });
+
+  it('a session key decides over the prompt; a request with neither goes to the least loaded', () => {
+    const policy = consistentHash<W>();
+    const one = policy.select(workers, idle, new RoutingInput({ prompt: 'a' }, 'session-7'));
+    expect(policy.select(workers, idle, new RoutingInput({ prompt: 'something else entirely' }, 'session-7'))).toBe(
+      one,
+    );
+    const load = { inFlight: (worker: W) => (worker === workers[3] ? 0 : 5) };
+    expect(policy.select(workers, load, new RoutingInput({}))).toBe(workers[3]);
+    expect(policy.select(workers, load, undefined)).toBe(workers[3]);
+  });
+
+  it('keys on the start of the prompt: prompts that share their first keyChars land together', () => {
+    const policy = consistentHash<W>({ keyChars: 16 });
+    const a = policy.select(workers, idle, new RoutingInput({ prompt: 'You are helpful. Question one?' }));
+    expect(policy.select(workers, idle, new RoutingInput({ prompt: 'You are helpful. Another one.' }))).toBe(a);
+  });
+
+  it('refuses virtualNodes or keyChars that are not positive whole numbers', () => {
+    expect(() => consistentHash({ virtualNodes: 0 })).toThrow(
+      'consistentHash: virtualNodes must be a positive whole number, got 0',
+    );
+    expect(() => consistentHash({ keyChars: 1.5 })).toThrow(
+      'consistentHash: keyChars must be a positive whole number, got 1.5',
+    );
+  });
+});
