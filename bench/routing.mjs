@@ -16,7 +16,7 @@
 // (0.2: the workers' prefill time per uncached prompt token).
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { cacheAware, powerOfTwo, RoutingInput, sessionAffinity, WorkerPool } from 'disagg';
+import { CACHE_AWARE_DEFAULTS, createPolicy, POLICY_NAMES, RoutingInput, WorkerPool } from 'disagg';
 import { FakePrefixCache } from 'disagg/testing';
 import { Agent, request } from 'undici';
 import { child, cpuMs } from './proxy-load.mjs';
@@ -32,7 +32,8 @@ const { values: args } = parseArgs({
 const root = fileURLToPath(new URL('..', import.meta.url));
 const CONCURRENCY = Number(args.concurrency);
 const SCALE = args.quick ? 0.25 : 1;
-const POLICIES = ['least-in-flight', 'round-robin', 'power-of-two', 'session', 'cache-aware'];
+// Every policy of the registry, so that a new one is measured beside the others.
+const POLICIES = POLICY_NAMES;
 const PREFILL = 4;
 const DECODE = 2;
 const CAPACITY_BLOCKS = 800; // 50 KB of prompt per worker: a quarter of the multi-turn working set
@@ -209,14 +210,7 @@ const percentile = (values, p) => {
 
 /** The routing decision alone: µs per request for a chat request of `kb` KB, median of 5 batches. */
 function decisionCost(policyName, kb) {
-  const make = {
-    'least-in-flight': () => 'least-in-flight',
-    'round-robin': () => 'round-robin',
-    'power-of-two': () => powerOfTwo(),
-    session: () => sessionAffinity(),
-    'cache-aware': () => cacheAware(),
-  }[policyName];
-  const pool = new WorkerPool(['p0', 'p1', 'p2', 'p3'], { selection: make() });
+  const pool = new WorkerPool(['p0', 'p1', 'p2', 'p3'], { selection: createPolicy(policyName, CACHE_AWARE_DEFAULTS) });
   const rand = random(kb);
   const system = words(rand, kb * 512);
   const bodies = Array.from({ length: 64 }, () => ({
