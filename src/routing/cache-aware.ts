@@ -72,6 +72,10 @@ export function cacheAware<W>(options: CacheAwareOptions = {}): RoutingPolicy<W>
       const text = input?.text ?? '';
       if (outcome === 'success' && text !== '') tree.insert(text, worker);
     },
+    cachedShare(candidates: readonly W[], input: RoutingInput): number {
+      const text = input.text;
+      return text === '' ? 0 : tree.match(text, candidates).length / text.length;
+    },
     forget(worker: W): void {
       tree.remove(worker);
     },

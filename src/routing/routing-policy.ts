@@ -25,6 +25,12 @@ export interface RoutingPolicy<W> {
    * cache-aware records what a worker holds); `select` only chooses.
    */
   completed?(worker: W, input: RoutingInput | undefined, outcome: 'success' | 'failure'): void;
+  /**
+   * The largest share (0 to 1) of the request's routing text that the policy believes one of
+   * `candidates` holds in its cache, for a policy that knows (cache-aware). Conditional
+   * aggregation asks it whether decode alone would find the prompt computed already.
+   */
+  cachedShare?(candidates: readonly W[], input: RoutingInput): number;
 }
 
 /** The candidate with the fewest requests in flight; ties go to the lowest `tieBreak`, then to the first. */

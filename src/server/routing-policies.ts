@@ -1,8 +1,7 @@
 import type { RequestBody } from '../flow/request-shaping.js';
 import type { Selection, WorkerPool } from '../flow/worker-pool.js';
-import type { PrefixTree } from '../routing/prefix-tree.js';
 import { createPolicy } from '../routing/registry.js';
-import { routingText } from '../routing/routing-input.js';
+import { RoutingInput } from '../routing/routing-input.js';
 import type { PolicyName, ResolvedProxyOptions } from './options.js';
 
 /**
@@ -19,7 +18,7 @@ export function selectionFor<W extends { url: string }>(
 /**
  * Conditional disaggregation, built in: the reason to serve a request on decode alone (a
  * prompt shorter than `aggregateBelowChars`; a decode worker known, by the decode pool's
- * cache-aware tree, to hold more than `aggregateCachedRatio` of it), or undefined to
+ * policy (`cachedShare`), to hold more than `aggregateCachedRatio` of it), or undefined to
  * disaggregate it. Undefined when both are off.
  */
 export function conditionalAggregation<W>(
@@ -28,19 +27,22 @@ export function conditionalAggregation<W>(
   decodeSelection: Selection<W>,
 ): ((request: RequestBody) => string | undefined) | undefined {
   const { aggregateBelowChars, aggregateCachedRatio } = routing;
-  const tree = aggregateCachedRatio > 0 ? treeOf(decodeSelection) : undefined;
-  if (aggregateBelowChars === 0 && tree === undefined) return undefined;
+  // Asked through the policy's own interface: whatever it knows the caches by (today a tree of
+  // what this router sent; the engines' KV events tomorrow), not its private state.
+  const policy = typeof decodeSelection === 'object' ? decodeSelection : undefined;
+  const cachedShare = aggregateCachedRatio > 0 ? policy?.cachedShare?.bind(policy) : undefined;
+  if (aggregateBelowChars === 0 && cachedShare === undefined) return undefined;
   return (request) => {
-    const text = routingText(request);
+    const input = new RoutingInput(request);
+    const text = input.text;
     if (text.length < aggregateBelowChars) return 'short-prompt';
-    if (tree !== undefined && text !== '') {
-      const { length } = tree.match(text, decodeWorkers.available);
-      if (length / text.length > aggregateCachedRatio) return 'decode-cached';
+    if (
+      cachedShare !== undefined &&
+      text !== '' &&
+      cachedShare(decodeWorkers.available, input) > aggregateCachedRatio
+    ) {
+      return 'decode-cached';
     }
     return undefined;
   };
-}
-
-function treeOf<W>(selection: Selection<W>): PrefixTree<W> | undefined {
-  return typeof selection === 'object' && 'tree' in selection ? (selection.tree as PrefixTree<W>) : undefined;
 }
