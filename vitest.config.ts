@@ -1,17 +1,32 @@
 import { defineConfig } from 'vitest/config';
 
+// The subprocess smoke runs of the benchmarks, the soak and the packed tarball: a minute of
+// real processes that CI runs (`npm run test:smoke` in .ci/run) and `npm test` leaves out, so
+// that the suite a developer runs stays under three minutes.
+const SMOKE = ['test/bench.test.ts', 'test/soak.test.ts', 'test/tarball.e2e.test.ts'];
+// The tests that measure the heap, and so call gc(): only they need --expose-gc.
+const HEAP = ['test/**/memory.test.ts'];
+
+// Forked workers so that an unhandled rejection kills the worker instead of being swallowed:
+// the library promises never to create one.
+const STRICT = '--unhandled-rejections=strict';
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    // Forked workers so that heap tests can call gc(), and so that an unhandled rejection
-    // kills the worker instead of being swallowed: the library promises never to create one.
     pool: 'forks',
-    execArgv: ['--expose-gc', '--unhandled-rejections=strict'],
     dangerouslyIgnoreUnhandledErrors: false,
     restoreMocks: true,
     coverage: {
       provider: 'v8',
       include: ['src/**/*.ts'],
     },
+    projects: [
+      {
+        extends: true,
+        test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...SMOKE, ...HEAP], execArgv: [STRICT] },
+      },
+      { extends: true, test: { name: 'heap', include: HEAP, execArgv: ['--expose-gc', STRICT] } },
+      { extends: true, test: { name: 'smoke', include: SMOKE, execArgv: [STRICT] } },
+    ],
   },
 });
