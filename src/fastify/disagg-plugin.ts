@@ -79,16 +79,18 @@ export const disaggPlugin: FastifyPluginAsync<DisaggPluginOptions> = async (app,
     app.all('/admin/workers/*', handler);
   }
   app.addHook('onReady', () => core.start());
-  // fastify closes its server after preClose and before onClose: requests under way get the
-  // grace period and are then ended here, so that their connections can close.
-  app.addHook('preClose', async () => {
-    await core.beginDrain();
-    core.stopTaking();
-    await core.inFlight.drain(core.options.gracePeriodMs);
-    // fastify closed the idle connections before the ones ended just now became idle.
-    app.server.closeIdleConnections();
-  });
-  app.addHook('onClose', () => core.finish(0));
+  // fastify stops accepting and closes its server itself, after preClose: requests under way
+  // get the grace period here and are then ended, so that their connections can close.
+  app.addHook('preClose', () =>
+    core.shutdown(
+      {
+        accepting: () => false,
+        // fastify closed the idle connections before the ones ended just now became idle.
+        cutConnections: () => app.server.closeIdleConnections(),
+      },
+      { drainDelayMs: 0, gracePeriodMs: core.options.gracePeriodMs },
+    ),
+  );
 };
 
 declare module 'fastify' {

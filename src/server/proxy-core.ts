@@ -29,6 +29,16 @@ const CONNECTORS: Record<ResolvedProxyOptions['connector'], Connector> = {
   trtllm: trtllmContextFirst,
 };
 
+/** What {@link ProxyCore.shutdown} asks of the host it runs in. */
+export interface ShutdownHost {
+  /** Whether the host still accepts connections: only then is the drain delay worth waiting. */
+  accepting(): boolean;
+  /** Stops accepting new connections (its listener closes once the open ones have). */
+  stopAccepting?(): void;
+  /** After the grace period: ends the connections still open, so that the listener can close. */
+  cutConnections?(): Promise<void> | void;
+}
+
 /**
  * What a proxy is without its HTTP server: pools, membership and discovery, engines, health,
  * metrics, admission, tracing and the requests under way, with `answer(req, res)` for one
@@ -247,6 +257,26 @@ export class ProxyCore implements ProxyState {
   }
 
   /** Shutdown, first step: `/ready` fails and discovery stops; requests are still served. */
+  /**
+   * The one shutdown of every host (disagg serve's server, a web handler, the fastify plugin):
+   * discovery stops and `/ready` fails; for `drainDelayMs`, while the host still accepts
+   * connections, requests are still served (a load balancer takes the pod out meanwhile);
+   * then new requests are refused, the host stops accepting, requests under way get
+   * `gracePeriodMs`, the host cuts what is left, and every call still open to a worker ends.
+   * Resolves when all of it is done; bounded by the two periods and the host's own cut.
+   */
+  async shutdown(host: ShutdownHost, periods: { drainDelayMs: number; gracePeriodMs: number }): Promise<void> {
+    await this.beginDrain();
+    if (periods.drainDelayMs > 0 && host.accepting()) {
+      await new Promise((resolve) => setTimeout(resolve, periods.drainDelayMs));
+    }
+    this.stopTaking();
+    host.stopAccepting?.();
+    await this.finish(periods.gracePeriodMs, async () => {
+      await host.cutConnections?.();
+    });
+  }
+
   async beginDrain(): Promise<void> {
     this.draining = true;
     await Promise.all(this.#discoveries.map((discovery) => discovery.stop()));

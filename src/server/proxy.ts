@@ -107,16 +107,25 @@ class DisaggProxy implements ProxyServer {
 
   async close(options: { gracePeriodMs?: number; drainDelayMs?: number } = {}): Promise<void> {
     const core = this.core;
-    await core.beginDrain();
-    const drainMs = options.drainDelayMs ?? core.options.drainDelayMs;
-    if (drainMs > 0 && this.server.listening) await new Promise((resolve) => setTimeout(resolve, drainMs));
-    core.stopTaking();
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    this.server.closeIdleConnections();
-    await core.finish(options.gracePeriodMs ?? core.options.gracePeriodMs, async () => {
-      this.server.closeAllConnections();
-      await closed;
-    });
+    const server = this.server;
+    let closed: Promise<void> = Promise.resolve();
+    await core.shutdown(
+      {
+        accepting: () => server.listening,
+        stopAccepting: () => {
+          closed = new Promise<void>((resolve) => server.close(() => resolve()));
+          server.closeIdleConnections();
+        },
+        cutConnections: async () => {
+          server.closeAllConnections();
+          await closed;
+        },
+      },
+      {
+        drainDelayMs: options.drainDelayMs ?? core.options.drainDelayMs,
+        gracePeriodMs: options.gracePeriodMs ?? core.options.gracePeriodMs,
+      },
+    );
     // Scraped to the end: the last of the drain shows in the metrics.
     const metricsServer = this.#metricsServer;
     if (metricsServer?.listening) {

@@ -25,11 +25,12 @@ export interface DisaggHandler {
   /** Starts discovery, probes every worker once and starts the health rounds; once. */
   start(): Promise<void>;
   /**
-   * Shuts down: `/ready` fails and new requests get a 503 at once, requests under way finish
-   * within `gracePeriodMs` (the option's, 30,000 by default), then the rest are ended cleanly
-   * and every call still open to a worker is closed.
+   * Shuts down: `/ready` fails at once; with `drainDelayMs` (0 by default: the host decides
+   * when it stops sending requests) requests are still served that long; then new requests
+   * get a 503, requests under way finish within `gracePeriodMs` (the option's, 30,000 by
+   * default), the rest are ended cleanly and every call still open to a worker is closed.
    */
-  close(options?: { gracePeriodMs?: number }): Promise<void>;
+  close(options?: { gracePeriodMs?: number; drainDelayMs?: number }): Promise<void>;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
   /** The proxy's Prometheus registry (what `/metrics` serves), to merge into an application's. */
@@ -77,11 +78,16 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
   };
   return Object.assign(handler, {
     start: () => core.start(),
-    close: async (closing: { gracePeriodMs?: number } = {}) => {
-      await core.beginDrain();
-      core.stopTaking();
-      await core.finish(closing.gracePeriodMs ?? core.options.gracePeriodMs);
-    },
+    // The host owns the listener: nothing to stop accepting or cut here, and no drain delay
+    // unless asked (the host's own readiness decides when it stops sending requests).
+    close: (closing: { gracePeriodMs?: number; drainDelayMs?: number } = {}) =>
+      core.shutdown(
+        { accepting: () => true },
+        {
+          drainDelayMs: closing.drainDelayMs ?? 0,
+          gracePeriodMs: closing.gracePeriodMs ?? core.options.gracePeriodMs,
+        },
+      ),
     prefillWorkers: core.prefillWorkers,
     decodeWorkers: core.decodeWorkers,
     metricsRegistry: core.metrics.registry,
