@@ -12,6 +12,13 @@ export interface ConsistentHashOptions<W> {
    * alike land alike.
    */
   keyChars?: number;
+  /**
+   * Bounded loads (Mirrokni, Thorup and Zadimoghaddam): a worker takes a request only while its
+   * requests in flight stay within `loadFactor` times the mean (rounded up); past it the next
+   * worker on the ring does. 1.25 by default; `Infinity` for pure hashing. Without it a few hot
+   * keys (four system prompts on four workers) can pile on one worker.
+   */
+  loadFactor?: number;
   /** A worker's stable name: its `url` by default. */
   idOf?: (worker: W) => string;
 }
@@ -21,8 +28,10 @@ export interface ConsistentHashOptions<W> {
  * it): each worker owns `virtualNodes` points; a request goes to the owner of the first point
  * at or after its key's hash, skipping workers out of rotation. The key is the session key
  * when there is one, else the start of the routing text. No state is learnt, so every router
- * replica sends the same request to the same worker, and a worker that joins or leaves moves
- * only the keys it takes or held (about 1/n of them). Without a key, least in flight.
+ * replica sends the same request to the same worker (while no worker is past its bound of
+ * load), and a worker that joins or leaves moves only the keys it takes or held (about 1/n of
+ * them). A worker past `loadFactor` times the mean load passes the request on along the ring.
+ * Without a key, least in flight.
  *
  * @example
  * new WorkerPool(prefillWorkers, { selection: consistentHash() });
@@ -32,6 +41,10 @@ export interface ConsistentHashOptions<W> {
 export function consistentHash<W>(options: ConsistentHashOptions<W> = {}): RoutingPolicy<W> {
   const virtualNodes = positive(options.virtualNodes ?? 160, 'virtualNodes');
   const keyChars = positive(options.keyChars ?? 2048, 'keyChars');
+  const loadFactor = options.loadFactor ?? 1.25;
+  if (!(loadFactor >= 1)) {
+    throw new TypeError(`consistentHash: loadFactor must be a number of 1 or more, got ${String(loadFactor)}`);
+  }
   const idOf = options.idOf ?? ((worker: W) => workerId(worker, 'consistentHash'));
   // The ring of every worker seen, sorted by point; a worker's points depend on its name only.
   let ring: Array<{ point: number; worker: W }> = [];
@@ -58,9 +71,12 @@ export function consistentHash<W>(options: ConsistentHashOptions<W> = {}): Routi
         if ((ring[mid] as { point: number }).point < h) low = mid + 1;
         else high = mid;
       }
+      let total = 0;
+      for (const worker of candidates) total += load.inFlight(worker);
+      const bound = Math.ceil((loadFactor * (total + 1)) / candidates.length);
       for (let step = 0; step < ring.length; step++) {
         const { worker } = ring[(low + step) % ring.length] as { worker: W };
-        if (wanted === undefined || wanted.has(worker)) return worker;
+        if ((wanted === undefined || wanted.has(worker)) && load.inFlight(worker) + 1 <= bound) return worker;
       }
       return leastLoaded(candidates, load);
     },
