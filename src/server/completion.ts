@@ -1,17 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { deadlineIn } from '../flow/deadlines.js';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
 import { nestsDeeperThan, parseJson } from '../http/json.js';
 import { answerJson, headerValue, RequestError, readBody } from '../http/node-server.js';
-import { UpstreamError } from '../http/upstream-error.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
-import { findCause } from '../util/cause-chain.js';
 import { OverloadedError, type Ticket } from './admission.js';
 import { type ErrorAnswer, errorAnswer, errorToResponse, ShutdownError } from './error-answers.js';
+import { classifyFailure, FAILURE_RULES } from './failure-rules.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
@@ -254,22 +252,15 @@ async function startFlow(
 
 /**
  * The wait before attempt `attempt + 1` after `error`, or undefined: retries off or used up,
- * a deadline (waiting again would only double the wait), or anything but a worker failure
- * another worker may not have: refused or reset before an answer, a 5xx or a 429. Full
+ * or a failure {@link FAILURE_RULES} does not retry (a deadline, a 4xx, a stream that broke
+ * after the worker answered). Full
  * jitter: a random wait up to the doubled backoff, capped. A sequential decode is retried
  * also for a client that has left: the next decode worker takes the KV and frees it.
  */
 function backoff(proxy: ProxyState, error: unknown, attempt: number): number | undefined {
   const { retry } = proxy.options;
   if (retry.disabled || attempt >= retry.maxRetries) return undefined;
-  if (deadlineIn(error) !== undefined) return undefined;
-  const upstream = findCause(error, UpstreamError.is);
-  if (upstream === undefined) return undefined;
-  const transient =
-    upstream.kind === 'connection'
-      ? !upstream.afterResponse
-      : upstream.kind === 'status' && ((upstream.status ?? 0) >= 500 || upstream.status === 429);
-  if (!transient) return undefined;
+  if (!FAILURE_RULES[classifyFailure(error).kind].retry) return undefined;
   const ceiling = Math.min(retry.maxBackoffMs, retry.initialBackoffMs * 2 ** attempt);
   return Math.random() * ceiling;
 }

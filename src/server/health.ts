@@ -1,9 +1,10 @@
 import { type Dispatcher, request } from 'undici';
 import type { WorkerPool } from '../flow/worker-pool.js';
-import { UpstreamError } from '../http/upstream-error.js';
+import type { UpstreamError } from '../http/upstream-error.js';
 import type { Logger } from '../runtime/logger.js';
-import { errorCode, findCause } from '../util/cause-chain.js';
+import { errorCode } from '../util/cause-chain.js';
 import { isUnder, joinUrl } from '../util/url.js';
+import { classifyFailure, FAILURE_RULES } from './failure-rules.js';
 
 type Named = { url: string };
 
@@ -221,16 +222,14 @@ export class HealthChecker {
    * would otherwise empty the rotation of a busy pool until the next probe).
    */
   noteFailure(error: unknown, workers: { prefill?: Named | undefined; decode?: Named | undefined }): void {
-    const upstream = findCause(error, UpstreamError.is);
-    if (upstream === undefined) return;
-    const unreachable = upstream.kind === 'connection' && !upstream.afterResponse;
-    // The worker's own failures: not a 4xx, which is the request's.
-    const counted = !unreachable && (upstream.kind !== 'status' || (upstream.status ?? 0) >= 500);
+    const { kind, upstream } = classifyFailure(error);
+    const rule = FAILURE_RULES[kind].health;
+    if (upstream === undefined || rule === 'ignore') return;
     for (const role of ['prefill', 'decode'] as const) {
       const worker = workers[role];
       if (worker === undefined || !isUnder(upstream.url, worker.url)) continue;
-      if (unreachable) this.failed(role, worker);
-      else if (counted) this.#count(role, worker, upstream);
+      if (rule === 'eject') this.failed(role, worker);
+      else this.#count(role, worker, upstream);
     }
   }
 

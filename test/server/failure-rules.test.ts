@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { DeadlineError } from '../../src/flow/deadlines.js';
+import { NoWorkerError } from '../../src/flow/worker-pool.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { classifyFailure, FAILURE_RULES } from '../../src/server/failure-rules.js';
+
+const url = 'http://decode-0:8200/v1/completions';
+const refused = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+const reset = Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' });
+
+describe('one failure classifier, one table of what to do about each class', () => {
+  it.each([
+    ['a worker that refused the connection', UpstreamError.fromFailure(url, refused), 'unreachable', true, 'eject'],
+    [
+      'a stream that broke after the worker answered',
+      UpstreamError.fromFailure(url, reset, { afterResponse: true }),
+      'broken-off',
+      false,
+      'count',
+    ],
+    ['a 503', UpstreamError.fromStatus(url, 503, 'busy'), 'worker-error', true, 'count'],
+    ['a 429', UpstreamError.fromStatus(url, 429, 'slow down'), 'overloaded', true, 'ignore'],
+    ['a 400 (the request is at fault)', UpstreamError.fromStatus(url, 400, 'bad'), 'refused', false, 'ignore'],
+    ['an answer that cannot be read', new UpstreamError('protocol', 'not JSON', { url }), 'protocol', false, 'count'],
+    [
+      'a worker error inside another error',
+      new Error('prefill failed', { cause: UpstreamError.fromStatus(url, 500, 'x') }),
+      'worker-error',
+      true,
+      'count',
+    ],
+    ['no worker in rotation', new NoWorkerError(2, 'decode'), 'other', false, 'ignore'],
+  ] as const)('%s: %s, retried %s, health %s', (_what, error, kind, retry, health) => {
+    expect(classifyFailure(error).kind).toBe(kind);
+    expect(FAILURE_RULES[kind]).toEqual({ retry, health });
+  });
+
+  it('a deadline is never retried (waiting again doubles the wait) and says nothing of the worker', () => {
+    const deadline = classifyFailure(new DeadlineError('idle', 1000));
+    expect(deadline.kind).toBe('deadline');
+    expect(FAILURE_RULES.deadline).toEqual({ retry: false, health: 'ignore' });
+  });
+
+  it("keeps the worker's error, whose URL names the worker to charge", () => {
+    const error = UpstreamError.fromStatus(url, 502, 'bad gateway');
+    expect(classifyFailure(new Error('wrapped', { cause: error })).upstream).toBe(error);
+  });
+});
