@@ -15,8 +15,9 @@ export interface ConsistentHashOptions<W> {
   /**
    * Bounded loads (Mirrokni, Thorup and Zadimoghaddam): a worker takes a request only while its
    * requests in flight stay within `loadFactor` times the mean (rounded up); past it the next
-   * worker on the ring does. 1.25 by default; `Infinity` for pure hashing. Without it a few hot
-   * keys (four system prompts on four workers) can pile on one worker.
+   * worker on the ring does. 2 by default (measured by `npm run bench:routing` against 1.25 and
+   * pure hashing: it keeps most conversations in place and still spreads hot keys); `Infinity`
+   * for pure hashing, under which four system prompts on four workers put two on one.
    */
   loadFactor?: number;
   /** A worker's stable name: its `url` by default. */
@@ -30,7 +31,7 @@ export interface ConsistentHashOptions<W> {
  * when there is one, else the start of the routing text. No state is learnt, so every router
  * replica sends the same request to the same worker (while no worker is past its bound of
  * load), and a worker that joins or leaves moves only the keys it takes or held (about 1/n of
- * them). A worker past `loadFactor` times the mean load passes the request on along the ring.
+ * them). A worker past `loadFactor` (2) times the mean load passes the request on along the ring.
  * Without a key, least in flight.
  *
  * @example
@@ -41,7 +42,7 @@ export interface ConsistentHashOptions<W> {
 export function consistentHash<W>(options: ConsistentHashOptions<W> = {}): RoutingPolicy<W> {
   const virtualNodes = positive(options.virtualNodes ?? 160, 'virtualNodes');
   const keyChars = positive(options.keyChars ?? 2048, 'keyChars');
-  const loadFactor = options.loadFactor ?? 1.25;
+  const loadFactor = options.loadFactor ?? 2;
   if (!(loadFactor >= 1)) {
     throw new TypeError(`consistentHash: loadFactor must be a number of 1 or more, got ${String(loadFactor)}`);
   }

@@ -62,17 +62,17 @@ describe('consistentHash', () => {
     expect(policy.select(workers, idle, new RoutingInput({ prompt: 'You are helpful. Another one.' }))).toBe(a);
   });
 
-  it('bounded loads: the owner of a key past 1.25 x the mean load passes it on along the ring, the same next worker each time', () => {
+  it('bounded loads: the owner of a key past twice the mean load passes it on along the ring, the same next worker each time', () => {
     const policy = consistentHash<W>();
     const owner = policy.select(workers, idle, prompt(1));
-    // The owner has 4 in flight, the others 1: the mean with this request is 9/5, the bound 3.
+    // The owner has 4 in flight, the others 1: the mean with this request is 9/5, the bound 2 x 9/5 rounded up, 4.
     const busy = { inFlight: (worker: W) => (worker === owner ? 4 : 1) };
     const next = policy.select(workers, busy, prompt(1));
     expect(next).not.toBe(owner);
     expect(policy.select(workers, busy, prompt(1))).toBe(next);
     // Pure hashing keeps it on the owner whatever its load.
     expect(consistentHash<W>({ loadFactor: Number.POSITIVE_INFINITY }).select(workers, busy, prompt(1))).toBe(owner);
-    // Back under the bound (all at 1: the bound is 2), back to the owner.
+    // Back under the bound (all at 1: the bound is 3), back to the owner.
     expect(policy.select(workers, { inFlight: () => 1 }, prompt(1))).toBe(owner);
   });
 
