@@ -8,6 +8,7 @@ import {
   resolveProxyOptions,
 } from '../server/options.js';
 import { ProxyCore } from '../server/proxy-core.js';
+import { ROUTES } from '../server/routes.js';
 
 /** Options of {@link disaggPlugin}: the proxy's (the app's logger unless one is given), and whether to serve `/metrics`. */
 export interface DisaggPluginOptions extends Omit<ProxyOptions, 'logger'> {
@@ -23,9 +24,6 @@ export interface DisaggFastify {
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
 }
-
-const GENERATION = ['/v1/completions', '/v1/chat/completions', '/generate'];
-const READS = ['/v1/models', '/v1/models/*', '/health', '/ready'];
 
 /**
  * The proxy's routes in a fastify app: `app.register(disaggPlugin, { prefix: '/llm', connector,
@@ -72,11 +70,12 @@ export const disaggPlugin: FastifyPluginAsync<DisaggPluginOptions> = async (app,
     const body = typeof request.body === 'string' ? request.body : undefined;
     core.answer(request.raw, reply.raw, { path, ...(body === undefined ? {} : { body }) });
   };
-  // Every method: the proxy answers a wrong one with its 405 and Allow, as disagg serve does.
-  for (const path of [...GENERATION, ...READS, ...(metricsRoute ? ['/metrics'] : [])]) app.all(path, handler);
-  if (core.options.adminKey !== undefined) {
-    app.all('/admin/workers', handler);
-    app.all('/admin/workers/*', handler);
+  // The proxy's routes as it has them, each for every method: the proxy answers a wrong one
+  // with its 405 and Allow, as disagg serve does. /metrics follows `metricsRoute` here (the
+  // app may serve its own registry), not a metrics port.
+  for (const route of ROUTES) {
+    const present = route.label === 'metrics' ? metricsRoute : (route.present?.(core.options) ?? true);
+    if (present) app.all(route.path, handler);
   }
   app.addHook('onReady', () => core.start());
   // fastify stops accepting and closes its server itself, after preClose: requests under way

@@ -12,15 +12,115 @@ import { errorAnswer } from './error-answers.js';
 import type { Route } from './openai-format.js';
 import type { ProxyState } from './proxy-state.js';
 
+/** What a route's handler gets besides the exchange. */
+interface RouteCall {
+  /** The path as routed (under the mount point). */
+  path: string;
+  /** The body when the caller has read it already (a framework that parses bodies). */
+  body: string | undefined;
+  /** What a `/*` route's path holds after its prefix (`GET /v1/models/{id}`), URL-decoded. */
+  rest: string | undefined;
+}
+
 /**
- * The proxy's routes: `POST /v1/completions`, `/v1/chat/completions` and SGLang's
- * `/generate` (each calling the same route on the workers), `GET /v1/models` (from a decode
- * worker), `/health` (liveness), `/ready` (a prefill and a decode worker in rotation, and not
- * shutting down) and `/metrics` (Prometheus). With an API key, the generation routes and
- * `/v1/models` need it (401 otherwise). With an admin key, `/admin/workers` (see
- * {@link handleAdmin}). Anything else is a 404 in the OpenAI error shape. `given.body` is the
- * request's body when the caller has read it already (a framework that parses bodies);
- * `given.path` the route's path when the proxy is mounted under a prefix.
+ * One route of the proxy: where it is, what it takes, how metrics name it, who may call it,
+ * when it is there at all, and who answers it. Dispatch, the 405 with `Allow`, the `route`
+ * label of the metrics and the fastify plugin all read {@link ROUTES}; a new route is one entry.
+ *
+ * @internal
+ */
+export interface RouteEntry {
+  /** The path, or a prefix ending in `/*` for the paths under it. */
+  readonly path: string;
+  /** The methods it takes (`HEAD` answers as `GET` without a body); undefined: its handler decides. */
+  readonly methods: readonly string[] | undefined;
+  /** Its `route` label in the metrics (a bounded set: never a path or an id). */
+  readonly label: string;
+  /** `api`: the API key when one is set (401 otherwise); `admin`: the admin key; `none`. */
+  readonly auth: 'none' | 'api' | 'admin';
+  /** Whether the route exists with these options (a 404 like any unknown path otherwise). */
+  readonly present?: (options: ProxyState['options']) => boolean;
+  handle(proxy: ProxyState, req: IncomingMessage, res: ServerResponse, call: RouteCall): Promise<void> | void;
+}
+
+const READ = ['GET', 'HEAD'] as const;
+const generation = (path: string, route: Route): RouteEntry => ({
+  path,
+  methods: ['POST'],
+  label: route,
+  auth: 'api',
+  handle: (proxy, req, res, call) => handleCompletion(proxy, req, res, route, call.body),
+});
+
+/**
+ * The proxy's routes: `POST /v1/completions`, `/v1/chat/completions` and SGLang's `/generate`
+ * (each calling the same route on the workers), `GET /v1/models` and `/v1/models/{id}` (from
+ * a decode worker), `/health` (liveness), `/ready` (a prefill and a decode worker in rotation,
+ * and not shutting down), `/metrics` (Prometheus; on its own port with `metricsPort`) and,
+ * with an admin key, `/admin/workers` (see {@link handleAdmin}).
+ *
+ * @internal
+ */
+export const ROUTES: readonly RouteEntry[] = [
+  generation('/v1/completions', 'completions'),
+  generation('/v1/chat/completions', 'chat'),
+  generation('/generate', 'generate'),
+  { path: '/v1/models', methods: READ, label: 'models', auth: 'api', handle: (proxy, _req, res) => models(proxy, res) },
+  // One model: its id is the rest of the path, never a label.
+  {
+    path: '/v1/models/*',
+    methods: ['GET'],
+    label: 'models',
+    auth: 'api',
+    handle: (proxy, _req, res, call) => models(proxy, res, call.rest),
+  },
+  {
+    path: '/health',
+    methods: READ,
+    label: 'health',
+    auth: 'none',
+    handle: (_proxy, _req, res) => answerJson(res, 200, { status: 'ok' }),
+  },
+  { path: '/ready', methods: READ, label: 'ready', auth: 'none', handle: (proxy, _req, res) => ready(proxy, res) },
+  {
+    path: '/metrics',
+    methods: READ,
+    label: 'metrics',
+    auth: 'none',
+    // With a metrics port of its own, /metrics is not on the API port.
+    present: (options) => options.metricsPort === undefined,
+    handle: (proxy, _req, res) => answerMetrics(proxy, res),
+  },
+  ...[ADMIN_PREFIX, `${ADMIN_PREFIX}/*`].map(
+    (path): RouteEntry => ({
+      path,
+      methods: undefined,
+      label: 'admin',
+      auth: 'admin',
+      // Off (a 404 like any unknown path) unless an admin key is set.
+      present: (options) => options.adminKey !== undefined,
+      handle: (proxy, req, res, call) => handleAdmin(proxy, req, res, call.path, call.body),
+    }),
+  ),
+];
+
+/** The route at `path`, with what its path holds after a `/*` prefix; undefined for none. */
+function routeAt(path: string): { route: RouteEntry; rest: string | undefined } | undefined {
+  for (const route of ROUTES) {
+    if (route.path === path) return { route, rest: undefined };
+    if (route.path.endsWith('/*')) {
+      const prefix = route.path.slice(0, -1);
+      if (path.startsWith(prefix) && path.length > prefix.length) return { route, rest: path.slice(prefix.length) };
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Answers a request by {@link ROUTES}: a path it does not have is a 404 in the OpenAI error
+ * shape; a method its route does not take a 405 with `Allow`; a route that needs a key and
+ * did not get it a 401; then its handler. `given.body` is the request's body when the caller
+ * has read it already; `given.path` the route's path when the proxy is mounted under a prefix.
  *
  * @internal
  */
@@ -30,89 +130,52 @@ export async function handleRequest(
   res: ServerResponse,
   given: { body?: string | undefined; path?: string | undefined } = {},
 ): Promise<void> {
-  const { body } = given;
   const path = given.path ?? pathOf(req);
   const method = req.method ?? 'GET';
-  if (method === 'GET' || method === 'HEAD') {
-    // HEAD answers as GET without the body (Node leaves the body out of a HEAD answer).
-    if (path === '/health') return answerJson(res, 200, { status: 'ok' });
-    if (path === '/ready') return ready(proxy, res);
-    // With a metrics port of its own, /metrics is not on the API port (a 404 like any path).
-    if (path === '/metrics' && proxy.options.metricsPort === undefined) return answerMetrics(proxy, res);
+  const found = routeAt(path);
+  if (found === undefined || !(found.route.present?.(proxy.options) ?? true)) {
+    const answer = errorAnswer(new RequestError(404, `No route ${method} ${path}`));
+    return answerJson(res, answer.status, answer.body);
   }
-  const allowed = allowedMethods(path);
-  if (allowed !== undefined && !allowed.includes(method)) {
-    res.setHeader('allow', allowed.join(', '));
+  const { route } = found;
+  if (route.methods !== undefined && !route.methods.includes(method)) {
+    res.setHeader('allow', route.methods.join(', '));
     const answer = errorAnswer(
-      new RequestError(405, `${method} is not allowed on ${path}: use ${allowed.join(' or ')}`),
+      new RequestError(405, `${method} is not allowed on ${path}: use ${route.methods.join(' or ')}`),
     );
     return answerJson(res, answer.status, answer.body);
   }
-  const route = method === 'POST' ? GENERATION_ROUTES[path] : undefined;
-  let modelId: string | undefined;
+  let rest: string | undefined;
   try {
-    modelId =
-      method === 'GET' && path.startsWith('/v1/models/') ? decodePathPart(path.slice('/v1/models/'.length)) : undefined;
+    rest = found.rest === undefined ? undefined : decodePathPart(found.rest);
   } catch (error) {
     const answer = errorAnswer(error);
     return answerJson(res, answer.status, answer.body);
   }
-  const isModels = method === 'GET' && (path === '/v1/models' || modelId !== undefined);
-  if ((route !== undefined || isModels) && !bearerMatches(req, proxy.options.apiKey)) {
-    return answerUnauthorized(res, 'API key', { req, path, logger: proxy.logger });
-  }
-  // Off (a 404 like any unknown path) unless an admin key is set.
-  if (proxy.options.adminKey !== undefined && (path === ADMIN_PREFIX || path.startsWith(`${ADMIN_PREFIX}/`))) {
-    if (!bearerMatches(req, proxy.options.adminKey)) {
-      return answerUnauthorized(res, 'admin key', { req, path, logger: proxy.logger });
+  if (route.auth !== 'none') {
+    const key = route.auth === 'api' ? proxy.options.apiKey : proxy.options.adminKey;
+    if (!bearerMatches(req, key)) {
+      return answerUnauthorized(res, route.auth === 'api' ? 'API key' : 'admin key', {
+        req,
+        path,
+        logger: proxy.logger,
+      });
     }
-    return handleAdmin(proxy, req, res, path, body);
   }
-  if (isModels) return models(proxy, res, modelId);
-  if (route !== undefined) return handleCompletion(proxy, req, res, route, body);
-  const answer = errorAnswer(new RequestError(404, `No route ${req.method} ${path}`));
-  answerJson(res, answer.status, answer.body);
+  return route.handle(proxy, req, res, { path, body: given.body, rest });
 }
 
-/** The proxy's own routes as the metrics name them: any other path is `unknown` (bounded labels). */
-const ROUTE_LABELS: Readonly<Record<string, string>> = {
-  'POST /v1/completions': 'completions',
-  'POST /v1/chat/completions': 'chat',
-  'POST /generate': 'generate',
-  'GET /v1/models': 'models',
-  'GET /health': 'health',
-  'GET /ready': 'ready',
-  'GET /metrics': 'metrics',
-  'GET /admin/workers': 'admin',
-  'POST /admin/workers': 'admin',
-};
-
 /**
- * The route of a request for the metrics: one of the proxy's routes, or `unknown`.
+ * The route of a request for the metrics: the label of the proxy's route at its path when the
+ * route takes its method, or `unknown` (bounded labels).
  *
  * @internal
  */
 export function routeLabel(req: IncomingMessage, path = pathOf(req)): string {
-  if (path.startsWith(`${ADMIN_PREFIX}/`)) return 'admin';
-  // One model (`GET /v1/models/{id}`) is the models route: the id must not become a label.
-  if (req.method === 'GET' && path.startsWith('/v1/models/')) return 'models';
-  return ROUTE_LABELS[`${req.method} ${path}`] ?? 'unknown';
+  const route = routeAt(path)?.route;
+  if (route === undefined) return 'unknown';
+  return route.methods === undefined || route.methods.includes(req.method ?? 'GET') ? route.label : 'unknown';
 }
-
-/** The methods a path of the proxy takes; undefined for a path it does not have. */
-function allowedMethods(path: string): readonly string[] | undefined {
-  if (GENERATION_ROUTES[path] !== undefined) return ['POST'];
-  if (path === '/health' || path === '/ready' || path === '/metrics' || path === '/v1/models') return ['GET', 'HEAD'];
-  if (path.startsWith('/v1/models/')) return ['GET'];
-  return undefined;
-}
-
-/** The generation routes: each calls the same route on the workers. */
-const GENERATION_ROUTES: Readonly<Record<string, Route>> = {
-  '/v1/completions': 'completions',
-  '/v1/chat/completions': 'chat',
-  '/generate': 'generate',
-};
 
 /**
  * Whether requests can be served now: a decode worker in rotation (without a prefill worker

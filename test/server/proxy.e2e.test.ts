@@ -223,6 +223,8 @@ describe('disagg proxy, with the official openai client', () => {
     const { client, url, prefill, decode } = await setup('vllm');
     await client.completions.create({ model: 'fake-model', prompt: 'x', max_tokens: 2 });
     for (const path of ['/health', '/ready', '/health']) await (await request(`${url}${path}`)).body.dump();
+    // A probe by HEAD (as some load balancers send) is a probe too, not a request.
+    await (await request(`${url}/health`, { method: 'HEAD' })).body.dump();
     const metrics = await (await request(`${url}/metrics`)).body.text();
     expect(metrics).toContain('disagg_worker_available{role="prefill",worker="prefill-0"} 1');
     expect(metrics).toContain('disagg_in_flight_requests{role="decode",worker="decode-0"} 0');
