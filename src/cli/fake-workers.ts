@@ -3,6 +3,7 @@
 // to the console.
 import { parseArgs } from 'node:util';
 import { BOOTSTRAP_PORT_ANNOTATION, WORKER_PORTS_ANNOTATION } from '../discovery/kubernetes-discovery.js';
+import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js';
 import type { FakePod } from '../testing/fake-kubernetes-api.js';
 import { type FakeWorker, type FakeWorkerOptions, type Fault, startFakeWorker } from '../testing/fake-worker.js';
 
@@ -85,8 +86,10 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
   }
   if (values.help === true) return 'help';
   const protocol = values.connector as string;
-  if (protocol !== 'vllm' && protocol !== 'sglang' && protocol !== 'trtllm') {
-    throw new FakeWorkersUsageError(`--connector must be vllm, sglang or trtllm, got ${JSON.stringify(protocol)}`);
+  if (!(ENGINE_NAMES as readonly string[]).includes(protocol)) {
+    throw new FakeWorkersUsageError(
+      `--connector must be ${ENGINE_NAMES.slice(0, -1).join(', ')} or ${ENGINE_NAMES.at(-1)}, got ${JSON.stringify(protocol)}`,
+    );
   }
   const count = (name: string, min: number, max: number): number => {
     const text = values[name] as string;
@@ -99,7 +102,7 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     return value;
   };
   return {
-    protocol,
+    protocol: protocol as EngineName,
     host: values.host as string,
     prefillPort: count('prefill-port', 0, 65535),
     decodePort: count('decode-port', 0, 65535),
@@ -176,7 +179,8 @@ export function serveCommand(
     ...fleet.prefill.map((worker) => `--prefill ${worker.url}`),
     ...fleet.decode.map((worker) => `--decode ${worker.url}`),
   ];
-  if (plan.protocol !== 'sglang' || fleet.prefill.length === 0) return { command: `disagg serve ${flags.join(' ')}` };
+  if (!engineOf(plan.protocol).prefillBootstrap || fleet.prefill.length === 0)
+    return { command: `disagg serve ${flags.join(' ')}` };
   if (fleet.prefill.length === 1) {
     return { command: `disagg serve ${flags.join(' ')} --bootstrap-port ${fleet.prefill[0]?.bootstrapPort}` };
   }

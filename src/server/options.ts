@@ -1,5 +1,6 @@
 import type { Dispatcher } from 'undici';
 import { DNS_INTERVAL_MS, type Lookup } from '../discovery/dns-discovery.js';
+import { ENGINE_NAMES, ENGINES, type EngineName, engineOf } from '../engines/registry.js';
 import { DEFAULT_DEADLINES, type Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
@@ -47,7 +48,7 @@ export interface ProxyOptions {
    * The engines behind: vLLM with NIXL (sequential), SGLang with its bootstrap (concurrent), or
    * TensorRT-LLM context first (sequential).
    */
-  connector: 'vllm' | 'sglang' | 'trtllm';
+  connector: EngineName;
   /** The prefill workers at start; may be empty when `discovery` finds them. */
   prefill: ProxyPrefillWorker[];
   /** The decode workers at start; may be empty when `discovery` finds them. */
@@ -326,7 +327,7 @@ export interface ResolvedProxyOptions
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
 export interface ServeConfig {
-  connector: 'vllm' | 'sglang' | 'trtllm';
+  connector: EngineName;
   prefill: ProxyPrefillWorker[];
   decode: ProxyDecodeWorker[];
   bootstrapPort: number;
@@ -468,9 +469,11 @@ export const SETTINGS: readonly Setting[] = [
     key: 'connector',
     flag: 'connector',
     env: 'DISAGG_CONNECTOR',
-    arg: 'vllm|sglang|trtllm',
-    help: "the workers' engine (vLLM with NIXL, SGLang, or TensorRT-LLM)",
-    parse: oneOf(['vllm', 'sglang', 'trtllm']),
+    arg: ENGINE_NAMES.join('|'),
+    help: `the workers' engine (${ENGINES.slice(0, -1)
+      .map((each) => each.title)
+      .join(', ')}, or ${ENGINES.at(-1)?.title})`,
+    parse: oneOf(ENGINE_NAMES),
   },
   {
     key: 'prefill',
@@ -1215,7 +1218,7 @@ function resolve(
 
 /** The worker lists with SGLang's bootstrap port given to prefill workers that name none. */
 function withWorkers(values: Record<string, unknown>): Record<string, unknown> {
-  if (values.connector !== 'sglang') return values;
+  if (!engineOf(values.connector as EngineName).prefillBootstrap) return values;
   return {
     ...values,
     prefill: (values.prefill as ProxyPrefillWorker[]).map((worker) =>
@@ -1249,7 +1252,9 @@ export function checkWorker(
   }) as ProxyPrefillWorker[];
   if (worker === undefined)
     throw new ConfigError(`A ${role} worker is a URL or an object with a url, got ${describeValue(value)}`);
-  return role === 'prefill' && options.connector === 'sglang' ? withBootstrap(worker, options.bootstrapPort) : worker;
+  return role === 'prefill' && engineOf(options.connector).prefillBootstrap
+    ? withBootstrap(worker, options.bootstrapPort)
+    : worker;
 }
 
 /** The help text of `disagg serve`, written from {@link SETTINGS}. */
@@ -1262,7 +1267,7 @@ export function serveUsage(): string {
     const names = `${indent}${setting.env}; ${setting.key} in a file`;
     return `${left.length < indent.length ? left.padEnd(indent.length) : `${left}\n${indent}`}${help}\n${names}`;
   });
-  return `Usage: disagg serve --connector vllm|sglang|trtllm --prefill URL[,URL...] --decode URL[,URL...] [options]
+  return `Usage: disagg serve --connector ${ENGINE_NAMES.join('|')} --prefill URL[,URL...] --decode URL[,URL...] [options]
 
 An OpenAI-compatible proxy in front of prefill and decode workers.
 

@@ -3,7 +3,8 @@ import type { Registry } from 'prom-client';
 import { Agent, type Dispatcher } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
-import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
+import { engineOf } from '../engines/registry.js';
+import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
@@ -22,12 +23,6 @@ import type { ProxyState } from './proxy-state.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, selectionFor } from './routing-policies.js';
 import { Tracing } from './tracing.js';
-
-const CONNECTORS: Record<ResolvedProxyOptions['connector'], Connector> = {
-  vllm: vllmNixl,
-  sglang: sglangBootstrap,
-  trtllm: trtllmContextFirst,
-};
 
 /** What {@link ProxyCore.shutdown} asks of the host it runs in. */
 export interface ShutdownHost {
@@ -84,7 +79,7 @@ export class ProxyCore implements ProxyState {
     const options = { ...resolved, dispatcher: this.dispatcher };
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
-    this.connector = CONNECTORS[options.connector];
+    this.connector = engineOf(options.connector).connector;
     const { dispatcher } = this;
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };

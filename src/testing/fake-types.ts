@@ -2,6 +2,7 @@
 // and how one is started. Their own module, so that the protocols need not import the worker
 // that imports them.
 import type { IncomingHttpHeaders } from 'node:http';
+import type { EngineName } from '../engines/registry.js';
 import type { FakeAnswer } from './fake-formats.js';
 import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';
 
@@ -60,7 +61,7 @@ export interface FakeRequest {
 /** Options of `startFakeWorker`. */
 export interface FakeWorkerOptions {
   role: 'prefill' | 'decode';
-  protocol: 'vllm' | 'sglang' | 'trtllm';
+  protocol: EngineName;
   /** Tokens a decode answers at most (fewer if the request's max_tokens says so); 8 by default. */
   tokens?: number;
   /** Milliseconds between streamed tokens; 0 by default. */

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { request } from 'undici';
+import type { EngineName } from '../engines/registry.js';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
@@ -80,7 +81,8 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
   return worker;
 }
 
-const PROTOCOLS: Record<FakeWorkerOptions['protocol'], FakeProtocol> = {
+// One fake per engine of the registry: an engine added there without its fake fails to compile.
+const PROTOCOLS: Record<EngineName, FakeProtocol> = {
   vllm: fakeVllm,
   sglang: fakeSglang,
   trtllm: fakeTrtllm,

@@ -1,0 +1,48 @@
+import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
+
+/**
+ * An engine the proxy fronts: its name (what `--connector` takes), what to call it, how a
+ * request crosses from its prefill worker to its decode worker (the {@link Connector}), and
+ * whether its prefill workers have a bootstrap server the decode worker connects to (SGLang:
+ * the proxy names it in every request, so a prefill worker without its own port gets
+ * `--bootstrap-port`).
+ */
+export interface EngineEntry {
+  readonly name: string;
+  readonly title: string;
+  readonly connector: Connector;
+  readonly prefillBootstrap: boolean;
+}
+
+function engine<const N extends string>(entry: EngineEntry & { name: N }): EngineEntry & { name: N } {
+  return Object.freeze(entry);
+}
+
+/**
+ * Every engine, once: the settings' choices, `--help`, the proxy's connector and the worker
+ * checks read it, and the fakes of `disagg/testing` must have one protocol per name (their
+ * table is typed by {@link EngineName}). A new engine is its connector, an entry here, and its fake.
+ */
+export const ENGINES = [
+  engine({ name: 'vllm', title: 'vLLM with NIXL', connector: vllmNixl, prefillBootstrap: false }),
+  engine({ name: 'sglang', title: 'SGLang', connector: sglangBootstrap, prefillBootstrap: true }),
+  engine({ name: 'trtllm', title: 'TensorRT-LLM', connector: trtllmContextFirst, prefillBootstrap: false }),
+] as const;
+
+/** The name of an engine of {@link ENGINES}. */
+export type EngineName = (typeof ENGINES)[number]['name'];
+
+/** Every engine's name, in the registry's order. */
+export const ENGINE_NAMES = ENGINES.map((each) => each.name) as readonly EngineName[];
+
+/**
+ * The engine of that name.
+ *
+ * @throws {TypeError} for a name no engine has.
+ */
+export function engineOf(name: EngineName): EngineEntry {
+  const found = ENGINES.find((each) => each.name === name);
+  if (found === undefined)
+    throw new TypeError(`No engine is named ${JSON.stringify(name)}: ${ENGINE_NAMES.join(', ')}`);
+  return found;
+}

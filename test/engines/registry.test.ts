@@ -1,0 +1,61 @@
+// One registry of engines, and one contract every engine of it keeps: its fake workers, fronted
+// by the proxy with that connector, serve a streamed and a whole completion and a chat, and
+// leave no KV behind.
+import OpenAI from 'openai';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ENGINE_NAMES, ENGINES, engineOf } from '../../src/engines/registry.js';
+import { SETTINGS } from '../../src/server/options.js';
+import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
+import { fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+describe('the engine registry', () => {
+  it('--connector takes exactly its names, and its help names every engine', () => {
+    const setting = SETTINGS.find((each) => each.key === 'connector');
+    expect(setting?.arg).toBe(ENGINE_NAMES.join('|'));
+    for (const engine of ENGINES) {
+      expect(setting?.parse(engine.name)).toBe(engine.name);
+      expect(setting?.help).toContain(engine.title);
+    }
+    expect(() => engineOf('tgi' as never)).toThrow('No engine is named "tgi": vllm, sglang, trtllm');
+  });
+
+  it.each(ENGINE_NAMES)(
+    '%s: its fakes behind the proxy serve a streamed completion, a whole one and a chat, and keep no KV',
+    async (name) => {
+      const prefill = await fakes.start({ role: 'prefill', protocol: name });
+      const decode = await fakes.start({ role: 'decode', protocol: name, tokens: 3 });
+      const proxy = createProxy({
+        connector: name,
+        prefill: [
+          { url: prefill.url, ...(engineOf(name).prefillBootstrap ? { bootstrapPort: prefill.bootstrapPort } : {}) },
+        ],
+        decode: [{ url: decode.url }],
+      });
+      proxies.push(proxy);
+      const url = await proxy.listen(0);
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+      let streamed = '';
+      for await (const chunk of await client.completions.create({ model: 'fake-model', prompt: 'Say', stream: true })) {
+        streamed += chunk.choices[0]?.text ?? '';
+      }
+      expect(streamed).toBe('tok0 tok1 tok2 ');
+      const whole = await client.completions.create({ model: 'fake-model', prompt: 'Say' });
+      expect(whole.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+      const chat = await client.chat.completions.create({
+        model: 'fake-model',
+        messages: [{ role: 'user', content: 'Hi' }],
+      });
+      expect(chat.choices[0]?.message.content).toBe('tok0 tok1 tok2 ');
+      expect(prefill.requests).toHaveLength(3);
+      expect(decode.requests).toHaveLength(3);
+      expect(prefill.ledger.outstanding()).toEqual([]);
+    },
+  );
+});
