@@ -1,32 +1,23 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
-import type { FlowEvent, FlowEventOf, Strategy } from '../flow/events.js';
-import { nestsDeeperThan, parseJson } from '../http/json.js';
-import { answerJson, headerValue, RequestError, readBody } from '../http/node-server.js';
+import { answerJson, headerValue, RequestError } from '../http/node-server.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { OverloadedError, type Ticket } from './admission.js';
 import { type ErrorAnswer, errorAnswer, errorToResponse, ShutdownError } from './error-answers.js';
-import { classifyFailure, FAILURE_RULES } from './failure-rules.js';
+import { retryDelay } from './failure-rules.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
-import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
+import { readRequestBody } from './request-body.js';
+import { type RequestEvents, type Routed, requestEvents } from './request-events.js';
+import { logRequest, STRATEGY_HEADER } from './request-log.js';
 import { validateRequest } from './request-schemas.js';
 import { relaySse } from './sse-relay.js';
 import { incomingTrace, RequestTrace } from './tracing.js';
 import { answerWhole } from './whole-response.js';
-
-type Routed = FlowEventOf<'routed', ProxyPrefillWorker, ProxyDecodeWorker>;
-
-const STRATEGY_HEADER: Record<Strategy, string> = {
-  sequential: 'disaggregated-sequential',
-  concurrent: 'disaggregated-concurrent',
-  early: 'disaggregated-early',
-  aggregated: 'skipped-prefill',
-};
 
 /**
  * One `POST /v1/completions` or `/v1/chat/completions`: reads the body, runs it through
@@ -160,7 +151,7 @@ type ServeRequest = {
   context: Controller;
   res: ServerResponse;
   entry: InFlightRequest;
-  events: ReturnType<typeof requestEvents>;
+  events: RequestEvents;
   answerFor: (error: unknown) => ErrorAnswer;
   engines: { prefill: Engine<{ url: string }>; decode: Engine<{ url: string }> };
   /** The session header's value, for the session policy. */
@@ -219,7 +210,9 @@ async function startFlow(
 ): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
   const { body, context, events, engines, sessionKey } = request;
   const retry = (error: unknown): number | undefined => {
-    const delayMs = backoff(proxy, error, events.retries);
+    // A sequential decode is retried also for a client that has left: the next decode worker
+    // takes the KV and frees it.
+    const delayMs = retryDelay(proxy.options.retry, error, events.retries);
     if (delayMs !== undefined) events.retries++;
     return delayMs;
   };
@@ -250,203 +243,12 @@ async function startFlow(
   }
 }
 
-/**
- * The wait before attempt `attempt + 1` after `error`, or undefined: retries off or used up,
- * or a failure {@link FAILURE_RULES} does not retry (a deadline, a 4xx, a stream that broke
- * after the worker answered). Full
- * jitter: a random wait up to the doubled backoff, capped. A sequential decode is retried
- * also for a client that has left: the next decode worker takes the KV and frees it.
- */
-function backoff(proxy: ProxyState, error: unknown, attempt: number): number | undefined {
-  const { retry } = proxy.options;
-  if (retry.disabled || attempt >= retry.maxRetries) return undefined;
-  if (!FAILURE_RULES[classifyFailure(error).kind].retry) return undefined;
-  const ceiling = Math.min(retry.maxBackoffMs, retry.initialBackoffMs * 2 ** attempt);
-  return Math.random() * ceiling;
-}
-
-/** The one log line of a request, when it is over. */
-function logRequest(
-  proxy: ProxyState,
-  request: {
-    requestId: string;
-    clientRequestId: string | undefined;
-    route: Route;
-    res: ServerResponse;
-    events: ReturnType<typeof requestEvents>;
-    started: number;
-    failure: unknown;
-  },
-): void {
-  const { routed, finished } = request.events;
-  if (finished !== undefined) {
-    proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
-    const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
-    proxy.metrics.legsFinished(
-      { prefill: name(routed?.prefillWorker), decode: name(routed?.decodeWorker) },
-      finished.outcome,
-      finished.leg,
-    );
-  }
-  if (finished?.outcome === 'success') {
-    proxy.health.noteSuccess({ prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
-  }
-  proxy.logger.info(
-    {
-      requestId: request.requestId,
-      ...(request.clientRequestId === undefined ? {} : { clientRequestId: request.clientRequestId }),
-      route: request.route,
-      strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
-      ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
-      prefillWorker: workerOf(proxy, routed?.prefillWorker),
-      decodeWorker: workerOf(proxy, routed?.decodeWorker),
-      outcome: finished?.outcome,
-      leg: finished?.leg,
-      status: request.res.statusCode,
-      durationMs: Math.round(performance.now() - request.started),
-      ...(request.failure === undefined ? {} : { err: request.failure }),
-    },
-    'request finished',
-  );
-}
-
-/**
- * How deep a request body may nest. No OpenAI or engine field comes near it (a JSON schema for
- * structured output nests a few dozen levels at most); far deeper bodies would overflow the
- * stack of every recursive reader on the way to a worker.
- */
-const MAX_BODY_DEPTH = 128;
-
-/** The request body as a JSON object, or a 400 / 413 {@link RequestError}. */
-async function readRequestBody(
-  req: IncomingMessage,
-  limit: number,
-  given: string | undefined,
-): Promise<Record<string, unknown>> {
-  if (given !== undefined && Buffer.byteLength(given) > limit) {
-    throw new RequestError(413, `The request body is larger than ${limit} bytes`);
-  }
-  const text = given ?? (await readBody(req, limit));
-  let parsed: unknown;
-  try {
-    parsed = parseJson(text);
-  } catch (error) {
-    throw new RequestError(400, `The request body is not JSON: ${String(error)}`, { cause: error });
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    throw new RequestError(400, 'The request body must be a JSON object');
-  }
-  if (nestsDeeperThan(parsed, MAX_BODY_DEPTH)) {
-    throw new RequestError(400, `The request body nests objects and arrays more than ${MAX_BODY_DEPTH} deep`);
-  }
-  return parsed as Record<string, unknown>;
-}
-
-/**
- * The request's events: fed to the metrics and to the embedding application's tap (whose
- * errors are logged and ignored), and the two the handler reads (`routed`, `finished`) kept.
- */
-function requestEvents(proxy: ProxyState) {
-  const observe = proxy.metrics.listener();
-  const tap = proxy.options.onEvent;
-  const seen: {
-    routed: Routed | undefined;
-    finished: FlowEventOf<'finished'> | undefined;
-    trace: RequestTrace | undefined;
-    /** Retries of this request so far, of both kinds (one budget). */
-    retries: number;
-    onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
-  } = {
-    routed: undefined,
-    finished: undefined,
-    trace: undefined,
-    retries: 0,
-    onEvent: (event) => {
-      observe(event);
-      seen.trace?.onEvent(event);
-      if (tap !== undefined) {
-        try {
-          tap(event);
-        } catch (error) {
-          proxy.logger.warn({ err: error }, 'The onEvent tap threw; ignored');
-        }
-      }
-      if (event.type === 'routed') seen.routed = event;
-      else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
-      else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
-      else if (event.type === 'finished') seen.finished = event;
-    },
-  };
-  return seen;
-}
-
-/**
- * The flow runs the request again from prefill: the worker of the leg that failed is charged
- * (a worker that could not be reached leaves the rotation), the retry counted and logged.
- */
-function prefillRetried(
-  proxy: ProxyState,
-  seen: { retries: number },
-  event: FlowEventOf<'prefillRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
-): void {
-  const leg = event.leg ?? 'prefill';
-  proxy.health.noteFailure(event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
-  proxy.metrics.retried(leg);
-  const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
-  proxy.metrics.legRetried(leg, worker === undefined ? undefined : proxy.nameOf(worker));
-  proxy.logger.warn(
-    {
-      requestId: event.requestId,
-      attempt: seen.retries,
-      leg,
-      worker: worker?.url,
-      delayMs: Math.round(event.delayMs),
-      err: event.error,
-    },
-    'Retrying the request on another worker (nothing was sent to the client yet)',
-  );
-}
-
-/**
- * The flow sends a failed sequential decode to another decode worker: the failed one is
- * charged, the retry counted and logged, and the request now names the new worker.
- */
-function decodeRetried(
-  proxy: ProxyState,
-  seen: { routed: Routed | undefined },
-  event: FlowEventOf<'decodeRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
-): void {
-  const failed = seen.routed?.decodeWorker;
-  proxy.health.noteFailure(event.error, { decode: failed });
-  proxy.metrics.retried('decode');
-  proxy.metrics.legRetried('decode', failed === undefined ? undefined : proxy.nameOf(failed));
-  proxy.logger.warn(
-    {
-      requestId: event.requestId,
-      attempt: event.attempt,
-      leg: 'decode',
-      worker: failed?.url,
-      delayMs: Math.round(event.delayMs),
-      err: event.error,
-    },
-    'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
-  );
-  if (seen.routed !== undefined && event.decodeWorker !== undefined) {
-    seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };
-  }
-}
-
 /** The strategy and the workers, by name: a client never sees a worker's address. */
 function setRouteHeaders(proxy: ProxyState, res: ServerResponse, routed: Routed | undefined): void {
   if (routed === undefined || res.headersSent) return;
   res.setHeader('x-disagg-strategy', STRATEGY_HEADER[routed.strategy]);
   if (routed.prefillWorker !== undefined) res.setHeader('x-disagg-prefill-worker', proxy.nameOf(routed.prefillWorker));
   if (routed.decodeWorker !== undefined) res.setHeader('x-disagg-decode-worker', proxy.nameOf(routed.decodeWorker));
-}
-
-/** A worker as the log names it: its name and its address. */
-function workerOf(proxy: ProxyState, worker: { url: string } | undefined): string | undefined {
-  return worker === undefined ? undefined : `${proxy.nameOf(worker)} ${worker.url}`;
 }
 
 function answer(res: ServerResponse, error: ErrorAnswer): void {

@@ -73,3 +73,21 @@ export function classifyFailure(error: unknown): { kind: FailureClass; upstream:
       return { kind: 'protocol', upstream };
   }
 }
+
+/**
+ * The wait before attempt `attempt + 1` after `error`, or undefined: retries off or used up,
+ * or a failure {@link FAILURE_RULES} does not retry (a deadline, a 4xx, a stream that broke
+ * after the worker answered). Full jitter: a random wait up to the doubled backoff, capped.
+ *
+ * @example retryDelay({ disabled: false, maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000 }, error, 0); // 0 to 50 ms, or undefined
+ */
+export function retryDelay(
+  retry: { disabled: boolean; maxRetries: number; initialBackoffMs: number; maxBackoffMs: number },
+  error: unknown,
+  attempt: number,
+): number | undefined {
+  if (retry.disabled || attempt >= retry.maxRetries) return undefined;
+  if (!FAILURE_RULES[classifyFailure(error).kind].retry) return undefined;
+  const ceiling = Math.min(retry.maxBackoffMs, retry.initialBackoffMs * 2 ** attempt);
+  return Math.random() * ceiling;
+}

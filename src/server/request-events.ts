@@ -1,0 +1,104 @@
+import type { FlowEvent, FlowEventOf } from '../flow/events.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
+import type { ProxyState } from './proxy-state.js';
+import type { RequestTrace } from './tracing.js';
+
+/** The flow's `routed` event, as the proxy's workers type it. */
+export type Routed = FlowEventOf<'routed', ProxyPrefillWorker, ProxyDecodeWorker>;
+
+/** What {@link requestEvents} keeps of one request, and the listener that feeds it. */
+export type RequestEvents = ReturnType<typeof requestEvents>;
+
+/**
+ * The request's events: fed to the metrics and to the embedding application's tap (whose
+ * errors are logged and ignored), and the two the handler reads (`routed`, `finished`) kept.
+ */
+export function requestEvents(proxy: ProxyState) {
+  const observe = proxy.metrics.listener();
+  const tap = proxy.options.onEvent;
+  const seen: {
+    routed: Routed | undefined;
+    finished: FlowEventOf<'finished'> | undefined;
+    trace: RequestTrace | undefined;
+    /** Retries of this request so far, of both kinds (one budget). */
+    retries: number;
+    onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
+  } = {
+    routed: undefined,
+    finished: undefined,
+    trace: undefined,
+    retries: 0,
+    onEvent: (event) => {
+      observe(event);
+      seen.trace?.onEvent(event);
+      if (tap !== undefined) {
+        try {
+          tap(event);
+        } catch (error) {
+          proxy.logger.warn({ err: error }, 'The onEvent tap threw; ignored');
+        }
+      }
+      if (event.type === 'routed') seen.routed = event;
+      else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
+      else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
+      else if (event.type === 'finished') seen.finished = event;
+    },
+  };
+  return seen;
+}
+
+/**
+ * The flow runs the request again from prefill: the worker of the leg that failed is charged
+ * (a worker that could not be reached leaves the rotation), the retry counted and logged.
+ */
+function prefillRetried(
+  proxy: ProxyState,
+  seen: { retries: number },
+  event: FlowEventOf<'prefillRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
+): void {
+  const leg = event.leg ?? 'prefill';
+  proxy.health.noteFailure(event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
+  proxy.metrics.retried(leg);
+  const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
+  proxy.metrics.legRetried(leg, worker === undefined ? undefined : proxy.nameOf(worker));
+  proxy.logger.warn(
+    {
+      requestId: event.requestId,
+      attempt: seen.retries,
+      leg,
+      worker: worker?.url,
+      delayMs: Math.round(event.delayMs),
+      err: event.error,
+    },
+    'Retrying the request on another worker (nothing was sent to the client yet)',
+  );
+}
+
+/**
+ * The flow sends a failed sequential decode to another decode worker: the failed one is
+ * charged, the retry counted and logged, and the request now names the new worker.
+ */
+function decodeRetried(
+  proxy: ProxyState,
+  seen: { routed: Routed | undefined },
+  event: FlowEventOf<'decodeRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
+): void {
+  const failed = seen.routed?.decodeWorker;
+  proxy.health.noteFailure(event.error, { decode: failed });
+  proxy.metrics.retried('decode');
+  proxy.metrics.legRetried('decode', failed === undefined ? undefined : proxy.nameOf(failed));
+  proxy.logger.warn(
+    {
+      requestId: event.requestId,
+      attempt: event.attempt,
+      leg: 'decode',
+      worker: failed?.url,
+      delayMs: Math.round(event.delayMs),
+      err: event.error,
+    },
+    'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
+  );
+  if (seen.routed !== undefined && event.decodeWorker !== undefined) {
+    seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };
+  }
+}

@@ -1,0 +1,63 @@
+import type { ServerResponse } from 'node:http';
+import type { Strategy } from '../flow/events.js';
+import type { Route } from './openai-format.js';
+import type { ProxyState } from './proxy-state.js';
+import type { RequestEvents } from './request-events.js';
+
+/** How answers and the log name each strategy (`x-disagg-strategy`). */
+export const STRATEGY_HEADER: Record<Strategy, string> = {
+  sequential: 'disaggregated-sequential',
+  concurrent: 'disaggregated-concurrent',
+  early: 'disaggregated-early',
+  aggregated: 'skipped-prefill',
+};
+
+/** The one log line of a request, when it is over. */
+export function logRequest(
+  proxy: ProxyState,
+  request: {
+    requestId: string;
+    clientRequestId: string | undefined;
+    route: Route;
+    res: ServerResponse;
+    events: RequestEvents;
+    started: number;
+    failure: unknown;
+  },
+): void {
+  const { routed, finished } = request.events;
+  if (finished !== undefined) {
+    proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
+    const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
+    proxy.metrics.legsFinished(
+      { prefill: name(routed?.prefillWorker), decode: name(routed?.decodeWorker) },
+      finished.outcome,
+      finished.leg,
+    );
+  }
+  if (finished?.outcome === 'success') {
+    proxy.health.noteSuccess({ prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
+  }
+  proxy.logger.info(
+    {
+      requestId: request.requestId,
+      ...(request.clientRequestId === undefined ? {} : { clientRequestId: request.clientRequestId }),
+      route: request.route,
+      strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
+      ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
+      prefillWorker: workerOf(proxy, routed?.prefillWorker),
+      decodeWorker: workerOf(proxy, routed?.decodeWorker),
+      outcome: finished?.outcome,
+      leg: finished?.leg,
+      status: request.res.statusCode,
+      durationMs: Math.round(performance.now() - request.started),
+      ...(request.failure === undefined ? {} : { err: request.failure }),
+    },
+    'request finished',
+  );
+}
+
+/** A worker as the log names it: its name and its address. */
+export function workerOf(proxy: ProxyState, worker: { url: string } | undefined): string | undefined {
+  return worker === undefined ? undefined : `${proxy.nameOf(worker)} ${worker.url}`;
+}
