@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import { describeValue } from '../util/describe-value.js';
+import type { BootstrapInfo } from './prefill-stream.js';
 
 /** Rooms must stay below 2^63: SGLang crashes on larger ones. */
 export const MAX_BOOTSTRAP_ROOM = (1n << 63n) - 1n;
@@ -43,4 +45,52 @@ export function mintBootstrapRoom(options: BootstrapRoomOptions = {}): bigint {
   // The adjustment can step past the top; the congruent room one size lower is still random.
   if (room > MAX_BOOTSTRAP_ROOM) room -= size;
   return room;
+}
+
+/**
+ * The rendezvous of a prefill worker as SGLang names it (concurrent family): its
+ * `bootstrapHost` (the host of its `url` by default) and `bootstrapPort`, and for data
+ * parallelism its `dpRank` of `dpSize`; one room, or one per element of a batched request
+ * (with as many hosts and ports), each congruent to the worker's DP rank.
+ *
+ * @throws {TypeError} naming `connector` for a worker without a bootstrap port or host, or
+ *   with `dpSize` but no `dpRank`.
+ * @example workerRendezvous({ url: 'http://p0:30000', bootstrapPort: 8998 }, 'sglang-bootstrap', 1); // { bootstrap_host: 'p0', bootstrap_port: 8998, bootstrap_room: 123n }
+ */
+export function workerRendezvous(worker: unknown, connector: string, elements: number): BootstrapInfo {
+  const { bootstrapPort, dpRank, dpSize, url } = (worker ?? {}) as Record<string, unknown>;
+  // The host defaults to the worker's own: its bootstrap server runs beside its HTTP server.
+  const bootstrapHost = (worker as { bootstrapHost?: unknown } | undefined)?.bootstrapHost ?? hostOf(url);
+  if (typeof bootstrapHost !== 'string' || bootstrapHost === '' || !Number.isInteger(bootstrapPort)) {
+    throw new TypeError(
+      `The ${connector} connector sends both legs at once and needs the prefill worker's rendezvous: prefillWorker (or prefillWorkers) with { bootstrapPort } and { bootstrapHost } or a { url } to take the host from`,
+    );
+  }
+  if (dpSize !== undefined && dpRank === undefined) {
+    throw new TypeError(
+      `The prefill worker ${describeValue(url ?? bootstrapHost)} has dpSize ${describeValue(dpSize)} but no dpRank: a room is routed to the rank it is congruent to, so say which rank (0 to dpSize - 1) this worker entry stands for`,
+    );
+  }
+  const dp = dpSize === undefined ? {} : { dpRank: dpRank as number, dpSize: dpSize as number };
+  if (elements <= 1) {
+    return {
+      bootstrap_host: bootstrapHost,
+      bootstrap_port: bootstrapPort as number,
+      bootstrap_room: mintBootstrapRoom(dp),
+    };
+  }
+  return {
+    bootstrap_host: Array.from({ length: elements }, () => bootstrapHost),
+    bootstrap_port: Array.from({ length: elements }, () => bootstrapPort as number),
+    bootstrap_room: Array.from({ length: elements }, () => mintBootstrapRoom(dp)),
+  };
+}
+
+function hostOf(url: unknown): string | undefined {
+  if (typeof url !== 'string') return undefined;
+  try {
+    return new URL(url).hostname;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,3 +1,4 @@
+import { workerRendezvous } from './bootstrap-room.js';
 import type { BootstrapInfo } from './prefill-stream.js';
 import { type PromptSide, promptSideOf, refusePromptSide } from './prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from './request-shaping.js';
@@ -39,6 +40,12 @@ export interface Connector {
    * (see {@link PromptSide}); undefined when it asks for none.
    */
   promptSide?(request: RequestBody): PromptSide | undefined;
+  /**
+   * Concurrent family: the rendezvous both legs share, from the fields the engine's prefill
+   * workers carry (SGLang: `bootstrapHost`, `bootstrapPort`, `dpRank`, `dpSize`), one room per
+   * element of a batch. Without one, the SGLang-shaped reading ({@link workerRendezvous}).
+   */
+  rendezvous?(worker: unknown, elements: number): BootstrapInfo;
 }
 
 /**
@@ -202,6 +209,7 @@ export const sglangBootstrap: Connector = Object.freeze({
     };
   },
   promptSide: (request: RequestBody) => promptSideOf('sglang', request),
+  rendezvous: (worker: unknown, elements: number) => workerRendezvous(worker, 'sglang-bootstrap', elements),
 });
 
 /**

@@ -13,15 +13,14 @@ import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { findCause, neverConnected } from '../util/cause-chain.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
-import { describeValue } from '../util/describe-value.js';
 import { once } from '../util/once.js';
-import { mintBootstrapRoom } from './bootstrap-room.js';
+import { workerRendezvous } from './bootstrap-room.js';
 import { ClientStream, clientError, legOf } from './client-stream.js';
 import { type Connector, elementsOf } from './connectors.js';
 import { DeadlineError, type Deadlines, pause, startTimer } from './deadlines.js';
 import { DecodeLeg } from './decode-leg.js';
 import type { FlowRecorder, Strategy } from './events.js';
-import { type BootstrapInfo, classifyPrefill, type PrefillResult } from './prefill-stream.js';
+import { classifyPrefill, type PrefillResult } from './prefill-stream.js';
 import type { PromptSide } from './prompt-side.js';
 import { decodeRequest, type RequestBody } from './request-shaping.js';
 import { type PromptTokensDetails, promptDetailsOf } from './usage.js';
@@ -194,7 +193,12 @@ export class FlowRun {
 
   async #concurrent(): Promise<ResponseStream<EngineItem>> {
     const { connector, request, recorder } = this.#setup;
-    const bootstrap = rendezvous(this.#setup.prefillLease?.worker, connector.name, elementsOf(request));
+    // The connector reads its engine's worker fields; one without its own reading gets the
+    // SGLang-shaped one (bootstrapHost, bootstrapPort, dpRank, dpSize).
+    const worker = this.#setup.prefillLease?.worker;
+    const bootstrap =
+      connector.rendezvous?.(worker, elementsOf(request)) ??
+      workerRendezvous(worker, connector.name, elementsOf(request));
     const side = this.#promptSide;
     // With a prompt side, decode's items wait for prefill's answer, which is merged into them.
     let answered: (() => void) | undefined;
@@ -639,39 +643,6 @@ export class FlowRun {
   }
 }
 
-/**
- * The rendezvous of the chosen prefill worker (concurrent family): one room, or one per element
- * of a batched request (with as many hosts and ports), each congruent to the worker's DP rank.
- */
-function rendezvous(worker: unknown, connector: string, elements: number): BootstrapInfo {
-  const { bootstrapPort, dpRank, dpSize, url } = (worker ?? {}) as Record<string, unknown>;
-  // The host defaults to the worker's own: its bootstrap server runs beside its HTTP server.
-  const bootstrapHost = (worker as { bootstrapHost?: unknown } | undefined)?.bootstrapHost ?? hostOf(url);
-  if (typeof bootstrapHost !== 'string' || bootstrapHost === '' || !Number.isInteger(bootstrapPort)) {
-    throw new TypeError(
-      `The ${connector} connector sends both legs at once and needs the prefill worker's rendezvous: prefillWorker (or prefillWorkers) with { bootstrapPort } and { bootstrapHost } or a { url } to take the host from`,
-    );
-  }
-  if (dpSize !== undefined && dpRank === undefined) {
-    throw new TypeError(
-      `The prefill worker ${describeValue(url ?? bootstrapHost)} has dpSize ${describeValue(dpSize)} but no dpRank: a room is routed to the rank it is congruent to, so say which rank (0 to dpSize - 1) this worker entry stands for`,
-    );
-  }
-  const dp = dpSize === undefined ? {} : { dpRank: dpRank as number, dpSize: dpSize as number };
-  if (elements <= 1) {
-    return {
-      bootstrap_host: bootstrapHost,
-      bootstrap_port: bootstrapPort as number,
-      bootstrap_room: mintBootstrapRoom(dp),
-    };
-  }
-  return {
-    bootstrap_host: Array.from({ length: elements }, () => bootstrapHost),
-    bootstrap_port: Array.from({ length: elements }, () => bootstrapPort as number),
-    bootstrap_room: Array.from({ length: elements }, () => mintBootstrapRoom(dp)),
-  };
-}
-
 /** `request` without `fields` (the same object when there are none). */
 function withoutFields(request: RequestBody, fields: readonly string[] | undefined): RequestBody {
   if (fields === undefined || fields.length === 0) return request;
@@ -713,13 +684,4 @@ function answeredBelow500(error: unknown): boolean {
     | { status: number }
     | undefined;
   return status !== undefined && status.status >= 400 && status.status < 500;
-}
-
-function hostOf(url: unknown): string | undefined {
-  if (typeof url !== 'string') return undefined;
-  try {
-    return new URL(url).hostname;
-  } catch {
-    return undefined;
-  }
 }
