@@ -1,7 +1,11 @@
+import { elementsOf, samplesOf } from '../protocol/request-counts.js';
 import { workerRendezvous } from './bootstrap-room.js';
 import type { BootstrapInfo } from './prefill-stream.js';
 import { type PromptSide, promptSideOf, refusePromptSide } from './prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from './request-shaping.js';
+
+// Where they lived before: the counts are the protocol's, read by the transport and the fakes too.
+export { elementsOf, samplesOf } from '../protocol/request-counts.js';
 
 /** What decode needs from prefill: its handoff parameters, or the rendezvous both legs share. */
 export type Handoff =
@@ -43,7 +47,7 @@ export interface Connector {
   /**
    * Concurrent family: the rendezvous both legs share, from the fields the engine's prefill
    * workers carry (SGLang: `bootstrapHost`, `bootstrapPort`, `dpRank`, `dpSize`), one room per
-   * element of a batch. Without one, the SGLang-shaped reading ({@link workerRendezvous}).
+   * element of a batch. Without one, the SGLang-shaped reading of `flow/bootstrap-room`.
    */
   rendezvous?(worker: unknown, elements: number): BootstrapInfo;
 }
@@ -54,30 +58,6 @@ export interface Connector {
  * says in the worker's log what the call was for.
  */
 export const RELEASE_MODEL = 'disagg-release-kv';
-
-/**
- * How many answers a request asks for: its prompts (a list of strings or of token-id lists is
- * a batch) times its samples (see {@link samplesOf}).
- */
-export function elementsOf(request: RequestBody): number {
-  const batch = [request.prompt, request.text, request.input_ids].find(
-    (value) => Array.isArray(value) && value.length > 0 && (typeof value[0] === 'string' || Array.isArray(value[0])),
-  );
-  return (batch === undefined ? 1 : (batch as unknown[]).length) * samplesOf(request).n;
-}
-
-/**
- * How many samples a request asks for per prompt, and the field that says so: `n` at the top
- * (OpenAI's routes), or SGLang's `sampling_params.n` on `/generate` (one object, or a list
- * with one per prompt, whose `n` SGLang requires to be the same).
- */
-export function samplesOf(request: RequestBody): { n: number; param: string } {
-  if (typeof request.n === 'number') return { n: Math.max(1, request.n), param: 'n' };
-  const sampling = request.sampling_params;
-  const first = Array.isArray(sampling) ? sampling[0] : sampling;
-  const n = (first as { n?: unknown } | null | undefined)?.n;
-  return { n: typeof n === 'number' ? Math.max(1, n) : 1, param: 'sampling_params.n' };
-}
 
 /**
  * For engines whose handoff carries the KV of one sequence: one prompt, one choice. Several

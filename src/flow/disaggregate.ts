@@ -1,6 +1,7 @@
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
+import type { Engine } from '../runtime/engine.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
@@ -14,16 +15,8 @@ import { sanitizeClientRequest } from './handoff-fields.js';
 import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
 import { type Lease, NoWorkerError, WorkerPool } from './worker-pool.js';
 
-/**
- * An engine leg: a request body, the leg's context and the worker chosen for it in, a
- * response stream out. The worker is the one picked from `prefillWorkers`/`decodeWorkers`
- * (or `prefillWorker`), `undefined` when there is no pool.
- */
-export type Engine<W = unknown> = (
-  request: RequestBody,
-  context: AsyncEngineContext,
-  worker?: W,
-) => PromiseLike<ResponseStream<EngineItem>>;
+// An engine leg's type lives with the runtime, below both the flow and the transport.
+export type { Engine } from '../runtime/engine.js';
 
 /**
  * What the flow reads from a prefill worker for the concurrent family: where decode meets

@@ -1,11 +1,11 @@
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import type { Dispatcher } from 'undici';
-import { elementsOf } from '../flow/connectors.js';
-import type { Engine } from '../flow/disaggregate.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { elementsOf } from '../protocol/request-counts.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
+import type { Engine } from '../runtime/engine.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
 import { joinUrl } from '../util/url.js';

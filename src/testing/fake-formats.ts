@@ -2,7 +2,7 @@
 // it: OpenAI completions and chat completions (streamed chunks, the usage chunk, whole answers,
 // reasoning, tool calls, logprobs in both formats, several choices) and SGLang's /generate.
 import { randomUUID } from 'node:crypto';
-import { elementsOf, samplesOf } from '../flow/connectors.js';
+import { elementsOf, samplesOf } from '../protocol/request-counts.js';
 
 /**
  * What a fake decode worker answers, beyond its default `tok0 tok1 ...` content. Each list is
