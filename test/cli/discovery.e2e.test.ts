@@ -1,17 +1,15 @@
-// Kubernetes discovery as it ships: the built bin (dist/cli.js, the image's entry point), its
-// optional @kubernetes/client-node loaded from node_modules, against a stand-in API server
-// that lists and watches pods as the real one does.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { fakeKubeconfig } from '../../src/testing/fake-kubernetes-api.js';
+import { serveBin } from '../support/bin.js';
 import { eventuallyAsync, expectServedCompletion, fakeWorkers } from '../support/http.js';
 import { type StandInPod, startKubernetesApi } from '../support/kubernetes-api.js';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
+const _root = fileURLToPath(new URL('../..', import.meta.url));
 const fakes = fakeWorkers();
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -30,17 +28,7 @@ async function freePort(): Promise<number> {
 function kubeconfig(url: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'disagg-kube-'));
   const path = join(dir, 'config');
-  writeFileSync(
-    path,
-    [
-      'apiVersion: v1',
-      'kind: Config',
-      `clusters: [{ name: stand-in, cluster: { server: "${url}", insecure-skip-tls-verify: true } }]`,
-      'users: [{ name: disagg, user: { token: stand-in-token } }]',
-      'contexts: [{ name: stand-in, context: { cluster: stand-in, user: disagg } }]',
-      'current-context: stand-in',
-    ].join('\n'),
-  );
+  writeFileSync(path, fakeKubeconfig(url));
   return path;
 }
 
@@ -54,11 +42,8 @@ const pod = (name: string, role: 'prefill' | 'decode', ip: string, extra: Partia
 
 /** The built bin serving with discovery against `api`: its URL once it listens, and its output so far. */
 async function serve(api: { url: string }, args: string[]) {
-  const child = spawn(
-    process.execPath,
+  const served = await serveBin(
     [
-      `${root}/dist/cli.js`,
-      'serve',
       '--connector',
       'vllm',
       '--prefill-selector',
@@ -68,36 +53,12 @@ async function serve(api: { url: string }, args: string[]) {
       '--k8s-namespace',
       'llm',
       ...args,
-      '--port',
-      '0',
-      '--host',
-      '127.0.0.1',
-      '--drain-delay-ms',
-      '0',
     ],
-    { env: { ...process.env, KUBECONFIG: kubeconfig(api.url) }, stdio: ['ignore', 'pipe', 'pipe'] },
+    { env: { KUBECONFIG: kubeconfig(api.url) }, cleanups },
   );
-  const output = { out: '', err: '' };
-  child.stdout.on('data', (chunk: Buffer) => {
-    output.out += chunk.toString();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    output.err += chunk.toString();
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-  cleanups.push(async () => {
-    child.kill('SIGTERM');
-    await exited;
-  });
-  let url = '';
-  await eventuallyAsync(async () => {
-    const line = output.out.split('\n').find((entry) => entry.includes('disagg serve listening'));
-    if (line !== undefined) url = JSON.parse(line).url;
-    return line !== undefined || output.out.includes('"level":50');
-  }, `the proxy listens: ${output.out}${output.err}`);
-  expect(output.out).not.toContain('DiscoveryUnavailableError');
-  const ready = async () => (await fetch(`${url}/ready`)).json() as Promise<Record<string, unknown>>;
-  return { url, output, ready };
+  expect(served.output.out).not.toContain('DiscoveryUnavailableError');
+  const ready = async () => (await fetch(`${served.url}/ready`)).json() as Promise<Record<string, unknown>>;
+  return { url: served.url, output: served.output, ready };
 }
 
 describe('Kubernetes discovery from the built bin', () => {

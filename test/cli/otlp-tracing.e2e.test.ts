@@ -7,7 +7,8 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { tracesUrl } from '../../src/cli/otlp-tracing.js';
-import { eventuallyAsync, fakeWorkers } from '../support/http.js';
+import { serveBin } from '../support/bin.js';
+import { fakeWorkers } from '../support/http.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const fakes = fakeWorkers();
@@ -44,51 +45,10 @@ async function startReceiver(): Promise<{ url: string; exports: Array<{ path: st
 async function serve(args: string[]) {
   const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
   const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
-  const child = spawn(
-    process.execPath,
-    [
-      `${root}/dist/cli.js`,
-      'serve',
-      '--connector',
-      'vllm',
-      '--prefill',
-      prefill.url,
-      '--decode',
-      decode.url,
-      '--port',
-      '0',
-      '--host',
-      '127.0.0.1',
-      '--drain-delay-ms',
-      '0',
-      ...args,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  const output = { out: '', err: '' };
-  child.stdout.on('data', (chunk: Buffer) => {
-    output.out += chunk.toString();
+  const served = await serveBin(['--connector', 'vllm', '--prefill', prefill.url, '--decode', decode.url, ...args], {
+    cleanups,
   });
-  child.stderr.on('data', (chunk: Buffer) => {
-    output.err += chunk.toString();
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-  cleanups.push(async () => {
-    child.kill('SIGTERM');
-    await exited;
-  });
-  let listening: { url: string; traces?: string } | undefined;
-  await eventuallyAsync(async () => {
-    const line = output.out.split('\n').find((entry) => entry.includes('disagg serve listening'));
-    if (line !== undefined) listening = JSON.parse(line);
-    return line !== undefined || output.err !== '';
-  }, 'the proxy listens');
-  if (listening === undefined) throw new Error(`the proxy did not start: ${output.err}`);
-  const stop = async () => {
-    child.kill('SIGTERM');
-    return exited;
-  };
-  return { ...listening, decode, output, stop };
+  return { ...served, traces: served.listening.traces as string | undefined, decode };
 }
 
 const complete = (url: string, headers: Record<string, string> = {}) =>

@@ -1,0 +1,58 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+/** A running `disagg serve` of the built bin (dist/cli.js, the image's entry point). */
+export interface ServedBin {
+  /** The proxy's URL, from its "disagg serve listening" line. */
+  url: string;
+  /** That line, parsed (traces, metrics, workers). */
+  listening: Record<string, unknown>;
+  /** Its stdout and stderr so far. */
+  output: { out: string; err: string };
+  /** SIGTERM, then its exit code. */
+  stop(): Promise<number | null>;
+}
+
+/**
+ * Starts `disagg serve` from the built bin with `args` (on 127.0.0.1, any port, no drain
+ * delay) and `env` added to the environment; resolves once it listens. `cleanups` gets its
+ * stop, for a test's afterEach.
+ *
+ * @throws when it exits or logs an error before it listens.
+ */
+export async function serveBin(
+  args: string[],
+  options: { env?: Record<string, string>; cleanups: Array<() => Promise<unknown> | unknown> },
+): Promise<ServedBin> {
+  const child = spawn(
+    process.execPath,
+    [`${root}/dist/cli.js`, 'serve', '--port', '0', '--host', '127.0.0.1', '--drain-delay-ms', '0', ...args],
+    { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const output = { out: '', err: '' };
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+  const stop = async () => {
+    child.kill('SIGTERM');
+    return exited;
+  };
+  options.cleanups.push(stop);
+  const listening = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    const look = () => {
+      const line = output.out.split('\n').find((entry) => entry.includes('disagg serve listening'));
+      if (line !== undefined) resolve(JSON.parse(line));
+      else if (output.out.includes('"level":50'))
+        reject(new Error(`the proxy failed to start: ${output.out}${output.err}`));
+    };
+    child.stdout.on('data', (chunk: Buffer) => {
+      output.out += chunk.toString();
+      look();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      output.err += chunk.toString();
+    });
+    exited.then((code) => reject(new Error(`the proxy exited ${code} before listening: ${output.out}${output.err}`)));
+  });
+  return { url: listening.url as string, listening, output, stop };
+}
