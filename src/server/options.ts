@@ -1329,7 +1329,11 @@ function oneOf<T extends string>(choices: readonly T[]): (value: unknown) => T {
     if (typeof value === 'string' && (choices as readonly string[]).includes(value)) return value as T;
     const expected =
       choices.length === 2 ? `'${choices[0]}' or '${choices[1]}'` : `one of ${choices.map((c) => `'${c}'`).join(', ')}`;
-    throw new Invalid(`must be ${expected}, got ${describeValue(value)}`);
+    // A typo of a choice gets the choice it most likely meant.
+    const near = typeof value === 'string' ? closest(value, choices) : undefined;
+    throw new Invalid(
+      `must be ${expected}, got ${describeValue(value)}${near === undefined ? '' : ` (did you mean '${near}'?)`}`,
+    );
   };
 }
 

@@ -103,6 +103,9 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
       decodePolicy: 'power-of-two',
     });
     expect([resolved.prefillPolicy, resolved.decodePolicy]).toEqual(['round-robin', 'power-of-two']);
+    expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'consistent-hsh'], {})).message).toBe(
+      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'consistent-hash', got \"consistent-hsh\" (did you mean 'consistent-hash'?)",
+    );
     expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'fastest'], {})).message).toBe(
       "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'consistent-hash', got \"fastest\"",
     );
