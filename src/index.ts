@@ -94,6 +94,17 @@ export {
 export { roundRobin } from './routing/round-robin.js';
 export { RoutingInput, routingText } from './routing/routing-input.js';
 export type { LoadView, RoutingPolicy } from './routing/routing-policy.js';
+export {
+  type Filter,
+  loadScorer,
+  maxScorePicker,
+  type Picker,
+  type PrefixScorerOptions,
+  prefixScorer,
+  type ScoredPolicyParts,
+  type Scorer,
+  scoredPolicy,
+} from './routing/scoring.js';
 export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';

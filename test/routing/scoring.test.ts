@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
+import {
+  type Filter,
+  loadScorer,
+  maxScorePicker,
+  prefixScorer,
+  type Scorer,
+  scoredPolicy,
+} from '../../src/routing/scoring.js';
+
+const loadOf = (counts: Record<string, number>) => ({ inFlight: (worker: string) => counts[worker] ?? 0 });
+const fixed = (name: string, scores: Record<string, number>): Scorer<string> => ({
+  name,
+  score: (candidates) => candidates.map((worker) => scores[worker] ?? 0),
+});
+
+describe('scoredPolicy: filters, weighted scorers, a picker', () => {
+  it('the weighted sum decides: a strong scorer with a small weight loses to a weaker one weighed more', () => {
+    const policy = scoredPolicy({
+      scorers: [
+        { scorer: fixed('a', { w0: 1, w1: 0 }), weight: 1 },
+        { scorer: fixed('b', { w0: 0, w1: 0.6 }), weight: 2 },
+      ],
+    });
+    expect(policy.select(['w0', 'w1'], loadOf({}), undefined)).toBe('w1');
+  });
+
+  it('filters narrow the candidates in order; one that would leave none is skipped', () => {
+    const only = (keep: string[]): Filter<string> => ({
+      name: 'only',
+      filter: (c) => c.filter((w) => keep.includes(w)),
+    });
+    const policy = scoredPolicy({
+      filters: [only(['w1', 'w2']), only(['w9'])],
+      scorers: [{ scorer: fixed('a', { w0: 1, w1: 0.2, w2: 0.5 }), weight: 1 }],
+    });
+    expect(policy.select(['w0', 'w1', 'w2'], loadOf({}), undefined)).toBe('w2');
+  });
+
+  it('max-score ties go to the less loaded, then to the first', () => {
+    const picker = maxScorePicker<string>();
+    expect(picker.pick(['w0', 'w1', 'w2'], [1, 1, 0.5], loadOf({ w0: 3, w1: 1 }))).toBe('w1');
+    expect(picker.pick(['w0', 'w1'], [1, 1], loadOf({}))).toBe('w0');
+  });
+
+  it('scores outside 0..1 are clamped, and weights must be positive', () => {
+    const policy = scoredPolicy({
+      scorers: [
+        { scorer: fixed('wild', { w0: 50, w1: 0.9 }), weight: 1 },
+        { scorer: fixed('b', { w1: 0.2 }), weight: 1 },
+      ],
+    });
+    expect(policy.select(['w0', 'w1'], loadOf({}), undefined)).toBe('w1');
+    expect(() => scoredPolicy({ scorers: [] })).toThrow('scoredPolicy needs at least one scorer');
+    expect(() => scoredPolicy({ scorers: [{ scorer: loadScorer(), weight: 0 }] })).toThrow(
+      'scoredPolicy: the weight of load must be a positive number, got 0',
+    );
+  });
+});
+
+describe('built-in scorers', () => {
+  it('load: 1 for the idlest, 0 for the busiest, all 1 when even', () => {
+    expect(loadScorer<string>().score(['a', 'b', 'c'], loadOf({ a: 0, b: 2, c: 4 }), undefined)).toEqual([1, 0.5, 0]);
+    expect(loadScorer<string>().score(['a', 'b'], loadOf({}), undefined)).toEqual([1, 1]);
+  });
+
+  it('prefix: learns only from legs that succeeded, scores the share held, forgets a worker that left', () => {
+    const scorer = prefixScorer<string>();
+    const first = new RoutingInput({ prompt: 'You are a helpful assistant. Question one' });
+    const next = new RoutingInput({ prompt: 'You are a helpful assistant. Question two' });
+    scorer.completed?.('w1', first, 'failure');
+    expect(scorer.score(['w0', 'w1'], loadOf({}), next)).toEqual([0, 0]);
+    scorer.completed?.('w1', first, 'success');
+    const [w0, w1] = scorer.score(['w0', 'w1'], loadOf({}), next);
+    expect(w0).toBe(0);
+    expect(w1).toBeGreaterThan(0.8);
+    scorer.forget?.('w1');
+    expect(scorer.score(['w0', 'w1'], loadOf({}), next)).toEqual([0, 0]);
+  });
+
+  it('in a pool, prefix against load: a conversation returns to the worker holding its start; an unrelated prompt goes to the idler worker', async () => {
+    const pool = new WorkerPool(['w0', 'w1'], {
+      selection: scoredPolicy({
+        scorers: [
+          { scorer: prefixScorer(), weight: 2 },
+          { scorer: loadScorer(), weight: 1 },
+        ],
+      }),
+    });
+    const turn = (text: string) => new RoutingInput({ messages: [{ role: 'user', content: text }] });
+    const first = pool.acquire(undefined, turn('Plan a trip to Lisbon for three days'));
+    first.release('success');
+    const again = pool.acquire(undefined, turn('Plan a trip to Lisbon for three days, and add a day in Porto'));
+    expect(again.worker).toBe(first.worker);
+    // While that worker is busy, a prompt nobody holds goes by load alone.
+    const other = pool.acquire(undefined, turn('Translate this sentence into French'));
+    expect(other.worker).not.toBe(first.worker);
+    other.release('success');
+    again.release('success');
+  });
+});
