@@ -177,6 +177,15 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
     expect(config).toMatchObject({ port: 8000 });
   });
 
+  it('every setting belongs to one concern, listed together under one heading of --help', () => {
+    const groups = SETTINGS.map((setting) => setting.group);
+    expect(groups.every((group) => group !== undefined)).toBe(true);
+    const runs = groups.filter((group, i) => group !== groups[i - 1]);
+    expect(new Set(runs).size).toBe(runs.length);
+    const usage = SERVE_USAGE;
+    for (const group of runs) expect(usage.split('\n').filter((line) => line === `${group}:`)).toHaveLength(1);
+  });
+
   it('--help lists every setting with its flag, variable, file key and default', () => {
     for (const setting of SETTINGS) {
       expect(SERVE_USAGE).toContain(`--${setting.flag} ${setting.arg}`);
