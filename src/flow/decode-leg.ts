@@ -95,11 +95,9 @@ export class DecodeLeg {
   /** The context the decode engine gets. */
   readonly context: Controller;
   readonly #options: DecodeLegOptions;
-  #claimed = false;
+  /** Where the leg stands; changed only by {@link nextPhase}. */
+  #phase: LegPhase = { kind: 'reading' };
   #clientLeft: typeof LIVE | typeof STOP | typeof KILL = LIVE;
-  #ended = false;
-  /** The consumer closed the stream, or will never read it. */
-  #abandoned = false;
   #finishedOutput = false;
   #heldAt: number | undefined;
   #source: AsyncIterator<EngineItem> | undefined;
@@ -108,13 +106,30 @@ export class DecodeLeg {
   #pendingExpiry: DeadlineError | undefined;
   #lastObserved: Step | undefined;
   #cancelCleanup: (() => void) | undefined;
+  /** Decode has taken the KV (or there was none to take). */
+  get #claimed(): boolean {
+    return this.#phase.kind === 'claimed' || (this.#phase.kind === 'ended' && this.#phase.claimed);
+  }
+
+  /** The leg is over. */
+  get #ended(): boolean {
+    return this.#phase.kind === 'ended';
+  }
+
+  /** The consumer closed the stream, or will never read it. */
+  get #abandoned(): boolean {
+    const phase = this.#phase;
+    return phase.kind === 'cleaning-up' || (phase.kind !== 'reading' && phase.abandoned);
+  }
+
   /** What the client's stop and kill subscriptions reach; cleared when the leg ends. */
   readonly #link: { leg: DecodeLeg | undefined };
 
   constructor(options: DecodeLegOptions) {
     this.#options = options;
     this.context = new Controller(options.client.id);
-    this.#claimed = !options.handoff;
+    // Without a handoff there is no KV to claim: the leg starts claimed.
+    if (!options.handoff) this.#phase = nextPhase(this.#phase, 'claim');
     // Once per request, on the client's own latches; the link is cut when the leg ends so a
     // long-lived client context does not keep the leg (and its stream) alive.
     const link = { leg: this as DecodeLeg | undefined };
@@ -144,7 +159,7 @@ export class DecodeLeg {
       return cancelledStream(stream.context);
     }
     if (this.#clientLeft !== LIVE || this.#pendingExpiry !== undefined) {
-      this.#abandoned = true;
+      this.#phase = nextPhase(this.#phase, 'abandon');
       this.#drainForClaim(source);
       return cancelledStream(stream.context);
     }
@@ -272,7 +287,7 @@ export class DecodeLeg {
   }
 
   #claim(): void {
-    this.#claimed = true;
+    this.#phase = nextPhase(this.#phase, 'claim');
     this.#updateWatch();
     this.#cancelCleanup?.();
     this.#cancelCleanup = undefined;
@@ -323,7 +338,7 @@ export class DecodeLeg {
   /** The consumer closed the stream (the guard closes decode this way too). */
   #close(source: AsyncIterator<EngineItem>): void {
     if (this.#claimed || this.#ended || this.#options.prefillFailed()) {
-      this.#abandoned = true;
+      this.#phase = nextPhase(this.#phase, 'abandon');
       this.#closeSource();
       // A decode that already sent its terminal has nothing left to stop; a client that was
       // killed (not only stopped) has its decode killed too.
@@ -343,7 +358,7 @@ export class DecodeLeg {
    * within the clean-up budget, then stop it (`#claim`).
    */
   #cleanUp(source: AsyncIterator<EngineItem>): void {
-    this.#abandoned = true;
+    this.#phase = nextPhase(this.#phase, 'abandon');
     this.#startCleanupBudget();
     if ((this.#iterator as WatchedIterator<EngineItem>).reads === 0) this.#drainForClaim(source);
   }
@@ -390,11 +405,52 @@ export class DecodeLeg {
 
   #end(): void {
     if (this.#ended) return;
-    this.#ended = true;
+    this.#phase = nextPhase(this.#phase, 'end');
     this.#cancelCleanup?.();
     this.#cancelCleanup = undefined;
     this.#link.leg = undefined;
     this.#options.onEnd(this.#claimed);
+  }
+}
+
+/**
+ * Where a decode leg stands:
+ * - `reading`: decode has not answered yet, and the client reads it;
+ * - `cleaning-up`: nobody reads it for a client any more, but it may hold the only claim on the
+ *   KV prefill committed, so it is read until it answers, within the clean-up budget;
+ * - `claimed`: decode has answered, so it has taken the KV (`abandoned`: its reader has gone);
+ * - `ended`: the leg is over, with whether decode had claimed the KV and its reader had gone
+ *   (a late first answer still counts as the claim).
+ */
+type LegPhase =
+  | { readonly kind: 'reading' }
+  | { readonly kind: 'cleaning-up' }
+  | { readonly kind: 'claimed'; readonly abandoned: boolean }
+  | { readonly kind: 'ended'; readonly claimed: boolean; readonly abandoned: boolean };
+
+/**
+ * The one transition function of {@link LegPhase}: decode answered (`claim`), its reader went
+ * away (`abandon`), or the leg is over (`end`). Every event is allowed in every phase: what has
+ * happened stays happened (an ended leg stays ended, a claim stays a claim).
+ */
+function nextPhase(phase: LegPhase, event: 'claim' | 'abandon' | 'end'): LegPhase {
+  switch (phase.kind) {
+    case 'reading':
+      if (event === 'claim') return { kind: 'claimed', abandoned: false };
+      if (event === 'abandon') return { kind: 'cleaning-up' };
+      return { kind: 'ended', claimed: false, abandoned: false };
+    case 'cleaning-up':
+      if (event === 'claim') return { kind: 'claimed', abandoned: true };
+      if (event === 'abandon') return phase;
+      return { kind: 'ended', claimed: false, abandoned: true };
+    case 'claimed':
+      if (event === 'claim') return phase;
+      if (event === 'abandon') return { kind: 'claimed', abandoned: true };
+      return { kind: 'ended', claimed: true, abandoned: phase.abandoned };
+    case 'ended':
+      if (event === 'claim') return { ...phase, claimed: true };
+      if (event === 'abandon') return { ...phase, abandoned: true };
+      return phase;
   }
 }
 
