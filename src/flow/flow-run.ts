@@ -167,7 +167,9 @@ export class FlowRun {
     const releaseStart = recorder.hold();
     try {
       if (skip !== undefined) {
-        return this.#toClient(await this.#flowTrip.guard(this.#dispatchDecode(decodeRequest(request), false)));
+        return this.#toClient(
+          await this.#flowTrip.guard(this.#dispatchDecode(decodeRequest(request), { handoff: false })),
+        );
       }
       if (connector.family === 'concurrent') return await this.#concurrent();
       return await this.#sequentialOrEarly();
@@ -246,8 +248,11 @@ export class FlowRun {
     };
     const dispatch =
       holdFor === undefined
-        ? () => this.#dispatchDecode(body, true, true)
-        : () => this.#dispatchDecode(body, true, true).then((stream) => heldUntil(stream, holdFor));
+        ? () => this.#dispatchDecode(body, { handoff: true, observedAbove: true })
+        : () =>
+            this.#dispatchDecode(body, { handoff: true, observedAbove: true }).then((stream) =>
+              heldUntil(stream, holdFor),
+            );
     const stream = await this.#flowTrip.guard(forwardDecodeWith(task, dispatch, this.#setup.client, hooks));
     const iterator = stream[Symbol.asyncIterator]();
     return new ResponseStream(client.readFrom(iterator, hooks.guarded === true), stream.context);
@@ -306,7 +311,7 @@ export class FlowRun {
     const failed: unknown[] = [];
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.#flowTrip.guard(this.#dispatchDecode(body, true));
+        return await this.#flowTrip.guard(this.#dispatchDecode(body, { handoff: true }));
       } catch (error) {
         const reusable = reuseHandoff === 'always' || neverConnected(error);
         const delayMs =
@@ -444,10 +449,14 @@ export class FlowRun {
   }
 
   /**
-   * Sends the decode leg on its own context (see {@link DecodeLeg}); `observedAbove` when a
+   * Sends the decode leg on its own context (see {@link DecodeLeg}): `handoff` when decode
+   * takes KV a prefill committed (none for an aggregated request), `observedAbove` when a
    * guard observes its reads while prefill runs.
    */
-  async #dispatchDecode(body: RequestBody, handoff: boolean, observedAbove = false): Promise<DecodeStream> {
+  async #dispatchDecode(
+    body: RequestBody,
+    { handoff, observedAbove = false }: { handoff: boolean; observedAbove?: boolean },
+  ): Promise<DecodeStream> {
     const { recorder } = this.#setup;
     const decodeLease = this.#decodeLease;
     const releaseLeg = recorder.hold();
