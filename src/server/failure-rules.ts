@@ -1,6 +1,7 @@
 import { deadlineIn } from '../flow/deadlines.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { findCause } from '../util/cause-chain.js';
+import { isUnder } from '../util/url.js';
 
 /**
  * What a failed call to a worker was, decided once for health, retries and metrics:
@@ -90,4 +91,24 @@ export function retryDelay(
   if (!FAILURE_RULES[classifyFailure(error).kind].retry) return undefined;
   const ceiling = Math.min(retry.maxBackoffMs, retry.initialBackoffMs * 2 ** attempt);
   return Math.random() * ceiling;
+}
+
+/**
+ * The worker a failure is charged to, of the request's `workers`: the one whose URL the
+ * worker's error names (a call under its URL), with the failure's class; undefined for a
+ * failure of no worker (a deadline, no worker in rotation, a cancellation).
+ *
+ * @example chargedWorker(UpstreamError.fromStatus('http://p0:8100/v1/completions', 503, 'busy'), { prefill: p0 }); // { role: 'prefill', worker: p0, kind: 'worker-error' }
+ */
+export function chargedWorker<N extends { url: string }>(
+  error: unknown,
+  workers: { prefill?: N | undefined; decode?: N | undefined },
+): { role: 'prefill' | 'decode'; worker: N; kind: FailureClass } | undefined {
+  const { kind, upstream } = classifyFailure(error);
+  if (upstream === undefined || kind === 'deadline' || kind === 'other') return undefined;
+  for (const role of ['prefill', 'decode'] as const) {
+    const worker = workers[role];
+    if (worker !== undefined && isUnder(upstream.url, worker.url)) return { role, worker, kind };
+  }
+  return undefined;
 }

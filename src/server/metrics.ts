@@ -49,6 +49,7 @@ export class ProxyMetrics {
   readonly #membership: Counter<'role' | 'change' | 'source'>;
   readonly #workerLegs: Counter<'role' | 'worker' | 'outcome'>;
   readonly #tokens: Counter<'route' | 'model' | 'kind'>;
+  readonly #workerFailures: Counter<'role' | 'worker' | 'class'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -149,6 +150,12 @@ export class ProxyMetrics {
       labelNames: ['role', 'worker', 'outcome'],
       registers,
     });
+    this.#workerFailures = new Counter({
+      name: 'disagg_worker_failures_total',
+      help: 'Failed calls to each worker, retried or answered, by pool, worker name and class: unreachable, broken-off (after it answered), worker-error (5xx), overloaded (429), refused (another 4xx), protocol (an answer that could not be read)',
+      labelNames: ['role', 'worker', 'class'],
+      registers,
+    });
     this.#tokens = new Counter({
       name: 'disagg_tokens_total',
       help: "Tokens of answered requests as the workers' usage reported them, by route, model and kind: prompt, completion, cached (prompt tokens the prefill worker's cache held)",
@@ -203,6 +210,11 @@ export class ProxyMetrics {
    */
   legRetried(role: 'prefill' | 'decode', worker: string | undefined): void {
     if (worker !== undefined) this.#workerLegs.inc({ role, worker, outcome: 'retried' });
+  }
+
+  /** A call to `worker` failed, of this class (see the proxy's failure rules). */
+  workerFailed(role: 'prefill' | 'decode', worker: string, failureClass: string): void {
+    this.#workerFailures.inc({ role, worker, class: failureClass });
   }
 
   /** A worker joined or left a pool (see {@link Membership}). */

@@ -1,4 +1,5 @@
 import type { FlowEvent, FlowEventOf } from '../flow/events.js';
+import { chargedWorker } from './failure-rules.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestTrace } from './tracing.js';
@@ -57,7 +58,7 @@ function prefillRetried(
   event: FlowEventOf<'prefillRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
 ): void {
   const leg = event.leg ?? 'prefill';
-  proxy.health.noteFailure(event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
+  chargeFailure(proxy, event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
   proxy.metrics.retried(leg);
   const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
   proxy.metrics.legRetried(leg, worker === undefined ? undefined : proxy.nameOf(worker));
@@ -84,7 +85,7 @@ function decodeRetried(
   event: FlowEventOf<'decodeRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
 ): void {
   const failed = seen.routed?.decodeWorker;
-  proxy.health.noteFailure(event.error, { decode: failed });
+  chargeFailure(proxy, event.error, { decode: failed });
   proxy.metrics.retried('decode');
   proxy.metrics.legRetried('decode', failed === undefined ? undefined : proxy.nameOf(failed));
   proxy.logger.warn(
@@ -101,4 +102,18 @@ function decodeRetried(
   if (seen.routed !== undefined && event.decodeWorker !== undefined) {
     seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };
   }
+}
+
+/**
+ * A failure the request met, charged once: to health (rotation, circuit) and to the worker's
+ * failure counter, by the one classifier.
+ */
+export function chargeFailure(
+  proxy: ProxyState,
+  error: unknown,
+  workers: { prefill?: { url: string } | undefined; decode?: { url: string } | undefined },
+): void {
+  proxy.health.noteFailure(error, workers);
+  const charged = chargedWorker(error, workers);
+  if (charged !== undefined) proxy.metrics.workerFailed(charged.role, proxy.nameOf(charged.worker), charged.kind);
 }

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DeadlineError } from '../../src/flow/deadlines.js';
 import { NoWorkerError } from '../../src/flow/worker-pool.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
-import { classifyFailure, FAILURE_RULES } from '../../src/server/failure-rules.js';
+import { chargedWorker, classifyFailure, FAILURE_RULES } from '../../src/server/failure-rules.js';
 
 const url = 'http://decode-0:8200/v1/completions';
 const refused = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
@@ -44,5 +44,25 @@ describe('one failure classifier, one table of what to do about each class', () 
   it("keeps the worker's error, whose URL names the worker to charge", () => {
     const error = UpstreamError.fromStatus(url, 502, 'bad gateway');
     expect(classifyFailure(new Error('wrapped', { cause: error })).upstream).toBe(error);
+  });
+});
+
+describe('chargedWorker: the worker a failure is charged to', () => {
+  const prefill = { url: 'http://prefill-0:8100' };
+  const decode = { url: 'http://decode-0:8200' };
+  it('the one whose URL the error names, with the class; none for a failure of no worker', () => {
+    expect(chargedWorker(UpstreamError.fromStatus(url, 503, 'busy'), { prefill, decode })).toEqual({
+      role: 'decode',
+      worker: decode,
+      kind: 'worker-error',
+    });
+    expect(
+      chargedWorker(UpstreamError.fromStatus('http://prefill-0:8100/v1/completions', 429, 'x'), { prefill, decode })
+        ?.role,
+    ).toBe('prefill');
+    expect(chargedWorker(new DeadlineError('idle', 1000), { prefill, decode })).toBeUndefined();
+    expect(
+      chargedWorker(UpstreamError.fromStatus('http://elsewhere:1/v1', 500, 'x'), { prefill, decode }),
+    ).toBeUndefined();
   });
 });

@@ -74,7 +74,14 @@ describe('retries before the first byte', () => {
     expect([prefill[0]?.requests.length, prefill[1]?.requests.length]).toEqual([1, 1]);
     expect(await retries(url)).toEqual(['disagg_retries_total{leg="prefill"} 1']);
     expect(logs.filter((record) => String(record.message).startsWith('Retrying the request'))).toHaveLength(1);
-    // The failure the retry hid from the client is still charged to the worker that failed.
+    // The failure the retry hid from the client is still charged to the worker that failed,
+    // by its class.
+    const failures = (await (await request(`${url}/metrics`)).body.text())
+      .split('\n')
+      .filter((line) => line.startsWith('disagg_worker_failures_total{'));
+    expect(failures).toEqual([
+      'disagg_worker_failures_total{role="prefill",worker="prefill-0",class="worker-error"} 1',
+    ]);
     expect(await legs(url)).toEqual([
       'decode decode-1 success 1',
       'prefill prefill-0 retried 1',
