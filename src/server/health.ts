@@ -35,6 +35,17 @@ export interface HealthOptions {
   breaker?: { failureThreshold: number; successThreshold: number; openMs: number };
 }
 
+/**
+ * What the checker knows of one worker: its run of probe results against its current state
+ * (failures while in, successes while out), why its last probe failed (until one succeeds:
+ * what the admin API shows), and its circuit breaker once a request failure made one.
+ */
+interface HealthRecord {
+  streak: number;
+  lastFailure: ProbeFailure | undefined;
+  circuit: Circuit | undefined;
+}
+
 /** A worker's circuit: its consecutive request failures, or, once opened, its trial. */
 interface Circuit {
   state: 'closed' | 'open' | 'half-open';
@@ -70,11 +81,8 @@ export class HealthChecker {
   readonly #options: HealthOptions;
   #timer: NodeJS.Timeout | undefined;
   #round: Promise<void> | undefined;
-  readonly #circuits = new Map<Named, Circuit>();
-  /** Each worker's run of probe results against its current state: failures while in, successes while out. */
-  readonly #streaks = new Map<Named, number>();
-  /** Why each worker's last probe failed, until one succeeds: what the admin API shows. */
-  readonly #failures = new Map<Named, ProbeFailure>();
+  /** One record per worker it has learnt something of; gone with the worker (`forget`). */
+  readonly #records = new Map<Named, HealthRecord>();
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
@@ -110,12 +118,22 @@ export class HealthChecker {
   stop(): void {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
-    for (const circuit of this.#circuits.values()) clearTimeout(circuit.timer);
+    for (const record of this.#records.values()) clearTimeout(record.circuit?.timer);
+  }
+
+  /** `worker`'s record, made on first use. */
+  #record(worker: Named): HealthRecord {
+    let record = this.#records.get(worker);
+    if (record === undefined) {
+      record = { streak: 0, lastFailure: undefined, circuit: undefined };
+      this.#records.set(worker, record);
+    }
+    return record;
   }
 
   /** The state of `worker`'s circuit breaker. */
   circuit(worker: Named): Circuit['state'] {
-    return this.#circuits.get(worker)?.state ?? 'closed';
+    return this.#records.get(worker)?.circuit?.state ?? 'closed';
   }
 
   /**
@@ -140,29 +158,28 @@ export class HealthChecker {
    * usual cause when there is one; undefined once a probe succeeds.
    */
   lastFailure(worker: Named): ProbeFailure | undefined {
-    return this.#failures.get(worker);
+    return this.#records.get(worker)?.lastFailure;
   }
 
   #note(worker: Named, status: number | undefined, failure: unknown): void {
     if (status === 200) {
-      this.#failures.delete(worker);
+      const record = this.#records.get(worker);
+      if (record !== undefined) record.lastFailure = undefined;
       return;
     }
     const code = failure === undefined ? undefined : codeOf(failure);
     const hint = probeHint(status, code);
-    this.#failures.set(worker, {
+    this.#record(worker).lastFailure = {
       reason: status === undefined ? (code ?? 'no answer') : `GET /health answered ${status}`,
       ...(hint === undefined ? {} : { hint }),
-    });
+    };
   }
 
   /** A worker left its pool: its circuit and probe streak go with it. */
   forget(worker: Named): void {
-    this.#failures.delete(worker);
-    const circuit = this.#circuits.get(worker);
+    const circuit = this.#records.get(worker)?.circuit;
     if (circuit?.timer !== undefined) clearTimeout(circuit.timer);
-    this.#circuits.delete(worker);
-    this.#streaks.delete(worker);
+    this.#records.delete(worker);
   }
 
   /** A request served by these workers succeeded: their circuits count a success. */
@@ -171,7 +188,7 @@ export class HealthChecker {
     if (breaker === undefined) return;
     for (const role of ['prefill', 'decode'] as const) {
       const worker = workers[role];
-      const circuit = worker === undefined ? undefined : this.#circuits.get(worker);
+      const circuit = worker === undefined ? undefined : this.#records.get(worker)?.circuit;
       if (worker === undefined || circuit === undefined) continue;
       circuit.failures = 0;
       if (circuit.state !== 'half-open') continue;
@@ -188,11 +205,9 @@ export class HealthChecker {
     const breaker = this.#options.breaker;
     const entry = this.#pools.find((candidate) => candidate.role === role);
     if (breaker === undefined || entry === undefined || !entry.pool.workers.includes(worker)) return;
-    let circuit = this.#circuits.get(worker);
-    if (circuit === undefined) {
-      circuit = { state: 'closed', failures: 0, successes: 0, timer: undefined };
-      this.#circuits.set(worker, circuit);
-    }
+    const record = this.#record(worker);
+    record.circuit ??= { state: 'closed', failures: 0, successes: 0, timer: undefined };
+    const circuit = record.circuit;
     if (circuit.state === 'open') return;
     circuit.failures += 1;
     if (circuit.state === 'closed' && circuit.failures < breaker.failureThreshold) return;
@@ -266,20 +281,22 @@ export class HealthChecker {
     if (!pool.has(worker)) return;
     this.#note(worker, status, failure);
     // An open circuit keeps its worker out whatever /health says, until its trial.
-    if (healthy && this.#circuits.get(worker)?.state === 'open') return;
+    if (healthy && this.#records.get(worker)?.circuit?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) {
-      this.#streaks.delete(worker);
+      const record = this.#records.get(worker);
+      if (record !== undefined) record.streak = 0;
       return;
     }
     const code = failure === undefined ? undefined : codeOf(failure);
     const thresholds = this.#options.probeThresholds ?? { failure: 1, success: 1 };
-    const streak = (this.#streaks.get(worker) ?? 0) + 1;
+    const record = this.#record(worker);
+    const streak = record.streak + 1;
     const unreachable = code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
     if (streak < (healthy ? thresholds.success : thresholds.failure) && !unreachable) {
-      this.#streaks.set(worker, streak);
+      record.streak = streak;
       return;
     }
-    this.#streaks.delete(worker);
+    record.streak = 0;
     pool.setAvailable(worker, healthy);
     if (healthy) {
       this.#options.logger.info({ worker: worker.url, role }, 'Worker back in rotation');
