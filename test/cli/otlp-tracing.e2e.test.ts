@@ -24,15 +24,18 @@ type Export = {
 };
 
 /** A stand-in collector: every POST to /v1/traces, as JSON, with the path it came to. */
-async function startReceiver(): Promise<{ url: string; exports: Array<{ path: string; body: Export }> }> {
-  const exports: Array<{ path: string; body: Export }> = [];
+async function startReceiver(): Promise<{
+  url: string;
+  exports: Array<{ path: string; body: Export; headers: Record<string, unknown> }>;
+}> {
+  const exports: Array<{ path: string; body: Export; headers: Record<string, unknown> }> = [];
   const server: Server = createServer((req, res) => {
     let text = '';
     req.on('data', (chunk: Buffer) => {
       text += chunk.toString();
     });
     req.on('end', () => {
-      exports.push({ path: req.url ?? '', body: JSON.parse(text) as Export });
+      exports.push({ path: req.url ?? '', body: JSON.parse(text) as Export, headers: req.headers });
       res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
     });
   });
@@ -42,11 +45,12 @@ async function startReceiver(): Promise<{ url: string; exports: Array<{ path: st
 }
 
 /** The built bin in front of two vLLM fakes, with `args`; stopped by SIGTERM when asked (or after the test). */
-async function serve(args: string[]) {
+async function serve(args: string[], env: Record<string, string> = {}) {
   const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
   const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
   const served = await serveBin(['--connector', 'vllm', '--prefill', prefill.url, '--decode', decode.url, ...args], {
     cleanups,
+    env,
   });
   return { ...served, traces: served.listening.traces as string | undefined, decode };
 }
@@ -68,7 +72,10 @@ const attribute = (attributes: Attribute[], key: string) => attributes.find((eac
 describe('disagg serve --otlp-endpoint', () => {
   it("exports each request's spans to the collector, in the caller's trace, and sends the rest at shutdown", async () => {
     const receiver = await startReceiver();
-    const proxy = await serve(['--otlp-endpoint', receiver.url, '--trace-service-name', 'disagg-test']);
+    // The standard variable for the collector's headers (an API key, say) is honoured.
+    const proxy = await serve(['--otlp-endpoint', receiver.url, '--trace-service-name', 'disagg-test'], {
+      OTEL_EXPORTER_OTLP_HEADERS: 'x-collector-key=secret',
+    });
     expect(proxy.traces).toBe(`${receiver.url}/v1/traces`);
     const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
     await complete(proxy.url, { traceparent: `00-${traceId}-00f067aa0ba902b7-01` });
@@ -76,6 +83,9 @@ describe('disagg serve --otlp-endpoint', () => {
     // The batch is sent at the latest when the proxy stops.
     expect(await proxy.stop()).toBe(0);
     expect(receiver.exports.map((each) => each.path)).toEqual(receiver.exports.map(() => '/v1/traces'));
+    expect(receiver.exports.map((each) => each.headers['x-collector-key'])).toEqual(
+      receiver.exports.map(() => 'secret'),
+    );
     expect(attribute(receiver.exports[0]?.body.resourceSpans[0]?.resource.attributes ?? [], 'service.name')).toEqual({
       stringValue: 'disagg-test',
     });
