@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkersUsageError, parseFakeWorkersArgs } from '../../src/cli/fake-workers.js';
+import { serveBin } from '../support/bin.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = `${root}/dist/cli.js`;
@@ -42,6 +43,23 @@ function run<T>(
   });
 }
 
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0)) await cleanup();
+});
+
+/** The printed `disagg serve` command run (the built bin), then one completion through it, served as `strategy` says. */
+async function servesThrough(command: string, strategy: string, env: Record<string, string> = {}): Promise<string> {
+  const { url } = await serveBin(command.split(' '), { env, cleanups });
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const { data, response } = await client.completions
+    .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
+    .withResponse();
+  expect(response.headers.get('x-disagg-strategy')).toBe(strategy);
+  expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+  return url;
+}
+
 describe('disagg fake-workers (built): the router tried in two terminals, without a GPU', () => {
   it.each([
     ['vllm', 'disaggregated-sequential'],
@@ -53,21 +71,7 @@ describe('disagg fake-workers (built): the router tried in two terminals, withou
         ['fake-workers', '--connector', connector, '--prefill-port', '0', '--decode-port', '0', '--tokens', '3'],
         (out) => /In another terminal:\n {2}disagg serve (.*)\n/.exec(out)?.[1],
       );
-      const args = command.split(' ');
-      const { child: serve, found: url } = await run(
-        ['serve', ...args, '--host', '127.0.0.1', '--port', '0', '--drain-delay-ms', '0'],
-        (out) => {
-          const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
-          return line === undefined ? undefined : (JSON.parse(line).url as string);
-        },
-      );
-      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
-      const { data, response } = await client.completions
-        .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
-        .withResponse();
-      expect(response.headers.get('x-disagg-strategy')).toBe(strategy);
-      expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
-      serve.kill('SIGTERM');
+      await servesThrough(command, strategy);
     },
     20_000,
   );
@@ -97,23 +101,9 @@ describe('disagg fake-workers (built): the router tried in two terminals, withou
       expect(command).toBe(
         `--connector ${connector} --prefill-selector app=disagg-fake,role=prefill --decode-selector app=disagg-fake,role=decode --k8s-namespace default`,
       );
-      const { child: serve, found: url } = await run(
-        ['serve', ...command.split(' '), '--host', '127.0.0.1', '--port', '0', '--drain-delay-ms', '0'],
-        (out) => {
-          const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
-          return line === undefined ? undefined : (JSON.parse(line).url as string);
-        },
-        { KUBECONFIG: kubeconfig },
-      );
+      const url = await servesThrough(command, strategy, { KUBECONFIG: kubeconfig });
       const ready = (await (await fetch(`${url}/ready`)).json()) as Record<string, unknown>;
       expect(ready).toMatchObject({ ready: true, prefill_workers: 2, decode_workers: 1 });
-      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
-      const { data, response } = await client.completions
-        .create({ model: 'fake-model', prompt: 'Say', max_tokens: 3 })
-        .withResponse();
-      expect(response.headers.get('x-disagg-strategy')).toBe(strategy);
-      expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
-      serve.kill('SIGTERM');
     },
     20_000,
   );
