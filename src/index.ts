@@ -15,6 +15,7 @@ export {
   type MembershipTarget,
   reconcile,
 } from './discovery/worker-set.js';
+export { RELEASE_MODEL, sglangBootstrap, trtllmContextFirst, vllmNixl } from './engines/registry.js';
 export {
   type BootstrapRoomOptions,
   MAX_BOOTSTRAP_ROOM,
@@ -25,10 +26,6 @@ export {
   type Connector,
   earlyBootstrap,
   type Handoff,
-  RELEASE_MODEL,
-  sglangBootstrap,
-  trtllmContextFirst,
-  vllmNixl,
 } from './flow/connectors.js';
 export { DEFAULT_DEADLINES, DeadlineError, type DeadlinePhase, type Deadlines } from './flow/deadlines.js';
 export { CleanupError, DEFAULT_CLEANUP_BUDGET_MS, orphanedHandoffs } from './flow/decode-leg.js';

@@ -1,4 +1,15 @@
-import { type Connector, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../flow/connectors.js';
+import type { Connector } from '../flow/connectors.js';
+import type { EngineHandoff } from './engine-handoff.js';
+import { sglangBootstrap } from './sglang/connector.js';
+import { sglangHandoff } from './sglang/handoff.js';
+import { trtllmContextFirst } from './trtllm/connector.js';
+import { trtllmHandoff } from './trtllm/handoff.js';
+import { vllmNixl } from './vllm/connector.js';
+import { vllmHandoff } from './vllm/handoff.js';
+
+export { sglangBootstrap } from './sglang/connector.js';
+export { trtllmContextFirst } from './trtllm/connector.js';
+export { RELEASE_MODEL, vllmNixl } from './vllm/connector.js';
 
 /**
  * An engine the proxy fronts: its name (what `--connector` takes), what to call it, how a
@@ -11,6 +22,8 @@ export interface EngineEntry {
   readonly name: string;
   readonly title: string;
   readonly connector: Connector;
+  /** Where its handoff travels on the wire (request fields, where a prefill answer puts it). */
+  readonly handoff: EngineHandoff;
   readonly prefillBootstrap: boolean;
 }
 
@@ -21,12 +34,26 @@ function engine<const N extends string>(entry: EngineEntry & { name: N }): Engin
 /**
  * Every engine, once: the settings' choices, `--help`, the proxy's connector and the worker
  * checks read it, and the fakes of `disagg/testing` must have one protocol per name (their
- * table is typed by {@link EngineName}). A new engine is its connector, an entry here, and its fake.
+ * table is typed by {@link EngineName}). A new engine is a folder `engines/<name>/` (its
+ * `connector.ts`, `handoff.ts` and `fake.ts`), an entry here, its handoff in `handoff-wire.ts`
+ * and its fake in the fakes' table; test/engines/registry.test.ts holds the lists together.
  */
 export const ENGINES = [
-  engine({ name: 'vllm', title: 'vLLM with NIXL', connector: vllmNixl, prefillBootstrap: false }),
-  engine({ name: 'sglang', title: 'SGLang', connector: sglangBootstrap, prefillBootstrap: true }),
-  engine({ name: 'trtllm', title: 'TensorRT-LLM', connector: trtllmContextFirst, prefillBootstrap: false }),
+  engine({ name: 'vllm', title: 'vLLM with NIXL', connector: vllmNixl, handoff: vllmHandoff, prefillBootstrap: false }),
+  engine({
+    name: 'sglang',
+    title: 'SGLang',
+    connector: sglangBootstrap,
+    handoff: sglangHandoff,
+    prefillBootstrap: true,
+  }),
+  engine({
+    name: 'trtllm',
+    title: 'TensorRT-LLM',
+    connector: trtllmContextFirst,
+    handoff: trtllmHandoff,
+    prefillBootstrap: false,
+  }),
 ] as const;
 
 /** The name of an engine of {@link ENGINES}. */

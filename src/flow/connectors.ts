@@ -1,7 +1,6 @@
 import { elementsOf, samplesOf } from '../protocol/request-counts.js';
-import { workerRendezvous } from './bootstrap-room.js';
 import type { BootstrapInfo } from './prefill-stream.js';
-import { type PromptSide, promptSideOf, refusePromptSide } from './prompt-side.js';
+import type { PromptSide } from './prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from './request-shaping.js';
 
 // Where they lived before: the counts are the protocol's, read by the transport and the fakes too.
@@ -53,18 +52,11 @@ export interface Connector {
 }
 
 /**
- * The model a release call names (see {@link vllmNixl}): no worker serves it, so a decode
- * worker's request handler refuses it with a 404 without computing anything, and the name
- * says in the worker's log what the call was for.
- */
-export const RELEASE_MODEL = 'disagg-release-kv';
-
-/**
  * For engines whose handoff carries the KV of one sequence: one prompt, one choice. Several
  * choices or prompts would each need their own handoff, which the engine's one set of
  * parameters cannot name.
  */
-function oneSequence(engine: string): (request: RequestBody) => { param: string; message: string } | undefined {
+export function oneSequence(engine: string): (request: RequestBody) => { param: string; message: string } | undefined {
   return (request) => {
     const n = request.n ?? 1;
     if (typeof n === 'number' && n > 1) {
@@ -87,110 +79,19 @@ function oneSequence(engine: string): (request: RequestBody) => { param: string;
   };
 }
 
-function paramsOf(handoff: Handoff, connector: string): unknown {
+/** The parameters of a by-parameters handoff. @throws {TypeError} for a rendezvous. */
+export function paramsOf(handoff: Handoff, connector: string): unknown {
   if (handoff.kind !== 'params')
     throw new TypeError(`The ${connector} connector hands off by parameters, not by a rendezvous`);
   return handoff.params;
 }
 
-function bootstrapOf(handoff: Handoff, connector: string): BootstrapInfo {
+/** The rendezvous of a by-rendezvous handoff. @throws {TypeError} for parameters. */
+export function bootstrapOf(handoff: Handoff, connector: string): BootstrapInfo {
   if (handoff.kind !== 'bootstrap')
     throw new TypeError(`The ${connector} connector hands off by a rendezvous, not by parameters`);
   return handoff.bootstrap;
 }
-
-/**
- * vLLM with the NIXL connector (pull): prefill is asked to keep its KV for a remote decode;
- * the `kv_transfer_params` it answers with go into the decode body unchanged.
- */
-export const vllmNixl: Connector = Object.freeze({
-  name: 'vllm-nixl',
-  family: 'sequential',
-  prefillBody: (request: RequestBody) => ({
-    ...prefillRequest(request),
-    kv_transfer_params: {
-      do_remote_decode: true,
-      do_remote_prefill: false,
-      remote_engine_id: null,
-      remote_block_ids: null,
-      remote_host: null,
-      remote_port: null,
-    },
-  }),
-  decodeBody: (request: RequestBody, handoff: Handoff) =>
-    decodeRequest(request, { kv_transfer_params: paramsOf(handoff, 'vllm-nixl') }),
-  refuse: (request: RequestBody) => oneSequence('vLLM NIXL')(request) ?? refusePromptSide('vllm', request),
-  promptSide: (request: RequestBody) => promptSideOf('vllm', request),
-  // vLLM keeps the blocks of a prefill that stopped at its first token as it does for a length
-  // cap (request_finished in nixl/pull_scheduler.py), and offers no call to free them: they
-  // wait for the lease (kv_lease_duration, 30 s) unless a decode worker says it will not take
-  // them. A request its handler refuses does (vLLM 0.21 and later: the rejection clean-up,
-  // notify_kv_transfer_request_rejected), so the release is the client's request naming a
-  // model no worker serves: a 404 that computes nothing and frees the blocks at once. A decode
-  // that served it anyway would take the KV and compute one token: freed either way.
-  release: (request: RequestBody, params: unknown) => {
-    if ((params as { do_remote_prefill?: unknown } | null)?.do_remote_prefill !== true) return undefined;
-    const { stream_options: _options, ...rest } = decodeRequest(request, { kv_transfer_params: params });
-    return { ...rest, model: RELEASE_MODEL, max_tokens: 1, max_completion_tokens: 1, stream: false };
-  },
-});
-
-/**
- * TensorRT-LLM, context first: the context (prefill) request is `context_only`; the
- * generation request carries the context response's parameters (`ctx_request_id` and
- * friends, found on its choice) as `generation_only`. TensorRT-LLM's server refuses fields it
- * does not know, so both bodies carry only what the client sent plus the handoff: the context
- * request is not streamed, and computes its one token whatever `max_tokens` says.
- */
-export const trtllmContextFirst: Connector = Object.freeze({
-  name: 'trtllm-context-first',
-  family: 'sequential',
-  prefillBody: (request: RequestBody) => {
-    const { stream_options: _options, ...rest } = request;
-    return {
-      ...rest,
-      ...(request.stream === undefined ? {} : { stream: false }),
-      disaggregated_params: { request_type: 'context_only' },
-    };
-  },
-  refuse: oneSequence('TensorRT-LLM'),
-  decodeBody: (request: RequestBody, handoff: Handoff) => {
-    const params = paramsOf(handoff, 'trtllm-context-first');
-    return decodeRequest(request, {
-      disaggregated_params: { ...(params as Record<string, unknown>), request_type: 'generation_only' },
-    });
-  },
-});
-
-/**
- * SGLang prefill/decode with a router-made rendezvous: both legs carry the same
- * `bootstrap_host`, `bootstrap_port` and `bootstrap_room` (a list, one per prompt, for a
- * batch) and are sent at once. More than one sample per prompt (`n`, or `sampling_params.n`
- * on `/generate`) is refused: SGLang's tokenizer manager sends every sample of a prompt, and a
- * prefix-caching request before them, with that prompt's one room
- * (`TokenizerManager._handle_batch_request`, the parallel-sampling branch), so their KV
- * transfers meet at one rendezvous and collide.
- */
-export const sglangBootstrap: Connector = Object.freeze({
-  name: 'sglang-bootstrap',
-  family: 'concurrent',
-  prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
-    if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
-    return { ...prefillRequest(request), ...bootstrap };
-  },
-  decodeBody: (request: RequestBody, handoff: Handoff) =>
-    decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
-  refuse: (request: RequestBody) => {
-    const { n, param } = samplesOf(request);
-    if (n <= 1) return refusePromptSide('sglang', request);
-    return {
-      param,
-      message: `${param} > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send ${n} requests of one sample each`,
-    };
-  },
-  promptSide: (request: RequestBody) => promptSideOf('sglang', request),
-  rendezvous: (worker: unknown, elements: number) => workerRendezvous(worker, 'sglang-bootstrap', elements),
-});
 
 /**
  * Early handoff: prefill's first streamed output names the rendezvous; decode is sent with it

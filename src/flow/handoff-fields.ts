@@ -1,3 +1,4 @@
+import { REQUEST_HANDOFF_FIELDS } from '../engines/handoff-wire.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import type { RequestBody } from './request-shaping.js';
 
@@ -7,24 +8,7 @@ import type { RequestBody } from './request-shaping.js';
  * request's KV; a client-chosen `remote_host` inside `kv_transfer_params` makes the decode
  * worker connect where the client says) or a way to collide rooms.
  */
-export const HANDOFF_FIELDS: readonly string[] = Object.freeze([
-  // vLLM's connectors
-  'kv_transfer_params',
-  'transfer_id',
-  // TensorRT-LLM
-  'disaggregated_params',
-  // SGLang's rendezvous and the routing it does for a router (DP ranks, admission)
-  'bootstrap_host',
-  'bootstrap_port',
-  'bootstrap_room',
-  'bootstrap_pair_key',
-  'decode_tp_size',
-  'data_parallel_rank',
-  'routed_dp_rank',
-  'disagg_prefill_dp_rank',
-  'pd_prefill_admission_ack',
-  'decode_token_reservation_id',
-]);
+export const HANDOFF_FIELDS: readonly string[] = REQUEST_HANDOFF_FIELDS;
 
 /** A client request carried fields that only the router may set (see {@link HANDOFF_FIELDS}). */
 export class HandoffFieldError extends DisaggError {

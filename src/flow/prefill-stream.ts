@@ -1,3 +1,4 @@
+import { withoutAnswerHandoff } from '../engines/handoff-wire.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { PrefillTask, type PrefillTaskOptions } from '../handoff/prefill-task.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
@@ -170,22 +171,13 @@ function toRoom(value: unknown): bigint | undefined {
 
 /**
  * A finished prefill answer as the client may see it: what the worker sent, without the
- * handoff parameters it named (vLLM's `kv_transfer_params`, `disaggregated_params` at the top
- * or on a choice), which are the router's business.
+ * handoff parameters it named (wherever its engine puts them: {@link withoutAnswerHandoff}),
+ * which are the router's business.
  */
 function withoutHandoff(item: EngineItem, wire: readonly WireChunk[] | undefined): EngineItem {
   if (wire === undefined) return item;
   return Annotated.withWire(
     item,
-    wire.map((chunk) => {
-      const { kv_transfer_params: _kv, disaggregated_params: _params, ...json } = chunk.json;
-      const choices = Array.isArray(json.choices)
-        ? json.choices.map((choice: Record<string, unknown>) => {
-            const { disaggregated_params: _choiceParams, ...rest } = choice;
-            return rest;
-          })
-        : json.choices;
-      return { form: chunk.form, text: undefined, json: { ...json, ...(choices === undefined ? {} : { choices }) } };
-    }),
+    wire.map((chunk) => ({ form: chunk.form, text: undefined, json: withoutAnswerHandoff(chunk.json) })),
   );
 }

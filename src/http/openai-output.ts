@@ -1,3 +1,4 @@
+import { answerHandoff } from '../engines/handoff-wire.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage, EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
@@ -55,9 +56,8 @@ export function outputFromOpenAI(json: unknown): EngineItem {
     if (reason !== null) output.finish_reason = reason;
   }
   if (typeof body.usage === 'object' && body.usage !== null) output.completion_usage = body.usage as CompletionUsage;
-  // vLLM: top-level kv_transfer_params; TensorRT-LLM: disaggregated_params on the choice.
-  const params = body.kv_transfer_params ?? body.disaggregated_params ?? choice?.disaggregated_params;
-  if (params !== undefined && params !== null) output.disaggregated_params = params;
+  const params = answerHandoff(body, choice);
+  if (params !== undefined) output.disaggregated_params = params;
   return Annotated.fromData(output);
 }
 

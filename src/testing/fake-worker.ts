@@ -3,16 +3,16 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo, Socket } from 'node:net';
 import { request } from 'undici';
 import type { EngineName } from '../engines/registry.js';
+import { fakeSglang } from '../engines/sglang/fake.js';
+import { fakeTrtllm } from '../engines/trtllm/fake.js';
+import { fakeVllm } from '../engines/vllm/fake.js';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
 import { type FakeAnswer, formatFor, planAnswer, promptTokens, usageOf, wantsUsage } from './fake-formats.js';
 import { FakePrefixCache } from './fake-prefix-cache.js';
 import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
-import { fakeSglang } from './fake-sglang.js';
-import { fakeTrtllm } from './fake-trtllm.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
-import { fakeVllm } from './fake-vllm.js';
 import { KvLedger } from './kv-ledger.js';
 
 export type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';

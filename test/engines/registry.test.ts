@@ -3,7 +3,9 @@
 // leave no KV behind.
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { answerHandoff, ENGINE_HANDOFFS, withoutAnswerHandoff } from '../../src/engines/handoff-wire.js';
 import { ENGINE_NAMES, ENGINES, engineOf } from '../../src/engines/registry.js';
+import { HANDOFF_FIELDS } from '../../src/flow/handoff-fields.js';
 import { SETTINGS } from '../../src/server/options.js';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import { fakeWorkers } from '../support/http.js';
@@ -24,6 +26,32 @@ describe('the engine registry', () => {
       expect(setting?.help).toContain(engine.title);
     }
     expect(() => engineOf('tgi' as never)).toThrow('No engine is named "tgi": vllm, sglang, trtllm');
+  });
+
+  it("the transport's handoff list is the registry's, in its order", () => {
+    expect(ENGINE_HANDOFFS).toEqual(ENGINES.map((each) => each.handoff));
+    ENGINES.forEach((each, i) => expect(ENGINE_HANDOFFS[i]).toBe(each.handoff));
+  });
+
+  it.each(ENGINE_NAMES)('%s: every request field of its handoff is one a client may not set', (name) => {
+    for (const field of engineOf(name).handoff.requestFields) expect(HANDOFF_FIELDS).toContain(field);
+  });
+
+  it.each(ENGINE_NAMES)('%s: a prefill answer carrying its handoff is read, and stripped for the client', (name) => {
+    const { answerFields, choiceFields } = engineOf(name).handoff;
+    const params = { engine: name };
+    for (const field of answerFields) {
+      const body = { id: 'a', [field]: params, choices: [{ index: 0, text: 'x' }] };
+      expect(answerHandoff(body, body.choices[0])).toBe(params);
+      expect(withoutAnswerHandoff(body)).toEqual({ id: 'a', choices: [{ index: 0, text: 'x' }] });
+    }
+    for (const field of choiceFields) {
+      const choice = { index: 0, text: 'x', [field]: params };
+      const body = { id: 'a', choices: [choice] };
+      expect(answerHandoff(body, choice)).toBe(params);
+      expect(withoutAnswerHandoff(body)).toEqual({ id: 'a', choices: [{ index: 0, text: 'x' }] });
+    }
+    expect(answerHandoff({ id: 'a', choices: [] }, undefined)).toBeUndefined();
   });
 
   it.each(ENGINE_NAMES)(

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import { CleanupError, orphanedHandoffs } from '../../src/flow/decode-leg.js';
 import type { DisaggregateOptions } from '../../src/flow/disaggregate.js';
 import { Annotated } from '../../src/protocol/annotated.js';

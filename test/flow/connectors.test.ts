@@ -1,11 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  earlyBootstrap,
-  elementsOf,
-  sglangBootstrap,
-  trtllmContextFirst,
-  vllmNixl,
-} from '../../src/flow/connectors.js';
+import { sglangBootstrap, trtllmContextFirst, vllmNixl } from '../../src/engines/registry.js';
+import { earlyBootstrap, elementsOf } from '../../src/flow/connectors.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';

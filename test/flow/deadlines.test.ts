@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import { checkBudget, checkDeadlines, DEFAULT_DEADLINES, DeadlineError } from '../../src/flow/deadlines.js';
 import { orphanedHandoffs } from '../../src/flow/decode-leg.js';
 import type { DisaggregateOptions, Engine } from '../../src/flow/disaggregate.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import { DeadlineError } from '../../src/flow/deadlines.js';
 import type { Engine } from '../../src/flow/disaggregate.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';

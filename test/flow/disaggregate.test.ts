@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { earlyBootstrap, sglangBootstrap, trtllmContextFirst, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap, trtllmContextFirst, vllmNixl } from '../../src/engines/registry.js';
+import { earlyBootstrap } from '../../src/flow/connectors.js';
 import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { HandoffFieldError } from '../../src/flow/handoff-fields.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { earlyBootstrap, sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
+import { earlyBootstrap } from '../../src/flow/connectors.js';
 import type { DisaggregateOptions } from '../../src/flow/disaggregate.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { earlyBootstrap, sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
+import { earlyBootstrap } from '../../src/flow/connectors.js';
 import { type Deadlines, deadlineIn } from '../../src/flow/deadlines.js';
 import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';

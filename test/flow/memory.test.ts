@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import type { Engine } from '../../src/flow/disaggregate.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { promptSideOf, refusePromptSide } from '../../src/flow/prompt-side.js';
 import { Annotated, type WireChunk } from '../../src/protocol/annotated.js';
 import type { EngineItem } from '../../src/protocol/llm-engine-output.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { httpEngine } from '../../src/http/http-engine.js';

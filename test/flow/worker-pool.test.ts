@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sglangBootstrap, vllmNixl } from '../../src/flow/connectors.js';
+import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';

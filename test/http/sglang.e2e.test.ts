@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sglangBootstrap } from '../../src/flow/connectors.js';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import type { Deadlines } from '../../src/flow/deadlines.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';

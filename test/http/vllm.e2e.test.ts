@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { vllmNixl } from '../../src/flow/connectors.js';
+import { vllmNixl } from '../../src/engines/registry.js';
 import type { Deadlines } from '../../src/flow/deadlines.js';
 import { orphanedHandoffs } from '../../src/flow/decode-leg.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';

@@ -1,6 +1,6 @@
 import { filter, firstValueFrom, map, Observable, of, Subject, take, throwError, toArray } from 'rxjs';
 import { describe, expect, it } from 'vitest';
-import { vllmNixl } from '../../src/flow/connectors.js';
+import { vllmNixl } from '../../src/engines/registry.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';

@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
-import { RELEASE_MODEL } from '../../src/flow/connectors.js';
+import { RELEASE_MODEL } from '../../src/engines/registry.js';
 import type { FakeAnswer, FakeWorker } from '../../src/testing/index.js';
 import { normalise, prefillCached, sse, whole, withPrefillCache } from '../support/answers.js';
 import { eventually, eventuallyAsync } from '../support/http.js';

@@ -1,4 +1,4 @@
-import { vllmNixl } from '../../src/flow/connectors.js';
+import { vllmNixl } from '../../src/engines/registry.js';
 import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import type { FlowEvent } from '../../src/flow/events.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';

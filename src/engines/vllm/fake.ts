@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
-import { oneTokenAnswer } from './fake-formats.js';
-import { type FakeProtocol, kvKey } from './fake-protocol.js';
+import { oneTokenAnswer } from '../../testing/fake-formats.js';
+import { type FakeProtocol, kvKey } from '../../testing/fake-protocol.js';
 
 /**
  * vLLM (0.22 and later) with the NIXL connector, as a router meets it:

@@ -1,0 +1,36 @@
+import { workerRendezvous } from '../../flow/bootstrap-room.js';
+import { bootstrapOf, type Connector, type Handoff } from '../../flow/connectors.js';
+import type { BootstrapInfo } from '../../flow/prefill-stream.js';
+import { promptSideOf, refusePromptSide } from '../../flow/prompt-side.js';
+import { decodeRequest, prefillRequest, type RequestBody } from '../../flow/request-shaping.js';
+import { samplesOf } from '../../protocol/request-counts.js';
+
+/**
+ * SGLang prefill/decode with a router-made rendezvous: both legs carry the same
+ * `bootstrap_host`, `bootstrap_port` and `bootstrap_room` (a list, one per prompt, for a
+ * batch) and are sent at once. More than one sample per prompt (`n`, or `sampling_params.n`
+ * on `/generate`) is refused: SGLang's tokenizer manager sends every sample of a prompt, and a
+ * prefix-caching request before them, with that prompt's one room
+ * (`TokenizerManager._handle_batch_request`, the parallel-sampling branch), so their KV
+ * transfers meet at one rendezvous and collide.
+ */
+export const sglangBootstrap: Connector = Object.freeze({
+  name: 'sglang-bootstrap',
+  family: 'concurrent',
+  prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
+    if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
+    return { ...prefillRequest(request), ...bootstrap };
+  },
+  decodeBody: (request: RequestBody, handoff: Handoff) =>
+    decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
+  refuse: (request: RequestBody) => {
+    const { n, param } = samplesOf(request);
+    if (n <= 1) return refusePromptSide('sglang', request);
+    return {
+      param,
+      message: `${param} > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send ${n} requests of one sample each`,
+    };
+  },
+  promptSide: (request: RequestBody) => promptSideOf('sglang', request),
+  rendezvous: (worker: unknown, elements: number) => workerRendezvous(worker, 'sglang-bootstrap', elements),
+});
