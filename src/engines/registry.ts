@@ -2,6 +2,7 @@ import type { Connector } from '../flow/connectors.js';
 import type { EngineHandoff } from './engine-handoff.js';
 import { sglangBootstrap } from './sglang/connector.js';
 import { sglangHandoff } from './sglang/handoff.js';
+import { SGLANG_PREFILL_WORKER_FIELDS, type WorkerFieldKind } from './sglang/worker-fields.js';
 import { trtllmContextFirst } from './trtllm/connector.js';
 import { trtllmHandoff } from './trtllm/handoff.js';
 import { vllmNixl } from './vllm/connector.js';
@@ -25,6 +26,8 @@ export interface EngineEntry {
   /** Where its handoff travels on the wire (request fields, where a prefill answer puts it). */
   readonly handoff: EngineHandoff;
   readonly prefillBootstrap: boolean;
+  /** The fields a prefill worker entry of this engine may have besides `url` and `name`. */
+  readonly prefillWorkerFields: Readonly<Record<string, WorkerFieldKind>>;
 }
 
 function engine<const N extends string>(entry: EngineEntry & { name: N }): EngineEntry & { name: N } {
@@ -39,13 +42,21 @@ function engine<const N extends string>(entry: EngineEntry & { name: N }): Engin
  * and its fake in the fakes' table; test/engines/registry.test.ts holds the lists together.
  */
 export const ENGINES = [
-  engine({ name: 'vllm', title: 'vLLM with NIXL', connector: vllmNixl, handoff: vllmHandoff, prefillBootstrap: false }),
+  engine({
+    name: 'vllm',
+    title: 'vLLM with NIXL',
+    connector: vllmNixl,
+    handoff: vllmHandoff,
+    prefillBootstrap: false,
+    prefillWorkerFields: {},
+  }),
   engine({
     name: 'sglang',
     title: 'SGLang',
     connector: sglangBootstrap,
     handoff: sglangHandoff,
     prefillBootstrap: true,
+    prefillWorkerFields: SGLANG_PREFILL_WORKER_FIELDS,
   }),
   engine({
     name: 'trtllm',
@@ -53,6 +64,7 @@ export const ENGINES = [
     connector: trtllmContextFirst,
     handoff: trtllmHandoff,
     prefillBootstrap: false,
+    prefillWorkerFields: {},
   }),
 ] as const;
 
@@ -73,3 +85,18 @@ export function engineOf(name: EngineName): EngineEntry {
     throw new TypeError(`No engine is named ${JSON.stringify(name)}: ${ENGINE_NAMES.join(', ')}`);
   return found;
 }
+
+/**
+ * The fields a prefill worker entry may have, over every engine: `url` and `name`, and each
+ * engine's own (SGLang's bootstrap server and DP rank). A file that names its workers as
+ * objects is checked against it.
+ */
+export const PREFILL_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze(
+  Object.assign({ url: 'string', name: 'string' }, ...ENGINES.map((each) => each.prefillWorkerFields)),
+);
+
+/** The fields a decode worker entry may have. */
+export const DECODE_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze({
+  url: 'string',
+  name: 'string',
+});

@@ -1,5 +1,7 @@
 // The `disagg/server` subpath: the OpenAI-compatible disaggregating proxy that `disagg serve`
 // runs, to embed in your own process.
+
+export type { SglangPrefillWorkerFields } from '../engines/sglang/worker-fields.js';
 export { loadServeConfig } from './config.js';
 export { type ErrorAnswer, errorToResponse } from './error-answers.js';
 export type { Route } from './openai-format.js';

@@ -1,6 +1,14 @@
 import type { Dispatcher } from 'undici';
 import { DNS_INTERVAL_MS, type Lookup } from '../discovery/dns-discovery.js';
-import { ENGINE_NAMES, ENGINES, type EngineName, engineOf } from '../engines/registry.js';
+import {
+  DECODE_WORKER_FIELDS,
+  ENGINE_NAMES,
+  ENGINES,
+  type EngineName,
+  engineOf,
+  PREFILL_WORKER_FIELDS,
+} from '../engines/registry.js';
+import type { SglangPrefillWorkerFields, WorkerFieldKind } from '../engines/sglang/worker-fields.js';
 import { DEFAULT_DEADLINES, type Deadlines } from '../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../flow/decode-leg.js';
 import type { FlowEvent } from '../flow/events.js';
@@ -13,18 +21,14 @@ import { branded, DisaggError } from '../util/disagg-error.js';
 import { HEALTH_DEFAULTS } from './health.js';
 import type { TracerLike } from './tracing.js';
 
-/** A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server. */
-export interface ProxyPrefillWorker {
+/**
+ * A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server and DP
+ * rank ({@link SglangPrefillWorkerFields}).
+ */
+export interface ProxyPrefillWorker extends SglangPrefillWorkerFields {
   url: string;
   /** How clients and metrics name it (`prefill-0`, ... by its place in the list when omitted): never its address. */
   name?: string;
-  /** SGLang: the port of the worker's bootstrap server (the proxy's `bootstrapPort` when omitted). */
-  bootstrapPort?: number;
-  /** SGLang: the host of the bootstrap server; the host of `url` when omitted. */
-  bootstrapHost?: string;
-  /** SGLang data parallelism: the worker's rank and the group's size (rooms follow the rank). */
-  dpRank?: number;
-  dpSize?: number;
 }
 
 /** A decode worker of the proxy. */
@@ -504,8 +508,7 @@ export const SETTINGS: readonly Setting[] = [
       arg: 'URL[,URL...]',
       help: 'prefill workers (repeatable)',
       multiple: true,
-      parse: (value) =>
-        prefillWorkers(workers(value, ['url', 'name', 'bootstrapPort', 'bootstrapHost', 'dpRank', 'dpSize'])),
+      parse: (value) => prefillWorkers(workers(value, PREFILL_WORKER_FIELDS)),
     },
     {
       key: 'decode',
@@ -514,7 +517,7 @@ export const SETTINGS: readonly Setting[] = [
       arg: 'URL[,URL...]',
       help: 'decode workers (repeatable)',
       multiple: true,
-      parse: (value) => workers(value, ['url', 'name']),
+      parse: (value) => workers(value, DECODE_WORKER_FIELDS),
     },
     {
       key: 'bootstrapPort',
@@ -1499,7 +1502,8 @@ function text(value: unknown): string {
 }
 
 /** Workers from repeated flags, a comma-separated string, or a list of URLs or objects. */
-function workers(value: unknown, fields: readonly string[]): Array<{ url: string }> {
+function workers(value: unknown, kinds: Readonly<Record<string, WorkerFieldKind>>): Array<{ url: string }> {
+  const fields = Object.keys(kinds);
   const list: unknown[] = Array.isArray(value)
     ? value.flatMap((entry) => (typeof entry === 'string' ? entry.split(',') : [entry]))
     : typeof value === 'string'
@@ -1517,7 +1521,7 @@ function workers(value: unknown, fields: readonly string[]): Array<{ url: string
       if (!fields.includes(field)) {
         throw new Invalid(withHint(`has an unknown worker field ${JSON.stringify(field)}`, field, fields));
       }
-      if (field !== 'url' && field !== 'bootstrapHost' && field !== 'name' && !Number.isInteger(fieldValue)) {
+      if (kinds[field] === 'integer' && !Number.isInteger(fieldValue)) {
         throw new Invalid(`has a worker whose ${field} is not a whole number: ${describeValue(fieldValue)}`);
       }
     }
