@@ -75,13 +75,30 @@ export type WorkerState = 'ready' | 'down' | 'draining';
  * );
  * disaggregate({ ..., prefillWorkers, prefill: (body, context, worker) => call(worker.url, body, context) });
  */
+/** A leaving worker (draining, or removed with leases out) and who waits for its last release. */
+interface Leaving {
+  readonly draining: boolean;
+  readonly idle: () => void;
+  readonly done: Promise<void>;
+}
+
+/**
+ * Everything the pool knows of one worker: its leases out, whether health took it out of
+ * rotation, and whether it is leaving. Its {@link WorkerState} is derived from these, never
+ * stored beside them. A record outlives the worker's place in the list while leases are out.
+ */
+interface PoolRecord {
+  inFlight: number;
+  down: boolean;
+  leaving: Leaving | undefined;
+}
+
 export class WorkerPool<W> {
   /** Replaced, never changed in place: a caller iterating `workers` is not disturbed by a change. */
   #workers: readonly W[];
-  readonly #inFlight = new Map<W, number>();
-  readonly #down = new Set<W>();
-  /** Workers draining or removed with leases still out, and who waits for their last release. */
-  readonly #leaving = new Map<W, { draining: boolean; idle: () => void; done: Promise<void> }>();
+  readonly #records = new Map<W, PoolRecord>();
+  /** The workers in rotation, derived from the records when one changes (read on every request). */
+  #available: readonly W[];
   readonly #select: (candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W;
   readonly #policy: RoutingPolicy<W> | undefined;
 
@@ -99,7 +116,8 @@ export class WorkerPool<W> {
       throw new TypeError('WorkerPool expects each worker once: the list names one twice');
     }
     this.#workers = Object.freeze([...workers]);
-    for (const worker of this.#workers) this.#inFlight.set(worker, 0);
+    for (const worker of this.#workers) this.#records.set(worker, { inFlight: 0, down: false, leaving: undefined });
+    this.#available = this.#workers;
     // The two names are the built-in policies of the same names (one turn per pool, as before).
     const given = options.selection ?? 'round-robin';
     const selection =
@@ -122,9 +140,7 @@ export class WorkerPool<W> {
 
   /** The workers in rotation: all but those marked down or draining. */
   get available(): readonly W[] {
-    return this.#down.size === 0 && this.#leaving.size === 0
-      ? this.#workers
-      : this.#workers.filter((worker) => !this.#down.has(worker) && !this.#leaving.has(worker));
+    return this.#available;
   }
 
   /** Whether `worker` is one of the pool's (draining ones included). */
@@ -135,8 +151,7 @@ export class WorkerPool<W> {
   /** Where `worker` stands, or undefined when it is not one of the pool's. */
   stateOf(worker: W): WorkerState | undefined {
     if (!this.has(worker)) return undefined;
-    if (this.#leaving.has(worker)) return 'draining';
-    return this.#down.has(worker) ? 'down' : 'ready';
+    return stateOf(this.#records.get(worker) as PoolRecord);
   }
 
   /**
@@ -150,13 +165,13 @@ export class WorkerPool<W> {
     this.#workers = Object.freeze([...this.#workers, worker]);
     // A worker removed earlier with leases still out keeps its count (releasing them stays
     // exact) and is no longer leaving: whoever waited for it to leave is answered now.
-    const leaving = this.#leaving.get(worker);
-    if (leaving !== undefined) {
-      this.#leaving.delete(worker);
-      leaving.idle();
-    }
-    if (!this.#inFlight.has(worker)) this.#inFlight.set(worker, 0);
-    if (options.available === false) this.#down.add(worker);
+    const record = this.#records.get(worker) ?? { inFlight: 0, down: false, leaving: undefined };
+    this.#records.set(worker, record);
+    const leaving = record.leaving;
+    record.leaving = undefined;
+    leaving?.idle();
+    if (options.available === false) record.down = true;
+    this.#changed();
   }
 
   /**
@@ -167,7 +182,7 @@ export class WorkerPool<W> {
    * @throws {TypeError} for a worker that is not in this pool.
    */
   drain(worker: W): Promise<void> {
-    const leaving = this.#leaving.get(worker);
+    const leaving = this.#records.get(worker)?.leaving;
     if (leaving?.draining) return leaving.done;
     if (!this.has(worker)) throw new TypeError(`drain: ${describeValue(worker)} is not a worker of this pool`);
     this.#policy?.forget?.(worker);
@@ -184,33 +199,43 @@ export class WorkerPool<W> {
    */
   remove(worker: W): Promise<void> {
     if (!this.has(worker)) throw new TypeError(`remove: ${describeValue(worker)} is not a worker of this pool`);
-    const entry = this.#leaving.get(worker) ?? this.#leave(worker, false);
+    const record = this.#records.get(worker) as PoolRecord;
+    const entry = record.leaving ?? this.#leave(worker, false);
     this.#policy?.forget?.(worker);
     this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
-    this.#down.delete(worker);
+    record.down = false;
+    this.#changed();
     this.#settleIfIdle(worker);
     return entry.done;
   }
 
-  #leave(worker: W, draining: boolean): { draining: boolean; idle: () => void; done: Promise<void> } {
+  #leave(worker: W, draining: boolean): Leaving {
     let idle = (): void => {};
     const done = new Promise<void>((resolve) => {
       idle = resolve;
     });
     const entry = { draining, idle, done };
-    this.#leaving.set(worker, entry);
+    (this.#records.get(worker) as PoolRecord).leaving = entry;
+    this.#changed();
     return entry;
   }
 
-  /** A leaving worker without leases leaves for good: out of the list, its count and state forgotten. */
+  /** A leaving worker without leases leaves for good: out of the list, its record forgotten. */
   #settleIfIdle(worker: W): void {
-    const entry = this.#leaving.get(worker);
-    if (entry === undefined || (this.#inFlight.get(worker) ?? 0) > 0) return;
-    this.#leaving.delete(worker);
-    this.#inFlight.delete(worker);
-    this.#down.delete(worker);
+    const record = this.#records.get(worker);
+    const entry = record?.leaving;
+    if (record === undefined || entry === undefined || record.inFlight > 0) return;
+    this.#records.delete(worker);
     if (this.has(worker)) this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
+    this.#changed();
     entry.idle();
+  }
+
+  /** The list or a record's rotation changed: derive who is in rotation again. */
+  #changed(): void {
+    const all = this.#workers;
+    const available = all.filter((worker) => stateOf(this.#records.get(worker) as PoolRecord) === 'ready');
+    this.#available = available.length === all.length ? all : Object.freeze(available);
   }
 
   /**
@@ -223,21 +248,21 @@ export class WorkerPool<W> {
     if (!this.has(worker)) {
       throw new TypeError(`setAvailable: ${describeValue(worker)} is not a worker of this pool`);
     }
-    if (available) this.#down.delete(worker);
-    else if (!this.#down.has(worker)) {
-      this.#down.add(worker);
-      this.#policy?.forget?.(worker);
-    }
+    const record = this.#records.get(worker) as PoolRecord;
+    if (record.down === !available) return;
+    record.down = !available;
+    this.#changed();
+    if (!available) this.#policy?.forget?.(worker);
   }
 
   /** Whether `worker` is in rotation. */
   isAvailable(worker: W): boolean {
-    return this.has(worker) && !this.#down.has(worker) && !this.#leaving.has(worker);
+    return this.has(worker) && stateOf(this.#records.get(worker) as PoolRecord) === 'ready';
   }
 
   /** How many leases of `worker` are not yet released. */
   inFlight(worker: W): number {
-    return this.#inFlight.get(worker) ?? 0;
+    return this.#records.get(worker)?.inFlight ?? 0;
   }
 
   /**
@@ -249,7 +274,7 @@ export class WorkerPool<W> {
    *   {TypeError} when a selection function returns something that is not one of the candidates.
    */
   acquire(avoid?: readonly W[], input?: RoutingInput): Lease<W> {
-    const available = this.available;
+    const available = this.#available;
     if (available.length === 0) throw new NoWorkerError(this.#workers.length);
     const others = avoid === undefined || avoid.length === 0 ? available : available.filter((w) => !avoid.includes(w));
     const candidates = others.length > 0 ? others : available;
@@ -257,19 +282,26 @@ export class WorkerPool<W> {
     if (!candidates.includes(worker)) {
       throw new TypeError(`The worker selection returned ${describeValue(worker)}, which is not a worker of this pool`);
     }
-    this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) + 1);
+    // The record stays while a lease is out (settleIfIdle waits for zero), so it is this one's.
+    const record = this.#records.get(worker) as PoolRecord;
+    record.inFlight++;
     let released = false;
     return {
       worker,
       release: (outcome?: LegOutcome) => {
         if (released) return;
         released = true;
-        this.#inFlight.set(worker, (this.#inFlight.get(worker) as number) - 1);
+        record.inFlight--;
         this.#settleIfIdle(worker);
         if (outcome !== undefined) this.#policy?.completed?.(worker, input, outcome);
       },
     };
   }
+}
+
+function stateOf(record: PoolRecord): WorkerState {
+  if (record.leaving !== undefined) return 'draining';
+  return record.down ? 'down' : 'ready';
 }
 
 function isPolicy<W>(value: unknown): value is RoutingPolicy<W> {

@@ -48,6 +48,16 @@ export class MembershipError extends DisaggError {
 }
 
 /**
+ * A worker as membership knows it: its name, who put it there, and whether it left with
+ * requests still under way (its address stays redacted until they end).
+ */
+interface MemberRecord {
+  readonly name: string;
+  readonly source: MembershipSource;
+  leaving: boolean;
+}
+
+/**
  * The proxy's workers as they change at run time: who is in which pool, under which name,
  * put there by whom. Every change goes through here, so that it is logged once, counted once
  * (`onChange`), probed before it takes requests, and named in what clients see (a worker's
@@ -64,13 +74,14 @@ export class Membership {
   readonly #health: HealthChecker;
   readonly #logger: Logger;
   readonly #onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void;
-  readonly #names = new Map<AnyWorker, string>();
-  readonly #sources = new Map<AnyWorker, MembershipSource>();
+  /**
+   * What the proxy knows of each worker it has (or had, while requests it served still run),
+   * beside its pool's record of leases and rotation and health's of probes and circuit.
+   */
+  readonly #records = new Map<AnyWorker, MemberRecord>();
   readonly #counters = { prefill: 0, decode: 0 };
   /** Each address, in the forms a message may hold it, and its worker's name; longest first. */
   #addresses: Array<[string, string]> = [];
-  /** Workers that left with requests still under way: their addresses stay redacted until then. */
-  readonly #leaving = new Set<AnyWorker>();
 
   constructor(
     pools: { prefill: WorkerPool<ProxyPrefillWorker>; decode: WorkerPool<ProxyDecodeWorker> },
@@ -95,7 +106,7 @@ export class Membership {
 
   /** How clients, logs and headers name a worker; `worker` for one the proxy never had. */
   nameOf(worker: { url: string }): string {
-    return this.#names.get(worker as AnyWorker) ?? 'worker';
+    return this.#records.get(worker as AnyWorker)?.name ?? 'worker';
   }
 
   /** `text` with every worker address replaced by the worker's name. */
@@ -115,7 +126,7 @@ export class Membership {
 
   /** The workers of `role` a source put there (what a discovery source reconciles against). */
   workersFrom(role: Role, source: MembershipSource): AnyWorker[] {
-    return this.#pools[role].workers.filter((worker) => this.#sources.get(worker) === source);
+    return this.#pools[role].workers.filter((worker) => this.#records.get(worker)?.source === source);
   }
 
   /**
@@ -142,7 +153,7 @@ export class Membership {
   /** A worker by name (or, failing that, by URL) in either pool. */
   find(nameOrUrl: string): { role: Role; worker: AnyWorker } | undefined {
     for (const match of [
-      (w: AnyWorker) => this.#names.get(w) === nameOrUrl,
+      (w: AnyWorker) => this.#records.get(w)?.name === nameOrUrl,
       (w: AnyWorker) => trimSlash(w.url) === trimSlash(nameOrUrl),
     ]) {
       for (const role of ['prefill', 'decode'] as const) {
@@ -239,10 +250,11 @@ export class Membership {
     source: MembershipSource,
     message: string | undefined,
   ): void {
-    if (this.#leaving.has(worker)) return;
-    this.#leaving.add(worker);
+    const record = this.#records.get(worker);
+    if (record === undefined || record.leaving) return;
+    record.leaving = true;
     void gone.then(() => {
-      this.#leaving.delete(worker);
+      record.leaving = false;
       // Added again meanwhile (a discovery source that saw it come back): it stays known.
       if (this.#pools[role].has(worker as never)) return;
       this.#health.forget(worker);
@@ -256,8 +268,7 @@ export class Membership {
 
   #register(role: Role, worker: AnyWorker, source: MembershipSource): void {
     const name = worker.name ?? this.#nextName(role);
-    this.#names.set(worker, name);
-    this.#sources.set(worker, source);
+    this.#records.set(worker, { name, source, leaving: false });
     for (const form of addressForms(worker.url)) this.#addresses.push([form, name]);
     // Longer addresses first, so that a URL is replaced whole before its host is.
     this.#addresses.sort((a, b) => b[0].length - a[0].length);
@@ -279,9 +290,8 @@ export class Membership {
   }
 
   #forget(worker: AnyWorker): void {
-    const name = this.#names.get(worker);
-    this.#names.delete(worker);
-    this.#sources.delete(worker);
+    const name = this.#records.get(worker)?.name;
+    this.#records.delete(worker);
     const forms = addressForms(worker.url);
     // Another worker may share the address (added again under a new name): keep its entries.
     this.#addresses = this.#addresses.filter(([address, named]) => !(named === name && forms.includes(address)));
@@ -296,7 +306,7 @@ export class Membership {
       url: worker.url,
       state: pool.stateOf(worker) ?? 'left',
       in_flight: pool.inFlight(worker),
-      source: this.#sources.get(worker) ?? 'config',
+      source: this.#records.get(worker)?.source ?? 'config',
       ...(prefill.bootstrapHost === undefined ? {} : { bootstrap_host: prefill.bootstrapHost }),
       ...(prefill.bootstrapPort === undefined ? {} : { bootstrap_port: prefill.bootstrapPort }),
       ...(pool.stateOf(worker) === 'down' ? this.#health.lastFailure(worker) : {}),

@@ -1,7 +1,8 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
-import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
+import { type Lease, NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { cacheAware } from '../../src/routing/cache-aware.js';
@@ -10,6 +11,7 @@ import { sessionAffinity } from '../../src/routing/session-affinity.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
 import { client, decodeTokens, engine, eventLog, prefillWithParams, runFlow } from '../support/flow.js';
+import { propertyOptions } from '../support/property.js';
 
 const logger = recordingLogger().logger;
 
@@ -422,5 +424,109 @@ describe('WorkerPool, choice by choice', () => {
       retryable: true,
       message: 'No worker is available: all 1 of the pool are out of rotation',
     });
+  });
+});
+
+describe('WorkerPool against a model of one record per worker', () => {
+  type Op =
+    | { op: 'acquire' }
+    | { op: 'release'; index: number }
+    | { op: 'down' | 'up' | 'drain' | 'remove' | 'add'; worker: number };
+  const workerIds = fc.integer({ min: 0, max: 3 });
+  const ops = fc.array(
+    fc.oneof(
+      fc.constant<Op>({ op: 'acquire' }),
+      fc.record({ op: fc.constant('release' as const), index: fc.nat(20) }),
+      fc.record({ op: fc.constantFrom('down', 'up', 'drain', 'remove', 'add'), worker: workerIds }),
+    ),
+    { maxLength: 60 },
+  );
+
+  it('the state, the rotation and the counts always agree with what was done to each worker', () => {
+    fc.assert(
+      fc.property(ops, (script) => {
+        const all = ['w0', 'w1', 'w2', 'w3'];
+        const pool = new WorkerPool<string>(all.slice(0, 2), { selection: 'least-in-flight' });
+        // The model: one record per worker, the list in order, leases out.
+        const model = new Map<string, { listed: boolean; down: boolean; leaving: boolean; inFlight: number }>();
+        for (const w of all.slice(0, 2)) model.set(w, { listed: true, down: false, leaving: false, inFlight: 0 });
+        let order = all.slice(0, 2);
+        const leases: Array<{ lease: Lease<string>; worker: string }> = [];
+        const settle = (w: string) => {
+          const m = model.get(w);
+          if (m?.leaving && m.inFlight === 0) {
+            model.delete(w);
+            order = order.filter((x) => x !== w);
+          }
+        };
+        for (const step of script) {
+          if (step.op === 'acquire') {
+            const ready = order.filter((w) => !model.get(w)?.down && !model.get(w)?.leaving);
+            if (ready.length === 0) {
+              expect(() => pool.acquire()).toThrow(NoWorkerError);
+              continue;
+            }
+            const lease = pool.acquire();
+            expect(ready).toContain(lease.worker);
+            (model.get(lease.worker) as { inFlight: number }).inFlight++;
+            leases.push({ lease, worker: lease.worker });
+          } else if (step.op === 'release') {
+            const taken = leases.splice(step.index % Math.max(leases.length, 1), 1)[0];
+            if (taken === undefined) continue;
+            taken.lease.release('success');
+            const m = model.get(taken.worker);
+            if (m !== undefined) m.inFlight--;
+            settle(taken.worker);
+          } else {
+            const w = all[step.worker] as string;
+            const m = model.get(w);
+            const listed = order.includes(w);
+            if (step.op === 'add') {
+              if (listed) {
+                expect(() => pool.add(w)).toThrow(TypeError);
+                continue;
+              }
+              pool.add(w);
+              order = [...order, w];
+              model.set(w, { listed: true, down: false, leaving: false, inFlight: m?.inFlight ?? 0 });
+            } else if (!listed) {
+              if (step.op !== 'drain' || m === undefined) {
+                expect(() =>
+                  step.op === 'drain'
+                    ? pool.drain(w)
+                    : step.op === 'remove'
+                      ? pool.remove(w)
+                      : pool.setAvailable(w, step.op === 'up'),
+                ).toThrow(TypeError);
+              }
+            } else if (step.op === 'down' || step.op === 'up') {
+              pool.setAvailable(w, step.op === 'up');
+              (m as { down: boolean }).down = step.op === 'down';
+            } else if (step.op === 'drain') {
+              void pool.drain(w);
+              (m as { leaving: boolean }).leaving = true;
+              settle(w);
+            } else {
+              void pool.remove(w);
+              const r = m as { leaving: boolean; down: boolean };
+              r.leaving = true;
+              r.down = false;
+              order = order.filter((x) => x !== w);
+              settle(w);
+            }
+          }
+          expect(pool.workers).toEqual(order);
+          expect(pool.available).toEqual(order.filter((w) => !model.get(w)?.down && !model.get(w)?.leaving));
+          for (const w of all) {
+            const m = model.get(w);
+            expect(pool.inFlight(w)).toBe(m?.inFlight ?? 0);
+            const expected = !order.includes(w) ? undefined : m?.leaving ? 'draining' : m?.down ? 'down' : 'ready';
+            expect(pool.stateOf(w)).toBe(expected);
+            expect(pool.isAvailable(w)).toBe(expected === 'ready');
+          }
+        }
+      }),
+      propertyOptions(300, 29),
+    );
   });
 });
