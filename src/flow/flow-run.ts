@@ -84,10 +84,49 @@ class Tripwire {
   }
 }
 
-const IDLE = 0;
-const RUNNING = 1;
-const DONE = 2;
-const FAILED = 3;
+/**
+ * Where the prefill leg stands. `reading`: the flow reads its answer itself (the sequential
+ * family, and every family until the first output); `background`: a {@link PrefillTask} owns
+ * it (concurrent and early families), and the task's own state says whether it still runs, so
+ * that it is never kept twice; `done` and `failed`: it is over, once, with its lease released.
+ */
+type PrefillPhase =
+  | { readonly kind: 'idle' }
+  | { readonly kind: 'reading' }
+  | { readonly kind: 'background'; readonly task: PrefillTask }
+  | { readonly kind: 'done' }
+  | { readonly kind: 'failed' };
+
+type PrefillEvent =
+  | { readonly kind: 'dispatched' }
+  | { readonly kind: 'handed'; readonly task: PrefillTask }
+  | { readonly kind: 'ended'; readonly failed: boolean };
+
+/**
+ * The one transition function of {@link PrefillPhase}. An end is final: what ended stays
+ * ended, whatever comes after (a task's outcome reported late, a second end).
+ */
+function nextPrefill(phase: PrefillPhase, event: PrefillEvent): PrefillPhase {
+  if (phase.kind === 'done' || phase.kind === 'failed') return phase;
+  switch (event.kind) {
+    case 'dispatched':
+      return phase.kind === 'idle' ? { kind: 'reading' } : phase;
+    case 'handed':
+      return { kind: 'background', task: event.task };
+    case 'ended':
+      return { kind: event.failed ? 'failed' : 'done' };
+  }
+}
+
+/** Whether prefill still runs in `phase`. */
+function prefillRunning(phase: PrefillPhase): boolean {
+  return phase.kind === 'reading' || (phase.kind === 'background' && phase.task.state === 'pending');
+}
+
+/** Whether prefill has failed in `phase` (a background task's failure counts at once). */
+function prefillFailed(phase: PrefillPhase): boolean {
+  return phase.kind === 'failed' || (phase.kind === 'background' && phase.task.state === 'failed');
+}
 
 /**
  * One request through the flow: the state both legs and the deadlines share.
@@ -99,7 +138,8 @@ export class FlowRun {
   readonly #prefillContext: Controller;
   readonly #prefillTrip = new Tripwire();
   readonly #flowTrip = new Tripwire();
-  #prefillState: typeof IDLE | typeof RUNNING | typeof DONE | typeof FAILED = IDLE;
+  /** Where prefill stands; changed only by {@link nextPrefill}. */
+  #prefill: PrefillPhase = { kind: 'idle' };
   #prefillReader: WatchedIterator<EngineItem> | undefined;
   #releasePrefill: (() => void) | undefined;
   #leg: DecodeLeg | undefined;
@@ -109,8 +149,6 @@ export class FlowRun {
   readonly #client: ClientStream;
   /** The prefill leg's `prompt_tokens_details`, for the usage the client gets. */
   #promptDetails: PromptTokensDetails | undefined;
-  /** The background prefill (concurrent and early families): its state is read synchronously. */
-  #task: PrefillTask | undefined;
   /** What the request asks of its prompt that only prefill computes, if anything. */
   readonly #promptSide: PromptSide | undefined;
   /** The request as the decode leg gets it: without the prompt side's fields. */
@@ -400,7 +438,7 @@ export class FlowRun {
   /** Sends the prefill leg, on its own context, and reads its answer under prefill's budgets. */
   async #dispatchPrefill(body: RequestBody): Promise<WatchedIterator<EngineItem>> {
     const { deadlines, recorder } = this.#setup;
-    this.#prefillState = RUNNING;
+    this.#prefill = nextPrefill(this.#prefill, { kind: 'dispatched' });
     this.#releasePrefill = recorder.hold();
     recorder.emit({ type: 'prefillDispatched' });
     const firstOutputMs = deadlines.prefillFirstOutputMs;
@@ -547,7 +585,7 @@ export class FlowRun {
     this.#clientEnded();
     this.#cancelFirstOutput?.();
     if (this.#leg === undefined) this.#decodeLease?.release();
-    if (this.#prefillState === IDLE) this.#setup.prefillLease?.release();
+    if (this.#prefill.kind === 'idle') this.#setup.prefillLease?.release();
   }
 
   /**
@@ -575,7 +613,7 @@ export class FlowRun {
   }
 
   #prefillFailed(): boolean {
-    return this.#task === undefined ? this.#prefillState === FAILED : this.#task.state === 'failed';
+    return prefillFailed(this.#prefill);
   }
 
   /**
@@ -584,7 +622,7 @@ export class FlowRun {
    * terminal it releases. One listener per request, dropped by the outcome when it settles.
    */
   #watch(task: PrefillTask): void {
-    this.#task = task;
+    this.#prefill = nextPrefill(this.#prefill, { kind: 'handed', task });
     const outcome = outcomeOf(task);
     if (task.state === 'pending') {
       outcome.listen(() => this.#prefillEnded(task.state === 'failed' ? outcome.error : undefined));
@@ -597,8 +635,8 @@ export class FlowRun {
   }
 
   #prefillEnded(error?: unknown): void {
-    if (this.#prefillState === DONE || this.#prefillState === FAILED) return;
-    this.#prefillState = error === undefined ? DONE : FAILED;
+    if (this.#prefill.kind === 'done' || this.#prefill.kind === 'failed') return;
+    this.#prefill = nextPrefill(this.#prefill, { kind: 'ended', failed: error !== undefined });
     this.#cancelFirstOutput?.();
     this.#cancelFirstOutput = undefined;
     const { recorder } = this.#setup;
@@ -619,15 +657,14 @@ export class FlowRun {
 
   /** The handoff is over once prefill has completed and decode's stream is open. */
   #handoffDone(): void {
-    if (this.#prefillState === DONE && this.#decodeOpened) {
+    if (this.#prefill.kind === 'done' && this.#decodeOpened) {
       this.#cancelHandoff?.();
       this.#cancelHandoff = undefined;
     }
   }
 
   #prefillRunning(): boolean {
-    if (this.#task !== undefined) return this.#task.state === 'pending';
-    return this.#prefillState === RUNNING;
+    return prefillRunning(this.#prefill);
   }
 
   /** A deadline of prefill's: the prefill leg is stopped for good (the router's decision). */
