@@ -1,0 +1,62 @@
+import { createParser, type EventSourceParser } from 'eventsource-parser';
+
+/** Where the framing stage puts what it finds in a body: documents, the SSE end, error events. */
+export interface FrameSink {
+  /** One JSON document: an SSE event's data (`event`) or a whole body (`body`). */
+  frame(text: string, form: 'event' | 'body'): void;
+  /** The SSE stream's `data: [DONE]`. */
+  done(): void;
+  /** An SSE event named `error` (SGLang's and vLLM's way to fail a stream already under way). */
+  errorEvent(data: string): void;
+  /** A whole (not streamed) body that was empty. */
+  emptyBody(): void;
+}
+
+/**
+ * The first stage of reading a worker's answer: bytes to frames. Bytes are decoded as UTF-8
+ * across chunk boundaries; an event stream is split into events (eventsource-parser), a JSON
+ * body kept whole until it ends. It knows nothing of what the frames mean.
+ *
+ * @internal
+ */
+export class BodyFrames {
+  readonly #sink: FrameSink;
+  readonly #decoder = new TextDecoder();
+  readonly #parser: EventSourceParser | undefined;
+  #text = '';
+
+  constructor(mode: 'sse' | 'json', sink: FrameSink) {
+    this.#sink = sink;
+    this.#parser =
+      mode === 'sse'
+        ? createParser({
+            onEvent: (event) => {
+              if (event.data === '[DONE]') sink.done();
+              else if (event.event === 'error') sink.errorEvent(event.data);
+              else sink.frame(event.data, 'event');
+            },
+          })
+        : undefined;
+  }
+
+  /** A chunk of the body, as it arrived. */
+  feed(chunk: Buffer): void {
+    const text = this.#decoder.decode(chunk, { stream: true });
+    if (this.#parser === undefined) this.#text += text;
+    else this.#parser.feed(text);
+  }
+
+  /**
+   * The body ended: a last event without its closing blank line is still an event (blank
+   * lines after a complete one add nothing); a JSON body is one frame, or `emptyBody`.
+   */
+  end(): void {
+    if (this.#parser !== undefined) {
+      this.#parser.feed('\n\n');
+      return;
+    }
+    this.#text += this.#decoder.decode();
+    if (this.#text.trim() === '') this.#sink.emptyBody();
+    else this.#sink.frame(this.#text, 'body');
+  }
+}
