@@ -477,19 +477,20 @@ export type SettingGroup =
   | 'Discovery'
   | 'Logs and traces';
 
-/** The rows of one concern, each stamped with it. */
-function inGroup(group: SettingGroup, rows: readonly Setting[]): Setting[] {
-  return rows.map((row) => ({ ...row, group }));
+/** A row made by a function (one per role, say), its key kept as a literal. */
+function row<const K extends string>(setting: Setting & { key: K }): Setting & { key: K } {
+  return setting;
+}
+
+/** The rows of one concern, each stamped with it (their keys kept as literals, for the checks below). */
+function inGroup<const R extends readonly Setting[]>(group: SettingGroup, rows: R): R {
+  return rows.map((row) => ({ ...row, group })) as unknown as R;
 }
 
 const PINO_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
-/**
- * Every setting of the proxy, once. `createProxy` checks its options against it, `disagg
- * serve` reads flags, `DISAGG_*` variables and config files by it, and `--help` is written
- * from it.
- */
-export const SETTINGS: readonly Setting[] = [
+/** The rows of {@link SETTINGS}, their keys as literals. */
+const SETTING_ROWS = [
   ...inGroup('Workers', [
     {
       key: 'connector',
@@ -580,9 +581,9 @@ export const SETTINGS: readonly Setting[] = [
       default: 'least-in-flight',
       parse: oneOf(['least-in-flight', 'round-robin']),
     },
-    ...(['prefill', 'decode'] as const).map(
-      (leg): Setting => ({
-        key: `${leg}Policy`,
+    ...(['prefill', 'decode'] as const).map((leg) =>
+      row({
+        key: `${leg}Policy` as const,
         flag: `${leg}-policy`,
         env: `DISAGG_${leg.toUpperCase()}_POLICY`,
         arg: POLICY_NAMES.join('|'),
@@ -674,9 +675,9 @@ export const SETTINGS: readonly Setting[] = [
         ],
         ['idleMs', 'idle', 'between decode items', DEFAULT_DEADLINES.idleMs],
       ] as const
-    ).map(
-      ([key, name, what, fallback]): Setting => ({
-        key: `deadlines.${key}`,
+    ).map(([key, name, what, fallback]) =>
+      row({
+        key: `deadlines.${key}` as const,
         flag: `deadline-${name}-ms`,
         env: `DISAGG_DEADLINE_${name.toUpperCase().replaceAll('-', '_')}_MS`,
         arg: 'N',
@@ -932,9 +933,9 @@ export const SETTINGS: readonly Setting[] = [
     },
   ]),
   ...inGroup('Discovery', [
-    ...(['prefill', 'decode'] as const).map(
-      (role): Setting => ({
-        key: `discovery.${role}Dns`,
+    ...(['prefill', 'decode'] as const).map((role) =>
+      row({
+        key: `discovery.${role}Dns` as const,
         flag: `${role}-dns`,
         env: `DISAGG_${role.toUpperCase()}_DNS`,
         arg: 'URL',
@@ -942,9 +943,9 @@ export const SETTINGS: readonly Setting[] = [
         parse: dnsUrl,
       }),
     ),
-    ...(['prefill', 'decode'] as const).map(
-      (role): Setting => ({
-        key: `discovery.${role}Selector`,
+    ...(['prefill', 'decode'] as const).map((role) =>
+      row({
+        key: `discovery.${role}Selector` as const,
         flag: `${role}-selector`,
         env: `DISAGG_${role.toUpperCase()}_SELECTOR`,
         arg: 'LABELS',
@@ -970,9 +971,9 @@ export const SETTINGS: readonly Setting[] = [
       default: 8000,
       parse: port,
     },
-    ...(['prefill', 'decode'] as const).map(
-      (role): Setting => ({
-        key: `discovery.${role}Port`,
+    ...(['prefill', 'decode'] as const).map((role) =>
+      row({
+        key: `discovery.${role}Port` as const,
         flag: `k8s-${role}-port`,
         env: `DISAGG_K8S_${role.toUpperCase()}_PORT`,
         arg: 'N',
@@ -1061,6 +1062,36 @@ export const SETTINGS: readonly Setting[] = [
       parse: text,
     },
   ]),
+] as const;
+
+/**
+ * Every setting of the proxy, once. `createProxy` checks its options against it, `disagg
+ * serve` reads flags, `DISAGG_*` variables and config files by it, and `--help` is written
+ * from it.
+ */
+export const SETTINGS: readonly Setting[] = SETTING_ROWS;
+
+// The rows and the types they fill are held together by the compiler: a row without its
+// option (or its field of `disagg serve`'s config), or an option without its row, does not
+// build (an `Expect` below fails).
+type RowKey = (typeof SETTING_ROWS)[number]['key'];
+type ServeOnlyKey = Extract<(typeof SETTING_ROWS)[number], { serveOnly: true }>['key'];
+type Head<K> = K extends `${infer H}.${string}` ? H : K;
+type Below<K, G extends string> = K extends `${G}.${infer Rest}` ? Rest : never;
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+type Expect<T extends true> = T;
+/** Options of `createProxy` that only a program can give (objects, functions): no row. */
+type ProgramOnly = 'logger' | 'onEvent' | 'dispatcher' | 'dnsLookup' | 'kubeConfig' | 'metricsRegistry' | 'tracer';
+type NestedOf<G extends keyof ProxyOptions & string> = Same<Below<RowKey, G>, keyof NonNullable<ProxyOptions[G]>>;
+/** @internal Compile-time only: see above. */
+export type SettingRowsMatch = [
+  Expect<Same<Head<Exclude<RowKey, ServeOnlyKey>>, Exclude<keyof ProxyOptions, ProgramOnly>>>,
+  Expect<Same<Head<RowKey>, keyof ServeConfig>>,
+  Expect<NestedOf<'discovery'>>,
+  Expect<NestedOf<'routing'>>,
+  Expect<NestedOf<'retry'>>,
+  Expect<NestedOf<'breaker'>>,
+  Expect<NestedOf<'deadlines'>>,
 ];
 
 /** Where a value came from, for the name an error gives it. */
