@@ -10,7 +10,8 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 //
 // scripts/mutation.mjs runs Stryker per folder of src/ and names the tests that can kill that
 // folder's mutants in DISAGG_MUTATION_TESTS: `core` (the layers below HTTP; for the flow a
-// lower bound, as the server's end-to-end tests kill flow mutants too), `http`, `server`.
+// lower bound, as the server's end-to-end tests kill flow mutants too), `routing`, `engines`,
+// `http`, `server`.
 // Unset, every unit test runs.
 const CORE = ['handoff', 'runtime', 'protocol', 'flow', 'util', 'rxjs'];
 const SETS: Record<string, string[]> = {
@@ -18,13 +19,18 @@ const SETS: Record<string, string[]> = {
   http: ['http', 'server', 'testing', 'util'],
   // Only these import src/server/: the http and testing tests cannot reach a server mutant.
   server: ['server', 'fastify'],
+  routing: ['routing', 'flow'],
+  // The connectors are exercised by the flow's tests, the fakes by the testing and http ones.
+  engines: ['engines', 'flow', 'http', 'testing'],
 };
 const asked = process.env.DISAGG_MUTATION_TESTS ?? '';
 // A comma-separated list of test files (scripts/mutation.mjs names them for a part of a folder
 // whose mutants only some tests reach) instead of a set's name.
 const include = asked.includes('/')
   ? asked.split(',')
-  : (SETS[asked] ?? [...CORE, 'http', 'server', 'testing']).map((folder) => `test/${folder}/**/*.test.ts`);
+  : (SETS[asked] ?? [...CORE, 'routing', 'engines', 'http', 'server', 'testing']).map(
+      (folder) => `test/${folder}/**/*.test.ts`,
+    );
 
 /**
  * Unit tests first, then the end-to-end ones, each smallest file first. Stryker runs one file

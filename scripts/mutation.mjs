@@ -25,6 +25,8 @@ const FOLDERS = {
   handoff: { target: 95, parts: [{ tests: 'core' }] },
   runtime: { target: 95, parts: [{ tests: 'core' }] },
   flow: { target: 85, parts: [{ tests: 'core' }] },
+  routing: { target: 85, parts: [{ tests: 'routing' }] },
+  engines: { target: 85, parts: [{ tests: 'engines' }] },
   http: { target: 85, parts: [{ tests: 'http' }] },
   server: {
     target: 85,
