@@ -43,15 +43,30 @@ const FOLDERS = {
           'test/deploy/manifests.test.ts',
         ],
       },
-      { name: 'requests', files: ['request-schemas.ts', 'openai-format.ts', 'model-limits.ts'], tests: 'server' },
+      {
+        name: 'requests',
+        files: ['request-schemas.ts', 'request-body.ts', 'openai-format.ts', 'model-limits.ts'],
+        tests: 'server',
+      },
       {
         name: 'completion',
-        files: ['completion.ts', 'sse-relay.ts', 'whole-response.ts', 'error-answers.ts'],
+        files: [
+          'completion.ts',
+          'relay.ts',
+          'sse-relay.ts',
+          'whole-response.ts',
+          'error-answers.ts',
+          'failure-rules.ts',
+        ],
         tests: 'server',
       },
       { name: 'health', files: ['health.ts', 'admission.ts', 'in-flight.ts', 'bearer-auth.ts'], tests: 'server' },
       { name: 'membership', files: ['membership.ts', 'admin-routes.ts', 'routing-policies.ts'], tests: 'server' },
-      { name: 'observing', files: ['tracing.ts', 'metrics.ts'], tests: 'server' },
+      {
+        name: 'observing',
+        files: ['tracing.ts', 'metrics.ts', 'request-events.ts', 'request-log.ts'],
+        tests: 'server',
+      },
       {
         name: 'app',
         files: ['routes.ts', 'proxy-core.ts', 'proxy.ts', 'proxy-state.ts', 'web-handler.ts', 'index.ts'],
