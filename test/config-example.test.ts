@@ -39,6 +39,9 @@ describe('disagg.example.yaml', () => {
       'discovery.prefillPort',
       'discovery.decodePort',
       'tracing.otlpEndpoint',
+      'kvEvents.port',
+      'kvEvents.replayPort',
+      'kvEvents.topic',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

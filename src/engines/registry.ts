@@ -92,11 +92,16 @@ export function engineOf(name: EngineName): EngineEntry {
  * objects is checked against it.
  */
 export const PREFILL_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze(
-  Object.assign({ url: 'string', name: 'string' }, ...ENGINES.map((each) => each.prefillWorkerFields)),
+  Object.assign(
+    { url: 'string', name: 'string', kvEvents: 'string', kvEventsReplay: 'string' },
+    ...ENGINES.map((each) => each.prefillWorkerFields),
+  ),
 );
 
 /** The fields a decode worker entry may have. */
 export const DECODE_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze({
   url: 'string',
   name: 'string',
+  kvEvents: 'string',
+  kvEventsReplay: 'string',
 });

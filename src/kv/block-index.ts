@@ -106,7 +106,7 @@ export class KvBlockIndex<W = string> {
 
   /** Whether `worker`'s view is trusted. */
   isTrusted(worker: W): boolean {
-    return this.#views.get(worker)?.trusted ?? false;
+    return this.#views.get(worker)?.trusted ?? true;
   }
 
   /** How many blocks `worker` holds, as far as the index knows. */

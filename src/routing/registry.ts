@@ -1,5 +1,6 @@
 import { cacheAware } from './cache-aware.js';
 import { consistentHash } from './consistent-hash.js';
+import { type KvIndexSource, precisePrefix } from './kv-prefix.js';
 import { leastInFlight } from './least-in-flight.js';
 import { powerOfTwo } from './power-of-two.js';
 import { random } from './random.js';
@@ -13,6 +14,13 @@ export interface RoutingParams {
   balanceAbsThreshold: number;
   balanceRelThreshold: number;
   maxTreeChars: number;
+  /** precise-prefix: the weight of KV prefix overlap against load (1). */
+  prefixWeight: number;
+}
+
+/** What the proxy gives a policy besides settings: the engines' KV block index, once it has one. */
+export interface RoutingServices<W> {
+  kvIndex?: KvIndexSource<W>;
 }
 
 /**
@@ -26,7 +34,7 @@ export interface PolicyPlugin {
   readonly name: string;
   readonly help: string;
   readonly params: ReadonlyArray<keyof RoutingParams>;
-  create<W extends { url: string }>(params: RoutingParams): RoutingPolicy<W>;
+  create<W extends { url: string }>(params: RoutingParams, services: RoutingServices<W>): RoutingPolicy<W>;
 }
 
 function plugin<const N extends string>(definition: PolicyPlugin & { name: N }): PolicyPlugin & { name: N } {
@@ -71,6 +79,19 @@ export const POLICIES = [
   }),
   plugin({ name: 'random', help: 'a worker at random', params: [], create: () => random() }),
   plugin({
+    name: 'precise-prefix',
+    help: "the worker whose KV cache holds most of the prompt, as the engines' own KV events say (--kv-events-port), weighed against load; token-id prompts",
+    params: ['prefixWeight'],
+    create: <W extends { url: string }>(params: RoutingParams, services: RoutingServices<W>) => {
+      if (services.kvIndex === undefined) {
+        throw new TypeError(
+          "precise-prefix routes on the engines' KV events: set --kv-events-port (or kvEvents endpoints on the workers)",
+        );
+      }
+      return precisePrefix(services.kvIndex, { prefixWeight: params.prefixWeight });
+    },
+  }),
+  plugin({
     name: 'consistent-hash',
     help: "a hash ring on the session key, else the prompt's start: the same worker on every router replica, ~1/n of keys move when a worker comes or goes",
     params: [],
@@ -89,9 +110,13 @@ export const POLICY_NAMES = POLICIES.map((each) => each.name) as readonly Policy
  *
  * @throws {TypeError} for a name no plugin has.
  */
-export function createPolicy<W extends { url: string }>(name: PolicyName, params: RoutingParams): RoutingPolicy<W> {
+export function createPolicy<W extends { url: string }>(
+  name: PolicyName,
+  params: RoutingParams,
+  services: RoutingServices<W> = {},
+): RoutingPolicy<W> {
   const found = POLICIES.find((each) => each.name === name);
   if (found === undefined)
     throw new TypeError(`No routing policy is named ${JSON.stringify(name)}: ${POLICY_NAMES.join(', ')}`);
-  return found.create<W>(params);
+  return found.create<W>(params, services);
 }

@@ -13,6 +13,7 @@ export class RoutingInput {
   readonly #body: Readonly<Record<string, unknown>>;
   readonly #sessionKey: string | undefined;
   #text: string | undefined;
+  #tokenIds: readonly number[] | null | undefined;
 
   /**
    * @param body the request body as the client sent it.
@@ -28,6 +29,16 @@ export class RoutingInput {
   get text(): string {
     this.#text ??= routingText(this.#body);
     return this.#text;
+  }
+
+  /**
+   * The prompt as token ids, when the request gives them: a completion's `prompt` as a list of
+   * ids (a batch's first), SGLang's `input_ids`. Undefined for a text prompt or a chat: the
+   * engines' KV events are in tokens, so without ids (or a tokenizer) precise routing sees nothing.
+   */
+  get tokenIds(): readonly number[] | undefined {
+    if (this.#tokenIds === undefined) this.#tokenIds = tokenIdsOf(this.#body) ?? null;
+    return this.#tokenIds ?? undefined;
   }
 
   /** The session key, or undefined when the request names none. */
@@ -100,4 +111,15 @@ function contentText(content: unknown): string {
     if (typeof text === 'string') out += text;
   }
   return out;
+}
+
+function tokenIdsOf(body: Readonly<Record<string, unknown>>): readonly number[] | undefined {
+  const { prompt, input_ids: inputIds } = body;
+  for (const value of [prompt, inputIds]) {
+    if (!Array.isArray(value) || value.length === 0) continue;
+    const first = value[0];
+    const ids = Array.isArray(first) ? first : value;
+    if (ids.length > 0 && ids.every((id) => Number.isInteger(id))) return ids as number[];
+  }
+  return undefined;
 }

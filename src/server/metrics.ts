@@ -32,6 +32,8 @@ type Admitting = {
  */
 export class ProxyMetrics {
   readonly registry = new Registry();
+  /** Where each metric is registered: the proxy's registry, and the application's if given. */
+  readonly registers: Registry[];
   readonly #requests: Counter<'route' | 'status' | 'outcome' | 'leg'>;
   /** The flow's verdict on the request a response answers, until the response closes. */
   readonly #verdicts = new WeakMap<object, { outcome: string; leg: string | undefined }>();
@@ -65,6 +67,7 @@ export class ProxyMetrics {
     circuitOf: (worker: Named) => CircuitState = () => 'closed',
   ) {
     const registers = shared === undefined ? [this.registry] : [this.registry, shared];
+    this.registers = registers;
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new Counter({
       name: 'disagg_requests_total',

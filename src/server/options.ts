@@ -25,14 +25,23 @@ import type { TracerLike } from './tracing.js';
  * A prefill worker of the proxy: its base URL and, for SGLang, its bootstrap server and DP
  * rank ({@link SglangPrefillWorkerFields}).
  */
-export interface ProxyPrefillWorker extends SglangPrefillWorkerFields {
+export interface ProxyPrefillWorker extends SglangPrefillWorkerFields, KvEventEndpoints {
   url: string;
   /** How clients and metrics name it (`prefill-0`, ... by its place in the list when omitted): never its address. */
   name?: string;
 }
 
+/**
+ * Where a worker publishes its KV cache events, when not at `--kv-events-port` on its host
+ * (`tcp://10.0.0.5:5557`); a worker of another host's publisher, say.
+ */
+export interface KvEventEndpoints {
+  kvEvents?: string;
+  kvEventsReplay?: string;
+}
+
 /** A decode worker of the proxy. */
-export interface ProxyDecodeWorker {
+export interface ProxyDecodeWorker extends KvEventEndpoints {
   url: string;
   /** How clients and metrics name it (`decode-0`, ... by its place in the list when omitted): never its address. */
   name?: string;
@@ -159,7 +168,16 @@ export interface ProxyOptions {
     balanceRelThreshold?: number;
     maxTreeChars?: number;
     sessionHeader?: string;
+    /** precise-prefix: the weight of KV prefix overlap against load (whose weight is 1); 2 by default. */
+    prefixWeight?: number;
   };
+  /**
+   * The engines' KV cache events, which `precise-prefix` routes on (vLLM and SGLang publish them
+   * with `--kv-events-config`): each worker's publisher at `port` on its host (a DP rank r at
+   * port + r), its replay socket at `replayPort`, messages of `topic` (every topic by default).
+   * A worker's own `kvEvents` and `kvEventsReplay` endpoints win. Off by default.
+   */
+  kvEvents?: { port?: number; replayPort?: number; topic?: string };
   /**
    * Budgets per phase in milliseconds, `0` for none; by default every phase but the total:
    * prefill's first output 600,000, the handoff 600,000, decode's first token 300,000, idle
@@ -292,6 +310,7 @@ export interface ResolvedProxyOptions
       | 'prefillPolicy'
       | 'decodePolicy'
       | 'routing'
+      | 'kvEvents'
     >
   > {
   /** As given, else `selection`. */
@@ -327,6 +346,7 @@ export interface ResolvedProxyOptions
   logger: Logger | undefined;
   onEvent: ProxyOptions['onEvent'];
   dispatcher: Dispatcher | undefined;
+  kvEvents: { port: number | undefined; replayPort: number | undefined; topic: string | undefined };
 }
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
@@ -368,6 +388,7 @@ export interface ServeConfig {
   adminKey: string | undefined;
   metricsPort: number | undefined;
   discovery: ResolvedProxyOptions['discovery'];
+  kvEvents: ResolvedProxyOptions['kvEvents'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
   tracing: { otlpEndpoint?: string; sampleRatio: number; serviceName: string };
@@ -474,6 +495,7 @@ export type SettingGroup =
   | 'Admission'
   | 'Shutdown and connections'
   | 'Keys'
+  | 'KV events'
   | 'Discovery'
   | 'Logs and traces';
 
@@ -645,6 +667,15 @@ const SETTING_ROWS = [
       help: 'cache-aware: characters of prompts remembered per worker (least recently used dropped first)',
       default: CACHE_AWARE_DEFAULTS.maxTreeChars,
       parse: positiveInteger,
+    },
+    {
+      key: 'routing.prefixWeight',
+      flag: 'prefix-weight',
+      env: 'DISAGG_PREFIX_WEIGHT',
+      arg: 'W',
+      help: 'precise-prefix: the weight of KV prefix overlap against load (whose weight is 1)',
+      default: 2,
+      parse: positiveNumber,
     },
     {
       key: 'routing.sessionHeader',
@@ -932,6 +963,33 @@ const SETTING_ROWS = [
       parse: text,
     },
   ]),
+  ...inGroup('KV events', [
+    {
+      key: 'kvEvents.port',
+      flag: 'kv-events-port',
+      env: 'DISAGG_KV_EVENTS_PORT',
+      arg: 'N',
+      help: "follow each worker's KV cache events at tcp://<worker host>:N (DP rank r at N + r), as vLLM and SGLang publish them with --kv-events-config; what precise-prefix routes on; needs zeromq",
+      parse: port,
+    },
+    {
+      key: 'kvEvents.replayPort',
+      flag: 'kv-events-replay-port',
+      env: 'DISAGG_KV_EVENTS_REPLAY_PORT',
+      arg: 'N',
+      help: "the workers' KV event replay port (their replay_endpoint): events missed at start or lost on the way are asked for again",
+      parse: port,
+    },
+    {
+      key: 'kvEvents.topic',
+      flag: 'kv-events-topic',
+      env: 'DISAGG_KV_EVENTS_TOPIC',
+      arg: 'TOPIC',
+      help: 'the KV event topic prefix to follow (the engines\' "topic")',
+      shownDefault: 'every topic',
+      parse: text,
+    },
+  ]),
   ...inGroup('Discovery', [
     ...(['prefill', 'decode'] as const).map((role) =>
       row({
@@ -1092,6 +1150,7 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'retry'>>,
   Expect<NestedOf<'breaker'>>,
   Expect<NestedOf<'deadlines'>>,
+  Expect<NestedOf<'kvEvents'>>,
 ];
 
 /** Where a value came from, for the name an error gives it. */
@@ -1192,21 +1251,42 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     }
   }
   const decodePolicy = (values.decodePolicy ?? values.selection) as PolicyName;
-  if ((values.routing as { aggregateCachedRatio: number }).aggregateCachedRatio > 0 && decodePolicy !== 'cache-aware') {
+  if (
+    (values.routing as { aggregateCachedRatio: number }).aggregateCachedRatio > 0 &&
+    decodePolicy !== 'cache-aware' &&
+    decodePolicy !== 'precise-prefix'
+  ) {
     throw new ConfigError(
-      `routing.aggregateCachedRatio (--aggregate-cached-ratio) needs decodePolicy 'cache-aware' (--decode-policy cache-aware): only then does the router know what decode workers hold; decodePolicy is '${decodePolicy}'`,
+      `routing.aggregateCachedRatio (--aggregate-cached-ratio) needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is '${decodePolicy}'`,
     );
+  }
+  const prefillPolicy = (values.prefillPolicy ?? values.selection) as PolicyName;
+  const kv = kvEventsOf(values);
+  const ownEndpoints = [
+    ...((values.prefill as KvEventEndpoints[]) ?? []),
+    ...((values.decode as KvEventEndpoints[]) ?? []),
+  ].some((worker) => worker.kvEvents !== undefined);
+  for (const [role, policy] of [
+    ['prefill', prefillPolicy],
+    ['decode', decodePolicy],
+  ] as const) {
+    if (policy === 'precise-prefix' && kv.port === undefined && !ownEndpoints) {
+      throw new ConfigError(
+        `${role}Policy 'precise-prefix' routes on the engines' KV cache events: set kvEvents.port (--kv-events-port, the port of the workers' --kv-events-config endpoint) or give the workers kvEvents endpoints`,
+      );
+    }
   }
   return {
     ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
     deadlines: activeDeadlines(values.deadlines as Deadlines | undefined),
-    prefillPolicy: (values.prefillPolicy ?? values.selection) as PolicyName,
+    prefillPolicy,
     decodePolicy,
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     adminKey: values.adminKey as string | undefined,
     metricsPort: values.metricsPort as number | undefined,
     discovery: discoveryOf(values),
+    kvEvents: kv,
     dnsLookup: options.dnsLookup,
     kubeConfig: options.kubeConfig,
     metricsRegistry: options.metricsRegistry,
@@ -1443,6 +1523,12 @@ function number(value: unknown): number {
   return Number.NaN;
 }
 
+function positiveNumber(value: unknown): number {
+  const n = number(value);
+  if (!(n > 0)) throw new Invalid(`takes a number above 0, got ${describeValue(value)}`);
+  return n;
+}
+
 function positiveMs(value: unknown): number {
   const ms = number(value);
   if (!Number.isFinite(ms) || ms <= 0) {
@@ -1624,7 +1710,12 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
   // Every row's value as resolved, under its key: a row added to SETTINGS reaches the CLI as it
   // reaches createProxy (a field-by-field copy here once parsed a new flag and dropped it).
   const resolved = withWorkers(values);
-  return { ...resolved, discovery: discoveryOf(resolved) } as unknown as ServeConfig;
+  return { ...resolved, discovery: discoveryOf(resolved), kvEvents: kvEventsOf(resolved) } as unknown as ServeConfig;
+}
+
+function kvEventsOf(values: Record<string, unknown>): ResolvedProxyOptions['kvEvents'] {
+  const kv = (values.kvEvents ?? {}) as Partial<ResolvedProxyOptions['kvEvents']>;
+  return { port: kv.port, replayPort: kv.replayPort, topic: kv.topic };
 }
 
 function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['discovery'] {

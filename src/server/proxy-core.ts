@@ -14,6 +14,8 @@ import { Admission } from './admission.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
+import { KvFollowing } from './kv-following.js';
+import { registerKvMetrics } from './kv-metrics.js';
 import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
@@ -60,6 +62,8 @@ export class ProxyCore implements ProxyState {
   closing = false;
   draining = false;
   readonly membership: Membership;
+  /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
+  readonly kv: KvFollowing;
   /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
   tracing: Tracing | undefined;
   /** Discovery per role: DNS (`--prefill-dns`), Kubernetes (`--prefill-selector`). */
@@ -83,8 +87,12 @@ export class ProxyCore implements ProxyState {
     const { dispatcher } = this;
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    this.prefillWorkers = new WorkerPool(options.prefill, { selection: selectionFor(options.prefillPolicy, routing) });
-    const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing);
+    this.kv = new KvFollowing(options.kvEvents, this.logger, (worker) => this.membership.nameOf(worker));
+    const services = { kvIndex: () => this.kv.index };
+    this.prefillWorkers = new WorkerPool(options.prefill, {
+      selection: selectionFor(options.prefillPolicy, routing, services),
+    });
+    const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing, services);
     this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
     this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
     this.admission = new Admission({
@@ -103,6 +111,7 @@ export class ProxyCore implements ProxyState {
       // Read at a scrape, after the constructor made the checker.
       (worker) => this.health.circuit(worker),
     );
+    registerKvMetrics(this.metrics.registers, this.kv, (worker) => this.membership.nameOf(worker));
     this.models = new ServedModels({
       headers: this.workerHeaders,
       dispatcher,
@@ -128,7 +137,13 @@ export class ProxyCore implements ProxyState {
       { prefill: this.prefillWorkers, decode: this.decodeWorkers },
       this.health,
       this.logger,
-      (role, change, source) => this.metrics.membershipChanged(role, change, source),
+      (role, change, source) => {
+        this.metrics.membershipChanged(role, change, source);
+        // A worker that joined is followed, one that left dropped (its subscriber closed).
+        this.kv
+          .reconcile()
+          .catch((error: unknown) => this.logger.warn({ err: error }, 'Could not follow the KV events of a worker'));
+      },
     );
     this.#discover(options);
   }
@@ -246,6 +261,7 @@ export class ProxyCore implements ProxyState {
       // Discovered workers are probed as they are added; then every worker once more.
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
+      await this.kv.start([this.prefillWorkers, this.decodeWorkers]);
       this.health.start();
     })();
     return this.#started;
@@ -274,7 +290,7 @@ export class ProxyCore implements ProxyState {
 
   async beginDrain(): Promise<void> {
     this.draining = true;
-    await Promise.all(this.#discoveries.map((discovery) => discovery.stop()));
+    await Promise.all([...this.#discoveries.map((discovery) => discovery.stop()), this.kv.close()]);
   }
 
   /** Shutdown, second step: new requests are refused (503) and the health rounds stop. */

@@ -1,6 +1,6 @@
 import type { RequestBody } from '../flow/request-shaping.js';
 import type { Selection, WorkerPool } from '../flow/worker-pool.js';
-import { createPolicy } from '../routing/registry.js';
+import { createPolicy, type RoutingServices } from '../routing/registry.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import type { PolicyName, ResolvedProxyOptions } from './options.js';
 
@@ -11,8 +11,9 @@ import type { PolicyName, ResolvedProxyOptions } from './options.js';
 export function selectionFor<W extends { url: string }>(
   name: PolicyName,
   routing: ResolvedProxyOptions['routing'],
+  services: RoutingServices<W> = {},
 ): Selection<W> {
-  return createPolicy<W>(name, routing);
+  return createPolicy<W>(name, routing, services);
 }
 
 /**

@@ -4,13 +4,19 @@ import { createPolicy, POLICIES, POLICY_NAMES } from '../../src/routing/registry
 import { RoutingInput } from '../../src/routing/routing-input.js';
 import { SETTINGS } from '../../src/server/options.js';
 
-const params = { cacheThreshold: 0.5, balanceAbsThreshold: 32, balanceRelThreshold: 1.1, maxTreeChars: 1024 };
+const params = {
+  cacheThreshold: 0.5,
+  balanceAbsThreshold: 32,
+  balanceRelThreshold: 1.1,
+  maxTreeChars: 1024,
+  prefixWeight: 2,
+};
 
 describe('the routing registry: one entry per policy, and everything else reads it', () => {
   it('every plugin makes a policy of its own name that picks one of the candidates of a pool', () => {
     for (const name of POLICY_NAMES) {
       const pool = new WorkerPool([{ url: 'http://w0' }, { url: 'http://w1' }], {
-        selection: createPolicy(name, params),
+        selection: createPolicy(name, params, { kvIndex: () => undefined }),
       });
       const lease = pool.acquire(undefined, new RoutingInput({ prompt: 'Hello there' }, 's'));
       expect(pool.workers, name).toContain(lease.worker);

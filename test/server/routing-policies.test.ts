@@ -14,6 +14,7 @@ type W = { url: string };
 const routing: ResolvedProxyOptions['routing'] = {
   cacheThreshold: 0.3,
   balanceAbsThreshold: 7,
+  prefixWeight: 2,
   balanceRelThreshold: 1.5,
   maxTreeChars: 4096,
   aggregateBelowChars: 0,
@@ -27,6 +28,7 @@ describe('selectionFor', () => {
     expect(cacheAware).toHaveBeenCalledWith({
       cacheThreshold: 0.3,
       balanceAbsThreshold: 7,
+      prefixWeight: 2,
       balanceRelThreshold: 1.5,
       maxTreeChars: 4096,
     });

@@ -182,6 +182,6 @@ describe('conditional disaggregation, built in', () => {
         decode: [{ url: 'http://d' }],
         routing: { aggregateCachedRatio: 0.9 },
       }),
-    ).toThrow("needs decodePolicy 'cache-aware' (--decode-policy cache-aware)");
+    ).toThrow("needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy)");
   });
 });

@@ -1,0 +1,93 @@
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { KvEventSubscriber } from '../kv/kv-subscriber.js';
+import type { KvFollowing } from './kv-following.js';
+
+/**
+ * The KV event metrics, read from each followed worker's subscriber and the block index at a
+ * scrape: events and batches applied, gaps in the sequence, replays by outcome, engine
+ * restarts seen, the last batch's lag, blocks indexed and whether the view is trusted.
+ *
+ * @internal
+ */
+export function registerKvMetrics(
+  registers: Registry[],
+  kv: KvFollowing,
+  nameOf: (worker: { url: string }) => string,
+): void {
+  const each = (visit: (worker: { url: string }, name: string) => void) => {
+    for (const worker of kv.subscribers.keys()) visit(worker, nameOf(worker));
+  };
+  const cumulative = (name: string, help: string, read: (subscriber: KvEventSubscriber) => number) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['worker'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [worker, subscriber] of kv.subscribers) this.inc({ worker: nameOf(worker) }, read(subscriber));
+      },
+    });
+  cumulative('disagg_kv_events_total', "KV cache events applied from each worker's engine", (s) => s.stats.events);
+  cumulative(
+    'disagg_kv_event_batches_total',
+    'KV event batches (engine steps) applied per worker',
+    (s) => s.stats.batches,
+  );
+  cumulative(
+    'disagg_kv_event_gaps_total',
+    "Gaps in a worker's KV event sequence (messages lost on the way)",
+    (s) => s.stats.gaps,
+  );
+  cumulative(
+    'disagg_kv_engine_restarts_total',
+    "Times a worker's KV event sequence went back (its engine restarted)",
+    (s) => s.stats.restarts,
+  );
+  cumulative('disagg_kv_events_malformed_total', 'KV event messages that could not be read', (s) => s.stats.malformed);
+  new Counter({
+    name: 'disagg_kv_replays_total',
+    help: "Replays asked of a worker's replay socket, by outcome",
+    labelNames: ['worker', 'outcome'],
+    registers,
+    collect() {
+      this.reset();
+      for (const [worker, subscriber] of kv.subscribers) {
+        this.inc({ worker: nameOf(worker), outcome: 'recovered' }, subscriber.stats.replays.recovered);
+        this.inc({ worker: nameOf(worker), outcome: 'failed' }, subscriber.stats.replays.failed);
+      }
+    },
+  });
+  new Gauge({
+    name: 'disagg_kv_event_lag_seconds',
+    help: "How old a worker's last KV event batch was when it arrived (the engine's clock against the router's)",
+    labelNames: ['worker'],
+    registers,
+    collect() {
+      this.reset();
+      for (const [worker, subscriber] of kv.subscribers) {
+        if (subscriber.stats.lagMs !== undefined) this.set({ worker: nameOf(worker) }, subscriber.stats.lagMs / 1000);
+      }
+    },
+  });
+  new Gauge({
+    name: 'disagg_kv_blocks',
+    help: "KV blocks a worker holds, as its engine's events say (the router's index)",
+    labelNames: ['worker'],
+    registers,
+    collect() {
+      this.reset();
+      each((worker, name) => this.set({ worker: name }, kv.index?.blocks(worker) ?? 0));
+    },
+  });
+  new Gauge({
+    name: 'disagg_kv_view_trusted',
+    help: "Whether the router's view of a worker's KV cache is complete (0 while lost events are replayed)",
+    labelNames: ['worker'],
+    registers,
+    collect() {
+      this.reset();
+      each((worker, name) => this.set({ worker: name }, kv.index?.isTrusted(worker) === false ? 0 : 1));
+    },
+  });
+}
