@@ -71,11 +71,33 @@ export {
 export { type HttpApi, type HttpEngineOptions, httpEngine } from './http/http-engine.js';
 export { parseJson, stringifyJson } from './http/json.js';
 export { UpstreamError, type UpstreamErrorKind } from './http/upstream-error.js';
+export { type ApplyResult, KvBlockIndex, type KvBlockIndexOptions } from './kv/block-index.js';
+export { BlockKeys, loadBlockKeys } from './kv/block-keys.js';
+export {
+  type BlockHandle,
+  decodeKvEventBatch,
+  type KvEvent,
+  type KvEventBatch,
+  KvEventFormatError,
+} from './kv/kv-events.js';
+export {
+  KvEventSubscriber,
+  type KvEventSubscriberOptions,
+  KvEventsUnavailableError,
+  type KvSubscriberState,
+  type KvSubscriberStats,
+} from './kv/kv-subscriber.js';
 export { Annotated, AnnotatedError, type AnnotatedErrorBody, type WireChunk } from './protocol/annotated.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protocol/llm-engine-output.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
+export {
+  type KvIndexSource,
+  kvPrefixScorer,
+  type PrecisePrefixOptions,
+  precisePrefix,
+} from './routing/kv-prefix.js';
 export { leastInFlight } from './routing/least-in-flight.js';
 export { type PowerOfTwoOptions, powerOfTwo } from './routing/power-of-two.js';
 export { PrefixTree } from './routing/prefix-tree.js';
@@ -87,6 +109,7 @@ export {
   type PolicyName,
   type PolicyPlugin,
   type RoutingParams,
+  type RoutingServices,
 } from './routing/registry.js';
 export { roundRobin } from './routing/round-robin.js';
 export { RoutingInput, routingText } from './routing/routing-input.js';

@@ -9,6 +9,7 @@ const EXPORTS = [
   'Annotated',
   'AnnotatedError',
   'BOOTSTRAP_PORT_ANNOTATION',
+  'BlockKeys',
   'CACHE_AWARE_DEFAULTS',
   'CleanupError',
   'Controller',
@@ -22,6 +23,10 @@ const EXPORTS = [
   'HANDOFF_FIELDS',
   'HandoffFieldError',
   'KubernetesDiscovery',
+  'KvBlockIndex',
+  'KvEventFormatError',
+  'KvEventSubscriber',
+  'KvEventsUnavailableError',
   'LLMEngineOutput',
   'MAX_BOOTSTRAP_ROOM',
   'NoWorkerError',
@@ -42,18 +47,22 @@ const EXPORTS = [
   'classifyPrefill',
   'consistentHash',
   'createPolicy',
+  'decodeKvEventBatch',
   'decodeRequest',
   'disaggregate',
   'earlyBootstrap',
   'failedLeg',
   'httpEngine',
+  'kvPrefixScorer',
   'leastInFlight',
+  'loadBlockKeys',
   'loadScorer',
   'maxScorePicker',
   'mintBootstrapRoom',
   'orphanedHandoffs',
   'parseJson',
   'powerOfTwo',
+  'precisePrefix',
   'prefillRequest',
   'prefixScorer',
   'promptSideOf',
@@ -183,7 +192,7 @@ describe('the disagg/testing subpath', () => {
     `;
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
-    const names = ['FakePrefixCache', 'KvLedger', 'fakeKubeconfig', 'startFakeKubernetesApi', 'startFakeWorker'];
+    const names = ['FakeKvPublisher', 'FakePrefixCache', 'KvLedger', 'fakeKubeconfig', 'startFakeKubernetesApi', 'startFakeWorker'];
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, health: { status: 'ok' } });
   });
 });

@@ -1,6 +1,7 @@
 // The `disagg/testing` subpath: fake prefill and decode workers that speak the vLLM and SGLang
 // protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs,
-// and a fake Kubernetes API that serves them as pods for label discovery.
+// a fake Kubernetes API that serves them as pods for label discovery, and a KV event publisher
+// that speaks vLLM's ZMQ frames.
 
 export type { FakeAnswer } from './fake-formats.js';
 export {
@@ -9,6 +10,7 @@ export {
   fakeKubeconfig,
   startFakeKubernetesApi,
 } from './fake-kubernetes-api.js';
+export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from './fake-kv-publisher.js';
 export { FakePrefixCache, type FakePrefixCacheOptions } from './fake-prefix-cache.js';
 export {
   type FakeRequest,
