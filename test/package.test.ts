@@ -192,7 +192,14 @@ describe('the disagg/testing subpath', () => {
     `;
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
-    const names = ['FakeKvPublisher', 'FakePrefixCache', 'KvLedger', 'fakeKubeconfig', 'startFakeKubernetesApi', 'startFakeWorker'];
+    const names = [
+      'FakeKvPublisher',
+      'FakePrefixCache',
+      'KvLedger',
+      'fakeKubeconfig',
+      'startFakeKubernetesApi',
+      'startFakeWorker',
+    ];
     expect(JSON.parse(run.stdout)).toEqual({ esm: names, cjs: names, health: { status: 'ok' } });
   });
 });
