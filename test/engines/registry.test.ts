@@ -30,7 +30,7 @@ describe('the engine registry', () => {
 
   it("the transport's handoff list is the registry's, in its order", () => {
     expect(ENGINE_HANDOFFS).toEqual(ENGINES.map((each) => each.handoff));
-    ENGINES.forEach((each, i) => expect(ENGINE_HANDOFFS[i]).toBe(each.handoff));
+    for (const [i, each] of ENGINES.entries()) expect(ENGINE_HANDOFFS[i]).toBe(each.handoff);
   });
 
   it.each(ENGINE_NAMES)('%s: every request field of its handoff is one a client may not set', (name) => {
