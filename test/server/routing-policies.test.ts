@@ -28,7 +28,6 @@ describe('selectionFor', () => {
     expect(cacheAware).toHaveBeenCalledWith({
       cacheThreshold: 0.3,
       balanceAbsThreshold: 7,
-      prefixWeight: 2,
       balanceRelThreshold: 1.5,
       maxTreeChars: 4096,
     });
@@ -36,9 +35,10 @@ describe('selectionFor', () => {
     expect(selectionFor<W>('cache-aware', routing)).not.toBe(first);
     // Every plugin of the registry, by its own name, a new object per pool.
     for (const name of POLICY_NAMES) {
-      const policy = selectionFor<W>(name, routing);
+      const services = { kvIndex: () => undefined };
+      const policy = selectionFor<W>(name, routing, services);
       expect(policy, name).toMatchObject({ name });
-      expect(selectionFor<W>(name, routing), name).not.toBe(policy);
+      expect(selectionFor<W>(name, routing, services), name).not.toBe(policy);
     }
   });
 });

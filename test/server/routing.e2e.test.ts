@@ -56,7 +56,9 @@ describe('routing by cache and session through the proxy', () => {
 
   it('every policy serves both legs end to end', async () => {
     for (const policy of POLICY_NAMES) {
-      const { client } = await cluster({ prefillPolicy: policy, decodePolicy: policy });
+      // precise-prefix follows KV events: a publisher that is not there only leaves it to load.
+      const kv = policy === 'precise-prefix' ? { kvEvents: { port: 1 } } : {};
+      const { client } = await cluster({ prefillPolicy: policy, decodePolicy: policy, ...kv });
       const answer = await client.completions.create({ model: 'fake-model', prompt: `via ${policy}`, max_tokens: 2 });
       expect(answer.choices[0]?.text, policy).toBe('tok0 tok1 ');
     }
