@@ -285,6 +285,7 @@ export class WorkerPool<W> {
     // The record stays while a lease is out (settleIfIdle waits for zero), so it is this one's.
     const record = this.#records.get(worker) as PoolRecord;
     record.inFlight++;
+    this.#policy?.routed?.(worker, input);
     let released = false;
     return {
       worker,

@@ -8,6 +8,8 @@ export interface KvBlockIndexOptions {
    * says so, so this only bounds a view whose removals were lost). Default 1,048,576.
    */
   maxBlocksPerWorker?: number;
+  /** The clock speculative entries expire by (ms); `performance.now` by default. */
+  now?: () => number;
 }
 
 /** What the index knows of one worker. */
@@ -22,6 +24,11 @@ interface WorkerView {
   trusted: boolean;
   /** Store events skipped: a parent the index never saw, or no token ids. */
   skipped: number;
+  /**
+   * Blocks the router expects the worker to store (it just sent it their prompt), until its
+   * event confirms them or they expire: key -> when it expires, oldest first.
+   */
+  readonly expected: Map<bigint, number>;
 }
 
 /** What {@link KvBlockIndex.apply} did with one event, for counters. */
@@ -44,10 +51,32 @@ export class KvBlockIndex<W = string> {
   readonly #keys: BlockKeys;
   readonly #max: number;
   readonly #views = new Map<W, WorkerView>();
+  readonly #now: () => number;
 
   constructor(keys: BlockKeys, options: KvBlockIndexOptions = {}) {
     this.#keys = keys;
     this.#max = options.maxBlocksPerWorker ?? 1_048_576;
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  /**
+   * A speculative entry: `worker` was just sent this prompt, so it will hold its blocks once
+   * it has computed them; until its store event says so (or `ttlMs` passes), the index counts
+   * them as held, so that a burst of requests sharing a new prefix follows the first instead
+   * of spreading by load (llm-d and vllm-router do the same). At `blockSize`, the worker's own
+   * once known.
+   */
+  expect(worker: W, tokens: readonly number[], ttlMs: number, scope?: string, blockSize = 16): void {
+    const view = this.#view(worker);
+    const size = view.blockSize ?? blockSize;
+    const until = this.#now() + ttlMs;
+    for (const key of this.#keys.keys(tokens, size, this.#keys.root(scope))) {
+      if (view.refs.has(key)) continue;
+      view.expected.delete(key);
+      view.expected.set(key, until);
+    }
+    if (view.blockSize === undefined) view.blockSize = size;
+    while (view.expected.size > 65_536) view.expected.delete(view.expected.keys().next().value as bigint);
   }
 
   /** Applies one of `worker`'s events. */
@@ -57,6 +86,7 @@ export class KvBlockIndex<W = string> {
       case 'cleared':
         view.byHandle.clear();
         view.refs.clear();
+        view.expected.clear();
         return 'cleared';
       case 'removed': {
         if (!counts(event.medium, event.group)) return 'ignored';
@@ -92,6 +122,7 @@ export class KvBlockIndex<W = string> {
     if (view === undefined) return;
     view.byHandle.clear();
     view.refs.clear();
+    view.expected.clear();
   }
 
   /** Drops `worker` from the index. */
@@ -129,7 +160,12 @@ export class KvBlockIndex<W = string> {
     const keysBySize = new Map<number, bigint[]>();
     for (const worker of candidates) {
       const view = this.#views.get(worker);
-      if (view === undefined || !view.trusted || view.blockSize === undefined || view.refs.size === 0) {
+      if (
+        view === undefined ||
+        !view.trusted ||
+        view.blockSize === undefined ||
+        (view.refs.size === 0 && view.expected.size === 0)
+      ) {
         result.set(worker, 0);
         continue;
       }
@@ -140,16 +176,34 @@ export class KvBlockIndex<W = string> {
         keysBySize.set(size, keys);
       }
       let matched = 0;
-      while (matched < keys.length && view.refs.has(keys[matched] as bigint)) matched++;
+      const now = this.#now();
+      while (matched < keys.length && this.#holds(view, keys[matched] as bigint, now)) matched++;
       result.set(worker, matched * size);
     }
     return result;
   }
 
+  /** Whether the view holds `key`, or expects it (an expired expectation is dropped). */
+  #holds(view: WorkerView, key: bigint, now: number): boolean {
+    if (view.refs.has(key)) return true;
+    const until = view.expected.get(key);
+    if (until === undefined) return false;
+    if (until > now) return true;
+    view.expected.delete(key);
+    return false;
+  }
+
   #view(worker: W): WorkerView {
     let view = this.#views.get(worker);
     if (view === undefined) {
-      view = { blockSize: undefined, byHandle: new Map(), refs: new Map(), trusted: true, skipped: 0 };
+      view = {
+        blockSize: undefined,
+        byHandle: new Map(),
+        refs: new Map(),
+        trusted: true,
+        skipped: 0,
+        expected: new Map(),
+      };
       this.#views.set(worker, view);
     }
     return view;
@@ -159,6 +213,8 @@ export class KvBlockIndex<W = string> {
     if (view.byHandle.has(block)) this.#drop(view, block);
     view.byHandle.set(block, key);
     view.refs.set(key, (view.refs.get(key) ?? 0) + 1);
+    // Confirmed: what was expected is held now.
+    view.expected.delete(key);
     if (view.byHandle.size > this.#max) {
       const oldest = view.byHandle.keys().next().value as BlockHandle;
       this.#drop(view, oldest);

@@ -17,9 +17,16 @@ export type KvIndexSource<W> = () => KvBlockIndex<W> | undefined;
  * @example
  * scoredPolicy({ scorers: [{ scorer: kvPrefixScorer(() => index), weight: 2 }, { scorer: loadScorer(), weight: 1 }] });
  */
-export function kvPrefixScorer<W>(index: KvIndexSource<W>): Scorer<W> {
+export function kvPrefixScorer<W>(index: KvIndexSource<W>, options: { speculativeTtlMs?: number } = {}): Scorer<W> {
+  const ttl = options.speculativeTtlMs ?? 2000;
   return {
     name: 'kv-prefix',
+    // The worker will hold the prompt's blocks once it computes them: expected until its
+    // event says so, so that the next request sharing the prefix follows this one.
+    routed(worker: W, input: RoutingInput | undefined): void {
+      const tokens = input?.tokenIds;
+      if (ttl > 0 && tokens !== undefined && tokens.length > 0) index()?.expect(worker, tokens, ttl);
+    },
     score(candidates: readonly W[], _load: LoadView<W>, input: RoutingInput | undefined): readonly number[] {
       const tokens = input?.tokenIds;
       const known = index();
@@ -34,6 +41,11 @@ export function kvPrefixScorer<W>(index: KvIndexSource<W>): Scorer<W> {
 export interface PrecisePrefixOptions {
   /** The weight of prefix overlap against load (1). Default 2, as llm-d weighs its prefix scorer. */
   prefixWeight?: number;
+  /**
+   * How long a prompt just routed counts as held by its worker before the engine's store event
+   * confirms it (a speculative entry); 0 for none. Default 2,000 ms.
+   */
+  speculativeTtlMs?: number;
 }
 
 /**
@@ -42,7 +54,9 @@ export interface PrecisePrefixOptions {
  * the less loaded. Its `cachedShare` is the best overlap, for conditional disaggregation.
  */
 export function precisePrefix<W>(index: KvIndexSource<W>, options: PrecisePrefixOptions = {}): RoutingPolicy<W> {
-  const prefix = kvPrefixScorer(index);
+  const prefix = kvPrefixScorer(index, {
+    ...(options.speculativeTtlMs === undefined ? {} : { speculativeTtlMs: options.speculativeTtlMs }),
+  });
   const policy = scoredPolicy<W>({
     name: 'precise-prefix',
     scorers: [

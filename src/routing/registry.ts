@@ -16,6 +16,8 @@ export interface RoutingParams {
   maxTreeChars: number;
   /** precise-prefix: the weight of KV prefix overlap against load (1). */
   prefixWeight: number;
+  /** precise-prefix: how long a prompt just routed counts as held before the engine confirms it (ms). */
+  speculativeTtlMs: number;
 }
 
 /** What the proxy gives a policy besides settings: the engines' KV block index, once it has one. */
@@ -81,14 +83,17 @@ export const POLICIES = [
   plugin({
     name: 'precise-prefix',
     help: "the worker whose KV cache holds most of the prompt, as the engines' own KV events say (--kv-events-port), weighed against load; token-id prompts",
-    params: ['prefixWeight'],
+    params: ['prefixWeight', 'speculativeTtlMs'],
     create: <W extends { url: string }>(params: RoutingParams, services: RoutingServices<W>) => {
       if (services.kvIndex === undefined) {
         throw new TypeError(
           "precise-prefix routes on the engines' KV events: set --kv-events-port (or kvEvents endpoints on the workers)",
         );
       }
-      return precisePrefix(services.kvIndex, { prefixWeight: params.prefixWeight });
+      return precisePrefix(services.kvIndex, {
+        prefixWeight: params.prefixWeight,
+        speculativeTtlMs: params.speculativeTtlMs,
+      });
     },
   }),
   plugin({

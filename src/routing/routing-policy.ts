@@ -20,6 +20,12 @@ export interface RoutingPolicy<W> {
   select(candidates: readonly W[], load: LoadView<W>, input: RoutingInput | undefined): W;
   forget?(worker: W): void;
   /**
+   * `select` chose `worker` for this request and the pool leased it (llm-d's pre-request
+   * hook): where a policy records what it expects of the worker now, such as a speculative
+   * cache entry for the prompt it was just sent. `select` itself only chooses.
+   */
+  routed?(worker: W, input: RoutingInput | undefined): void;
+  /**
    * The leg on `worker` that `select` chose it for is over: `success`, it did its part (it
    * holds the request's prompt now), or `failure`. Where a policy learns from outcomes (as
    * cache-aware records what a worker holds); `select` only chooses.

@@ -19,6 +19,8 @@ export interface Filter<W> {
 export interface Scorer<W> {
   readonly name: string;
   score(candidates: readonly W[], load: LoadView<W>, input: RoutingInput | undefined): readonly number[];
+  /** The request was routed to `worker` (see {@link RoutingPolicy.routed}). */
+  routed?(worker: W, input: RoutingInput | undefined): void;
   completed?(worker: W, input: RoutingInput | undefined, outcome: 'success' | 'failure'): void;
   forget?(worker: W): void;
 }
@@ -43,8 +45,8 @@ export interface ScoredPolicyParts<W> {
 
 /**
  * A routing policy made of parts, as llm-d's scheduler composes its plugins: filters narrow the
- * candidates, weighted scorers score them, a picker chooses. The leg's outcome and a worker
- * leaving reach every scorer that learns (`completed`, `forget`).
+ * candidates, weighted scorers score them, a picker chooses. The choice, the leg's outcome
+ * and a worker leaving reach every scorer that learns (`routed`, `completed`, `forget`).
  *
  * @example
  * // Cache affinity weighed against load, as llm-d's default profile weighs prefix and queue scorers.
@@ -78,6 +80,9 @@ export function scoredPolicy<W>(parts: ScoredPolicyParts<W>): RoutingPolicy<W> {
         for (let i = 0; i < left.length; i++) total[i] = (total[i] as number) + weight * clamp(scores[i]);
       }
       return picker.pick(left, total, load);
+    },
+    routed(worker: W, input: RoutingInput | undefined): void {
+      for (const { scorer } of parts.scorers) scorer.routed?.(worker, input);
     },
     completed(worker: W, input: RoutingInput | undefined, outcome: 'success' | 'failure'): void {
       for (const { scorer } of parts.scorers) scorer.completed?.(worker, input, outcome);

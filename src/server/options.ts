@@ -170,6 +170,11 @@ export interface ProxyOptions {
     sessionHeader?: string;
     /** precise-prefix: the weight of KV prefix overlap against load (whose weight is 1); 2 by default. */
     prefixWeight?: number;
+    /**
+     * precise-prefix: how long a prompt just routed counts as held by its worker before the
+     * engine's event confirms it (a speculative entry), in ms; 0 for none; 2,000 by default.
+     */
+    speculativeTtlMs?: number;
   };
   /**
    * The engines' KV cache events, which `precise-prefix` routes on (vLLM and SGLang publish them
@@ -676,6 +681,15 @@ const SETTING_ROWS = [
       help: 'precise-prefix: the weight of KV prefix overlap against load (whose weight is 1)',
       default: 2,
       parse: positiveNumber,
+    },
+    {
+      key: 'routing.speculativeTtlMs',
+      flag: 'speculative-ttl-ms',
+      env: 'DISAGG_SPECULATIVE_TTL_MS',
+      arg: 'N',
+      help: "precise-prefix: how long a prompt just routed counts as held by its worker before the engine's KV event confirms it (0: never)",
+      default: 2000,
+      parse: nonNegativeMs,
     },
     {
       key: 'routing.sessionHeader',

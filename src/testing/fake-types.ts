@@ -4,6 +4,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { EngineName } from '../engines/registry.js';
 import type { FakeAnswer } from './fake-formats.js';
+import type { FakeKvCacheOptions } from './fake-kv-cache.js';
 import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';
 
 /**
@@ -119,4 +120,10 @@ export interface FakeWorkerOptions {
    * cached and takes `tokenIntervalMs`.
    */
   prefixCache?: FakePrefixCacheOptions;
+  /**
+   * A KV cache in token blocks that publishes its KV events over ZMQ as vLLM does (see
+   * `FakeKvCache`): what a router that follows the engines' events routes on. Wins over
+   * `prefixCache`. Needs the optional dependency `zeromq`.
+   */
+  kvCache?: FakeKvCacheOptions;
 }

@@ -10,6 +10,8 @@ import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
 import { type FakeAnswer, formatFor, planAnswer, promptTokens, usageOf, wantsUsage } from './fake-formats.js';
+import { FakeKvCache } from './fake-kv-cache.js';
+import { FakeKvPublisher } from './fake-kv-publisher.js';
 import { FakePrefixCache } from './fake-prefix-cache.js';
 import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
@@ -37,6 +39,11 @@ export interface FakeWorker {
   setFault(fault: FakeWorkerOptions['fault']): void;
   /** Makes `GET /health` answer 503 (`false`) or 200 (`true`, the start). */
   setHealthy(healthy: boolean): void;
+  /**
+   * Its KV cache in token blocks and the publisher of its KV events (`kvCache.publisher.endpoint`,
+   * `.replayEndpoint`), when started with `kvCache`.
+   */
+  readonly kvCache: FakeKvCache | undefined;
   /** Stops accepting, ends every open connection and pending wait, and resolves once closed. */
   close(): Promise<void>;
 }
@@ -76,7 +83,15 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
       `startFakeWorker expects protocol 'vllm', 'sglang' or 'trtllm', got ${describeValue(options.protocol)}`,
     );
   }
-  const worker = new Worker(options);
+  const publisher =
+    options.kvCache === undefined
+      ? undefined
+      : await FakeKvPublisher.start({
+          ...(options.kvCache.encoding === undefined ? {} : { encoding: options.kvCache.encoding }),
+          ...(options.kvCache.replayForm === undefined ? {} : { replayForm: options.kvCache.replayForm }),
+          ...(options.kvCache.topic === undefined ? {} : { topic: options.kvCache.topic }),
+        });
+  const worker = new Worker(options, publisher);
   await worker.listen();
   return worker;
 }
@@ -113,6 +128,7 @@ class Worker implements FakeWorker, WorkerSide {
   readonly #timers = new Set<NodeJS.Timeout>();
   readonly #cancels = new Set<() => void>();
   readonly #prefixCache: FakePrefixCache | undefined;
+  readonly kvCache: FakeKvCache | undefined;
   /** When the prefills taken so far are computed (with a prefix cache: one at a time). */
   #computingUntil = 0;
   #fault: FakeWorkerOptions['fault'];
@@ -121,7 +137,7 @@ class Worker implements FakeWorker, WorkerSide {
   #connections = 0;
   #blocks = 0;
 
-  constructor(options: FakeWorkerOptions) {
+  constructor(options: FakeWorkerOptions, publisher?: FakeKvPublisher) {
     this.options = options;
     this.host = options.host ?? HOST;
     this.bootstrapHost = this.host;
@@ -130,6 +146,7 @@ class Worker implements FakeWorker, WorkerSide {
     this.#engine = PROTOCOLS[options.protocol];
     this.#fault = options.fault;
     this.#prefixCache = options.prefixCache === undefined ? undefined : new FakePrefixCache(options.prefixCache);
+    this.kvCache = publisher === undefined ? undefined : new FakeKvCache(publisher, options.kvCache);
     this.#server.on('connection', (socket) => {
       this.#connections++;
       this.#sockets.add(socket);
@@ -172,6 +189,7 @@ class Worker implements FakeWorker, WorkerSide {
   }
 
   close(): Promise<void> {
+    this.kvCache?.publisher.close();
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     for (const cancel of this.#cancels) cancel();
@@ -422,17 +440,26 @@ class Worker implements FakeWorker, WorkerSide {
    * then counts half the prompt as cached).
    */
   async computePrompt(record: FakeRequest): Promise<number | undefined> {
+    if (this.kvCache !== undefined) {
+      const { cachedTokens, computeMs } = await this.kvCache.compute(record.body);
+      await this.#computeFor(computeMs);
+      return cachedTokens;
+    }
     if (this.#prefixCache === undefined) {
       await this.pause(this.options.tokenIntervalMs ?? 0);
       return undefined;
     }
     const { cachedTokens, computeMs } = this.#prefixCache.compute(record.body, promptTokens(record.body));
-    // One prefill at a time, as an engine's prefill queue: a busy worker makes the next wait.
+    await this.#computeFor(computeMs);
+    return cachedTokens;
+  }
+
+  /** One prefill at a time, as an engine's prefill queue: a busy worker makes the next wait. */
+  async #computeFor(computeMs: number): Promise<void> {
     const now = performance.now();
     const start = Math.max(now, this.#computingUntil);
     this.#computingUntil = start + computeMs;
     await this.pause(this.#computingUntil - now);
-    return cachedTokens;
   }
 
   nextBlocks(): number[] {

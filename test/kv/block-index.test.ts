@@ -109,3 +109,24 @@ describe("KvBlockIndex: who holds which blocks, from the engines' events", () =>
     expect(index.overlap(ids(12), ['w0']).get('w0')).toBe(0);
   });
 });
+
+describe('KvBlockIndex: speculative entries', () => {
+  it('a prompt just routed counts as held until the engine confirms it, or until it expires', () => {
+    let now = 0;
+    const index = new KvBlockIndex(keys, { now: () => now });
+    index.apply('w0', stored(['h0'], ids(4, 100))); // w0's block size is known: 4
+    index.expect('w0', ids(12), 1000);
+    expect(index.overlap(ids(12), ['w0', 'w1']).get('w0')).toBe(12);
+    // Confirmed by the store event: held for good, whatever the clock says.
+    index.apply('w0', stored(['h1'], ids(4)));
+    now = 5000;
+    expect(index.overlap(ids(12), ['w0']).get('w0')).toBe(4);
+  });
+
+  it('a clear drops what was expected too', () => {
+    const index = new KvBlockIndex(keys, { now: () => 0 });
+    index.expect('w0', ids(8), 1000, undefined, 4);
+    index.apply('w0', { kind: 'cleared' });
+    expect(index.overlap(ids(8), ['w0']).get('w0')).toBe(0);
+  });
+});

@@ -10,6 +10,7 @@ const params = {
   balanceRelThreshold: 1.1,
   maxTreeChars: 1024,
   prefixWeight: 2,
+  speculativeTtlMs: 2000,
 };
 
 describe('the routing registry: one entry per policy, and everything else reads it', () => {

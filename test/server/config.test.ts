@@ -62,6 +62,7 @@ describe('disagg serve configuration', () => {
         maxTreeChars: 8 * 1024 * 1024,
         sessionHeader: 'x-session-id',
         prefixWeight: 2,
+        speculativeTtlMs: 2000,
       },
       kvEvents: { port: undefined, replayPort: undefined, topic: undefined },
       deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },

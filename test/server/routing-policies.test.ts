@@ -15,6 +15,7 @@ const routing: ResolvedProxyOptions['routing'] = {
   cacheThreshold: 0.3,
   balanceAbsThreshold: 7,
   prefixWeight: 2,
+  speculativeTtlMs: 2000,
   balanceRelThreshold: 1.5,
   maxTreeChars: 4096,
   aggregateBelowChars: 0,

@@ -1,0 +1,146 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { RoutingInput } from '../routing/routing-input.js';
+import type { FakeKvEvent, FakeKvPublisher } from './fake-kv-publisher.js';
+
+/** Options of a fake worker's KV cache in token blocks (`FakeWorkerOptions.kvCache`). */
+export interface FakeKvCacheOptions {
+  /** Tokens per block; 16 by default (vLLM's). */
+  blockSize?: number;
+  /** Blocks it holds, least recently used evicted first; 4,096 by default. */
+  capacityBlocks?: number;
+  /** How its events are encoded (see {@link FakeKvPublisher}); `map` by default. */
+  encoding?: 'map' | 'array';
+  /** How its replays answer; `topic` by default. */
+  replayForm?: 'topic' | 'legacy';
+  /** The topic of its events; `''` by default. */
+  topic?: string;
+  /** Milliseconds of computing per prompt token not found in the cache; 0 by default. */
+  msPerToken?: number;
+}
+
+/**
+ * What vLLM's prefix cache does with a prompt's tokens, in small, and what it publishes about
+ * it: the prompt is cut into whole blocks, each named by the engine's own chained hash (seeded
+ * at random per worker, as vLLM's sha256 is unless PYTHONHASHSEED is set, so that a router can
+ * only match blocks by their token ids); the leading blocks already held are hits; the rest
+ * are stored and published as `BlockStored` (with their parent and tokens), and blocks evicted
+ * at capacity as `BlockRemoved`, one batch per prefill, over a {@link FakeKvPublisher}. A text
+ * prompt is cut into fake tokens of four characters. `restart()` empties it and starts the
+ * publisher's sequence again, as a restarted engine does.
+ */
+export class FakeKvCache {
+  readonly #blockSize: number;
+  readonly #capacity: number;
+  readonly #msPerToken: number;
+  readonly publisher: FakeKvPublisher;
+  #seed = randomBytes(8);
+  /** Engine hash -> true, least recently used first. */
+  readonly #blocks = new Map<bigint, true>();
+
+  constructor(publisher: FakeKvPublisher, options: FakeKvCacheOptions = {}) {
+    this.publisher = publisher;
+    this.#blockSize = options.blockSize ?? 16;
+    this.#capacity = options.capacityBlocks ?? 4096;
+    this.#msPerToken = options.msPerToken ?? 0;
+  }
+
+  /** Blocks held now. */
+  get size(): number {
+    return this.#blocks.size;
+  }
+
+  /**
+   * Computes `body`'s prompt: the tokens found cached (whole blocks from the start) and the
+   * milliseconds the rest takes; the blocks computed are stored, and the batch of what changed
+   * is published before this resolves.
+   */
+  async compute(
+    body: Record<string, unknown>,
+  ): Promise<{ cachedTokens: number; computeMs: number; promptTokens: number }> {
+    const tokens = tokensOf(body);
+    const size = this.#blockSize;
+    const events: FakeKvEvent[] = [];
+    let parent: bigint | null = null;
+    let hits = 0;
+    let missed = false;
+    const stored: { hashes: bigint[]; parent: bigint | null; tokens: number[] } = {
+      hashes: [],
+      parent: null,
+      tokens: [],
+    };
+    for (let start = 0; start + size <= tokens.length; start += size) {
+      const block = tokens.slice(start, start + size);
+      const hash = this.#hash(parent, block);
+      if (!missed && this.#blocks.has(hash)) {
+        hits++;
+        this.#blocks.delete(hash);
+        this.#blocks.set(hash, true);
+      } else {
+        if (!missed) stored.parent = parent;
+        missed = true;
+        // Every block from the first miss on is computed and stored: one chain for the event.
+        stored.hashes.push(hash);
+        stored.tokens.push(...block);
+        this.#blocks.delete(hash);
+        this.#blocks.set(hash, true);
+      }
+      parent = hash;
+    }
+    if (stored.hashes.length > 0) {
+      events.push({
+        type: 'BlockStored',
+        block_hashes: stored.hashes,
+        parent_block_hash: stored.parent,
+        token_ids: stored.tokens,
+        block_size: size,
+      });
+    }
+    const evicted: bigint[] = [];
+    while (this.#blocks.size > this.#capacity) {
+      const oldest = this.#blocks.keys().next().value as bigint;
+      this.#blocks.delete(oldest);
+      evicted.push(oldest);
+    }
+    if (evicted.length > 0) events.push({ type: 'BlockRemoved', block_hashes: evicted });
+    if (events.length > 0) await this.publisher.publish(events);
+    const cachedTokens = hits * size;
+    return { cachedTokens, computeMs: (tokens.length - cachedTokens) * this.#msPerToken, promptTokens: tokens.length };
+  }
+
+  /** The engine restarted: its cache is empty, its hash seed new, its event sequence back at 0. */
+  restart(): void {
+    this.#blocks.clear();
+    this.#seed = randomBytes(8);
+    this.publisher.restart();
+  }
+
+  /** The cache was reset (vLLM's `/reset_prefix_cache`): empty, and `AllBlocksCleared` published. */
+  async clear(): Promise<void> {
+    this.#blocks.clear();
+    await this.publisher.publish([{ type: 'AllBlocksCleared' }]);
+  }
+
+  #hash(parent: bigint | null, block: readonly number[]): bigint {
+    const digest = createHash('sha256')
+      .update(this.#seed)
+      .update(parent === null ? '' : parent.toString())
+      .update(Uint32Array.from(block))
+      .digest();
+    return digest.readBigUInt64BE(0);
+  }
+}
+
+/** A request's prompt tokens: its ids, else its text cut into fake tokens of four characters. */
+function tokensOf(body: Record<string, unknown>): number[] {
+  const input = new RoutingInput(body);
+  const ids = input.tokenIds;
+  if (ids !== undefined) return [...ids];
+  const text = input.text;
+  const out: number[] = [];
+  for (let i = 0; i + 4 <= text.length; i += 4) {
+    let id = 0;
+    for (let j = 0; j < 4; j++) id = (id * 31 + text.charCodeAt(i + j)) >>> 0;
+    out.push(id % 150_000);
+  }
+  return out;
+}
