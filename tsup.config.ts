@@ -35,7 +35,8 @@ export default defineConfig([
   },
   {
     // The `disagg` command (the package's bin): ESM only, with its shebang.
-    entry: { cli: 'src/cli/disagg.ts' },
+    // The tokenizer's worker thread too: plain JavaScript, run by Node as a file of its own.
+    entry: { cli: 'src/cli/disagg.ts', 'tokenizer-thread': 'src/tokenize/tokenizer-thread.mjs' },
     format: ['esm'],
     // Optional: loaded only when asked (--log-format pretty, a selector), from the user's node_modules.
     external,

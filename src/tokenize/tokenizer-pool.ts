@@ -1,0 +1,150 @@
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { branded, DisaggError } from '../util/disagg-error.js';
+
+/** The router's tokenizer could not be loaded (a directory without `tokenizer.json`, say). */
+export class TokenizerError extends DisaggError {
+  static override readonly is = branded<TokenizerError>('TokenizerError');
+  declare readonly code: 'DISAGG_TOKENIZER';
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('DISAGG_TOKENIZER', message, options);
+  }
+}
+
+/** Options of {@link TokenizerPool.start}. */
+export interface TokenizerPoolOptions {
+  /** A directory with a Hugging Face `tokenizer.json` and a `tokenizer_config.json` (its chat template). */
+  dir: string;
+  /** Worker threads; 1 by default. */
+  threads?: number;
+  /** Characters of prompt pieces whose ids each thread remembers (a conversation's earlier turns); 8 Mi by default. */
+  cacheChars?: number;
+}
+
+type Pending = { resolve: (ids: number[] | undefined) => void; reject: (error: Error) => void };
+
+/**
+ * The router's own tokenizer, off the event loop: worker threads that each load a Hugging Face
+ * `tokenizer.json` and render chat requests with the chat template of `tokenizer_config.json`
+ * as vLLM's chat endpoint does (`add_generation_prompt`, `continue_final_message`, `tools`,
+ * `chat_template_kwargs`), then encode them; a completion's text prompt is encoded with the
+ * tokenizer's special tokens, as vLLM does. Requests go to the thread with the fewest in flight.
+ * Pieces of text between special tokens are remembered (they encode alone), so a conversation's
+ * earlier turns are not encoded again. `close()` ends the threads.
+ *
+ * @example
+ * const tokenizer = await TokenizerPool.start({ dir: '/models/Qwen3-8B' });
+ * const ids = await tokenizer.tokenize({ messages: [{ role: 'user', content: 'Hi' }] }, 'chat');
+ */
+export class TokenizerPool {
+  readonly #threads: Array<{ worker: Worker; inFlight: number }>;
+  readonly #pending = new Map<number, Pending>();
+  #next = 0;
+  #closed = false;
+
+  private constructor(threads: Worker[]) {
+    this.#threads = threads.map((worker) => ({ worker, inFlight: 0 }));
+    for (const thread of this.#threads) {
+      thread.worker.on('message', (message: { id: number; ids?: number[]; error?: string }) => {
+        const pending = this.#pending.get(message.id);
+        if (pending === undefined) return;
+        this.#pending.delete(message.id);
+        thread.inFlight--;
+        if (message.error !== undefined) pending.reject(new TokenizerError(`Tokenizing failed: ${message.error}`));
+        else pending.resolve(message.ids);
+      });
+      // A thread that dies takes its answers with it: nothing waits for them forever.
+      const died = (why: unknown) => {
+        if (this.#closed) return;
+        this.#closed = true;
+        for (const pending of this.#pending.values()) {
+          pending.reject(new TokenizerError(`A tokenizer thread died: ${String(why)}`, { cause: why }));
+        }
+        this.#pending.clear();
+      };
+      thread.worker.on('error', died);
+      thread.worker.on('exit', (code) => died(`exit ${code}`));
+    }
+  }
+
+  /**
+   * Starts the threads and waits until each has loaded the tokenizer.
+   *
+   * @throws {TokenizerError} for a directory without `tokenizer.json`, or one that does not load.
+   */
+  static async start(options: TokenizerPoolOptions): Promise<TokenizerPool> {
+    if (!existsSync(join(options.dir, 'tokenizer.json'))) {
+      throw new TokenizerError(
+        `--tokenizer ${options.dir} has no tokenizer.json: give the directory of a Hugging Face model (tokenizer.json and tokenizer_config.json)`,
+      );
+    }
+    const script = threadScript();
+    const threads = Array.from(
+      { length: Math.max(1, options.threads ?? 1) },
+      () => new Worker(script, { workerData: { dir: options.dir, cacheChars: options.cacheChars ?? 8 * 1024 * 1024 } }),
+    );
+    try {
+      await Promise.all(
+        threads.map(
+          (worker) =>
+            new Promise<void>((resolve, reject) => {
+              worker.once('message', () => resolve());
+              worker.once('error', reject);
+              worker.once('exit', (code) => reject(new Error(`the tokenizer thread exited (${code})`)));
+            }),
+        ),
+      );
+    } catch (error) {
+      await Promise.all(threads.map((worker) => worker.terminate()));
+      throw new TokenizerError(`The tokenizer in ${options.dir} did not load: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    for (const worker of threads) {
+      worker.removeAllListeners('exit');
+      worker.removeAllListeners('error');
+    }
+    return new TokenizerPool(threads);
+  }
+
+  /**
+   * The prompt token ids of a request of `route` (`chat`: its messages rendered with the chat
+   * template; `completions`: its text `prompt`; `generate`: SGLang's `text`); undefined when it
+   * has no text prompt.
+   *
+   * @throws {TokenizerError} when the template or the tokenizer fails on it.
+   */
+  tokenize(body: Readonly<Record<string, unknown>>, route: 'chat' | 'completions' | 'generate'): Promise<number[] | undefined> {
+    if (this.#closed) return Promise.reject(new TokenizerError('The tokenizer is closed'));
+    let thread = this.#threads[0] as { worker: Worker; inFlight: number };
+    for (const each of this.#threads) if (each.inFlight < thread.inFlight) thread = each;
+    const id = this.#next++;
+    thread.inFlight++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+      thread.worker.postMessage({ id, body, route });
+    });
+  }
+
+  /** Ends the threads; tokenizations under way reject. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
+    for (const pending of this.#pending.values()) pending.reject(new TokenizerError('The tokenizer was closed'));
+    this.#pending.clear();
+  }
+}
+
+/** Where the thread's script is: beside this module in the sources, beside the bundle in dist/. */
+function threadScript(): string {
+  const here = typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url));
+  for (const name of ['tokenizer-thread.mjs', 'tokenizer-thread.js', 'tokenize/tokenizer-thread.mjs']) {
+    const path = join(here, name);
+    if (existsSync(path)) return path;
+  }
+  throw new TokenizerError(`The tokenizer thread's script is missing beside ${here}`);
+}

