@@ -42,6 +42,7 @@ describe('disagg.example.yaml', () => {
       'kvEvents.port',
       'kvEvents.replayPort',
       'kvEvents.topic',
+      'tokenizer.dir',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

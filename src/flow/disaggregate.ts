@@ -110,6 +110,11 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    */
   sessionKey?: string;
   /**
+   * The prompt's token ids, when the caller's tokenizer made them (a chat or text prompt), for
+   * policies that route on the engines' KV blocks (`precisePrefix`); a token-id prompt needs none.
+   */
+  promptTokenIds?: readonly number[];
+  /**
    * Without a prefill worker in rotation: serve the request on decode alone (`'aggregate'`,
    * the default, as the reference router does) or fail it with a `NoWorkerError` (`'fail'`:
    * a deployment that must not put prompts on its decode GPUs).
@@ -194,7 +199,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const log = () => logger ?? defaultLogger();
 
   // What routing policies look at: worked out once, and only if a policy asks.
-  const input = new RoutingInput(request, options.sessionKey);
+  const input = new RoutingInput(request, options.sessionKey, options.promptTokenIds);
   const skipped =
     options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, logger);
   const { decodeWorkers } = options;

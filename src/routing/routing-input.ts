@@ -19,10 +19,13 @@ export class RoutingInput {
    * @param body the request body as the client sent it.
    * @param sessionKey the session it belongs to (a header such as `x-session-id`); the body's
    *   `user` when omitted.
+   * @param tokenIds the prompt's token ids as the router's tokenizer made them (a text or chat
+   *   prompt); read from the body when omitted.
    */
-  constructor(body: Readonly<Record<string, unknown>>, sessionKey?: string) {
+  constructor(body: Readonly<Record<string, unknown>>, sessionKey?: string, tokenIds?: readonly number[]) {
     this.#body = body;
     this.#sessionKey = sessionKey;
+    if (tokenIds !== undefined) this.#tokenIds = tokenIds;
   }
 
   /** The text whose prefix a worker's cache would hold (see {@link routingText}). */

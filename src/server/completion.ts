@@ -217,8 +217,10 @@ async function startFlow(
     return delayMs;
   };
   try {
+    const promptTokenIds = await proxy.promptTokens(body, request.route);
     const stream = await disaggregate({
       request: body,
+      ...(promptTokenIds === undefined ? {} : { promptTokenIds }),
       context,
       prefill: engines.prefill,
       decode: engines.decode,

@@ -184,6 +184,13 @@ export interface ProxyOptions {
    */
   kvEvents?: { port?: number; replayPort?: number; topic?: string };
   /**
+   * The router's own tokenizer, for `precise-prefix` on text and chat prompts (the engines'
+   * blocks are tokens): `dir` holds the model's Hugging Face `tokenizer.json` and
+   * `tokenizer_config.json` (its chat template), tokenized in `threads` worker threads (1).
+   * Without one, only token-id prompts are matched to blocks.
+   */
+  tokenizer?: { dir?: string; threads?: number };
+  /**
    * Budgets per phase in milliseconds, `0` for none; by default every phase but the total:
    * prefill's first output 600,000, the handoff 600,000, decode's first token 300,000, idle
    * 120,000 (`disagg serve --help` lists them).
@@ -316,6 +323,7 @@ export interface ResolvedProxyOptions
       | 'decodePolicy'
       | 'routing'
       | 'kvEvents'
+      | 'tokenizer'
     >
   > {
   /** As given, else `selection`. */
@@ -352,6 +360,7 @@ export interface ResolvedProxyOptions
   onEvent: ProxyOptions['onEvent'];
   dispatcher: Dispatcher | undefined;
   kvEvents: { port: number | undefined; replayPort: number | undefined; topic: string | undefined };
+  tokenizer: { dir: string | undefined; threads: number };
 }
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
@@ -394,6 +403,7 @@ export interface ServeConfig {
   metricsPort: number | undefined;
   discovery: ResolvedProxyOptions['discovery'];
   kvEvents: ResolvedProxyOptions['kvEvents'];
+  tokenizer: ResolvedProxyOptions['tokenizer'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
   tracing: { otlpEndpoint?: string; sampleRatio: number; serviceName: string };
@@ -1003,6 +1013,23 @@ const SETTING_ROWS = [
       shownDefault: 'every topic',
       parse: text,
     },
+    {
+      key: 'tokenizer.dir',
+      flag: 'tokenizer',
+      env: 'DISAGG_TOKENIZER',
+      arg: 'DIR',
+      help: "the model's Hugging Face tokenizer (tokenizer.json and tokenizer_config.json with its chat template): precise-prefix then matches text and chat prompts to the engines' blocks, tokenized off the event loop",
+      parse: text,
+    },
+    {
+      key: 'tokenizer.threads',
+      flag: 'tokenizer-threads',
+      env: 'DISAGG_TOKENIZER_THREADS',
+      arg: 'N',
+      help: 'worker threads that tokenize',
+      default: 1,
+      parse: positiveInteger,
+    },
   ]),
   ...inGroup('Discovery', [
     ...(['prefill', 'decode'] as const).map((role) =>
@@ -1165,6 +1192,7 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'breaker'>>,
   Expect<NestedOf<'deadlines'>>,
   Expect<NestedOf<'kvEvents'>>,
+  Expect<NestedOf<'tokenizer'>>,
 ];
 
 /** Where a value came from, for the name an error gives it. */
@@ -1301,6 +1329,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     metricsPort: values.metricsPort as number | undefined,
     discovery: discoveryOf(values),
     kvEvents: kv,
+    tokenizer: tokenizerOf(values),
     dnsLookup: options.dnsLookup,
     kubeConfig: options.kubeConfig,
     metricsRegistry: options.metricsRegistry,
@@ -1724,7 +1753,17 @@ export function resolveServeConfig({ flags, env, file }: ServeSources): ServeCon
   // Every row's value as resolved, under its key: a row added to SETTINGS reaches the CLI as it
   // reaches createProxy (a field-by-field copy here once parsed a new flag and dropped it).
   const resolved = withWorkers(values);
-  return { ...resolved, discovery: discoveryOf(resolved), kvEvents: kvEventsOf(resolved) } as unknown as ServeConfig;
+  return {
+    ...resolved,
+    discovery: discoveryOf(resolved),
+    kvEvents: kvEventsOf(resolved),
+    tokenizer: tokenizerOf(resolved),
+  } as unknown as ServeConfig;
+}
+
+function tokenizerOf(values: Record<string, unknown>): ResolvedProxyOptions['tokenizer'] {
+  const given = (values.tokenizer ?? {}) as Partial<ResolvedProxyOptions['tokenizer']>;
+  return { dir: given.dir, threads: given.threads ?? 1 };
 }
 
 function kvEventsOf(values: Record<string, unknown>): ResolvedProxyOptions['kvEvents'] {

@@ -9,7 +9,9 @@ import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
+import { RoutingInput } from '../routing/routing-input.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { Admission } from './admission.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
@@ -64,6 +66,10 @@ export class ProxyCore implements ProxyState {
   readonly membership: Membership;
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollowing;
+  /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */
+  #tokenizer: TokenizerPool | undefined;
+  /** Whether a pool routes on KV blocks, so that prompts are worth tokenizing. */
+  readonly #routesOnBlocks: boolean;
   /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
   tracing: Tracing | undefined;
   /** Discovery per role: DNS (`--prefill-dns`), Kubernetes (`--prefill-selector`). */
@@ -87,6 +93,7 @@ export class ProxyCore implements ProxyState {
     const { dispatcher } = this;
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
+    this.#routesOnBlocks = options.prefillPolicy === 'precise-prefix' || options.decodePolicy === 'precise-prefix';
     this.kv = new KvFollowing(options.kvEvents, this.logger, (worker) => this.membership.nameOf(worker));
     const services = { kvIndex: () => this.kv.index };
     this.prefillWorkers = new WorkerPool(options.prefill, {
@@ -262,6 +269,8 @@ export class ProxyCore implements ProxyState {
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
       await this.kv.start([this.prefillWorkers, this.decodeWorkers]);
+      const { dir, threads } = this.options.tokenizer;
+      if (dir !== undefined) this.#tokenizer = await TokenizerPool.start({ dir, threads });
       this.health.start();
     })();
     return this.#started;
@@ -288,6 +297,18 @@ export class ProxyCore implements ProxyState {
     });
   }
 
+  async promptTokens(body: Record<string, unknown>, route: Route): Promise<readonly number[] | undefined> {
+    const tokenizer = this.#tokenizer;
+    if (tokenizer === undefined || !this.#routesOnBlocks) return undefined;
+    if (new RoutingInput(body).tokenIds !== undefined) return undefined;
+    try {
+      return await tokenizer.tokenize(body, route);
+    } catch (error) {
+      this.logger.warn({ err: error }, 'Could not tokenize a prompt for precise-prefix; it goes by load');
+      return undefined;
+    }
+  }
+
   async beginDrain(): Promise<void> {
     this.draining = true;
     await Promise.all([...this.#discoveries.map((discovery) => discovery.stop()), this.kv.close()]);
@@ -310,5 +331,6 @@ export class ProxyCore implements ProxyState {
     // Legs still open (a prefill that never answers, a clean-up read) end here, whatever the
     // workers do: shutdown is bounded by the grace period.
     if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
+    await this.#tokenizer?.close();
   }
 }

@@ -55,6 +55,12 @@ export interface ProxyState {
   readonly logger: Logger;
   /** Conditional disaggregation (`--aggregate-below-chars`, `--aggregate-cached-ratio`): why to serve a request on decode alone. */
   readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
+  /**
+   * The prompt's token ids by the router's tokenizer (`--tokenizer`), when a policy routes on
+   * the engines' KV blocks and the body has no ids of its own; undefined otherwise, and when
+   * tokenizing fails (the request then goes by load; the failure is logged).
+   */
+  promptTokens(body: Record<string, unknown>, route: Route): Promise<readonly number[] | undefined>;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
   /** True from the start of shutdown, before requests are refused: `/ready` fails first. */

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { RoutingInput } from '../routing/routing-input.js';
+import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import type { FakeKvEvent, FakeKvPublisher } from './fake-kv-publisher.js';
 
 /** Options of a fake worker's KV cache in token blocks (`FakeWorkerOptions.kvCache`). */
@@ -16,6 +17,11 @@ export interface FakeKvCacheOptions {
   topic?: string;
   /** Milliseconds of computing per prompt token not found in the cache; 0 by default. */
   msPerToken?: number;
+  /**
+   * A Hugging Face tokenizer directory (as `--tokenizer` takes): text and chat prompts are
+   * tokenized with it, as the engine would, instead of into fake tokens.
+   */
+  tokenizer?: string;
 }
 
 /**
@@ -34,6 +40,7 @@ export class FakeKvCache {
   readonly #msPerToken: number;
   readonly publisher: FakeKvPublisher;
   #seed = randomBytes(8);
+  readonly #tokenizer: Promise<TokenizerPool> | undefined;
   /** Engine hash -> true, least recently used first. */
   readonly #blocks = new Map<bigint, true>();
 
@@ -42,6 +49,14 @@ export class FakeKvCache {
     this.#blockSize = options.blockSize ?? 16;
     this.#capacity = options.capacityBlocks ?? 4096;
     this.#msPerToken = options.msPerToken ?? 0;
+    this.#tokenizer = options.tokenizer === undefined ? undefined : TokenizerPool.start({ dir: options.tokenizer });
+    // Reported by the first compute, not left unhandled if none comes.
+    this.#tokenizer?.catch(() => {});
+  }
+
+  /** Ends its tokenizer's thread, if it has one. */
+  async close(): Promise<void> {
+    await (await this.#tokenizer?.catch(() => undefined))?.close();
   }
 
   /** Blocks held now. */
@@ -57,7 +72,7 @@ export class FakeKvCache {
   async compute(
     body: Record<string, unknown>,
   ): Promise<{ cachedTokens: number; computeMs: number; promptTokens: number }> {
-    const tokens = tokensOf(body);
+    const tokens = (await this.#tokens(body)) ?? tokensOf(body);
     const size = this.#blockSize;
     const events: FakeKvEvent[] = [];
     let parent: bigint | null = null;
@@ -118,6 +133,12 @@ export class FakeKvCache {
   async clear(): Promise<void> {
     this.#blocks.clear();
     await this.publisher.publish([{ type: 'AllBlocksCleared' }]);
+  }
+
+  async #tokens(body: Record<string, unknown>): Promise<number[] | undefined> {
+    if (this.#tokenizer === undefined || new RoutingInput(body).tokenIds !== undefined) return undefined;
+    const route = Array.isArray(body.messages) ? 'chat' : typeof body.text === 'string' ? 'generate' : 'completions';
+    return (await this.#tokenizer).tokenize(body, route);
   }
 
   #hash(parent: bigint | null, block: readonly number[]): bigint {

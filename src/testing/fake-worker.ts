@@ -190,6 +190,7 @@ class Worker implements FakeWorker, WorkerSide {
 
   close(): Promise<void> {
     this.kvCache?.publisher.close();
+    void this.kvCache?.close();
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     for (const cancel of this.#cancels) cancel();

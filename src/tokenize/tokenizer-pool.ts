@@ -117,7 +117,10 @@ export class TokenizerPool {
    *
    * @throws {TokenizerError} when the template or the tokenizer fails on it.
    */
-  tokenize(body: Readonly<Record<string, unknown>>, route: 'chat' | 'completions' | 'generate'): Promise<number[] | undefined> {
+  tokenize(
+    body: Readonly<Record<string, unknown>>,
+    route: 'chat' | 'completions' | 'generate',
+  ): Promise<number[] | undefined> {
     if (this.#closed) return Promise.reject(new TokenizerError('The tokenizer is closed'));
     let thread = this.#threads[0] as { worker: Worker; inFlight: number };
     for (const each of this.#threads) if (each.inFlight < thread.inFlight) thread = each;

@@ -25,7 +25,12 @@ const added = (tokenizerJson.added_tokens ?? []).map((token) => token.content).f
 const splitter =
   added.length === 0
     ? undefined
-    : new RegExp(`(${added.sort((a, b) => b.length - a.length).map((text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|')})`);
+    : new RegExp(
+        `(${added
+          .sort((a, b) => b.length - a.length)
+          .map((text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
+          .join('|')})`,
+      );
 const cache = new Map();
 let cachedChars = 0;
 
@@ -68,7 +73,9 @@ function renderChat(body) {
   const messages = body.messages;
   let text = template.render({
     ...special,
-    ...(typeof body.chat_template_kwargs === 'object' && body.chat_template_kwargs !== null ? body.chat_template_kwargs : {}),
+    ...(typeof body.chat_template_kwargs === 'object' && body.chat_template_kwargs !== null
+      ? body.chat_template_kwargs
+      : {}),
     messages,
     ...(Array.isArray(body.tools) ? { tools: body.tools } : {}),
     add_generation_prompt: addGenerationPrompt,

