@@ -1,5 +1,6 @@
 import type { Connector } from '../flow/connectors.js';
 import type { EngineHandoff } from './engine-handoff.js';
+import { type EngineLoadMetrics, SGLANG_LOAD_METRICS, VLLM_LOAD_METRICS } from './load-metrics.js';
 import { sglangBootstrap } from './sglang/connector.js';
 import { sglangHandoff } from './sglang/handoff.js';
 import { SGLANG_PREFILL_WORKER_FIELDS, type WorkerFieldKind } from './sglang/worker-fields.js';
@@ -28,6 +29,8 @@ export interface EngineEntry {
   readonly prefillBootstrap: boolean;
   /** The fields a prefill worker entry of this engine may have besides `url` and `name`. */
   readonly prefillWorkerFields: Readonly<Record<string, WorkerFieldKind>>;
+  /** Where its `/metrics` says how loaded a worker is; undefined for an engine without them. */
+  readonly loadMetrics: EngineLoadMetrics | undefined;
 }
 
 function engine<const N extends string>(entry: EngineEntry & { name: N }): EngineEntry & { name: N } {
@@ -49,6 +52,7 @@ export const ENGINES = [
     handoff: vllmHandoff,
     prefillBootstrap: false,
     prefillWorkerFields: {},
+    loadMetrics: VLLM_LOAD_METRICS,
   }),
   engine({
     name: 'sglang',
@@ -57,6 +61,7 @@ export const ENGINES = [
     handoff: sglangHandoff,
     prefillBootstrap: true,
     prefillWorkerFields: SGLANG_PREFILL_WORKER_FIELDS,
+    loadMetrics: SGLANG_LOAD_METRICS,
   }),
   engine({
     name: 'trtllm',
@@ -65,6 +70,8 @@ export const ENGINES = [
     handoff: trtllmHandoff,
     prefillBootstrap: false,
     prefillWorkerFields: {},
+    // Not read yet: TensorRT-LLM's server metrics are not mapped here.
+    loadMetrics: undefined,
   }),
 ] as const;
 

@@ -1,3 +1,4 @@
+import type { EngineLoad } from '../engines/load-metrics.js';
 import type { KvBlockIndex } from '../kv/block-index.js';
 import type { RoutingInput } from './routing-input.js';
 import type { LoadView, RoutingPolicy } from './routing-policy.js';
@@ -37,8 +38,44 @@ export function kvPrefixScorer<W>(index: KvIndexSource<W>, options: { speculativ
   };
 }
 
+/** A worker's own load as its engine last reported it, or undefined when not known (recently). */
+export type EngineLoadSource<W> = (worker: W) => EngineLoad | undefined;
+
+/**
+ * The engine's queue: 1 for the candidate with the fewest requests waiting and running as its
+ * engine reports them, falling to 0 for the most; 0.5 for one whose load is not known.
+ */
+export function engineQueueScorer<W>(loadOf: EngineLoadSource<W>): Scorer<W> {
+  return {
+    name: 'engine-queue',
+    score(candidates: readonly W[]): readonly number[] {
+      const queues = candidates.map((worker) => {
+        const load = loadOf(worker);
+        return load === undefined ? undefined : load.waiting + load.running;
+      });
+      const known = queues.filter((queue): queue is number => queue !== undefined);
+      const min = Math.min(...known);
+      const max = Math.max(...known);
+      return queues.map((queue) => (queue === undefined ? 0.5 : max === min ? 1 : (max - queue) / (max - min)));
+    },
+  };
+}
+
+/** KV cache room: 1 minus the share of its KV cache the engine reports in use; 0.5 when not known. */
+export function kvUsageScorer<W>(loadOf: EngineLoadSource<W>): Scorer<W> {
+  return {
+    name: 'kv-usage',
+    score(candidates: readonly W[]): readonly number[] {
+      return candidates.map((worker) => {
+        const load = loadOf(worker);
+        return load === undefined ? 0.5 : 1 - Math.min(1, Math.max(0, load.kvUsage));
+      });
+    },
+  };
+}
+
 /** Options of {@link precisePrefix}. */
-export interface PrecisePrefixOptions {
+export interface PrecisePrefixOptions<W = unknown> {
   /** The weight of prefix overlap against load (1). Default 2, as llm-d weighs its prefix scorer. */
   prefixWeight?: number;
   /**
@@ -46,14 +83,19 @@ export interface PrecisePrefixOptions {
    * confirms it (a speculative entry); 0 for none. Default 2,000 ms.
    */
   speculativeTtlMs?: number;
+  /**
+   * The engines' own load (their `/metrics`): when given, their queue and KV usage are scored
+   * too, each at weight 1, beside this router's requests in flight.
+   */
+  engineLoad?: EngineLoadSource<W>;
 }
 
 /**
  * Routing on what the engines hold: KV prefix overlap from their events ({@link kvPrefixScorer})
- * weighed against load (requests in flight from this router), the highest total wins, ties to
- * the less loaded. Its `cachedShare` is the best overlap, for conditional disaggregation.
+ * weighed against load (requests in flight from this router, and the engines' own queue and KV
+ * usage when `engineLoad` reads them), the highest total wins, ties to the less loaded. Its `cachedShare` is the best overlap, for conditional disaggregation.
  */
-export function precisePrefix<W>(index: KvIndexSource<W>, options: PrecisePrefixOptions = {}): RoutingPolicy<W> {
+export function precisePrefix<W>(index: KvIndexSource<W>, options: PrecisePrefixOptions<W> = {}): RoutingPolicy<W> {
   const prefix = kvPrefixScorer(index, {
     ...(options.speculativeTtlMs === undefined ? {} : { speculativeTtlMs: options.speculativeTtlMs }),
   });
@@ -62,6 +104,12 @@ export function precisePrefix<W>(index: KvIndexSource<W>, options: PrecisePrefix
     scorers: [
       { scorer: prefix, weight: options.prefixWeight ?? 2 },
       { scorer: loadScorer(), weight: 1 },
+      ...(options.engineLoad === undefined
+        ? []
+        : [
+            { scorer: engineQueueScorer(options.engineLoad), weight: 1 },
+            { scorer: kvUsageScorer(options.engineLoad), weight: 1 },
+          ]),
     ],
   });
   return {

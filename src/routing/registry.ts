@@ -1,6 +1,6 @@
 import { cacheAware } from './cache-aware.js';
 import { consistentHash } from './consistent-hash.js';
-import { type KvIndexSource, precisePrefix } from './kv-prefix.js';
+import { type EngineLoadSource, type KvIndexSource, precisePrefix } from './kv-prefix.js';
 import { leastInFlight } from './least-in-flight.js';
 import { powerOfTwo } from './power-of-two.js';
 import { random } from './random.js';
@@ -23,6 +23,8 @@ export interface RoutingParams {
 /** What the proxy gives a policy besides settings: the engines' KV block index, once it has one. */
 export interface RoutingServices<W> {
   kvIndex?: KvIndexSource<W>;
+  /** The engines' own load from their `/metrics`, when the proxy scrapes it. */
+  engineLoad?: EngineLoadSource<W>;
 }
 
 /**
@@ -93,6 +95,7 @@ export const POLICIES = [
       return precisePrefix(services.kvIndex, {
         prefixWeight: params.prefixWeight,
         speculativeTtlMs: params.speculativeTtlMs,
+        ...(services.engineLoad === undefined ? {} : { engineLoad: services.engineLoad }),
       });
     },
   }),

@@ -175,6 +175,13 @@ export interface ProxyOptions {
      * engine's event confirms it (a speculative entry), in ms; 0 for none; 2,000 by default.
      */
     speculativeTtlMs?: number;
+    /**
+     * precise-prefix: read each worker's own load (requests waiting and running, KV cache
+     * usage) from its `/metrics` this often, in ms, and score it; 0 (off) by default.
+     */
+    engineLoadIntervalMs?: number;
+    /** How old a worker's load reading may be before it counts as unknown, in ms; 2,000 by default. */
+    engineLoadStaleMs?: number;
   };
   /**
    * The engines' KV cache events, which `precise-prefix` routes on (vLLM and SGLang publish them
@@ -700,6 +707,24 @@ const SETTING_ROWS = [
       help: "precise-prefix: how long a prompt just routed counts as held by its worker before the engine's KV event confirms it (0: never)",
       default: 2000,
       parse: nonNegativeMs,
+    },
+    {
+      key: 'routing.engineLoadIntervalMs',
+      flag: 'engine-load-interval-ms',
+      env: 'DISAGG_ENGINE_LOAD_INTERVAL_MS',
+      arg: 'N',
+      help: "precise-prefix: read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, and score it (0: off)",
+      default: 0,
+      parse: nonNegativeMs,
+    },
+    {
+      key: 'routing.engineLoadStaleMs',
+      flag: 'engine-load-stale-ms',
+      env: 'DISAGG_ENGINE_LOAD_STALE_MS',
+      arg: 'N',
+      help: "a worker's load reading older than this counts as unknown",
+      default: 2000,
+      parse: positiveMs,
     },
     {
       key: 'routing.sessionHeader',

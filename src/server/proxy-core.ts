@@ -13,6 +13,7 @@ import { RoutingInput } from '../routing/routing-input.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { Admission } from './admission.js';
+import { EngineLoadScraper } from './engine-load.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
@@ -68,6 +69,8 @@ export class ProxyCore implements ProxyState {
   readonly kv: KvFollowing;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */
   #tokenizer: TokenizerPool | undefined;
+  /** The engines' own load from their `/metrics` (`--engine-load-interval-ms`), when read. */
+  readonly #engineLoad: EngineLoadScraper | undefined;
   /** Whether a pool routes on KV blocks, so that prompts are worth tokenizing. */
   readonly #routesOnBlocks: boolean;
   /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
@@ -95,7 +98,24 @@ export class ProxyCore implements ProxyState {
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
     this.#routesOnBlocks = options.prefillPolicy === 'precise-prefix' || options.decodePolicy === 'precise-prefix';
     this.kv = new KvFollowing(options.kvEvents, this.logger, (worker) => this.membership.nameOf(worker));
-    const services = { kvIndex: () => this.kv.index };
+    const loadMetrics = engineOf(options.connector).loadMetrics;
+    this.#engineLoad =
+      routing.engineLoadIntervalMs > 0 && loadMetrics !== undefined
+        ? new EngineLoadScraper({
+            metrics: loadMetrics,
+            // Filled in below, once the pools exist.
+            pools: [],
+            intervalMs: routing.engineLoadIntervalMs,
+            staleMs: routing.engineLoadStaleMs,
+            headers: this.workerHeaders,
+            dispatcher,
+          })
+        : undefined;
+    const engineLoad = this.#engineLoad;
+    const services = {
+      kvIndex: () => this.kv.index,
+      ...(engineLoad === undefined ? {} : { engineLoad: (worker: { url: string }) => engineLoad.loadOf(worker) }),
+    };
     this.prefillWorkers = new WorkerPool(options.prefill, {
       selection: selectionFor(options.prefillPolicy, routing, services),
     });
@@ -269,6 +289,7 @@ export class ProxyCore implements ProxyState {
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
       await this.kv.start([this.prefillWorkers, this.decodeWorkers]);
+      await this.#engineLoad?.start([this.prefillWorkers, this.decodeWorkers]);
       const { dir, threads } = this.options.tokenizer;
       if (dir !== undefined) this.#tokenizer = await TokenizerPool.start({ dir, threads });
       this.health.start();
@@ -319,6 +340,7 @@ export class ProxyCore implements ProxyState {
     this.draining = true;
     this.closing = true;
     this.health.stop();
+    this.#engineLoad?.stop();
   }
 
   /**

@@ -64,6 +64,11 @@ export class FakeKvCache {
     return this.#blocks.size;
   }
 
+  /** Blocks it can hold. */
+  get capacity(): number {
+    return this.#capacity;
+  }
+
   /**
    * Computes `body`'s prompt: the tokens found cached (whole blocks from the start) and the
    * milliseconds the rest takes; the blocks computed are stored, and the batch of what changed

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { request } from 'undici';
-import type { EngineName } from '../engines/registry.js';
+import { type EngineName, engineOf } from '../engines/registry.js';
 import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
@@ -136,6 +136,10 @@ class Worker implements FakeWorker, WorkerSide {
   #port = 0;
   #connections = 0;
   #blocks = 0;
+  /** Generation requests under way (from their arrival until their answer ends). */
+  #running = 0;
+  /** Prefills waiting for the ones before them to be computed. */
+  #waiting = 0;
 
   constructor(options: FakeWorkerOptions, publisher?: FakeKvPublisher) {
     this.options = options;
@@ -215,6 +219,7 @@ class Worker implements FakeWorker, WorkerSide {
       // transfer between workers, which is not the HTTP API).
       return this.answerJson(res, 401, { error: 'Unauthorized' });
     }
+    if (req.method === 'GET' && path === '/metrics') return this.#answerMetrics(res);
     if (req.method === 'GET' && path === '/v1/models') {
       const id = this.options.model ?? 'fake-model';
       const max_model_len = this.options.maxModelLen ?? 4096;
@@ -246,7 +251,9 @@ class Worker implements FakeWorker, WorkerSide {
       completed: false,
     };
     this.requests.push(record);
+    this.#running++;
     res.on('close', () => {
+      this.#running--;
       if (!record.completed) record.aborted = true;
     });
     const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
@@ -460,7 +467,30 @@ class Worker implements FakeWorker, WorkerSide {
     const now = performance.now();
     const start = Math.max(now, this.#computingUntil);
     this.#computingUntil = start + computeMs;
-    await this.pause(this.#computingUntil - now);
+    this.#waiting++;
+    try {
+      await this.pause(this.#computingUntil - now);
+    } finally {
+      this.#waiting--;
+    }
+  }
+
+  /** `GET /metrics` as the engine names its load (vLLM's or SGLang's), in Prometheus text. */
+  #answerMetrics(res: ServerResponse): void {
+    const names = engineOf(this.protocol).loadMetrics;
+    if (names === undefined) return this.answerError(res, 404, 'no route GET /metrics');
+    const usage = this.kvCache === undefined ? 0 : this.kvCache.size / this.kvCache.capacity;
+    const model = `model_name="${this.options.model ?? 'fake-model'}"`;
+    const lines = [
+      `# TYPE ${names.running} gauge`,
+      `${names.running}{${model}} ${this.#running}`,
+      `# TYPE ${names.waiting} gauge`,
+      `${names.waiting}{${model}} ${this.#waiting}`,
+      `# TYPE ${names.kvUsage} gauge`,
+      `${names.kvUsage}{${model}} ${usage}`,
+    ];
+    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+    res.end(`${lines.join('\n')}\n`);
   }
 
   nextBlocks(): number[] {

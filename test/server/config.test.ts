@@ -63,6 +63,8 @@ describe('disagg serve configuration', () => {
         sessionHeader: 'x-session-id',
         prefixWeight: 2,
         speculativeTtlMs: 2000,
+        engineLoadIntervalMs: 0,
+        engineLoadStaleMs: 2000,
       },
       kvEvents: { port: undefined, replayPort: undefined, topic: undefined },
       tokenizer: { dir: undefined, threads: 1 },

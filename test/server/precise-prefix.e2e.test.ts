@@ -143,3 +143,48 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
     expect(other.response.headers.get('x-disagg-prefill-worker')).toBe('p0');
   });
 });
+
+describe("precise-prefix with the engines' own load", () => {
+  it('a worker whose engine reports a long queue loses to an idle one, with --engine-load-interval-ms', async () => {
+    const [busy, idle] = await Promise.all([0, 1].map(() => fakes.start({ role: 'prefill', protocol: 'vllm' })));
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    // Requests that reach the busy worker past this router, and stay.
+    (busy as FakeWorker).setFault({ type: 'hang' });
+    const past = [1, 2, 3].map(() =>
+      fetch(`${(busy as FakeWorker).url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fake-model', prompt: 'x', max_tokens: 1 }),
+      }).catch(() => undefined),
+    );
+    await eventuallyAsync(
+      async () =>
+        (await (await fetch(`${(busy as FakeWorker).url}/metrics`)).text()).includes(
+          'vllm:num_requests_running{model_name="fake-model"} 3',
+        ),
+      'the busy worker reporting its queue',
+    );
+    (busy as FakeWorker).setFault(undefined);
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [
+        { url: (busy as FakeWorker).url, name: 'busy', kvEvents: 'tcp://127.0.0.1:1' },
+        { url: (idle as FakeWorker).url, name: 'idle', kvEvents: 'tcp://127.0.0.1:1' },
+      ],
+      decode: [{ url: decode.url }],
+      prefillPolicy: 'precise-prefix',
+      routing: { engineLoadIntervalMs: 50 },
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    // The first reading was taken at start: the idle worker wins every tie of this router's own counts.
+    for (let i = 0; i < 3; i++) {
+      const { response } = await client.completions
+        .create({ model: 'fake-model', prompt: [1, 2, 3], max_tokens: 2 })
+        .withResponse();
+      expect(response.headers.get('x-disagg-prefill-worker')).toBe('idle');
+    }
+    void past; // ended when the workers close
+  });
+});

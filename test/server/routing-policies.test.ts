@@ -16,6 +16,8 @@ const routing: ResolvedProxyOptions['routing'] = {
   balanceAbsThreshold: 7,
   prefixWeight: 2,
   speculativeTtlMs: 2000,
+  engineLoadIntervalMs: 0,
+  engineLoadStaleMs: 2000,
   balanceRelThreshold: 1.5,
   maxTreeChars: 4096,
   aggregateBelowChars: 0,

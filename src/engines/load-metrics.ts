@@ -1,0 +1,61 @@
+/**
+ * Where an engine's Prometheus endpoint (`GET /metrics`) says how loaded it is: requests
+ * waiting in its queue, requests running, and the share (0 to 1) of its KV cache in use. Summed
+ * over label sets (a worker serving several models), the usage as their maximum.
+ */
+export interface EngineLoadMetrics {
+  readonly waiting: string;
+  readonly running: string;
+  readonly kvUsage: string;
+}
+
+/** vLLM's (`vllm/v1/metrics/loggers.py`). */
+export const VLLM_LOAD_METRICS: EngineLoadMetrics = Object.freeze({
+  waiting: 'vllm:num_requests_waiting',
+  running: 'vllm:num_requests_running',
+  kvUsage: 'vllm:kv_cache_usage_perc',
+});
+
+/** SGLang's (`sglang/srt/metrics/collector.py`). */
+export const SGLANG_LOAD_METRICS: EngineLoadMetrics = Object.freeze({
+  waiting: 'sglang:num_queue_reqs',
+  running: 'sglang:num_running_reqs',
+  kvUsage: 'sglang:token_usage',
+});
+
+/** One engine's load, as last read. */
+export interface EngineLoad {
+  waiting: number;
+  running: number;
+  kvUsage: number;
+}
+
+/**
+ * The load in a Prometheus text exposition, by `metrics`' names; undefined when none of them is
+ * there (not this engine, or not up yet).
+ */
+export function readEngineLoad(text: string, metrics: EngineLoadMetrics): EngineLoad | undefined {
+  const load: EngineLoad = { waiting: 0, running: 0, kvUsage: 0 };
+  let seen = false;
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const name = line.slice(0, Math.min(...[line.indexOf('{'), line.indexOf(' ')].filter((at) => at >= 0)));
+    const field =
+      name === metrics.waiting
+        ? 'waiting'
+        : name === metrics.running
+          ? 'running'
+          : name === metrics.kvUsage
+            ? 'kvUsage'
+            : undefined;
+    if (field === undefined) continue;
+    // The value follows the labels: the first field after the closing brace (or the name).
+    const rest = line.slice(line.lastIndexOf('}') + 1 || name.length).trim();
+    const value = Number(rest.split(/\s+/)[0]);
+    if (!Number.isFinite(value)) continue;
+    seen = true;
+    if (field === 'kvUsage') load.kvUsage = Math.max(load.kvUsage, value);
+    else load[field] += value;
+  }
+  return seen ? load : undefined;
+}
