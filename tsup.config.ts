@@ -31,6 +31,8 @@ export default defineConfig([
     platform: 'node',
     // Class names as written: logs name an error's class (pino's `err.type`), not `_UpstreamError`.
     keepNames: true,
+    // import.meta.url in the CommonJS build (where the tokenizer thread's script is found).
+    shims: true,
     external,
   },
   {

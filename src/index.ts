@@ -15,6 +15,13 @@ export {
   type MembershipTarget,
   reconcile,
 } from './discovery/worker-set.js';
+export {
+  type EngineLoad,
+  type EngineLoadMetrics,
+  readEngineLoad,
+  SGLANG_LOAD_METRICS,
+  VLLM_LOAD_METRICS,
+} from './engines/load-metrics.js';
 export { RELEASE_MODEL, sglangBootstrap, trtllmContextFirst, vllmNixl } from './engines/registry.js';
 export {
   type BootstrapRoomOptions,
@@ -93,8 +100,11 @@ export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protoc
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
 export {
+  type EngineLoadSource,
+  engineQueueScorer,
   type KvIndexSource,
   kvPrefixScorer,
+  kvUsageScorer,
   type PrecisePrefixOptions,
   precisePrefix,
 } from './routing/kv-prefix.js';
@@ -129,5 +139,6 @@ export { type SessionAffinityOptions, sessionAffinity } from './routing/session-
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';
+export { TokenizerError, TokenizerPool, type TokenizerPoolOptions } from './tokenize/tokenizer-pool.js';
 export { type BrandCheck, branded, DisaggError } from './util/disagg-error.js';
 export { workerRedactor } from './util/url.js';

@@ -10,6 +10,7 @@ export {
   fakeKubeconfig,
   startFakeKubernetesApi,
 } from './fake-kubernetes-api.js';
+export { FakeKvCache, type FakeKvCacheOptions } from './fake-kv-cache.js';
 export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from './fake-kv-publisher.js';
 export { FakePrefixCache, type FakePrefixCacheOptions } from './fake-prefix-cache.js';
 export {

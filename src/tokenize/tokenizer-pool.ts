@@ -144,7 +144,8 @@ export class TokenizerPool {
 
 /** Where the thread's script is: beside this module in the sources, beside the bundle in dist/. */
 function threadScript(): string {
-  const here = typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url));
+  // tsup shims import.meta.url in the CommonJS build.
+  const here = dirname(fileURLToPath(import.meta.url));
   for (const name of ['tokenizer-thread.mjs', 'tokenizer-thread.js', 'tokenize/tokenizer-thread.mjs']) {
     const path = join(here, name);
     if (existsSync(path)) return path;
