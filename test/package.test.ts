@@ -200,6 +200,7 @@ describe('the disagg/testing subpath', () => {
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
     const names = [
+      'FakeKvCache',
       'FakeKvPublisher',
       'FakePrefixCache',
       'KvLedger',
