@@ -16,7 +16,8 @@ export const ADMIN_PREFIX = '/admin/workers';
  * - `GET /admin/workers`: both pools, each worker with its name, URL, state (`ready`, `down`,
  *   `draining`), requests in flight and who added it;
  * - `POST /admin/workers` with `{"role": "prefill"|"decode", "url": ..., "name"?: ...}` (and for
- *   SGLang `bootstrapPort`, `bootstrapHost`, `dpRank`, `dpSize`): adds it, probes it once,
+ *   SGLang `bootstrapPort`, `bootstrapHost`, `dpRank`, `dpSize`; `kvEvents`, `kvEventsReplay`:
+ *   where it publishes its KV events, followed at once): adds it, probes it once,
  *   answers 201 with it (in rotation if it answered the probe);
  * - `POST /admin/workers/{name}/drain`: no new requests, those under way finish, then it
  *   leaves; answers 202;

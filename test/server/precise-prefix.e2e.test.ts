@@ -188,3 +188,51 @@ describe("precise-prefix with the engines' own load", () => {
     void past; // ended when the workers close
   });
 });
+
+describe('precise-prefix follows workers added at run time', () => {
+  it('a worker added through the admin API with its KV event endpoints is followed at once', async () => {
+    const [first, added] = await Promise.all(
+      [0, 1].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', kvCache: {} })),
+    );
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const endpoints = (worker: FakeWorker) => ({
+      kvEvents: worker.kvCache?.publisher.endpoint as string,
+      kvEventsReplay: worker.kvCache?.publisher.replayEndpoint as string,
+    });
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: (first as FakeWorker).url, name: 'first', ...endpoints(first as FakeWorker) }],
+      decode: [{ url: decode.url }],
+      prefillPolicy: 'precise-prefix',
+      adminKey: 'admin-key',
+      routing: { speculativeTtlMs: 0 },
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const prompt = ids(64, 42);
+    // The added worker's engine computed the prompt before it joined: replay brings it.
+    await (added as FakeWorker).kvCache?.compute({ prompt });
+    const answer = await postRaw(
+      url,
+      '/admin/workers',
+      JSON.stringify({
+        role: 'prefill',
+        url: (added as FakeWorker).url,
+        name: 'added',
+        ...endpoints(added as FakeWorker),
+      }),
+      { authorization: 'Bearer admin-key' },
+    );
+    expect(answer.status).toBe(201);
+    await eventuallyAsync(
+      async () => (await (await fetch(`${url}/metrics`)).text()).includes('disagg_kv_blocks{worker="added"} 4'),
+      "the added worker's blocks in the index",
+    );
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const { data, response } = await client.completions
+      .create({ model: 'fake-model', prompt, max_tokens: 2 })
+      .withResponse();
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('added');
+    expect(data.usage?.prompt_tokens_details?.cached_tokens).toBe(64);
+  });
+});
