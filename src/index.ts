@@ -7,6 +7,8 @@ export {
   DiscoveryUnavailableError,
   KubernetesDiscovery,
   type KubernetesDiscoveryOptions,
+  KV_EVENTS_PORT_ANNOTATION,
+  KV_EVENTS_REPLAY_PORT_ANNOTATION,
   WORKER_PORTS_ANNOTATION,
 } from './discovery/kubernetes-discovery.js';
 export {

@@ -22,6 +22,8 @@ const EXPORTS = [
   'FinishReason',
   'HANDOFF_FIELDS',
   'HandoffFieldError',
+  'KV_EVENTS_PORT_ANNOTATION',
+  'KV_EVENTS_REPLAY_PORT_ANNOTATION',
   'KubernetesDiscovery',
   'KvBlockIndex',
   'KvEventFormatError',

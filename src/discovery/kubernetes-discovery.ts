@@ -17,6 +17,14 @@ export const BOOTSTRAP_PORT_ANNOTATION = 'sglang.ai/bootstrap-port';
  */
 export const WORKER_PORTS_ANNOTATION = 'smg.ai/worker-ports';
 
+/**
+ * The annotations with the ports where a pod's engine publishes its KV cache events and
+ * answers replays (its `--kv-events-config` endpoints), when they are not `--kv-events-port`:
+ * one port for every worker of the pod, or one per worker port, as the bootstrap port.
+ */
+export const KV_EVENTS_PORT_ANNOTATION = 'disagg.ai/kv-events-port';
+export const KV_EVENTS_REPLAY_PORT_ANNOTATION = 'disagg.ai/kv-events-replay-port';
+
 /** Options of {@link KubernetesDiscovery}. */
 export interface KubernetesDiscoveryOptions {
   role: DiscoveryRole;
@@ -162,16 +170,35 @@ export class KubernetesDiscovery {
       const annotations = pod.metadata?.annotations ?? {};
       const ports = this.#workerPorts(pod, annotations[portsKey], portsKey) ?? [port];
       const bootstraps =
-        role === 'prefill' ? this.#bootstrapPorts(pod, annotations[bootstrapKey], bootstrapKey, ports.length) : [];
+        role === 'prefill' ? this.#portsPerWorker(pod, annotations[bootstrapKey], bootstrapKey, ports.length) : [];
+      const kvPorts = this.#portsPerWorker(
+        pod,
+        annotations[KV_EVENTS_PORT_ANNOTATION],
+        KV_EVENTS_PORT_ANNOTATION,
+        ports.length,
+        '--kv-events-port',
+      );
+      const replayPorts = this.#portsPerWorker(
+        pod,
+        annotations[KV_EVENTS_REPLAY_PORT_ANNOTATION],
+        KV_EVENTS_REPLAY_PORT_ANNOTATION,
+        ports.length,
+        '--kv-events-replay-port',
+      );
+      const host = isIPv6(ip) ? `[${ip}]` : ip;
       const podName = pod.metadata?.name;
       for (const [i, workerPort] of ports.entries()) {
-        const url = `${scheme}://${isIPv6(ip) ? `[${ip}]` : ip}:${workerPort}`;
+        const url = `${scheme}://${host}:${workerPort}`;
         const bootstrapPort = bootstraps[i];
+        const kvPort = kvPorts[i];
+        const replayPort = replayPorts[i];
         const name = podName === undefined ? undefined : ports.length === 1 ? podName : `${podName}:${workerPort}`;
         workers.set(url, {
           url,
           ...(name === undefined ? {} : { name }),
           ...(bootstrapPort === undefined ? {} : { bootstrapPort }),
+          ...(kvPort === undefined ? {} : { kvEvents: `tcp://${host}:${kvPort}` }),
+          ...(replayPort === undefined ? {} : { kvEventsReplay: `tcp://${host}:${replayPort}` }),
         });
       }
     }
@@ -194,8 +221,17 @@ export class KubernetesDiscovery {
     return [...new Set(ports)];
   }
 
-  /** A prefill pod's bootstrap port per worker port: one for all, or one each; none for anything else. */
-  #bootstrapPorts(pod: Pod, raw: string | undefined, key: string, workers: number): Array<number | undefined> {
+  /**
+   * A port per worker port from an annotation (a prefill pod's bootstrap port, a pod's KV event
+   * ports): one for all, or one each; none for anything else, and `fallback` applies.
+   */
+  #portsPerWorker(
+    pod: Pod,
+    raw: string | undefined,
+    key: string,
+    workers: number,
+    fallback = '--bootstrap-port',
+  ): Array<number | undefined> {
     if (raw === undefined) return [];
     const ports = portList(raw);
     if (ports !== undefined && ports.length === 1) return Array.from({ length: workers }, () => ports[0]);
@@ -205,8 +241,8 @@ export class KubernetesDiscovery {
       key,
       raw,
       ports === undefined
-        ? 'is not a port or a comma-separated list of ports; ignored (--bootstrap-port applies)'
-        : `lists ${ports.length} bootstrap ports for ${workers} worker ports; ignored (--bootstrap-port applies)`,
+        ? `is not a port or a comma-separated list of ports; ignored (${fallback} applies)`
+        : `lists ${ports.length} ports for ${workers} worker ports; ignored (${fallback} applies)`,
     );
     return [];
   }

@@ -14,6 +14,9 @@ export interface DiscoveredWorker {
   name?: string;
   bootstrapHost?: string;
   bootstrapPort?: number;
+  /** Where its engine publishes its KV cache events, and answers replays (ZMQ endpoints). */
+  kvEvents?: string;
+  kvEventsReplay?: string;
 }
 
 /**

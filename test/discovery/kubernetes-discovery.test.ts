@@ -115,6 +115,28 @@ describe('KubernetesDiscovery', () => {
     expect(api.requests[0]).toMatch(/^GET \/api\/v1\/pods\?/);
   });
 
+  it("a pod's KV event ports from its annotations: one for the pod, or one per worker port", async () => {
+    const { api, pool, discovery } = await setup({ role: 'prefill' });
+    api.apply(
+      pod('p0', '10.1.0.1', {
+        annotations: { 'disagg.ai/kv-events-port': '5557', 'disagg.ai/kv-events-replay-port': '5558' },
+      }),
+    );
+    api.apply(
+      pod('p1', '10.1.0.2', {
+        annotations: { 'smg.ai/worker-ports': '9000,9001', 'disagg.ai/kv-events-port': '6000,6001' },
+      }),
+    );
+    await discovery.start();
+    expect(
+      [...pool.workers.values()].map(({ url, kvEvents, kvEventsReplay }) => [url, kvEvents, kvEventsReplay]),
+    ).toEqual([
+      ['http://10.1.0.1:8000', 'tcp://10.1.0.1:5557', 'tcp://10.1.0.1:5558'],
+      ['http://10.1.0.2:9000', 'tcp://10.1.0.2:6000', undefined],
+      ['http://10.1.0.2:9001', 'tcp://10.1.0.2:6001', undefined],
+    ]);
+  });
+
   it('a pod serving several workers lists their ports (smg.ai/worker-ports); its bootstrap ports pair with them, or one serves all', async () => {
     const { api, pool, discovery } = await setup({ role: 'prefill' });
     api.apply(
@@ -166,7 +188,7 @@ describe('KubernetesDiscovery', () => {
       ],
       [
         'llm/p1',
-        "The pod's annotation sglang.ai/bootstrap-port lists 3 bootstrap ports for 2 worker ports; ignored (--bootstrap-port applies)",
+        "The pod's annotation sglang.ai/bootstrap-port lists 3 ports for 2 worker ports; ignored (--bootstrap-port applies)",
       ],
       [
         'llm/p2',
