@@ -478,7 +478,10 @@ class Worker implements FakeWorker, WorkerSide {
   /** `GET /metrics` as the engine names its load (vLLM's or SGLang's), in Prometheus text. */
   #answerMetrics(res: ServerResponse): void {
     const names = engineOf(this.protocol).loadMetrics;
-    if (names === undefined) return this.answerError(res, 404, 'no route GET /metrics');
+    if (names === undefined) {
+      this.answerError(res, 404, 'no route GET /metrics');
+      return;
+    }
     const usage = this.kvCache === undefined ? 0 : this.kvCache.size / this.kvCache.capacity;
     const model = `model_name="${this.options.model ?? 'fake-model'}"`;
     const lines = [
