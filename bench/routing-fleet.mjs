@@ -194,8 +194,12 @@ async function drive(stack, all) {
   return { ttft, hit: cached / prompt, imbalance: Math.max(...counts) / mean, requests: ttft.length, failures };
 }
 
-/** The decision with tokenization: µs per chat request of `kb` KB (tokenized in the pool's thread, then routed). */
-async function decisionCost(tokenizer, kb) {
+/**
+ * The decision with tokenization: ms per chat request of `kb` KB, tokenized in the pool's
+ * thread, then routed among 4 workers (one holding half of it). `fresh`: every request is new
+ * text; otherwise a conversation's next turn, its history cached and 1 KB new.
+ */
+async function decisionCost(tokenizer, kb, fresh) {
   const workers = [{ url: 'http://p0' }, { url: 'http://p1' }, { url: 'http://p2' }, { url: 'http://p3' }];
   const index = new KvBlockIndex(await loadBlockKeys());
   const pool = new WorkerPool(workers, { selection: precisePrefix(() => index) });
@@ -204,23 +208,21 @@ async function decisionCost(tokenizer, kb) {
     Array.from({ length: Math.ceil(chars / 8) }, () => `w${Math.floor(rand() * 100000)} `)
       .join('')
       .slice(0, chars);
-  const system = text(kb * 512);
-  const bodies = Array.from({ length: 8 }, () => ({
+  const history = text(kb * 1024 - 1024);
+  const request = () => ({
     messages: [
-      { role: 'system', content: system },
-      { role: 'user', content: text(kb * 512) },
+      { role: 'system', content: fresh ? text(kb * 1024 - 1024) : history },
+      { role: 'user', content: text(1024) },
     ],
-  }));
-  // The system prompt's blocks on p2, as its engine would have said.
-  const ids = await tokenizer.tokenize(bodies[0], 'chat');
+  });
+  const first = request();
+  const ids = await tokenizer.tokenize(first, 'chat');
+  const held = ids.slice(0, Math.floor(ids.length / 2 / BLOCK) * BLOCK);
   index.apply(workers[2], {
     kind: 'stored',
-    blocks: ids
-      .slice(0, Math.floor(ids.length / 2 / BLOCK) * BLOCK)
-      .filter((_, i) => i % BLOCK === 0)
-      .map((_, i) => `h${i}`),
+    blocks: Array.from({ length: held.length / BLOCK }, (_, i) => `h${i}`),
     parent: undefined,
-    tokenIds: ids.slice(0, Math.floor(ids.length / 2 / BLOCK) * BLOCK),
+    tokenIds: held,
     blockSize: BLOCK,
     lora: undefined,
     medium: 'GPU',
@@ -230,13 +232,11 @@ async function decisionCost(tokenizer, kb) {
     const started = performance.now();
     const tokens = await tokenizer.tokenize(body, 'chat');
     pool.acquire(undefined, new RoutingInput(body, undefined, tokens)).release();
-    return (performance.now() - started) * 1000;
+    return performance.now() - started;
   };
-  for (const body of bodies) await once(body); // warm: the JIT, and the piece cache for the system prompt
+  for (let i = 0; i < 3; i++) await once(request()); // warm: the JIT
   const times = [];
-  for (let round = 0; round < 3; round++)
-    for (const body of bodies)
-      times.push(await once({ ...body, messages: [body.messages[0], { role: 'user', content: text(kb * 512) }] }));
+  for (let i = 0; i < 12; i++) times.push(await once(request()));
   return percentile(times, 50);
 }
 

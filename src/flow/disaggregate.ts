@@ -249,6 +249,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       connector,
       prefillLease,
       decodeLease,
+      predictedCachedTokens: prefillLease === undefined ? undefined : input.predictedCached(prefillLease.worker),
       reacquireDecode:
         decodeWorkers === undefined ? undefined : (passOver) => decodeWorkers.acquire(passOver as D[], input),
       retryDecode: retryPolicy('retryDecode', options.retryDecode, log),

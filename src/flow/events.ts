@@ -50,6 +50,8 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         reason?: string;
         prefillWorker?: P;
         decodeWorker?: D;
+        /** The prompt tokens the prefill pool's policy expected its worker to hold cached (precise-prefix). */
+        predictedCachedTokens?: number;
       }
     | { type: 'prefillDispatched' }
     | { type: 'prefillFirstOutput' }

@@ -43,6 +43,8 @@ export interface FlowSetup {
   connector: Connector;
   prefillLease: Lease<unknown> | undefined;
   decodeLease: Lease<unknown> | undefined;
+  /** What the prefill pool's policy expected its worker to hold cached, for the `routed` event. */
+  predictedCachedTokens?: number | undefined;
   /** Another decode worker, passing over `avoid` (the pool's `acquire`); none without a pool. */
   reacquireDecode: ((avoid: readonly unknown[]) => Lease<unknown>) | undefined;
   /** The wait before sending a failed sequential decode again, or undefined to fail. */
@@ -200,6 +202,9 @@ export class FlowRun {
         ? {}
         : { prefillWorker: this.#setup.prefillLease.worker }),
       ...(this.#setup.decodeLease === undefined ? {} : { decodeWorker: this.#setup.decodeLease.worker }),
+      ...(skip !== undefined || this.#setup.predictedCachedTokens === undefined
+        ? {}
+        : { predictedCachedTokens: this.#setup.predictedCachedTokens }),
     });
     // Until the client stream exists, legs come and go: settled must wait for all of them.
     const releaseStart = recorder.hold();

@@ -26,7 +26,11 @@ export function kvPrefixScorer<W>(index: KvIndexSource<W>, options: { speculativ
     // event says so, so that the next request sharing the prefix follows this one.
     routed(worker: W, input: RoutingInput | undefined): void {
       const tokens = input?.tokenIds;
-      if (ttl > 0 && tokens !== undefined && tokens.length > 0) index()?.expect(worker, tokens, ttl);
+      const known = index();
+      if (input === undefined || tokens === undefined || tokens.length === 0 || known === undefined) return;
+      // What it expects the worker to reuse, before the entry below counts the rest as held.
+      input.notePredictedCached(worker, known.overlap(tokens, [worker]).get(worker) ?? 0);
+      if (ttl > 0) known.expect(worker, tokens, ttl);
     },
     score(candidates: readonly W[], _load: LoadView<W>, input: RoutingInput | undefined): readonly number[] {
       const tokens = input?.tokenIds;

@@ -14,6 +14,7 @@ export class RoutingInput {
   readonly #sessionKey: string | undefined;
   #text: string | undefined;
   #tokenIds: readonly number[] | null | undefined;
+  #predicted: Map<unknown, number> | undefined;
 
   /**
    * @param body the request body as the client sent it.
@@ -42,6 +43,21 @@ export class RoutingInput {
   get tokenIds(): readonly number[] | undefined {
     if (this.#tokenIds === undefined) this.#tokenIds = tokenIdsOf(this.#body) ?? null;
     return this.#tokenIds ?? undefined;
+  }
+
+  /**
+   * Records that a policy routed this request to `worker` expecting it to hold `tokens` of the
+   * prompt in its cache (precise-prefix does, in its `routed` hook), so that the proxy can set
+   * it against what the worker reports (`cached_tokens`).
+   */
+  notePredictedCached(worker: unknown, tokens: number): void {
+    this.#predicted ??= new Map();
+    this.#predicted.set(worker, tokens);
+  }
+
+  /** The cached tokens a policy expected of `worker` for this request, if one said. */
+  predictedCached(worker: unknown): number | undefined {
+    return this.#predicted?.get(worker);
   }
 
   /** The session key, or undefined when the request names none. */

@@ -133,6 +133,12 @@ async function serveAdmitted(
     proxy.inFlight.delete(entry);
     if (writer?.usage !== undefined) {
       proxy.metrics.tokens(route, typeof body.model === 'string' ? body.model : '', writer.usage);
+      const predicted = events.routed?.predictedCachedTokens;
+      const reported = writer.usage.prompt_tokens_details?.cached_tokens;
+      const worker = events.routed?.prefillWorker;
+      if (predicted !== undefined && typeof reported === 'number' && worker !== undefined) {
+        proxy.metrics.kvPrediction(proxy.nameOf(worker), predicted, reported);
+      }
     }
     logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure });
     trace?.end(

@@ -52,6 +52,8 @@ export class ProxyMetrics {
   readonly #workerLegs: Counter<'role' | 'worker' | 'outcome'>;
   readonly #tokens: Counter<'route' | 'model' | 'kind'>;
   readonly #workerFailures: Counter<'role' | 'worker' | 'class'>;
+  readonly #kvPredicted: Counter<'worker'>;
+  readonly #kvReported: Counter<'worker'>;
 
   constructor(
     pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
@@ -157,6 +159,18 @@ export class ProxyMetrics {
       name: 'disagg_worker_failures_total',
       help: 'Failed calls to each worker, retried or answered, by pool, worker name and class: unreachable, broken-off (after it answered), worker-error (5xx), overloaded (429), refused (another 4xx), protocol (an answer that could not be read)',
       labelNames: ['role', 'worker', 'class'],
+      registers,
+    });
+    this.#kvPredicted = new Counter({
+      name: 'disagg_kv_predicted_cached_tokens_total',
+      help: 'Prompt tokens precise-prefix expected each prefill worker to hold cached when it routed a request there',
+      labelNames: ['worker'],
+      registers,
+    });
+    this.#kvReported = new Counter({
+      name: 'disagg_kv_reported_cached_tokens_total',
+      help: 'Cached prompt tokens those prefill workers reported for the same requests (against the predicted: how true the index is)',
+      labelNames: ['worker'],
       registers,
     });
     this.#tokens = new Counter({
@@ -293,6 +307,12 @@ export class ProxyMetrics {
     const leg = how.cutAtShutdown ? '' : (verdict?.leg ?? '');
     this.#requests.inc({ route, status: String(status), outcome, leg });
     if (seconds !== undefined) this.#duration.observe({ route, outcome }, seconds);
+  }
+
+  /** A request precise-prefix routed: the cached tokens it expected of `worker`, and those the worker reported. */
+  kvPrediction(worker: string, predicted: number, reported: number): void {
+    this.#kvPredicted.inc({ worker }, predicted);
+    this.#kvReported.inc({ worker }, reported);
   }
 
   /** A request is tried again after its `leg` failed. */

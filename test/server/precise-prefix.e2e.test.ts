@@ -68,6 +68,10 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
     // The conversation's next turn follows its blocks, and p0's engine says it reused them.
     const second = await turn([...conversation, ...ids(32, 500)]);
     expect(second).toEqual({ worker: 'p0', cached: 64 });
+    // What the router predicted against what the engine reported: both 64 (the first turn 0).
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toContain('disagg_kv_predicted_cached_tokens_total{worker="p0"} 64');
+    expect(metrics).toContain('disagg_kv_reported_cached_tokens_total{worker="p0"} 64');
     await untilBlocks(url, 'p0', (blocks) => blocks === 6);
     // p0's engine restarts: its cache is empty, its event sequence back at 0. Its first event
     // (the next prompt it computes) resets the router's view of it: 2 blocks, not 6 + 2.
