@@ -127,9 +127,13 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * send this request straight to decode (aggregated), for example for a short or cache-hot
    * prompt; the `routed` event carries the reason (`'skipPrefill'` for true). If it throws,
    * the request is disaggregated anyway (and the error logged at warn), unless it was a
-   * cancellation (`AbortError`), which fails the request.
+   * cancellation (`AbortError`), which fails the request. `input` is the request as routing
+   * policies see it (its text, session and token ids, the caller's tokenizer's included).
    */
-  skipPrefill?: (request: RequestBody) => boolean | string | undefined | PromiseLike<boolean | string | undefined>;
+  skipPrefill?: (
+    request: RequestBody,
+    input: RoutingInput,
+  ) => boolean | string | undefined | PromiseLike<boolean | string | undefined>;
   /**
    * Budgets per phase; each overrun is a `DeadlineError` naming its phase. By default
    * {@link DEFAULT_DEADLINES} (every phase but the total, so that every hang ends); given
@@ -201,7 +205,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   // What routing policies look at: worked out once, and only if a policy asks.
   const input = new RoutingInput(request, options.sessionKey, options.promptTokenIds);
   const skipped =
-    options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, logger);
+    options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, input, logger);
   const { decodeWorkers } = options;
   // The recorder is worker-agnostic; the workers it names are the pools' own. One for the
   // request, whatever its attempts: one `finished`, `settled` last.
@@ -379,10 +383,11 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
 async function shouldSkip(
   skipPrefill: NonNullable<DisaggregateOptions['skipPrefill']>,
   request: RequestBody,
+  input: RoutingInput,
   logger: Logger | undefined,
 ): Promise<string | undefined> {
   try {
-    const answer = await skipPrefill(request);
+    const answer = await skipPrefill(request, input);
     if (answer === true) return 'skipPrefill';
     return typeof answer === 'string' && answer !== '' ? answer : undefined;
   } catch (error) {

@@ -26,15 +26,16 @@ export function conditionalAggregation<W>(
   routing: ResolvedProxyOptions['routing'],
   decodeWorkers: WorkerPool<W>,
   decodeSelection: Selection<W>,
-): ((request: RequestBody) => string | undefined) | undefined {
+): ((request: RequestBody, given?: RoutingInput) => string | undefined) | undefined {
   const { aggregateBelowChars, aggregateCachedRatio } = routing;
   // Asked through the policy's own interface: whatever it knows the caches by (today a tree of
   // what this router sent; the engines' KV events tomorrow), not its private state.
   const policy = typeof decodeSelection === 'object' ? decodeSelection : undefined;
   const cachedShare = aggregateCachedRatio > 0 ? policy?.cachedShare?.bind(policy) : undefined;
   if (aggregateBelowChars === 0 && cachedShare === undefined) return undefined;
-  return (request) => {
-    const input = new RoutingInput(request);
+  return (request, given) => {
+    // The flow's own input: its token ids too, when the proxy's tokenizer made them.
+    const input = given ?? new RoutingInput(request);
     const text = input.text;
     if (text.length < aggregateBelowChars) return 'short-prompt';
     if (

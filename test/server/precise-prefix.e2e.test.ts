@@ -6,6 +6,7 @@ import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
+import { FakeKvPublisher } from '../../src/testing/fake-kv-publisher.js';
 import type { FakeWorker } from '../../src/testing/fake-worker.js';
 import { eventuallyAsync, fakeWorkers, postRaw } from '../support/http.js';
 
@@ -238,5 +239,38 @@ describe('precise-prefix follows workers added at run time', () => {
       .withResponse();
     expect(response.headers.get('x-disagg-prefill-worker')).toBe('added');
     expect(data.usage?.prompt_tokens_details?.cached_tokens).toBe(64);
+  });
+});
+
+describe('precise-prefix on the decode pool: conditional disaggregation by what decode holds', () => {
+  it("a prompt a decode worker's engine already holds is served there alone (--aggregate-cached-ratio)", async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const publisher = await FakeKvPublisher.start();
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [{ url: decode.url, name: 'd0', kvEvents: publisher.endpoint, kvEventsReplay: publisher.replayEndpoint }],
+      decodePolicy: 'precise-prefix',
+      routing: { aggregateCachedRatio: 0.5, speculativeTtlMs: 0 },
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const held = ids(64, 300);
+    await publisher.subscribed();
+    await publisher.publish([
+      { type: 'BlockStored', block_hashes: [1n, 2n, 3n, 4n], parent_block_hash: null, token_ids: held, block_size: 16 },
+    ]);
+    await untilBlocks(url, 'd0', (blocks) => blocks === 4);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const hot = await client.completions
+      .create({ model: 'fake-model', prompt: [...held, ...ids(16, 900)], max_tokens: 2 })
+      .withResponse();
+    expect(hot.response.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+    const cold = await client.completions
+      .create({ model: 'fake-model', prompt: ids(64, 5000), max_tokens: 2 })
+      .withResponse();
+    expect(cold.response.headers.get('x-disagg-strategy')).not.toBe('skipped-prefill');
+    publisher.close();
   });
 });
