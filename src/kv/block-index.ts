@@ -52,6 +52,8 @@ export class KvBlockIndex<W = string> {
   readonly #max: number;
   readonly #views = new Map<W, WorkerView>();
   readonly #now: () => number;
+  /** LoRA adapters the engines' events named: a request naming one as its model is in its scope. */
+  readonly #loras = new Set<string>();
 
   constructor(keys: BlockKeys, options: KvBlockIndexOptions = {}) {
     this.#keys = keys;
@@ -101,7 +103,8 @@ export class KvBlockIndex<W = string> {
           return 'skipped';
         }
         let seed: bigint | undefined;
-        if (parent === undefined) seed = this.#keys.root(event.lora);
+        if (event.lora !== undefined) this.#loras.add(event.lora);
+        if (parent === undefined) seed = this.#keys.root(scopeKey(event.lora, event.salt));
         else seed = view.byHandle.get(parent);
         if (seed === undefined) {
           // A parent stored before this view began (lost events): its chain cannot be rebuilt.
@@ -114,6 +117,16 @@ export class KvBlockIndex<W = string> {
         return 'indexed';
       }
     }
+  }
+
+  /**
+   * The scope of a request's blocks: the LoRA adapter its `model` names (when the engines' events
+   * have named it as one) and its `cache_salt`; undefined for the base model without a salt.
+   */
+  scopeOf(body: Readonly<Record<string, unknown>>): string | undefined {
+    const model = typeof body.model === 'string' && this.#loras.has(body.model) ? body.model : undefined;
+    const salt = typeof body.cache_salt === 'string' && body.cache_salt !== '' ? body.cache_salt : undefined;
+    return scopeKey(model, salt);
   }
 
   /** Forgets everything of `worker` (it restarted, or left the pool). */
@@ -229,6 +242,12 @@ export class KvBlockIndex<W = string> {
     if (refs <= 0) view.refs.delete(key);
     else view.refs.set(key, refs);
   }
+}
+
+/** One string for a LoRA adapter and a cache salt, either or both; undefined for neither. */
+function scopeKey(lora: string | undefined, salt: string | undefined): string | undefined {
+  if (salt === undefined) return lora;
+  return `${lora ?? ''}\u0000salt\u0000${salt}`;
 }
 
 /** Only what a prefill reuses: GPU blocks of the first (full-attention) KV cache group. */

@@ -21,6 +21,8 @@ export type KvEvent =
       readonly blockSize: number;
       /** The LoRA adapter the blocks were computed with, by name (else by id); undefined for the base model. */
       readonly lora: string | undefined;
+      /** The cache salt the blocks were computed under (SGLang's newer events say it); undefined for none. */
+      readonly salt?: string | undefined;
       /** `GPU` unless the engine says otherwise (CPU offload stores say `CPU`). */
       readonly medium: string;
       /** The KV cache group (hybrid models have several); 0 when not said. */
@@ -146,6 +148,7 @@ function stored(fields: Record<string, unknown>): KvEvent {
     tokenIds: Array.isArray(tokens) && tokens.length > 0 ? tokens.map((id) => Number(id)) : undefined,
     blockSize: toNumber(fields.block_size) ?? 0,
     lora: lora === null || lora === undefined ? undefined : String(lora),
+    ...(typeof fields.cache_salt === 'string' && fields.cache_salt !== '' ? { salt: fields.cache_salt } : {}),
     medium: typeof fields.medium === 'string' ? fields.medium : 'GPU',
     group: toNumber(fields.group_idx) ?? 0,
   };

@@ -28,15 +28,17 @@ export function kvPrefixScorer<W>(index: KvIndexSource<W>, options: { speculativ
       const tokens = input?.tokenIds;
       const known = index();
       if (input === undefined || tokens === undefined || tokens.length === 0 || known === undefined) return;
+      const scope = known.scopeOf(input.body);
       // What it expects the worker to reuse, before the entry below counts the rest as held.
-      input.notePredictedCached(worker, known.overlap(tokens, [worker]).get(worker) ?? 0);
-      if (ttl > 0) known.expect(worker, tokens, ttl);
+      input.notePredictedCached(worker, known.overlap(tokens, [worker], scope).get(worker) ?? 0);
+      if (ttl > 0) known.expect(worker, tokens, ttl, scope);
     },
     score(candidates: readonly W[], _load: LoadView<W>, input: RoutingInput | undefined): readonly number[] {
       const tokens = input?.tokenIds;
       const known = index();
       if (tokens === undefined || tokens.length === 0 || known === undefined) return candidates.map(() => 0);
-      const overlap = known.overlap(tokens, candidates);
+      // A LoRA adapter's or a salted request's blocks are its own.
+      const overlap = known.overlap(tokens, candidates, input === undefined ? undefined : known.scopeOf(input.body));
       return candidates.map((worker) => (overlap.get(worker) ?? 0) / tokens.length);
     },
   };

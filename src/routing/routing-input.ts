@@ -60,6 +60,11 @@ export class RoutingInput {
     return this.#predicted?.get(worker);
   }
 
+  /** The request body as the client sent it (what a policy may read beyond text and ids, such as `model`). */
+  get body(): Readonly<Record<string, unknown>> {
+    return this.#body;
+  }
+
   /** The session key, or undefined when the request names none. */
   get sessionKey(): string | undefined {
     if (this.#sessionKey !== undefined && this.#sessionKey !== '') return this.#sessionKey;

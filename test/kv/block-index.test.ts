@@ -130,3 +130,28 @@ describe('KvBlockIndex: speculative entries', () => {
     expect(index.overlap(ids(8), ['w0']).get('w0')).toBe(0);
   });
 });
+
+describe('KvBlockIndex: scopes', () => {
+  it("a request naming a LoRA adapter the events named, or a cache salt, matches only that scope's blocks", () => {
+    const index = new KvBlockIndex(keys);
+    index.apply('base', stored(['b1'], ids(4)));
+    index.apply('lora', stored(['l1'], ids(4), undefined, { lora: 'sql' }));
+    index.apply('salted', stored(['s1'], ids(4), undefined, { salt: 'tenant-a' } as Partial<KvEvent>));
+    const all = ['base', 'lora', 'salted'];
+    expect(index.scopeOf({ model: 'Qwen3-8B' })).toBeUndefined();
+    expect(index.overlap(ids(4), all, index.scopeOf({ model: 'Qwen3-8B' }))).toEqual(
+      new Map([
+        ['base', 4],
+        ['lora', 0],
+        ['salted', 0],
+      ]),
+    );
+    expect(index.overlap(ids(4), all, index.scopeOf({ model: 'sql' })).get('lora')).toBe(4);
+    expect(index.overlap(ids(4), all, index.scopeOf({ model: 'Qwen3-8B', cache_salt: 'tenant-a' })).get('salted')).toBe(
+      4,
+    );
+    expect(index.overlap(ids(4), all, index.scopeOf({ model: 'Qwen3-8B', cache_salt: 'tenant-a' })).get('base')).toBe(
+      0,
+    );
+  });
+});

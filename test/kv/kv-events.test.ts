@@ -57,6 +57,7 @@ describe('KV event batches, every form the engines send', () => {
             extra_keys: [null],
             group_idx: 1,
             kv_cache_spec_kind: 'sliding_window',
+            cache_salt: 'tenant-a',
             locality: 'x',
             event_version: 2,
           },
