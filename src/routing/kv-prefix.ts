@@ -50,6 +50,9 @@ export type EngineLoadSource<W> = (worker: W) => EngineLoad | undefined;
 /**
  * The engine's queue: 1 for the candidate with the fewest requests waiting and running as its
  * engine reports them, falling to 0 for the most; 0.5 for one whose load is not known.
+ *
+ * @example
+ * scoredPolicy({ scorers: [{ scorer: engineQueueScorer((w) => loads.get(w)), weight: 1 }] });
  */
 export function engineQueueScorer<W>(loadOf: EngineLoadSource<W>): Scorer<W> {
   return {
@@ -67,7 +70,12 @@ export function engineQueueScorer<W>(loadOf: EngineLoadSource<W>): Scorer<W> {
   };
 }
 
-/** KV cache room: 1 minus the share of its KV cache the engine reports in use; 0.5 when not known. */
+/**
+ * KV cache room: 1 minus the share of its KV cache the engine reports in use; 0.5 when not known.
+ *
+ * @example
+ * scoredPolicy({ scorers: [{ scorer: kvUsageScorer((w) => loads.get(w)), weight: 1 }] });
+ */
 export function kvUsageScorer<W>(loadOf: EngineLoadSource<W>): Scorer<W> {
   return {
     name: 'kv-usage',
