@@ -107,7 +107,13 @@ export interface PrecisePrefixOptions<W = unknown> {
 /**
  * Routing on what the engines hold: KV prefix overlap from their events ({@link kvPrefixScorer})
  * weighed against load (requests in flight from this router, and the engines' own queue and KV
- * usage when `engineLoad` reads them), the highest total wins, ties to the less loaded. Its `cachedShare` is the best overlap, for conditional disaggregation.
+ * usage when `engineLoad` reads them), the highest total wins, ties to the less loaded. Its
+ * `cachedShare` is the best overlap, for conditional disaggregation.
+ *
+ * @example
+ * const index = new KvBlockIndex(await loadBlockKeys()); // fed by a KvEventSubscriber per worker
+ * const pool = new WorkerPool(prefillWorkers, { selection: precisePrefix(() => index) });
+ * pool.acquire(undefined, new RoutingInput({ prompt: tokenIds }));
  */
 export function precisePrefix<W>(index: KvIndexSource<W>, options: PrecisePrefixOptions<W> = {}): RoutingPolicy<W> {
   const prefix = kvPrefixScorer(index, {
