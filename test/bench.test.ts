@@ -89,3 +89,25 @@ describe('npm run bench:routing (smoke run, small N)', () => {
     expect(run.stdout).not.toMatch(/NaN|Infinity/);
   }, 130_000);
 });
+
+describe('npm run bench:routing, its fleet part (smoke run, small N)', () => {
+  it('runs 1, 2 and 4 replicas of each policy over workers that publish KV events, then the decision with tokenization', () => {
+    const run = spawnSync(
+      process.execPath,
+      ['bench/routing-fleet.mjs', '--quick', '--ms-per-token=0.01', '--concurrency=4'],
+      { cwd: root, encoding: 'utf8', timeout: 240_000 },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    for (const replicas of [1, 2, 4]) {
+      for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix']) {
+        expect(run.stdout).toMatch(
+          new RegExp(`^ +${replicas} \\| ${policy} +\\| +[\\d.]+% \\| +\\d+% \\|( +[\\d.]+ +\\|){4} 0$`, 'm'),
+        );
+      }
+    }
+    expect(run.stdout).toMatch(/precise-prefix against cache-aware, TTFT p50: 1 replica \d+\.\d+ x/);
+    expect(run.stdout).toMatch(/a next turn \(history cached, 1 KB new\): [\d.]+ \/ [\d.]+ \/ [\d.]+/);
+    expect(run.stdout).toMatch(/event loop delay p99 while eight 128 KB prompts are tokenized: [\d.]+ ms/);
+    expect(run.stdout).not.toMatch(/NaN|Infinity/);
+  }, 250_000);
+});
