@@ -22,8 +22,9 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { KvBlockIndex, loadBlockKeys, precisePrefix, RoutingInput, TokenizerPool, WorkerPool } from 'disagg';
-import { Agent, request } from 'undici';
+import { request } from 'undici';
 import { child, cpuMs } from './proxy-load.mjs';
+import { driveSessions, percentile, random } from './routing-drive.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -41,17 +42,6 @@ const SCALE = args.quick ? 0.25 : 1;
 const PREFILL = 4;
 const DECODE = 2;
 const BLOCK = 16;
-
-function random(seed) {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Sessions of 6 turns: a 400-token system prompt of its own, 100 new tokens a turn, the answer's 8. */
 function sessions() {
@@ -88,9 +78,6 @@ function oracle(all) {
   }
   return cached / total;
 }
-
-const percentile = (values, p) =>
-  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor((p / 100) * values.length))];
 
 async function fleet(policy, replicas) {
   const workers = await child(
@@ -132,67 +119,35 @@ async function fleet(policy, replicas) {
   };
 }
 
-async function drive(stack, all) {
-  const dispatcher = new Agent({ connections: CONCURRENCY * 2 });
-  const ttft = [];
-  const byWorker = new Map();
-  let cached = 0;
-  let prompt = 0;
-  let failures = 0;
-  let next = 0;
-  let sent = 0;
+function drive(stack, all) {
   const total = all.reduce((sum, turns) => sum + turns.length, 0);
+  let sent = 0;
   let restarted = false;
-  const one = async (ids) => {
-    // Request by request across the replicas, as a Service without affinity spreads them.
-    const url = stack.urls[sent++ % stack.urls.length];
-    if (!restarted && sent > total / 2) {
-      restarted = true;
-      stack.restart(0);
-    }
-    const started = performance.now();
-    const { statusCode, headers, body } = await request(`${url}/v1/completions`, {
-      method: 'POST',
-      dispatcher,
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'fake-model',
-        prompt: ids,
-        max_tokens: 8,
-        stream: true,
-        stream_options: { include_usage: true },
-      }),
-    });
-    let first;
-    let text = '';
-    for await (const chunk of body) {
-      first ??= performance.now();
-      text += chunk;
-    }
-    if (statusCode !== 200) {
-      failures++;
-      return;
-    }
-    ttft.push(first - started);
-    const worker = String(headers['x-disagg-prefill-worker']);
-    byWorker.set(worker, (byWorker.get(worker) ?? 0) + 1);
-    const usageLine = text.split('\n').findLast((line) => line.includes('"usage"'));
-    const usage = usageLine === undefined ? undefined : JSON.parse(usageLine.slice(6)).usage;
-    prompt += usage?.prompt_tokens ?? 0;
-    cached += usage?.prompt_tokens_details?.cached_tokens ?? 0;
-  };
-  const client = async () => {
-    while (next < all.length) {
-      const turns = all[next++];
-      for (const ids of turns) await one(ids);
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, client));
-  await dispatcher.close();
-  const counts = [...byWorker.values()];
-  while (counts.length < PREFILL) counts.push(0);
-  const mean = counts.reduce((a, b) => a + b, 0) / PREFILL;
-  return { ttft, hit: cached / prompt, imbalance: Math.max(...counts) / mean, requests: ttft.length, failures };
+  return driveSessions({
+    sessions: all,
+    concurrency: CONCURRENCY,
+    prefill: PREFILL,
+    send: (ids, dispatcher) => {
+      // Request by request across the replicas, as a Service without affinity spreads them.
+      const url = stack.urls[sent++ % stack.urls.length];
+      if (!restarted && sent > total / 2) {
+        restarted = true;
+        stack.restart(0);
+      }
+      return request(`${url}/v1/completions`, {
+        method: 'POST',
+        dispatcher,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'fake-model',
+          prompt: ids,
+          max_tokens: 8,
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
+      });
+    },
+  });
 }
 
 /**

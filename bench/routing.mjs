@@ -18,8 +18,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { CACHE_AWARE_DEFAULTS, createPolicy, POLICY_NAMES, RoutingInput, WorkerPool } from 'disagg';
 import { FakePrefixCache } from 'disagg/testing';
-import { Agent, request } from 'undici';
+import { request } from 'undici';
 import { child, cpuMs } from './proxy-load.mjs';
+import { driveSessions, percentile, random } from './routing-drive.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -43,18 +44,6 @@ const CAPACITY_BLOCKS = 800; // 50 KB of prompt per worker: a quarter of the mul
 // large model's prefill on a GPU. Far lower, and the two CPUs shared by the client, the proxy
 // and six workers decide the TTFT instead of the prefills routing can save.
 const MS_PER_TOKEN = Number(args['ms-per-token']);
-
-/** A seeded generator, so that every policy meets the same requests. */
-function random(seed) {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function words(rand, chars) {
   const vocabulary = ['alpha', 'beta', 'gamma', 'delta', 'kernel', 'cache', 'token', 'prompt', 'router', 'worker'];
@@ -151,64 +140,26 @@ async function stack(policy) {
 }
 
 /** Runs the sessions with CONCURRENCY clients, each taking the next session and playing its turns in order. */
-async function drive(url, sessions) {
-  const dispatcher = new Agent({ connections: CONCURRENCY * 2 });
-  const ttft = [];
-  const byWorker = new Map();
-  let cached = 0;
-  let prompt = 0;
-  let failures = 0;
-  let next = 0;
-  const one = async (turn) => {
-    const started = performance.now();
-    const { statusCode, headers, body } = await request(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      dispatcher,
-      headers: { 'content-type': 'application/json', ...(turn.session ? { 'x-session-id': turn.session } : {}) },
-      body: JSON.stringify({
-        model: 'fake-model',
-        messages: turn.messages,
-        max_tokens: 8,
-        stream: true,
-        stream_options: { include_usage: true },
+function drive(url, sessions) {
+  return driveSessions({
+    sessions,
+    concurrency: CONCURRENCY,
+    prefill: PREFILL,
+    send: (turn, dispatcher) =>
+      request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        dispatcher,
+        headers: { 'content-type': 'application/json', ...(turn.session ? { 'x-session-id': turn.session } : {}) },
+        body: JSON.stringify({
+          model: 'fake-model',
+          messages: turn.messages,
+          max_tokens: 8,
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
       }),
-    });
-    let first;
-    let text = '';
-    for await (const chunk of body) {
-      first ??= performance.now();
-      text += chunk;
-    }
-    if (statusCode !== 200) {
-      failures++;
-      return;
-    }
-    ttft.push(first - started);
-    const worker = String(headers['x-disagg-prefill-worker']);
-    byWorker.set(worker, (byWorker.get(worker) ?? 0) + 1);
-    const usageLine = text.split('\n').findLast((line) => line.includes('"usage"'));
-    const usage = usageLine === undefined ? undefined : JSON.parse(usageLine.slice(6)).usage;
-    prompt += usage?.prompt_tokens ?? 0;
-    cached += usage?.prompt_tokens_details?.cached_tokens ?? 0;
-  };
-  const client = async () => {
-    while (next < sessions.length) {
-      const turns = sessions[next++];
-      for (const turn of turns) await one(turn);
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, client));
-  await dispatcher.close();
-  const counts = [...byWorker.values()];
-  while (counts.length < PREFILL) counts.push(0);
-  const mean = counts.reduce((a, b) => a + b, 0) / PREFILL;
-  return { ttft, hit: cached / prompt, imbalance: Math.max(...counts) / mean, requests: ttft.length, failures };
+  });
 }
-
-const percentile = (values, p) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-};
 
 /** The routing decision alone: µs per request for a chat request of `kb` KB, median of 5 batches. */
 function decisionCost(policyName, kb) {
