@@ -1,4 +1,4 @@
-import { elementsOf, samplesOf } from '../protocol/request-counts.js';
+import { elementsOf } from '../protocol/request-counts.js';
 import type { BootstrapInfo } from './prefill-stream.js';
 import type { PromptSide } from './prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from './request-shaping.js';

@@ -51,6 +51,26 @@ async function rawPublisher(workers: number) {
   };
 }
 
+/** A config file for disagg serve: the prefill workers p0, p1 with their event endpoints, precise-prefix. */
+function configFile(
+  endpoints: Array<{ kvEvents: string; kvEventsReplay: string }>,
+  prefill: string[],
+  decode: string,
+): string {
+  const config = join(mkdtempSync(join(tmpdir(), 'disagg-kv-')), 'disagg.json');
+  writeFileSync(
+    config,
+    JSON.stringify({
+      connector: 'vllm',
+      prefill: prefill.map((url, i) => ({ url, name: `p${i}`, ...endpoints[i] })),
+      decode: [decode],
+      prefillPolicy: 'precise-prefix',
+      kvEvents: { topic: 'kv' },
+    }),
+  );
+  return config;
+}
+
 /** Blocks of `tokens` as one store event, hashed `${base}${i}` (the engine's own handles). */
 const stored = (tokens: number[], base: number) => ({
   type: 'BlockStored',
@@ -95,21 +115,7 @@ describe("precise-prefix on the engines' KV events, through disagg serve", () =>
     // Before any proxy runs: only replay can bring these.
     await publisher.publish(1, 'array', [stored(P, 1)]);
     await publisher.publish(0, 'map', [stored(Q, 2)]);
-    const dir = mkdtempSync(join(tmpdir(), 'disagg-kv-'));
-    const config = join(dir, 'disagg.yaml');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        connector: 'vllm',
-        prefill: [
-          { url: p0.url, name: 'p0', ...publisher.endpoints[0] },
-          { url: p1.url, name: 'p1', ...publisher.endpoints[1] },
-        ],
-        decode: [decode.url],
-        prefillPolicy: 'precise-prefix',
-        kvEvents: { topic: 'kv' },
-      }),
-    );
+    const config = configFile(publisher.endpoints, [p0.url, p1.url], decode.url);
     const args = ['--config', config, '--metrics-port', '0'];
     const one = await serveBin(args, { cleanups });
     const two = await serveBin(args, { cleanups });
@@ -157,20 +163,7 @@ describe("precise-prefix on the engines' KV events, through disagg serve", () =>
       fakes.start({ role: 'prefill', protocol: 'vllm' }),
       fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 }),
     ]);
-    const config = join(mkdtempSync(join(tmpdir(), 'disagg-kv-')), 'disagg.json');
-    writeFileSync(
-      config,
-      JSON.stringify({
-        connector: 'vllm',
-        prefill: [
-          { url: p0.url, name: 'p0', ...publisher.endpoints[0] },
-          { url: p1.url, name: 'p1', ...publisher.endpoints[1] },
-        ],
-        decode: [decode.url],
-        prefillPolicy: 'precise-prefix',
-        kvEvents: { topic: 'kv' },
-      }),
-    );
+    const config = configFile(publisher.endpoints, [p0.url, p1.url], decode.url);
     const served = await serveBin(['--config', config, '--tokenizer', qwen3], { cleanups });
     await untilBlocks(`${served.url}/metrics`, 'p1', whole.length / BLOCK);
     const response = await fetch(`${served.url}/v1/chat/completions`, {

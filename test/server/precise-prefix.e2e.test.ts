@@ -20,6 +20,20 @@ afterEach(async () => {
   proxies = [];
 });
 
+/** Where a fake worker's KV cache publishes its events. */
+const endpoints = (worker: FakeWorker) => ({
+  kvEvents: worker.kvCache?.publisher.endpoint as string,
+  kvEventsReplay: worker.kvCache?.publisher.replayEndpoint as string,
+});
+
+/** A proxy of these options, listening, and an OpenAI client of it. */
+async function serve(options: Parameters<typeof createProxy>[0]) {
+  const proxy = createProxy(options);
+  proxies.push(proxy);
+  const url = await proxy.listen(0, '127.0.0.1');
+  return { url, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }) };
+}
+
 const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => from + i);
 
 async function untilBlocks(url: string, worker: string, accept: (blocks: number) => boolean): Promise<void> {
@@ -37,11 +51,7 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
       [0, 1].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', kvCache: { blockSize: 16 } })),
     );
     const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
-    const endpoints = (worker: FakeWorker) => ({
-      kvEvents: worker.kvCache?.publisher.endpoint as string,
-      kvEventsReplay: worker.kvCache?.publisher.replayEndpoint as string,
-    });
-    const proxy = createProxy({
+    const { url, client } = await serve({
       connector: 'vllm',
       prefill: prefills.map((worker, i) => ({ url: worker.url, name: `p${i}`, ...endpoints(worker) })),
       decode: [{ url: decode.url }],
@@ -49,9 +59,6 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
       // Without speculation: what routes is what the engines said.
       routing: { speculativeTtlMs: 0 },
     });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
-    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
     const turn = async (prompt: number[]) => {
       const { data, response } = await client.completions
         .create({ model: 'fake-model', prompt, max_tokens: 2 })
@@ -107,27 +114,23 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
     );
     expect(direct.status).toBe(200);
     fakes.leaveKv(prefills[1] as FakeWorker);
-    const proxy = createProxy({
+    const { url, client } = await serve({
       connector: 'vllm',
       prefill: prefills.map((worker, i) => ({
         url: worker.url,
         name: `p${i}`,
-        kvEvents: worker.kvCache?.publisher.endpoint as string,
-        kvEventsReplay: worker.kvCache?.publisher.replayEndpoint as string,
+        ...endpoints(worker),
       })),
       decode: [{ url: decode.url }],
       prefillPolicy: 'precise-prefix',
       tokenizer: { dir: QWEN3 },
       routing: { speculativeTtlMs: 0 },
     });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
     // Replayed at start: the proxy was not there when p1 published it.
     await eventuallyAsync(
       async () => /disagg_kv_blocks\{worker="p1"\} [1-9]/.test(await (await fetch(`${url}/metrics`)).text()),
       "p1's blocks in the proxy's index",
     );
-    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
     const { data, response } = await client.chat.completions
       .create({
         model: 'fake-model',
@@ -170,7 +173,7 @@ describe("precise-prefix with the engines' own load", () => {
       'the busy worker reporting its queue',
     );
     (busy as FakeWorker).setFault(undefined);
-    const proxy = createProxy({
+    const { client } = await serve({
       connector: 'vllm',
       prefill: [
         { url: (busy as FakeWorker).url, name: 'busy', kvEvents: 'tcp://127.0.0.1:1' },
@@ -180,9 +183,6 @@ describe("precise-prefix with the engines' own load", () => {
       prefillPolicy: 'precise-prefix',
       routing: { engineLoadIntervalMs: 50 },
     });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
-    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
     // The first reading was taken at start: the idle worker wins every tie of this router's own counts.
     for (let i = 0; i < 3; i++) {
       const { response } = await client.completions
@@ -200,11 +200,7 @@ describe('precise-prefix follows workers added at run time', () => {
       [0, 1].map(() => fakes.start({ role: 'prefill', protocol: 'vllm', kvCache: {} })),
     );
     const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
-    const endpoints = (worker: FakeWorker) => ({
-      kvEvents: worker.kvCache?.publisher.endpoint as string,
-      kvEventsReplay: worker.kvCache?.publisher.replayEndpoint as string,
-    });
-    const proxy = createProxy({
+    const { url, client } = await serve({
       connector: 'vllm',
       prefill: [{ url: (first as FakeWorker).url, name: 'first', ...endpoints(first as FakeWorker) }],
       decode: [{ url: decode.url }],
@@ -212,8 +208,6 @@ describe('precise-prefix follows workers added at run time', () => {
       adminKey: 'admin-key',
       routing: { speculativeTtlMs: 0 },
     });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
     const prompt = ids(64, 42);
     // The added worker's engine computed the prompt before it joined: replay brings it.
     await (added as FakeWorker).kvCache?.compute({ prompt });
@@ -233,7 +227,6 @@ describe('precise-prefix follows workers added at run time', () => {
       async () => (await (await fetch(`${url}/metrics`)).text()).includes('disagg_kv_blocks{worker="added"} 4'),
       "the added worker's blocks in the index",
     );
-    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
     const { data, response } = await client.completions
       .create({ model: 'fake-model', prompt, max_tokens: 2 })
       .withResponse();
@@ -247,22 +240,19 @@ describe('precise-prefix on the decode pool: conditional disaggregation by what 
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
     const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
     const publisher = await FakeKvPublisher.start();
-    const proxy = createProxy({
+    const { url, client } = await serve({
       connector: 'vllm',
       prefill: [{ url: prefill.url }],
       decode: [{ url: decode.url, name: 'd0', kvEvents: publisher.endpoint, kvEventsReplay: publisher.replayEndpoint }],
       decodePolicy: 'precise-prefix',
       routing: { aggregateCachedRatio: 0.5, speculativeTtlMs: 0 },
     });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
     const held = ids(64, 300);
     await publisher.subscribed();
     await publisher.publish([
       { type: 'BlockStored', block_hashes: [1n, 2n, 3n, 4n], parent_block_hash: null, token_ids: held, block_size: 16 },
     ]);
     await untilBlocks(url, 'd0', (blocks) => blocks === 4);
-    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
     const hot = await client.completions
       .create({ model: 'fake-model', prompt: [...held, ...ids(16, 900)], max_tokens: 2 })
       .withResponse();
