@@ -61,10 +61,14 @@ const FOLDERS = {
         tests: 'server',
       },
       { name: 'health', files: ['health.ts', 'admission.ts', 'in-flight.ts', 'bearer-auth.ts'], tests: 'server' },
-      { name: 'membership', files: ['membership.ts', 'admin-routes.ts', 'routing-policies.ts'], tests: 'server' },
+      {
+        name: 'membership',
+        files: ['membership.ts', 'admin-routes.ts', 'routing-policies.ts', 'kv-following.ts', 'engine-load.ts'],
+        tests: 'server',
+      },
       {
         name: 'observing',
-        files: ['tracing.ts', 'metrics.ts', 'request-events.ts', 'request-log.ts'],
+        files: ['tracing.ts', 'metrics.ts', 'kv-metrics.ts', 'request-events.ts', 'request-log.ts'],
         tests: 'server',
       },
       {
