@@ -1709,6 +1709,10 @@ function workers(value: unknown, kinds: Readonly<Record<string, WorkerFieldKind>
       if (kinds[field] === 'integer' && !Number.isInteger(fieldValue)) {
         throw new Invalid(`has a worker whose ${field} is not a whole number: ${describeValue(fieldValue)}`);
       }
+      // The url has its own check below (an http(s) URL), which says more.
+      if (kinds[field] === 'string' && field !== 'url' && (typeof fieldValue !== 'string' || fieldValue === '')) {
+        throw new Invalid(`has a worker whose ${field} is not a non-empty string: ${describeValue(fieldValue)}`);
+      }
     }
     const url = (entry as { url?: unknown }).url;
     if (typeof url !== 'string' || !/^https?:\/\/[^/]+/.test(url)) {

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { answerHandoff, ENGINE_HANDOFFS, withoutAnswerHandoff } from '../../src/engines/handoff-wire.js';
 import { ENGINE_NAMES, ENGINES, engineOf } from '../../src/engines/registry.js';
 import { HANDOFF_FIELDS } from '../../src/flow/handoff-fields.js';
-import { SETTINGS } from '../../src/server/options.js';
+import { checkWorker, SETTINGS } from '../../src/server/options.js';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import { fakeWorkers } from '../support/http.js';
 
@@ -26,6 +26,42 @@ describe('the engine registry', () => {
       expect(setting?.help).toContain(engine.title);
     }
     expect(() => engineOf('tgi' as never)).toThrow('No engine is named "tgi": vllm, sglang, trtllm');
+  });
+
+  it("a worker entry is checked against the fields of every engine, of their kinds: SGLang's port and DP rank and size whole numbers, names, hosts and KV event endpoints non-empty strings", () => {
+    const sglang = { connector: 'sglang' as const, bootstrapPort: 8998 };
+    const full = {
+      url: 'http://p0:30000',
+      name: 'p0',
+      bootstrapHost: 'p0-boot',
+      bootstrapPort: 8999,
+      dpRank: 1,
+      dpSize: 2,
+      kvEvents: 'tcp://p0:5557',
+      kvEventsReplay: 'tcp://p0:5558',
+    };
+    expect(checkWorker('prefill', full, sglang)).toEqual(full);
+    for (const [field, value, kind] of [
+      ['bootstrapPort', '8999', 'a whole number'],
+      ['dpRank', 0.5, 'a whole number'],
+      ['dpSize', '2', 'a whole number'],
+      ['bootstrapHost', 5, 'a non-empty string'],
+      ['name', 5, 'a non-empty string'],
+      ['name', '', 'a non-empty string'],
+      ['kvEvents', 5557, 'a non-empty string'],
+      ['kvEventsReplay', true, 'a non-empty string'],
+    ] as const) {
+      expect(() => checkWorker('prefill', { ...full, [field]: value }, sglang), field).toThrow(
+        `has a worker whose ${field} is not ${kind}`,
+      );
+    }
+    const decode = { url: 'http://d0:8000', name: 'd0', kvEvents: 'tcp://d0:5557', kvEventsReplay: 'tcp://d0:5558' };
+    expect(checkWorker('decode', decode, sglang)).toEqual(decode);
+    for (const field of ['name', 'kvEvents', 'kvEventsReplay']) {
+      expect(() => checkWorker('decode', { ...decode, [field]: 1 }, sglang), field).toThrow(
+        `has a worker whose ${field} is not a non-empty string`,
+      );
+    }
   });
 
   it("the transport's handoff list is the registry's, in its order", () => {
