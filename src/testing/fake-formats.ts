@@ -102,6 +102,11 @@ export interface AnswerPlan {
   logprobs: boolean;
   prompt: PromptPlan;
   engine: Engine;
+  /**
+   * With `return_token_ids`: the prompt's ids and the id of the answer's first token (each step
+   * one more), which the answer carries as vLLM's does (`prompt_token_ids`, `token_ids`).
+   */
+  tokenIds: { prompt: number[]; first: number } | undefined;
 }
 
 /** The prompt's text (a completions prompt, SGLang's `text`, a chat rendered as JSON), and its (fake) tokens. */
@@ -179,8 +184,10 @@ export function planAnswer(
   const limit = Number(
     body.max_tokens ?? body.max_completion_tokens ?? sampling?.max_new_tokens ?? Number.POSITIVE_INFINITY,
   );
-  const count = Math.max(0, Math.min(defaultTokens, limit));
-  const content = answer?.content ?? Array.from({ length: count }, (_, i) => `tok${i} `);
+  // A continuation (a token-id prompt ending in ids this fake generated) goes on from there.
+  const generated = generatedBefore(body);
+  const count = Math.max(0, Math.min(defaultTokens - generated, limit));
+  const content = answer?.content ?? Array.from({ length: count }, (_, i) => defaultPiece(body, generated + i));
   const tools = answer?.toolCalls ?? [];
   const finish =
     answer?.finishReason ??
@@ -209,7 +216,61 @@ export function planAnswer(
     logprobs,
     prompt: planPrompt(body, engine),
     engine,
+    tokenIds: body.return_token_ids === true ? { prompt: fakePromptIds(body), first: outputId(generated) } : undefined,
   };
+}
+
+/** FNV-1a over a string: the fakes' stable hash. */
+function fnv(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let at = 0; at < text.length; at++) {
+    hash ^= text.charCodeAt(at);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash;
+}
+
+/** The ids of a token-id prompt (`prompt` or SGLang's `input_ids`), if it is one. */
+function idsOf(body: Record<string, unknown>): number[] | undefined {
+  const ids = body.prompt ?? body.input_ids;
+  return Array.isArray(ids) && ids.length > 0 && ids.every((id) => typeof id === 'number') ? ids : undefined;
+}
+
+/**
+ * How many tokens of a token-id prompt this fake generated: the ids from 2,000 to 2,999 at its
+ * end, after a prompt's own. A router continuing a broken stream sends them back, and the
+ * answer goes on from there, as a real engine's would.
+ */
+function generatedBefore(body: Record<string, unknown>): number {
+  const ids = idsOf(body);
+  if (ids === undefined) return 0;
+  const mine = (id: number) => id >= OUTPUT_ID_BASE && id < OUTPUT_ID_BASE + 1000;
+  let count = 0;
+  for (let at = ids.length - 1; at >= 0 && mine(ids[at] as number); at--) count++;
+  // All of them: a prompt of its own that happens to use those ids, not a continuation.
+  return count === ids.length ? 0 : count;
+}
+
+/**
+ * The prompt's (fake) token ids: a token-id prompt's own (without what this fake generated),
+ * else one id per token of its text, from 1,000 up by the token's text.
+ */
+export function fakePromptIds(body: Record<string, unknown>): number[] {
+  const ids = idsOf(body);
+  if (ids !== undefined) return ids.slice(0, ids.length - generatedBefore(body));
+  const pieces = promptPieces(body);
+  return Array.from({ length: promptTokens(body) }, (_, at) => PROMPT_ID_BASE + (fnv(pieces[at] ?? '') % 1000));
+}
+
+/**
+ * The default piece `at` of an answer: `tok<at> `, or with a `seed` a word that depends on the
+ * prompt's ids, the seed and the position, so that a stream continued elsewhere can be
+ * compared with an unbroken one token by token.
+ */
+function defaultPiece(body: Record<string, unknown>, at: number): string {
+  if (typeof body.seed !== 'number') return `tok${at} `;
+  const prompt = fakePromptIds(body).join(',');
+  return `w${fnv(`${prompt}/${body.seed}/${at}`) % 10_000} `;
 }
 
 /** The JSON shapes of one route's answers. */
@@ -222,9 +283,11 @@ export interface Format {
 
 const OUTPUT_LOGPROB = -0.25;
 const PROMPT_LOGPROB = -0.5;
+const PROMPT_ID_BASE = 1000;
+const OUTPUT_ID_BASE = 2000;
 /** A (fake) token id: the prompt's tokens count from 1,000, the answer's from 2,000. */
-const promptId = (at: number) => 1000 + at;
-const outputId = (at: number) => 2000 + at;
+const promptId = (at: number) => PROMPT_ID_BASE + at;
+const outputId = (at: number) => OUTPUT_ID_BASE + at;
 
 const chatLogprobs = (text: string) => ({
   content: [{ token: text, logprob: OUTPUT_LOGPROB, bytes: [...Buffer.from(text)], top_logprobs: [] }],
@@ -271,6 +334,16 @@ export function formatFor(path: string, model = 'fake-model'): Format {
   return completionFormat(id, created, model);
 }
 
+/** The token ids of step `k` of a choice, when the request asked for them (`return_token_ids`). */
+const stepIds = (plan: AnswerPlan, k: number) =>
+  plan.tokenIds === undefined ? {} : { token_ids: [plan.tokenIds.first + k] };
+
+/** Every token id of a choice (a whole answer's), when the request asked for them. */
+const allIds = (plan: AnswerPlan, choice: Choice) =>
+  plan.tokenIds === undefined
+    ? {}
+    : { token_ids: choice.steps.map((_, k) => (plan.tokenIds as { first: number }).first + k) };
+
 /** Interleaves the choices' chunks: each choice's first chunk, then each one's second, and so on. */
 function interleave(plan: AnswerPlan, chunksOf: (choice: Choice) => object[]): object[] {
   const lists = plan.choices.map(chunksOf);
@@ -286,8 +359,17 @@ function chatFormat(id: string, created: number, model: string): Format {
   return {
     streamed: (plan) =>
       interleave(plan, (choice) => [
-        // As vLLM does: a first chunk with the role and no text, then the echo, if any.
-        chunk({ index: choice.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }),
+        // As vLLM does: a first chunk with the role and no text (and the prompt's ids, when
+        // asked for), then the echo, if any.
+        {
+          ...chunk({
+            index: choice.index,
+            delta: { role: 'assistant', content: '' },
+            logprobs: null,
+            finish_reason: null,
+          }),
+          ...(plan.tokenIds === undefined ? {} : { prompt_token_ids: plan.tokenIds.prompt }),
+        },
         ...(plan.prompt.echo(choice.index) === undefined
           ? []
           : [
@@ -298,9 +380,10 @@ function chatFormat(id: string, created: number, model: string): Format {
                 finish_reason: null,
               }),
             ]),
-        ...choice.steps.map((step) =>
+        ...choice.steps.map((step, k) =>
           chunk({
             index: choice.index,
+            ...stepIds(plan, k),
             delta:
               step.kind === 'reasoning'
                 ? { reasoning_content: step.text }
@@ -323,7 +406,16 @@ function chatFormat(id: string, created: number, model: string): Format {
           }),
         ),
         ...(plan.error === undefined
-          ? [chunk({ index: choice.index, delta: {}, logprobs: null, finish_reason: choice.finish, stop_reason: null })]
+          ? [
+              chunk({
+                index: choice.index,
+                delta: {},
+                logprobs: null,
+                finish_reason: choice.finish,
+                stop_reason: null,
+                ...(plan.tokenIds === undefined ? {} : { token_ids: [] }),
+              }),
+            ]
           : []),
       ]),
     usage: (usage) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }),
@@ -361,9 +453,11 @@ function chatFormat(id: string, created: number, model: string): Format {
           logprobs: plan.logprobs ? { content: content.flatMap((text) => chatLogprobs(text).content) } : null,
           finish_reason: choice.finish,
           stop_reason: null,
+          ...allIds(plan, choice),
         };
       }),
       ...(plan.prompt.promptLogprobs ? { prompt_logprobs: vllmPromptLogprobs(plan, 0) } : {}),
+      ...(plan.tokenIds === undefined ? {} : { prompt_token_ids: plan.tokenIds.prompt }),
       usage,
     }),
   };
@@ -381,20 +475,38 @@ function completionFormat(id: string, created: number, model: string): Format {
         const out: object[] = [];
         // vLLM counts a stream's offsets over what it has sent of the choice (the echo first).
         let sent = 0;
-        const emit = (text: string, entries: Array<[string, number | null]>) => {
+        const emit = (text: string, entries: Array<[string, number | null]>, step?: number) => {
           const logprobs = plan.logprobs ? textLogprobs(entries, sent, plan.engine) : null;
           sent += [...text].length;
-          out.push(chunk({ index: choice.index, text, logprobs, finish_reason: null, stop_reason: null }));
+          out.push(
+            chunk({
+              index: choice.index,
+              text,
+              logprobs,
+              finish_reason: null,
+              stop_reason: null,
+              // As vLLM does with return_token_ids: the prompt's on a choice's first chunk.
+              ...(plan.tokenIds !== undefined && out.length === 0 ? { prompt_token_ids: plan.tokenIds.prompt } : {}),
+              ...(plan.tokenIds === undefined ? {} : step === undefined ? { token_ids: [] } : stepIds(plan, step)),
+            }),
+          );
         };
         const pieces = texts(choice);
         if (pieces.length === 0 && echoOf(plan, choice) !== '') emit(echoOf(plan, choice), head(plan, choice));
         for (const [i, text] of pieces.entries()) {
-          if (i === 0) emit(`${echoOf(plan, choice)}${text}`, [...head(plan, choice), [text, OUTPUT_LOGPROB]]);
-          else emit(text, [[text, OUTPUT_LOGPROB]]);
+          if (i === 0) emit(`${echoOf(plan, choice)}${text}`, [...head(plan, choice), [text, OUTPUT_LOGPROB]], i);
+          else emit(text, [[text, OUTPUT_LOGPROB]], i);
         }
         if (plan.error === undefined) {
           out.push(
-            chunk({ index: choice.index, text: '', logprobs: null, finish_reason: choice.finish, stop_reason: null }),
+            chunk({
+              index: choice.index,
+              text: '',
+              logprobs: null,
+              finish_reason: choice.finish,
+              stop_reason: null,
+              ...(plan.tokenIds === undefined ? {} : { token_ids: [] }),
+            }),
           );
         }
         return out;
@@ -418,6 +530,8 @@ function completionFormat(id: string, created: number, model: string): Format {
         finish_reason: choice.finish,
         stop_reason: null,
         ...(plan.prompt.promptLogprobs ? { prompt_logprobs: vllmPromptLogprobs(plan, choice.index) } : {}),
+        ...(plan.tokenIds === undefined ? {} : { prompt_token_ids: plan.tokenIds.prompt }),
+        ...allIds(plan, choice),
       })),
       usage,
     }),

@@ -18,6 +18,8 @@ import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';
  *   pulled, as a request still waiting in vLLM's queue does);
  * - `error-event`: stream `afterTokens` tokens, then an SSE `error` event, then end;
  * - `reset`: stream `afterTokens` tokens, then break the connection;
+ * - `stall`: stream `afterTokens` tokens, then say nothing more, the connection kept open (a
+ *   wedged engine) until the caller leaves;
  * - `slow`: stream with `tokenIntervalMs` between tokens;
  * - `never-bootstrap`: SGLang decode never connects to prefill, a prefill never answers
  *   after committing its KV; vLLM decode never pulls the KV (and never answers);
@@ -32,6 +34,7 @@ export type Fault =
   | { type: 'hang' }
   | { type: 'error-event'; afterTokens?: number; message?: string }
   | { type: 'reset'; afterTokens?: number }
+  | { type: 'stall'; afterTokens?: number }
   | { type: 'slow'; tokenIntervalMs: number }
   | { type: 'never-bootstrap' }
   | { type: 'late-failure'; message?: string; afterMs?: number }

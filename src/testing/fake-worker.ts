@@ -374,7 +374,8 @@ class Worker implements FakeWorker, WorkerSide {
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     const chunks = format.streamed(plan);
-    const breaking = fault?.type === 'error-event' || fault?.type === 'reset' ? fault : undefined;
+    const breaking =
+      fault?.type === 'error-event' || fault?.type === 'reset' || fault?.type === 'stall' ? fault : undefined;
     // Counted in tokens: chat's opening chunk (the role) comes before the first.
     const opening = record.path === '/v1/chat/completions' ? plan.choices.length : 0;
     const breakAt = breaking === undefined ? -1 : opening + (breaking.afterTokens ?? 1);
@@ -398,7 +399,9 @@ class Worker implements FakeWorker, WorkerSide {
     res.end();
   }
 
-  #breakStream(res: ServerResponse, fault: Extract<Fault, { type: 'error-event' | 'reset' }>): void {
+  #breakStream(res: ServerResponse, fault: Extract<Fault, { type: 'error-event' | 'reset' | 'stall' }>): void {
+    // Wedged: nothing more, until the caller gives up and closes the connection.
+    if (fault.type === 'stall') return;
     if (fault.type === 'reset') {
       // Once what was written has left, so that the client sees the tokens, then the break.
       this.#timer(20, () => res.destroy());

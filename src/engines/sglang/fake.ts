@@ -14,6 +14,11 @@ export const fakeSglang: FakeProtocol = {
   name: 'sglang',
   routes: ['/v1/completions', '/v1/chat/completions', '/generate'],
   isPrefillCall: (body) => body.bootstrap_room !== undefined,
+  // As SGLang's serving_chat does: a streamed chat cannot return token ids (its completions can).
+  refuse: (path, body) =>
+    path === '/v1/chat/completions' && body.stream === true && body.return_token_ids === true
+      ? 'return_token_ids is not supported with streaming on /v1/chat/completions'
+      : undefined,
 
   async prefill(worker, res, record, fault) {
     const requestId = record.requestId ?? randomUUID();
