@@ -21,6 +21,12 @@ export type Handoff =
 export interface Connector {
   readonly name: string;
   readonly family: 'sequential' | 'concurrent' | 'early';
+  /**
+   * The routes whose streams return each chunk's token ids when asked (`return_token_ids`),
+   * from which decode migration resumes a broken stream; on other routes it replays the
+   * request instead. Both by default (vLLM from 0.10.2).
+   */
+  readonly tokenIds?: readonly ('chat' | 'completions')[];
   /** The prefill leg's body (given the rendezvous in the concurrent family). */
   prefillBody(request: RequestBody, bootstrap?: BootstrapInfo): RequestBody;
   /** The decode leg's body. */

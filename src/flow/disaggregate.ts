@@ -10,8 +10,10 @@ import type { Connector } from './connectors.js';
 import { checkBudget, checkDeadlines, type DEFAULT_DEADLINES, type Deadlines, pause } from './deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from './decode-leg.js';
 import { type FlowEventListener, FlowRecorder } from './events.js';
-import { type EngineCall, FlowRun } from './flow-run.js';
+import { type EngineCall, type FlowMigration, FlowRun } from './flow-run.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
+import type { ContinuationStart } from './migrating-stream.js';
+import { type MigrationOptions, migrationPlan } from './migration.js';
 import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
 import { type Lease, NoWorkerError, WorkerPool } from './worker-pool.js';
 
@@ -148,6 +150,13 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   /** Receives the request's lifecycle events (see {@link FlowEvent}), synchronously. */
   onEvent?: FlowEventListener<P, D>;
   logger?: Logger;
+  /**
+   * Decode migration (off by default): a streamed request whose decode stream breaks after its
+   * first token is continued on another worker of `decodeWorkers` (see {@link MigrationOptions});
+   * each break is a `migration` event. A continuation is a request of its own through this
+   * flow (its events are not reported; its legs hold `settled` back until they are over).
+   */
+  migration?: MigrationOptions;
 }
 
 /**
@@ -211,6 +220,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   // request, whatever its attempts: one `finished`, `settled` last.
   const recorder = new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log);
   const retryPrefill = retryPolicy('retryPrefill', options.retryPrefill, log);
+  const migration = migrationFor(options, request, input, recorder);
   const avoid = { prefill: [...(options.avoid?.prefill ?? [])], decode: [...(options.avoid?.decode ?? [])] };
   for (let attempt = 0; ; attempt++) {
     let skip = skipped;
@@ -262,6 +272,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       cleanupBudgetMs,
       recorder,
       logger: log,
+      migration,
     });
     try {
       return await run.start(skip);
@@ -322,6 +333,69 @@ function retryPolicy(
 
 function fixedLease<W>(worker: W): Lease<W> {
   return { worker, release: () => {} };
+}
+
+/**
+ * What the flow needs to migrate this request, or undefined when migration is off. A
+ * continuation is this flow again on the continuation's body, passing over the workers that
+ * broke: aggregated on a decode worker (`via: 'decode'`) or through a prefill (`'prefill'`).
+ */
+function migrationFor<P, D>(
+  options: DisaggregateOptions<P, D>,
+  request: RequestBody,
+  input: RoutingInput,
+  recorder: FlowRecorder,
+): FlowMigration | undefined {
+  const { migration } = options;
+  // A whole answer that breaks has sent nothing: there is nothing to continue.
+  if (migration === undefined || migration.limit === 0 || request.stream !== true) return undefined;
+  const plan = migrationPlan(request, {
+    ...(options.connector.tokenIds === undefined ? {} : { tokenIdRoutes: options.connector.tokenIds }),
+    ...(migration.maxModelLen === undefined ? {} : { maxModelLen: migration.maxModelLen }),
+  });
+  const start = async (
+    body: RequestBody,
+    avoid: readonly unknown[],
+    context: AsyncEngineContext,
+  ): Promise<ContinuationStart> => {
+    let worker: unknown;
+    // The outer request settles after its continuation's legs are over too.
+    const held = recorder.hold();
+    let settled = false;
+    const settle = () => {
+      if (settled) return;
+      settled = true;
+      held();
+    };
+    try {
+      const stream = await disaggregate<P, D>({
+        ...options,
+        request: body,
+        context,
+        avoid: { ...options.avoid, decode: [...(options.avoid?.decode ?? []), ...(avoid as D[])] },
+        migration: undefined,
+        retryPrefill: undefined,
+        promptTokenIds: undefined,
+        ...(migration.via === 'prefill' ? {} : { skipPrefill: () => 'migration' }),
+        onEvent: (event) => {
+          if (event.type === 'routed') worker = event.decodeWorker;
+          if (event.type === 'settled') settle();
+        },
+      });
+      return { stream, worker };
+    } catch (error) {
+      settle();
+      throw error;
+    }
+  };
+  return {
+    plan,
+    limit: migration.limit,
+    maxSeqLen: migration.maxSeqLen,
+    maxModelLen: migration.maxModelLen,
+    promptIds: input.tokenIds,
+    start,
+  };
 }
 
 function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {

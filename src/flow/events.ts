@@ -38,6 +38,8 @@ export interface FlowEventBase {
  *   KV for a decode (vLLM does), and the connector's release call went to the decode worker:
  *   `freed` when that worker's request handler answered it (vLLM 0.21 and later then free the
  *   KV at once), else the `error` (the KV waits for the engine's lease);
+ * - `migration`: a decode stream broke after its first token and, with migration on, was
+ *   continued on another worker (`migrated`), or not (`refused`, `failed`, with why);
  * - `finished`: the client stream's one outcome;
  * - `settled`: nothing more will happen for this request.
  */
@@ -78,6 +80,22 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
     | { type: 'terminalReleased'; heldMs: number }
     | { type: 'cleanupExpired'; error: Error }
     | { type: 'handoffReleased'; freed: boolean; error?: Error }
+    | {
+        type: 'migration';
+        /** 1 for the request's first break, 2 for a break of its first continuation, and so on. */
+        attempt: number;
+        reason: 'stream_error' | 'idle';
+        /** `migrated`: continued on `toWorker`; `refused`: not continued (`why`); `failed`: the continuation could not start (`why`). */
+        outcome: 'migrated' | 'refused' | 'failed';
+        why?: string;
+        /** How the continuation goes on: after the generated tokens (`resume`) or from the prompt again (`replay`). */
+        mode?: 'resume' | 'replay';
+        error: Error;
+        /** The tokens generated before the break (whose text the client has). */
+        generatedTokens: number;
+        fromWorker?: D;
+        toWorker?: D;
+      }
     | { type: 'finished'; outcome: 'success' | 'error' | 'cancelled'; leg?: Leg; error?: Error }
     | { type: 'settled' }
   );

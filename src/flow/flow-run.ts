@@ -20,6 +20,8 @@ import { type Connector, elementsOf } from './connectors.js';
 import { DeadlineError, type Deadlines, pause, startTimer } from './deadlines.js';
 import { DecodeLeg } from './decode-leg.js';
 import type { FlowRecorder, Strategy } from './events.js';
+import { type ContinuationStart, migratingStream } from './migrating-stream.js';
+import { type MigrationPlan, withTokenIds } from './migration.js';
 import { classifyPrefill, type PrefillResult } from './prefill-stream.js';
 import type { PromptSide } from './prompt-side.js';
 import { decodeRequest, type RequestBody } from './request-shaping.js';
@@ -55,6 +57,18 @@ export interface FlowSetup {
   cleanupBudgetMs: number;
   recorder: FlowRecorder;
   logger: () => Logger;
+  /** Decode migration, for a request it is on for (see `migrating-stream`). */
+  migration?: FlowMigration | undefined;
+}
+
+/** @internal What the flow needs to migrate a request's decode stream. */
+export interface FlowMigration {
+  plan: MigrationPlan;
+  limit: number;
+  maxSeqLen: number | undefined;
+  maxModelLen: number | undefined;
+  promptIds: readonly number[] | undefined;
+  start: (body: RequestBody, avoid: readonly unknown[], context: AsyncEngineContext) => Promise<ContinuationStart>;
 }
 
 /**
@@ -505,9 +519,11 @@ export class FlowRun {
     const releaseLeg = recorder.hold();
     /** Decode answered the call (its stream opened): the leg did its part if it also took the KV. */
     let opened = false;
+    const { migration, deadlines } = this.#setup;
     const leg = new DecodeLeg({
       client: this.#setup.client,
-      deadlines: this.#setup.deadlines,
+      // A migrating stream times its worker's silence itself: silence is then a break to continue.
+      deadlines: migration === undefined ? deadlines : { ...deadlines, idleMs: undefined },
       cleanupBudgetMs: this.#setup.cleanupBudgetMs,
       handoff,
       observedAbove,
@@ -533,8 +549,16 @@ export class FlowRun {
       leg.context.kill();
     });
     let stream: ResponseStream<EngineItem>;
+    // Migrating: the worker's call has a context of its own, so that giving it up for silence
+    // leaves the leg (and a continuation) alive; it is asked for the token ids a resume needs.
+    let engineContext = leg.context;
+    if (migration !== undefined) {
+      engineContext = new Controller(leg.context.id);
+      leg.context.linkChild(engineContext);
+    }
+    const sent = migration?.plan.kind === 'resume' ? withTokenIds(body) : body;
     try {
-      const dispatch = this.#setup.decode(body, leg.context, decodeLease?.worker);
+      const dispatch = this.#setup.decode(sent, engineContext, decodeLease?.worker);
       if (budget === undefined) stream = await dispatch;
       else {
         // A stream that arrives after the deadline gave up on it is released.
@@ -552,7 +576,25 @@ export class FlowRun {
     opened = true;
     this.#decodeOpened = true;
     this.#handoffDone();
-    return leg.open(stream);
+    if (migration === undefined) return leg.open(stream);
+    const migrating = migratingStream(stream[Symbol.asyncIterator](), {
+      request: this.#setup.request,
+      plan: migration.plan,
+      limit: migration.limit,
+      maxSeqLen: migration.maxSeqLen,
+      maxModelLen: migration.maxModelLen,
+      idleMs: deadlines.idleMs,
+      promptIds: migration.promptIds,
+      worker: decodeLease?.worker,
+      // The leg's: a client that left reaches it (once decode has the KV), a continuation with it.
+      client: leg.context,
+      context: engineContext,
+      start: migration.start,
+      leftWorker: () => decodeLease?.release('failure'),
+      recorder,
+      logger: this.#setup.logger,
+    });
+    return leg.open(new ResponseStream(migrating, stream.context));
   }
 
   #toClient(stream: ResponseStream<EngineItem>): ResponseStream<EngineItem> {

@@ -32,7 +32,11 @@ export interface HttpEngineOptions<W> {
    * the leg. Default: the worker's `url` field.
    */
   url?: string | ((worker: W | undefined) => string);
-  /** Which API to call; `auto` by default. */
+  /**
+   * Which API to call; `auto` by default (chat for a body with `messages`, else completions).
+   * With `chat`, a body with a `prompt` and no `messages` still goes to completions: it is the
+   * token-id completion that continues a migrated chat stream.
+   */
   api?: HttpApi;
   /** The undici dispatcher (connection pool); undici's global keep-alive agent by default. */
   dispatcher?: Dispatcher;
@@ -76,7 +80,15 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
   const headersOption = options.headers ?? {};
   return async (body, context, worker) => {
     const extraHeaders = typeof headersOption === 'function' ? headersOption(worker) : headersOption;
-    const route = api === 'auto' ? (Array.isArray(body.messages) ? 'chat' : 'completions') : api;
+    const completion = !Array.isArray(body.messages) && body.prompt !== undefined;
+    const route =
+      api === 'auto'
+        ? Array.isArray(body.messages)
+          ? 'chat'
+          : 'completions'
+        : api === 'chat' && completion
+          ? 'completions'
+          : api;
     const url = joinUrl(baseUrl(options.url, worker), PATHS[route]);
     const streaming = body.stream === true;
     const call = UpstreamCall.start(url, {

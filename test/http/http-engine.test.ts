@@ -330,6 +330,19 @@ describe('httpEngine', () => {
     expect(await iterator.next()).toEqual({ value: undefined, done: true });
   });
 
+  it("with api 'chat', a body with a prompt and no messages (a migrated chat's continuation) goes to completions", async () => {
+    const paths: string[] = [];
+    const { url } = await serve((req, res) => {
+      paths.push(req.url ?? '');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ choices: [{ text: 'all', finish_reason: 'stop' }] }));
+    });
+    const engine = httpEngine({ url, api: 'chat' });
+    await collect(await engine({ prompt: [1, 2], stream: false }, new Controller()));
+    await collect(await engine({ messages: [{ role: 'user', content: 'x' }], stream: false }, new Controller()));
+    expect(paths).toEqual(['/v1/completions', '/v1/chat/completions']);
+  });
+
   it('a JSON answer is one item, whatever was asked; an empty body is a protocol error item', async () => {
     const { url } = await serve((req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
@@ -339,7 +352,8 @@ describe('httpEngine', () => {
     });
     const items = await collect(await httpEngine({ url })(streamed, new Controller()));
     expect(items.map((item) => item.data)).toEqual([{ token_ids: [], text: 'all', finish_reason: 'stop' }]);
-    const empty = await collect(await httpEngine({ url, api: 'chat' })(streamed, new Controller()));
+    const chat = { ...streamed, messages: [{ role: 'user', content: 'x' }] };
+    const empty = await collect(await httpEngine({ url, api: 'chat' })(chat, new Controller()));
     expect(Annotated.err(empty[0])?.message).toContain('empty body');
   });
 

@@ -17,6 +17,8 @@ import { samplesOf } from '../../protocol/request-counts.js';
 export const sglangBootstrap: Connector = Object.freeze({
   name: 'sglang-bootstrap',
   family: 'concurrent',
+  // SGLang's streamed chat refuses return_token_ids (serving_chat.py); its completions take it.
+  tokenIds: ['completions'] as const,
   prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
     if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
     return { ...prefillRequest(request), ...bootstrap };

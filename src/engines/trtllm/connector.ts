@@ -11,6 +11,8 @@ import { decodeRequest, type RequestBody } from '../../flow/request-shaping.js';
 export const trtllmContextFirst: Connector = Object.freeze({
   name: 'trtllm-context-first',
   family: 'sequential',
+  // trtllm-serve's streams are not relied on for token ids: a broken stream is replayed.
+  tokenIds: [],
   prefillBody: (request: RequestBody) => {
     const { stream_options: _options, ...rest } = request;
     return {

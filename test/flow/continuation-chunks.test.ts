@@ -1,0 +1,172 @@
+import { describe, expect, it } from 'vitest';
+import { StreamRecord } from '../../src/flow/continuation-chunks.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import type { EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+
+/** An item as the HTTP engine reads it: its data and the worker's chunk. */
+function item(data: Partial<LLMEngineOutput>, json: Record<string, unknown>): EngineItem {
+  const wired = Annotated.fromData<LLMEngineOutput>({ token_ids: [], ...data });
+  return Annotated.withWire(wired, [{ form: 'event', text: JSON.stringify(json), json }]);
+}
+
+const head = { id: 'cmpl-first', object: 'text_completion', created: 100, model: 'm' };
+const completionChunk = (text: string, ids: number[], extra: Record<string, unknown> = {}) =>
+  item(
+    { text, token_ids: ids },
+    { ...head, choices: [{ index: 0, text, token_ids: ids, finish_reason: null, ...extra }] },
+  );
+const continuationChunk = (text: string, ids: number[], finish: string | null = null) =>
+  item(
+    { text, token_ids: ids, ...(finish === null ? {} : { finish_reason: finish as 'length' }) },
+    {
+      id: 'cmpl-second',
+      object: 'text_completion',
+      created: 200,
+      model: 'm',
+      choices: [{ index: 0, text, token_ids: ids, finish_reason: finish, stop_reason: null }],
+    },
+  );
+const json = (out: EngineItem | undefined) => Annotated.wire(out)?.[0]?.json;
+
+describe("a migrating stream's record", () => {
+  it("strips the token ids the router asked for from the first worker's chunks, and keeps them for a resume", () => {
+    const record = new StreamRecord('completions', false);
+    const out = record.original(completionChunk('Hello', [7], { prompt_token_ids: [1, 2] }));
+    expect(json(out)).toEqual({ ...head, choices: [{ index: 0, text: 'Hello', finish_reason: null }] });
+    expect(Annotated.wire(out)?.[0]?.text).toBeUndefined();
+    expect(record.promptIds).toEqual([1, 2]);
+    expect(record.generatedIds).toEqual([7]);
+    expect(record.delivered).toBe('Hello');
+  });
+
+  it('leaves the chunks as the worker sent them when the client asked for token ids itself', () => {
+    const record = new StreamRecord('completions', true);
+    const original = completionChunk('Hi', [7], { prompt_token_ids: [1] });
+    expect(record.original(original)).toBe(original);
+  });
+
+  it("learns chat's prompt ids from the top of its first chunk, and a delta the chat server parses", () => {
+    const record = new StreamRecord('chat', false);
+    record.original(
+      item(
+        { text: '' },
+        { id: 'c', choices: [{ index: 0, delta: { role: 'assistant', content: '' } }], prompt_token_ids: [5, 6] },
+      ),
+    );
+    expect(record.promptIds).toEqual([5, 6]);
+    record.original(item({ text: '' }, { id: 'c', choices: [{ index: 0, delta: { reasoning_content: 'hmm' } }] }));
+    expect(record.parsed).toBe('reasoning');
+    record.original(item({ text: 'ok' }, { id: 'c', choices: [{ index: 0, delta: { content: 'ok' } }] }));
+    expect(record.parsed).toBeUndefined();
+    record.original(item({ text: '' }, { id: 'c', choices: [{ index: 0, delta: { tool_calls: [{ index: 0 }] } }] }));
+    expect(record.parsed).toBe('a tool call');
+  });
+
+  it('ids of chunks that said nothing yet (part of a character) are left out of a resume', () => {
+    const record = new StreamRecord('completions', false);
+    record.original(completionChunk('a', [1]));
+    record.original(completionChunk('', [2]));
+    expect(record.generatedIds).toEqual([1]);
+    record.original(completionChunk('é', [3]));
+    expect(record.generatedIds).toEqual([1, 2, 3]);
+    record.original(completionChunk('', [4]));
+    expect(record.generatedIds).toEqual([1, 2, 3]);
+  });
+
+  it('notes a chunk with text but no ids: the worker does not return them', () => {
+    const record = new StreamRecord('completions', false);
+    record.original(item({ text: 'x' }, { ...head, choices: [{ index: 0, text: 'x' }] }));
+    expect(record.missingIds).toBe(true);
+  });
+
+  it("a resumed completion's chunks take the first id, creation time and model, without the ids", () => {
+    const record = new StreamRecord('completions', false, [1, 2, 3]);
+    record.original(completionChunk('tok0 ', [2000]));
+    record.continueAs('resume');
+    const out = record.continued(continuationChunk('tok1 ', [2001]));
+    expect(json(out)).toEqual({
+      id: 'cmpl-first',
+      object: 'text_completion',
+      created: 100,
+      model: 'm',
+      choices: [{ index: 0, text: 'tok1 ', logprobs: null, finish_reason: null, stop_reason: null }],
+    });
+    expect(record.generatedIds).toEqual([2000, 2001]);
+  });
+
+  it("a resumed chat's chunks are chat deltas of the first stream, its role chunk dropped", () => {
+    const record = new StreamRecord('chat', false, [1]);
+    record.original(
+      item(
+        { text: 'a' },
+        {
+          id: 'chatcmpl-1',
+          object: 'chat.completion.chunk',
+          created: 5,
+          model: 'm',
+          system_fingerprint: 'fp',
+          choices: [{ index: 0, delta: { content: 'a' }, token_ids: [9] }],
+        },
+      ),
+    );
+    record.continueAs('resume');
+    expect(record.continued(continuationChunk('', []))).toBeUndefined();
+    expect(json(record.continued(continuationChunk('b', [10])))).toEqual({
+      id: 'chatcmpl-1',
+      object: 'chat.completion.chunk',
+      created: 5,
+      model: 'm',
+      system_fingerprint: 'fp',
+      choices: [{ index: 0, delta: { content: 'b' }, logprobs: null, finish_reason: null, stop_reason: null }],
+    });
+    const end = record.continued(continuationChunk('', [], 'length'));
+    expect(json(end)).toMatchObject({ choices: [{ index: 0, delta: {}, finish_reason: 'length' }] });
+    expect(record.finished).toBe(true);
+  });
+
+  it("a resume's usage counts the client's prompt and every generated token once", () => {
+    const record = new StreamRecord('completions', false, [1, 2, 3]);
+    record.original(completionChunk('a', [7]));
+    record.original(completionChunk('b', [8]));
+    record.continueAs('resume');
+    const usage = {
+      prompt_tokens: 5,
+      completion_tokens: 4,
+      total_tokens: 9,
+      prompt_tokens_details: { cached_tokens: 5 },
+    };
+    const out = record.continued(
+      Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], completion_usage: usage }), [
+        { form: 'event', text: undefined, json: { id: 'x', choices: [], usage } },
+      ]),
+    );
+    const expected = { prompt_tokens: 3, completion_tokens: 6, total_tokens: 9 };
+    expect(out?.data?.completion_usage).toEqual(expected);
+    expect(json(out)).toEqual({
+      id: 'cmpl-first',
+      object: 'text_completion',
+      created: 100,
+      model: 'm',
+      choices: [],
+      usage: expected,
+    });
+  });
+
+  it('a replay skips what the client has, and fails when it does not repeat it', () => {
+    const record = new StreamRecord('completions', false);
+    record.original(completionChunk('Hello ', [1]));
+    record.original(completionChunk('wor', [2]));
+    record.continueAs('replay');
+    expect(record.continued(continuationChunk('Hello ', [1]))).toBeUndefined();
+    expect(record.continued(continuationChunk('world', [2]))?.data?.text).toBe('ld');
+    expect(record.delivered).toBe('Hello world');
+    const other = new StreamRecord('completions', false);
+    other.original(completionChunk('Hello', [1]));
+    other.continueAs('replay');
+    expect(() => other.continued(continuationChunk('Help', [1]))).toThrow(/does not repeat/);
+    const short = new StreamRecord('completions', false);
+    short.original(completionChunk('Hello', [1]));
+    short.continueAs('replay');
+    expect(() => short.continued(continuationChunk('He', [1], 'stop'))).toThrow(/does not repeat/);
+  });
+});

@@ -1,0 +1,132 @@
+import { describe, expect, it } from 'vitest';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { Annotated } from '../../src/protocol/annotated.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
+import { collect, flush, recordingLogger, ScriptedSource } from '../support/async.js';
+import { eventLog, runFlow } from '../support/flow.js';
+
+const piece = (id: number) => Annotated.fromData<LLMEngineOutput>({ token_ids: [id], text: `t${id} ` });
+const request = { model: 'm', prompt: [1, 2, 3], max_tokens: 6, stream: true };
+const texts = (items: { data?: LLMEngineOutput }[]) => items.map((item) => item.data?.text ?? '').join('');
+
+describe('a decode stream that breaks after its first token, with migration on', () => {
+  it('goes on on another decode worker as one stream, with a migration event, and settles after it', async () => {
+    const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
+    const decode = async (body: Record<string, unknown>, context: Controller, worker: unknown) => {
+      calls.push({ worker, body });
+      const source =
+        worker === 'd0'
+          ? new ScriptedSource([piece(2000), piece(2001)]).fail(new Error('connection reset'))
+          : new ScriptedSource([piece(2002), piece(2003), piece(2004), piece(2005)])
+              .push(Annotated.fromData(LLMEngineOutput.length()))
+              .end();
+      return new ResponseStream(source, context);
+    };
+    const log = eventLog();
+    const stream = await runFlow({
+      request,
+      decode: decode as never,
+      decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
+      skipPrefill: () => true,
+      migration: { limit: 1 },
+      onEvent: log.onEvent,
+    });
+    const items = await collect(stream);
+    expect(texts(items)).toBe('t2000 t2001 t2002 t2003 t2004 t2005 ');
+    expect(items.at(-1)?.data?.finish_reason).toBe('length');
+    expect(calls.map((call) => call.worker)).toEqual(['d0', 'd1']);
+    expect(calls[0]?.body.return_token_ids).toBe(true);
+    expect(calls[1]?.body).toMatchObject({ prompt: [1, 2, 3, 2000, 2001], max_tokens: 4, return_token_ids: true });
+    const [migration] = log.of('migration');
+    expect(migration).toMatchObject({
+      attempt: 1,
+      reason: 'stream_error',
+      outcome: 'migrated',
+      mode: 'resume',
+      generatedTokens: 2,
+      fromWorker: 'd0',
+      toWorker: 'd1',
+    });
+    await flush();
+    expect(log.of('finished')).toEqual([expect.objectContaining({ outcome: 'success' })]);
+    expect(log.types().at(-1)).toBe('settled');
+  });
+
+  it('past its limit the break reaches the client as its one error, and the log says why', async () => {
+    const decode = async (_: unknown, context: Controller) =>
+      new ResponseStream(new ScriptedSource([piece(2000)]).fail(new Error('connection reset')), context);
+    const logger = recordingLogger();
+    const log = eventLog();
+    const stream = await runFlow({
+      request,
+      decode: decode as never,
+      decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
+      skipPrefill: () => true,
+      migration: { limit: 1 },
+      onEvent: log.onEvent,
+      logger: logger.logger,
+    });
+    const items = await collect(stream);
+    // The first worker's token, the second's, then the second break as the error.
+    expect(texts(items.filter((item) => !Annotated.isError(item)))).toBe('t2000 t2000 ');
+    expect(Annotated.err(items.at(-1))?.message).toBe('connection reset');
+    expect(log.of('migration').map((event) => event.outcome)).toEqual(['migrated', 'refused']);
+    expect(log.of('migration')[1]?.why).toBe('the migration limit (1) is reached');
+    expect(logger.records.some((record) => record.message === 'Decode stream broke; not migrated')).toBe(true);
+  });
+
+  it('a break before the first token is not a migration: it fails as without it', async () => {
+    const decode = async (_: unknown, context: Controller) =>
+      new ResponseStream(new ScriptedSource([]).fail(new Error('gone')), context);
+    const log = eventLog();
+    const items = await collect(
+      await runFlow({
+        request,
+        decode: decode as never,
+        skipPrefill: () => true,
+        migration: { limit: 3 },
+        onEvent: log.onEvent,
+      }),
+    );
+    expect(Annotated.err(items.at(-1))?.message).toBe('gone');
+    expect(log.of('migration')).toEqual([]);
+  });
+
+  it("a client that stops reading closes the continuation's stream", async () => {
+    const second = new ScriptedSource([piece(2001), piece(2002)]);
+    const decode = async (_: unknown, context: Controller, worker: unknown) =>
+      new ResponseStream(
+        worker === 'd0' ? new ScriptedSource([piece(2000)]).fail(new Error('connection reset')) : second,
+        context,
+      );
+    const stream = await runFlow({
+      request,
+      decode: decode as never,
+      decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
+      skipPrefill: () => true,
+      migration: { limit: 1 },
+      context: new Controller(),
+    });
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.data?.text).toBe('t2000 ');
+    expect((await iterator.next()).value?.data?.text).toBe('t2001 ');
+    await iterator.return?.();
+    await flush();
+    expect(second.returnCalls).toBeGreaterThan(0);
+  });
+
+  it('migration off: the flow does not ask the workers for token ids', async () => {
+    const calls: Array<Record<string, unknown>> = [];
+    const decode = async (body: Record<string, unknown>, context: Controller) => {
+      calls.push(body);
+      return new ResponseStream(new ScriptedSource([piece(1)]).end(), context);
+    };
+    await collect(await runFlow({ request, decode: decode as never, skipPrefill: () => true }));
+    await collect(
+      await runFlow({ request, decode: decode as never, skipPrefill: () => true, migration: { limit: 0 } }),
+    );
+    expect(calls.map((body) => body.return_token_ids)).toEqual([undefined, undefined]);
+  });
+});
