@@ -43,6 +43,7 @@ describe('disagg.example.yaml', () => {
       'kvEvents.replayPort',
       'kvEvents.topic',
       'tokenizer.dir',
+      'migration.maxSeqLen',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

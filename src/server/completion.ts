@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
+import type { MigrationOptions } from '../flow/migration.js';
 import { answerJson, headerValue, RequestError } from '../http/node-server.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { Controller } from '../runtime/controller.js';
@@ -244,11 +245,24 @@ async function startFlow(
       logger: proxy.logger,
       deadlines: proxy.options.deadlines,
       cleanupBudgetMs: proxy.options.cleanupBudgetMs,
+      ...(proxy.options.migration.limit === 0 ? {} : { migration: migrationOf(proxy, body) }),
     });
     return { ok: true, stream };
   } catch (error) {
     return { ok: false, error };
   }
+}
+
+/** The flow's migration settings for `body`: the proxy's, and its model's context length as the decode workers say it. */
+function migrationOf(proxy: ProxyState, body: Record<string, unknown>): MigrationOptions {
+  const { limit, via, maxSeqLen } = proxy.options.migration;
+  const maxModelLen = proxy.models.maxModelLen(body.model);
+  return {
+    limit,
+    via,
+    ...(maxSeqLen === undefined ? {} : { maxSeqLen }),
+    ...(maxModelLen === undefined ? {} : { maxModelLen }),
+  };
 }
 
 /** The strategy and the workers, by name: a client never sees a worker's address. */

@@ -47,6 +47,7 @@ export class ProxyMetrics {
   readonly #releases: Counter<'result'>;
   readonly #queueWait: Histogram;
   readonly #retries: Counter<'leg'>;
+  readonly #migrations: Counter<'reason' | 'outcome'>;
   readonly #routed: Counter<'strategy' | 'reason'>;
   readonly #membership: Counter<'role' | 'change' | 'source'>;
   readonly #workerLegs: Counter<'role' | 'worker' | 'outcome'>;
@@ -129,6 +130,12 @@ export class ProxyMetrics {
       name: 'disagg_retries_total',
       help: 'Requests sent again to another worker after a worker failure before their first byte, by failing leg',
       labelNames: ['leg'],
+      registers,
+    });
+    this.#migrations = new Counter({
+      name: 'disagg_migrations_total',
+      help: 'Decode streams that broke after their first token, by why (stream_error: a reset, an error event or a cut stream; idle: silence past the idle deadline) and what became of them: migrated (continued on another worker), refused (not continued faithfully, or migration off for it; the log says why), failed (the continuation could not start)',
+      labelNames: ['reason', 'outcome'],
       registers,
     });
     this.#routed = new Counter({
@@ -318,6 +325,11 @@ export class ProxyMetrics {
   /** A request is tried again after its `leg` failed. */
   retried(leg: string): void {
     this.#retries.inc({ leg });
+  }
+
+  /** A decode stream broke after its first token: why, and whether it went on elsewhere. */
+  migration(reason: string, outcome: string): void {
+    this.#migrations.inc({ reason, outcome });
   }
 
   /** How long an admitted request waited in the queue. */

@@ -271,6 +271,18 @@ export interface ProxyOptions {
     reuseHandoff?: 'unreached' | 'always';
   };
   /**
+   * Decode migration: a streamed request whose decode stream breaks after its first token (the
+   * worker's connection reset, an error event, silence past the idle deadline) goes on, up to
+   * `limit` times (0, off, by default), on another worker: the prompt's token ids and those
+   * generated so far as a token-id completion with the rest of the budget (or, for stop
+   * strings and routes that return no token ids, the request again with what the client has
+   * skipped), computed on a decode worker (`via: 'decode'`, the default) or through a new
+   * prefill (`'prefill'`); sequences longer than `maxSeqLen` tokens are not moved. The client
+   * reads one stream. What is not continued faithfully (`n > 1`, guided decoding, tools,
+   * logprobs) fails as without migration, and the log says why.
+   */
+  migration?: { limit?: number; via?: 'decode' | 'prefill'; maxSeqLen?: number };
+  /**
    * The circuit breaker of each worker: `failureThreshold` requests in a row that failed on it
    * (5xx, broken stream) take it out of rotation for `openMs`, then it is on trial until
    * `successThreshold` successes in a row. 5, 2 and 10,000 ms by default.
@@ -331,6 +343,7 @@ export interface ResolvedProxyOptions
       | 'routing'
       | 'kvEvents'
       | 'tokenizer'
+      | 'migration'
     >
   > {
   /** As given, else `selection`. */
@@ -368,6 +381,7 @@ export interface ResolvedProxyOptions
   dispatcher: Dispatcher | undefined;
   kvEvents: { port: number | undefined; replayPort: number | undefined; topic: string | undefined };
   tokenizer: { dir: string | undefined; threads: number };
+  migration: { limit: number; via: 'decode' | 'prefill'; maxSeqLen: number | undefined };
 }
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
@@ -411,6 +425,7 @@ export interface ServeConfig {
   discovery: ResolvedProxyOptions['discovery'];
   kvEvents: ResolvedProxyOptions['kvEvents'];
   tokenizer: ResolvedProxyOptions['tokenizer'];
+  migration: ResolvedProxyOptions['migration'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
   tracing: { otlpEndpoint?: string; sampleRatio: number; serviceName: string };
@@ -888,6 +903,33 @@ const SETTING_ROWS = [
       parse: oneOf(['unreached', 'always']),
     },
     {
+      key: 'migration.limit',
+      flag: 'migration-limit',
+      env: 'DISAGG_MIGRATION_LIMIT',
+      arg: 'N',
+      help: 'times one streamed request may move to another worker when its decode stream breaks after the first token (a reset, an error event, silence past --idle-ms): the prompt and the tokens generated so far go on as one stream; 0 turns it off',
+      default: 0,
+      parse: nonNegativeInteger,
+    },
+    {
+      key: 'migration.via',
+      flag: 'migration-via',
+      env: 'DISAGG_MIGRATION_VIA',
+      arg: 'decode|prefill',
+      help: "where a migrated request's continuation computes its prompt: aggregated on a decode worker, or through a new prefill",
+      default: 'decode',
+      parse: oneOf(['decode', 'prefill']),
+    },
+    {
+      key: 'migration.maxSeqLen',
+      flag: 'migration-max-seq-len',
+      env: 'DISAGG_MIGRATION_MAX_SEQ_LEN',
+      arg: 'N',
+      help: 'the longest sequence (prompt and generated tokens) migrated; longer ones fail as without migration',
+      shownDefault: 'no bound',
+      parse: positiveInteger,
+    },
+    {
       key: 'retry.disabled',
       flag: 'disable-retries',
       env: 'DISAGG_DISABLE_RETRIES',
@@ -1218,6 +1260,7 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'deadlines'>>,
   Expect<NestedOf<'kvEvents'>>,
   Expect<NestedOf<'tokenizer'>>,
+  Expect<NestedOf<'migration'>>,
 ];
 
 /** Where a value came from, for the name an error gives it. */

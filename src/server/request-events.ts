@@ -42,6 +42,7 @@ export function requestEvents(proxy: ProxyState) {
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
+      else if (event.type === 'migration') migrated(proxy, event);
       else if (event.type === 'finished') seen.finished = event;
     },
   };
@@ -102,6 +103,16 @@ function decodeRetried(
   if (seen.routed !== undefined && event.decodeWorker !== undefined) {
     seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };
   }
+}
+
+/**
+ * A decode stream broke after its first token: counted by why and what became of it. One that
+ * went on elsewhere is charged to the worker that broke (the client never sees that failure);
+ * one that did not is charged as the request's failure when it is answered.
+ */
+function migrated(proxy: ProxyState, event: FlowEventOf<'migration', ProxyPrefillWorker, ProxyDecodeWorker>): void {
+  proxy.metrics.migration(event.reason, event.outcome);
+  if (event.outcome === 'migrated') chargeFailure(proxy, event.error, { decode: event.fromWorker });
 }
 
 /**

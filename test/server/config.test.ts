@@ -76,6 +76,7 @@ describe('disagg serve configuration', () => {
       healthSuccessThreshold: 2,
       slowClientTimeoutMs: 30_000,
       retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, reuseHandoff: 'unreached', disabled: false },
+      migration: { limit: 0, via: 'decode' },
       breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },
       maxConcurrentRequests: 1024,
       queueSize: 1024,

@@ -1,0 +1,213 @@
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import type { FakeWorkerOptions, Fault } from '../../src/testing/index.js';
+import { recordingLogger } from '../support/async.js';
+import { fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+/**
+ * One prefill and two decode workers of 20 tokens behind a proxy with migration on; the first
+ * decode worker (the first request's, round-robin) breaks as `fault` says.
+ */
+async function fleet(
+  protocol: 'vllm' | 'sglang',
+  fault: Fault | undefined,
+  options: Partial<ProxyOptions> = {},
+  decode: Partial<FakeWorkerOptions> = {},
+) {
+  const prefill = await fakes.start({ role: 'prefill', protocol });
+  const first = await fakes.start({ role: 'decode', protocol, tokens: 20, ...(fault ? { fault } : {}), ...decode });
+  const second = await fakes.start({ role: 'decode', protocol, tokens: 20, ...decode });
+  const logger = recordingLogger();
+  const proxy = createProxy({
+    connector: protocol,
+    prefill: [{ url: prefill.url, bootstrapPort: prefill.bootstrapPort }],
+    decode: [{ url: first.url }, { url: second.url }],
+    logger: logger.logger,
+    selection: 'round-robin',
+    migration: { limit: 1 },
+    ...options,
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0);
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+  return { url, client, first, second, logs: logger.records };
+}
+
+const migrations = async (url: string) =>
+  (await (await request(`${url}/metrics`)).body.text())
+    .split('\n')
+    .filter((line) => line.startsWith('disagg_migrations_total{'));
+
+const twenty = Array.from({ length: 20 }, (_, i) => `tok${i} `).join('');
+
+describe('a decode worker that dies mid-stream', () => {
+  for (const protocol of ['vllm', 'sglang'] as const) {
+    it(`${protocol} completions: killed after 5 of 20 tokens, the client receives all 20 once, in one stream with one id, one finish and usage counted once`, async () => {
+      const { client, url, first, second } = await fleet(protocol, { type: 'reset', afterTokens: 5 });
+      const stream = await client.completions.create({
+        model: 'fake-model',
+        prompt: 'Tell me a long story',
+        max_tokens: 20,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const chunks = [];
+      for await (const chunk of stream) chunks.push(chunk);
+      const text = chunks.map((chunk) => chunk.choices[0]?.text ?? '').join('');
+      expect(text).toBe(twenty);
+      expect(new Set(chunks.map((chunk) => chunk.id)).size).toBe(1);
+      expect(
+        chunks.filter((chunk) => chunk.choices[0]?.finish_reason != null).map((c) => c.choices[0]?.finish_reason),
+      ).toEqual(['length']);
+      expect(chunks.every((chunk) => chunk.choices.every((choice) => choice.index === 0))).toBe(true);
+      // The token ids the router asked for are not the client's.
+      expect(chunks.some((chunk) => JSON.stringify(chunk).includes('token_ids'))).toBe(false);
+      const usage = chunks.at(-1)?.usage;
+      expect(usage?.completion_tokens).toBe(20);
+      expect(usage?.prompt_tokens).toBe(Math.ceil('Tell me a long story'.length / 4));
+      expect(usage?.total_tokens).toBe((usage?.prompt_tokens ?? 0) + 20);
+      // The second worker was sent the prompt's ids and the five generated, for 15 more.
+      const continuation = second.requests.at(-1)?.body as Record<string, unknown>;
+      expect((continuation.prompt as number[]).slice(-5)).toEqual([2000, 2001, 2002, 2003, 2004]);
+      expect(continuation.max_tokens).toBe(15);
+      expect(first.requests.at(-1)?.body.return_token_ids).toBe(true);
+      expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="stream_error",outcome="migrated"} 1']);
+    });
+  }
+
+  it('vllm chat: killed after 5 of 20 tokens, the client receives all 20 once as chat deltas', async () => {
+    const { client, second } = await fleet('vllm', { type: 'reset', afterTokens: 5 });
+    const stream = await client.chat.completions.create({
+      model: 'fake-model',
+      messages: [{ role: 'user', content: 'Tell me a long story' }],
+      max_tokens: 20,
+      stream: true,
+    });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.map((chunk) => chunk.choices[0]?.delta?.content ?? '').join('')).toBe(twenty);
+    expect(new Set(chunks.map((chunk) => chunk.id)).size).toBe(1);
+    expect(chunks.every((chunk) => chunk.object === 'chat.completion.chunk')).toBe(true);
+    expect(chunks.filter((chunk) => chunk.choices[0]?.delta?.role === 'assistant')).toHaveLength(1);
+    expect(chunks.filter((chunk) => chunk.choices[0]?.finish_reason != null)).toHaveLength(1);
+    // Resumed as a token-id completion of the prompt the engine rendered and the 5 tokens.
+    expect(second.requests.at(-1)?.path).toBe('/v1/completions');
+  });
+
+  it("sglang chat, whose stream cannot return token ids: replayed, the client's 5 tokens skipped", async () => {
+    const { client, first, second } = await fleet('sglang', { type: 'reset', afterTokens: 5 });
+    const stream = await client.chat.completions.create({
+      model: 'fake-model',
+      messages: [{ role: 'user', content: 'Tell me a long story' }],
+      max_tokens: 20,
+      stream: true,
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    expect(text).toBe(twenty);
+    expect(first.requests.at(-1)?.body.return_token_ids).toBeUndefined();
+    expect(second.requests.at(-1)?.path).toBe('/v1/chat/completions');
+  });
+
+  it('a guided request is not migrated: it fails cleanly as without migration, and the log says why', async () => {
+    const { client, url, logs } = await fleet('vllm', { type: 'reset', afterTokens: 5 });
+    const stream = await client.chat.completions.create({
+      model: 'fake-model',
+      messages: [{ role: 'user', content: 'JSON please' }],
+      max_tokens: 20,
+      stream: true,
+      response_format: { type: 'json_object' },
+    });
+    let text = '';
+    const failure = await (async () => {
+      try {
+        for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+      } catch (error) {
+        return error;
+      }
+    })();
+    expect(failure).toBeInstanceOf(Error);
+    expect(text).toBe('tok0 tok1 tok2 tok3 tok4 ');
+    const refused = logs.find((log) => log.message === 'Decode stream broke; not migrated');
+    expect((refused?.fields as { why?: string } | undefined)?.why).toMatch(
+      /response_format json_object: guided decoding/,
+    );
+    expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="stream_error",outcome="refused"} 1']);
+  });
+
+  it('a worker silent past the idle deadline is given up and the stream continued elsewhere', async () => {
+    const { client, url, first } = await fleet(
+      'vllm',
+      { type: 'stall', afterTokens: 5 },
+      { deadlines: { idleMs: 300 } },
+    );
+    const stream = await client.completions.create({
+      model: 'fake-model',
+      prompt: 'Go on',
+      max_tokens: 20,
+      stream: true,
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    expect(text).toBe(twenty);
+    expect(first.requests.at(-1)?.aborted).toBe(true);
+    expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="idle",outcome="migrated"} 1']);
+  });
+
+  it('stop strings: replayed from the prompt (only the engine checks them), what the client has skipped', async () => {
+    const { client, second } = await fleet('vllm', { type: 'reset', afterTokens: 5 });
+    const stream = await client.completions.create({
+      model: 'fake-model',
+      prompt: 'Count',
+      max_tokens: 20,
+      stop: ['never'],
+      stream: true,
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    expect(text).toBe(twenty);
+    expect(second.requests.at(-1)?.body.prompt).toBe('Count');
+  });
+
+  it('seeded sampling: the continued stream equals an unbroken one token for token', async () => {
+    const { client } = await fleet('vllm', { type: 'reset', afterTokens: 7 });
+    const ask = async () => {
+      const stream = await client.completions.create({
+        model: 'fake-model',
+        prompt: 'Once upon a time',
+        max_tokens: 20,
+        seed: 42,
+        temperature: 0.8,
+        stream: true,
+      });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+      return text;
+    };
+    const broken = await ask(); // the first worker, which breaks
+    const unbroken = await ask(); // the second, whole
+    expect(broken.split(' ').filter(Boolean)).toHaveLength(20);
+    expect(broken).toBe(unbroken);
+    expect(broken).not.toBe(twenty);
+  });
+
+  it('with migration off (the default) the break reaches the client as before', async () => {
+    const { client, url } = await fleet('vllm', { type: 'reset', afterTokens: 5 }, { migration: { limit: 0 } });
+    const stream = await client.completions.create({ model: 'fake-model', prompt: 'Hi', max_tokens: 20, stream: true });
+    await expect(
+      (async () => {
+        for await (const _ of stream);
+      })(),
+    ).rejects.toThrow();
+    expect(await migrations(url)).toEqual([]);
+  });
+});
