@@ -6,14 +6,10 @@
 // process of its own (its heap, read from its /metrics, is its own); the workers and the
 // clients run here. Prints the figures; exits 1 if a rule was broken.
 //   node scripts/soak.mjs [--seconds=120] [--concurrency=64]
-import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startFakeWorker } from 'disagg/testing';
 import { Agent, request } from 'undici';
+import { metric, seeded, serveBin } from './proxy-bin.mjs';
 
 const { values: args } = parseArgs({
   options: { seconds: { type: 'string', default: '120' }, concurrency: { type: 'string', default: '64' } },
@@ -25,14 +21,8 @@ const DEADLINES = { prefillFirstOutputMs: 1000, handoffMs: 1500, decodeFirstToke
 const CLIENT_LIMIT_MS = 1000 + 1500 + 1000 + 16 * 1000 + 3000;
 const KV_TIMEOUT_MS = 2000;
 
-// A deterministic stream of numbers (mulberry32), so a run can be repeated.
-let seed = 20261130;
-const random = () => {
-  seed = (seed + 0x6d2b79f5) | 0;
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-};
+// A deterministic stream of numbers, so a run can be repeated.
+const random = seeded(20261130);
 const pick = (list) => list[Math.floor(random() * list.length)];
 
 const DECODE_FAULTS = [
@@ -198,57 +188,22 @@ if (!ok) {
 }
 
 /** One sample of a gauge of the proxy's /metrics (the sum over its label sets). */
-async function gauges(url, name) {
-  const text = await (await request(`${url}/metrics`)).body.text();
-  let sum = 0;
-  for (const match of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))) sum += Number(match[1]);
-  return sum;
+function gauges(url, name) {
+  return metric(url, name);
 }
 
-/** The disagg bin in front of the workers, from a config file (each SGLang prefill worker has its own bootstrap port). */
-async function serveProxy(protocol, prefill, decode) {
-  const config = join(mkdtempSync(join(tmpdir(), 'disagg-soak-')), 'disagg.json');
-  writeFileSync(
-    config,
-    JSON.stringify({
-      connector: protocol,
-      prefill: prefill.map((w) => ({
-        url: w.url,
-        ...(protocol === 'sglang' ? { bootstrapPort: w.bootstrapPort } : {}),
-      })),
-      decode: decode.map((w) => ({ url: w.url })),
-      host: '127.0.0.1',
-      port: 0,
-      deadlines: DEADLINES,
-      cleanupBudgetMs: 3000,
-      healthIntervalMs: 500,
-      breaker: { failureThreshold: 5, successThreshold: 2, openMs: 1000 },
-      drainDelayMs: 0,
-      gracePeriodMs: 0,
-    }),
-  );
-  const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
-  const child = spawn(process.execPath, [bin, 'serve', '--config', config, '--log-level', 'info'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
+/** The disagg bin in front of the workers (each SGLang prefill worker has its own bootstrap port). */
+function serveProxy(protocol, prefill, decode) {
+  return serveBin({
+    connector: protocol,
+    prefill: prefill.map((w) => ({
+      url: w.url,
+      ...(protocol === 'sglang' ? { bootstrapPort: w.bootstrapPort } : {}),
+    })),
+    decode: decode.map((w) => ({ url: w.url })),
+    deadlines: DEADLINES,
+    cleanupBudgetMs: 3000,
+    healthIntervalMs: 500,
+    breaker: { failureThreshold: 5, successThreshold: 2, openMs: 1000 },
   });
-  const url = await new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (chunk) => {
-      out += chunk;
-      const line = out.split('\n').find((entry) => entry.includes('disagg serve listening'));
-      if (line !== undefined) resolve(JSON.parse(line).url);
-    });
-    child.on('exit', (code) => reject(new Error(`disagg serve exited (${code}): ${out}`)));
-  });
-  child.stdout.resume();
-  // If this script dies, the proxy goes with it.
-  process.once('exit', () => child.kill());
-  return {
-    url,
-    stop: () =>
-      new Promise((resolve) => {
-        child.on('exit', resolve);
-        child.kill('SIGTERM');
-      }),
-  };
 }
