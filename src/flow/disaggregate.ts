@@ -394,6 +394,10 @@ function migrationFor<P, D>(
     maxSeqLen: migration.maxSeqLen,
     maxModelLen: migration.maxModelLen,
     promptIds: input.tokenIds,
+    watchDown:
+      options.decodeWorkers === undefined
+        ? undefined
+        : (worker, listener) => (options.decodeWorkers as WorkerPool<D>).onDown(worker as D, listener),
     start,
   };
 }

@@ -84,7 +84,7 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         type: 'migration';
         /** 1 for the request's first break, 2 for a break of its first continuation, and so on. */
         attempt: number;
-        reason: 'stream_error' | 'idle';
+        reason: 'stream_error' | 'idle' | 'worker_down';
         /** `migrated`: continued on `toWorker`; `refused`: not continued (`why`); `failed`: the continuation could not start (`why`). */
         outcome: 'migrated' | 'refused' | 'failed';
         why?: string;

@@ -68,6 +68,7 @@ export interface FlowMigration {
   maxSeqLen: number | undefined;
   maxModelLen: number | undefined;
   promptIds: readonly number[] | undefined;
+  watchDown: ((worker: unknown, listener: () => void) => () => void) | undefined;
   start: (body: RequestBody, avoid: readonly unknown[], context: AsyncEngineContext) => Promise<ContinuationStart>;
 }
 
@@ -589,6 +590,7 @@ export class FlowRun {
       // The leg's: a client that left reaches it (once decode has the KV), a continuation with it.
       client: leg.context,
       context: engineContext,
+      watchDown: migration.watchDown,
       start: migration.start,
       leftWorker: () => decodeLease?.release('failure'),
       recorder,

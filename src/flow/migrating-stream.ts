@@ -14,8 +14,12 @@ import type { FlowRecorder } from './events.js';
 import { type MigrationPlan, resumeBody } from './migration.js';
 import type { RequestBody } from './request-shaping.js';
 
-/** Why a stream was taken for broken: an error (the worker's event, a reset, a cut) or silence past the idle budget. */
-export type BreakReason = 'stream_error' | 'idle';
+/**
+ * Why a stream was taken for broken: an error (the worker's event, a reset, a cut), silence
+ * past the idle budget, or its worker taken out of rotation (failed health checks, an open
+ * circuit) while it streamed.
+ */
+export type BreakReason = 'stream_error' | 'idle' | 'worker_down';
 
 /** What a migration came to: continued on another worker, not continued (and why), or a continuation that could not start. */
 export type MigrationOutcome = 'migrated' | 'refused' | 'failed';
@@ -44,6 +48,8 @@ export interface MigratingSetup {
   client: AsyncEngineContext;
   /** The first stream's context (the engine call's), killed when it is given up for silence. */
   context: Controller;
+  /** Watches a worker for being taken out of rotation (its pool's `onDown`); none without a pool. */
+  watchDown: ((worker: unknown, listener: () => void) => () => void) | undefined;
   /** Sends a continuation, passing over `avoid`; rejects when none could start. */
   start: (body: RequestBody, avoid: readonly unknown[], context: AsyncEngineContext) => Promise<ContinuationStart>;
   /** The first worker is done with (its lease released as failed): called once, at the first break. */
@@ -53,6 +59,21 @@ export interface MigratingSetup {
 }
 
 type Read = { kind: 'step'; step: IteratorResult<EngineItem> } | { kind: 'threw'; error: unknown } | { kind: 'idle' };
+
+/**
+ * Watches the worker being read for being taken out of rotation: then its call's context is
+ * killed, which ends the read under way (no promise is raced per read), and `down` says why.
+ */
+function watchWorker(setup: MigratingSetup, worker: unknown, context: AsyncEngineContext) {
+  const watch = { down: false, cancel: ignore };
+  if (setup.watchDown !== undefined && worker !== undefined) {
+    watch.cancel = setup.watchDown(worker, () => {
+      watch.down = true;
+      context.kill();
+    });
+  }
+  return watch;
+}
 
 /**
  * The first worker's stream, continued on another worker each time it breaks after its first
@@ -75,12 +96,17 @@ export async function* migratingStream(
   let worker = setup.worker;
   let continuing = false;
   const avoid: unknown[] = [];
+  let watch = watchWorker(setup, worker, context);
   try {
     for (let attempt = 1; ; ) {
       const read = await readOnce(source, continuing ? undefined : setup.idleMs);
       let error: Error;
       let reason: BreakReason;
-      if (read.kind === 'step') {
+      if (watch.down && !record.finished && !isPlainItem(read)) {
+        // What the killed call ended with (a cancellation, a cut) is not the stream's end.
+        error = new Error('the decode worker was taken out of rotation (failed health checks or an open circuit)');
+        reason = 'worker_down';
+      } else if (read.kind === 'step') {
         if (read.step.done === true) return;
         const item = read.step.value;
         const failure = Annotated.err(item);
@@ -99,6 +125,7 @@ export async function* migratingStream(
         reason = 'idle';
         context.kill();
       }
+      watch.cancel();
       closeQuietly(source);
       if (attempt === 1) setup.leftWorker();
       // Before the first token there is nothing to continue: the flow's retries are for that.
@@ -158,10 +185,12 @@ export async function* migratingStream(
       record.continueAs(kind);
       source = started.stream[Symbol.asyncIterator]();
       worker = started.worker;
+      watch = watchWorker(setup, worker, context);
       continuing = true;
       attempt++;
     }
   } finally {
+    watch.cancel();
     closeQuietly(source);
   }
 }
@@ -188,7 +217,15 @@ function refusal(record: StreamRecord, setup: MigratingSetup, attempt: number, e
   return undefined;
 }
 
-/** One read of `source`, or `idle` when it says nothing for `idleMs`. */
+/** A read of an item that is neither an error nor a finish (what a killed call does not end with). */
+function isPlainItem(read: Read): boolean {
+  if (read.kind !== 'step' || read.step.done === true) return false;
+  const item = read.step.value;
+  const finish = item.data?.finish_reason;
+  return !Annotated.isError(item) && (finish === undefined || finish === null);
+}
+
+/** One read of `source`, or `idle` when it says nothing for `idleMs` (a timer per read, cancelled). */
 async function readOnce(source: AsyncIterator<EngineItem>, idleMs: number | undefined): Promise<Read> {
   const next = Promise.resolve()
     .then(() => source.next())

@@ -97,6 +97,8 @@ export class WorkerPool<W> {
   /** Replaced, never changed in place: a caller iterating `workers` is not disturbed by a change. */
   #workers: readonly W[];
   readonly #records = new Map<W, PoolRecord>();
+  /** Who waits for a worker to be taken out of rotation (a migrating stream on it). */
+  readonly #downWatchers = new Map<W, Set<() => void>>();
   /** The workers in rotation, derived from the records when one changes (read on every request). */
   #available: readonly W[];
   readonly #select: (candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W;
@@ -252,7 +254,35 @@ export class WorkerPool<W> {
     if (record.down === !available) return;
     record.down = !available;
     this.#changed();
-    if (!available) this.#policy?.forget?.(worker);
+    if (!available) {
+      this.#policy?.forget?.(worker);
+      const watchers = this.#downWatchers.get(worker);
+      this.#downWatchers.delete(worker);
+      for (const watcher of watchers ?? []) watcher();
+    }
+  }
+
+  /**
+   * Calls `listener` once, when `worker` is next taken out of rotation (`setAvailable(worker,
+   * false)`: failed health checks, an open circuit); a drain or a removal does not call it,
+   * since a leaving worker finishes what it serves. Returns what stops the watch.
+   *
+   * @example
+   * const unwatch = pool.onDown(worker, () => giveUpStreamOn(worker));
+   */
+  onDown(worker: W, listener: () => void): () => void {
+    let watchers = this.#downWatchers.get(worker);
+    if (watchers === undefined) {
+      watchers = new Set();
+      this.#downWatchers.set(worker, watchers);
+    }
+    const own = () => listener();
+    watchers.add(own);
+    return () => {
+      const current = this.#downWatchers.get(worker);
+      current?.delete(own);
+      if (current?.size === 0) this.#downWatchers.delete(worker);
+    };
   }
 
   /** Whether `worker` is in rotation. */

@@ -134,7 +134,7 @@ export class ProxyMetrics {
     });
     this.#migrations = new Counter({
       name: 'disagg_migrations_total',
-      help: 'Decode streams that broke after their first token, by why (stream_error: a reset, an error event or a cut stream; idle: silence past the idle deadline) and what became of them: migrated (continued on another worker), refused (not continued faithfully, or migration off for it; the log says why), failed (the continuation could not start)',
+      help: 'Decode streams that broke after their first token, by why (stream_error: a reset, an error event or a cut stream; idle: silence past the idle deadline; worker_down: its worker taken out of rotation while it streamed) and what became of them: migrated (continued on another worker), refused (not continued faithfully, or migration off for it; the log says why), failed (the continuation could not start)',
       labelNames: ['reason', 'outcome'],
       registers,
     });

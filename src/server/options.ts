@@ -907,7 +907,7 @@ const SETTING_ROWS = [
       flag: 'migration-limit',
       env: 'DISAGG_MIGRATION_LIMIT',
       arg: 'N',
-      help: 'times one streamed request may move to another worker when its decode stream breaks after the first token (a reset, an error event, silence past --idle-ms): the prompt and the tokens generated so far go on as one stream; 0 turns it off',
+      help: 'times one streamed request may move to another worker when its decode stream breaks after the first token (a reset, an error event, silence past --idle-ms, its worker taken out of rotation): the prompt and the tokens generated so far go on as one stream; 0 turns it off',
       default: 0,
       parse: nonNegativeInteger,
     },

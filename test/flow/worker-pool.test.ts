@@ -530,3 +530,23 @@ describe('WorkerPool against a model of one record per worker', () => {
     );
   });
 });
+
+describe('watching a worker for being taken out of rotation (onDown)', () => {
+  it('calls its listeners once when the worker is marked down, not for a drain, nor after the watch stops', async () => {
+    const pool = new WorkerPool(['a', 'b', 'c']);
+    const seen: string[] = [];
+    pool.onDown('a', () => seen.push('a1'));
+    const stop = pool.onDown('a', () => seen.push('a2'));
+    pool.onDown('b', () => seen.push('b'));
+    pool.onDown('c', () => seen.push('c'));
+    stop();
+    pool.setAvailable('a', true); // already up: nothing
+    pool.setAvailable('a', false);
+    pool.setAvailable('a', true);
+    pool.setAvailable('a', false); // a watch is called once
+    await pool.drain('b');
+    expect(seen).toEqual(['a1']);
+    pool.setAvailable('c', false);
+    expect(seen).toEqual(['a1', 'c']);
+  });
+});

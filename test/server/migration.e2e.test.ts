@@ -39,7 +39,7 @@ async function fleet(
   proxies.push(proxy);
   const url = await proxy.listen(0);
   const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
-  return { url, client, first, second, logs: logger.records };
+  return { url, client, first, second, proxy, logs: logger.records };
 }
 
 const migrations = async (url: string) =>
@@ -161,6 +161,25 @@ describe('a decode worker that dies mid-stream', () => {
     expect(text).toBe(twenty);
     expect(first.requests.at(-1)?.aborted).toBe(true);
     expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="idle",outcome="migrated"} 1']);
+  });
+
+  it('a worker taken out of rotation while it streams (failed health checks, an open circuit) is left for another', async () => {
+    const { client, url, proxy } = await fleet('vllm', undefined, {}, { tokenIntervalMs: 20 });
+    const stream = await client.completions.create({
+      model: 'fake-model',
+      prompt: 'Go on',
+      max_tokens: 20,
+      stream: true,
+    });
+    let text = '';
+    let chunks = 0;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? '';
+      // After three tokens, health takes the first decode worker out.
+      if (++chunks === 3) proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
+    }
+    expect(text).toBe(twenty);
+    expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="worker_down",outcome="migrated"} 1']);
   });
 
   it('stop strings: replayed from the prompt (only the engine checks them), what the client has skipped', async () => {
