@@ -53,6 +53,7 @@ export {
   type SanitizeOptions,
   sanitizeClientRequest,
 } from './flow/handoff-fields.js';
+export type { MigrationOptions } from './flow/migration.js';
 export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
 export { type PromptSide, type PromptSideEngine, promptSideOf, refusePromptSide } from './flow/prompt-side.js';
 export {
