@@ -39,7 +39,7 @@ async function fleet(
   proxies.push(proxy);
   const url = await proxy.listen(0);
   const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
-  return { url, client, first, second, proxy, logs: logger.records };
+  return { url, client, prefill, first, second, proxy, logs: logger.records };
 }
 
 const migrations = async (url: string) =>
@@ -77,7 +77,7 @@ describe('a decode worker that dies mid-stream', () => {
       expect(usage?.total_tokens).toBe((usage?.prompt_tokens ?? 0) + 20);
       // The second worker was sent the prompt's ids and the five generated, for 15 more.
       const continuation = second.requests.at(-1)?.body as Record<string, unknown>;
-      expect((continuation.prompt as number[]).slice(-5)).toEqual([2000, 2001, 2002, 2003, 2004]);
+      expect(((continuation.prompt ?? []) as number[]).slice(-5)).toEqual([2000, 2001, 2002, 2003, 2004]);
       expect(continuation.max_tokens).toBe(15);
       expect(first.requests.at(-1)?.body.return_token_ids).toBe(true);
       expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="stream_error",outcome="migrated"} 1']);
@@ -116,6 +116,30 @@ describe('a decode worker that dies mid-stream', () => {
     expect(text).toBe(twenty);
     expect(first.requests.at(-1)?.body.return_token_ids).toBeUndefined();
     expect(second.requests.at(-1)?.path).toBe('/v1/chat/completions');
+  });
+
+  it('--migration-via prefill: the continuation computes its prompt on a prefill worker, then decodes', async () => {
+    const { client, prefill, second } = await fleet(
+      'vllm',
+      { type: 'reset', afterTokens: 5 },
+      {
+        migration: { limit: 1, via: 'prefill' },
+      },
+    );
+    const stream = await client.completions.create({
+      model: 'fake-model',
+      prompt: 'Tell me',
+      max_tokens: 20,
+      stream: true,
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    expect(text).toBe(twenty);
+    // The prefill worker computed the prompt and the 5 tokens; the second decode took its KV.
+    expect(((prefill.requests.at(-1)?.body.prompt ?? []) as number[]).slice(-5)).toEqual([
+      2000, 2001, 2002, 2003, 2004,
+    ]);
+    expect(second.requests.at(-1)?.body.kv_transfer_params).toBeDefined();
   });
 
   it('a guided request is not migrated: it fails cleanly as without migration, and the log says why', async () => {
