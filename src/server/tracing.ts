@@ -177,6 +177,20 @@ export class RequestTrace {
       case 'decodeRetried':
         this.#endLeg('decode', 'error', event.error);
         break;
+      case 'migration':
+        // The request's span says each break and what became of it; a leg that broke ends, and
+        // its continuation's call opens a leg span of its own.
+        span.addEvent('disagg.migration', {
+          'disagg.migration.attempt': event.attempt,
+          'disagg.migration.reason': event.reason,
+          'disagg.migration.outcome': event.outcome,
+          'disagg.migration.generated_tokens': event.generatedTokens,
+          ...(event.why === undefined ? {} : { 'disagg.migration.why': event.why }),
+          ...(event.mode === undefined ? {} : { 'disagg.migration.mode': event.mode }),
+          ...(event.toWorker === undefined ? {} : { 'disagg.migration.to_worker': this.#nameOf(event.toWorker) }),
+        });
+        if (event.outcome === 'migrated') this.#endLeg('decode', 'error', event.error);
+        break;
       case 'finished':
         span.setAttribute('disagg.outcome', event.outcome);
         if (event.leg !== undefined) span.setAttribute('disagg.failed_leg', event.leg);

@@ -116,6 +116,56 @@ describe('RequestTrace with tracing', () => {
     expect(exporter.getFinishedSpans().map((span) => span.attributes['disagg.worker'])).toEqual(['name-of-d0']);
   });
 
+  it("a migration is an event of the request's span; the leg that broke ends with its error", async () => {
+    const { tracing, spans } = await recorded();
+    const trace = new RequestTrace(tracing, undefined, nameOf, {});
+    trace.headersFor('decode', { url: 'd0' });
+    trace.onEvent(
+      event({
+        type: 'migration',
+        attempt: 1,
+        reason: 'stream_error',
+        outcome: 'migrated',
+        mode: 'resume',
+        error: new Error('reset'),
+        generatedTokens: 5,
+        fromWorker: { url: 'd0' },
+        toWorker: { url: 'd1' },
+      }),
+    );
+    trace.onEvent(
+      event({
+        type: 'migration',
+        attempt: 2,
+        reason: 'idle',
+        outcome: 'refused',
+        why: 'limit',
+        error: new Error('x'),
+        generatedTokens: 9,
+      }),
+    );
+    trace.end(200, 'success', undefined, undefined);
+    const byName = spans();
+    expect(byName['disagg.decode']?.attributes['disagg.outcome']).toBe('error');
+    expect(byName['disagg.request']?.events.map((each) => each.attributes)).toEqual([
+      {
+        'disagg.migration.attempt': 1,
+        'disagg.migration.reason': 'stream_error',
+        'disagg.migration.outcome': 'migrated',
+        'disagg.migration.generated_tokens': 5,
+        'disagg.migration.mode': 'resume',
+        'disagg.migration.to_worker': 'name-of-d1',
+      },
+      {
+        'disagg.migration.attempt': 2,
+        'disagg.migration.reason': 'idle',
+        'disagg.migration.outcome': 'refused',
+        'disagg.migration.generated_tokens': 9,
+        'disagg.migration.why': 'limit',
+      },
+    ]);
+  });
+
   it('the flow events set who served, the handoff span and how each leg ended', async () => {
     const { tracing, spans, exporter } = await recorded();
     const trace = new RequestTrace(tracing, undefined, nameOf, {});
