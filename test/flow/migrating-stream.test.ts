@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';
@@ -6,6 +7,7 @@ import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { collect, flush, recordingLogger, ScriptedSource } from '../support/async.js';
 import { eventLog, runFlow } from '../support/flow.js';
+import { propertyOptions } from '../support/property.js';
 
 const piece = (id: number) => Annotated.fromData<LLMEngineOutput>({ token_ids: [id], text: `t${id} ` });
 const request = { model: 'm', prompt: [1, 2, 3], max_tokens: 6, stream: true };
@@ -128,5 +130,53 @@ describe('a decode stream that breaks after its first token, with migration on',
       await runFlow({ request, decode: decode as never, skipPrefill: () => true, migration: { limit: 0 } }),
     );
     expect(calls.map((body) => body.return_token_ids)).toEqual([undefined, undefined]);
+  });
+});
+
+describe('a migrated stream, wherever it breaks', () => {
+  it('gives every token once, in order, then one finish, also with reads in flight', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 2, max: 10 }),
+        fc.integer({ min: 1, max: 9 }),
+        fc.constantFrom('throws', 'error item'),
+        fc.integer({ min: 1, max: 3 }),
+        async (total, at, kind, inFlight) => {
+          const breakAt = Math.min(at, total - 1);
+          const decode = async (body: Record<string, unknown>, context: Controller, worker: unknown) => {
+            const prompt = body.prompt as number[];
+            const done = prompt.filter((id) => id >= 2000).length;
+            const ids = Array.from({ length: total - done }, (_, i) => 2000 + done + i);
+            if (worker === 'd0') {
+              const source = new ScriptedSource(ids.slice(0, breakAt).map(piece));
+              if (kind === 'throws') source.fail(new Error('reset'));
+              else source.push(Annotated.fromError(new Error('error event'))).end();
+              return new ResponseStream(source, context);
+            }
+            const source = new ScriptedSource(ids.map(piece)).push(Annotated.fromData(LLMEngineOutput.length())).end();
+            return new ResponseStream(source, context);
+          };
+          const stream = await runFlow({
+            request: { ...request, max_tokens: total },
+            decode: decode as never,
+            decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
+            skipPrefill: () => true,
+            migration: { limit: 1 },
+          });
+          const iterator = stream[Symbol.asyncIterator]();
+          const items = [];
+          for (;;) {
+            const steps = await Promise.all(Array.from({ length: inFlight }, () => iterator.next()));
+            for (const step of steps) if (step.done !== true) items.push(step.value);
+            if (steps.some((step) => step.done === true)) break;
+          }
+          const expected = Array.from({ length: total }, (_, i) => `t${2000 + i} `).join('');
+          expect(texts(items)).toBe(expected);
+          expect(items.filter((item) => item.data?.finish_reason != null || Annotated.isError(item))).toHaveLength(1);
+          expect(items.at(-1)?.data?.finish_reason).toBe('length');
+        },
+      ),
+      propertyOptions(200, 31),
+    );
   });
 });
