@@ -26,7 +26,7 @@ export class StreamRecord {
   /** The client asked for token ids itself: they stay in what it is sent. */
   readonly #keepIds: boolean;
   #template: Template | undefined;
-  /** The prompt's token ids as the first worker reported them (or as the router tokenized it). */
+  /** The prompt's token ids as the first worker reported them, else as the router's tokenizer made them. */
   promptIds: readonly number[] | undefined;
   /**
    * The token ids generated so far whose text the client has (over every worker). Ids of
@@ -127,7 +127,8 @@ export class StreamRecord {
     }
     const choice = (Array.isArray(json.choices) ? json.choices[0] : undefined) as Json | undefined;
     const prompt = json.prompt_token_ids ?? choice?.prompt_token_ids;
-    if (this.promptIds === undefined && Array.isArray(prompt)) this.promptIds = prompt as number[];
+    // The engine's own ids win over the router's tokenizer's: they are what it computed.
+    if (Array.isArray(prompt)) this.promptIds = prompt as number[];
     const delta = choice?.delta as Json | undefined;
     if (delta === undefined) return;
     if (Array.isArray(delta.tool_calls) && delta.tool_calls.length > 0) this.parsed = 'a tool call';

@@ -39,6 +39,13 @@ describe("a migrating stream's record", () => {
     expect(record.delivered).toBe('Hello');
   });
 
+  it("takes the engine's prompt ids over the router's tokenizer's: they are what it computed", () => {
+    const record = new StreamRecord('completions', false, [9, 9]);
+    expect(record.promptIds).toEqual([9, 9]);
+    record.original(completionChunk('Hi', [7], { prompt_token_ids: [1, 2, 3] }));
+    expect(record.promptIds).toEqual([1, 2, 3]);
+  });
+
   it('leaves the chunks as the worker sent them when the client asked for token ids itself', () => {
     const record = new StreamRecord('completions', true);
     const original = completionChunk('Hi', [7], { prompt_token_ids: [1] });
