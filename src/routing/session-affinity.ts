@@ -14,7 +14,8 @@ export interface SessionAffinityOptions<W> {
  * Session affinity by rendezvous hashing: each request with a session key (see
  * {@link RoutingInput.sessionKey}) goes to the candidate whose name hashes highest with the
  * key, so a session stays on its worker, and when a worker joins or leaves only the sessions
- * it wins or held move. Requests without a key go to `fallback`.
+ * it wins or held move. Requests without a key go to `fallback`, which hears of every leg
+ * (`routed`, `completed`) and of a worker leaving, so that it learns what each worker holds.
  *
  * @example
  * new WorkerPool(prefillUrls, { selection: sessionAffinity({ fallback: cacheAware() }) });
@@ -45,6 +46,14 @@ export function sessionAffinity<W>(options: SessionAffinityOptions<W> = {}): Rou
         }
       }
       return best;
+    },
+    // The fallback learns from every leg, whoever chose its worker: the worker holds the
+    // prompt either way (a cache-aware fallback records it once the leg succeeded).
+    routed(worker: W, input: RoutingInput | undefined): void {
+      fallback?.routed?.(worker, input);
+    },
+    completed(worker: W, input: RoutingInput | undefined, outcome: 'success' | 'failure'): void {
+      fallback?.completed?.(worker, input, outcome);
     },
     forget(worker: W): void {
       fallback?.forget?.(worker);

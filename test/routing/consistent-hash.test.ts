@@ -76,7 +76,68 @@ describe('consistentHash', () => {
     expect(policy.select(workers, { inFlight: () => 1 }, prompt(1))).toBe(owner);
   });
 
+  it('sessions spread over the workers: the session key itself is hashed', () => {
+    const policy = consistentHash<W>();
+    const chosen = new Set(
+      Array.from({ length: 50 }, (_, i) => policy.select(workers, idle, new RoutingInput({}, `s${i}`))),
+    );
+    expect(chosen.size).toBe(workers.length);
+  });
+
+  it('placement is pinned: the same ring in every version, so that replicas agree during a rolling upgrade', () => {
+    const names = ['http://w0', 'http://w1', 'http://w2'];
+    const policy = consistentHash<string>({ virtualNodes: 2 });
+    const owners = Array.from({ length: 24 }, (_, i) =>
+      names.indexOf(policy.select(names, idle, new RoutingInput({}, `s${i}`))),
+    );
+    expect(owners.join('')).toBe('111110111200100012011021');
+  });
+
+  it('past its bound the owner passes a request to the worker that would own it without the owner: the next on the ring', () => {
+    const policy = consistentHash<W>();
+    for (let i = 0; i < 20; i++) {
+      const owner = policy.select(workers, idle, prompt(i));
+      const rest = workers.filter((worker) => worker !== owner);
+      const busy = { inFlight: (worker: W) => (worker === owner ? 4 : 1) };
+      expect(policy.select(workers, busy, prompt(i))).toBe(consistentHash<W>().select(rest, idle, prompt(i)));
+    }
+  });
+
+  it('loadFactor 1: no worker takes more than the mean load, rounded up', () => {
+    const policy = consistentHash<W>({ loadFactor: 1 });
+    const pair = workers.slice(0, 2);
+    const owner = policy.select(pair, idle, prompt(3));
+    const other = pair.find((worker) => worker !== owner) as W;
+    // One in flight on the owner: with this request the mean is 1, and the owner would have 2.
+    expect(policy.select(pair, { inFlight: (worker: W) => (worker === owner ? 1 : 0) }, prompt(3))).toBe(other);
+    expect(policy.select(pair, { inFlight: () => 1 }, prompt(3))).toBe(owner);
+  });
+
+  it('a worker forgotten (gone for good) is never chosen again while it is out; back, it takes its keys again', () => {
+    const policy = consistentHash<W>({ virtualNodes: 1 });
+    const before = Array.from({ length: 200 }, (_, i) => policy.select(workers, idle, prompt(i)));
+    const gone = workers[1] as W;
+    policy.forget?.(gone);
+    const rest = workers.filter((worker) => worker !== gone);
+    for (let i = 0; i < 200; i++) {
+      const now = policy.select(rest, idle, prompt(i));
+      expect(now).not.toBe(gone);
+      if (before[i] !== gone) expect(now).toBe(before[i]);
+    }
+    expect(Array.from({ length: 200 }, (_, i) => policy.select(workers, idle, prompt(i)))).toEqual(before);
+  });
+
+  it('names workers by their url, or as idOf says; refuses a worker it cannot name, saying so', () => {
+    const byName = consistentHash<{ name: string }>({ idOf: (worker) => worker.name });
+    const named = [{ name: 'a' }, { name: 'b' }];
+    expect(named).toContain(byName.select(named, idle, prompt(1)));
+    expect(() => consistentHash<object>().select([{}, {}], idle, prompt(1))).toThrow(
+      'consistentHash needs a stable name for each worker',
+    );
+  });
+
   it('refuses virtualNodes or keyChars that are not positive whole numbers', () => {
+    expect(() => consistentHash({ virtualNodes: 1, keyChars: 1, loadFactor: 1 })).not.toThrow();
     expect(() => consistentHash({ virtualNodes: 0 })).toThrow(
       'consistentHash: virtualNodes must be a positive whole number, got 0',
     );

@@ -124,6 +124,15 @@ describe('powerOfTwo', () => {
     expect(policy.select(workers, loads(0, 0, 0).load, undefined)).toBe('w2'); // w2 against w0, a tie
   });
 
+  it('the second draw is of the others: below the first it stays, at or above it moves one place on', () => {
+    const draws = [0.9, 0.1, 0.1, 0.1];
+    const policy = powerOfTwo<string>({ random: () => draws.shift() as number });
+    const { workers, load } = loads(0, 5, 1);
+    expect(policy.select(workers, load, undefined)).toBe('w0'); // w2 (1) against w0 (0)
+    expect(policy.select(workers, load, undefined)).toBe('w0'); // w0 (0) against w1 (5)
+    expect(policy.name).toBe('power-of-two');
+  });
+
   it('one candidate is the answer without a draw', () => {
     const policy = powerOfTwo<string>({
       random: () => {

@@ -60,10 +60,93 @@ describe('scoredPolicy: filters, weighted scorers, a picker', () => {
   });
 });
 
+describe('scoredPolicy: names, hooks and the single candidate', () => {
+  it("is named as its parts say, 'scored' by default; the picker is 'max-score'", () => {
+    const scorers = [{ scorer: loadScorer<string>(), weight: 1 }];
+    expect(scoredPolicy({ scorers }).name).toBe('scored');
+    expect(scoredPolicy({ name: 'mine', scorers }).name).toBe('mine');
+    expect(maxScorePicker().name).toBe('max-score');
+    expect(prefixScorer().name).toBe('prefix');
+  });
+
+  it('one candidate left after the filters is the answer, without asking the scorers', () => {
+    const never: Scorer<string> = {
+      name: 'never',
+      score: () => {
+        throw new Error('no score expected');
+      },
+    };
+    const policy = scoredPolicy({
+      filters: [{ name: 'w1 only', filter: (c) => c.filter((w) => w === 'w1') }],
+      scorers: [{ scorer: never, weight: 1 }],
+    });
+    expect(policy.select(['w0', 'w1', 'w2'], loadOf({}), undefined)).toBe('w1');
+  });
+
+  it('the choice, the outcome and a worker leaving reach every scorer that listens; one that does not is passed over', () => {
+    const heard: string[] = [];
+    const listening: Scorer<string> = {
+      name: 'listening',
+      score: (c) => c.map(() => 0),
+      routed: (worker) => heard.push(`routed ${worker}`),
+      completed: (worker, _input, outcome) => heard.push(`${outcome} ${worker}`),
+      forget: (worker) => heard.push(`forget ${worker}`),
+    };
+    const policy = scoredPolicy({
+      scorers: [
+        { scorer: loadScorer<string>(), weight: 1 },
+        { scorer: listening, weight: 1 },
+      ],
+    });
+    policy.routed?.('w1', undefined);
+    policy.completed?.('w1', undefined, 'failure');
+    policy.forget?.('w1');
+    expect(heard).toEqual(['routed w1', 'failure w1', 'forget w1']);
+  });
+
+  it('a prefix scorer in a policy learns from completed legs and forgets a worker that left', () => {
+    const policy = scoredPolicy({ scorers: [{ scorer: prefixScorer<string>(), weight: 1 }] });
+    const input = new RoutingInput({ prompt: 'Plan a trip to Lisbon for three days' });
+    expect(policy.select(['w0', 'w1'], loadOf({}), input)).toBe('w0');
+    policy.completed?.('w1', input, 'success');
+    expect(policy.select(['w0', 'w1'], loadOf({}), input)).toBe('w1');
+    policy.forget?.('w1');
+    expect(policy.select(['w0', 'w1'], loadOf({}), input)).toBe('w0');
+  });
+});
+
+describe('scoredPolicy: scores out of range', () => {
+  it('a negative score counts as 0', () => {
+    const policy = scoredPolicy({
+      scorers: [
+        { scorer: fixed('a', { w0: -5, w1: 0 }), weight: 1 },
+        { scorer: fixed('b', { w0: 1, w1: 0.6 }), weight: 1 },
+      ],
+    });
+    expect(policy.select(['w0', 'w1'], loadOf({}), undefined)).toBe('w0');
+  });
+
+  it('a score that is not a number (NaN), or missing, counts as 0', () => {
+    const nan: Scorer<string> = { name: 'nan', score: (c) => c.map((w) => (w === 'w0' ? Number.NaN : 0.5)) };
+    expect(scoredPolicy({ scorers: [{ scorer: nan, weight: 1 }] }).select(['w0', 'w1'], loadOf({}), undefined)).toBe(
+      'w1',
+    );
+    const short: Scorer<string> = { name: 'short', score: () => [] };
+    const policy = scoredPolicy({
+      scorers: [
+        { scorer: short, weight: 1 },
+        { scorer: fixed('b', { w1: 0.5 }), weight: 1 },
+      ],
+    });
+    expect(policy.select(['w0', 'w1'], loadOf({}), undefined)).toBe('w1');
+  });
+});
+
 describe('built-in scorers', () => {
   it('load: 1 for the idlest, 0 for the busiest, all 1 when even', () => {
     expect(loadScorer<string>().score(['a', 'b', 'c'], loadOf({ a: 0, b: 2, c: 4 }), undefined)).toEqual([1, 0.5, 0]);
     expect(loadScorer<string>().score(['a', 'b'], loadOf({}), undefined)).toEqual([1, 1]);
+    expect(loadScorer<string>().score(['a', 'b', 'c'], loadOf({ a: 1, b: 2, c: 3 }), undefined)).toEqual([1, 0.5, 0]);
   });
 
   it('prefix: learns only from legs that succeeded, scores the share held, forgets a worker that left', () => {
@@ -78,6 +161,23 @@ describe('built-in scorers', () => {
     expect(w1).toBeGreaterThan(0.8);
     scorer.forget?.('w1');
     expect(scorer.score(['w0', 'w1'], loadOf({}), next)).toEqual([0, 0]);
+  });
+
+  it('prefix: a request without text, or without an input, scores 0 everywhere; a leg without an input teaches nothing', () => {
+    const scorer = prefixScorer<string>();
+    scorer.completed?.('w0', undefined, 'success');
+    scorer.completed?.('w0', new RoutingInput({ model: 'm' }), 'success');
+    expect(scorer.score(['w0', 'w1'], loadOf({}), undefined)).toEqual([0, 0]);
+    expect(scorer.score(['w0', 'w1'], loadOf({}), new RoutingInput({ model: 'm' }))).toEqual([0, 0]);
+  });
+
+  it('prefix: remembers at most maxTreeChars per worker, the least recently used dropped first', () => {
+    const scorer = prefixScorer<string>({ maxTreeChars: 10 });
+    const [a, b] = [new RoutingInput({ prompt: 'AAAAAAAA' }), new RoutingInput({ prompt: 'BBBBBBBB' })];
+    scorer.completed?.('w0', a, 'success');
+    scorer.completed?.('w0', b, 'success'); // 16 > 10: A goes
+    expect(scorer.score(['w0'], loadOf({}), a)).toEqual([0]);
+    expect(scorer.score(['w0'], loadOf({}), b)).toEqual([1]);
   });
 
   it('in a pool, prefix against load: a conversation returns to the worker holding its start; an unrelated prompt goes to the idler worker', async () => {
