@@ -166,3 +166,110 @@ describe('Admission', () => {
     expect(admission.queued).toBe(0);
   });
 });
+
+describe('Admission by priority, fair between tenants', () => {
+  /** Requests that record the order they were admitted in. */
+  function recorder(admission: Admission) {
+    const order: string[] = [];
+    const tickets: Ticket[] = [];
+    const ask = (name: string, tenant: string, priority = 0, maxConcurrent?: number) => {
+      const entered = admission.enter(never, { tenant, priority, maxConcurrent });
+      entered.then(
+        (ticket) => {
+          order.push(name);
+          tickets.push(ticket);
+        },
+        () => {},
+      );
+      return entered;
+    };
+    /** Frees the oldest slot still held and lets the next waiter in. */
+    const freeOne = async () => {
+      tickets.shift()?.release();
+      await vi.advanceTimersByTimeAsync(0);
+    };
+    return { order, ask, freeOne };
+  }
+
+  it('a high-priority request is admitted ahead of a full low-priority queue', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 10, queueTimeoutMs: 60_000 });
+    const { order, ask, freeOne } = recorder(admission);
+    ask('batch-0', 'batch');
+    for (let i = 1; i <= 5; i++) ask(`batch-${i}`, 'batch');
+    ask('chat', 'chat', 10);
+    await vi.advanceTimersByTimeAsync(0);
+    await freeOne();
+    expect(order).toEqual(['batch-0', 'chat']);
+  });
+
+  it("within a band the tenants take turns: one tenant's backlog does not hold another's request behind it", async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 100, queueTimeoutMs: 60_000 });
+    const { order, ask, freeOne } = recorder(admission);
+    ask('a0', 'a');
+    for (let i = 1; i <= 20; i++) ask(`a${i}`, 'a');
+    ask('b1', 'b');
+    ask('b2', 'b');
+    ask('c1', 'c');
+    await vi.advanceTimersByTimeAsync(0);
+    for (let i = 0; i < 6; i++) await freeOne();
+    // a's oldest, then b and c in their turns, a's next only once each had one.
+    expect(order).toEqual(['a0', 'a1', 'b1', 'c1', 'a2', 'b2', 'a3']);
+  });
+
+  it("a full queue sheds the newest waiter of the lowest band below the newcomer's, from the tenant with most waiting", async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 3, queueTimeoutMs: 60_000 });
+    const { ask } = recorder(admission);
+    ask('held', 'x');
+    const low1 = ask('low-1', 'a', 0);
+    const low2 = ask('low-2', 'a', 0);
+    const lowB = ask('low-b', 'b', 0);
+    // Same priority as the waiters: refused, nothing shed.
+    await expect(ask('same', 'c', 0)).rejects.toThrow(/at capacity: 1 requests under way and 3 waiting/);
+    const high = ask('high', 'c', 5);
+    await expect(low2).rejects.toThrow(/gave this request's place to one of higher priority \(5 over 0\)/);
+    expect(await state(low1)).toBe('pending');
+    expect(await state(lowB)).toBe('pending');
+    expect(await state(high)).toBe('pending');
+    expect(admission.queued).toBe(3);
+  });
+
+  it('a tenant at its own limit (under way and waiting) is refused at once, naming the limit', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 10, queueTimeoutMs: 60_000 });
+    const { ask } = recorder(admission);
+    ask('a1', 'a', 0, 2);
+    ask('a2', 'a', 0, 2);
+    await expect(ask('a3', 'a', 0, 2)).rejects.toThrow('Tenant a is at its limit of 2 requests under way or waiting');
+    expect(admission.usageOf('a')).toEqual({ active: 1, queued: 1 });
+    expect(await state(ask('b1', 'b', 0, 2))).toBe('pending');
+  });
+
+  it("each band waits as long as its own time-to-live; the waits are reported with the request's tenant", async () => {
+    vi.useFakeTimers();
+    const waits: Array<[number, string]> = [];
+    const admission = new Admission({
+      maxConcurrent: 1,
+      queueSize: 10,
+      queueTimeoutMs: (priority) => (priority > 0 ? 5000 : 1000),
+      onWait: (seconds, applicant) => waits.push([seconds, applicant.tenant]),
+    });
+    const held = await admission.enter(never, { tenant: 'x', priority: 0 });
+    const low = admission.enter(never, { tenant: 'a', priority: 0 });
+    const high = admission.enter(never, { tenant: 'b', priority: 1 });
+    low.catch(() => {});
+    await vi.advanceTimersByTimeAsync(1000);
+    await expect(low).rejects.toMatchObject({ retryAfterS: 1 });
+    expect(await state(high)).toBe('pending');
+    await vi.advanceTimersByTimeAsync(1000);
+    held.release();
+    await high;
+    expect(waits).toEqual([
+      [0, 'x'],
+      [2, 'b'],
+    ]);
+    expect(admission.usageOf('a')).toEqual({ active: 0, queued: 0 });
+  });
+});
