@@ -44,6 +44,9 @@ describe('disagg.example.yaml', () => {
       'kvEvents.topic',
       'tokenizer.dir',
       'migration.maxSeqLen',
+      'tenantsFile',
+      'tenantHeader',
+      'tenantHeaderKeys',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

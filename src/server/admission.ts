@@ -10,10 +10,16 @@ export class OverloadedError extends DisaggError {
   declare readonly code: 'DISAGG_OVERLOADED';
   /** When the client may try again, in whole seconds. */
   readonly retryAfterS: number;
+  /**
+   * The limit that was hit: the proxy's `capacity` (slots and queue, a shed, a wait too long),
+   * or the tenant's own `max_concurrent`, `requests_per_minute`, `tokens_per_minute`.
+   */
+  readonly limit: 'capacity' | 'max_concurrent' | 'requests_per_minute' | 'tokens_per_minute';
 
-  constructor(message: string, retryAfterS: number) {
+  constructor(message: string, retryAfterS: number, limit: OverloadedError['limit'] = 'capacity') {
     super('DISAGG_OVERLOADED', message);
     this.retryAfterS = retryAfterS;
+    this.limit = limit;
   }
 }
 
@@ -130,6 +136,7 @@ export class Admission {
         new OverloadedError(
           `Tenant ${applicant.tenant} is at its limit of ${cap} requests under way or waiting; try again later`,
           1,
+          'max_concurrent',
         ),
       );
     }

@@ -3,9 +3,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { MigrationOptions } from '../flow/migration.js';
 import { answerJson, headerValue, RequestError } from '../http/node-server.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
+import { RoutingInput } from '../routing/routing-input.js';
 import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import type { OverLimit } from '../tenancy/rate-window.js';
 import { OverloadedError, type Ticket } from './admission.js';
 import { type ErrorAnswer, errorAnswer, errorToResponse, ShutdownError } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
@@ -62,21 +64,57 @@ export async function handleCompletion(
     return answer(res, refusal);
   }
 
-  // A slot of the proxy's admission, or a wait for one; a client that leaves meanwhile
-  // leaves the queue. Over capacity: a 429 with Retry-After, before any worker is called.
+  // The tenant's per-minute limits, then a slot of the proxy's admission (by the tenant's
+  // priority, fair between tenants), or a wait for one; a client that leaves meanwhile leaves
+  // the queue. Over a limit: a 429 with Retry-After naming it, before any worker is called.
+  const tenant = proxy.tenants.tenantOf(req.headers);
+  const label = proxy.tenantLabel(tenant.name);
+  const estimate = estimatedTokens(body);
   let ticket: Ticket;
   try {
-    ticket = await proxy.admission.enter(new Promise((resolve) => res.once('close', resolve)));
+    const over = proxy.minuteWindows.take(tenant, estimate);
+    if (over !== undefined) throw overLimit(tenant.name, over);
+    ticket = await proxy.admission.enter(new Promise((resolve) => res.once('close', resolve)), {
+      tenant: tenant.name,
+      priority: tenant.priority,
+      maxConcurrent: tenant.maxConcurrent,
+    });
   } catch (error) {
-    if (OverloadedError.is(error)) res.setHeader('retry-after', String(error.retryAfterS));
-    proxy.logger.info({ requestId, route, status: 429, err: error }, 'request rejected');
+    if (OverloadedError.is(error)) {
+      res.setHeader('retry-after', String(error.retryAfterS));
+      proxy.metrics.tenantRequest(label, error.limit);
+    }
+    proxy.logger.info({ requestId, route, tenant: tenant.name, status: 429, err: error }, 'request rejected');
     return answer(res, errorAnswer(error));
   }
+  proxy.metrics.tenantRequest(label, 'admitted');
+  let usage: CompletionUsage | undefined;
   try {
-    await serveAdmitted(proxy, req, res, { route, body, requestId, clientRequestId });
+    usage = await serveAdmitted(proxy, req, res, { route, body, requestId, clientRequestId, tenant: tenant.name });
   } finally {
     ticket.release();
+    // What the answer said it used, against what was counted for it before.
+    const used = usage === undefined ? estimate : usage.prompt_tokens + usage.completion_tokens;
+    proxy.minuteWindows.correct(tenant, used - estimate);
+    proxy.metrics.tenantTokens(label, used);
   }
+}
+
+/** A request's tokens before it is served: its prompt's (a quarter of its text, or its token ids). */
+function estimatedTokens(body: Record<string, unknown>): number {
+  const input = new RoutingInput(body);
+  return input.tokenIds?.length ?? Math.ceil(input.text.length / 4);
+}
+
+const LIMIT_WORDS = { requestsPerMinute: 'requests', tokensPerMinute: 'tokens' } as const;
+
+/** The 429 of a tenant over a per-minute limit: which one, how much of it is used, when to try again. */
+function overLimit(tenant: string, over: OverLimit): OverloadedError {
+  return new OverloadedError(
+    `Tenant ${tenant} is over its limit of ${over.allowed} ${LIMIT_WORDS[over.limit]} per minute (${Math.round(over.used)} in the last minute); try again in ${over.retryAfterS} s`,
+    over.retryAfterS,
+    over.limit === 'requestsPerMinute' ? 'requests_per_minute' : 'tokens_per_minute',
+  );
 }
 
 /** A request that holds a slot: through the flow, tracked for shutdown, logged when over. */
@@ -84,9 +122,15 @@ async function serveAdmitted(
   proxy: ProxyState,
   req: IncomingMessage,
   res: ServerResponse,
-  request: { route: Route; body: Record<string, unknown>; requestId: string; clientRequestId: string | undefined },
-): Promise<void> {
-  const { route, body, requestId, clientRequestId } = request;
+  request: {
+    route: Route;
+    body: Record<string, unknown>;
+    requestId: string;
+    clientRequestId: string | undefined;
+    tenant: string;
+  },
+): Promise<CompletionUsage | undefined> {
+  const { route, body, requestId, clientRequestId, tenant } = request;
   const context = new Controller(requestId);
   const started = performance.now();
   // Until the relay takes over, ending it at shutdown is a 503 (nothing was sent yet).
@@ -115,7 +159,7 @@ async function serveAdmitted(
   };
   // Passed on to the workers unless a worker key replaces it (engineFor decides).
   const authorization = req.headers.authorization;
-  const trace = traceOf(proxy, req, route, requestId);
+  const trace = traceOf(proxy, req, route, requestId, tenant);
   events.trace = trace;
   // Traced: each leg's calls carry their own trace context; else one engine for both legs.
   const shared = trace === undefined ? proxy.engineFor(route, authorization) : undefined;
@@ -141,7 +185,7 @@ async function serveAdmitted(
         proxy.metrics.kvPrediction(proxy.nameOf(worker), predicted, reported);
       }
     }
-    logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure });
+    logRequest(proxy, { requestId, clientRequestId, route, res, events, started, failure, tenant });
     trace?.end(
       res.statusCode,
       events.finished?.outcome ?? (failure === undefined ? 'success' : 'error'),
@@ -149,6 +193,7 @@ async function serveAdmitted(
       failure,
     );
   }
+  return writer?.usage;
 }
 
 /** What serving one admitted request needs. */
@@ -193,12 +238,19 @@ async function serve(proxy: ProxyState, request: ServeRequest): Promise<Response
  * The request's trace: with OpenTelemetry recording, or a client's `traceparent` to pass on;
  * otherwise none (the untraced path stays as cheap as it was).
  */
-function traceOf(proxy: ProxyState, req: IncomingMessage, route: Route, requestId: string): RequestTrace | undefined {
+function traceOf(
+  proxy: ProxyState,
+  req: IncomingMessage,
+  route: Route,
+  requestId: string,
+  tenant: string,
+): RequestTrace | undefined {
   const incoming = incomingTrace(req.headers);
   if (proxy.tracing === undefined && incoming === undefined) return undefined;
   const trace = new RequestTrace(proxy.tracing, incoming, (worker) => proxy.nameOf(worker), {
     'http.route': route,
     'disagg.request_id': requestId,
+    'disagg.tenant': tenant,
     'disagg.connector': proxy.options.connector,
   });
   return trace.recording || incoming !== undefined ? trace : undefined;

@@ -45,7 +45,9 @@ export class ProxyMetrics {
   readonly #held: Histogram;
   readonly #orphans: Counter;
   readonly #releases: Counter<'result'>;
-  readonly #queueWait: Histogram;
+  readonly #queueWait: Histogram<'tenant'>;
+  readonly #tenantRequests: Counter<'tenant' | 'outcome'>;
+  readonly #tenantTokens: Counter<'tenant'>;
   readonly #retries: Counter<'leg'>;
   readonly #migrations: Counter<'reason' | 'outcome'>;
   readonly #routed: Counter<'strategy' | 'reason'>;
@@ -146,8 +148,21 @@ export class ProxyMetrics {
     });
     this.#queueWait = new Histogram({
       name: 'disagg_queue_wait_seconds',
-      help: 'How long an admitted request waited for a slot (0 when one was free)',
+      help: "How long an admitted request waited for a slot (0 when one was free), by tenant (the tenants file's names, default, or other)",
+      labelNames: ['tenant'],
       buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.#tenantRequests = new Counter({
+      name: 'disagg_tenant_requests_total',
+      help: "Generation requests by tenant and what admission did: admitted, or refused by a limit (requests_per_minute, tokens_per_minute, max_concurrent: the tenant's own; capacity: the proxy's slots and queue, a shed for higher priority, or a wait past the band's time-to-live)",
+      labelNames: ['tenant', 'outcome'],
+      registers,
+    });
+    this.#tenantTokens = new Counter({
+      name: 'disagg_tenant_tokens_total',
+      help: 'Tokens counted against each tenant (prompt and generated, as the answers reported them)',
+      labelNames: ['tenant'],
       registers,
     });
     this.#membership = new Counter({
@@ -333,8 +348,17 @@ export class ProxyMetrics {
   }
 
   /** How long an admitted request waited in the queue. */
-  queueWait(seconds: number): void {
-    this.#queueWait.observe(seconds);
+  queueWait(seconds: number, tenant = 'default'): void {
+    this.#queueWait.observe({ tenant }, seconds);
+  }
+  /** What admission did with a request of `tenant` (a label from `tenantLabel`). */
+  tenantRequest(tenant: string, outcome: string): void {
+    this.#tenantRequests.inc({ tenant, outcome });
+  }
+
+  /** Tokens counted against `tenant`. */
+  tenantTokens(tenant: string, tokens: number): void {
+    if (tokens > 0) this.#tenantTokens.inc({ tenant }, tokens);
   }
 
   /** The gap between two chunks written to a client. */

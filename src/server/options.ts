@@ -253,6 +253,17 @@ export interface ProxyOptions {
   /** How long a request may wait in the queue before it gets a 429; 30,000 ms by default. */
   queueTimeoutMs?: number;
   /**
+   * Tenants: a YAML or JSON file of `tenants: [{ name, keys, priority, requestsPerMinute,
+   * tokensPerMinute, maxConcurrent }]`, `default:` (the limits of requests that name no
+   * tenant) and `bands: [{ priority, queueTimeoutMs }]`, read again when it changes. A
+   * request is its key's tenant (a tenant's key is an API key too), or the tenant a trusted
+   * gateway names in `tenantHeader` (from the keys in `tenantHeaderKeys`, or any request), else
+   * the default tenant. None by default: one tenant without limits.
+   */
+  tenantsFile?: string;
+  tenantHeader?: string;
+  tenantHeaderKeys?: string[];
+  /**
    * Retries of a request that failed before its first byte on a worker failure that another
    * worker may not have (refused or reset before an answer, a 5xx, a 429), on another worker
    * where there is one, after a backoff with full jitter: the request again with a fresh
@@ -329,6 +340,9 @@ export interface ResolvedProxyOptions
       | 'bootstrapPort'
       | 'apiKey'
       | 'adminKey'
+      | 'tenantsFile'
+      | 'tenantHeader'
+      | 'tenantHeaderKeys'
       | 'metricsPort'
       | 'discovery'
       | 'dnsLookup'
@@ -355,6 +369,9 @@ export interface ResolvedProxyOptions
   cleanupBudgetMs: number;
   apiKey: string | undefined;
   adminKey: string | undefined;
+  tenantsFile: string | undefined;
+  tenantHeader: string | undefined;
+  tenantHeaderKeys: string[] | undefined;
   metricsPort: number | undefined;
   discovery: {
     prefillDns: string | undefined;
@@ -409,6 +426,9 @@ export interface ServeConfig {
   retry: Required<NonNullable<ProxyOptions['retry']>>;
   breaker: Required<NonNullable<ProxyOptions['breaker']>>;
   maxConcurrentRequests: number;
+  tenantsFile: string | undefined;
+  tenantHeader: string | undefined;
+  tenantHeaderKeys: string[] | undefined;
   queueSize: number;
   queueTimeoutMs: number;
   gracePeriodMs: number;
@@ -969,6 +989,31 @@ const SETTING_ROWS = [
       parse: positiveMs,
     },
     {
+      key: 'tenantsFile',
+      flag: 'tenants-file',
+      env: 'DISAGG_TENANTS_FILE',
+      arg: 'FILE',
+      help: 'tenants (YAML or JSON: names, API keys, priority, requests and tokens per minute, requests at once; the default tenant; a queue time-to-live per priority band), read again when it changes; a tenant key is an API key too',
+      parse: text,
+    },
+    {
+      key: 'tenantHeader',
+      flag: 'tenant-header',
+      env: 'DISAGG_TENANT_HEADER',
+      arg: 'NAME',
+      help: 'a header that a trusted gateway in front sets to the tenant of a request',
+      parse: headerName,
+    },
+    {
+      key: 'tenantHeaderKeys',
+      flag: 'tenant-header-keys',
+      env: 'DISAGG_TENANT_HEADER_KEYS',
+      arg: 'KEY[,KEY...]',
+      help: 'the API keys whose requests may name their tenant in --tenant-header',
+      shownDefault: 'any request',
+      parse: keyList,
+    },
+    {
       key: 'maxBodyBytes',
       flag: 'max-body-bytes',
       env: 'DISAGG_MAX_BODY_BYTES',
@@ -1394,6 +1439,9 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     adminKey: values.adminKey as string | undefined,
+    tenantsFile: values.tenantsFile as string | undefined,
+    tenantHeader: values.tenantHeader as string | undefined,
+    tenantHeaderKeys: values.tenantHeaderKeys as string[] | undefined,
     metricsPort: values.metricsPort as number | undefined,
     discovery: discoveryOf(values),
     kvEvents: kv,
@@ -1721,6 +1769,14 @@ function httpUrl(value: unknown): string {
     throw new Invalid(`must be an http(s) URL such as http://otel-collector:4318, got ${describeValue(value)}`);
   }
   return given;
+}
+
+/** A comma-separated list of keys (or a list of them, from a file). */
+function keyList(value: unknown): string[] {
+  const items = Array.isArray(value) ? value : String(value).split(',');
+  const keys = items.map((item) => (typeof item === 'string' ? item.trim() : '')).filter((item) => item !== '');
+  if (keys.length === 0) throw new Invalid('must name at least one key');
+  return keys;
 }
 
 function text(value: unknown): string {

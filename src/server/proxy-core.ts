@@ -11,6 +11,8 @@ import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { MinuteWindows } from '../tenancy/rate-window.js';
+import { TenantDirectory } from '../tenancy/tenants.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { Admission } from './admission.js';
 import { EngineLoadScraper } from './engine-load.js';
@@ -60,6 +62,9 @@ export class ProxyCore implements ProxyState {
   readonly inFlight = new InFlightRequests();
   readonly models: ServedModels;
   readonly admission: Admission;
+  /** Whose each request is (`--tenants-file`, `--tenant-header`), and the tenants' per-minute use. */
+  readonly tenants: TenantDirectory;
+  readonly minuteWindows = new MinuteWindows();
   readonly logger: Logger;
   readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   closing = false;
@@ -122,11 +127,19 @@ export class ProxyCore implements ProxyState {
     const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing, services);
     this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
     this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
+    this.tenants = new TenantDirectory({
+      file: options.tenantsFile,
+      header: options.tenantHeader,
+      headerKeys: options.tenantHeaderKeys,
+      logger: this.logger,
+    });
+    const tenants = this.tenants;
     this.admission = new Admission({
       maxConcurrent: options.maxConcurrentRequests,
       queueSize: options.queueSize,
-      queueTimeoutMs: options.queueTimeoutMs,
-      onWait: (seconds) => this.metrics.queueWait(seconds),
+      // A band's own time-to-live from the tenants file, else the proxy's.
+      queueTimeoutMs: (priority) => tenants.queueTimeoutMs(priority) ?? options.queueTimeoutMs,
+      onWait: (seconds, applicant) => this.metrics.queueWait(seconds, this.tenantLabel(applicant.tenant)),
     });
     this.metrics = new ProxyMetrics(
       { prefill: this.prefillWorkers, decode: this.decodeWorkers },
@@ -318,6 +331,14 @@ export class ProxyCore implements ProxyState {
     });
   }
 
+  /**
+   * The metrics' label of a tenant: its name for a tenant of the file (or the default), else
+   * `other` (a name a gateway sent that the file does not list), so that labels stay bounded.
+   */
+  tenantLabel(tenant: string): string {
+    return this.tenants.tenants.some((known) => known.name === tenant) ? tenant : 'other';
+  }
+
   async promptTokens(body: Record<string, unknown>, route: Route): Promise<readonly number[] | undefined> {
     const tokenizer = this.#tokenizer;
     if (tokenizer === undefined || !this.#routesOnBlocks) return undefined;
@@ -354,5 +375,6 @@ export class ProxyCore implements ProxyState {
     // workers do: shutdown is bounded by the grace period.
     if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
     await this.#tokenizer?.close();
+    this.tenants.close();
   }
 }

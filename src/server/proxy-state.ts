@@ -3,6 +3,8 @@ import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
+import type { MinuteWindows } from '../tenancy/rate-window.js';
+import type { TenantDirectory } from '../tenancy/tenants.js';
 import type { Admission } from './admission.js';
 import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
@@ -50,8 +52,14 @@ export interface ProxyState {
   readonly inFlight: InFlightRequests;
   /** What the decode workers say of their models (the context length requests are checked against). */
   readonly models: ModelLimits;
-  /** Bounded admission of generation requests (slots and a queue). */
+  /** Bounded admission of generation requests (slots and a queue, by priority, fair between tenants). */
   readonly admission: Admission;
+  /** Whose each request is. */
+  readonly tenants: TenantDirectory;
+  /** The tenants' requests and tokens in the last minute. */
+  readonly minuteWindows: MinuteWindows;
+  /** The metrics' label of a tenant (bounded: `other` for names the file does not list). */
+  tenantLabel(tenant: string): string;
   readonly logger: Logger;
   /** Conditional disaggregation (`--aggregate-below-chars`, `--aggregate-cached-ratio`): why to serve a request on decode alone. */
   readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;

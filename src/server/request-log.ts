@@ -23,6 +23,8 @@ export function logRequest(
     events: RequestEvents;
     started: number;
     failure: unknown;
+    /** The request's tenant (see `--tenants-file`). */
+    tenant?: string;
   },
 ): void {
   const { routed, finished } = request.events;
@@ -43,6 +45,7 @@ export function logRequest(
       requestId: request.requestId,
       ...(request.clientRequestId === undefined ? {} : { clientRequestId: request.clientRequestId }),
       route: request.route,
+      ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
       strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
       ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
       prefillWorker: workerOf(proxy, routed?.prefillWorker),

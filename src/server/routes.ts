@@ -4,6 +4,7 @@ import { NoWorkerError } from '../flow/worker-pool.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-server.js';
 import { UpstreamError } from '../http/upstream-error.js';
+import { bearerKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
@@ -154,7 +155,9 @@ export async function handleRequest(
   }
   if (route.auth !== 'none') {
     const key = route.auth === 'api' ? proxy.options.apiKey : proxy.options.adminKey;
-    if (!bearerMatches(req, key)) {
+    // A tenant's key opens the API as the API key does (and says whose the request is).
+    const tenantKey = route.auth === 'api' && proxy.tenants.isTenantKey(bearerKey(req.headers.authorization));
+    if (!tenantKey && !bearerMatches(req, key)) {
       return answerUnauthorized(res, route.auth === 'api' ? 'API key' : 'admin key', {
         req,
         path,

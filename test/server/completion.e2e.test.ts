@@ -108,6 +108,7 @@ describe('what the proxy says of a request', () => {
       requestId: expect.stringMatching(/^[0-9a-f-]{36}$/),
       clientRequestId: 'client-7',
       route: 'completions',
+      tenant: 'default',
       strategy: 'disaggregated-sequential',
       prefillWorker: `prefill-0 ${prefill.url}`,
       decodeWorker: `decode-0 ${decode.url}`,
@@ -350,6 +351,7 @@ describe('retries, as the log and the workers see them', () => {
       {
         requestId: expect.any(String),
         route: 'completions',
+        tenant: 'default',
         strategy: undefined,
         prefillWorker: undefined,
         decodeWorker: undefined,

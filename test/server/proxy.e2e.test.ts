@@ -408,8 +408,8 @@ describe('what the proxy owns and what it borrows', () => {
     const { client, url } = await setup('vllm');
     await client.completions.create({ model: 'fake-model', prompt: 'Say', max_tokens: 2 });
     const metrics = await (await request(`${url}/metrics`)).body.text();
-    expect(metrics).toMatch(/^disagg_queue_wait_seconds_count 1$/m);
-    expect(metrics).toMatch(/^disagg_queue_wait_seconds_bucket\{le="0.005"\} 1$/m);
+    expect(metrics).toMatch(/^disagg_queue_wait_seconds_count\{tenant="default"\} 1$/m);
+    expect(metrics).toMatch(/^disagg_queue_wait_seconds_bucket\{le="0.005",tenant="default"\} 1$/m);
   });
 
   it('with a worker key the context of the models is learned too: a budget beyond it is refused up front', async () => {

@@ -1,0 +1,165 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import { recordingLogger } from '../support/async.js';
+import { eventuallyAsync, fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+const TENANTS = `
+tenants:
+  - name: chat
+    keys: [sk-chat-00000001]
+    priority: 10
+  - name: batch
+    keys: [sk-batch-0000001]
+    requestsPerMinute: 20
+  - name: small
+    keys: [sk-small-0000001]
+    maxConcurrent: 1
+    tokensPerMinute: 40
+`;
+
+/** One prefill and one decode worker whose answers take a while, behind a proxy of one slot. */
+async function setup(options: Partial<ProxyOptions> = {}) {
+  const file = join(mkdtempSync(join(tmpdir(), 'disagg-tenants-')), 'tenants.yaml');
+  writeFileSync(file, TENANTS);
+  const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+  // A request whose prompt is 'hold' keeps the one slot a while, so that the others queue.
+  const decode = await fakes.start({
+    role: 'decode',
+    protocol: 'vllm',
+    tokens: 2,
+    tokenIntervalMs: 5,
+    fault: (record) => (record.body.prompt === 'hold' ? { type: 'slow', tokenIntervalMs: 700 } : undefined),
+  });
+  const logger = recordingLogger();
+  const proxy = createProxy({
+    connector: 'vllm',
+    prefill: [{ url: prefill.url }],
+    decode: [{ url: decode.url }],
+    logger: logger.logger,
+    maxConcurrentRequests: 1,
+    queueSize: 100,
+    tenantsFile: file,
+    ...options,
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0);
+  return { url, decode, logs: logger.records };
+}
+
+/** A gauge of the proxy's /metrics. */
+async function gauge(url: string, name: string): Promise<number> {
+  const text = await (await request(`${url}/metrics`)).body.text();
+  return Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+}
+const queued = (url: string) => gauge(url, 'disagg_queue_depth');
+const inFlight = (url: string) => gauge(url, 'disagg_admitted_requests');
+
+const ask = (url: string, key: string | undefined, prompt: string) =>
+  request(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { authorization: `Bearer ${key}` }) },
+    body: JSON.stringify({ model: 'fake-model', prompt, max_tokens: 2 }),
+  }).then(async (answer) => ({
+    status: answer.statusCode,
+    retryAfter: answer.headers['retry-after'],
+    body: (await answer.body.json()) as { error?: { message: string; type: string } },
+  }));
+
+describe('tenants sharing one fleet', () => {
+  it("a tenant flooding at 10 x its limit is refused past it, and another tenant's requests wait behind at most one of its own", async () => {
+    const { url, decode } = await setup();
+    // The slot held; 200 requests from batch (limit 20 a minute); chat's three once batch's 20 wait.
+    const hold = ask(url, undefined, 'hold');
+    await eventuallyAsync(async () => (await inFlight(url)) === 1, 'the slot held');
+    const flood = Array.from({ length: 200 }, (_, i) => ask(url, 'sk-batch-0000001', `batch ${i}`));
+    await eventuallyAsync(async () => (await queued(url)) >= 20, "batch's requests queued");
+    const chat = [0, 1, 2].map((i) => ask(url, 'sk-chat-00000001', `chat ${i}`));
+    const answers = await Promise.all(flood);
+    expect(answers.filter((answer) => answer.status === 200)).toHaveLength(20);
+    const refused = answers.filter((answer) => answer.status === 429);
+    expect(refused).toHaveLength(180);
+    expect(refused[0]?.body.error?.message).toMatch(
+      /^Tenant batch is over its limit of 20 requests per minute \(20 in the last minute\); try again in \d+ s$/,
+    );
+    expect(Number(refused[0]?.retryAfter)).toBeGreaterThan(0);
+    expect((await Promise.all(chat)).map((answer) => answer.status)).toEqual([200, 200, 200]);
+    // Chat is of a higher band: each of its requests goes before every batch request waiting.
+    expect((await hold).status).toBe(200);
+    // Once the slot came free, chat's requests (a higher band) went first, then batch's.
+    const order = decode.requests.map((record) => String(record.body.prompt).split(' ')[0]);
+    expect(order.slice(0, 5)).toEqual(['hold', 'chat', 'chat', 'chat', 'batch']);
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_tenant_requests_total{tenant="batch",outcome="requests_per_minute"} 180');
+    expect(metrics).toContain('disagg_tenant_requests_total{tenant="batch",outcome="admitted"} 20');
+    expect(metrics).toContain('disagg_tenant_requests_total{tenant="chat",outcome="admitted"} 3');
+    expect(metrics).toMatch(/^disagg_tenant_tokens_total\{tenant="chat"\} \d+$/m);
+  }, 30_000);
+
+  it('within one band the tenants take turns: a backlog does not hold another tenant back', async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-tenants-')), 'tenants.yaml');
+    writeFileSync(file, 'tenants:\n  - { name: a, keys: [sk-a-00000001] }\n  - { name: b, keys: [sk-b-00000001] }\n');
+    const { url, decode } = await setup({ tenantsFile: file });
+    const hold = ask(url, undefined, 'hold');
+    await eventuallyAsync(async () => (await inFlight(url)) === 1, 'the slot held');
+    const backlog = Array.from({ length: 12 }, (_, i) => ask(url, 'sk-a-00000001', `a ${i}`));
+    await eventuallyAsync(async () => (await queued(url)) >= 12, "a's backlog queued");
+    const b = [0, 1].map((i) => ask(url, 'sk-b-00000001', `b ${i}`));
+    await Promise.all([hold, ...backlog, ...b]);
+    const order = decode.requests.map((record) => String(record.body.prompt).split(' ')[0]);
+    // a's twelve were waiting before b's two: a and b take turns, each of b's behind one of a's.
+    expect(order.slice(0, 6)).toEqual(['hold', 'a', 'b', 'a', 'b', 'a']);
+  });
+
+  it("a tenant's requests at once and tokens per minute are limits of their own, named in the 429", async () => {
+    const { url } = await setup();
+    const [first, second] = await Promise.all([
+      ask(url, 'sk-small-0000001', 'one'),
+      ask(url, 'sk-small-0000001', 'two'),
+    ]);
+    expect(first.status).toBe(200);
+    expect(second).toMatchObject({
+      status: 429,
+      body: { error: { message: 'Tenant small is at its limit of 1 requests under way or waiting; try again later' } },
+    });
+    // 40 tokens a minute: a long prompt's estimate alone is over it.
+    const long = await ask(url, 'sk-small-0000001', 'x'.repeat(400));
+    expect(long.status).toBe(429);
+    expect(long.body.error?.message).toMatch(/^Tenant small is over its limit of 40 tokens per minute/);
+  });
+
+  it("with an API key set, a tenant's key opens the API too; an unknown key does not", async () => {
+    const { url, logs } = await setup({ apiKey: 'sk-operator-0001' });
+    expect((await ask(url, 'sk-chat-00000001', 'hi')).status).toBe(200);
+    expect((await ask(url, 'sk-operator-0001', 'hi')).status).toBe(200);
+    expect((await ask(url, 'sk-nobody-000001', 'hi')).status).toBe(401);
+    const finished = logs.filter((record) => record.message === 'request finished');
+    expect(finished.map((record) => (record.fields as { tenant?: string }).tenant)).toEqual(['chat', 'default']);
+  });
+
+  it('a gateway names the tenant in a header, from the keys allowed to', async () => {
+    const { url } = await setup({ tenantHeader: 'x-tenant', tenantHeaderKeys: ['sk-gateway-0001'] });
+    const viaGateway = (tenant: string, key: string) =>
+      request(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, 'x-tenant': tenant },
+        body: JSON.stringify({ model: 'fake-model', prompt: 'hi', max_tokens: 2 }),
+      }).then((answer) => answer.body.text());
+    await viaGateway('batch', 'sk-gateway-0001');
+    await viaGateway('team-unlisted', 'sk-gateway-0001');
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_tenant_requests_total{tenant="batch",outcome="admitted"} 1');
+    // A name the file does not list is counted as other: labels stay bounded.
+    expect(metrics).toContain('disagg_tenant_requests_total{tenant="other",outcome="admitted"} 1');
+  });
+});
