@@ -92,6 +92,14 @@ export const ROUTES: readonly RouteEntry[] = [
     present: (options) => options.metricsPort === undefined,
     handle: (proxy, _req, res) => answerMetrics(proxy, res),
   },
+  {
+    path: '/admin/tenants',
+    methods: READ,
+    label: 'admin',
+    auth: 'admin',
+    present: (options) => options.adminKey !== undefined,
+    handle: (proxy, _req, res) => answerJson(res, 200, { tenants: tenantsNow(proxy) }),
+  },
   ...[ADMIN_PREFIX, `${ADMIN_PREFIX}/*`].map(
     (path): RouteEntry => ({
       path,
@@ -104,6 +112,18 @@ export const ROUTES: readonly RouteEntry[] = [
     }),
   ),
 ];
+
+/**
+ * Every tenant with its limits and what it uses now: requests under way and waiting, requests
+ * and tokens in the last minute (never its keys).
+ */
+function tenantsNow(proxy: ProxyState) {
+  return proxy.tenants.tenants.map((tenant) => ({
+    ...tenant,
+    ...proxy.admission.usageOf(tenant.name),
+    lastMinute: proxy.minuteWindows.used(tenant.name),
+  }));
+}
 
 /** The route at `path`, with what its path holds after a `/*` prefix; undefined for none. */
 function routeAt(path: string): { route: RouteEntry; rest: string | undefined } | undefined {

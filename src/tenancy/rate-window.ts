@@ -3,6 +3,8 @@
 import type { Tenant } from './tenants.js';
 
 const SECONDS = 60;
+/** The most tenants counted at once (records of 960 bytes each). */
+const MAX_TENANTS = 10_000;
 
 /** What a tenant has used in the last minute, by second. */
 interface Usage {
@@ -76,6 +78,8 @@ export class MinuteWindows {
   #current(tenant: string): Usage {
     let usage = this.#usage.get(tenant);
     if (usage === undefined) {
+      // Names a gateway sends need not be in the file: the oldest record goes past the bound.
+      if (this.#usage.size >= MAX_TENANTS) this.#usage.delete(this.#usage.keys().next().value as string);
       usage = { requests: new Float64Array(SECONDS), tokens: new Float64Array(SECONDS), second: this.#second() };
       this.#usage.set(tenant, usage);
     }

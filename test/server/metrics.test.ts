@@ -264,7 +264,10 @@ describe('ProxyMetrics: fed by the flow', () => {
     metrics.interToken(0.03);
     metrics.membershipChanged('decode', 'added', 'dns');
     expect(await values('disagg_retries_total')).toEqual({ 'leg=prefill': 2 });
-    expect(await values('disagg_queue_wait_seconds')).toEqual({ '_sum tenant=default': 0.25, '_count tenant=default': 1 });
+    expect(await values('disagg_queue_wait_seconds')).toEqual({
+      '_sum tenant=default': 0.25,
+      '_count tenant=default': 1,
+    });
     expect(await values('disagg_inter_token_latency_seconds')).toEqual({ _sum: 0.05, _count: 2 });
     expect(await values('disagg_worker_changes_total')).toEqual({ 'role=decode,change=added,source=dns': 1 });
   });

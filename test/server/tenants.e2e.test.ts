@@ -147,6 +147,19 @@ describe('tenants sharing one fleet', () => {
     expect(finished.map((record) => (record.fields as { tenant?: string }).tenant)).toEqual(['chat', 'default']);
   });
 
+  it('the admin API lists the tenants, their limits and what they use, never their keys', async () => {
+    const { url } = await setup({ adminKey: 'sk-admin-000001' });
+    await ask(url, 'sk-batch-0000001', 'hello there');
+    const answer = await request(`${url}/admin/tenants`, { headers: { authorization: 'Bearer sk-admin-000001' } });
+    const { tenants } = (await answer.body.json()) as { tenants: Array<Record<string, unknown>> };
+    expect(tenants.map((tenant) => tenant.name)).toEqual(['chat', 'batch', 'small', 'default']);
+    const batch = tenants[1] as Record<string, unknown>;
+    expect(batch).toMatchObject({ priority: 0, requestsPerMinute: 20, active: 0, queued: 0 });
+    expect(batch.lastMinute).toMatchObject({ requests: 1 });
+    expect(JSON.stringify(tenants)).not.toContain('sk-');
+    expect((await request(`${url}/admin/tenants`)).statusCode).toBe(401);
+  });
+
   it('a gateway names the tenant in a header, from the keys allowed to', async () => {
     const { url } = await setup({ tenantHeader: 'x-tenant', tenantHeaderKeys: ['sk-gateway-0001'] });
     const viaGateway = (tenant: string, key: string) =>
