@@ -47,6 +47,7 @@ describe('disagg.example.yaml', () => {
       'tenantsFile',
       'tenantHeader',
       'tenantHeaderKeys',
+      'redisUrl',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

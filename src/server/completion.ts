@@ -8,6 +8,7 @@ import { RoutingInput } from '../routing/routing-input.js';
 import { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import type { OverLimit } from '../tenancy/rate-window.js';
+import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
 import { OverloadedError, type Ticket } from './admission.js';
 import { type ErrorAnswer, errorAnswer, errorToResponse, ShutdownError } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
@@ -72,7 +73,7 @@ export async function handleCompletion(
   const estimate = estimatedTokens(body);
   let ticket: Ticket;
   try {
-    const over = proxy.minuteWindows.take(tenant, estimate);
+    const over = await proxy.limits.take(tenant, estimate);
     if (over !== undefined) throw overLimit(tenant.name, over);
     ticket = await proxy.admission.enter(new Promise((resolve) => res.once('close', resolve)), {
       tenant: tenant.name,
@@ -83,9 +84,13 @@ export async function handleCompletion(
     if (OverloadedError.is(error)) {
       res.setHeader('retry-after', String(error.retryAfterS));
       proxy.metrics.tenantRequest(label, error.limit);
-    }
-    proxy.logger.info({ requestId, route, tenant: tenant.name, status: 429, err: error }, 'request rejected');
-    return answer(res, errorAnswer(error));
+    } else if (LimitsUnavailableError.is(error)) proxy.metrics.tenantRequest(label, 'limits_unavailable');
+    const refusal = errorAnswer(error);
+    proxy.logger.info(
+      { requestId, route, tenant: tenant.name, status: refusal.status, err: error },
+      'request rejected',
+    );
+    return answer(res, refusal);
   }
   proxy.metrics.tenantRequest(label, 'admitted');
   let usage: CompletionUsage | undefined;
@@ -95,7 +100,8 @@ export async function handleCompletion(
     ticket.release();
     // What the answer said it used, against what was counted for it before.
     const used = usage === undefined ? estimate : usage.prompt_tokens + usage.completion_tokens;
-    proxy.minuteWindows.correct(tenant, used - estimate);
+    // A correction Redis does not take is logged there; nothing waits for it.
+    void Promise.resolve(proxy.limits.correct(tenant, used - estimate));
     proxy.metrics.tenantTokens(label, used);
   }
 }

@@ -41,6 +41,7 @@ const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string
   DISAGG_OVERLOADED: { status: 429, type: 'rate_limit_exceeded' },
   DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
   DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
+  DISAGG_LIMITS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   DISAGG_DEADLINE_EXCEEDED: { status: 504, type: 'timeout' },
   DISAGG_PREFILL_FAILED: { status: 'worker', type: 'upstream_error' },
   DISAGG_PREFILL_NOT_ACTIVATED: { status: 'worker', type: 'upstream_error' },

@@ -48,6 +48,7 @@ export class ProxyMetrics {
   readonly #queueWait: Histogram<'tenant'>;
   readonly #tenantRequests: Counter<'tenant' | 'outcome'>;
   readonly #tenantTokens: Counter<'tenant'>;
+  readonly #redisFailures: Counter;
   readonly #retries: Counter<'leg'>;
   readonly #migrations: Counter<'reason' | 'outcome'>;
   readonly #routed: Counter<'strategy' | 'reason'>;
@@ -155,8 +156,13 @@ export class ProxyMetrics {
     });
     this.#tenantRequests = new Counter({
       name: 'disagg_tenant_requests_total',
-      help: "Generation requests by tenant and what admission did: admitted, or refused by a limit (requests_per_minute, tokens_per_minute, max_concurrent: the tenant's own; capacity: the proxy's slots and queue, a shed for higher priority, or a wait past the band's time-to-live)",
+      help: "Generation requests by tenant and what admission did: admitted, or refused by a limit (requests_per_minute, tokens_per_minute, max_concurrent: the tenant's own; capacity: the proxy's slots and queue, a shed for higher priority, or a wait past the band's time-to-live; limits_unavailable: Redis unreachable with --redis-failure closed)",
       labelNames: ['tenant', 'outcome'],
+      registers,
+    });
+    this.#redisFailures = new Counter({
+      name: 'disagg_redis_failures_total',
+      help: "Calls to the Redis of the tenants' limits (--redis-url) that failed: while it is unreachable, requests go in without those limits (--redis-failure open) or are refused (closed)",
       registers,
     });
     this.#tenantTokens = new Counter({
@@ -354,6 +360,11 @@ export class ProxyMetrics {
   /** What admission did with a request of `tenant` (a label from `tenantLabel`). */
   tenantRequest(tenant: string, outcome: string): void {
     this.#tenantRequests.inc({ tenant, outcome });
+  }
+
+  /** A call to the limits' Redis failed. */
+  redisFailed(): void {
+    this.#redisFailures.inc();
   }
 
   /** Tokens counted against `tenant`. */

@@ -264,6 +264,14 @@ export interface ProxyOptions {
   tenantHeader?: string;
   tenantHeaderKeys?: string[];
   /**
+   * The tenants' per-minute limits in this Redis, shared by every replica (in this process
+   * without one). `redisFailure`: while Redis is unreachable, `'open'` (the default) lets
+   * requests in without those limits (logged, `disagg_redis_failures_total`), `'closed'`
+   * refuses limited tenants' requests with a 503.
+   */
+  redisUrl?: string;
+  redisFailure?: 'open' | 'closed';
+  /**
    * Retries of a request that failed before its first byte on a worker failure that another
    * worker may not have (refused or reset before an answer, a 5xx, a 429), on another worker
    * where there is one, after a backoff with full jitter: the request again with a fresh
@@ -343,6 +351,7 @@ export interface ResolvedProxyOptions
       | 'tenantsFile'
       | 'tenantHeader'
       | 'tenantHeaderKeys'
+      | 'redisUrl'
       | 'metricsPort'
       | 'discovery'
       | 'dnsLookup'
@@ -372,6 +381,7 @@ export interface ResolvedProxyOptions
   tenantsFile: string | undefined;
   tenantHeader: string | undefined;
   tenantHeaderKeys: string[] | undefined;
+  redisUrl: string | undefined;
   metricsPort: number | undefined;
   discovery: {
     prefillDns: string | undefined;
@@ -429,6 +439,8 @@ export interface ServeConfig {
   tenantsFile: string | undefined;
   tenantHeader: string | undefined;
   tenantHeaderKeys: string[] | undefined;
+  redisUrl: string | undefined;
+  redisFailure: 'open' | 'closed';
   queueSize: number;
   queueTimeoutMs: number;
   gracePeriodMs: number;
@@ -1014,6 +1026,24 @@ const SETTING_ROWS = [
       parse: keyList,
     },
     {
+      key: 'redisUrl',
+      flag: 'redis-url',
+      env: 'DISAGG_REDIS_URL',
+      arg: 'URL',
+      help: "the tenants' per-minute limits in this Redis (redis://host:port/db), so that every replica of the router enforces one limit",
+      shownDefault: 'in this process',
+      parse: redisUrl,
+    },
+    {
+      key: 'redisFailure',
+      flag: 'redis-failure',
+      env: 'DISAGG_REDIS_FAILURE',
+      arg: 'open|closed',
+      help: "while Redis is unreachable: let requests in without their tenants' limits (open, logged and counted), or refuse limited tenants' requests with a 503 (closed)",
+      default: 'open',
+      parse: oneOf(['open', 'closed']),
+    },
+    {
       key: 'maxBodyBytes',
       flag: 'max-body-bytes',
       env: 'DISAGG_MAX_BODY_BYTES',
@@ -1442,6 +1472,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     tenantsFile: values.tenantsFile as string | undefined,
     tenantHeader: values.tenantHeader as string | undefined,
     tenantHeaderKeys: values.tenantHeaderKeys as string[] | undefined,
+    redisUrl: values.redisUrl as string | undefined,
     metricsPort: values.metricsPort as number | undefined,
     discovery: discoveryOf(values),
     kvEvents: kv,
@@ -1769,6 +1800,13 @@ function httpUrl(value: unknown): string {
     throw new Invalid(`must be an http(s) URL such as http://otel-collector:4318, got ${describeValue(value)}`);
   }
   return given;
+}
+
+function redisUrl(value: unknown): string {
+  const url = text(value);
+  if (!/^rediss?:\/\/[^/]/.test(url))
+    throw new Invalid(`must be a redis:// or rediss:// URL, got ${JSON.stringify(url)}`);
+  return url;
 }
 
 /** A comma-separated list of keys (or a list of them, from a file). */

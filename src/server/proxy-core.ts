@@ -11,7 +11,8 @@ import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
-import { MinuteWindows } from '../tenancy/rate-window.js';
+import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
+import { RedisWindows } from '../tenancy/redis-windows.js';
 import { TenantDirectory } from '../tenancy/tenants.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { Admission } from './admission.js';
@@ -65,6 +66,8 @@ export class ProxyCore implements ProxyState {
   /** Whose each request is (`--tenants-file`, `--tenant-header`), and the tenants' per-minute use. */
   readonly tenants: TenantDirectory;
   readonly minuteWindows = new MinuteWindows();
+  /** Where the tenants' per-minute limits are counted: here, or in Redis (`--redis-url`) for every replica. */
+  readonly limits: TenantLimits;
   readonly logger: Logger;
   readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   closing = false;
@@ -134,6 +137,14 @@ export class ProxyCore implements ProxyState {
       logger: this.logger,
     });
     const tenants = this.tenants;
+    this.limits =
+      options.redisUrl === undefined
+        ? this.minuteWindows
+        : new RedisWindows(options.redisUrl, {
+            failure: options.redisFailure,
+            logger: this.logger,
+            onFailure: () => this.metrics.redisFailed(),
+          });
     this.admission = new Admission({
       maxConcurrent: options.maxConcurrentRequests,
       queueSize: options.queueSize,
@@ -376,5 +387,6 @@ export class ProxyCore implements ProxyState {
     if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
     await this.#tokenizer?.close();
     this.tenants.close();
+    if (this.limits !== this.minuteWindows) await (this.limits as RedisWindows).close();
   }
 }

@@ -3,7 +3,7 @@ import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
-import type { MinuteWindows } from '../tenancy/rate-window.js';
+import type { MinuteWindows, TenantLimits } from '../tenancy/rate-window.js';
 import type { TenantDirectory } from '../tenancy/tenants.js';
 import type { Admission } from './admission.js';
 import type { HealthChecker } from './health.js';
@@ -56,8 +56,10 @@ export interface ProxyState {
   readonly admission: Admission;
   /** Whose each request is. */
   readonly tenants: TenantDirectory;
-  /** The tenants' requests and tokens in the last minute. */
+  /** The tenants' requests and tokens in the last minute, counted in this process. */
   readonly minuteWindows: MinuteWindows;
+  /** Where the tenants' limits are counted: `minuteWindows`, or Redis for every replica. */
+  readonly limits: TenantLimits;
   /** The metrics' label of a tenant (bounded: `other` for names the file does not list). */
   tenantLabel(tenant: string): string;
   readonly logger: Logger;

@@ -114,14 +114,16 @@ export const ROUTES: readonly RouteEntry[] = [
 ];
 
 /**
- * Every tenant with its limits and what it uses now: requests under way and waiting, requests
- * and tokens in the last minute (never its keys).
+ * Every tenant with its limits and what it uses now: requests under way and waiting on this
+ * replica, and, when limits are counted here (not in Redis), requests and tokens in the last
+ * minute. Never its keys.
  */
 function tenantsNow(proxy: ProxyState) {
+  const local = proxy.limits === proxy.minuteWindows;
   return proxy.tenants.tenants.map((tenant) => ({
     ...tenant,
     ...proxy.admission.usageOf(tenant.name),
-    lastMinute: proxy.minuteWindows.used(tenant.name),
+    ...(local ? { lastMinute: proxy.minuteWindows.used(tenant.name) } : {}),
   }));
 }
 

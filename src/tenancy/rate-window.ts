@@ -22,6 +22,14 @@ export interface OverLimit {
   retryAfterS: number;
 }
 
+/** Where per-minute limits are counted: this process ({@link MinuteWindows}) or a Redis every replica shares. */
+export interface TenantLimits {
+  /** Counts a request of `tenant` with its estimated `tokens`, or says which limit it is over. */
+  take(tenant: Tenant, tokens: number): OverLimit | undefined | Promise<OverLimit | undefined>;
+  /** Adds what an answer used beyond its estimate (negative gives back). */
+  correct(tenant: Tenant, tokens: number): void | Promise<void>;
+}
+
 /**
  * The per-minute limits of every tenant (`requestsPerMinute`, `tokensPerMinute`), counted here.
  * `take` counts a request and its estimated tokens if both fit, `correct` adds what its answer
@@ -32,7 +40,7 @@ export interface OverLimit {
  * const windows = new MinuteWindows();
  * const over = windows.take(tenant, 812); // undefined: counted; else which limit, and when to try again
  */
-export class MinuteWindows {
+export class MinuteWindows implements TenantLimits {
   readonly #usage = new Map<string, Usage>();
   readonly #now: () => number;
 

@@ -27,6 +27,7 @@ function sample(setting: Setting): string {
   for (const text of [
     ...choices,
     'http://name.example:8000',
+    'redis://redis.example:6379/0',
     '7',
     '3',
     '0.5',
