@@ -22,6 +22,8 @@ type Admitting = {
   readonly active: number;
   readonly queued: number;
   readonly limits?: { readonly maxConcurrent: number; readonly queueSize: number };
+  /** Each tenant's requests waiting, for the tenants the metrics name (the file's and the default). */
+  readonly queuedByTenant?: () => ReadonlyArray<readonly [string, number]>;
 };
 
 /**
@@ -419,6 +421,16 @@ function registerGauges(
     registers,
     collect() {
       this.set(admission?.queued ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'disagg_tenant_queue_depth',
+    help: "Each tenant's requests waiting for a slot (the tenants file's tenants and the default)",
+    labelNames: ['tenant'],
+    registers,
+    collect() {
+      this.reset();
+      for (const [tenant, queued] of admission?.queuedByTenant?.() ?? []) this.set({ tenant }, queued);
     },
   });
   new Gauge({

@@ -152,9 +152,20 @@ export class ProxyCore implements ProxyState {
       queueTimeoutMs: (priority) => tenants.queueTimeoutMs(priority) ?? options.queueTimeoutMs,
       onWait: (seconds, applicant) => this.metrics.queueWait(seconds, this.tenantLabel(applicant.tenant)),
     });
+    const admission = this.admission;
     this.metrics = new ProxyMetrics(
       { prefill: this.prefillWorkers, decode: this.decodeWorkers },
-      this.admission,
+      {
+        get active() {
+          return admission.active;
+        },
+        get queued() {
+          return admission.queued;
+        },
+        limits: admission.limits,
+        queuedByTenant: () =>
+          tenants.tenants.map((tenant) => [tenant.name, admission.usageOf(tenant.name).queued] as const),
+      },
       options.metricsRegistry as Registry | undefined,
       // Names, not addresses: a series matches the admin API and logs, and /metrics does not
       // list the fleet's internal addresses.
