@@ -70,7 +70,10 @@ export async function handleCompletion(
   // the queue. Over a limit: a 429 with Retry-After naming it, before any worker is called.
   const tenant = proxy.tenants.tenantOf(req.headers);
   const label = proxy.tenantLabel(tenant.name);
-  const estimate = estimatedTokens(body);
+  // Tokens per minute: the prompt's by the router's tokenizer where there is one (tokenized
+  // off the event loop, only for a tenant so limited), else a quarter of its text.
+  const counted = tenant.tokensPerMinute === undefined ? undefined : await proxy.countPromptTokens(body, route);
+  const estimate = counted ?? estimatedTokens(body);
   let ticket: Ticket;
   try {
     const over = await proxy.limits.take(tenant, estimate);

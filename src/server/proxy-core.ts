@@ -373,6 +373,17 @@ export class ProxyCore implements ProxyState {
     }
   }
 
+  async countPromptTokens(body: Record<string, unknown>, route: Route): Promise<number | undefined> {
+    const tokenizer = this.#tokenizer;
+    if (tokenizer === undefined || new RoutingInput(body).tokenIds !== undefined) return undefined;
+    try {
+      return (await tokenizer.tokenize(body, route))?.length;
+    } catch (error) {
+      this.logger.debug({ err: error }, "Could not tokenize a prompt for its tenant's tokens per minute; estimated");
+      return undefined;
+    }
+  }
+
   async beginDrain(): Promise<void> {
     this.draining = true;
     await Promise.all([...this.#discoveries.map((discovery) => discovery.stop()), this.kv.close()]);

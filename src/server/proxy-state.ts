@@ -71,6 +71,11 @@ export interface ProxyState {
    * tokenizing fails (the request then goes by load; the failure is logged).
    */
   promptTokens(body: Record<string, unknown>, route: Route): Promise<readonly number[] | undefined>;
+  /**
+   * How many tokens the prompt has by the router's tokenizer (`--tokenizer`), for a tenant's
+   * tokens per minute; undefined without a tokenizer (the estimate is then a quarter of the text).
+   */
+  countPromptTokens(body: Record<string, unknown>, route: Route): Promise<number | undefined>;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
   /** True from the start of shutdown, before requests are refused: `/ready` fails first. */

