@@ -11,10 +11,18 @@ export class OverloadedError extends DisaggError {
   /** When the client may try again, in whole seconds. */
   readonly retryAfterS: number;
   /**
-   * The limit that was hit: the proxy's `capacity` (slots and queue, a shed, a wait too long),
-   * or the tenant's own `max_concurrent`, `requests_per_minute`, `tokens_per_minute`.
+   * The limit that was hit: the proxy's `capacity` (every slot busy and the queue full), a
+   * `shed` (its place given to a request of higher priority), a `queue_timeout` (a wait past
+   * its band's time-to-live), or the tenant's own `max_concurrent`, `requests_per_minute`,
+   * `tokens_per_minute`.
    */
-  readonly limit: 'capacity' | 'max_concurrent' | 'requests_per_minute' | 'tokens_per_minute';
+  readonly limit:
+    | 'capacity'
+    | 'shed'
+    | 'queue_timeout'
+    | 'max_concurrent'
+    | 'requests_per_minute'
+    | 'tokens_per_minute';
 
   constructor(message: string, retryAfterS: number, limit: OverloadedError['limit'] = 'capacity') {
     super('DISAGG_OVERLOADED', message);
@@ -169,6 +177,7 @@ export class Admission {
           new OverloadedError(
             `The request waited ${timeoutMs} ms for one of ${this.#max} slots; try again later`,
             Math.max(1, Math.ceil(timeoutMs / 1000)),
+            'queue_timeout',
           ),
         );
       }, timeoutMs);
@@ -239,6 +248,7 @@ export class Admission {
       new OverloadedError(
         `The proxy is at capacity and gave this request's place to one of higher priority (${priority} over ${lowest}); try again later`,
         1,
+        'shed',
       ),
     );
     return true;

@@ -230,6 +230,7 @@ describe('Admission by priority, fair between tenants', () => {
     await expect(ask('same', 'c', 0)).rejects.toThrow(/at capacity: 1 requests under way and 3 waiting/);
     const high = ask('high', 'c', 5);
     await expect(low2).rejects.toThrow(/gave this request's place to one of higher priority \(5 over 0\)/);
+    await expect(low2).rejects.toMatchObject({ limit: 'shed' });
     expect(await state(low1)).toBe('pending');
     expect(await state(lowB)).toBe('pending');
     expect(await state(high)).toBe('pending');
@@ -261,7 +262,7 @@ describe('Admission by priority, fair between tenants', () => {
     const high = admission.enter(never, { tenant: 'b', priority: 1 });
     low.catch(() => {});
     await vi.advanceTimersByTimeAsync(1000);
-    await expect(low).rejects.toMatchObject({ retryAfterS: 1 });
+    await expect(low).rejects.toMatchObject({ retryAfterS: 1, limit: 'queue_timeout' });
     expect(await state(high)).toBe('pending');
     await vi.advanceTimersByTimeAsync(1000);
     held.release();
