@@ -274,3 +274,63 @@ describe('Admission by priority, fair between tenants', () => {
     expect(admission.usageOf('a')).toEqual({ active: 0, queued: 0 });
   });
 });
+
+describe('Admission under any arrival, release and departure order', () => {
+  it('never serves more than its slots, admits each request at most once, never a lower band while a higher one waits', async () => {
+    const { default: fc } = await import('fast-check');
+    const { propertyOptions } = await import('../support/property.js');
+    const step = fc.oneof(
+      fc.record({
+        kind: fc.constant('arrive' as const),
+        tenant: fc.constantFrom('a', 'b', 'c'),
+        priority: fc.constantFrom(0, 5),
+      }),
+      fc.record({ kind: fc.constant('release' as const) }),
+      fc.record({ kind: fc.constant('leave' as const), which: fc.nat(20) }),
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { maxLength: 40 }), async (steps) => {
+        vi.useFakeTimers();
+        const admission = new Admission({ maxConcurrent: 2, queueSize: 6, queueTimeoutMs: 60_000 });
+        const held: Ticket[] = [];
+        const waiting: Array<{ priority: number; settled: boolean; leave: () => void }> = [];
+        let admittedTwice = false;
+        for (const each of steps) {
+          if (each.kind === 'arrive') {
+            let leave = () => {};
+            const gaveUp = new Promise<void>((resolve) => (leave = resolve));
+            const entry = { priority: each.priority, settled: false, leave };
+            waiting.push(entry);
+            admission.enter(gaveUp, { tenant: each.tenant, priority: each.priority }).then(
+              (ticket) => {
+                if (entry.settled) admittedTwice = true;
+                entry.settled = true;
+                // A higher band must not still be waiting when a lower one is admitted.
+                const higherWaits = waiting.some((other) => !other.settled && other.priority > entry.priority);
+                if (higherWaits) admittedTwice = true;
+                held.push(ticket);
+              },
+              () => {
+                entry.settled = true;
+              },
+            );
+          } else if (each.kind === 'release') held.shift()?.release();
+          else {
+            const entry = waiting.filter((candidate) => !candidate.settled)[each.which % Math.max(1, waiting.length)];
+            if (entry !== undefined) {
+              entry.settled = true;
+              entry.leave();
+            }
+          }
+          await vi.advanceTimersByTimeAsync(0);
+          expect(admission.active).toBeLessThanOrEqual(2);
+          expect(admission.queued).toBeLessThanOrEqual(6);
+          expect(admission.active).toBe(held.length);
+        }
+        expect(admittedTwice).toBe(false);
+        vi.useRealTimers();
+      }),
+      propertyOptions(200, 41),
+    );
+  });
+});
