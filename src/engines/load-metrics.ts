@@ -39,7 +39,9 @@ export function readEngineLoad(text: string, metrics: EngineLoadMetrics): Engine
   let seen = false;
   for (const line of text.split('\n')) {
     if (line === '' || line.startsWith('#')) continue;
-    const name = line.slice(0, Math.min(...[line.indexOf('{'), line.indexOf(' ')].filter((at) => at >= 0)));
+    // Blanks or tabs may separate the tokens of a line (Prometheus's text format).
+    const end = line.search(/[\s{]/);
+    const name = end === -1 ? line : line.slice(0, end);
     const field =
       name === metrics.waiting
         ? 'waiting'

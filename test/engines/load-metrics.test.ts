@@ -25,6 +25,14 @@ describe("the engines' load in their /metrics", () => {
     expect(readEngineLoad(text, VLLM_LOAD_METRICS)).toBeUndefined();
   });
 
+  it('a value that is not a number is no reading; a comment naming a metric is not one either', () => {
+    expect(readEngineLoad('vllm:num_requests_waiting{model_name="m"} NaN\n', VLLM_LOAD_METRICS)).toBeUndefined();
+    expect(
+      readEngineLoad('# TYPE vllm:num_requests_waiting gauge\n#vllm:num_requests_waiting 3\n', VLLM_LOAD_METRICS),
+    ).toBeUndefined();
+    expect(readEngineLoad('vllm:num_requests_waiting\t4\n', VLLM_LOAD_METRICS)).toMatchObject({ waiting: 4 });
+  });
+
   it('scored: the shortest engine queue and the most KV room score 1; an unknown load is neutral', () => {
     const loads = new Map([
       ['a', { waiting: 0, running: 2, kvUsage: 0.9 }],

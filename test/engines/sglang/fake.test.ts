@@ -95,4 +95,42 @@ describe('the SGLang fake', () => {
     expect((await post(prefill, { prompt: 'Hello', max_tokens: 1 })).status).toBe(200);
     expect(prefill.ledger.all()).toEqual([]);
   });
+
+  it("refuses token ids on a streamed chat as SGLang's serving_chat does (a 400); completions and whole chats take them", async () => {
+    const worker = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 2 });
+    const chat = { model: 'fake-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
+    const streamedChat = await postRaw(
+      worker.url,
+      '/v1/chat/completions',
+      JSON.stringify({ ...chat, stream: true, return_token_ids: true }),
+    );
+    expect(streamedChat.status).toBe(400);
+    expect(streamedChat.text).toContain('return_token_ids is not supported with streaming on /v1/chat/completions');
+    const wholeChat = await postRaw(
+      worker.url,
+      '/v1/chat/completions',
+      JSON.stringify({ ...chat, return_token_ids: true }),
+    );
+    expect(wholeChat.status).toBe(200);
+    expect(JSON.parse(wholeChat.text)).toMatchObject({ choices: [{ token_ids: [2000, 2001] }] });
+    const streamedWithout = await postRaw(
+      worker.url,
+      '/v1/chat/completions',
+      JSON.stringify({ ...chat, stream: true }),
+    );
+    expect(streamedWithout.status).toBe(200);
+    const streamedCompletion = await postRaw(
+      worker.url,
+      '/v1/completions',
+      JSON.stringify({ model: 'fake-model', prompt: 'hi', max_tokens: 2, stream: true, return_token_ids: true }),
+    );
+    expect(streamedCompletion.status).toBe(200);
+    expect(streamedCompletion.text).toContain('"token_ids":[2000]');
+    const streamedFalse = await postRaw(
+      worker.url,
+      '/v1/chat/completions',
+      JSON.stringify({ ...chat, stream: true, return_token_ids: false }),
+    );
+    expect(streamedFalse.status).toBe(200);
+  });
 });
