@@ -47,6 +47,15 @@ const migrations = async (url: string) =>
     .split('\n')
     .filter((line) => line.startsWith('disagg_migrations_total{'));
 
+/** The text a streamed completion or chat completion says, chunk by chunk. */
+async function textOf(
+  stream: AsyncIterable<{ choices: Array<{ text?: string; delta?: { content?: string | null } }> }>,
+) {
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? chunk.choices[0]?.delta?.content ?? '';
+  return text;
+}
+
 const twenty = Array.from({ length: 20 }, (_, i) => `tok${i} `).join('');
 
 describe('a decode worker that dies mid-stream', () => {
@@ -111,8 +120,7 @@ describe('a decode worker that dies mid-stream', () => {
       max_tokens: 20,
       stream: true,
     });
-    let text = '';
-    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    const text = await textOf(stream);
     expect(text).toBe(twenty);
     expect(first.requests.at(-1)?.body.return_token_ids).toBeUndefined();
     expect(second.requests.at(-1)?.path).toBe('/v1/chat/completions');
@@ -132,8 +140,7 @@ describe('a decode worker that dies mid-stream', () => {
       max_tokens: 20,
       stream: true,
     });
-    let text = '';
-    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    const text = await textOf(stream);
     expect(text).toBe(twenty);
     // The prefill worker computed the prompt and the 5 tokens; the second decode took its KV.
     expect(((prefill.requests.at(-1)?.body.prompt ?? []) as number[]).slice(-5)).toEqual([
@@ -180,8 +187,7 @@ describe('a decode worker that dies mid-stream', () => {
       max_tokens: 20,
       stream: true,
     });
-    let text = '';
-    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    const text = await textOf(stream);
     expect(text).toBe(twenty);
     expect(first.requests.at(-1)?.aborted).toBe(true);
     expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="idle",outcome="migrated"} 1']);
@@ -215,8 +221,7 @@ describe('a decode worker that dies mid-stream', () => {
       stop: ['never'],
       stream: true,
     });
-    let text = '';
-    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    const text = await textOf(stream);
     expect(text).toBe(twenty);
     expect(second.requests.at(-1)?.body.prompt).toBe('Count');
   });
@@ -232,9 +237,7 @@ describe('a decode worker that dies mid-stream', () => {
         temperature: 0.8,
         stream: true,
       });
-      let text = '';
-      for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
-      return text;
+      return textOf(stream);
     };
     const broken = await ask(); // the first worker, which breaks
     const unbroken = await ask(); // the second, whole
