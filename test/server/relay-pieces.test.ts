@@ -1,3 +1,4 @@
+import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { failedLeg } from '../../src/flow/client-stream.js';
 import { DeadlineError } from '../../src/flow/deadlines.js';
@@ -9,7 +10,7 @@ import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { errorToResponse } from '../../src/server/error-answers.js';
-import { sseResponse } from '../../src/server/relay.js';
+import { sseResponse, writeJson, writeSse } from '../../src/server/relay.js';
 import { validateRequest } from '../../src/server/request-schemas.js';
 import { workerRedactor } from '../../src/util/url.js';
 import { ScriptedSource } from '../support/async.js';
@@ -130,5 +131,107 @@ describe('sseResponse: the SSE relay as a WHATWG Response', () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(context.isStopped()).toBe(true);
     expect(source.closed).toBe(true);
+  });
+});
+
+describe('writeSse and writeJson on a Node response', () => {
+  /** A Node response that records what was written, and its status. */
+  function recordingResponse() {
+    const res = new PassThrough() as PassThrough & {
+      statusCode: number;
+      headersSent: boolean;
+      writableFinished: boolean;
+      writeHead: (status: number, headers?: object) => unknown;
+      setHeader: (name: string, value: string) => void;
+      getHeader: (name: string) => undefined;
+      flushHeaders: () => void;
+    };
+    const chunks: string[] = [];
+    res.on('data', (chunk: Buffer) => chunks.push(chunk.toString()));
+    res.statusCode = 200;
+    res.headersSent = false;
+    res.writeHead = (status: number) => {
+      res.statusCode = status;
+      res.headersSent = true;
+      return res;
+    };
+    res.setHeader = () => {};
+    res.getHeader = () => undefined;
+    res.flushHeaders = () => {
+      res.headersSent = true;
+    };
+    return { res, text: () => chunks.join('') };
+  }
+
+  it("re-creates chunks of the request's route (chat when it has messages) and says the usage reported", async () => {
+    const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+    const items = [
+      Annotated.fromData<LLMEngineOutput>({ token_ids: [1], text: 'Hi' }),
+      Annotated.fromData<LLMEngineOutput>({ token_ids: [], finish_reason: 'stop', completion_usage: usage }),
+    ];
+    const { res, text } = recordingResponse();
+    const result = await writeSse(
+      new ResponseStream<EngineItem>(new ScriptedSource(items).end(), new Controller()),
+      res as never,
+      { request: { model: 'm', messages: [] } },
+    );
+    expect(result).toEqual({ usage });
+    expect(text()).toContain('"object":"chat.completion.chunk"');
+    expect(text()).toContain('"delta":{"role":"assistant","content":"Hi"}');
+  });
+
+  it('a signal that aborts ends the answer with its reason: a status before the first byte, one error event after', async () => {
+    for (const early of [true, false]) {
+      const source = new ScriptedSource([event({ choices: [{ index: 0, text: 'a' }] }, 'a')]);
+      const controller = new AbortController();
+      const { res, text } = recordingResponse();
+      if (early) controller.abort(new Error('shutting down'));
+      const writing = writeSse(new ResponseStream<EngineItem>(source, new Controller()), res as never, {
+        signal: controller.signal,
+      });
+      if (!early) {
+        await new Promise((resolve) => setImmediate(resolve));
+        controller.abort(new Error('shutting down'));
+        // The scripted source answers its pending read only when it has something to say.
+        source.end();
+      }
+      await writing;
+      if (early) expect(JSON.parse(text())).toMatchObject({ error: { message: 'shutting down' } });
+      else expect(text()).toMatch(/^data: \{"choices".*\n\nevent: error\ndata: \{"error":\{"message":"shutting down"/s);
+      expect(source.closed).toBe(true);
+    }
+  });
+
+  it("writeJson answers the worker's own body when it was one piece, and the usage it reported", async () => {
+    const usage = { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 };
+    const json = {
+      id: 'cmpl-1',
+      object: 'text_completion',
+      choices: [{ index: 0, text: 'ok', finish_reason: 'stop' }],
+      usage,
+    };
+    const item = Annotated.withWire(
+      Annotated.fromData<LLMEngineOutput>({
+        token_ids: [],
+        text: 'ok',
+        finish_reason: 'stop',
+        completion_usage: usage,
+      }),
+      [{ form: 'body', text: JSON.stringify(json), json }],
+    );
+    const { res, text } = recordingResponse();
+    const result = await writeJson(
+      new ResponseStream<EngineItem>(new ScriptedSource([item]).end(), new Controller()),
+      res as never,
+    );
+    expect(result).toEqual({ usage });
+    expect(JSON.parse(text())).toEqual(json);
+    const failed = recordingResponse();
+    await writeJson(
+      new ResponseStream<EngineItem>(new ScriptedSource([Annotated.fromError('decode OOM')]).end(), new Controller()),
+      failed.res as never,
+    );
+    expect(failed.res.statusCode).toBe(500);
+    expect(JSON.parse(failed.text())).toMatchObject({ error: { message: 'decode OOM' } });
   });
 });

@@ -104,6 +104,8 @@ describe.skipIf(redisServer.skip)(`limits shared through Redis (${redisServer.wh
     expect(((await answer.body.json()) as { error: { message: string } }).error.message).toBe(
       'The rate limits cannot be checked (Redis is unreachable); try again later',
     );
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toContain('disagg_tenant_requests_total{tenant="batch",outcome="limits_unavailable"} 1');
     // A tenant without limits is not asked about: it goes in.
     const open = await request(`${url}/v1/completions`, {
       method: 'POST',
