@@ -11,6 +11,20 @@ import { propertyOptions } from '../support/property.js';
 
 const piece = (id: number) => Annotated.fromData<LLMEngineOutput>({ token_ids: [id], text: `t${id} ` });
 const request = { model: 'm', prompt: [1, 2, 3], max_tokens: 6, stream: true };
+/**
+ * The flow of `request` aggregated on two decode workers taken in turn (d0 first), with
+ * migration on once, its decode leg `decode`; `extra` replaces any option.
+ */
+const migratingFlow = (decode: unknown, extra: Parameters<typeof runFlow<unknown, string>>[0] = {}) =>
+  runFlow<unknown, string>({
+    request,
+    decode: decode as never,
+    decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
+    skipPrefill: () => true,
+    migration: { limit: 1 },
+    ...extra,
+  });
+
 const texts = (items: { data?: LLMEngineOutput }[]) => items.map((item) => item.data?.text ?? '').join('');
 
 describe('a decode stream that breaks after its first token, with migration on', () => {
@@ -27,12 +41,7 @@ describe('a decode stream that breaks after its first token, with migration on',
       return new ResponseStream(source, context);
     };
     const log = eventLog();
-    const stream = await runFlow({
-      request,
-      decode: decode as never,
-      decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
-      skipPrefill: () => true,
-      migration: { limit: 1 },
+    const stream = await migratingFlow(decode, {
       onEvent: log.onEvent,
     });
     const items = await collect(stream);
@@ -61,12 +70,7 @@ describe('a decode stream that breaks after its first token, with migration on',
       new ResponseStream(new ScriptedSource([piece(2000)]).fail(new Error('connection reset')), context);
     const logger = recordingLogger();
     const log = eventLog();
-    const stream = await runFlow({
-      request,
-      decode: decode as never,
-      decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
-      skipPrefill: () => true,
-      migration: { limit: 1 },
+    const stream = await migratingFlow(decode, {
       onEvent: log.onEvent,
       logger: logger.logger,
     });
@@ -103,12 +107,7 @@ describe('a decode stream that breaks after its first token, with migration on',
         worker === 'd0' ? new ScriptedSource([piece(2000)]).fail(new Error('connection reset')) : second,
         context,
       );
-    const stream = await runFlow({
-      request,
-      decode: decode as never,
-      decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
-      skipPrefill: () => true,
-      migration: { limit: 1 },
+    const stream = await migratingFlow(decode, {
       context: new Controller(),
     });
     const iterator = stream[Symbol.asyncIterator]();
@@ -156,12 +155,8 @@ describe('a migrated stream, wherever it breaks', () => {
             const source = new ScriptedSource(ids.map(piece)).push(Annotated.fromData(LLMEngineOutput.length())).end();
             return new ResponseStream(source, context);
           };
-          const stream = await runFlow({
+          const stream = await migratingFlow(decode, {
             request: { ...request, max_tokens: total },
-            decode: decode as never,
-            decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
-            skipPrefill: () => true,
-            migration: { limit: 1 },
           });
           const iterator = stream[Symbol.asyncIterator]();
           const items = [];

@@ -52,22 +52,24 @@ const edgyText = fc
   )
   .map((parts) => parts.join(''));
 
+/** Sends `inserts` to a tree, then checks each query's match against the model's. */
+function matchesTheModel(inserts: Array<[string, string]>, queries: Array<[string, string[]]>): void {
+  const tree = new PrefixTree<string>(1_000_000);
+  const sent = new Map<string, string[]>();
+  for (const [t, w] of inserts) {
+    tree.insert(t, w);
+    sent.set(w, [...(sent.get(w) ?? []), t]);
+  }
+  for (const [t, candidates] of queries) expect(tree.match(t, candidates)).toEqual(modelMatch(sent, t, candidates));
+}
+
 describe('PrefixTree', () => {
   it('property: the match is the longest prefix, in whole characters, of any text sent to a candidate', () => {
     fc.assert(
       fc.property(
         fc.array(fc.tuple(text, worker), { maxLength: 25 }),
         fc.array(fc.tuple(text, fc.subarray(['w0', 'w1', 'w2'], { minLength: 1 })), { minLength: 1, maxLength: 10 }),
-        (inserts, queries) => {
-          const tree = new PrefixTree<string>(1_000_000);
-          const sent = new Map<string, string[]>();
-          for (const [t, w] of inserts) {
-            tree.insert(t, w);
-            sent.set(w, [...(sent.get(w) ?? []), t]);
-          }
-          for (const [t, candidates] of queries)
-            expect(tree.match(t, candidates)).toEqual(modelMatch(sent, t, candidates));
-        },
+        matchesTheModel,
       ),
       propertyOptions(1_000, 1130),
     );
@@ -78,16 +80,7 @@ describe('PrefixTree', () => {
       fc.property(
         fc.array(fc.tuple(edgyText, worker), { maxLength: 12 }),
         fc.array(fc.tuple(edgyText, fc.subarray(['w0', 'w1', 'w2'], { minLength: 1 })), { minLength: 1, maxLength: 8 }),
-        (inserts, queries) => {
-          const tree = new PrefixTree<string>(1_000_000);
-          const sent = new Map<string, string[]>();
-          for (const [t, w] of inserts) {
-            tree.insert(t, w);
-            sent.set(w, [...(sent.get(w) ?? []), t]);
-          }
-          for (const [t, candidates] of queries)
-            expect(tree.match(t, candidates)).toEqual(modelMatch(sent, t, candidates));
-        },
+        matchesTheModel,
       ),
       propertyOptions(500, 1131),
     );
