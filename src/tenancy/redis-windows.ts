@@ -83,6 +83,8 @@ export class LimitsUnavailableError extends DisaggError {
 export class RedisWindows {
   /** The client, once `ioredis` is loaded (it is, only when a Redis is asked for). */
   readonly #redis: Promise<Redis>;
+  /** The first connection's outcome: a call made while it is under way waits for it (bounded by its timeout). */
+  #firstConnect: Promise<void> | undefined;
   readonly #prefix: string;
   readonly #failure: RedisFailurePolicy;
   readonly #logger: Logger | undefined;
@@ -108,7 +110,10 @@ export class RedisWindows {
       const redis = new Client(url, settings);
       // Reported per call (and logged once), not as the client's own unhandled errors.
       redis.on('error', () => {});
-      redis.connect().catch(() => {});
+      this.#firstConnect = redis.connect().then(
+        () => {},
+        () => {},
+      );
       redis.defineCommand('disaggTake', { numberOfKeys: 2, lua: TAKE });
       return redis;
     });
@@ -154,6 +159,8 @@ export class RedisWindows {
 
   async #call(tenant: Tenant, tokens: number, counting: boolean): Promise<unknown> {
     const redis = await this.#redis;
+    // Right after start the connection is still being made: a request then is not a Redis down.
+    if (redis.status === 'connecting' || redis.status === 'wait') await this.#firstConnect;
     // A hash tag of the tenant, so that a tenant's keys would share a slot.
     const base = `${this.#prefix}:{${tenant.name}}`;
     const take = (redis as unknown as { disaggTake: (...args: unknown[]) => Promise<unknown> }).disaggTake;

@@ -93,16 +93,23 @@ describe('tenants', () => {
     const logger = recordingLogger();
     const directory = new TenantDirectory({ file: path, pollMs: 20, logger: logger.logger });
     directories.push(directory);
-    writeFileSync(
-      path,
-      `${FILE}\n  - { priority: 0, queueTimeoutMs: 500 }\n`.replace('requestsPerMinute: 600', 'requestsPerMinute: 5'),
+    // Written again until seen: a write in the same instant as the watch's first look at the
+    // file would not be a change to it.
+    const changed = `${FILE}\n  - { priority: 0, queueTimeoutMs: 500 }\n`.replace(
+      'requestsPerMinute: 600',
+      'requestsPerMinute: 5',
     );
-    await eventually(() => directory.tenantOf(bearer('sk-chat-00000001')).requestsPerMinute === 5, 'the change read');
-    writeFileSync(path, 'tenants: [{ name: x, nonsense: true }]');
-    await eventually(
-      () => logger.records.some((record) => record.message?.includes('cannot be used') === true),
-      'the bad change logged',
-    );
+    await eventually(() => {
+      if (directory.tenantOf(bearer('sk-chat-00000001')).requestsPerMinute === 5) return true;
+      writeFileSync(path, changed);
+      return false;
+    }, 'the change read');
+    const broken = () => logger.records.some((record) => record.message?.includes('cannot be used') === true);
+    await eventually(() => {
+      if (broken()) return true;
+      writeFileSync(path, 'tenants: [{ name: x, nonsense: true }]');
+      return false;
+    }, 'the bad change logged');
     expect(directory.tenantOf(bearer('sk-chat-00000001')).requestsPerMinute).toBe(5);
   });
 });
