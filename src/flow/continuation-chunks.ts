@@ -116,6 +116,46 @@ export class StreamRecord {
     );
   }
 
+  /**
+   * The end of a stream that broke after its last token but before its finish: every token of
+   * the budget was generated, so the engine could only have finished with `length`. The usage
+   * chunk too when `withUsage` (the client asked for one): the client's prompt, every token once.
+   */
+  lengthFinish(withUsage: boolean): EngineItem {
+    const template = this.#template;
+    const head: Json = {
+      id: template?.id,
+      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      created: template?.created,
+      model: template?.model,
+      ...(template?.systemFingerprint === undefined ? {} : { system_fingerprint: template.systemFingerprint }),
+    };
+    const choice =
+      this.#route === 'chat'
+        ? { index: 0, delta: {}, logprobs: null, finish_reason: 'length' }
+        : { index: 0, text: '', logprobs: null, finish_reason: 'length' };
+    const prompt = this.promptIds?.length ?? 0;
+    const completion = this.generatedIds.length;
+    const usage: CompletionUsage = {
+      prompt_tokens: prompt,
+      completion_tokens: completion,
+      total_tokens: prompt + completion,
+    };
+    const chunks: WireChunk[] = [{ form: 'event', text: undefined, json: { ...head, choices: [choice] } }];
+    if (withUsage) chunks.push({ form: 'event', text: undefined, json: { ...head, choices: [], usage } });
+    this.finished = true;
+    return Annotated.withWire(
+      Annotated.fromData<LLMEngineOutput>({
+        token_ids: [],
+        text: '',
+        index: 0,
+        finish_reason: 'length',
+        ...(withUsage ? { completion_usage: usage } : {}),
+      }),
+      chunks,
+    );
+  }
+
   #learn(json: Json): void {
     if (this.#template === undefined && json.id !== undefined) {
       this.#template = {

@@ -160,6 +160,16 @@ export async function* migratingStream(
         started = await setup.start(body, avoid, child);
         context = child;
       } catch (failure) {
+        if (kind === 'resume' && failure instanceof RangeError && /is spent/.test(failure.message)) {
+          // Every token of the budget came; only the finish was lost with the worker.
+          const why = 'the token budget was all generated: finished with length';
+          setup.recorder.emit({ type: 'migration', ...base, outcome: 'migrated', mode: kind, why });
+          setup.logger().info({ requestId: setup.client.id, err: error, reason }, `Decode stream broke; ${why}`);
+          const wantsUsage =
+            (request.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
+          yield record.lengthFinish(wantsUsage);
+          return;
+        }
         setup.recorder.emit({ type: 'migration', ...base, outcome: 'failed', why: String(failure) });
         setup
           .logger()

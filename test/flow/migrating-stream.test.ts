@@ -83,6 +83,21 @@ describe('a decode stream that breaks after its first token, with migration on',
     expect(logger.records.some((record) => record.message === 'Decode stream broke; not migrated')).toBe(true);
   });
 
+  it('a break after the last token of the budget, before its finish, ends with length: nothing is left to generate', async () => {
+    const calls: unknown[] = [];
+    const decode = async (_: unknown, context: Controller, worker: unknown) => {
+      calls.push(worker);
+      const ids = [2000, 2001, 2002, 2003, 2004, 2005];
+      return new ResponseStream(new ScriptedSource(ids.map(piece)).fail(new Error('connection reset')), context);
+    };
+    const log = eventLog();
+    const items = await collect(await migratingFlow(decode, { onEvent: log.onEvent }));
+    expect(texts(items)).toBe('t2000 t2001 t2002 t2003 t2004 t2005 ');
+    expect(items.at(-1)?.data?.finish_reason).toBe('length');
+    expect(calls).toEqual(['d0']);
+    expect(log.of('migration')[0]?.why).toBe('the token budget was all generated: finished with length');
+  });
+
   it('a break before the first token is not a migration: it fails as without it', async () => {
     const decode = async (_: unknown, context: Controller) =>
       new ResponseStream(new ScriptedSource([]).fail(new Error('gone')), context);
