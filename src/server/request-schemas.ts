@@ -1,4 +1,5 @@
-import { z } from 'zod';
+import * as z from 'zod/mini';
+import type { $ZodIssue } from 'zod/v4/core';
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
 import { describeValue } from '../util/describe-value.js';
 import type { Route } from './openai-format.js';
@@ -9,67 +10,72 @@ import type { Route } from './openai-format.js';
 // fields whose type and range the engines agree on (OpenAI's, vLLM's and SGLang's own
 // checks); every other field passes unchecked and unchanged (`looseObject`): the relay is
 // faithful, and an engine's extension stays the engine's business.
+//
+// zod's functional build (`zod/mini`), bundled: only the checks used here are loaded. The
+// whole of zod, loaded from node_modules, was 8 MB of an idle proxy's resident set.
 
-const int = (min: number) => z.number().int().min(min);
-const tokenIds = z.array(z.number().int().min(0)).min(1);
+const int = (min: number) => z.int().check(z.minimum(min));
+const number = (...checks: Parameters<ReturnType<typeof z.number>['check']>) => z.number().check(...checks);
+const tokenIds = z.array(z.int().check(z.minimum(0))).check(z.minLength(1));
 
 /** The sampling fields OpenAI's routes take at the top and SGLang's `/generate` in `sampling_params`. */
 const samplingRanges = {
-  temperature: z.number().min(0).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
-  top_k: int(-1).nullish(),
-  min_p: z.number().min(0).max(1).nullish(),
-  stop: z.union([z.string(), z.array(z.string())]).nullish(),
-  ignore_eos: z.boolean().nullish(),
+  temperature: z.nullish(number(z.minimum(0))),
+  top_p: z.nullish(number(z.gt(0), z.maximum(1))),
+  top_k: z.nullish(int(-1)),
+  min_p: z.nullish(number(z.minimum(0), z.maximum(1))),
+  stop: z.nullish(z.union([z.string(), z.array(z.string())])),
+  ignore_eos: z.nullish(z.boolean()),
 };
 
 const sampling = {
   ...samplingRanges,
-  model: z.string().min(1).nullish(),
-  stream: z.boolean().nullish(),
-  stream_options: z
-    .looseObject({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.boolean().nullish() })
-    .nullish(),
-  max_tokens: int(1).nullish(),
-  min_tokens: int(0).nullish(),
-  n: int(1).nullish(),
-  presence_penalty: z.number().min(-2).max(2).nullish(),
-  frequency_penalty: z.number().min(-2).max(2).nullish(),
-  repetition_penalty: z.number().gt(0).nullish(),
-  seed: z.union([z.number().int(), z.bigint()]).nullish(),
+  model: z.nullish(z.string().check(z.minLength(1))),
+  stream: z.nullish(z.boolean()),
+  stream_options: z.nullish(
+    z.looseObject({ include_usage: z.nullish(z.boolean()), continuous_usage_stats: z.nullish(z.boolean()) }),
+  ),
+  max_tokens: z.nullish(int(1)),
+  min_tokens: z.nullish(int(0)),
+  n: z.nullish(int(1)),
+  presence_penalty: z.nullish(number(z.minimum(-2), z.maximum(2))),
+  frequency_penalty: z.nullish(number(z.minimum(-2), z.maximum(2))),
+  repetition_penalty: z.nullish(number(z.gt(0))),
+  seed: z.nullish(z.union([z.int(), z.bigint()])),
 };
 
-const SCHEMAS: Record<Route, z.ZodType> = {
+const SCHEMAS: Record<Route, z.ZodMiniType> = {
   completions: z.looseObject({
     ...sampling,
-    prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)], {
-      error: 'must be a string, a list of strings, a list of token ids or a list of such lists',
-    }),
-    best_of: int(1).nullish(),
-    echo: z.boolean().nullish(),
-    logprobs: int(0).nullish(),
-    suffix: z.string().nullish(),
+    prompt: z.union(
+      [z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))],
+      { error: 'must be a string, a list of strings, a list of token ids or a list of such lists' },
+    ),
+    best_of: z.nullish(int(1)),
+    echo: z.nullish(z.boolean()),
+    logprobs: z.nullish(int(0)),
+    suffix: z.nullish(z.string()),
   }),
   chat: z.looseObject({
     ...sampling,
-    messages: z.array(z.looseObject({ role: z.string().min(1) })).min(1),
-    max_completion_tokens: int(1).nullish(),
-    logprobs: z.boolean().nullish(),
-    top_logprobs: int(0).nullish(),
-    tools: z.array(z.looseObject({ type: z.string() })).nullish(),
+    messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
+    max_completion_tokens: z.nullish(int(1)),
+    logprobs: z.nullish(z.boolean()),
+    top_logprobs: z.nullish(int(0)),
+    tools: z.nullish(z.array(z.looseObject({ type: z.string() }))),
   }),
   generate: z.looseObject({
-    text: z.union([z.string(), z.array(z.string()).min(1)]).nullish(),
-    input_ids: z.union([tokenIds, z.array(tokenIds).min(1)]).nullish(),
-    stream: z.boolean().nullish(),
-    sampling_params: z
-      .looseObject({
+    text: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1))])),
+    input_ids: z.nullish(z.union([tokenIds, z.array(tokenIds).check(z.minLength(1))])),
+    stream: z.nullish(z.boolean()),
+    sampling_params: z.nullish(
+      z.looseObject({
         ...samplingRanges,
-        max_new_tokens: int(0).nullish(),
-        min_new_tokens: int(0).nullish(),
-        n: int(1).nullish(),
-      })
-      .nullish(),
+        max_new_tokens: z.nullish(int(0)),
+        min_new_tokens: z.nullish(int(0)),
+        n: z.nullish(int(1)),
+      }),
+    ),
   }),
 };
 
@@ -117,7 +123,7 @@ export function validateRequest(
 export function checkRequest(route: Route, body: Record<string, unknown>, limits?: ModelLimits): void {
   const result = SCHEMAS[route].safeParse(body);
   if (!result.success) {
-    const issue = result.error.issues[0] as z.core.$ZodIssue;
+    const issue = result.error.issues[0] as $ZodIssue;
     const param = issue.path.map(String).join('.') || 'body';
     const given = issue.path.reduce<unknown>((value, key) => (value as Record<PropertyKey, unknown>)?.[key], body);
     throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${describeValue(given)}`);
@@ -158,7 +164,7 @@ function checkContext(route: Route, body: Record<string, unknown>, limits: Model
 }
 
 /** What an issue says was expected, in words. */
-function expectation(issue: z.core.$ZodIssue): string {
+function expectation(issue: $ZodIssue): string {
   switch (issue.code) {
     case 'invalid_type':
       return issue.expected === 'int' ? 'must be an integer' : `must be ${article(issue.expected)}`;

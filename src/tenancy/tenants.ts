@@ -4,41 +4,44 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync, type Stats, unwatchFile, watchFile } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { z } from 'zod';
+import * as z from 'zod/mini';
+import en from 'zod/v4/locales/en.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 
+// zod's functional build, bundled (see request-schemas.ts); its English messages name each
+// problem of a tenants file. The configuration is this bundled copy's own, not a user's zod.
+z.config(en());
+
+const positiveInt = () => z.optional(z.int().check(z.positive()));
+
 const limits = {
   /** Its priority band: higher is admitted first (0 by default). */
-  priority: z.number().int().optional(),
+  priority: z.optional(z.int()),
   /** Requests admitted per minute. */
-  requestsPerMinute: z.number().int().positive().optional(),
+  requestsPerMinute: positiveInt(),
   /** Tokens per minute: prompt tokens (estimated, then as reported) and generated ones. */
-  tokensPerMinute: z.number().int().positive().optional(),
+  tokensPerMinute: positiveInt(),
   /** Requests under way or waiting at once. */
-  maxConcurrent: z.number().int().positive().optional(),
+  maxConcurrent: positiveInt(),
 };
 
-const TENANT = z
-  .object({
-    name: z.string().min(1).max(64),
-    /** Its API keys: a request with one of them is the tenant's (and is let in). */
-    keys: z.array(z.string().min(8)).default([]),
-    ...limits,
-  })
-  .strict();
+const LIMITS = z.strictObject(limits);
 
-const FILE = z
-  .object({
-    tenants: z.array(TENANT).default([]),
-    /** The tenant of requests that name none: its own limits. */
-    default: z.object(limits).strict().default({}),
-    /** A queue time-to-live per priority band, in ms (else the proxy's queueTimeoutMs). */
-    bands: z
-      .array(z.object({ priority: z.number().int(), queueTimeoutMs: z.number().int().positive() }).strict())
-      .default([]),
-  })
-  .strict();
+const TENANT = z.strictObject({
+  name: z.string().check(z.minLength(1), z.maxLength(64)),
+  /** Its API keys: a request with one of them is the tenant's (and is let in). */
+  keys: z._default(z.array(z.string().check(z.minLength(8))), []),
+  ...limits,
+});
+
+const FILE = z.strictObject({
+  tenants: z._default(z.array(TENANT), []),
+  /** The tenant of requests that name none: its own limits. */
+  default: z._default(LIMITS, {}),
+  /** A queue time-to-live per priority band, in ms (else the proxy's queueTimeoutMs). */
+  bands: z._default(z.array(z.strictObject({ priority: z.int(), queueTimeoutMs: z.int().check(z.positive()) })), []),
+});
 
 /** One tenant as the file gives it (the default tenant is named `default`). */
 export interface Tenant {
@@ -93,7 +96,7 @@ export function parseTenants(text: string, path: string): TenantsTable {
     throw new TenantsFileError(`${path}: ${problems.join('; ')}`);
   }
   const table = parsed.data;
-  const tenant = (name: string, given: z.infer<typeof TENANT> | z.infer<(typeof FILE)['shape']['default']>) => ({
+  const tenant = (name: string, given: z.infer<typeof TENANT> | z.infer<typeof LIMITS>) => ({
     name,
     priority: given.priority ?? 0,
     requestsPerMinute: given.requestsPerMinute,
