@@ -53,6 +53,15 @@ describe('mintBootstrapRoom', () => {
     expect(mintBootstrapRoom()).not.toBe(mintBootstrapRoom());
   });
 
+  it('by default never hands out the same random bytes twice, across refills of its pool', () => {
+    // The pool holds 512 rooms: several refills, every room in range and none repeated.
+    const rooms = Array.from({ length: 2048 }, () => mintBootstrapRoom());
+    expect(new Set(rooms).size).toBe(rooms.length);
+    for (const room of rooms) expect(room >= 0n && room <= MAX_BOOTSTRAP_ROOM).toBe(true);
+    // With a DP rank the pooled room is still congruent to it.
+    for (let i = 0; i < 600; i++) expect(mintBootstrapRoom({ dpRank: 5, dpSize: 8 }) % 8n).toBe(5n);
+  });
+
   it.each([
     [{ dpRank: 0 }, 'dpSize must be a positive integer, got undefined'],
     [{ dpRank: 0, dpSize: 0 }, 'dpSize must be a positive integer, got 0'],
