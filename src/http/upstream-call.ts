@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { type Dispatcher, getGlobalDispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 import type { AsyncEngineContext } from '../runtime/controller.js';
+import { getGlobalDispatcher } from './undici-parts.js';
 
 /** Where the body of a call goes as it arrives. Every method runs synchronously, in undici's read loop. */
 export interface BodySink {

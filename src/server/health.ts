@@ -1,5 +1,6 @@
-import { type Dispatcher, request } from 'undici';
+import type { Dispatcher } from 'undici';
 import type { WorkerPool } from '../flow/worker-pool.js';
+import { request } from '../http/undici-parts.js';
 import type { UpstreamError } from '../http/upstream-error.js';
 import type { Logger } from '../runtime/logger.js';
 import { errorCode } from '../util/cause-chain.js';

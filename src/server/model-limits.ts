@@ -1,5 +1,6 @@
-import { type Dispatcher, request } from 'undici';
+import type { Dispatcher } from 'undici';
 import { parseJson } from '../http/json.js';
+import { request } from '../http/undici-parts.js';
 import type { Logger } from '../runtime/logger.js';
 import { joinUrl } from '../util/url.js';
 import type { ModelLimits } from './request-schemas.js';

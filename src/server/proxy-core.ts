@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
-import { Agent, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
 import { engineOf } from '../engines/registry.js';
@@ -9,6 +9,7 @@ import type { Engine } from '../flow/disaggregate.js';
 import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
+import { Agent } from '../http/undici-parts.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';

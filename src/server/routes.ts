@@ -1,8 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { request } from 'undici';
 import { NoWorkerError } from '../flow/worker-pool.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-server.js';
+import { request } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { bearerKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { request } from 'undici';
+import { request } from '../../http/undici-parts.js';
 import { oneTokenAnswer } from '../../testing/fake-formats.js';
 import { type FakeProtocol, kvKey } from '../../testing/fake-protocol.js';
 
