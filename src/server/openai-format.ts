@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { stringifyJson } from '../http/json.js';
-import { Annotated } from '../protocol/annotated.js';
+import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
 
@@ -31,9 +31,15 @@ export class ResponseWriter {
   chunks(item: EngineItem): string[] {
     this.#noteUsage(item);
     const wire = Annotated.wire(item);
-    if (wire?.every((chunk) => chunk.form === 'event')) {
+    // Per token: a loop, not every() and map() with a closure each (one array, no more).
+    if (wire !== undefined && allEvents(wire)) {
       this.#relayed = true;
-      return wire.map((chunk) => chunk.text ?? stringifyJson(chunk.json));
+      const texts = new Array<string>(wire.length);
+      for (let i = 0; i < wire.length; i++) {
+        const chunk = wire[i] as WireChunk;
+        texts[i] = chunk.text ?? stringifyJson(chunk.json);
+      }
+      return texts;
     }
     const data = this.#recreate.chunk(item);
     return data === undefined ? [] : [data];
@@ -64,6 +70,11 @@ export class ResponseWriter {
     const usage = item.data?.completion_usage;
     if (usage !== undefined && usage !== null) this.#usage = usage;
   }
+}
+
+function allEvents(wire: readonly WireChunk[]): boolean {
+  for (const chunk of wire) if (chunk.form !== 'event') return false;
+  return true;
 }
 
 /**
