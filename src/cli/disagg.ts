@@ -78,15 +78,7 @@ async function createLogger(config: ServeConfig): Promise<Logger> {
   // An error's own message, its causes nested (pino's default joins every cause's message
   // into it, and the library's errors already hold their cause's text).
   const serializers = { err: pino.stdSerializers.errWithCause };
-  if (config.logFormat !== 'pretty') {
-    // Written asynchronously: a line per request written synchronously was a write(2) on the
-    // event loop per request (3 % of the proxy's CPU at 50 in flight), and a stdout pipe read
-    // slowly stalled every stream. Lines written while one write is under way go out together;
-    // pino flushes what is left when the process exits. A reader that stops altogether costs
-    // at most 16 MiB of buffered lines, then lines are dropped rather than memory grown.
-    const destination = pino.destination({ dest: 1, sync: false, maxLength: 16 * 1024 * 1024 });
-    return pino({ level: config.logLevel, serializers }, destination);
-  }
+  if (config.logFormat !== 'pretty') return pino({ level: config.logLevel, serializers });
   let pretty: (options: object) => NodeJS.WritableStream;
   try {
     pretty = ((await import('pino-pretty')) as unknown as { default: typeof pretty }).default;
