@@ -141,6 +141,15 @@ describe('the Dockerfile', () => {
     expect(final).toMatch(new RegExp(`^EXPOSE ${defaultOf('port')}$`, 'm'));
   });
 
+  it("caps V8's young generation, and the pod, which sets NODE_OPTIONS itself, caps it alike", () => {
+    const image = /^ENV NODE_OPTIONS=(.+)$/m.exec(final)?.[1] ?? '';
+    const semi = /--max-semi-space-size=(\d+)/.exec(image)?.[1];
+    expect(Number(semi)).toBeGreaterThan(0);
+    const container = of('Deployment').spec.template.spec.containers[0];
+    const pod = container.env.find((each: { name: string }) => each.name === 'NODE_OPTIONS')?.value ?? '';
+    expect(pod).toContain(`--max-semi-space-size=${semi}`);
+  });
+
   it('builds in a stage of its own and ships only the production dependencies and the build', () => {
     expect(dockerfile.match(/^FROM /gm)).toHaveLength(2);
     expect(dockerfile).toMatch(/npm prune --omit=dev/);
