@@ -1,6 +1,7 @@
 // The client side of bench/proxy.mjs: streamed requests against one path, with what each
 // stream saw (time to the first token, the gaps between tokens) and what the proxy process
-// spent on them (its CPU time, read from /proc before and after the run).
+// spent on them (its CPU time, read from /proc before and after the run; its resident set,
+// sampled during the run; a disagg proxy's event loop delay, from its /metrics).
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'undici';
@@ -19,6 +20,32 @@ export function cpuMs(pid) {
   }
 }
 
+/** A process's resident set now, in MB (VmRSS); undefined where /proc is missing. */
+export function rssMb(pid) {
+  try {
+    const kb = readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/);
+    return kb === null ? undefined : Number(kb[1]) / 1024;
+  } catch {
+    return undefined;
+  }
+}
+
+/** prom-client's event loop probe: a timer every 10 ms, whose every interval it records. */
+const PROBE_MS = 10;
+
+/**
+ * The event loop's delay p99 of a disagg proxy, in ms, since the last time its /metrics was
+ * read (prom-client resets the delay histogram on every read), or NaN: how much later than
+ * due its 10 ms probe ran (prom-client's figure is the whole interval, the 10 ms included).
+ */
+export async function eventLoopP99(metricsUrl) {
+  if (metricsUrl === undefined) return Number.NaN;
+  const answer = await request(metricsUrl);
+  const text = await answer.body.text();
+  const line = text.split('\n').find((l) => l.startsWith('nodejs_eventloop_lag_p99_seconds '));
+  return line === undefined ? Number.NaN : Math.max(0, Number(line.split(' ')[1]) * 1000 - PROBE_MS);
+}
+
 /** Counts the SSE events (`data:` lines) in a chunk of bytes. */
 function events(chunk) {
   let count = 0;
@@ -32,12 +59,19 @@ function events(chunk) {
  * to the first data event and every gap between two events as the client reads them: events
  * that arrive in one read are a burst, gaps of 0 after a long one, as a client sees them.
  */
-export async function load(url, body, { requests, concurrency, tokens, pid, rate }) {
+export async function load(url, body, { requests, concurrency, tokens, pid, rate, metricsUrl }) {
   const dispatcher = new Agent({ connections: concurrency * 2 });
   const ttft = [];
   const perToken = [];
   const gaps = [];
   let next = 0;
+  await eventLoopP99(metricsUrl); // resets the proxy's histogram: what follows is this run's
+  // The proxy's resident set, sampled every 20 ms: its peak under this load.
+  let peakRss = pid === undefined ? Number.NaN : (rssMb(pid) ?? Number.NaN);
+  const sampler = setInterval(() => {
+    const now = pid === undefined ? undefined : rssMb(pid);
+    if (now !== undefined && now > peakRss) peakRss = now;
+  }, 20);
   const cpuBefore = pid === undefined ? undefined : cpuMs(pid);
   const start = performance.now();
   const payload = JSON.stringify(body);
@@ -87,6 +121,8 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
   }
   const seconds = (performance.now() - start) / 1000;
   const cpuAfter = pid === undefined ? undefined : cpuMs(pid);
+  clearInterval(sampler);
+  const eventLoopDelayP99 = await eventLoopP99(metricsUrl);
   await dispatcher.close();
   return {
     ttft: median(ttft),
@@ -96,6 +132,8 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
     gapP99: p99(gaps),
     rps: requests / seconds,
     cpuPerRequest: cpuBefore === undefined || cpuAfter === undefined ? Number.NaN : (cpuAfter - cpuBefore) / requests,
+    peakRss,
+    eventLoopDelayP99,
   };
 }
 

@@ -10,16 +10,21 @@
 // 2. With --mini-lb <mini_lb.py> and/or --toy-proxy <toy_proxy_server.py> (the peers' own
 //    scripts, run by --python with the stand-ins of bench/peers where a package is missing):
 //    disagg serve beside SGLang's mini_lb in front of the same fake SGLang workers, and beside
-//    vLLM's toy proxy in front of the same fake vLLM workers; each proxy's CPU time per request
-//    (from /proc) and the inter-token gaps its clients see.
+//    vLLM's toy proxy in front of the same fake vLLM workers, in three modes: a closed loop
+//    with one request in flight, a closed loop with --concurrency in flight, and an open loop
+//    at --rate requests a second (every proxy under the same load). Per proxy: CPU time per
+//    request (from /proc), the inter-token gaps and TTFT its clients see, its peak resident
+//    set, and (disagg) its event loop's delay; its resident set idle; then every figure as a
+//    ratio to each peer.
 // 3. The relay itself: the decode worker's SSE stream passed to the client by a bare
 //    node:http handler and by a fastify route doing the same, in requests per second.
 // The workers, the proxies and the two relays each run in their own process
 // (bench/proxy-fixtures.mjs); this process only sends requests.
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { child, load, median } from './proxy-load.mjs';
+import { child, load, median, rssMb } from './proxy-load.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -34,8 +39,11 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
     // Another build of the bin, to compare two versions of the proxy on the same machine.
     cli: { type: 'string', default: 'dist/cli.js' },
-    // Requests per second, sent whatever the answers (an open loop), instead of --concurrency.
+    // Requests per second, sent whatever the answers (an open loop), instead of --concurrency;
+    // for the peers, the rate of their open-loop mode (60 by default).
     rate: { type: 'string' },
+    // The peers' closed loop with one request in flight: this many requests.
+    'requests-at-one': { type: 'string', default: '150' },
   },
 });
 const shape = {
@@ -71,12 +79,19 @@ async function workers(protocol) {
   return info;
 }
 
-/** The proxy as it is deployed: the disagg bin, logging every request at info. */
+/**
+ * The NODE_OPTIONS the image runs the proxy with (deploy/Dockerfile's `ENV NODE_OPTIONS`), so
+ * that it is measured as it ships.
+ */
+const imageNodeOptions = /^ENV NODE_OPTIONS=(.+)$/m.exec(readFileSync(`${root}deploy/Dockerfile`, 'utf8'))?.[1] ?? '';
+
+/** The proxy as it is deployed: the disagg bin, logging every request at info, with the image's NODE_OPTIONS. */
 async function disagg(connector, urls) {
   const bootstrap = connector === 'sglang' ? ['--bootstrap-port', String(urls.bootstrapPort)] : [];
-  const { proc, info } = await node(
-    args.cli,
+  const { proc, info } = await child(
+    process.execPath,
     [
+      args.cli,
       'serve',
       '--connector',
       connector,
@@ -90,10 +105,14 @@ async function disagg(connector, urls) {
       '--host',
       '127.0.0.1',
     ],
-    (line) => line.includes('disagg serve listening'),
+    {
+      cwd: root,
+      env: { NODE_OPTIONS: imageNodeOptions },
+      ready: (line) => line.includes('disagg serve listening'),
+    },
   );
   closers.push(() => proc.kill('SIGTERM'));
-  return { url: `${info.url}/v1/completions`, pid: proc.pid };
+  return { url: `${info.url}/v1/completions`, pid: proc.pid, metricsUrl: `${info.url}/metrics` };
 }
 
 /** A peer proxy script, run as its authors document it (uvicorn, its default logging). */
@@ -108,15 +127,19 @@ async function peer(script, argv) {
   return { url: `http://127.0.0.1:${port}/v1/completions`, pid: proc.pid };
 }
 
-/** Runs every target once per pass, in alternating order so that drift favours none. */
-async function passes(targets) {
+/**
+ * Runs every target once per pass, in alternating order so that drift favours none, with the
+ * load of `of` (the command line's by default).
+ */
+async function passes(targets, of = shape) {
   const runs = Object.fromEntries(Object.keys(targets).map((name) => [name, []]));
-  for (const { url, pid } of Object.values(targets)) await load(url, body, { ...shape, pid }); // warm-up
+  const run = (target, requests = of.requests) =>
+    load(target.url, body, { ...of, requests, pid: target.pid, metricsUrl: target.metricsUrl });
+  for (const target of Object.values(targets)) await run(target, Math.min(of.requests, 200)); // warm-up
   for (let pass = 0; pass < PASSES; pass++) {
     const order = Object.keys(targets);
     if (pass % 2 === 1) order.reverse();
-    for (const name of order)
-      runs[name].push(await load(targets[name].url, body, { ...shape, pid: targets[name].pid }));
+    for (const name of order) runs[name].push(await run(targets[name]));
     process.stderr.write(`pass ${pass + 1}/${PASSES} done\n`);
   }
   return {
@@ -128,20 +151,26 @@ async function passes(targets) {
 /** `paced: false` for unpaced decode, whose tokens arrive in one burst: no time per token to show. */
 function table(result, rows, { paced = true } = {}) {
   console.log(
-    '| path | TTFT ms (median) | TTFT ms (p99) | ms per token | inter-token gap ms (p50 / p99) | proxy CPU ms per request | requests/s |',
+    '| path | TTFT ms (median) | TTFT ms (p99) | ms per token | inter-token gap ms (p50 / p99) | proxy CPU ms per request | proxy peak RSS MB | event loop delay p99 ms | requests/s |',
   );
-  console.log('|---|---:|---:|---:|---:|---:|---:|');
+  console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const [name, label] of rows) {
     const cpu = result.mid(name, 'cpuPerRequest');
     const perToken = paced ? result.mid(name, 'perToken').toFixed(3) : '-';
     const gaps = paced ? `${result.mid(name, 'gapP50').toFixed(2)} / ${result.mid(name, 'gapP99').toFixed(2)}` : '-';
+    const rss = result.mid(name, 'peakRss');
+    const loop = result.mid(name, 'eventLoopDelayP99');
     console.log(
-      `| ${label} | ${result.mid(name, 'ttft').toFixed(2)} | ${result.mid(name, 'ttftP99').toFixed(2)} | ${perToken} | ${gaps} | ${Number.isNaN(cpu) ? '-' : cpu.toFixed(3)} | ${Math.round(result.mid(name, 'rps'))} |`,
+      `| ${label} | ${result.mid(name, 'ttft').toFixed(2)} | ${result.mid(name, 'ttftP99').toFixed(2)} | ${perToken} | ${gaps} | ${Number.isNaN(cpu) ? '-' : cpu.toFixed(3)} | ${Number.isNaN(rss) ? '-' : rss.toFixed(1)} | ${Number.isNaN(loop) ? '-' : loop.toFixed(2)} | ${Math.round(result.mid(name, 'rps'))} |`,
     );
   }
   console.log('');
 }
 
+console.log(
+  `disagg serve runs with the image's NODE_OPTIONS (${imageNodeOptions || 'none'}), as deploy/Dockerfile sets them`,
+);
+console.log('');
 console.log(
   `Node ${process.version}, ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
 );
@@ -182,51 +211,118 @@ if (sections.has('handler')) {
   console.log('');
 }
 
-if (sections.has('peers') && args['mini-lb'] !== undefined) {
-  const urls = await workers('sglang');
-  const ours = await disagg('sglang', urls);
-  const theirs = await peer(args['mini-lb'], () => [
-    '--prefill',
-    urls.prefill,
-    '--decode',
-    urls.decode,
-    '--prefill-bootstrap-ports',
-    String(urls.bootstrapPort),
-  ]);
-  const result = await passes({ disagg: ours, miniLb: theirs });
-  table(result, [
-    ['disagg', 'client -> disagg serve --connector sglang -> fake SGLang workers'],
-    ['miniLb', "client -> SGLang's mini_lb -> the same workers"],
-  ]);
-  console.log(
-    `disagg / mini_lb: proxy CPU per request ${result.ratio('disagg', 'miniLb', 'cpuPerRequest').toFixed(2)} x, inter-token p99 ${result.ratio('disagg', 'miniLb', 'gapP99').toFixed(2)} x, TTFT ${result.ratio('disagg', 'miniLb', 'ttft').toFixed(2)} x, requests/s ${result.ratio('disagg', 'miniLb', 'rps').toFixed(2)} x`,
-  );
-  console.log('');
-}
-
-if (sections.has('peers') && args['toy-proxy'] !== undefined) {
-  const urls = await workers('vllm');
-  const ours = await disagg('vllm', urls);
-  const hostPort = (url) => new URL(url);
-  const theirs = await peer(args['toy-proxy'], () => [
-    '--prefiller-hosts',
-    hostPort(urls.prefill).hostname,
-    '--prefiller-ports',
-    hostPort(urls.prefill).port,
-    '--decoder-hosts',
-    hostPort(urls.decode).hostname,
-    '--decoder-ports',
-    hostPort(urls.decode).port,
-  ]);
-  const result = await passes({ disagg: ours, toy: theirs });
-  table(result, [
-    ['disagg', 'client -> disagg serve --connector vllm -> fake vLLM workers'],
-    ['toy', "client -> vLLM's toy proxy -> the same workers"],
-  ]);
-  console.log(
-    `disagg / toy proxy: proxy CPU per request ${result.ratio('disagg', 'toy', 'cpuPerRequest').toFixed(2)} x, inter-token p99 ${result.ratio('disagg', 'toy', 'gapP99').toFixed(2)} x, TTFT ${result.ratio('disagg', 'toy', 'ttft').toFixed(2)} x, requests/s ${result.ratio('disagg', 'toy', 'rps').toFixed(2)} x`,
-  );
-  console.log('');
+if (sections.has('peers')) {
+  // Each peer beside disagg serve in front of the same workers, in the three modes; ratios are
+  // disagg's figure over the peer's, taken within a pass.
+  const modes = [
+    {
+      key: 'one',
+      label: 'closed loop, 1 in flight',
+      of: { ...shape, requests: Number(args['requests-at-one']), concurrency: 1, rate: undefined },
+    },
+    { key: 'many', label: `closed loop, ${shape.concurrency} in flight`, of: { ...shape, rate: undefined } },
+    {
+      key: 'open',
+      label: `open loop, ${shape.rate ?? 60} requests/s`,
+      // 20 s of requests at the rate (or --requests, if fewer).
+      of: { ...shape, rate: shape.rate ?? 60, requests: Math.min(shape.requests, (shape.rate ?? 60) * 20) },
+    },
+  ];
+  const peers = [];
+  if (args['mini-lb'] !== undefined) {
+    peers.push({
+      name: 'mini_lb',
+      label: "SGLang's mini_lb",
+      protocol: 'sglang',
+      start: (urls) =>
+        peer(args['mini-lb'], () => [
+          '--prefill',
+          urls.prefill,
+          '--decode',
+          urls.decode,
+          '--prefill-bootstrap-ports',
+          String(urls.bootstrapPort),
+        ]),
+    });
+  }
+  if (args['toy-proxy'] !== undefined) {
+    const hostPort = (url) => new URL(url);
+    peers.push({
+      name: 'toy proxy',
+      label: "vLLM's toy proxy",
+      protocol: 'vllm',
+      start: (urls) =>
+        peer(args['toy-proxy'], () => [
+          '--prefiller-hosts',
+          hostPort(urls.prefill).hostname,
+          '--prefiller-ports',
+          hostPort(urls.prefill).port,
+          '--decoder-hosts',
+          hostPort(urls.decode).hostname,
+          '--decoder-ports',
+          hostPort(urls.decode).port,
+        ]),
+    });
+  }
+  const summary = [];
+  for (const { name, label, protocol, start } of peers) {
+    const urls = await workers(protocol);
+    const ours = await disagg(protocol, urls);
+    const theirs = await start(urls);
+    await new Promise((resolve) => setTimeout(resolve, 2000)); // past start-up's own garbage
+    const idle = { disagg: rssMb(ours.pid), peer: rssMb(theirs.pid) };
+    const perMode = {};
+    for (const mode of modes) {
+      const result = await passes({ disagg: ours, peer: theirs }, mode.of);
+      console.log(`**${mode.label}**, disagg serve --connector ${protocol} beside ${label}:`);
+      console.log('');
+      table(result, [
+        [
+          'disagg',
+          `client -> disagg serve --connector ${protocol} -> fake ${protocol === 'sglang' ? 'SGLang' : 'vLLM'} workers`,
+        ],
+        ['peer', `client -> ${label} -> the same workers`],
+      ]);
+      perMode[mode.key] = result;
+    }
+    const many = perMode.many;
+    const inFlight = shape.concurrency;
+    console.log(
+      `idle resident set: disagg ${idle.disagg.toFixed(1)} MB, ${name} ${idle.peer.toFixed(1)} MB; per stream in flight (peak at ${inFlight} less idle, over ${inFlight}): disagg ${((many.mid('disagg', 'peakRss') - idle.disagg) / inFlight).toFixed(2)} MB, ${name} ${((many.mid('peer', 'peakRss') - idle.peer) / inFlight).toFixed(2)} MB`,
+    );
+    console.log('');
+    summary.push({ name, perMode, idle });
+  }
+  if (summary.length > 0) {
+    const figures = [
+      ['proxy CPU per request', 'cpuPerRequest'],
+      ['inter-token gap p50', 'gapP50'],
+      ['inter-token gap p99', 'gapP99'],
+      ['TTFT p50', 'ttft'],
+      ['TTFT p99', 'ttftP99'],
+      ['peak RSS', 'peakRss'],
+    ];
+    const columns = summary.flatMap(({ name, perMode }) =>
+      modes.map((mode) => ({ name, mode, result: perMode[mode.key] })),
+    );
+    console.log('**disagg / peer** (medians of the per-pass ratios; below 1 is disagg cheaper or faster):');
+    console.log('');
+    console.log(`| disagg / peer | ${columns.map(({ name, mode }) => `${name}, ${mode.label}`).join(' | ')} |`);
+    console.log(`|---|${columns.map(() => '---:').join('|')}|`);
+    for (const [label, field] of figures) {
+      const cells = columns.map(({ result }) => {
+        const ratio = result.ratio('disagg', 'peer', field);
+        return Number.isFinite(ratio) ? `${ratio.toFixed(2)} x` : '-';
+      });
+      console.log(`| ${label} | ${cells.join(' | ')} |`);
+    }
+    const idleCells = columns.map(({ name, mode }) => {
+      const { idle } = summary.find((entry) => entry.name === name);
+      return mode.key === 'one' ? `${(idle.disagg / idle.peer).toFixed(2)} x` : '';
+    });
+    console.log(`| idle RSS | ${idleCells.join(' | ')} |`);
+    console.log('');
+  }
 }
 
 if (sections.has('relays')) {

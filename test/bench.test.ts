@@ -54,9 +54,10 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
     expect(run.stdout).toMatch(
       /proxy \/ direct: TTFT \d+\.\d+ x, per token \d+\.\d+ x, inter-token p99 \d+\.\d+ x, requests\/s \d+\.\d+ x/,
     );
-    // The proxy's own CPU time per request, read from /proc.
+    // The proxy's own CPU time per request, read from /proc, its peak resident set (sampled
+    // during the run) and its event loop's delay p99 (from its /metrics).
     expect(run.stdout).toMatch(
-      /\| client -> disagg proxy -> prefill, then decode \|( [\d.]+ \|){3} [\d.]+ \/ [\d.]+ \| \d+\.\d+ \|/,
+      /\| client -> disagg proxy -> prefill, then decode \|( [\d.]+ \|){3} [\d.]+ \/ [\d.]+ \| \d+\.\d+ \| \d+\.\d \| \d+\.\d\d \|/,
     );
     expect(run.stdout).toMatch(/fastify \/ node:http relay: requests\/s \d+\.\d+ x/);
     expect(run.stdout).toMatch(/handler \/ serve: proxy CPU per request \d+\.\d+ x/);
