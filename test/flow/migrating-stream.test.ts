@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -188,5 +188,186 @@ describe('a migrated stream, wherever it breaks', () => {
       ),
       propertyOptions(200, 31),
     );
+  });
+});
+
+/** A decode leg whose first worker (d0) sends `sent` tokens then breaks with `error`; d1 finishes. */
+const breakingOn = (error: unknown, sent = 1) => {
+  const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
+  const decode = async (body: Record<string, unknown>, context: Controller, worker: unknown) => {
+    calls.push({ worker, body });
+    const ids = Array.from({ length: sent }, (_, i) => 2000 + i);
+    const source =
+      worker === 'd0'
+        ? new ScriptedSource(ids.map(piece)).fail(error)
+        : new ScriptedSource([piece(2000 + sent)]).push(Annotated.fromData(LLMEngineOutput.length())).end();
+    return new ResponseStream(source, context);
+  };
+  return { decode, calls };
+};
+
+describe('which breaks are not continued, and say why', () => {
+  it.each([
+    [
+      'a 400 from the worker',
+      Object.assign(new Error('bad request'), { status: 400 }),
+      1,
+      {},
+      'the worker refused the request (a 4xx): another would too',
+    ],
+    [
+      'a 499 from the worker',
+      Object.assign(new Error('client closed'), { status: 499 }),
+      1,
+      {},
+      'the worker refused the request (a 4xx): another would too',
+    ],
+    [
+      'a 4xx kept as the cause',
+      new Error('stream failed', { cause: Object.assign(new Error('no'), { status: 422 }) }),
+      1,
+      {},
+      'the worker refused the request (a 4xx): another would too',
+    ],
+    [
+      'a sequence longer than maxSeqLen',
+      new Error('reset'),
+      2,
+      { maxSeqLen: 4 },
+      "the sequence (5 tokens) is longer than the migration's maximum (4)",
+    ],
+  ])('%s: refused, the error reaches the client, the log says why', async (_, error, sent, migration, why) => {
+    const { decode, calls } = breakingOn(error, sent);
+    const log = eventLog();
+    const logger = recordingLogger();
+    const items = await collect(
+      await migratingFlow(decode, {
+        onEvent: log.onEvent,
+        logger: logger.logger,
+        migration: { limit: 1, ...migration },
+      }),
+    );
+    expect(Annotated.err(items.at(-1))).toBe(error);
+    expect(calls.map((call) => call.worker)).toEqual(['d0']);
+    expect(log.of('migration')).toEqual([expect.objectContaining({ outcome: 'refused', why, reason: 'stream_error' })]);
+    const warned = logger.records.find((record) => record.message === 'Decode stream broke; not migrated');
+    expect(warned?.fields).toMatchObject({ why, reason: 'stream_error' });
+  });
+
+  it.each([
+    ['a 408', Object.assign(new Error('timeout'), { status: 408 }), 1, {}],
+    ['a 429', Object.assign(new Error('busy'), { status: 429 }), 1, {}],
+    ['a 500', Object.assign(new Error('oops'), { status: 500 }), 1, {}],
+    ['a sequence exactly maxSeqLen long', new Error('reset'), 1, { maxSeqLen: 4 }],
+  ])('%s: continued on another worker', async (_, error, sent, migration) => {
+    const { decode, calls } = breakingOn(error, sent);
+    const log = eventLog();
+    const items = await collect(
+      await migratingFlow(decode, { onEvent: log.onEvent, migration: { limit: 1, ...migration } }),
+    );
+    expect(items.at(-1)?.data?.finish_reason).toBe('length');
+    expect(calls.map((call) => call.worker)).toEqual(['d0', 'd1']);
+    expect(log.of('migration')).toEqual([
+      expect.objectContaining({ outcome: 'migrated', mode: 'resume', toWorker: 'd1' }),
+    ]);
+  });
+
+  it("a text prompt whose token ids nobody knows: refused, the prompt's ids are not known", async () => {
+    const { decode, calls } = breakingOn(new Error('reset'));
+    const log = eventLog();
+    const items = await collect(
+      await migratingFlow(decode, { request: { ...request, prompt: 'hello' }, onEvent: log.onEvent }),
+    );
+    expect(Annotated.err(items.at(-1))?.message).toBe('reset');
+    expect(calls).toHaveLength(1);
+    expect(log.of('migration')[0]).toMatchObject({ outcome: 'refused', why: "the prompt's token ids are not known" });
+  });
+
+  it('a continuation that cannot start: the break reaches the client, failed, and the log keeps both errors', async () => {
+    const refusal = new Error('no capacity');
+    const decode = async (_: unknown, context: Controller, worker: unknown) => {
+      if (worker === 'd1') throw refusal;
+      return new ResponseStream(new ScriptedSource([piece(2000)]).fail(new Error('reset')), context);
+    };
+    const log = eventLog();
+    const logger = recordingLogger();
+    const items = await collect(await migratingFlow(decode, { onEvent: log.onEvent, logger: logger.logger }));
+    expect(Annotated.err(items.at(-1))?.message).toBe('reset');
+    expect(texts(items.filter((item) => !Annotated.isError(item)))).toBe('t2000 ');
+    const [migration] = log.of('migration');
+    expect(migration).toMatchObject({
+      outcome: 'failed',
+      reason: 'stream_error',
+      generatedTokens: 1,
+      fromWorker: 'd0',
+    });
+    expect(String(migration?.why)).toContain('no capacity');
+    const warned = logger.records.find(
+      (record) => record.message === 'Decode stream broke; its continuation could not start',
+    );
+    expect(warned?.fields).toMatchObject({ cause: refusal, reason: 'stream_error' });
+  });
+});
+
+describe('a decode worker taken out of rotation mid-stream', () => {
+  it('its stream ends at once and goes on on another worker (worker_down); the first worker is not read again', async () => {
+    const pool = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const first = new ScriptedSource([piece(2000)]); // then silence: a worker that stopped answering
+    const decode = async (_: unknown, context: Controller, worker: unknown) => {
+      // As httpEngine does: a killed call ends its stream (there, the socket is closed).
+      if (worker === 'd0') void context.stopped().then(() => first.end());
+      return new ResponseStream(
+        worker === 'd0'
+          ? first
+          : new ScriptedSource([piece(2001)]).push(Annotated.fromData(LLMEngineOutput.length())).end(),
+        context,
+      );
+    };
+    const log = eventLog();
+    const stream = await migratingFlow(decode, { decodeWorkers: pool, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.data?.text).toBe('t2000 ');
+    const pending = iterator.next();
+    await flush();
+    pool.setAvailable('d0', false);
+    expect((await pending).value?.data?.text).toBe('t2001 ');
+    const rest = [];
+    for (let step = await iterator.next(); step.done !== true; step = await iterator.next()) rest.push(step.value);
+    expect(rest.at(-1)?.data?.finish_reason).toBe('length');
+    expect(log.of('migration')).toEqual([
+      expect.objectContaining({ reason: 'worker_down', outcome: 'migrated', fromWorker: 'd0', toWorker: 'd1' }),
+    ]);
+    expect(first.returnCalls).toBeGreaterThan(0);
+  });
+});
+
+describe('a decode worker silent past the idle budget', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('is given up (idle) and the stream goes on on another worker', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const first = new ScriptedSource([piece(2000)]); // then silence
+    const decode = async (_: unknown, context: Controller, worker: unknown) =>
+      new ResponseStream(
+        worker === 'd0'
+          ? first
+          : new ScriptedSource([piece(2001)]).push(Annotated.fromData(LLMEngineOutput.length())).end(),
+        context,
+      );
+    const log = eventLog();
+    const stream = await migratingFlow(decode, { onEvent: log.onEvent, deadlines: { idleMs: 1_000 } });
+    const iterator = stream[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.data?.text).toBe('t2000 ');
+    const pending = iterator.next();
+    await vi.advanceTimersByTimeAsync(999);
+    expect(log.of('migration')).toEqual([]);
+    await vi.advanceTimersByTimeAsync(2);
+    expect((await pending).value?.data?.text).toBe('t2001 ');
+    expect(log.of('migration')).toEqual([
+      expect.objectContaining({ reason: 'idle', outcome: 'migrated', toWorker: 'd1' }),
+    ]);
+    expect(first.returnCalls).toBeGreaterThan(0);
   });
 });
