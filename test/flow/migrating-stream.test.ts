@@ -371,3 +371,49 @@ describe('a decode worker silent past the idle budget', () => {
     expect(first.returnCalls).toBeGreaterThan(0);
   });
 });
+
+describe('how a break goes on', () => {
+  it('a request with stop strings is replayed: the client request again, and what the client has is skipped', async () => {
+    const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
+    const decode = async (body: Record<string, unknown>, context: Controller, worker: unknown) => {
+      calls.push({ worker, body });
+      const source =
+        worker === 'd0'
+          ? new ScriptedSource([piece(2000)]).fail(new Error('reset'))
+          : new ScriptedSource([piece(2000), piece(2001)]).push(Annotated.fromData(LLMEngineOutput.length())).end();
+      return new ResponseStream(source, context);
+    };
+    const log = eventLog();
+    const items = await collect(
+      await migratingFlow(decode, { request: { ...request, stop: ['zzz'] }, onEvent: log.onEvent }),
+    );
+    expect(texts(items)).toBe('t2000 t2001 ');
+    expect(items.at(-1)?.data?.finish_reason).toBe('length');
+    expect(calls[1]?.body).toMatchObject({ prompt: [1, 2, 3], max_tokens: 6, stop: ['zzz'], stream: true });
+    expect(log.of('migration')).toEqual([expect.objectContaining({ outcome: 'migrated', mode: 'replay' })]);
+  });
+
+  it('a break once every token of the budget came, with usage asked: ends with length and the usage of every token', async () => {
+    const decode = async (_: unknown, context: Controller) =>
+      new ResponseStream(new ScriptedSource([piece(2000), piece(2001)]).fail(new Error('reset')), context);
+    const items = await collect(
+      await migratingFlow(decode, {
+        request: { ...request, max_tokens: 2, stream_options: { include_usage: true } },
+      }),
+    );
+    expect(items.at(-1)?.data?.finish_reason).toBe('length');
+    expect(items.at(-1)?.data?.completion_usage).toMatchObject({
+      prompt_tokens: 3,
+      completion_tokens: 2,
+      total_tokens: 5,
+    });
+  });
+
+  it('without usage asked, the length finish carries none', async () => {
+    const decode = async (_: unknown, context: Controller) =>
+      new ResponseStream(new ScriptedSource([piece(2000), piece(2001)]).fail(new Error('reset')), context);
+    const items = await collect(await migratingFlow(decode, { request: { ...request, max_tokens: 2 } }));
+    expect(items.at(-1)?.data?.finish_reason).toBe('length');
+    expect(items.at(-1)?.data?.completion_usage ?? undefined).toBeUndefined();
+  });
+});
