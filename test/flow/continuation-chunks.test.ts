@@ -177,3 +177,50 @@ describe("a migrating stream's record", () => {
     expect(() => short.continued(continuationChunk('He', [1], 'stop'))).toThrow(/does not repeat/);
   });
 });
+
+describe("a spent budget's length finish", () => {
+  it('a completion: the first chunk’s id, creation time and model, an empty text, finish length; usage when asked', () => {
+    const record = new StreamRecord('completions', false, [1, 2, 3]);
+    record.original(completionChunk('Hi', [7]));
+    record.original(completionChunk(' there', [8]));
+    const plain = record.lengthFinish(false);
+    expect(Annotated.wire(plain)?.map((chunk) => chunk.json)).toEqual([
+      { ...head, choices: [{ index: 0, text: '', logprobs: null, finish_reason: 'length' }] },
+    ]);
+    expect(plain.data).toMatchObject({ finish_reason: 'length', token_ids: [] });
+    expect(plain.data?.completion_usage).toBeUndefined();
+    expect(record.finished).toBe(true);
+    const usage = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 };
+    const withUsage = new StreamRecord('completions', false, [1, 2, 3]);
+    withUsage.original(completionChunk('Hi', [7]));
+    withUsage.original(completionChunk(' there', [8]));
+    const counted = withUsage.lengthFinish(true);
+    expect(Annotated.wire(counted)?.map((chunk) => chunk.json)).toEqual([
+      { ...head, choices: [{ index: 0, text: '', logprobs: null, finish_reason: 'length' }] },
+      { ...head, choices: [], usage },
+    ]);
+    expect(counted.data?.completion_usage).toEqual(usage);
+  });
+
+  it('a chat: chat chunks with an empty delta, the system fingerprint kept; no prompt ids known counts none', () => {
+    const record = new StreamRecord('chat', false);
+    const chatHead = {
+      id: 'chatcmpl-1',
+      object: 'chat.completion.chunk',
+      created: 5,
+      model: 'm',
+      system_fingerprint: 'fp',
+    };
+    record.original(
+      item(
+        { text: 'Hi', token_ids: [7] },
+        { ...chatHead, choices: [{ index: 0, delta: { content: 'Hi' }, token_ids: [7] }] },
+      ),
+    );
+    const out = record.lengthFinish(true);
+    expect(Annotated.wire(out)?.map((chunk) => chunk.json)).toEqual([
+      { ...chatHead, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'length' }] },
+      { ...chatHead, choices: [], usage: { prompt_tokens: 0, completion_tokens: 1, total_tokens: 1 } },
+    ]);
+  });
+});
