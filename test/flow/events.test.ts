@@ -349,6 +349,27 @@ describe('events a router acts on come when it has what they speak of', () => {
     expect(log.of('firstToken')).toHaveLength(1);
   });
 
+  it.each([
+    ['a role and a null content', { role: 'assistant', content: null }, null, 'is not'],
+    ['a role alone', { role: 'assistant' }, null, 'is not'],
+    ['a role and reasoning', { role: 'assistant', reasoning_content: 'Hmm' }, null, 'is'],
+    ['a role and a tool call', { role: 'assistant', tool_calls: [{ index: 0 }] }, null, 'is'],
+    ['a role with a finish', { role: 'assistant', content: '' }, 'stop', 'is'],
+    ['an empty content without a role', { content: '' }, null, 'is'],
+  ])('an opening chunk with %s %s the first token', async (_, delta, finish, token) => {
+    const decodeSource = new ScriptedSource([
+      chatChunk(delta, finish),
+      chatChunk({ content: 'Hi' }),
+      chatChunk({}, 'stop'),
+    ]).end();
+    const log = eventLog();
+    const stream = await run({ decode: engine(() => decodeSource).run, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    expect(log.of('firstToken')).toHaveLength(token === 'is' ? 1 : 0);
+    await iterator.return?.();
+  });
+
   it('finished (and settled) come once the reader has the last item: at its next call, or its close', async () => {
     const log = eventLog();
     const stream = await run({ onEvent: log.onEvent });
