@@ -85,6 +85,8 @@ export class RedisWindows {
   readonly #redis: Promise<Redis>;
   /** The first connection's outcome: a call made while it is under way waits for it (bounded by its timeout). */
   #firstConnect: Promise<void> | undefined;
+  /** The first connection is over (ready or failed): from then on a call never waits for one. */
+  #firstSettled = false;
   readonly #prefix: string;
   readonly #failure: RedisFailurePolicy;
   readonly #logger: Logger | undefined;
@@ -110,9 +112,15 @@ export class RedisWindows {
       const redis = new Client(url, settings);
       // Reported per call (and logged once), not as the client's own unhandled errors.
       redis.on('error', () => {});
+      // ioredis's connect() settles when the client is ready (past its TCP connect and ready
+      // check) or has failed.
       this.#firstConnect = redis.connect().then(
-        () => {},
-        () => {},
+        () => {
+          this.#firstSettled = true;
+        },
+        () => {
+          this.#firstSettled = true;
+        },
       );
       redis.defineCommand('disaggTake', { numberOfKeys: 2, lua: TAKE });
       return redis;
@@ -159,8 +167,9 @@ export class RedisWindows {
 
   async #call(tenant: Tenant, tokens: number, counting: boolean): Promise<unknown> {
     const redis = await this.#redis;
-    // Right after start the connection is still being made: a request then is not a Redis down.
-    if (redis.status === 'connecting' || redis.status === 'wait') await this.#firstConnect;
+    // Right after start the connection is still being made (connecting, connected but not yet
+    // ready): a request then is not a Redis down. Only the first connection is waited for.
+    if (!this.#firstSettled) await this.#firstConnect;
     // A hash tag of the tenant, so that a tenant's keys would share a slot.
     const base = `${this.#prefix}:{${tenant.name}}`;
     const take = (redis as unknown as { disaggTake: (...args: unknown[]) => Promise<unknown> }).disaggTake;
