@@ -180,9 +180,14 @@ describe("a migrating stream's record", () => {
 
 describe("a spent budget's length finish", () => {
   it('a completion: the first chunk’s id, creation time and model, an empty text, finish length; usage when asked', () => {
-    const record = new StreamRecord('completions', false, [1, 2, 3]);
-    record.original(completionChunk('Hi', [7]));
-    record.original(completionChunk(' there', [8]));
+    // A completion of the prompt [1, 2, 3] that had two tokens when it broke.
+    const twoTokensIn = () => {
+      const record = new StreamRecord('completions', false, [1, 2, 3]);
+      record.original(completionChunk('Hi', [7]));
+      record.original(completionChunk(' there', [8]));
+      return record;
+    };
+    const record = twoTokensIn();
     const plain = record.lengthFinish(false);
     expect(Annotated.wire(plain)?.map((chunk) => chunk.json)).toEqual([
       { ...head, choices: [{ index: 0, text: '', logprobs: null, finish_reason: 'length' }] },
@@ -191,10 +196,7 @@ describe("a spent budget's length finish", () => {
     expect(plain.data?.completion_usage).toBeUndefined();
     expect(record.finished).toBe(true);
     const usage = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 };
-    const withUsage = new StreamRecord('completions', false, [1, 2, 3]);
-    withUsage.original(completionChunk('Hi', [7]));
-    withUsage.original(completionChunk(' there', [8]));
-    const counted = withUsage.lengthFinish(true);
+    const counted = twoTokensIn().lengthFinish(true);
     expect(Annotated.wire(counted)?.map((chunk) => chunk.json)).toEqual([
       { ...head, choices: [{ index: 0, text: '', logprobs: null, finish_reason: 'length' }] },
       { ...head, choices: [], usage },
