@@ -200,6 +200,8 @@ function mergeCompletion(prefill: unknown, prompt: unknown): (item: EngineItem) 
         if (choices.length === 0) return undefined;
         const patched = choices.map((choice, i) => patchChoice(choice, form, first && i === 0));
         first = false;
+        // Nothing of prefill's for any choice: the chunk stays as the worker wrote it.
+        if (patched.every((choice, i) => choice === choices[i])) return undefined;
         return [{ ...json, choices: patched }];
       },
       (data) => (prefixed === undefined ? data : { ...data, text: `${prefixed}${data.text ?? ''}` }),
@@ -290,13 +292,16 @@ function mergeChat(
         if (form === 'body') {
           const withLogprobs = given(promptLogprobs) ? { ...json, prompt_logprobs: promptLogprobs } : json;
           if (echo === undefined) return withLogprobs === json ? undefined : [withLogprobs];
-          const choices = choicesOf(json).map((choice) => {
+          const own = choicesOf(json);
+          const choices = own.map((choice) => {
             const message = choice.message as Json | undefined;
             if (message?.role !== echo.role) return choice;
             const content = typeof message?.content === 'string' ? message.content : '';
             if (added === '') added = echo.text;
             return { ...choice, message: { ...message, content: `${echo.text}${content}` } };
           });
+          // Neither prompt logprobs nor an echo for it: the answer stays as the worker wrote it.
+          if (withLogprobs === json && choices.every((choice, i) => choice === own[i])) return undefined;
           return [{ ...withLogprobs, choices }];
         }
         if (echo === undefined) return undefined;
@@ -347,7 +352,9 @@ function mergeInputLogprobs(prefill: EngineItem | undefined): ((item: EngineItem
     const index = typeof json.index === 'number' ? json.index : position;
     const lists = inputs[index];
     const meta = json.meta_info;
-    if (lists === undefined || typeof meta !== 'object' || meta === null) return element;
+    if (lists === undefined || Object.keys(lists).length === 0 || typeof meta !== 'object' || meta === null) {
+      return element;
+    }
     const merged: Json = { ...(meta as Json) };
     for (const [key, value] of Object.entries(lists)) {
       const own = merged[key];
@@ -355,9 +362,14 @@ function mergeInputLogprobs(prefill: EngineItem | undefined): ((item: EngineItem
     }
     return { ...json, meta_info: merged };
   };
+  // What it cannot place, or has nothing for, stays as the worker wrote it.
   return (item) =>
     patchItem(item, (json) => {
-      if (Array.isArray(json)) return [json.map(patchElement) as unknown as Json];
-      return [patchElement(json, 0) as Json];
+      if (Array.isArray(json)) {
+        const elements = json.map(patchElement);
+        return elements.some((element, i) => element !== json[i]) ? [elements as unknown as Json] : undefined;
+      }
+      const element = patchElement(json, 0);
+      return element === json ? undefined : [element as Json];
     });
 }
