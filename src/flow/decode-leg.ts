@@ -421,8 +421,10 @@ export class DecodeLeg {
  * - `claimed`: decode has answered, so it has taken the KV (`abandoned`: its reader has gone);
  * - `ended`: the leg is over, with whether decode had claimed the KV and its reader had gone
  *   (a late first answer still counts as the claim).
+ *
+ * @internal
  */
-type LegPhase =
+export type LegPhase =
   | { readonly kind: 'reading' }
   | { readonly kind: 'cleaning-up' }
   | { readonly kind: 'claimed'; readonly abandoned: boolean }
@@ -432,8 +434,10 @@ type LegPhase =
  * The one transition function of {@link LegPhase}: decode answered (`claim`), its reader went
  * away (`abandon`), or the leg is over (`end`). Every event is allowed in every phase: what has
  * happened stays happened (an ended leg stays ended, a claim stays a claim).
+ *
+ * @internal
  */
-function nextPhase(phase: LegPhase, event: 'claim' | 'abandon' | 'end'): LegPhase {
+export function nextPhase(phase: LegPhase, event: 'claim' | 'abandon' | 'end'): LegPhase {
   switch (phase.kind) {
     case 'reading':
       if (event === 'claim') return { kind: 'claimed', abandoned: false };
