@@ -531,3 +531,96 @@ describe('what disaggregate refuses before any worker', () => {
     expect(recorded.records.filter((record) => record.level === 'warn')).toEqual([]);
   });
 });
+
+describe('disaggregate, the rules at the edges of its options', () => {
+  it.each([
+    ['null options', null, 'disaggregate expects an options object, got null'],
+    ['a null connector', { connector: null }, 'disaggregate expects connector to be a Connector'],
+  ])('%s are refused, saying what was expected', async (_, options, message) => {
+    const given = options === null ? null : { request: client, context: new Controller(), ...options };
+    const full = given === null ? null : { prefill: prefillWithParams().run, decode: decodeTokens().run, ...given };
+    await expect(disaggregate(full as never)).rejects.toThrow(new TypeError(message).message);
+  });
+
+  it("a body that is not an object is refused with what it was; reuseHandoff 'unreached' and 'always' are both accepted", async () => {
+    await expect(runFlow({ request: [1] as never })).rejects.toThrow('The request body must be a JSON object, got');
+    for (const reuseHandoff of ['unreached', 'always'] as const) {
+      await expect(collect(await runFlow({ reuseHandoff }))).resolves.toHaveLength(3);
+    }
+  });
+
+  it('the routed event names no prefill worker when none was given', async () => {
+    const log = eventLog();
+    await collect(await runFlow({ onEvent: log.onEvent }));
+    expect(log.of('routed')[0]).not.toHaveProperty('prefillWorker');
+    expect(log.of('routed')[0]).not.toHaveProperty('decodeWorker');
+  });
+
+  it('serving aggregated for want of a prefill worker is logged with the request id', async () => {
+    const recorded = recordingLogger();
+    const prefillWorkers = new WorkerPool<unknown>(['p']);
+    prefillWorkers.setAvailable('p', false);
+    await collect(await runFlow({ context: new Controller('req-agg'), prefillWorkers, logger: recorded.logger }));
+    expect(recorded.records).toContainEqual({
+      level: 'warn',
+      fields: { requestId: 'req-agg' },
+      message: 'No prefill worker is available; serving the request aggregated',
+    });
+  });
+
+  it('a request that never started (no worker at its first attempt) reports no outcome: the caller may try again', async () => {
+    const prefillWorkers = new WorkerPool<unknown>(['p']);
+    prefillWorkers.setAvailable('p', false);
+    const decodeWorkers = new WorkerPool<unknown>(['d']);
+    decodeWorkers.setAvailable('d', false);
+    for (const options of [{ prefillWorkers, noPrefillWorker: 'fail' as const }, { decodeWorkers }]) {
+      const log = eventLog();
+      await expect(runFlow({ ...options, onEvent: log.onEvent })).rejects.toBeInstanceOf(NoWorkerError);
+      expect(log.of('finished')).toEqual([]);
+    }
+  });
+
+  it('a planning error is logged with its error; a thrown null is a planning error too', async () => {
+    const recorded = recordingLogger();
+    const failure = new Error('cache index unavailable');
+    const prefill = prefillWithParams();
+    await collect(
+      await runFlow({
+        prefill: prefill.run,
+        logger: recorded.logger,
+        skipPrefill: () => {
+          throw failure;
+        },
+      }),
+    );
+    expect(recorded.records[0]?.fields).toEqual({ err: failure });
+    await collect(
+      await runFlow({
+        prefill: prefill.run,
+        skipPrefill: () => {
+          throw null;
+        },
+      }),
+    );
+    expect(prefill.calls).toHaveLength(2);
+  });
+
+  it('a retryDecode answer that is not a number of milliseconds is no retry, also where the handoff may be reused', async () => {
+    for (const wait of ['10' as never, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+      let calls = 0;
+      const decode: Engine<unknown> = async () => {
+        calls++;
+        throw new Error('503');
+      };
+      await expect(
+        runFlow({
+          decode,
+          decodeWorkers: new WorkerPool<unknown>(['d0', 'd1']),
+          reuseHandoff: 'always',
+          retryDecode: () => wait,
+        }),
+      ).rejects.toThrow('503');
+      expect(calls).toBe(1);
+    }
+  });
+});

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap } from '../../src/engines/registry.js';
 import type { Engine } from '../../src/flow/disaggregate.js';
-import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -174,5 +174,117 @@ describe('retryPrefill when the pools have emptied', () => {
     expect(log.of('finished')).toMatchObject([{ outcome: 'error' }]);
     await flush();
     expect(log.types().at(-1)).toBe('settled');
+  });
+});
+
+describe('retryPrefill passes over the workers that failed, and only those', () => {
+  /** A decode engine that fails with a 503 on the listed workers and streams on the others. */
+  function decodeFailingOn(...failing: string[]) {
+    const calls: unknown[] = [];
+    const run: Engine<unknown> = async (_body, context, worker) => {
+      calls.push(worker);
+      if (failing.includes(worker as string)) throw UpstreamError.fromStatus(`http://${String(worker)}`, 503, 'busy');
+      return new ResponseStream(new ScriptedSource([Annotated.fromData(LLMEngineOutput.length())]).end(), context);
+    };
+    return { run, calls };
+  }
+  /** A pool that always takes the first worker it may: which one an attempt gets shows what it passed over. */
+  const pool = (...workers: string[]) =>
+    new WorkerPool<unknown>(workers, { selection: (candidates: readonly unknown[]) => candidates[0] });
+
+  it('the workers the caller said to avoid are passed over from the first attempt', async () => {
+    const prefill = prefillFailingOn();
+    const decode = decodeFailingOn();
+    await collect(
+      await runFlow({
+        prefill: prefill.run,
+        decode: decode.run,
+        prefillWorkers: pool('p0', 'p1'),
+        decodeWorkers: pool('d0', 'd1'),
+        avoid: { prefill: ['p0'], decode: ['d0'] },
+        retryPrefill: () => 0,
+      }),
+    );
+    expect([prefill.calls, decode.calls]).toEqual([['p1'], ['d1']]);
+  });
+
+  it("a prefill failure passes over its prefill worker, not the decode worker; a decode failure over its decode worker, not prefill's", async () => {
+    const prefill = prefillFailingOn('p0');
+    const decode = decodeFailingOn();
+    await collect(
+      await runFlow({
+        prefill: prefill.run,
+        decode: decode.run,
+        prefillWorkers: pool('p0', 'p1'),
+        decodeWorkers: pool('d0', 'd1'),
+        retryPrefill: () => 0,
+      }),
+    );
+    expect([prefill.calls, decode.calls]).toEqual([['p0', 'p1'], ['d0']]);
+    const again = prefillFailingOn();
+    const failingDecode = decodeFailingOn('d0');
+    await collect(
+      await runFlow({
+        prefill: again.run,
+        decode: failingDecode.run,
+        prefillWorkers: pool('p0', 'p1'),
+        decodeWorkers: pool('d0', 'd1'),
+        retryPrefill: () => 0,
+      }),
+    );
+    expect([again.calls, failingDecode.calls]).toEqual([
+      ['p0', 'p0'],
+      ['d0', 'd1'],
+    ]);
+  });
+
+  it('the retry event names only the workers there were', async () => {
+    const log = eventLog();
+    let failed = false;
+    const prefill: Engine<unknown> = async (_body, context) => {
+      if (!failed) {
+        failed = true;
+        throw UpstreamError.fromStatus('http://p', 500, 'prefill OOM');
+      }
+      return new ResponseStream(new ScriptedSource([handoffItem()]).end(), context);
+    };
+    await collect(await runFlow({ prefill, retryPrefill: () => 0, onEvent: log.onEvent }));
+    const [retried] = log.of('prefillRetried');
+    expect(retried).toMatchObject({ attempt: 1, leg: 'prefill' });
+    expect(retried).not.toHaveProperty('prefillWorker');
+    expect(retried).not.toHaveProperty('decodeWorker');
+  });
+
+  it('a retryPrefill that throws is logged with what it threw', async () => {
+    const recorded = recordingLogger();
+    const thrown = new Error('policy bug');
+    await runFlow({
+      prefill: prefillFailingOn('p0').run,
+      prefillWorkers: new WorkerPool(['p0', 'p1']),
+      logger: recorded.logger,
+      retryPrefill: () => {
+        throw thrown;
+      },
+    }).catch(() => {});
+    const record = recorded.records.find((each) => each.message === 'retryPrefill threw; the request is not retried');
+    expect(record?.fields).toEqual({ err: thrown });
+  });
+
+  it("noPrefillWorker 'fail' when the retry finds no prefill worker: the request, under way, ends with the NoWorkerError", async () => {
+    const prefillWorkers = new WorkerPool<unknown>(['p0']);
+    const log = eventLog();
+    const prefill: Engine<unknown> = async () => {
+      prefillWorkers.setAvailable('p0', false);
+      throw UpstreamError.fromStatus('http://p0', 500, 'prefill OOM');
+    };
+    const failure = await runFlow({
+      prefill,
+      prefillWorkers,
+      noPrefillWorker: 'fail',
+      retryPrefill: () => 0,
+      onEvent: log.onEvent,
+    }).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(NoWorkerError);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'prefill' }]);
   });
 });
