@@ -1,12 +1,13 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { sglangBootstrap } from '../../src/engines/registry.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { collect, flush, recordingLogger, ScriptedSource } from '../support/async.js';
-import { eventLog, runFlow } from '../support/flow.js';
+import { eventLog, prefillWithParams, runFlow } from '../support/flow.js';
 import { propertyOptions } from '../support/property.js';
 
 const piece = (id: number) => Annotated.fromData<LLMEngineOutput>({ token_ids: [id], text: `t${id} ` });
@@ -415,5 +416,109 @@ describe('how a break goes on', () => {
     const items = await collect(await migratingFlow(decode, { request: { ...request, max_tokens: 2 } }));
     expect(items.at(-1)?.data?.finish_reason).toBe('length');
     expect(items.at(-1)?.data?.completion_usage ?? undefined).toBeUndefined();
+  });
+});
+
+describe('how disaggregate sets a continuation up', () => {
+  /**
+   * A decode leg that breaks after one token on its first call and finishes on every later
+   * one: a replay (the client's chat again) from the start, a resume from the token after.
+   */
+  function breakingOnce() {
+    const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
+    const run = async (body: Record<string, unknown>, context: Controller, worker: unknown) => {
+      calls.push({ worker, body });
+      const rest = Array.isArray(body.messages) ? [piece(2000), piece(2001)] : [piece(2001)];
+      const source =
+        calls.length === 1
+          ? new ScriptedSource([piece(2000)]).fail(new Error('connection reset'))
+          : new ScriptedSource(rest).push(Annotated.fromData(LLMEngineOutput.length())).end();
+      return new ResponseStream(source, context);
+    };
+    return { run, calls };
+  }
+  const chat = { model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true };
+
+  it('a whole (not streamed) answer that breaks is not continued: it has sent nothing to go on from', async () => {
+    const decode = breakingOnce();
+    const log = eventLog();
+    const reading = migratingFlow(decode.run, { request: { ...request, stream: false }, onEvent: log.onEvent }).then(
+      collect,
+    );
+    await expect(reading).rejects.toThrow('connection reset');
+    expect(log.of('migration')).toEqual([]);
+    expect(decode.calls).toHaveLength(1);
+  });
+
+  it.each([
+    [
+      'a chat on SGLang, whose chat stream has no token ids: replayed',
+      { connector: sglangBootstrap },
+      { ...chat, max_tokens: 8 },
+      'replay',
+    ],
+    ['a chat with a budget on vLLM: resumed', {}, { ...chat, max_tokens: 8 }, 'resume'],
+    ['a chat without a budget on vLLM, the context length unknown: replayed', {}, chat, 'replay'],
+    ['a chat without a budget, the context length known: resumed', { maxModelLen: 4096 }, chat, 'resume'],
+  ])('%s', async (_, given, body, mode) => {
+    const { connector, maxModelLen } = given as { connector?: typeof sglangBootstrap; maxModelLen?: number };
+    const log = eventLog();
+    const items = await collect(
+      await migratingFlow(breakingOnce().run, {
+        request: body,
+        promptTokenIds: [1, 2, 3], // as the caller's tokenizer made them
+        ...(connector === undefined ? {} : { connector }),
+        migration: { limit: 1, ...(maxModelLen === undefined ? {} : { maxModelLen }) },
+        onEvent: log.onEvent,
+      }),
+    );
+    expect(texts(items)).toBe('t2000 t2001 ');
+    expect(log.of('migration')).toMatchObject([{ outcome: 'migrated', mode }]);
+  });
+
+  it('the continuation passes over the worker that broke, and the workers the caller said to avoid', async () => {
+    const decode = breakingOnce();
+    const first = (candidates: readonly string[]) => candidates[0] as string;
+    await collect(
+      await migratingFlow(decode.run, {
+        decodeWorkers: new WorkerPool(['d0', 'd1', 'd2'], { selection: first }),
+        avoid: { decode: ['d1'] },
+      }),
+    );
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0', 'd2']);
+  });
+
+  it("via 'decode' (the default) a continuation computes its prompt on decode; via 'prefill' it goes through a new prefill", async () => {
+    for (const via of ['decode', 'prefill'] as const) {
+      const prefill = prefillWithParams();
+      const decode = breakingOnce();
+      const items = await collect(
+        await runFlow<unknown, string>({
+          request,
+          prefill: prefill.run,
+          decode: decode.run as never,
+          decodeWorkers: new WorkerPool(['d0', 'd1'], { selection: 'round-robin' }),
+          migration: { limit: 1, via },
+        }),
+      );
+      expect(texts(items)).toBe('t2000 t2001 ');
+      expect(prefill.calls).toHaveLength(via === 'prefill' ? 2 : 1);
+    }
+  });
+
+  it('without a decode pool a break goes on on the same decode engine', async () => {
+    const decode = breakingOnce();
+    const log = eventLog();
+    const items = await collect(
+      await runFlow({
+        request,
+        decode: decode.run as never,
+        skipPrefill: () => true,
+        migration: { limit: 1 },
+        onEvent: log.onEvent,
+      }),
+    );
+    expect(texts(items)).toBe('t2000 t2001 ');
+    expect(log.of('migration')).toMatchObject([{ outcome: 'migrated' }]);
   });
 });
