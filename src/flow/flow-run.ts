@@ -106,15 +106,18 @@ class Tripwire {
  * family, and every family until the first output); `background`: a {@link PrefillTask} owns
  * it (concurrent and early families), and the task's own state says whether it still runs, so
  * that it is never kept twice; `done` and `failed`: it is over, once, with its lease released.
+ *
+ * @internal
  */
-type PrefillPhase =
+export type PrefillPhase =
   | { readonly kind: 'idle' }
   | { readonly kind: 'reading' }
   | { readonly kind: 'background'; readonly task: PrefillTask }
   | { readonly kind: 'done' }
   | { readonly kind: 'failed' };
 
-type PrefillEvent =
+/** @internal What happens to the prefill leg: it is sent, handed to a background task, or over. */
+export type PrefillEvent =
   | { readonly kind: 'dispatched' }
   | { readonly kind: 'handed'; readonly task: PrefillTask }
   | { readonly kind: 'ended'; readonly failed: boolean };
@@ -122,8 +125,10 @@ type PrefillEvent =
 /**
  * The one transition function of {@link PrefillPhase}. An end is final: what ended stays
  * ended, whatever comes after (a task's outcome reported late, a second end).
+ *
+ * @internal
  */
-function nextPrefill(phase: PrefillPhase, event: PrefillEvent): PrefillPhase {
+export function nextPrefill(phase: PrefillPhase, event: PrefillEvent): PrefillPhase {
   if (phase.kind === 'done' || phase.kind === 'failed') return phase;
   switch (event.kind) {
     case 'dispatched':
@@ -135,13 +140,13 @@ function nextPrefill(phase: PrefillPhase, event: PrefillEvent): PrefillPhase {
   }
 }
 
-/** Whether prefill still runs in `phase`. */
-function prefillRunning(phase: PrefillPhase): boolean {
+/** @internal Whether prefill still runs in `phase`. */
+export function prefillRunning(phase: PrefillPhase): boolean {
   return phase.kind === 'reading' || (phase.kind === 'background' && phase.task.state === 'pending');
 }
 
-/** Whether prefill has failed in `phase` (a background task's failure counts at once). */
-function prefillFailed(phase: PrefillPhase): boolean {
+/** @internal Whether prefill has failed in `phase` (a background task's failure counts at once). */
+export function prefillFailed(phase: PrefillPhase): boolean {
   return phase.kind === 'failed' || (phase.kind === 'background' && phase.task.state === 'failed');
 }
 
