@@ -76,8 +76,10 @@ export interface FlowMigration {
  * Interrupts one await at a time with a deadline: `guard(p)` settles like `p` unless
  * `trip(error)` comes first. A promise guarded after the trip rejects at once. Only the
  * current await is reachable from here, never one per item.
+ *
+ * @internal
  */
-class Tripwire {
+export class Tripwire {
   error: DeadlineError | undefined;
   #reject: ((error: unknown) => void) | undefined;
 

@@ -1,12 +1,14 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { earlyBootstrap, type Handoff } from '../../src/flow/connectors.js';
+import { DeadlineError } from '../../src/flow/deadlines.js';
 import {
   nextPrefill,
   type PrefillEvent,
   type PrefillPhase,
   prefillFailed,
   prefillRunning,
+  Tripwire,
 } from '../../src/flow/flow-run.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
@@ -414,5 +416,19 @@ describe('a prefill its decode leg left', () => {
     await collect(stream).catch(() => {});
     await flush();
     expect(recorded.records.filter((record) => record.level !== 'debug')).toEqual([]);
+  });
+});
+
+describe('the tripwire a deadline interrupts an await with', () => {
+  it('settles like the work, unless tripped first; after a trip every guard rejects at once, with the first error', async () => {
+    const wire = new Tripwire();
+    await expect(wire.guard(Promise.resolve(1))).resolves.toBe(1);
+    const first = new DeadlineError('total', 100, 'decode');
+    const pending = wire.guard(new Promise(() => {}));
+    wire.trip(first);
+    await expect(pending).rejects.toBe(first);
+    wire.trip(new DeadlineError('handoff', 50, 'decode'));
+    expect(wire.error).toBe(first);
+    await expect(wire.guard(Promise.resolve(2))).rejects.toBe(first);
   });
 });

@@ -5,6 +5,7 @@ import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import type { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { Controller } from '../../src/runtime/controller.js';
 import { collect, deferred, flush, recordingLogger, ScriptedSource } from '../support/async.js';
 import { client, engine, eventLog, kvParams, runFlow } from '../support/flow.js';
 
@@ -195,5 +196,62 @@ describe('the KV of a request prefill finished itself is released on the decode 
     expect(log.types().at(-1)).toBe('settled');
     expect(decodeWorkers.inFlight('d0')).toBe(0);
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('what a release reports of itself', () => {
+  /** One request whose prefill finished it, the release answered by `decode`; its event and log. */
+  async function release(decode: Engine<unknown>) {
+    const recorded = recordingLogger();
+    const log = eventLog();
+    await collect(
+      await runFlow({
+        context: new Controller('req-rel'),
+        prefill: stoppedPrefill().run,
+        decode,
+        decodeWorkers: new WorkerPool(['d0']),
+        onEvent: log.onEvent,
+        logger: recorded.logger,
+      }),
+    );
+    await flush();
+    const [event] = log.of('handoffReleased');
+    const record = recorded.records.find((each) =>
+      String(each.message).includes('the KV of a request prefill finished'),
+    );
+    return { event, record };
+  }
+  const failingWith =
+    (status: number): Engine<unknown> =>
+    async () => {
+      throw UpstreamError.fromStatus('http://d0', status, 'no');
+    };
+
+  it('a release decode served: freed, no error, logged at debug with the request id', async () => {
+    const { event, record } = await release(
+      engine(() => new ScriptedSource([Annotated.fromData({ token_ids: [1], finish_reason: 'length' })]).end()).run,
+    );
+    expect(event).toMatchObject({ freed: true });
+    expect(event).not.toHaveProperty('error');
+    expect(record).toEqual({
+      level: 'debug',
+      fields: { requestId: 'req-rel' },
+      message: 'Released the KV of a request prefill finished at its first token',
+    });
+  });
+
+  it.each([
+    [400, true],
+    [404, true],
+    [499, true],
+    [500, false],
+    [502, false],
+  ])("a release answered %i: freed %s (a handler's answer below 500 frees the KV)", async (status, freed) => {
+    const { event, record } = await release(failingWith(status));
+    expect(event).toMatchObject({ freed, error: { status } });
+    expect(record).toMatchObject({
+      level: freed ? 'debug' : 'warn',
+      fields: { requestId: 'req-rel', err: { status } },
+    });
   });
 });
