@@ -1,10 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { sglangBootstrap } from '../../src/engines/registry.js';
-import { Annotated } from '../../src/protocol/annotated.js';
+import { failedLeg, legOf } from '../../src/flow/client-stream.js';
+import { DeadlineError } from '../../src/flow/deadlines.js';
+import { CleanupError } from '../../src/flow/decode-leg.js';
+import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
+import { NoWorkerError } from '../../src/flow/worker-pool.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { Annotated, AnnotatedError } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { deferred, flush, type Item, isPending, ScriptedSource, token } from '../support/async.js';
-import { engine, eventLog, heldEngine, runFlow } from '../support/flow.js';
+import { engine, eventLog, handoffItem, heldEngine, runFlow } from '../support/flow.js';
 
 /** The ids (or 'done') of the answers, and the order in which the calls were answered. */
 async function answers(calls: Promise<IteratorResult<Item>>[]) {
@@ -153,5 +160,117 @@ describe('the client stream, read with several calls in flight', () => {
     const later = iterator.next();
     expect(await isPending(later)).toBe(false);
     expect(log.of('finished').map((event) => event.outcome)).toEqual(['cancelled']);
+  });
+});
+
+describe('the leg a failure belongs to', () => {
+  const upstream = 'http://10.0.0.7:8200';
+  const refused = Object.assign(new Error('refused'), { code: 'ECONNREFUSED' });
+  it.each([
+    ['a PrefillError', new PrefillError('prefill', 'x'), 'prefill', 'prefill'],
+    ["a deadline of prefill's", new DeadlineError('prefillFirstOutput', 5), 'prefill', 'prefill'],
+    ["a deadline of decode's", new DeadlineError('idle', 5, 'decode'), 'decode', 'decode'],
+    [
+      "a prefill failure caused by a deadline of prefill's",
+      PrefillError.from(new DeadlineError('handoff', 5, 'prefill')),
+      'prefill',
+      'prefill',
+    ],
+    ['a worker status', UpstreamError.fromStatus(upstream, 500, 'x'), 'decode', 'decode'],
+    ['a connection failure', UpstreamError.fromFailure(upstream, refused), 'decode', 'decode'],
+    ['a protocol failure', UpstreamError.fromFailure(upstream, new Error('not JSON')), 'decode', 'decode'],
+    ['an error item of a stream', new AnnotatedError('engine said no'), 'decode', 'decode'],
+    ['a clean-up given up', new CleanupError('r', 5), 'decode', 'decode'],
+    ['an engine of your own that threw', new Error('mine'), 'decode', 'decode'],
+    ['no worker in rotation', new NoWorkerError(0), undefined, 'decode'],
+    ['a request refused before any worker', new UnsupportedRequestError('n', 'no'), undefined, 'decode'],
+    ['an option that is wrong', new TypeError('bad option'), undefined, 'decode'],
+  ])('%s', (_, error, failed, leg) => {
+    expect(failedLeg(error)).toBe(failed);
+    expect(legOf(error)).toBe(leg);
+  });
+});
+
+describe('the client stream, item by item', () => {
+  /** The sequential flow over a decode that answers `items` (ended), read by the test. */
+  async function over(items: Item[], options: Parameters<typeof runFlow>[0] = {}) {
+    const decodeSource = new ScriptedSource(items).end();
+    const decode = engine(() => decodeSource);
+    const log = eventLog();
+    const stream = await runFlow({ decode: decode.run, onEvent: log.onEvent, ...options });
+    return { log, decode, decodeSource, stream, iterator: stream[Symbol.asyncIterator]() };
+  }
+
+  it("decode's error item reaches the client as it came, with the worker's own words on the wire", async () => {
+    const failed = Annotated.withWire(Annotated.fromError<LLMEngineOutput>(new Error('decode OOM')), [
+      { form: 'event', text: '{"error":{"message":"decode OOM"}}', json: { error: { message: 'decode OOM' } } },
+    ]);
+    const { iterator } = await over([token(1), failed]);
+    await iterator.next();
+    expect((await iterator.next()).value).toBe(failed);
+  });
+
+  it.each([
+    ['a failed finish', { error: 'decode failed' }, 'error'],
+    ['a cancelled finish', 'cancelled', 'cancelled'],
+    ['a finish', 'length', 'success'],
+  ])(
+    '%s is the outcome, reported once the reader is past it; decode is closed, not stopped',
+    async (_, reason, outcome) => {
+      const finish = Annotated.fromData({ token_ids: [], finish_reason: reason } as LLMEngineOutput);
+      const { log, decode, decodeSource, iterator } = await over([token(1), finish]);
+      await iterator.next();
+      expect((await iterator.next()).value).toBe(finish);
+      expect(log.of('finished')).toEqual([]);
+      expect((await iterator.next()).done).toBe(true);
+      expect(log.of('finished')).toMatchObject([{ outcome }]);
+      await flush();
+      expect(decodeSource.closed).toBe(true);
+      expect(decode.calls[0]?.context.isStopped()).toBe(false);
+    },
+  );
+
+  it('a decode stream that ends without a finish is a success', async () => {
+    const { log, iterator } = await over([token(1), token(2)]);
+    for (let step = await iterator.next(); step.done !== true; step = await iterator.next());
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+  });
+
+  it("an item whose usage is null keeps it: prefill's prompt details go only into a usage there is", async () => {
+    const details = { cached_tokens: 16 };
+    const prefill = engine(() =>
+      new ScriptedSource([
+        Annotated.fromData<LLMEngineOutput>({
+          ...(handoffItem().data as LLMEngineOutput),
+          completion_usage: {
+            prompt_tokens: 20,
+            completion_tokens: 1,
+            total_tokens: 21,
+            prompt_tokens_details: details,
+          },
+        }),
+      ]).end(),
+    );
+    const nullUsage = Annotated.fromData<LLMEngineOutput>({ token_ids: [3], completion_usage: null });
+    const { iterator } = await over([nullUsage], { prefill: prefill.run });
+    expect((await iterator.next()).value).toBe(nullUsage);
+  });
+
+  it('a stream is read once, saying so', async () => {
+    const { stream, iterator } = await over([token(1)]);
+    expect(() => stream[Symbol.asyncIterator]()).toThrow(
+      "This request's stream is already being iterated; it can be iterated only once",
+    );
+    await iterator.return?.();
+  });
+
+  it('closed by its reader after the client left: done, not the cancelled item kept for a later read', async () => {
+    const context = new Controller('req-left');
+    const { iterator } = await over([token(1)], { context });
+    await iterator.next();
+    context.stopGenerating(); // nobody is reading now: a later read would get `cancelled`
+    await flush();
+    await iterator.return?.();
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
   });
 });

@@ -359,6 +359,55 @@ describe('events a router acts on come when it has what they speak of', () => {
     await iterator.return?.();
   });
 
+  // The same rule where what the worker wrote and what was read from it say more.
+  const role = { role: 'assistant', content: '' };
+  const opening = (data: Partial<LLMEngineOutput>, chunks: Array<Record<string, unknown>> | undefined) => {
+    const item = Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: '', ...data });
+    return chunks === undefined
+      ? item
+      : Annotated.withWire(
+          item,
+          chunks.map((json) => ({ form: 'event' as const, text: undefined, json })),
+        );
+  };
+  it.each([
+    ['a role, its finish_reason left out', opening({}, [{ choices: [{ index: 0, delta: role }] }]), 'is not'],
+    [
+      'a role, yet a token id read from it',
+      opening({ token_ids: [7] }, [{ choices: [{ index: 0, delta: role }] }]),
+      'is',
+    ],
+    ['a role, yet text read from it', opening({ text: 'x' }, [{ choices: [{ index: 0, delta: role }] }]), 'is'],
+    [
+      'a role chunk and a content chunk in one item',
+      opening({}, [{ choices: [{ index: 0, delta: role }] }, { choices: [{ index: 0, delta: { content: 'Hi' } }] }]),
+      'is',
+    ],
+    [
+      'one choice with a role, another with content',
+      opening({}, [
+        {
+          choices: [
+            { index: 0, delta: role },
+            { index: 1, delta: { content: 'Hi' } },
+          ],
+        },
+      ]),
+      'is',
+    ],
+    ['a choice without a delta', opening({}, [{ choices: [{ index: 0, delta: null }] }]), 'is'],
+    ['an empty item from an engine of your own (no wire)', opening({}, undefined), 'is'],
+    ['an empty item with nothing on the wire', opening({}, []), 'is'],
+  ])('an opening item: %s %s the first token', async (_, first, token) => {
+    const decodeSource = new ScriptedSource([first, chatChunk({ content: 'Hi' }), chatChunk({}, 'stop')]).end();
+    const log = eventLog();
+    const stream = await run({ decode: engine(() => decodeSource).run, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    expect(log.of('firstToken')).toHaveLength(token === 'is' ? 1 : 0);
+    await iterator.return?.();
+  });
+
   it('finished (and settled) come once the reader has the last item: at its next call, or its close', async () => {
     const log = eventLog();
     const stream = await run({ onEvent: log.onEvent });

@@ -1,6 +1,5 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { failedLeg } from '../../src/flow/client-stream.js';
 import { DeadlineError } from '../../src/flow/deadlines.js';
 import { NoWorkerError } from '../../src/flow/worker-pool.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
@@ -62,15 +61,6 @@ describe('errorToResponse: a failure as a router answers it', () => {
       refused = error;
     }
     expect(errorToResponse(refused)).toMatchObject({ status: 400, body: { error: { param: 'max_tokens' } } });
-  });
-
-  it('failedLeg: prefill, decode, or neither', () => {
-    expect(failedLeg(new PrefillError('prefill', 'x'))).toBe('prefill');
-    expect(failedLeg(UpstreamError.fromStatus(decodeUrl, 500, 'x'))).toBe('decode');
-    expect(failedLeg(new Error('an engine of your own threw'))).toBe('decode');
-    expect(failedLeg(new DeadlineError('idle', 5, 'decode'))).toBe('decode');
-    expect(failedLeg(new NoWorkerError(0))).toBeUndefined();
-    expect(failedLeg(new TypeError('bad option'))).toBeUndefined();
   });
 });
 
