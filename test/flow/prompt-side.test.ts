@@ -597,3 +597,31 @@ describe("prefill's answer merged into decode's, at the edges", () => {
     }
   });
 });
+
+describe("prefill's answer merged, where only part of an answer has something of prefill's", () => {
+  it('a whole chat echo whose last message is not the answer\u2019s role still gets the prompt logprobs', () => {
+    const merge = promptSideOf('vllm', {
+      messages: [{ role: 'user', content: 'Hi' }],
+      echo: true,
+      prompt_logprobs: 1,
+    })?.merge(item({ choices: [], prompt_logprobs: promptLogprobs }, 'body'));
+    const answer = { choices: [{ index: 0, message: { role: 'assistant', content: 'Yo' } }] };
+    expect(wire(merge?.(item(answer, 'body')) as EngineItem)?.[0]).toEqual({
+      ...answer,
+      prompt_logprobs: promptLogprobs,
+    });
+  });
+
+  it('an SGLang batch answer: the element prefill computed input logprobs for is merged, the other stays as it was', () => {
+    const lists = [[null, 1, null]];
+    const merge = promptSideOf('sglang', { text: ['a', 'b'], return_logprob: true })?.merge(
+      item([{ meta_info: {} }, { meta_info: { input_token_logprobs: lists } }], 'body'),
+    );
+    const first = { text: 'X', meta_info: { input_token_logprobs: [] } };
+    const merged = wire(
+      merge?.(item([first, { text: 'Y', meta_info: { input_token_logprobs: [] } }], 'body')) as EngineItem,
+    );
+    expect(merged?.[0]).toEqual([first, { text: 'Y', meta_info: { input_token_logprobs: lists } }]);
+    expect((merged?.[0] as unknown[] | undefined)?.[0]).toBe(first);
+  });
+});
