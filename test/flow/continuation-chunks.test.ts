@@ -226,3 +226,144 @@ describe("a spent budget's length finish", () => {
     ]);
   });
 });
+
+describe("a migrating stream's record, at the edges of what workers send", () => {
+  it('a chunk with no token ids in it stays as the worker wrote it; one that has some loses every one', () => {
+    const record = new StreamRecord('completions', false);
+    const untouched = item({ text: 'Hi', token_ids: [7] }, { ...head, choices: [{ index: 0, text: 'Hi' }] });
+    const written = Annotated.wire(untouched)?.[0]; // withWire sets the item's chunks in place
+    expect(Annotated.wire(record.original(untouched))?.[0]).toBe(written);
+    const two = item(
+      { text: 'a', token_ids: [3] },
+      {
+        ...head,
+        choices: [
+          { index: 0, text: 'a' },
+          { index: 1, text: 'b', token_ids: [3], prompt_token_ids: [1] },
+        ],
+      },
+    );
+    expect(json(record.original(two))).toEqual({
+      ...head,
+      choices: [
+        { index: 0, text: 'a' },
+        { index: 1, text: 'b' },
+      ],
+    });
+    const inChoice = item(
+      { text: 'c', token_ids: [4] },
+      { ...head, choices: [{ index: 0, text: 'c', prompt_token_ids: [1] }] },
+    );
+    expect(json(record.original(inChoice))).toEqual({ ...head, choices: [{ index: 0, text: 'c' }] });
+    const top = item({ text: '' }, { ...head, prompt_token_ids: [1, 2] });
+    expect(json(record.original(top))).toEqual(head); // no choices added where there were none
+  });
+
+  it('the template is the first chunk that has an id; a chunk without choices is read too', () => {
+    const record = new StreamRecord('completions', false, [1]);
+    record.original(item({ text: '' }, { choices: [] }));
+    record.original(item({ text: 'a', token_ids: [5] }, { ...head, choices: [{ index: 0, text: 'a' }] }));
+    record.original(
+      item({ text: 'b', token_ids: [6] }, { ...head, id: 'cmpl-later', choices: [{ index: 0, text: 'b' }] }),
+    );
+    record.continueAs('resume');
+    expect(json(record.continued(continuationChunk('c', [7])))).toMatchObject({ id: 'cmpl-first', created: 100 });
+  });
+
+  it("without a template, a continuation's chunk keeps its own id, creation time and model", () => {
+    const record = new StreamRecord('completions', false, [1]);
+    record.original(Annotated.fromData<LLMEngineOutput>({ token_ids: [5], text: 'a' })); // an engine of your own: no wire
+    record.continueAs('resume');
+    expect(json(record.continued(continuationChunk('b', [6])))).toMatchObject({
+      id: 'cmpl-second',
+      created: 200,
+      model: 'm',
+    });
+  });
+
+  it('what the chat server parses: a tool call stays one once content follows; empty lists and texts are nothing', () => {
+    const chat = (delta: Record<string, unknown>) => item({ text: '' }, { id: 'c', choices: [{ index: 0, delta }] });
+    const record = new StreamRecord('chat', false);
+    record.original(chat({ tool_calls: [] }));
+    record.original(chat({ reasoning_content: '' }));
+    expect(record.parsed).toBeUndefined();
+    record.original(chat({ tool_calls: [{ index: 0 }] }));
+    record.original(chat({ content: 'ok' }));
+    expect(record.parsed).toBe('a tool call');
+  });
+
+  it("what the record notes of the first worker's items: a finish, and no missing ids for a chunk that said nothing", () => {
+    const record = new StreamRecord('chat', false);
+    record.original(item({ text: '' }, { id: 'c', choices: [{ index: 0, delta: { role: 'assistant' } }] }));
+    expect(record.missingIds).toBe(false);
+    record.original(item({ text: 'a', token_ids: [1], finish_reason: null }, { id: 'c', choices: [] }));
+    expect(record.finished).toBe(false);
+    record.original(item({ text: '', finish_reason: 'stop' }, { id: 'c', choices: [] }));
+    expect(record.finished).toBe(true);
+    const comment = { comment: ['keep-alive'] } as EngineItem; // no data at all
+    expect(record.original(comment)).toBe(comment);
+  });
+
+  it('a replay counts what it generates once, from the start; a finish that completes the repeat is no mismatch', () => {
+    const record = new StreamRecord('completions', false, [1, 2]);
+    record.original(completionChunk('Hello', [7]));
+    record.continueAs('replay');
+    expect(record.continued(continuationChunk('Hel', [7]))).toBeUndefined();
+    expect(record.continued(continuationChunk('lo world', [8]))?.data?.text).toBe(' world');
+    expect(record.generatedIds).toEqual([7, 8]);
+    const exact = new StreamRecord('completions', false);
+    exact.original(completionChunk('Hello', [7]));
+    exact.continueAs('replay');
+    expect(exact.continued(continuationChunk('Hello', [7], 'stop'))?.data).toMatchObject({
+      text: '',
+      finish_reason: 'stop',
+    });
+    const usage = { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 };
+    const counted = record.continued(
+      Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], completion_usage: usage }), [
+        { form: 'event', text: undefined, json: { id: 'x', choices: [], usage } },
+      ]),
+    );
+    expect(counted?.data?.completion_usage).toEqual(usage); // nothing carried over from the first worker
+  });
+
+  it("a resume's usage without known prompt ids: the continuation's prompt less what it carried", () => {
+    const record = new StreamRecord('completions', false);
+    record.original(completionChunk('a', [7]));
+    record.original(completionChunk('b', [8]));
+    record.continueAs('resume');
+    const usage = { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 };
+    const out = record.continued(
+      Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], completion_usage: usage }), [
+        { form: 'event', text: undefined, json: { id: 'x', choices: [], usage } },
+      ]),
+    );
+    expect(out?.data?.completion_usage).toEqual({ prompt_tokens: 3, completion_tokens: 3, total_tokens: 6 });
+  });
+
+  it("a continuation's chunks: token ids when the client asked for them, no null usage, a finish is noted only when there is one", () => {
+    const kept = new StreamRecord('completions', true, [1]);
+    kept.original(completionChunk('a', [7]));
+    kept.continueAs('resume');
+    expect(json(kept.continued(continuationChunk('b', [8])))).toMatchObject({ choices: [{ token_ids: [8] }] });
+    expect(kept.finished).toBe(false);
+    const withNull = item(
+      { text: 'c', token_ids: [9], finish_reason: null },
+      { id: 'y', choices: [{ index: 0, text: 'c' }], usage: null },
+    );
+    expect(json(kept.continued(withNull))).not.toHaveProperty('usage');
+    expect(kept.finished).toBe(false);
+    const noText = Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [10] }), [
+      { form: 'event', text: undefined, json: { id: 'y', choices: [{ index: 0 }] } },
+    ]);
+    expect(kept.continued(noText)).toBeUndefined(); // no text yet: nothing new for the client
+    const comment = { comment: ['keep-alive'] } as EngineItem;
+    expect(kept.continued(comment)).toBe(comment);
+  });
+
+  it("a spent budget's chunks are events", () => {
+    const record = new StreamRecord('completions', false, [1]);
+    record.original(completionChunk('a', [7]));
+    expect(Annotated.wire(record.lengthFinish(true))?.map((chunk) => chunk.form)).toEqual(['event', 'event']);
+  });
+});
