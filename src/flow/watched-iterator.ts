@@ -147,8 +147,10 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     if (this.#closed) return Promise.resolve(DONE);
     // Nothing to watch on this read and nothing before it: the source's own promise, at the
     // cost of a few field reads (the usual case once decode has taken the KV and prefill is over).
+    // (Never for a prefetched read: it is observed, whatever `observing` says.)
     if (
       !this.#observing &&
+      !this.#observeNext &&
       !this.#stopped &&
       !this.#hooks.interruptible &&
       (this.#reads === 0 ? this.#first : this.#later) === undefined &&

@@ -245,3 +245,32 @@ describe('the decode leg, while prefill runs (concurrent), as it claims and ends
     prefillSource.push(length()).end();
   });
 });
+
+describe('the decode leg, read for its claim while nobody reads it', () => {
+  it('concurrent, no first-token or request budget: a client that leaves before decode answers still has decode stopped at its answer', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const prefillSource = new ScriptedSource();
+    const decodeSource = new ScriptedSource();
+    const decode = engine(() => decodeSource);
+    const log = eventLog();
+    const context = new Controller('req-away');
+    await runFlow({
+      context,
+      prefill: engine(() => prefillSource).run,
+      decode: decode.run,
+      connector: sglangBootstrap,
+      prefillWorker: sglangWorker,
+      deadlines: { decodeFirstTokenMs: 0, handoffMs: 0, prefillFirstOutputMs: 0, idleMs: 0 },
+      onEvent: log.onEvent,
+    });
+    context.stopGenerating(); // nobody reads the stream any more
+    await flush();
+    decodeSource.push(token(1)); // decode answers: it has taken the KV
+    await flush();
+    expect(log.types()).toContain('kvClaimed');
+    expect(decode.calls[0]?.context.isStopped()).toBe(true);
+    prefillSource.push(length()).end();
+    await vi.advanceTimersByTimeAsync(200_000);
+    expect(log.types()).not.toContain('cleanupExpired');
+  });
+});

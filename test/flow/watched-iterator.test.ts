@@ -271,3 +271,93 @@ describe('WatchedIterator', () => {
     });
   });
 });
+
+describe('WatchedIterator: what it observes and counts', () => {
+  it('observing off from the start: no read is observed, not even the first', async () => {
+    const seen: unknown[] = [];
+    const source = new ScriptedSource([token(1), token(2)]);
+    const iterator = watch(source, { observe: (step) => seen.push(step?.value), observing: false });
+    expect(iterator.observing).toBe(false);
+    await iterator.next();
+    await iterator.next();
+    expect(seen).toEqual([]);
+  });
+
+  it('without an observe hook, turning observing on changes nothing: reads are the source\u2019s own', () => {
+    const source = new ScriptedSource([token(1)]);
+    const iterator = watch(source);
+    iterator.observing = true;
+    expect(iterator.observing).toBe(false);
+    expect(iterator.next()).toBe(source.answers[0]);
+  });
+
+  it('a prefetched read is observed though observing is off; the reads after it are not', async () => {
+    const seen: unknown[] = [];
+    const source = new ScriptedSource([token(1), token(2)]);
+    const iterator = watch(source, { observe: (step) => seen.push(step?.value), observing: false });
+    iterator.prefetch();
+    expect((await iterator.next()).value).toEqual(token(1));
+    expect((await iterator.next()).value).toEqual(token(2));
+    expect(seen).toEqual([token(1)]);
+  });
+
+  it('observed read indexes go on after a failed read', async () => {
+    const seen: Array<[unknown, number]> = [];
+    const source = new ScriptedSource().fail(new Error('reset'));
+    const iterator = watch(source, { observe: (step, read) => seen.push([step?.done, read]) });
+    await expect(iterator.next()).rejects.toThrow('reset');
+    await iterator.next();
+    expect(seen).toEqual([
+      [undefined, 0],
+      [true, 1],
+    ]);
+  });
+
+  it('reads counts every read started, handed through or budgeted', async () => {
+    const through = watch(new ScriptedSource([token(1), token(2)]));
+    await through.next();
+    await through.next();
+    expect(through.reads).toBe(2);
+    const budgeted = watch(new ScriptedSource([token(1), token(2)]), { budgets: { first: idle100, later: idle100 } });
+    await budgeted.next();
+    await budgeted.next();
+    expect(budgeted.reads).toBe(2);
+  });
+
+  it('a budget for later reads only: the first is handed through, a later one over budget expires', async () => {
+    const source = new ScriptedSource([token(1)]);
+    const iterator = watch(source, { budgets: { later: idle100 } });
+    expect(iterator.next()).toBe(source.answers[0]);
+    const second = iterator.next();
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await second).value).toMatchObject({ event: 'error' });
+  });
+
+  it('a budgeted first read with observing off: the read queued behind it is not observed either', async () => {
+    const seen: unknown[] = [];
+    const source = new ScriptedSource([token(1), token(2)]);
+    const iterator = watch(source, {
+      observe: (step) => seen.push(step?.value),
+      observing: false,
+      budgets: { first: idle100 },
+    });
+    const [first, second] = [iterator.next(), iterator.next()];
+    expect([(await first).value, (await second).value]).toEqual([token(1), token(2)]);
+    expect(seen).toEqual([]);
+  });
+
+  it('after an expiry nothing reads the source again: not a next(), not a prefetch; a second expiry does nothing', async () => {
+    const source = new ScriptedSource([token(1), token(2)]);
+    const expired: unknown[] = [];
+    const iterator = watch(source, { onExpired: (error) => expired.push(error) }); // the source stays open
+    await iterator.next();
+    const error = new DeadlineError('total', 5, 'decode');
+    iterator.expire(error);
+    iterator.expire(new DeadlineError('handoff', 5, 'decode'));
+    expect(expired).toEqual([error]);
+    iterator.prefetch();
+    expect((await iterator.next()).value).toMatchObject({ event: 'error' });
+    expect((await iterator.next()).done).toBe(true);
+    expect(source.nextCalls).toBe(1);
+  });
+});
