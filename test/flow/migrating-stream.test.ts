@@ -6,7 +6,7 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
-import { collect, flush, recordingLogger, ScriptedSource } from '../support/async.js';
+import { collect, flush, type Item, recordingLogger, ScriptedSource } from '../support/async.js';
 import { eventLog, prefillWithParams, runFlow } from '../support/flow.js';
 import { propertyOptions } from '../support/property.js';
 
@@ -520,5 +520,237 @@ describe('how disaggregate sets a continuation up', () => {
     );
     expect(texts(items)).toBe('t2000 t2001 ');
     expect(log.of('migration')).toMatchObject([{ outcome: 'migrated' }]);
+  });
+});
+
+describe('a migrating stream, where the rules meet the edges', () => {
+  /** A chat chunk as vLLM streams it with token ids: its delta, its ids. */
+  const chatPiece = (id: number, delta: Record<string, unknown> = { content: `t${id} ` }) =>
+    Annotated.withWire(
+      Annotated.fromData<LLMEngineOutput>({
+        token_ids: [id],
+        text: typeof delta.content === 'string' ? delta.content : '',
+      }),
+      [
+        {
+          form: 'event',
+          text: undefined,
+          json: {
+            id: 'chatcmpl-1',
+            object: 'chat.completion.chunk',
+            created: 1,
+            model: 'm',
+            choices: [{ index: 0, delta, token_ids: [id] }],
+          },
+        },
+      ],
+    );
+  const chat = { model: 'm', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 6, stream: true };
+  /** Decode on d0 answers `first` then breaks; on d1 `rest` then length. */
+  const breaking = (first: Item[], rest: Item[] = [piece(2001)], error: unknown = new Error('reset')) => {
+    const calls: Array<{ worker: unknown; body: Record<string, unknown> }> = [];
+    const decode = async (body: Record<string, unknown>, context: Controller, worker: unknown) => {
+      calls.push({ worker, body });
+      const source =
+        worker === 'd0'
+          ? new ScriptedSource(first).fail(error)
+          : new ScriptedSource(rest).push(Annotated.fromData(LLMEngineOutput.length())).end();
+      return new ResponseStream(source, context);
+    };
+    return { decode, calls };
+  };
+
+  it("a chat resumed: the continuation's chunks are the chat's, logged with what it was", async () => {
+    const completion = Annotated.withWire(piece(2001), [
+      {
+        form: 'event',
+        text: undefined,
+        json: { id: 'cmpl-9', object: 'text_completion', choices: [{ index: 0, text: 't2001 ' }] },
+      },
+    ]);
+    const { decode } = breaking([chatPiece(2000)], [completion]);
+    const logger = recordingLogger();
+    const items = await collect(
+      await migratingFlow(decode, { request: chat, promptTokenIds: [1, 2], logger: logger.logger }),
+    );
+    expect(Annotated.wire(items[1] as Item)?.[0]?.json).toMatchObject({
+      id: 'chatcmpl-1',
+      object: 'chat.completion.chunk',
+      choices: [{ delta: { content: 't2001 ' } }],
+    });
+    const info = logger.records.find((record) => record.message === 'Decode stream broke; continued on another worker');
+    expect(info?.fields).toMatchObject({ attempt: 1, mode: 'resume', generatedTokens: 1, reason: 'stream_error' });
+  });
+
+  it('the token ids the client asked for stay in what it is sent', async () => {
+    const { decode } = breaking([chatPiece(2000)]);
+    const items = await collect(
+      await migratingFlow(decode, { request: { ...chat, return_token_ids: true }, promptTokenIds: [1, 2] }),
+    );
+    expect(Annotated.wire(items[0] as Item)?.[0]?.json).toMatchObject({ choices: [{ token_ids: [2000] }] });
+  });
+
+  it('an error item from the worker mid-stream is a break too (stream_error)', async () => {
+    const { decode, calls } = breaking([piece(2000), Annotated.fromError<LLMEngineOutput>(new Error('engine died'))]);
+    const log = eventLog();
+    const items = await collect(await migratingFlow(decode, { onEvent: log.onEvent }));
+    expect(texts(items)).toBe('t2000 t2001 ');
+    expect(calls).toHaveLength(2);
+    expect(log.of('migration')).toMatchObject([{ reason: 'stream_error', outcome: 'migrated' }]);
+  });
+
+  it('a stream that simply ends, without a finish, ends the client stream: no break, no error', async () => {
+    const decode = async (_: unknown, context: Controller) =>
+      new ResponseStream(new ScriptedSource([piece(2000)]).end(), context);
+    const log = eventLog();
+    const items = await collect(await migratingFlow(decode, { onEvent: log.onEvent }));
+    expect(texts(items)).toBe('t2000 ');
+    expect(items.some((item) => Annotated.isError(item))).toBe(false);
+    expect(log.of('migration')).toEqual([]);
+  });
+
+  it('a worker that returns text without token ids: replayed, unless the client asked for token ids', async () => {
+    const textOnly = (text: string) => Annotated.fromData<LLMEngineOutput>({ token_ids: [], text });
+    const { decode } = breaking([textOnly('Hel')], [textOnly('Hello')]);
+    const log = eventLog();
+    const items = await collect(await migratingFlow(decode, { onEvent: log.onEvent }));
+    expect(texts(items)).toBe('Hello');
+    expect(log.of('migration')).toMatchObject([{ outcome: 'migrated', mode: 'replay' }]);
+    const asked = eventLog();
+    await collect(
+      await migratingFlow(breaking([textOnly('Hel')]).decode, {
+        request: { ...request, return_token_ids: true },
+        onEvent: asked.onEvent,
+      }),
+    );
+    expect(asked.of('migration')).toMatchObject([{ outcome: 'refused', why: 'the worker did not return token ids' }]);
+  });
+
+  it.each([['a request the plan refuses (logprobs)', { logprobs: 1 }, 'logprobs']])(
+    '%s: refused, saying why',
+    async (_, extra, why) => {
+      const log = eventLog();
+      await collect(
+        await migratingFlow(breaking([piece(2000)]).decode, {
+          request: { ...request, ...extra },
+          onEvent: log.onEvent,
+        }),
+      );
+      expect(log.of('migration')).toMatchObject([{ outcome: 'refused', why }]);
+    },
+  );
+
+  it('a client that has left: the break is not continued', async () => {
+    const context = new Controller('req-gone');
+    const first = new ScriptedSource([piece(2000)]);
+    const decode = async (_: unknown, ctx: Controller) => new ResponseStream(first, ctx);
+    const log = eventLog();
+    const stream = await migratingFlow(decode, { context, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    const pending = iterator.next();
+    context.stopGenerating();
+    first.fail(new Error('reset'));
+    await pending.catch(() => undefined);
+    await flush();
+    expect(log.of('migration')).toMatchObject([{ outcome: 'refused', why: 'the client has left' }]);
+  });
+
+  it('output the chat server parses as a whole (reasoning) is not continued', async () => {
+    const log = eventLog();
+    await collect(
+      await migratingFlow(breaking([chatPiece(2000), chatPiece(2001, { reasoning_content: 'hmm' })]).decode, {
+        request: chat,
+        promptTokenIds: [1],
+        onEvent: log.onEvent,
+      }),
+    );
+    expect(log.of('migration')).toMatchObject([
+      { outcome: 'refused', why: 'the output is in reasoning, which the chat server parses as a whole' },
+    ]);
+  });
+
+  it('maxSeqLen with a replay whose prompt ids nobody knows: the generated tokens are the sequence', async () => {
+    const log = eventLog();
+    await collect(
+      await migratingFlow(breaking([piece(2000)], [piece(2000), piece(2001)]).decode, {
+        request: { ...request, prompt: 'hello', stop: ['\n'] },
+        migration: { limit: 1, maxSeqLen: 4 },
+        onEvent: log.onEvent,
+      }),
+    );
+    expect(log.of('migration')).toMatchObject([{ outcome: 'migrated', mode: 'replay' }]);
+  });
+
+  it('a spent budget: a migration event and an info line with the break', async () => {
+    const decode = async (_: unknown, context: Controller) =>
+      new ResponseStream(
+        new ScriptedSource([2000, 2001, 2002, 2003, 2004, 2005].map(piece)).fail(new Error('connection reset')),
+        context,
+      );
+    const log = eventLog();
+    const logger = recordingLogger();
+    await collect(await migratingFlow(decode, { onEvent: log.onEvent, logger: logger.logger }));
+    expect(log.of('migration')).toMatchObject([{ outcome: 'migrated', mode: 'resume' }]);
+    expect(logger.records).toContainEqual({
+      level: 'info',
+      fields: expect.objectContaining({ reason: 'stream_error', err: expect.any(Error) }),
+      message: 'Decode stream broke; the token budget was all generated: finished with length',
+    });
+  });
+
+  it('a token on its way when its worker is taken out still reaches the client, once', async () => {
+    const pool = new WorkerPool(['d0', 'd1'], { selection: 'round-robin' });
+    const first = new ScriptedSource([piece(2000)]);
+    const decode = async (_: unknown, context: Controller, worker: unknown) => {
+      if (worker === 'd0') void context.stopped().then(() => first.end());
+      return new ResponseStream(
+        worker === 'd0'
+          ? first
+          : new ScriptedSource([piece(2002)]).push(Annotated.fromData(LLMEngineOutput.length())).end(),
+        context,
+      );
+    };
+    const log = eventLog();
+    const stream = await migratingFlow(decode, { decodeWorkers: pool, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    const pending = iterator.next();
+    await flush();
+    pool.setAvailable('d0', false);
+    first.push(piece(2001)); // already on its way
+    expect((await pending).value?.data?.text).toBe('t2001 ');
+    const rest: Item[] = [];
+    for (let step = await iterator.next(); step.done !== true; step = await iterator.next()) rest.push(step.value);
+    expect(texts(rest)).toBe('t2002 ');
+    const [migration] = log.of('migration');
+    expect(migration).toMatchObject({ reason: 'worker_down', generatedTokens: 2 });
+    expect(migration?.error.message).toContain('taken out of rotation');
+  });
+});
+
+describe('a decode worker silent past the idle budget, as it is reported', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('the break is an idle deadline of decode; a stream that answers in time leaves no timer', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const first = new ScriptedSource([piece(2000)]);
+    const decode = async (_: unknown, context: Controller, worker: unknown) =>
+      new ResponseStream(
+        worker === 'd0'
+          ? first
+          : new ScriptedSource([piece(2001)]).push(Annotated.fromData(LLMEngineOutput.length())).end(),
+        context,
+      );
+    const log = eventLog();
+    const stream = await migratingFlow(decode, { onEvent: log.onEvent, deadlines: { idleMs: 1_000 } });
+    const reading = collect(stream);
+    await vi.advanceTimersByTimeAsync(1_001);
+    await reading;
+    const [migration] = log.of('migration');
+    expect(migration).toMatchObject({ reason: 'idle', error: { name: 'DeadlineError', phase: 'idle', leg: 'decode' } });
+    expect(vi.getTimerCount()).toBe(0);
   });
 });
