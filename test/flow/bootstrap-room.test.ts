@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { MAX_BOOTSTRAP_ROOM, mintBootstrapRoom } from '../../src/flow/bootstrap-room.js';
+import { MAX_BOOTSTRAP_ROOM, mintBootstrapRoom, workerRendezvous } from '../../src/flow/bootstrap-room.js';
 
 const bytes =
   (...values: number[]) =>
@@ -71,5 +71,32 @@ describe('mintBootstrapRoom', () => {
     [{ dpSize: 4 }, 'dpRank must be an integer in [0, 4), got undefined'],
   ])('refuses %j', (options, message) => {
     expect(() => mintBootstrapRoom(options)).toThrow(new RangeError(message));
+  });
+});
+
+describe('workerRendezvous: what it needs of a worker, and says when it lacks it', () => {
+  const refusal = "The sglang-bootstrap connector sends both legs at once and needs the prefill worker's rendezvous";
+  it.each([
+    ['an empty host', { bootstrapHost: '', bootstrapPort: 1 }],
+    ['a host that is not a string', { bootstrapHost: 7, bootstrapPort: 1 }],
+    ['a url that is not one', { url: 'not a url', bootstrapPort: 1 }],
+    ['a url that is not a string', { url: 7, bootstrapPort: 1 }],
+    ['no port', { bootstrapHost: 'p0' }],
+  ])('%s: refused', (_, worker) => {
+    expect(() => workerRendezvous(worker, 'sglang-bootstrap', 1)).toThrow(refusal);
+  });
+
+  it("the host is the url's by default; a dpSize without a dpRank names the worker by its url", () => {
+    expect(workerRendezvous({ url: 'http://p0:30000', bootstrapPort: 8998 }, 'c', 1)).toMatchObject({
+      bootstrap_host: 'p0',
+      bootstrap_port: 8998,
+    });
+    expect(() =>
+      workerRendezvous({ url: 'http://p0:30000', bootstrapHost: 'h', bootstrapPort: 1, dpSize: 2 }, 'c', 1),
+    ).toThrow('The prefill worker "http://p0:30000" has dpSize 2 but no dpRank');
+  });
+
+  it('random bytes given must be 8', () => {
+    expect(() => mintBootstrapRoom({ randomBytes: bytes(1, 2, 3) })).toThrow('randomBytes must give 8 bytes, gave 3');
   });
 });

@@ -1,6 +1,13 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap } from '../../src/engines/registry.js';
-import { checkBudget, checkDeadlines, DEFAULT_DEADLINES, DeadlineError } from '../../src/flow/deadlines.js';
+import {
+  checkBudget,
+  checkDeadlines,
+  DEFAULT_DEADLINES,
+  DeadlineError,
+  pause,
+  startTimer,
+} from '../../src/flow/deadlines.js';
 import { orphanedHandoffs } from '../../src/flow/decode-leg.js';
 import type { DisaggregateOptions, Engine } from '../../src/flow/disaggregate.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
@@ -361,5 +368,43 @@ describe('deadlines per phase', () => {
     await flush();
     expect(vi.getTimerCount()).toBe(0);
     expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);
+  });
+});
+
+describe('what a deadline says, and its timers', () => {
+  it.each([
+    ['total', 'the request', 'decode'],
+    ['prefillFirstOutput', "prefill's first output", 'prefill'],
+    ['handoff', 'the handoff from prefill to decode', 'prefill'],
+    ['decodeFirstToken', "decode's first token", 'decode'],
+    ['idle', "decode's next item", 'decode'],
+  ] as const)('%s: names %s, charged by default to %s', (phase, text, leg) => {
+    const error = new DeadlineError(phase, 250);
+    expect(error.message).toBe(`Deadline exceeded: ${text} took longer than its budget of 250 ms (${phase})`);
+    expect(error.leg).toBe(leg);
+  });
+
+  it('refuses null and 0 where no 0 is meant, and lists the phases it knows', () => {
+    expect(() => checkDeadlines(null)).toThrow('deadlines must be an object of millisecond budgets, got null');
+    expect(() => checkDeadlines({ firstMs: 5 })).toThrow(
+      'Unknown deadline "firstMs": expected one of totalMs, prefillFirstOutputMs, handoffMs, decodeFirstTokenMs, idleMs',
+    );
+    expect(() => checkBudget('cleanupBudgetMs', 0, 5)).toThrow('cleanupBudgetMs must be a positive number');
+  });
+
+  it('a deadline does not keep the process alive; a pause (work to do) does; a runtime without unref is fine', () => {
+    const unref = vi.fn();
+    const spy = vi.spyOn(globalThis, 'setTimeout').mockReturnValue({ unref } as never);
+    try {
+      startTimer(5, () => {});
+      expect(unref).toHaveBeenCalledTimes(1);
+      startTimer(5, () => {}, true);
+      pause(5);
+      expect(unref).toHaveBeenCalledTimes(1);
+      spy.mockReturnValue({} as never);
+      expect(() => startTimer(5, () => {})).not.toThrow();
+    } finally {
+      spy.mockRestore();
+    }
   });
 });
