@@ -1,7 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap } from '../../src/engines/registry.js';
 import { earlyBootstrap } from '../../src/flow/connectors.js';
 import type { DisaggregateOptions } from '../../src/flow/disaggregate.js';
+import { type FlowEvent, FlowRecorder } from '../../src/flow/events.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -428,5 +429,68 @@ describe('events a router acts on come when it has what they speak of', () => {
     for (let i = 0; i < 3; i++) await closing.next();
     await closing.return?.();
     expect(second.of('finished')).toMatchObject([{ outcome: 'success' }]);
+  });
+});
+
+describe('the recorder of one request', () => {
+  it('stamps each event with the time since the request began, and finishes once without leg or error unless given', () => {
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      vi.advanceTimersByTime(1000); // the process has run a while before this request
+      const events: FlowEvent[] = [];
+      const recorder = new FlowRecorder(
+        'req-r',
+        (event) => events.push(event),
+        () => recordingLogger().logger,
+      );
+      vi.advanceTimersByTime(40);
+      recorder.emit({ type: 'prefillDispatched' });
+      expect(events[0]?.elapsedMs).toBe(40);
+      expect(recorder.finished).toBe(false);
+      recorder.finish('success');
+      expect(recorder.finished).toBe(true);
+      const [finished] = events.filter((event) => event.type === 'finished');
+      expect(finished).not.toHaveProperty('leg');
+      expect(finished).not.toHaveProperty('error');
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('a listener that throws is logged with its error and the event, and ignored', () => {
+    const recorded = recordingLogger();
+    const thrown = new Error('listener bug');
+    const recorder = new FlowRecorder(
+      'req-r',
+      () => {
+        throw thrown;
+      },
+      () => recorded.logger,
+    );
+    recorder.emit({ type: 'prefillDispatched' });
+    expect(recorded.records).toEqual([
+      {
+        level: 'warn',
+        fields: { err: thrown, event: 'prefillDispatched' },
+        message: 'A flow event listener threw; ignored',
+      },
+    ]);
+  });
+
+  it('a hold released twice counts once: settled waits for every other part', () => {
+    const types: string[] = [];
+    const recorder = new FlowRecorder(
+      'req-r',
+      (event) => types.push(event.type),
+      () => recordingLogger().logger,
+    );
+    const first = recorder.hold();
+    const second = recorder.hold();
+    recorder.finish('success');
+    first();
+    first();
+    expect(types).not.toContain('settled');
+    second();
+    expect(types.at(-1)).toBe('settled');
   });
 });

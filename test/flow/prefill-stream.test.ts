@@ -270,3 +270,38 @@ describe('classifyPrefill, field by field', () => {
     });
   });
 });
+
+describe('classifyPrefill, with nulls where workers leave fields out', () => {
+  it('an output without data says so', async () => {
+    const { error } = await failure([{ event: 'metrics' } as Item]);
+    expect(error.message).toContain('the first prefill output had no data');
+    const empty = await failure([{ data: null } as unknown as Item]);
+    expect(empty.error.message).toContain('the first prefill output had no data');
+  });
+
+  it('disaggregated_params of null are none: no handoff, and a finished answer carries no params', async () => {
+    const { error } = await failure([out({ finish_reason: 'length', disaggregated_params: null } as never)]);
+    expect(error.kind).toBe('no_disaggregated_params');
+    const finished = await classifyPrefill(
+      new ScriptedSource([out({ finish_reason: 'stop', disaggregated_params: null } as never)]).end(),
+      quiet,
+    );
+    expect(finished.kind).toBe('finished');
+    expect(finished).not.toHaveProperty('params');
+  });
+
+  it('prompt details of null are none', async () => {
+    const result = await classifyPrefill(
+      new ScriptedSource([
+        out({
+          finish_reason: 'length',
+          disaggregated_params: vllmParams,
+          completion_usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4, prompt_tokens_details: null },
+        } as never),
+      ]).end(),
+      quiet,
+    );
+    expect(result.kind).toBe('handoff');
+    expect(result).not.toHaveProperty('promptTokensDetails');
+  });
+});
