@@ -136,3 +136,52 @@ describe('the body of a resume', () => {
     expect(request).toEqual(copy);
   });
 });
+
+describe('a resume body, field by field', () => {
+  it("takes none of chat's, the prompt's or the sampling-of-many fields of the client's request", () => {
+    const dropped = {
+      messages: [{ role: 'user', content: 'Hi' }],
+      prompt: 'x',
+      tools: [],
+      tool_choice: 'none',
+      parallel_tool_calls: false,
+      chat_template: '{{ x }}',
+      chat_template_kwargs: {},
+      add_generation_prompt: true,
+      continue_final_message: false,
+      documents: [],
+      reasoning_effort: 'low',
+      include_reasoning: false,
+      echo: false,
+      prompt_logprobs: 0,
+      max_completion_tokens: 9,
+      n: 1,
+      best_of: 1,
+    };
+    const body = resumeBody({ model: 'm', temperature: 0, ...dropped }, { promptIds: [1], generatedIds: [2] });
+    expect(Object.keys(body).sort()).toEqual([
+      'max_tokens',
+      'model',
+      'prompt',
+      'return_token_ids',
+      'stream',
+      'temperature',
+    ]);
+  });
+
+  it('a chat without a budget or context length cannot be resumed, saying why; a min_tokens that is not a number stays as sent', () => {
+    expect(() => resumeBody({ messages: [] }, { promptIds: [1], generatedIds: [] })).toThrow(
+      new RangeError("a chat request without a budget needs the model's context length"),
+    );
+    expect(
+      resumeBody({ prompt: [1], max_tokens: 5, min_tokens: '3' }, { promptIds: [1], generatedIds: [2] }).min_tokens,
+    ).toBe('3');
+  });
+
+  it('null fields ask for nothing: logprobs null and a null or typeless response_format do not refuse', () => {
+    const base = { prompt: [1, 2], max_tokens: 4, stream: true };
+    for (const extra of [{ logprobs: null }, { response_format: null }, { response_format: {} }]) {
+      expect(migrationPlan({ ...base, ...extra })).toEqual({ kind: 'resume' });
+    }
+  });
+});
