@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
 import { type Lease, NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
@@ -548,5 +548,28 @@ describe('watching a worker for being taken out of rotation (onDown)', () => {
     expect(seen).toEqual(['a1']);
     pool.setAvailable('c', false);
     expect(seen).toEqual(['a1', 'c']);
+  });
+});
+
+describe("a worker pool's policy hooks and its selection option, at the edges", () => {
+  it('a worker taken out twice is forgotten once; a lease released without an outcome teaches nothing', () => {
+    const forget = vi.fn();
+    const completed = vi.fn();
+    const pool = new WorkerPool(['a', 'b'], {
+      selection: { name: 'spy', select: (candidates: readonly string[]) => candidates[0] as string, forget, completed },
+    });
+    pool.setAvailable('a', false);
+    pool.setAvailable('a', false);
+    expect(forget).toHaveBeenCalledTimes(1);
+    pool.acquire().release();
+    expect(completed).not.toHaveBeenCalled();
+    pool.acquire().release('success');
+    expect(completed).toHaveBeenCalledWith('b', undefined, 'success');
+  });
+
+  it('a selection object without select is refused, saying what was expected', () => {
+    expect(() => new WorkerPool(['a'], { selection: {} as never })).toThrow(
+      "expected 'round-robin', 'least-in-flight', a routing policy (such as cacheAware()) or a function",
+    );
   });
 });
