@@ -192,47 +192,37 @@ describe('retryPrefill passes over the workers that failed, and only those', () 
   const pool = (...workers: string[]) =>
     new WorkerPool<unknown>(workers, { selection: (candidates: readonly unknown[]) => candidates[0] });
 
-  it('the workers the caller said to avoid are passed over from the first attempt', async () => {
-    const prefill = prefillFailingOn();
-    const decode = decodeFailingOn();
+  /**
+   * One request with retries over two-worker pools, prefill failing on `prefillFails`, decode on
+   * `decodeFails`: the workers each leg was called on, in order.
+   */
+  async function workersCalled(
+    prefillFails: string[],
+    decodeFails: string[],
+    avoid?: { prefill?: string[]; decode?: string[] },
+  ) {
+    const prefill = prefillFailingOn(...prefillFails);
+    const decode = decodeFailingOn(...decodeFails);
     await collect(
       await runFlow({
         prefill: prefill.run,
         decode: decode.run,
         prefillWorkers: pool('p0', 'p1'),
         decodeWorkers: pool('d0', 'd1'),
-        avoid: { prefill: ['p0'], decode: ['d0'] },
         retryPrefill: () => 0,
+        ...(avoid === undefined ? {} : { avoid }),
       }),
     );
-    expect([prefill.calls, decode.calls]).toEqual([['p1'], ['d1']]);
+    return [prefill.calls, decode.calls];
+  }
+
+  it('the workers the caller said to avoid are passed over from the first attempt', async () => {
+    expect(await workersCalled([], [], { prefill: ['p0'], decode: ['d0'] })).toEqual([['p1'], ['d1']]);
   });
 
   it("a prefill failure passes over its prefill worker, not the decode worker; a decode failure over its decode worker, not prefill's", async () => {
-    const prefill = prefillFailingOn('p0');
-    const decode = decodeFailingOn();
-    await collect(
-      await runFlow({
-        prefill: prefill.run,
-        decode: decode.run,
-        prefillWorkers: pool('p0', 'p1'),
-        decodeWorkers: pool('d0', 'd1'),
-        retryPrefill: () => 0,
-      }),
-    );
-    expect([prefill.calls, decode.calls]).toEqual([['p0', 'p1'], ['d0']]);
-    const again = prefillFailingOn();
-    const failingDecode = decodeFailingOn('d0');
-    await collect(
-      await runFlow({
-        prefill: again.run,
-        decode: failingDecode.run,
-        prefillWorkers: pool('p0', 'p1'),
-        decodeWorkers: pool('d0', 'd1'),
-        retryPrefill: () => 0,
-      }),
-    );
-    expect([again.calls, failingDecode.calls]).toEqual([
+    expect(await workersCalled(['p0'], [])).toEqual([['p0', 'p1'], ['d0']]);
+    expect(await workersCalled([], ['d0'])).toEqual([
       ['p0', 'p0'],
       ['d0', 'd1'],
     ]);
