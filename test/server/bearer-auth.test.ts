@@ -30,7 +30,70 @@ describe('bearerMatches', () => {
   });
 });
 
+/** A response that keeps what is written to it. */
+function recording() {
+  const seen = { status: 0, body: '' };
+  const res = {
+    statusCode: 200,
+    setHeader: () => undefined,
+    writeHead(code: number) {
+      seen.status = code;
+      return this;
+    },
+    end(text?: string) {
+      seen.body = text ?? '';
+      return this;
+    },
+    headersSent: false,
+    writableEnded: false,
+    destroyed: false,
+  } as unknown as ServerResponse;
+  return { res, seen };
+}
+
 describe('answerUnauthorized', () => {
+  it('a refusal is logged at warn with where it came from and whether a key was sent, never the key', () => {
+    const cases: [string | undefined, 'wrong' | 'missing'][] = [
+      ['Bearer not-the-key', 'wrong'],
+      ['bearer\tnot-the-key', 'wrong'],
+      ['Bearer  two-spaces', 'wrong'],
+      [undefined, 'missing'],
+      ['Bearer ', 'missing'],
+      ['xBearer not-the-key', 'missing'],
+      ['Basic not-the-key', 'missing'],
+    ];
+    for (const [authorization, auth] of cases) {
+      const warned: [Record<string, unknown>, string][] = [];
+      const logger = { warn: (fields: Record<string, unknown>, message: string) => warned.push([fields, message]) };
+      const req = {
+        method: 'POST',
+        headers: {
+          ...(authorization === undefined ? {} : { authorization }),
+          'x-forwarded-for': '203.0.113.7',
+          'user-agent': 'curl/8',
+        },
+        socket: { remoteAddress: '10.0.0.9' },
+      } as unknown as IncomingMessage;
+      const { res, seen } = recording();
+      answerUnauthorized(res, 'admin key', { req, path: '/admin/workers', logger: logger as never });
+      expect(seen.status, String(authorization)).toBe(401);
+      expect(warned, String(authorization)).toEqual([
+        [
+          {
+            method: 'POST',
+            path: '/admin/workers',
+            client: '10.0.0.9',
+            forwardedFor: '203.0.113.7',
+            userAgent: 'curl/8',
+            auth,
+          },
+          `Refused a request ${auth === 'wrong' ? 'with a wrong' : 'without an'} admin key`,
+        ],
+      ]);
+      expect(JSON.stringify(warned)).not.toContain('not-the-key');
+    }
+  });
+
   it('a 401 as OpenAI answers a bad key, naming which key', () => {
     for (const which of ['API key', 'admin key'] as const) {
       let status = 0;

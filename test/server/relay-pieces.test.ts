@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { DeadlineError } from '../../src/flow/deadlines.js';
@@ -110,6 +111,17 @@ describe('sseResponse: the SSE relay as a WHATWG Response', () => {
     expect(text).not.toContain('[DONE]');
   });
 
+  it('a body read to its end is not a client that left: the context is not stopped', async () => {
+    const context = new Controller();
+    const source = new ScriptedSource([
+      event({ choices: [{ index: 0, text: 'a', finish_reason: 'stop' }] }, 'a'),
+    ]).end();
+    const response = await sseResponse(new ResponseStream<EngineItem>(source, context), { context });
+    expect(await response.text()).toContain('data: [DONE]');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(context.isStopped()).toBe(false);
+  });
+
   it('a body the reader cancels is a client that left: the context is stopped, the stream closed', async () => {
     const source = new ScriptedSource([event({ choices: [{ index: 0, text: 'a' }] }, 'a')]);
     const context = new Controller();
@@ -168,6 +180,32 @@ describe('writeSse and writeJson on a Node response', () => {
     expect(result).toEqual({ usage });
     expect(text()).toContain('"object":"chat.completion.chunk"');
     expect(text()).toContain('"delta":{"role":"assistant","content":"Hi"}');
+  });
+
+  it('re-creates text_completion chunks for a request without messages', async () => {
+    const items = [
+      Annotated.fromData<LLMEngineOutput>({ token_ids: [1], text: 'Hi' }),
+      Annotated.fromData<LLMEngineOutput>({ token_ids: [], finish_reason: 'stop' }),
+    ];
+    const { res, text } = recordingResponse();
+    await writeSse(new ResponseStream<EngineItem>(new ScriptedSource(items).end(), new Controller()), res as never, {
+      request: { model: 'm', prompt: 'x' },
+    });
+    expect(text()).toContain('"object":"text_completion"');
+    expect(text()).toContain('"text":"Hi"');
+    expect(text()).not.toContain('chat.completion');
+  });
+
+  it("an answer over leaves no listener on the caller's signal (a server's shutdown signal outlives every request)", async () => {
+    const controller = new AbortController();
+    for (let round = 0; round < 3; round++) {
+      const source = new ScriptedSource([event({ choices: [{ index: 0, text: 'a', finish_reason: 'stop' }] }, 'a')]);
+      const { res } = recordingResponse();
+      await writeSse(new ResponseStream<EngineItem>(source.end(), new Controller()), res as never, {
+        signal: controller.signal,
+      });
+    }
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
   });
 
   it('a signal that aborts ends the answer with its reason: a status before the first byte, one error event after', async () => {
