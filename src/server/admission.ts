@@ -129,7 +129,7 @@ export class Admission {
 
   /**
    * A slot for one request of `applicant` (by default one tenant, priority 0): at once if one
-   * is free and nobody of its band or above waits, else after a wait in the queue.
+   * is free (nobody waits while one is), else after a wait in the queue.
    * `gaveUp` resolving (the client left) takes the request out of the queue; the promise then
    * never settles, as nobody waits for it.
    *
@@ -148,7 +148,9 @@ export class Admission {
         ),
       );
     }
-    if (this.#active < this.#max && !this.#waitingAtOrAbove(applicant.priority)) {
+    // A free slot and a waiter never coexist (a release hands its slot to the next waiter at
+    // once), so a free slot is nobody's turn: no band need be asked who waits.
+    if (this.#active < this.#max) {
       this.#active += 1;
       usage.active += 1;
       this.#onWait?.(0, applicant);
@@ -202,11 +204,6 @@ export class Admission {
   #tidy(tenant: string): void {
     const usage = this.#perTenant.get(tenant);
     if (usage !== undefined && usage.active === 0 && usage.queued === 0) this.#perTenant.delete(tenant);
-  }
-
-  #waitingAtOrAbove(priority: number): boolean {
-    for (const band of this.#bands.keys()) if (band >= priority) return true;
-    return false;
   }
 
   #enqueue(waiter: Waiter): void {

@@ -228,6 +228,7 @@ describe('Admission by priority, fair between tenants', () => {
     const lowB = ask('low-b', 'b', 0);
     // Same priority as the waiters: refused, nothing shed.
     await expect(ask('same', 'c', 0)).rejects.toThrow(/at capacity: 1 requests under way and 3 waiting/);
+    await expect(ask('same-again', 'c', 0)).rejects.toMatchObject({ limit: 'capacity', retryAfterS: 1 });
     const high = ask('high', 'c', 5);
     await expect(low2).rejects.toThrow(/gave this request's place to one of higher priority \(5 over 0\)/);
     await expect(low2).rejects.toMatchObject({ limit: 'shed' });
@@ -235,6 +236,58 @@ describe('Admission by priority, fair between tenants', () => {
     expect(await state(lowB)).toBe('pending');
     expect(await state(high)).toBe('pending');
     expect(admission.queued).toBe(3);
+  });
+
+  it('a waiter let in counts for its tenant as under way, no longer as waiting', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 10, queueTimeoutMs: 60_000 });
+    const { ask, freeOne } = recorder(admission);
+    ask('held', 'x');
+    ask('a1', 'a', 0, 2);
+    ask('a2', 'a', 0, 2);
+    await vi.advanceTimersByTimeAsync(0);
+    await freeOne();
+    expect(admission.usageOf('a')).toEqual({ active: 1, queued: 1 });
+    await freeOne();
+    expect(admission.usageOf('a')).toEqual({ active: 1, queued: 0 });
+    // Its limit counts what it has now: one under way, so one more may wait.
+    expect(await state(ask('a3', 'a', 0, 2))).toBe('pending');
+    await expect(ask('a4', 'a', 0, 2)).rejects.toMatchObject({ limit: 'max_concurrent' });
+  });
+
+  it("a waiter that leaves keeps its tenant's other waiters in their turn", async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 10, queueTimeoutMs: 60_000 });
+    const held = await admission.enter(never, { tenant: 'x', priority: 0 });
+    let leave = () => {};
+    const gone = new Promise<void>((resolve) => {
+      leave = resolve;
+    });
+    const first = admission.enter(gone, { tenant: 'a', priority: 0 });
+    const second = admission.enter(never, { tenant: 'a', priority: 0 });
+    leave();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(admission.queued).toBe(1);
+    held.release();
+    expect(await state(second)).toBe('fulfilled');
+    expect(await state(first)).toBe('pending');
+    expect(admission.usageOf('a')).toEqual({ active: 1, queued: 0 });
+  });
+
+  it('a lowest band of a single waiter is shed for a higher one', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 1, queueTimeoutMs: 60_000 });
+    const { ask } = recorder(admission);
+    ask('held', 'x');
+    const low = ask('low', 'a', 0);
+    const high = ask('high', 'b', 5);
+    await expect(low).rejects.toMatchObject({ limit: 'shed' });
+    expect(await state(high)).toBe('pending');
+    expect([admission.queued, admission.usageOf('a'), admission.usageOf('b')]).toEqual([
+      1,
+      { active: 0, queued: 0 },
+      { active: 0, queued: 1 },
+    ]);
   });
 
   it('a tenant at its own limit (under way and waiting) is refused at once, naming the limit', async () => {
@@ -276,7 +329,7 @@ describe('Admission by priority, fair between tenants', () => {
 });
 
 describe('Admission under any arrival, release and departure order', () => {
-  it('never serves more than its slots, admits each request at most once, never a lower band while a higher one waits', async () => {
+  it('never serves more than its slots nor leaves one free while someone waits, admits each request at most once, never a lower band while a higher one waits', async () => {
     const { default: fc } = await import('fast-check');
     const { propertyOptions } = await import('../support/property.js');
     const step = fc.oneof(
@@ -326,6 +379,8 @@ describe('Admission under any arrival, release and departure order', () => {
           expect(admission.active).toBeLessThanOrEqual(2);
           expect(admission.queued).toBeLessThanOrEqual(6);
           expect(admission.active).toBe(held.length);
+          // A free slot is never left while someone waits: enter() admits at once on that rule.
+          if (admission.active < 2) expect(admission.queued).toBe(0);
         }
         expect(admittedTwice).toBe(false);
         vi.useRealTimers();
