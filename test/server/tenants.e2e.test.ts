@@ -181,6 +181,22 @@ describe('tenants sharing one fleet', () => {
     expect((await request(`${url}/admin/tenants`)).statusCode).toBe(401);
   });
 
+  it("a tenant's tokens in the last minute are what its answers said they used, not the estimate counted before", async () => {
+    const { url } = await setup({ adminKey: 'sk-admin-000001' });
+    // A quarter of the text is 25 tokens; the fake worker reports its own count.
+    const answered = await ask(url, 'sk-small-0000001', 'y'.repeat(100));
+    expect(answered.status).toBe(200);
+    const usage = (answered.body as { usage?: { total_tokens: number } }).usage;
+    expect(usage?.total_tokens).toBeGreaterThan(0);
+    expect(usage?.total_tokens).not.toBe(25);
+    const answer = await request(`${url}/admin/tenants`, { headers: { authorization: 'Bearer sk-admin-000001' } });
+    const { tenants } = (await answer.body.json()) as { tenants: Array<{ name: string; lastMinute: unknown }> };
+    expect(tenants.find((tenant) => tenant.name === 'small')?.lastMinute).toMatchObject({
+      requests: 1,
+      tokens: usage?.total_tokens,
+    });
+  });
+
   it('a gateway names the tenant in a header, from the keys allowed to', async () => {
     const { url } = await setup({ tenantHeader: 'x-tenant', tenantHeaderKeys: ['sk-gateway-0001'] });
     const viaGateway = (tenant: string, key: string) =>
