@@ -199,6 +199,16 @@ describe('what the proxy says of a request', () => {
     expect(metrics).toMatch(/^disagg_inter_token_latency_seconds_count 4$/m);
   });
 
+  it("without a router's prediction of cached tokens, the engine's report of them is not counted as a prediction's miss", async () => {
+    const { client, url } = await setup('vllm');
+    const { usage } = await client.completions.create({ model: 'fake-model', prompt: 'Say it again', max_tokens: 2 });
+    // The engine reports what it reused; round robin predicted nothing to compare it with.
+    expect(usage?.prompt_tokens_details?.cached_tokens).toBeTypeOf('number');
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    expect(metrics).toMatch(/^disagg_tokens_total\{.*kind="cached".*\} \d+$/m);
+    expect(metrics).not.toMatch(/^disagg_kv_(predicted|reported)_cached_tokens_total\{/m);
+  });
+
   it('an onEvent tap that throws is logged and ignored: the request is served', async () => {
     const seen: string[] = [];
     const { client, logs } = await setup(
