@@ -1,4 +1,5 @@
-import { Decoder } from '@msgpack/msgpack';
+import { createRequire } from 'node:module';
+import type { Decoder } from '@msgpack/msgpack';
 import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
@@ -57,8 +58,16 @@ export class KvEventFormatError extends DisaggError {
   }
 }
 
-// uint64 hashes need all 64 bits: without useBigInt64 they would lose precision as numbers.
-const decoder = new Decoder({ useBigInt64: true });
+// Made on the first event: a proxy that follows no engine's KV events never loads msgpack.
+let decoder: Decoder | undefined;
+function msgpack(): Decoder {
+  if (decoder === undefined) {
+    const { Decoder: Made } = createRequire(import.meta.url)('@msgpack/msgpack') as typeof import('@msgpack/msgpack');
+    // uint64 hashes need all 64 bits: without useBigInt64 they would lose precision as numbers.
+    decoder = new Made({ useBigInt64: true });
+  }
+  return decoder;
+}
 
 /**
  * Reads one msgpack payload of an engine's KV event stream (the third frame of a live
@@ -76,7 +85,7 @@ const decoder = new Decoder({ useBigInt64: true });
 export function decodeKvEventBatch(payload: Uint8Array): KvEventBatch {
   let raw: unknown;
   try {
-    raw = decoder.decode(payload);
+    raw = msgpack().decode(payload);
   } catch (error) {
     throw new KvEventFormatError(`a KV event payload is not msgpack: ${(error as Error).message}`, { cause: error });
   }

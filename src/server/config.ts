@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
-import { parse as parseYaml } from 'yaml';
 import { closest } from '../util/closest.js';
+import { parseYaml } from '../util/yaml.js';
 import { ConfigError, resolveServeConfig, SETTINGS, type ServeConfig, serveUsage } from './options.js';
 
 export { ConfigError, type ServeConfig } from './options.js';

@@ -3,11 +3,11 @@
 // is the default tenant. The file is read again when it changes, without a restart.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync, type Stats, unwatchFile, watchFile } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
 import * as z from 'zod/mini';
 import en from 'zod/v4/locales/en.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { parseYaml } from '../util/yaml.js';
 
 // zod's functional build, bundled (see request-schemas.ts); its English messages name each
 // problem of a tenants file. The configuration is this bundled copy's own, not a user's zod.

@@ -1,4 +1,5 @@
-import { Encoder } from '@msgpack/msgpack';
+import { createRequire } from 'node:module';
+import type { Encoder } from '@msgpack/msgpack';
 import type * as Zmq from 'zeromq';
 
 /** An event as a fake publisher sends it: the engines' field names. */
@@ -32,7 +33,16 @@ export interface FakeKvPublisherOptions {
   bufferSteps?: number;
 }
 
-const encoder = new Encoder({ useBigInt64: true });
+// Made by the first publisher: the fakes are bundled into the `disagg` command, whose proxy
+// never publishes, and loading msgpack with the command cost every idle proxy 1.5 MB.
+let encoder: Encoder | undefined;
+function msgpack(): Encoder {
+  if (encoder === undefined) {
+    const { Encoder: Made } = createRequire(import.meta.url)('@msgpack/msgpack') as typeof import('@msgpack/msgpack');
+    encoder = new Made({ useBigInt64: true });
+  }
+  return encoder;
+}
 
 /**
  * An engine's KV event publisher as vLLM's `ZmqEventPublisher` runs it: a PUB socket sending
@@ -110,7 +120,7 @@ export class FakeKvPublisher {
   /** Publishes one batch (one engine step); resolves once it is sent. Its seq is returned. */
   async publish(events: readonly FakeKvEvent[]): Promise<bigint> {
     const seq = this.#seq++;
-    const payload = encoder.encode([
+    const payload = msgpack().encode([
       Date.now() / 1000,
       events.map((event) => this.#encode(event)),
       this.#options.dpRank,
