@@ -1,6 +1,5 @@
-import { createRequire } from 'node:module';
-import type { Decoder } from '@msgpack/msgpack';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { msgpack } from '../util/msgpack.js';
 
 /**
  * An engine's handle for one KV block: its own hash, kept opaque. vLLM sends a uint64 (older
@@ -58,17 +57,6 @@ export class KvEventFormatError extends DisaggError {
   }
 }
 
-// Made on the first event: a proxy that follows no engine's KV events never loads msgpack.
-let decoder: Decoder | undefined;
-function msgpack(): Decoder {
-  if (decoder === undefined) {
-    const { Decoder: Made } = createRequire(import.meta.url)('@msgpack/msgpack') as typeof import('@msgpack/msgpack');
-    // uint64 hashes need all 64 bits: without useBigInt64 they would lose precision as numbers.
-    decoder = new Made({ useBigInt64: true });
-  }
-  return decoder;
-}
-
 /**
  * Reads one msgpack payload of an engine's KV event stream (the third frame of a live
  * message, or of a replayed one): the batch as a positional array `[ts, events, rank]` or as
@@ -85,7 +73,7 @@ function msgpack(): Decoder {
 export function decodeKvEventBatch(payload: Uint8Array): KvEventBatch {
   let raw: unknown;
   try {
-    raw = msgpack().decode(payload);
+    raw = msgpack().decoder.decode(payload);
   } catch (error) {
     throw new KvEventFormatError(`a KV event payload is not msgpack: ${(error as Error).message}`, { cause: error });
   }

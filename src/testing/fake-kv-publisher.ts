@@ -1,6 +1,5 @@
-import { createRequire } from 'node:module';
-import type { Encoder } from '@msgpack/msgpack';
 import type * as Zmq from 'zeromq';
+import { msgpack } from '../util/msgpack.js';
 
 /** An event as a fake publisher sends it: the engines' field names. */
 export type FakeKvEvent =
@@ -31,17 +30,6 @@ export interface FakeKvPublisherOptions {
   dpRank?: number;
   /** How many batches the replay socket keeps. Default 10,000 (vLLM's `buffer_steps`). */
   bufferSteps?: number;
-}
-
-// Made by the first publisher: the fakes are bundled into the `disagg` command, whose proxy
-// never publishes, and loading msgpack with the command cost every idle proxy 1.5 MB.
-let encoder: Encoder | undefined;
-function msgpack(): Encoder {
-  if (encoder === undefined) {
-    const { Encoder: Made } = createRequire(import.meta.url)('@msgpack/msgpack') as typeof import('@msgpack/msgpack');
-    encoder = new Made({ useBigInt64: true });
-  }
-  return encoder;
 }
 
 /**
@@ -120,7 +108,7 @@ export class FakeKvPublisher {
   /** Publishes one batch (one engine step); resolves once it is sent. Its seq is returned. */
   async publish(events: readonly FakeKvEvent[]): Promise<bigint> {
     const seq = this.#seq++;
-    const payload = msgpack().encode([
+    const payload = msgpack().encoder.encode([
       Date.now() / 1000,
       events.map((event) => this.#encode(event)),
       this.#options.dpRank,
