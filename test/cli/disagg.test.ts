@@ -1,13 +1,20 @@
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { serveBin } from '../support/bin.js';
 import { eventually, expectServedCompletion, fakeWorkers } from '../support/http.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = `${root}/dist/cli.js`;
 const fakes = fakeWorkers();
+const cleanups: Array<() => Promise<unknown> | unknown> = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
 
 describe('the disagg command (built)', () => {
   it('prints its usage and version; a bad setting exits 2 saying what was expected', () => {
@@ -122,6 +129,40 @@ describe('the disagg command (built)', () => {
     expect(out).toContain('"msg":"request finished"');
     expect(out).toContain('"msg":"Stopped"');
   }, 20_000);
+
+  // undici's HTTP parser is WebAssembly; the optimizing tier's compile of it alone peaks at 25
+  // to 40 MB outside the heap (Node 20 and 24), the baseline compiler's at about 4 MB for the
+  // whole run. The image passes the flag to node; the command sets it itself, which takes
+  // effect where V8 reads it after start (Node 20; from Node 24 on, only the command line does).
+  async function compilerMemoryServing(nodeArgs: string[]): Promise<number> {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const served = await serveBin(['--connector', 'vllm', '--prefill', prefill.url, '--decode', decode.url], {
+      env: { NODE_OPTIONS: `--import ${root}/test/support/compiler-memory.mjs` },
+      nodeArgs,
+      cleanups,
+    });
+    for (let round = 0; round < 20; round += 1) await expectServedCompletion(served.url);
+    expect(await served.stop()).toBe(0);
+    const peak = Number(/peak_malloced_memory=(\d+)/.exec(served.output.err)?.[1]);
+    expect(peak).toBeGreaterThan(0);
+    return peak;
+  }
+
+  it("started as the image starts it, serve leaves WebAssembly to V8's baseline compiler: parsing answers costs no optimizing compile of undici's parser", async () => {
+    const dockerfile = readFileSync(`${root}/deploy/Dockerfile`, 'utf8');
+    const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
+    expect(entrypoint.at(-1)).toBe('dist/cli.js');
+    expect(await compilerMemoryServing(entrypoint.slice(1, -1))).toBeLessThan(15e6);
+  }, 20_000);
+
+  it.runIf(Number(process.versions.node.split('.')[0]) < 24)(
+    'started as plain node dist/cli.js on Node 20, serve sets the baseline compiler itself',
+    async () => {
+      expect(await compilerMemoryServing([])).toBeLessThan(15e6);
+    },
+    20_000,
+  );
 
   it('serve --log-format pretty writes pino-pretty lines instead of JSON', async () => {
     const child = spawn(

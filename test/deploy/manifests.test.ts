@@ -135,7 +135,7 @@ describe('the Dockerfile', () => {
   const final = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
 
   it('starts node itself (signals reach the proxy), as a non-root user, exposing the default port', () => {
-    expect(final).toMatch(/^ENTRYPOINT \["node", "dist\/cli\.js"\]$/m);
+    expect(final).toMatch(/^ENTRYPOINT \["node", (".+", )*"dist\/cli\.js"\]$/m);
     expect(final).not.toMatch(/npx|npm (start|run)/);
     expect(final).toMatch(/^USER 1000:1000$/m); // by number: a kubelet checks runAsNonRoot on a UID
     expect(final).toMatch(new RegExp(`^EXPOSE ${defaultOf('port')}$`, 'm'));

@@ -17,18 +17,34 @@ export interface ServedBin {
 
 /**
  * Starts `disagg serve` from the built bin with `args` (on 127.0.0.1, any port, no drain
- * delay) and `env` added to the environment; resolves once it listens. `cleanups` gets its
+ * delay), `nodeArgs` before the script and `env` added to the environment; resolves once it listens. `cleanups` gets its
  * stop, for a test's afterEach.
  *
  * @throws when it exits or logs an error before it listens.
  */
 export async function serveBin(
   args: string[],
-  options: { env?: Record<string, string>; cleanups: Array<() => Promise<unknown> | unknown> },
+  options: {
+    env?: Record<string, string>;
+    /** Node's own flags, before the script (the image's entry point passes some). */
+    nodeArgs?: string[];
+    cleanups: Array<() => Promise<unknown> | unknown>;
+  },
 ): Promise<ServedBin> {
   const child = spawn(
     process.execPath,
-    [`${root}/dist/cli.js`, 'serve', '--port', '0', '--host', '127.0.0.1', '--drain-delay-ms', '0', ...args],
+    [
+      ...(options.nodeArgs ?? []),
+      `${root}/dist/cli.js`,
+      'serve',
+      '--port',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--drain-delay-ms',
+      '0',
+      ...args,
+    ],
     { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const output = { out: '', err: '' };
