@@ -83,14 +83,18 @@ async function workers(protocol) {
  * The NODE_OPTIONS the image runs the proxy with (deploy/Dockerfile's `ENV NODE_OPTIONS`), so
  * that it is measured as it ships.
  */
-const imageNodeOptions = /^ENV NODE_OPTIONS=(.+)$/m.exec(readFileSync(`${root}deploy/Dockerfile`, 'utf8'))?.[1] ?? '';
+const dockerfile = readFileSync(`${root}deploy/Dockerfile`, 'utf8');
+const imageNodeOptions = /^ENV NODE_OPTIONS=(.+)$/m.exec(dockerfile)?.[1] ?? '';
+/** The flags its entry point gives node before the script (`ENTRYPOINT ["node", ...flags, "dist/cli.js"]`). */
+const imageNodeFlags = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]').slice(1, -1);
 
-/** The proxy as it is deployed: the disagg bin, logging every request at info, with the image's NODE_OPTIONS. */
+/** The proxy as it is deployed: the disagg bin, logging every request at info, with the image's node flags and NODE_OPTIONS. */
 async function disagg(connector, urls) {
   const bootstrap = connector === 'sglang' ? ['--bootstrap-port', String(urls.bootstrapPort)] : [];
   const { proc, info } = await child(
     process.execPath,
     [
+      ...imageNodeFlags,
       args.cli,
       'serve',
       '--connector',
@@ -168,7 +172,7 @@ function table(result, rows, { paced = true } = {}) {
 }
 
 console.log(
-  `disagg serve runs with the image's NODE_OPTIONS (${imageNodeOptions || 'none'}), as deploy/Dockerfile sets them`,
+  `disagg serve runs with the image's node flags (${imageNodeFlags.join(' ') || 'none'}) and NODE_OPTIONS (${imageNodeOptions || 'none'}), as deploy/Dockerfile sets them`,
 );
 console.log('');
 console.log(

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -116,6 +116,22 @@ describe('the built package, as a router imports it', () => {
     expect(loaded('disagg')).toEqual([]);
     // (prom-client, which the proxy's metrics use, loads @opentelemetry/api itself when it is installed.)
     expect(loaded('disagg/server')).not.toContain('@kubernetes');
+  });
+
+  it("the bin's bundle, built without keepNames, renames no class of the library for a clash (logs name an error by its class)", () => {
+    const written = new Set(
+      [...readdirSync(`${root}/src`, { recursive: true, encoding: 'utf8' })]
+        .filter((file) => file.endsWith('.ts'))
+        .flatMap((file) =>
+          [...readFileSync(`${root}/src/${file}`, 'utf8').matchAll(/\bclass (\w+)/g)].map((m) => m[1]),
+        ),
+    );
+    const bundled = [...readFileSync(`${root}/dist/cli.js`, 'utf8').matchAll(/\bvar ([\w$]+) = class\b/g)].map(
+      (m) => m[1] as string,
+    );
+    expect(bundled).toContain('UpstreamError');
+    const renamed = bundled.filter((name) => !written.has(name) && written.has(name.replace(/\d+$/, '')));
+    expect(renamed).toEqual([]);
   });
 
   it('every class keeps the name it is written with, in both formats (logs name an error by its class)', () => {

@@ -91,7 +91,7 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
           ...(options.kvCache.replayForm === undefined ? {} : { replayForm: options.kvCache.replayForm }),
           ...(options.kvCache.topic === undefined ? {} : { topic: options.kvCache.topic }),
         });
-  const worker = new Worker(options, publisher);
+  const worker = new FakeWorkerServer(options, publisher);
   await worker.listen();
   return worker;
 }
@@ -108,7 +108,7 @@ const PROTOCOLS: Record<EngineName, FakeProtocol> = {
  * streaming decode answers no faster than the client reads, timers and closing. What differs
  * between vLLM and SGLang is its {@link FakeProtocol}.
  */
-class Worker implements FakeWorker, WorkerSide {
+class FakeWorkerServer implements FakeWorker, WorkerSide {
   readonly role: 'prefill' | 'decode';
   readonly protocol: 'vllm' | 'sglang' | 'trtllm';
   readonly host: string;
