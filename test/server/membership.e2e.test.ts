@@ -217,6 +217,12 @@ describe('the admin API', () => {
     expect(worker.body.error.message).toBe('POST is not allowed on /admin/workers/decode-0: use DELETE');
     const nameless = await admin('DELETE', '/admin/workers/');
     expect([nameless.status, nameless.body.error.message]).toEqual([404, 'No route DELETE /admin/workers/']);
+    // A drain without a name is no route either, not a worker named "".
+    const namelessDrain = await admin('POST', '/admin/workers//drain');
+    expect([namelessDrain.status, namelessDrain.body.error.message]).toEqual([
+      404,
+      'No route POST /admin/workers//drain',
+    ]);
     const garbled = await admin('DELETE', '/admin/workers/%ZZ');
     expect([garbled.status, garbled.body.error.message]).toEqual([
       400,

@@ -80,7 +80,7 @@ describe('Membership: redact', () => {
     expect(membership.redact('http://10.0.0.2:8200/v1/completions answered 500 (10.0.0.1:8100 unreachable)')).toBe(
       'decode-0/v1/completions answered 500 (prefill-0 unreachable)',
     );
-    expect(membership.redact('nothing to hide')).toBe('nothing to hide');
+    expect(membership.redact('Stream reset: nothing to hide')).toBe('Stream reset: nothing to hide');
   });
 
   it('a longer address is replaced before a shorter one it contains', () => {
@@ -161,13 +161,77 @@ describe('Membership: changes', () => {
       hint: 'nothing listens there',
     });
     expect(prefill.isAvailable(prefill.workers[1] as ProxyPrefillWorker)).toBe(false);
-    expect(logs[0]?.message).toBe('Worker added to the prefill pool; out of rotation until it answers a probe');
+    expect(logs).toEqual([
+      {
+        fields: {
+          role: 'prefill',
+          worker: 'prefill-1',
+          url: 'http://p9',
+          source: 'admin',
+          state: 'down',
+          reason: 'ECONNREFUSED',
+          hint: 'nothing listens there',
+        },
+        message: 'Worker added to the prefill pool; out of rotation until it answers a probe',
+      },
+    ]);
+  });
+
+  it('only a worker out of rotation is listed with why its last probe failed', () => {
+    const { membership, decode, refuseProbes } = setup();
+    // The checker remembers a failed probe until one succeeds: a worker still in rotation (below
+    // the failure threshold) or draining may have one, and its listing must not call it down.
+    refuseProbes();
+    const lease = decode.acquire();
+    membership.drain('decode', decode.workers[0] as ProxyDecodeWorker, 'admin');
+    expect(membership.list()).toStrictEqual({
+      prefill: [
+        {
+          role: 'prefill',
+          name: 'prefill-0',
+          url: 'http://10.0.0.1:8100',
+          state: 'ready',
+          in_flight: 0,
+          source: 'config',
+        },
+      ],
+      decode: [
+        {
+          role: 'decode',
+          name: 'decode-0',
+          url: 'http://10.0.0.2:8200/',
+          state: 'draining',
+          in_flight: 1,
+          source: 'config',
+        },
+      ],
+    });
+    lease.release();
+  });
+
+  it('a worker removed while its first probe is under way is answered as left', async () => {
+    const { membership, health } = setup();
+    let answer: (inRotation: boolean) => void = () => {};
+    health.admit.mockImplementationOnce(
+      () =>
+        new Promise<boolean>((resolve) => {
+          answer = resolve;
+        }),
+    );
+    const adding = membership.add('decode', { url: 'http://10.0.0.3:8200', name: 'decode-new' }, 'admin');
+    const found = membership.find('decode-new');
+    expect(found?.role).toBe('decode');
+    membership.remove('decode', found?.worker as ProxyDecodeWorker, 'admin');
+    await vi.waitFor(() => expect(health.forget).toHaveBeenCalledWith(found?.worker));
+    answer(false);
+    await expect(adding).resolves.toMatchObject({ url: 'http://10.0.0.3:8200', state: 'left', in_flight: 0 });
   });
 
   it('add refuses a URL already in the pool (saying when it is draining) and a name already taken', async () => {
     const { membership, decode, changes } = setup();
     const refused = await membership.add('decode', { url: 'http://10.0.0.2:8200' }, 'admin').catch((e: unknown) => e);
     expect(MembershipError.is(refused)).toBe(true);
+    expect((refused as Error).name).toBe('MembershipError');
     expect(refused).toMatchObject({
       code: 'DISAGG_WORKER_EXISTS',
       message: 'A decode worker with this URL is already in the pool, as decode-0',
@@ -273,8 +337,8 @@ describe('Membership: changes', () => {
     ]);
   });
 
-  it('a worker added again before it finished leaving stays known under its name', async () => {
-    const { membership, decode, health } = setup();
+  it('a worker added again before it finished leaving stays known under its name, and leaves when drained again', async () => {
+    const { membership, decode, health, changes } = setup();
     const worker = decode.workers[0] as ProxyDecodeWorker;
     const lease = decode.acquire();
     membership.remove('decode', worker, 'dns');
@@ -284,6 +348,26 @@ describe('Membership: changes', () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(health.forget).not.toHaveBeenCalled();
     expect(membership.nameOf(worker)).toBe('decode-0');
+    // Its first leave is over: this drain is a leave of its own, not one already under way.
+    membership.drain('decode', worker, 'dns');
+    await vi.waitFor(() => expect(health.forget).toHaveBeenCalledWith(worker));
+    expect(changes).toEqual(['decode removed dns', 'decode draining dns', 'decode left dns']);
+  });
+
+  it('a worker removed, added back and removed again before its requests end leaves without an error once they end', async () => {
+    const { membership, decode, health } = setup();
+    const worker = decode.workers[0] as ProxyDecodeWorker;
+    const lease = decode.acquire();
+    membership.remove('decode', worker, 'dns');
+    const adding = membership.add('decode', worker, 'dns');
+    membership.remove('decode', worker, 'dns');
+    await adding;
+    lease.release();
+    // Both leaves end; an error thrown by the second would be an unhandled rejection.
+    await vi.waitFor(() => expect(health.forget).toHaveBeenCalledTimes(2));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(decode.has(worker)).toBe(false);
+    expect(membership.nameOf(worker)).toBe('worker');
   });
 });
 
@@ -329,6 +413,25 @@ describe('Membership: discovery', () => {
       ['http://10.0.0.7:8200', 'decode-a-2', 'ready'],
     ]);
     lease.release();
+  });
+
+  it('a pod re-created again while both of its earlier copies drain joins as <name>-3', async () => {
+    const { membership, decode } = setup([{ url: 'http://p0' }], []);
+    const check = (_role: string, worker: { url: string; name?: string }) => ({ ...worker });
+    const target = membership.targetFor('kubernetes', check);
+    const leases = [];
+    for (const url of ['http://10.0.0.5:8200', 'http://10.0.0.7:8200']) {
+      await target.add('decode', { url, name: 'decode-a' });
+      leases.push(decode.acquire());
+      target.drain('decode', url);
+    }
+    await target.add('decode', { url: 'http://10.0.0.8:8200', name: 'decode-a' });
+    expect(decode.workers.map((worker) => [membership.nameOf(worker), decode.stateOf(worker)])).toEqual([
+      ['decode-a', 'draining'],
+      ['decode-a-2', 'draining'],
+      ['decode-a-3', 'ready'],
+    ]);
+    for (const lease of leases) lease.release();
   });
 });
 

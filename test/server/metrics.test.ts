@@ -11,7 +11,7 @@ import { recordingLogger } from '../support/async.js';
 
 type Named = { url: string };
 
-function setup(admission?: { active: number; queued: number }, shared?: Registry) {
+function setup(admission?: ConstructorParameters<typeof ProxyMetrics>[1], shared?: Registry) {
   const prefill = new WorkerPool<Named>([{ url: 'http://p0' }]);
   const decode = new WorkerPool<Named>([{ url: 'http://d0' }, { url: 'http://d1' }]);
   const metrics = new ProxyMetrics({ prefill, decode }, admission, shared);
@@ -248,6 +248,39 @@ describe('ProxyMetrics: fed by the flow', () => {
     });
   });
 
+  it('token counts that are not finite numbers are not counted', async () => {
+    const { metrics, values } = setup();
+    // What a sloppy engine's usage may hold: JSON.parse gives Infinity for 1e999.
+    metrics.tokens('chat', 'qwen3', {
+      prompt_tokens: JSON.parse('1e999') as number,
+      completion_tokens: '7' as unknown as number,
+      prompt_tokens_details: { cached_tokens: Number.NaN },
+    });
+    expect(await values('disagg_tokens_total')).toEqual({});
+  });
+
+  it('tenant tokens are counted when there are some; a request that used none adds no series', async () => {
+    const { metrics, values } = setup();
+    metrics.tenantTokens('chat', 0);
+    expect(await values('disagg_tenant_tokens_total')).toEqual({});
+    metrics.tenantTokens('chat', 12);
+    expect(await values('disagg_tenant_tokens_total')).toEqual({ 'tenant=chat': 12 });
+  });
+
+  it('a leg retried is counted against its worker; one retried before any worker was chosen is not', async () => {
+    const { metrics, values } = setup();
+    metrics.legRetried('prefill', undefined);
+    metrics.legRetried('decode', 'decode-1');
+    expect(await values('disagg_worker_legs_total')).toEqual({ 'role=decode,worker=decode-1,outcome=retried': 1 });
+  });
+
+  it('failed calls to the limits Redis are counted', async () => {
+    const { metrics, values } = setup();
+    metrics.redisFailed();
+    metrics.redisFailed();
+    expect(await values('disagg_redis_failures_total')).toEqual({ '': 2 });
+  });
+
   it('probes and scrapes (health, ready, metrics) are not requests', async () => {
     const { metrics, values } = setup();
     for (const route of ['health', 'ready', 'metrics'])
@@ -284,6 +317,17 @@ describe('ProxyMetrics: gauges read at each scrape', () => {
     const none = setup();
     expect(await none.values('disagg_queue_depth')).toEqual({ '': 0 });
     expect(await none.values('disagg_admitted_requests')).toEqual({ '': 0 });
+  });
+
+  it('requests waiting per tenant, as admission counts them at this scrape', async () => {
+    let waiting: Array<readonly [string, number]> = [
+      ['default', 1],
+      ['chat', 3],
+    ];
+    const { values } = setup({ active: 0, queued: 4, queuedByTenant: () => waiting });
+    expect(await values('disagg_tenant_queue_depth')).toEqual({ 'tenant=default': 1, 'tenant=chat': 3 });
+    waiting = [['chat', 0]];
+    expect(await values('disagg_tenant_queue_depth')).toEqual({ 'tenant=chat': 0 });
   });
 
   it('workers by state, in flight and in rotation, for the workers of this scrape only', async () => {

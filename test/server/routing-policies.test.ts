@@ -55,6 +55,18 @@ describe('conditionalAggregation', () => {
     expect(
       conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), 'least-in-flight'),
     ).toBeUndefined();
+    // A policy object that knows nothing of caches (cachedShare is optional for plugins).
+    const unaware = { name: 'unaware', select: (candidates: readonly W[]) => candidates[0] as W };
+    expect(conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), unaware)).toBeUndefined();
+  });
+
+  it('an empty prompt is never served on decode alone for its cache: the policy is not asked about it', () => {
+    const cachedShare = vi.fn(() => 1);
+    const policy = { name: 'all-cached', select: (candidates: readonly W[]) => candidates[0] as W, cachedShare };
+    const decide = conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), policy);
+    expect(decide?.({ prompt: '' })).toBeUndefined();
+    expect(cachedShare).not.toHaveBeenCalled();
+    expect(decide?.({ prompt: 'a' })).toBe('decode-cached');
   });
 
   it('a prompt shorter than aggregateBelowChars is served on decode alone; one that long is disaggregated', () => {

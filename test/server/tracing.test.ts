@@ -147,23 +147,52 @@ describe('RequestTrace with tracing', () => {
     trace.end(200, 'success', undefined, undefined);
     const byName = spans();
     expect(byName['disagg.decode']?.attributes['disagg.outcome']).toBe('error');
-    expect(byName['disagg.request']?.events.map((each) => each.attributes)).toEqual([
+    // Strictly: the SDK keeps an attribute set to undefined, and an exporter would send it empty.
+    expect(byName['disagg.request']?.events.map(({ name, attributes }) => ({ name, attributes }))).toStrictEqual([
       {
-        'disagg.migration.attempt': 1,
-        'disagg.migration.reason': 'stream_error',
-        'disagg.migration.outcome': 'migrated',
-        'disagg.migration.generated_tokens': 5,
-        'disagg.migration.mode': 'resume',
-        'disagg.migration.to_worker': 'name-of-d1',
+        name: 'disagg.migration',
+        attributes: {
+          'disagg.migration.attempt': 1,
+          'disagg.migration.reason': 'stream_error',
+          'disagg.migration.outcome': 'migrated',
+          'disagg.migration.generated_tokens': 5,
+          'disagg.migration.mode': 'resume',
+          'disagg.migration.to_worker': 'name-of-d1',
+        },
       },
       {
-        'disagg.migration.attempt': 2,
-        'disagg.migration.reason': 'idle',
-        'disagg.migration.outcome': 'refused',
-        'disagg.migration.generated_tokens': 9,
-        'disagg.migration.why': 'limit',
+        name: 'disagg.migration',
+        attributes: {
+          'disagg.migration.attempt': 2,
+          'disagg.migration.reason': 'idle',
+          'disagg.migration.outcome': 'refused',
+          'disagg.migration.generated_tokens': 9,
+          'disagg.migration.why': 'limit',
+        },
       },
     ]);
+  });
+
+  it('a refused migration leaves the leg span open: it ends with how the request finished', async () => {
+    const { tracing, exporter, spans } = await recorded();
+    const trace = new RequestTrace(tracing, undefined, nameOf, {});
+    trace.headersFor('decode', { url: 'd0' });
+    trace.onEvent(
+      event({
+        type: 'migration',
+        attempt: 1,
+        reason: 'idle',
+        outcome: 'refused',
+        why: 'off',
+        error: new Error('silent'),
+        generatedTokens: 3,
+      }),
+    );
+    expect(exporter.getFinishedSpans()).toEqual([]);
+    const failure = new Error('decode went silent');
+    trace.onEvent(event({ type: 'finished', outcome: 'error', leg: 'decode', error: failure }));
+    trace.end(502, 'error', undefined, failure);
+    expect(spans()['disagg.decode']?.status).toEqual({ code: api.SpanStatusCode.ERROR, message: 'decode went silent' });
   });
 
   it('the flow events set who served, the handoff span and how each leg ended', async () => {

@@ -1,0 +1,86 @@
+import { describe, expect, it } from 'vitest';
+import { UpstreamError } from '../../src/http/upstream-error.js';
+import { requestEvents } from '../../src/server/request-events.js';
+import { flowEvent, proxyState } from '../support/proxy-state.js';
+
+const unreachable = (url: string) =>
+  UpstreamError.fromFailure(
+    `${url}/v1/completions`,
+    Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }),
+  );
+const brokenOff = (url: string) =>
+  UpstreamError.fromFailure(
+    `${url}/v1/completions`,
+    Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }),
+    { afterResponse: true },
+  );
+
+describe('requestEvents: retries', () => {
+  it("a decode retry is counted as decode's, charged to the decode worker routed, logged, and the request names the new worker", async () => {
+    const { proxy, p0, d0, d1, health, logs, counts } = proxyState();
+    const events = requestEvents(proxy);
+    events.onEvent(flowEvent({ type: 'routed', strategy: 'sequential', prefillWorker: p0, decodeWorker: d0 }));
+    const error = unreachable(d0.url);
+    events.onEvent(flowEvent({ type: 'decodeRetried', attempt: 1, error, delayMs: 12.4, decodeWorker: d1 }));
+    expect(await counts('disagg_retries_total')).toEqual({ 'leg=decode': 1 });
+    expect(await counts('disagg_worker_legs_total')).toEqual({ 'role=decode,worker=decode-0,outcome=retried': 1 });
+    expect(await counts('disagg_worker_failures_total')).toEqual({
+      'role=decode,worker=decode-0,class=unreachable': 1,
+    });
+    expect(health.noteFailure).toHaveBeenCalledWith(error, { decode: d0 });
+    expect(logs.map((log) => log.fields)).toEqual([
+      { requestId: 'r1', attempt: 1, leg: 'decode', worker: d0.url, delayMs: 12, err: error },
+    ]);
+    expect(events.routed).toMatchObject({ prefillWorker: p0, decodeWorker: d1 });
+  });
+
+  it("a retry from prefill after a failure that is no leg's counts as a prefill retry, on the prefill worker", async () => {
+    const { proxy, p0, d0, logs, counts } = proxyState();
+    const events = requestEvents(proxy);
+    const error = new Error('the rendezvous failed');
+    events.onEvent(
+      flowEvent({ type: 'prefillRetried', attempt: 1, error, delayMs: 3, prefillWorker: p0, decodeWorker: d0 }),
+    );
+    expect(await counts('disagg_retries_total')).toEqual({ 'leg=prefill': 1 });
+    expect(await counts('disagg_worker_legs_total')).toEqual({ 'role=prefill,worker=prefill-0,outcome=retried': 1 });
+    expect(logs.map((log) => log.fields)).toEqual([
+      { requestId: 'r1', attempt: 0, leg: 'prefill', worker: p0.url, delayMs: 3, err: error },
+    ]);
+  });
+
+  it("a retry from prefill of an aggregated request (no prefill worker) counts no worker's leg and logs no worker", async () => {
+    const { proxy, d0, logs, counts } = proxyState();
+    const events = requestEvents(proxy);
+    const error = new Error('the rendezvous failed');
+    events.onEvent(flowEvent({ type: 'prefillRetried', attempt: 1, error, delayMs: 3, decodeWorker: d0 }));
+    expect(await counts('disagg_retries_total')).toEqual({ 'leg=prefill': 1 });
+    expect(await counts('disagg_worker_legs_total')).toEqual({});
+    expect(logs.map((log) => log.fields)).toEqual([
+      { requestId: 'r1', attempt: 0, leg: 'prefill', worker: undefined, delayMs: 3, err: error },
+    ]);
+  });
+});
+
+describe('requestEvents: migrations', () => {
+  it('a stream that broke and went on elsewhere is charged to the worker that broke; one that did not is left to its answer', async () => {
+    const { proxy, d0, d1, health, counts } = proxyState();
+    const events = requestEvents(proxy);
+    const broke = brokenOff(d0.url);
+    const migration = { type: 'migration', attempt: 1, reason: 'stream_error', generatedTokens: 3 } as const;
+    events.onEvent(flowEvent({ ...migration, outcome: 'migrated', error: broke, fromWorker: d0, toWorker: d1 }));
+    const later = brokenOff(d1.url);
+    events.onEvent(
+      flowEvent({ ...migration, attempt: 2, outcome: 'refused', why: 'limit', error: later, fromWorker: d1 }),
+    );
+    events.onEvent(
+      flowEvent({ ...migration, attempt: 2, outcome: 'failed', why: 'no worker', error: later, fromWorker: d1 }),
+    );
+    expect(await counts('disagg_migrations_total')).toEqual({
+      'reason=stream_error,outcome=migrated': 1,
+      'reason=stream_error,outcome=refused': 1,
+      'reason=stream_error,outcome=failed': 1,
+    });
+    expect(health.noteFailure.mock.calls).toEqual([[broke, { decode: d0 }]]);
+    expect(await counts('disagg_worker_failures_total')).toEqual({ 'role=decode,worker=decode-0,class=broken-off': 1 });
+  });
+});
