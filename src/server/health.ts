@@ -148,6 +148,8 @@ export class HealthChecker {
     if (entry.pool.isAvailable(worker)) return true;
     // Unreachable for now or not ready: the regular rounds keep trying.
     const { status, failure } = await this.#ask(worker);
+    // Removed while the probe was out (and forgotten already): nothing of it is kept.
+    if (!entry.pool.has(worker)) return false;
     this.#note(worker, status, failure);
     if (status !== 200 || entry.pool.stateOf(worker) !== 'down') return entry.pool.isAvailable(worker);
     entry.pool.setAvailable(worker, true);

@@ -190,7 +190,11 @@ export class Membership {
     pool.add(worker, { available: false });
     this.#register(role, worker, source);
     this.#onChange(role, 'added', source);
+    const name = this.nameOf(worker);
     const inRotation = await this.#health.admit(role, worker);
+    // Removed while its first probe was out: it has been logged and forgotten already, and
+    // is answered under the name and source it was added with.
+    if (!pool.has(worker)) return { ...this.#view(role, worker), name, source };
     const view = this.#view(role, worker);
     this.#logger.info(
       {

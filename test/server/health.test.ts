@@ -287,6 +287,18 @@ describe('HealthChecker.admit', () => {
     expect(probes).toHaveLength(probed);
   });
 
+  it('a worker removed and forgotten while its probe was out leaves no record behind', async () => {
+    const { checker, decode, answer } = setup();
+    const joining = { url: 'http://d1' };
+    decode.add(joining, { available: false });
+    answer(joining, 503, () => {
+      void decode.remove(joining);
+      checker.forget(joining);
+    });
+    expect(await checker.admit('decode', joining)).toBe(false);
+    expect(checker.lastFailure(joining)).toBeUndefined();
+  });
+
   it('a worker that started draining while its probe was out is not put back', async () => {
     const { checker, decode, answer } = setup();
     const joining = { url: 'http://d1' };

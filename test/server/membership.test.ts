@@ -209,8 +209,8 @@ describe('Membership: changes', () => {
     lease.release();
   });
 
-  it('a worker removed while its first probe is under way is answered as left', async () => {
-    const { membership, health } = setup();
+  it('a worker removed while its first probe is under way is answered as left, under the name and source it was added with, and not logged as added', async () => {
+    const { membership, health, logs } = setup();
     let answer: (inRotation: boolean) => void = () => {};
     health.admit.mockImplementationOnce(
       () =>
@@ -224,7 +224,14 @@ describe('Membership: changes', () => {
     membership.remove('decode', found?.worker as ProxyDecodeWorker, 'admin');
     await vi.waitFor(() => expect(health.forget).toHaveBeenCalledWith(found?.worker));
     answer(false);
-    await expect(adding).resolves.toMatchObject({ url: 'http://10.0.0.3:8200', state: 'left', in_flight: 0 });
+    await expect(adding).resolves.toMatchObject({
+      name: 'decode-new',
+      source: 'admin',
+      url: 'http://10.0.0.3:8200',
+      state: 'left',
+      in_flight: 0,
+    });
+    expect(logs.map((entry) => entry.message)).toEqual(['Worker removed from the decode pool']);
   });
 
   it('add refuses a URL already in the pool (saying when it is draining) and a name already taken', async () => {
