@@ -363,4 +363,31 @@ describe('ProxyMetrics: gauges read at each scrape', () => {
     expect(Object.keys(await values('disagg_worker_available'))).toEqual(['role=decode,worker=http://d0']);
     expect(d0).toBeDefined();
   });
+
+  it("each worker's circuit: 1 for its state, 0 for the others; every circuit closed when no breaker is given", async () => {
+    const { values } = setup();
+    expect(await values('disagg_worker_circuit_state')).toEqual(
+      Object.fromEntries(
+        ['role=prefill,worker=http://p0', 'role=decode,worker=http://d0', 'role=decode,worker=http://d1'].flatMap(
+          (worker) => [
+            [`${worker},state=closed`, 1],
+            [`${worker},state=open`, 0],
+            [`${worker},state=half-open`, 0],
+          ],
+        ),
+      ),
+    );
+    const prefill = new WorkerPool<Named>([{ url: 'http://p0' }]);
+    const decode = new WorkerPool<Named>([{ url: 'http://d0' }]);
+    const breaking = new ProxyMetrics({ prefill, decode }, undefined, undefined, undefined, (worker) =>
+      worker.url === 'http://d0' ? 'half-open' : 'open',
+    );
+    const states = (await breaking.registry.getMetricsAsJSON()).find(
+      (each) => each.name === 'disagg_worker_circuit_state',
+    );
+    expect(states?.values.filter(({ value }) => value === 1).map(({ labels }) => labels)).toEqual([
+      { role: 'prefill', worker: 'http://p0', state: 'open' },
+      { role: 'decode', worker: 'http://d0', state: 'half-open' },
+    ]);
+  });
 });

@@ -63,4 +63,19 @@ describe('logRequest: the one log line of a request, and its legs counted', () =
     expect(state.health.noteSuccess).toHaveBeenCalledWith({ prefill: undefined, decode: state.d0 });
     expect(line).toMatchObject({ aggregatedBecause: 'short-prompt', prefillWorker: undefined });
   });
+
+  it('a request that failed before any worker was chosen is logged and counted with no worker', async () => {
+    const state = proxyState();
+    const line = logged(state, [flowEvent({ type: 'finished', outcome: 'failure', leg: 'prefill' })]);
+    expect(line).toMatchObject({
+      requestId: 'r1',
+      outcome: 'failure',
+      leg: 'prefill',
+      prefillWorker: undefined,
+      decodeWorker: undefined,
+      strategy: undefined,
+    });
+    expect(await state.counts('disagg_worker_legs_total')).toEqual({});
+    expect(state.health.noteSuccess).not.toHaveBeenCalled();
+  });
 });

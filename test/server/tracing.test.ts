@@ -323,6 +323,8 @@ describe('RequestTrace: what the client sent shapes the trace', () => {
     const sampled = new RequestTrace(tracing, CLIENT, nameOf, {});
     sampled.end(200, 'success', undefined, undefined);
     expect(spans()['disagg.request']?.parentSpanContext?.isRemote).toBe(true);
+    // No tracestate header, no trace state: not an empty one made up for it.
+    expect(spans()['disagg.request']?.parentSpanContext?.traceState).toBeUndefined();
   });
 
   it("the trace state the SDK keeps (the client's, plus what its sampler adds) goes to the workers; an empty one is not sent", async () => {
