@@ -52,4 +52,20 @@ describe('BodyFrames: bytes to frames', () => {
       propertyOptions(300, 37),
     );
   });
+
+  it('a byte order mark at the start of a body is not part of it, however the bytes are cut; bad bytes are U+FFFD', () => {
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    const sse = Buffer.concat([bom, Buffer.from('data: {"a":"\ufeff"}\n\ndata: [DONE]\n\n')]);
+    const json = Buffer.concat([bom, Buffer.from('{"t":"世"}')]);
+    fc.assert(
+      fc.property(fc.array(fc.nat(sse.length), { maxLength: 6 }), (cuts) => {
+        // Only the first mark goes: one inside the text is the worker's.
+        expect(feedAll('sse', sse, cuts)).toEqual(['event:{"a":"\ufeff"}', 'done']);
+        expect(feedAll('json', json, cuts)).toEqual(['body:{"t":"世"}']);
+      }),
+      propertyOptions(100, 41),
+    );
+    // A character cut short at the end of a JSON body, and a byte that starts none.
+    expect(feedAll('json', Buffer.from([0x7b, 0xff, 0x7d, 0xe4, 0xb8]), [])).toEqual(['body:{\ufffd}\ufffd']);
+  });
 });
