@@ -1,4 +1,4 @@
-import { Annotated } from '../protocol/annotated.js';
+import { Annotated, wiredData } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
@@ -21,6 +21,7 @@ import { UpstreamError } from './upstream-error.js';
  */
 export class OpenAIAnswer implements FrameSink {
   readonly #url: string;
+  /** A document as an item: an error item, or `{ data }` (the item sent on is made here, with its chunk). */
   readonly #convert: (json: unknown) => EngineItem;
   readonly #context: AsyncEngineContext;
   readonly #queue: ItemQueue<EngineItem>;
@@ -133,17 +134,18 @@ export class OpenAIAnswer implements FrameSink {
       return;
     }
     this.#release();
-    Annotated.withWire(item, [chunk]);
+    // The converters answer `{ data }` or an error item: the item as it goes on, with its chunk.
+    const wired = wiredData(output, [chunk]);
     const reason = output?.finish_reason;
     if (reason !== undefined && reason !== null && !this.#choiceFinished(output as LLMEngineOutput)) {
       // One choice of several has finished: its chunk goes on as it is, the answer does not end.
-      item.data = { ...(output as LLMEngineOutput), finish_reason: null };
+      wired.data = { ...(output as LLMEngineOutput), finish_reason: null };
     } else if (reason !== undefined && reason !== null) {
       this.#terminal = true;
-      this.#held = item;
+      this.#held = wired;
       return;
     }
-    this.#queue.push(item);
+    this.#queue.push(wired);
   }
 
   /**

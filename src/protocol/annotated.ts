@@ -137,6 +137,37 @@ function withWire<T>(item: Annotated<T>, chunks: readonly WireChunk[]): Annotate
   return item;
 }
 
+/**
+ * A data item born with what a worker sent for it: what {@link withWire} makes of
+ * `{ data }`, as a class whose private field holds the chunks and whose prototype reads them
+ * under the same symbol. `Object.defineProperty` costs a few hundred nanoseconds and the
+ * transport makes one such item per token; a field costs a few. Like the symbol, the chunks
+ * stay out of JSON, spreads and comparisons of items (`toEqual` ignores the class).
+ */
+class WiredItem<T> implements Annotated<T> {
+  declare data?: T;
+  readonly #wire: readonly WireChunk[];
+
+  constructor(data: T | undefined, chunks: readonly WireChunk[]) {
+    if (data !== undefined) this.data = data;
+    this.#wire = chunks;
+  }
+
+  get [WIRE](): readonly WireChunk[] {
+    return this.#wire;
+  }
+}
+
+/**
+ * `{ data }` with what a worker sent for it: the transport's item per chunk read. The same
+ * as `withWire({ data }, chunks)`, cheaper.
+ *
+ * @internal
+ */
+export function wiredData<T>(data: T | undefined, chunks: readonly WireChunk[]): Annotated<T> {
+  return new WiredItem(data, chunks);
+}
+
 /** What a worker sent for `item`, if it came from one (see {@link withWire}). */
 function wire(item: unknown): readonly WireChunk[] | undefined {
   if (typeof item !== 'object' || item === null) return undefined;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Annotated, AnnotatedError } from '../../src/protocol/annotated.js';
+import { Annotated, AnnotatedError, wiredData } from '../../src/protocol/annotated.js';
 import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 
 const roundTrip = <T>(value: T): T => JSON.parse(JSON.stringify(value));
@@ -62,5 +62,28 @@ describe('Annotated.fromData types an engine output written in place', () => {
     // Anything else keeps its own type.
     const other = Annotated.fromData({ kind: 'note' });
     expect(other.data?.kind).toBe('note');
+  });
+});
+
+describe('Annotated.wire: what a worker sent for an item', () => {
+  const chunk = { form: 'event', text: '{"a":1}', json: { a: 1 } } as const;
+
+  it.each([
+    ['withWire', () => Annotated.withWire({ data: { a: 1 } }, [chunk])],
+    ['wiredData (the transport per token)', () => wiredData({ a: 1 }, [chunk])],
+  ])('%s: readable, but not in JSON, not copied by a spread, not part of a comparison', (_, make) => {
+    const item = make();
+    expect(Annotated.wire(item)).toEqual([chunk]);
+    expect(JSON.stringify(item)).toBe('{"data":{"a":1}}');
+    expect(Annotated.wire({ ...item })).toBeUndefined();
+    expect(item).toEqual({ data: { a: 1 } });
+    // A rewrite says what was sent for the new item.
+    expect(Annotated.wire(Annotated.withWire(item, []))).toEqual([]);
+  });
+
+  it('an item without data stays without it; a plain item has no wire', () => {
+    expect(Object.keys(wiredData(undefined, [chunk]))).toEqual([]);
+    expect(Annotated.wire({ data: 1 })).toBeUndefined();
+    expect(Annotated.wire(null)).toBeUndefined();
   });
 });
