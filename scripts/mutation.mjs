@@ -68,7 +68,14 @@ const FOLDERS = {
       },
       {
         name: 'observing',
-        files: ['tracing.ts', 'metrics.ts', 'kv-metrics.ts', 'request-events.ts', 'request-log.ts'],
+        files: [
+          'tracing.ts',
+          'metrics.ts',
+          'counted-histogram.ts',
+          'kv-metrics.ts',
+          'request-events.ts',
+          'request-log.ts',
+        ],
         tests: 'server',
       },
       {

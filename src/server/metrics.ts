@@ -1,6 +1,7 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { FlowEvent } from '../flow/events.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
+import { CountedHistogram } from './counted-histogram.js';
 
 // Up to the longest default deadline (a prefill's 600 s): a long prompt's TTFT past 30 s must
 // land in a bucket of its own, not only in +Inf.
@@ -43,7 +44,7 @@ export class ProxyMetrics {
   readonly #ttft: Histogram;
   readonly #prefill: Histogram;
   readonly #handoff: Histogram;
-  readonly #interToken: Histogram;
+  readonly #interToken: CountedHistogram;
   readonly #held: Histogram;
   readonly #orphans: Counter;
   readonly #releases: Counter<'result'>;
@@ -108,12 +109,13 @@ export class ProxyMetrics {
       buckets: LATENCY_BUCKETS,
       registers,
     });
-    this.#interToken = new Histogram({
-      name: 'disagg_inter_token_latency_seconds',
-      help: 'Between consecutive streamed chunks leaving the router',
-      buckets: TOKEN_BUCKETS,
+    // Observed per token: a histogram without prom-client's per-call label handling.
+    this.#interToken = new CountedHistogram(
+      'disagg_inter_token_latency_seconds',
+      'Between consecutive streamed chunks leaving the router',
+      TOKEN_BUCKETS,
       registers,
-    });
+    );
     this.#held = new Histogram({
       name: 'disagg_held_terminal_wait_seconds',
       help: "How long decode's last chunk waited for prefill to succeed",
