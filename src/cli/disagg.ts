@@ -1,25 +1,10 @@
 #!/usr/bin/env node
 // The `disagg` command. The only module that writes to the console: a command-line tool.
-import { rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
-import { type FakeKubernetesApi, fakeKubeconfig, startFakeKubernetesApi } from '../testing/fake-kubernetes-api.js';
-import {
-  FAKE_POD_APP,
-  FAKE_WORKERS_USAGE,
-  FakeWorkersUsageError,
-  fakePods,
-  kubernetesServeCommand,
-  parseFakeWorkersArgs,
-  podHost,
-  serveCommand,
-  startFakeFleet,
-} from './fake-workers.js';
 import { startOtlpTracing, TracingUnavailableError } from './otlp-tracing.js';
 
 const USAGE = `Usage: disagg <command>
@@ -39,7 +24,8 @@ async function main(argv: string[]): Promise<number> {
     console.log(version);
     return 0;
   }
-  if (command === 'fake-workers') return fakeWorkers(rest);
+  // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.
+  if (command === 'fake-workers') return (await import('./fake-workers-command.js')).fakeWorkers(rest);
   if (command !== 'serve') {
     if (command === undefined || command === '--help' || command === '-h') {
       console.log(USAGE);
@@ -165,76 +151,6 @@ async function serve(config: ServeConfig): Promise<void> {
   // After the proxy: the spans of the requests it ended go out too.
   await tracing?.shutdown();
   logger.info('Stopped');
-}
-
-async function fakeWorkers(args: string[]): Promise<number> {
-  let plan: ReturnType<typeof parseFakeWorkersArgs>;
-  try {
-    plan = parseFakeWorkersArgs(args);
-  } catch (error) {
-    if (!(error instanceof FakeWorkersUsageError)) throw error;
-    console.error(`disagg fake-workers: ${error.message}`);
-    console.error("See 'disagg fake-workers --help'.");
-    return 2;
-  }
-  if (plan === 'help') {
-    console.log(FAKE_WORKERS_USAGE);
-    return 0;
-  }
-  let fleet: Awaited<ReturnType<typeof startFakeFleet>>;
-  try {
-    fleet = await startFakeFleet(plan);
-  } catch (error) {
-    const code = (error as { code?: unknown }).code;
-    if (code !== 'EADDRINUSE' && code !== 'EACCES' && code !== 'EADDRNOTAVAIL') throw error;
-    console.error(
-      `disagg fake-workers: cannot listen (${String(code)}): ${(error as Error).message}; choose other ports with --prefill-port and --decode-port`,
-    );
-    return 1;
-  }
-  for (const worker of [...fleet.prefill, ...fleet.decode]) {
-    console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}`);
-  }
-  let path: string | undefined;
-  let api: FakeKubernetesApi | undefined;
-  if (plan.kubernetesPort !== undefined) {
-    try {
-      api = await startFakeKubernetesApi({ host: podHost(plan.host), port: plan.kubernetesPort });
-    } catch (error) {
-      await Promise.all([...fleet.prefill, ...fleet.decode].map((worker) => worker.close()));
-      console.error(
-        `disagg fake-workers: the fake Kubernetes API cannot listen (${String((error as { code?: unknown }).code)}); choose another --kubernetes-port`,
-      );
-      return 1;
-    }
-    for (const pod of fakePods(plan, fleet)) api.apply(pod);
-    path = join(tmpdir(), `disagg-fake-kubeconfig-${process.pid}`);
-    writeFileSync(path, fakeKubeconfig(api.url));
-    console.log(`fake Kubernetes API at ${api.url}: the workers as pods labelled app=${FAKE_POD_APP}`);
-    console.log(`\nIn another terminal:\n  ${kubernetesServeCommand(plan, path)}`);
-  } else {
-    const { command, configFile } = serveCommand(plan, fleet);
-    path = configFile === undefined ? undefined : join(tmpdir(), `disagg-fake-workers-${process.pid}.yaml`);
-    if (path === undefined) console.log(`\nIn another terminal:\n  ${command}`);
-    else {
-      writeFileSync(path, configFile as string);
-      console.log(`\nIn another terminal:\n  ${command} ${path}`);
-    }
-  }
-  console.log('Ctrl-C stops the workers.');
-  await new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off('SIGTERM', stop);
-      process.off('SIGINT', stop);
-      resolve();
-    };
-    process.on('SIGTERM', stop);
-    process.on('SIGINT', stop);
-  });
-  await api?.close();
-  await Promise.all([...fleet.prefill, ...fleet.decode].map((worker) => worker.close()));
-  if (path !== undefined) rmSync(path, { force: true });
-  return 0;
 }
 
 // undici parses HTTP with llhttp compiled to WebAssembly, and V8's optimizing tier compiles its
