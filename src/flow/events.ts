@@ -144,12 +144,14 @@ export class FlowRecorder {
 
   emit(event: Payload): void {
     if (this.#listener === undefined || this.#settled) return;
-    const stamped = {
-      ...event,
+    // Object.assign, not a spread: one site copies events of a dozen shapes, and Node 20's V8
+    // copies such a megamorphic spread on a slow path (about 4.5 µs an event here, 0.2 with
+    // assign; Node 24 is fast either way): 1 % of the proxy's CPU at 50 streams in flight.
+    const stamped = Object.assign({}, event, {
       requestId: this.#requestId,
       elapsedMs: this.elapsed(),
       late: this.#finished && event.type !== 'settled',
-    } as FlowEvent;
+    }) as FlowEvent;
     try {
       this.#listener(stamped);
     } catch (error) {
