@@ -273,8 +273,13 @@ if (sections.has('peers')) {
     const urls = await workers(protocol);
     const ours = await disagg(protocol, urls);
     const theirs = await start(urls);
-    await new Promise((resolve) => setTimeout(resolve, 2000)); // past start-up's own garbage
+    // Idle twice: 2 s after start (past start-up's own garbage), and settled, 15 s after start,
+    // when V8's memory reducer has run its first collections of an idle heap (8 s after start):
+    // what an idle replica holds.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
     const idle = { disagg: rssMb(ours.pid), peer: rssMb(theirs.pid) };
+    await new Promise((resolve) => setTimeout(resolve, 13_000));
+    const settled = { disagg: rssMb(ours.pid), peer: rssMb(theirs.pid) };
     const perMode = {};
     for (const mode of modes) {
       const result = await passes({ disagg: ours, peer: theirs }, mode.of);
@@ -292,10 +297,10 @@ if (sections.has('peers')) {
     const many = perMode.many;
     const inFlight = shape.concurrency;
     console.log(
-      `idle resident set: disagg ${idle.disagg.toFixed(1)} MB, ${name} ${idle.peer.toFixed(1)} MB; per stream in flight (peak at ${inFlight} less idle, over ${inFlight}): disagg ${((many.mid('disagg', 'peakRss') - idle.disagg) / inFlight).toFixed(2)} MB, ${name} ${((many.mid('peer', 'peakRss') - idle.peer) / inFlight).toFixed(2)} MB`,
+      `idle resident set 2 s after start: disagg ${idle.disagg.toFixed(1)} MB, ${name} ${idle.peer.toFixed(1)} MB; settled (15 s): disagg ${settled.disagg.toFixed(1)} MB, ${name} ${settled.peer.toFixed(1)} MB; per stream in flight (peak at ${inFlight} less idle, over ${inFlight}): disagg ${((many.mid('disagg', 'peakRss') - idle.disagg) / inFlight).toFixed(2)} MB, ${name} ${((many.mid('peer', 'peakRss') - idle.peer) / inFlight).toFixed(2)} MB`,
     );
     console.log('');
-    summary.push({ name, perMode, idle });
+    summary.push({ name, perMode, idle, settled });
   }
   if (summary.length > 0) {
     const figures = [
@@ -320,11 +325,16 @@ if (sections.has('peers')) {
       });
       console.log(`| ${label} | ${cells.join(' | ')} |`);
     }
-    const idleCells = columns.map(({ name, mode }) => {
-      const { idle } = summary.find((entry) => entry.name === name);
-      return mode.key === 'one' ? `${(idle.disagg / idle.peer).toFixed(2)} x` : '';
-    });
-    console.log(`| idle RSS | ${idleCells.join(' | ')} |`);
+    for (const [label, key] of [
+      ['idle RSS, 2 s after start', 'idle'],
+      ['idle RSS, settled (15 s)', 'settled'],
+    ]) {
+      const cells = columns.map(({ name, mode }) => {
+        const at = summary.find((entry) => entry.name === name)[key];
+        return mode.key === 'one' ? `${(at.disagg / at.peer).toFixed(2)} x` : '';
+      });
+      console.log(`| ${label} | ${cells.join(' | ')} |`);
+    }
     console.log('');
   }
 }
