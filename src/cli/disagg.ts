@@ -162,6 +162,13 @@ async function serve(config: ServeConfig): Promise<void> {
 // idle there). Only the command sets it: the process is its own, while the library leaves V8's
 // flags to whoever embeds it (README, `disagg serve`, the paragraph on memory).
 setFlagsFromString('--liftoff-only');
+// A proxy's old generation is mostly garbage between full collections: what a stream holds
+// while it lasts is promoted, then dies with it. With V8's own growing factor the old
+// generation reached 50 MB for about 12 MB live at 50 streams in flight; grown by half at most
+// (V8 still adds 8 MB at least) it peaks at about 22 MB: a resident set of 86 against 114 to
+// 122 MB, for the same CPU per request within noise (A/B here, alternating rounds, closed loop
+// and 150 requests a second). Read at every collection, so set here it holds on Node 20 and 24.
+setFlagsFromString('--heap-growing-percent=50');
 
 main(process.argv.slice(2)).then(
   (code) => {
