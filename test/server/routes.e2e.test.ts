@@ -37,7 +37,11 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
   });
 
   it("GET /v1/models/{id} (the SDK's models.retrieve) answers the model from the decode workers' list", async () => {
-    const { client } = await setup('vllm', { decode: { model: 'llama-fake' } });
+    const { client, url } = await setup('vllm', { decode: { model: 'llama-fake' } });
+    // No id at all is no model route: the path is unknown.
+    const bare = await request(`${url}/v1/models/`);
+    expect(bare.statusCode).toBe(404);
+    expect(((await bare.body.json()) as { error: { message: string } }).error.message).toBe('No route GET /v1/models/');
     expect(await client.models.retrieve('llama-fake')).toMatchObject({ id: 'llama-fake', object: 'model' });
     const missing = await client.models.retrieve('gpt-nothing').catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
@@ -225,6 +229,12 @@ describe('--metrics-port', () => {
     const onApi = await request(`${url}/metrics`, { headers: { authorization: 'Bearer k' } });
     expect(onApi.statusCode).toBe(404);
     await onApi.body.dump();
+    const head = await request(`${metricsUrl}/metrics`, { method: 'HEAD' });
+    expect(head.statusCode).toBe(200);
+    expect(await head.body.text()).toBe('');
+    const posted = await request(`${metricsUrl}/metrics`, { method: 'POST', body: '{}' });
+    expect(posted.statusCode).toBe(404);
+    await posted.body.dump();
     const other = await request(`${metricsUrl}/v1/completions`, { method: 'POST', body: '{}' });
     expect(other.statusCode).toBe(404);
     expect(((await other.body.json()) as { error: { message: string } }).error.message).toBe(

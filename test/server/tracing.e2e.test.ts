@@ -45,6 +45,25 @@ describe('W3C trace context without a tracer', () => {
     }
   });
 
+  it("each request's trace context goes with that request only: traced, untraced, traced again", async () => {
+    const { client, prefill, decode } = await setup('vllm');
+    const other = '00-11111111111111111111111111111111-2222222222222222-01';
+    const ask = (headers: Record<string, string>) =>
+      client.completions.create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 }, { headers });
+    await ask({});
+    await ask({ traceparent: CLIENT_TRACE });
+    await ask({});
+    await ask({ traceparent: other });
+    for (const worker of [prefill, decode]) {
+      expect(calls(worker).map((call) => call.headers.traceparent)).toEqual([
+        undefined,
+        CLIENT_TRACE,
+        undefined,
+        other,
+      ]);
+    }
+  });
+
   it('reads traceparent as W3C Trace Context says', () => {
     expect(incomingTrace({ traceparent: CLIENT_TRACE })).toEqual({ traceparent: CLIENT_TRACE });
     expect(incomingTrace({ traceparent: CLIENT_TRACE.toUpperCase(), tracestate: ['a=1', 'b=2'] })).toEqual({
@@ -112,6 +131,24 @@ describe('OpenTelemetry spans', () => {
     const sent = (leg: string) => `00-${traceId}-${byName[leg]?.spanContext().spanId}-01`;
     expect(calls(prefill)[0]?.headers).toMatchObject({ traceparent: sent('disagg.prefill'), tracestate: 'vendor=abc' });
     expect(calls(decode)[0]?.headers).toMatchObject({ traceparent: sent('disagg.decode'), tracestate: 'vendor=abc' });
+  });
+
+  it("each request's legs carry that request's own spans, however many came before", async () => {
+    const { exporter, tracer } = recorder();
+    const { client, prefill, decode } = await setup('vllm', {}, { tracer });
+    for (let i = 0; i < 3; i++)
+      await client.completions.create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 });
+    const spans = exporter.getFinishedSpans();
+    for (const [worker, leg] of [
+      [prefill, 'disagg.prefill'],
+      [decode, 'disagg.decode'],
+    ] as const) {
+      const sent = spans
+        .filter((span) => span.name === leg)
+        .map((span) => `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
+      expect(new Set(sent).size).toBe(3);
+      expect(calls(worker).map((call) => call.headers.traceparent)).toEqual(sent);
+    }
   });
 
   it('a request without a traceparent starts a trace of its own', async () => {
