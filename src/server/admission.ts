@@ -121,6 +121,16 @@ export class Admission {
     return this.#queued;
   }
 
+  /**
+   * How many tenants it keeps a record of: only those with requests under way or waiting, so
+   * that the names a gateway sends come and go without the records piling up.
+   *
+   * @internal
+   */
+  get tenantRecords(): number {
+    return this.#perTenant.size;
+  }
+
   /** A tenant's requests under way and waiting (zeros for one with none). */
   usageOf(tenant: string): { active: number; queued: number } {
     const usage = this.#perTenant.get(tenant);
@@ -230,8 +240,8 @@ export class Admission {
 
   /**
    * Makes room for a request of `priority` in a full queue: the newest waiter of the lowest
-   * band below it, of the tenant with most waiting there, is refused. False when no band is
-   * lower.
+   * band below it, of the tenant with most waiting there (of tenants with as many, the one
+   * that has waited longest in that band), is refused. False when no band is lower.
    */
   #shedBelow(priority: number): boolean {
     const lowest = [...this.#bands.keys()].at(-1);

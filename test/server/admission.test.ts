@@ -238,6 +238,60 @@ describe('Admission by priority, fair between tenants', () => {
     expect(admission.queued).toBe(3);
   });
 
+  it('of tenants with as many waiting in the band to shed from, the one that has waited there longest gives up its newest', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 4, queueTimeoutMs: 60_000 });
+    const { ask } = recorder(admission);
+    ask('held', 'x');
+    const a1 = ask('a-1', 'a', 0);
+    const b1 = ask('b-1', 'b', 0);
+    const a2 = ask('a-2', 'a', 0);
+    const b2 = ask('b-2', 'b', 0);
+    const high = ask('high', 'c', 5);
+    await expect(a2).rejects.toMatchObject({ limit: 'shed' });
+    for (const waiting of [a1, b1, b2, high]) expect(await state(waiting)).toBe('pending');
+  });
+
+  it('keeps a record only of tenants with requests under way or waiting: names come and go without piling up', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 10, queueTimeoutMs: 60_000 });
+    for (let i = 0; i < 50; i++)
+      (await admission.enter(never, { tenant: `gateway-named-${i}`, priority: 0 })).release();
+    expect(admission.tenantRecords).toBe(0);
+    const held = await admission.enter(never, { tenant: 'a', priority: 0 });
+    let leave: () => void = () => {};
+    const leaving = admission.enter(new Promise<void>((resolve) => (leave = resolve)), { tenant: 'b', priority: 0 });
+    leaving.catch(() => {});
+    const waiting = admission.enter(never, { tenant: 'c', priority: 0 });
+    expect(admission.tenantRecords).toBe(3);
+    // a's second request waits too, and leaves: a still has one under way, and its record.
+    let aLeaves: () => void = () => {};
+    admission.enter(new Promise<void>((resolve) => (aLeaves = resolve)), { tenant: 'a', priority: 0 }).catch(() => {});
+    leave();
+    aLeaves();
+    await vi.advanceTimersByTimeAsync(0);
+    expect([admission.tenantRecords, admission.usageOf('b'), admission.usageOf('a')]).toEqual([
+      2,
+      { active: 0, queued: 0 },
+      { active: 1, queued: 0 },
+    ]);
+    held.release();
+    (await waiting).release();
+    expect(admission.tenantRecords).toBe(0);
+  });
+
+  it('a request without an applicant is the default tenant at priority 0', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 1, queueSize: 1, queueTimeoutMs: 60_000 });
+    await admission.enter(never);
+    expect(admission.usageOf('default')).toEqual({ active: 1, queued: 0 });
+    const waiting = admission.enter(never);
+    expect(admission.usageOf('default')).toEqual({ active: 1, queued: 1 });
+    // A higher band sheds it: it waited at 0.
+    admission.enter(never, { tenant: 'other', priority: 1 }).catch(() => {});
+    await expect(waiting).rejects.toMatchObject({ limit: 'shed' });
+  });
+
   it('a waiter let in counts for its tenant as under way, no longer as waiting', async () => {
     vi.useFakeTimers();
     const admission = new Admission({ maxConcurrent: 1, queueSize: 10, queueTimeoutMs: 60_000 });

@@ -172,7 +172,27 @@ describe('HealthChecker probes', () => {
       expect(warned[0]?.fields.hint).toBe(hint);
       expect('code' in (warned[0]?.fields ?? {})).toBe(code !== undefined);
       expect('hint' in (warned[0]?.fields ?? {})).toBe(hint !== undefined);
+      // What the admin API shows of the worker says the same.
+      expect(checker.lastFailure(p0)).toStrictEqual({
+        reason: code ?? 'no answer',
+        ...(hint === undefined ? {} : { hint }),
+      });
     }
+  });
+
+  it("a probe that succeeds clears the worker's last failure; one that fails records it", async () => {
+    const { checker, p0, d0, answer } = setup();
+    answer(p0, 200);
+    answer(d0, 503);
+    await checker.check();
+    expect(checker.lastFailure(p0)).toBeUndefined();
+    expect(checker.lastFailure(d0)).toStrictEqual({ reason: 'GET /health answered 503' });
+    // A worker known only from its probes has a closed circuit.
+    expect(checker.circuit(d0)).toBe('closed');
+    answer(p0, 200);
+    answer(d0, 200);
+    await checker.check();
+    expect(checker.lastFailure(d0)).toBeUndefined();
   });
 
   it('a worker that leaves its pool while its probe is out is left alone, and the round completes', async () => {
@@ -308,6 +328,21 @@ describe('HealthChecker.admit', () => {
     });
     expect(await checker.admit('decode', joining)).toBe(false);
   });
+
+  it('a worker still finishing requests that started draining while its probe was out stays out of rotation', async () => {
+    const { checker, decode, answer } = setup();
+    const busy = { url: 'http://d1' };
+    decode.add(busy);
+    decode.setAvailable(decode.workers[0] as Named, false);
+    const lease = decode.acquire();
+    decode.setAvailable(busy, false);
+    answer(busy, 200, () => {
+      void decode.drain(busy);
+    });
+    expect(await checker.admit('decode', busy)).toBe(false);
+    expect([decode.stateOf(busy), decode.isAvailable(busy)]).toEqual(['draining', false]);
+    lease.release();
+  });
 });
 
 describe('HealthChecker circuit breaker', () => {
@@ -348,6 +383,16 @@ describe('HealthChecker circuit breaker', () => {
       fields: { worker: 'http://d0', role: 'decode' },
       message: 'Worker circuit closed after its trial',
     });
+  });
+
+  it('a success on a closed circuit resets its failures and nothing more: no trial to end, nothing logged', () => {
+    const { checker, d0, logs } = setup({ breaker: { ...breaker, successThreshold: 1 } });
+    checker.noteFailure(status('http://d0/v1/completions', 500), { decode: d0 });
+    checker.noteSuccess({ decode: d0 });
+    checker.noteSuccess({ decode: d0 });
+    checker.noteFailure(status('http://d0/v1/completions', 500), { decode: d0 });
+    expect(checker.circuit(d0)).toBe('closed');
+    expect(logs).toEqual([]);
   });
 
   it('one failure on trial opens it again at once; a success between failures resets the count', async () => {

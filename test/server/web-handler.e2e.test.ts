@@ -195,6 +195,16 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     handlers = handlers.filter((one) => one !== handler);
   });
 
+  it('with an API key, a request without it is a 401 in the OpenAI shape, logged without a client address (a Request has none)', async () => {
+    const { handler, prefill, logs } = await setup('vllm', {}, { apiKey: 'sk-app-000001' });
+    const refused = await handler(post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
+    expect(refused.status).toBe(401);
+    expect(((await refused.json()) as { error: { type: string } }).error.type).toBe('invalid_request_error');
+    expect(prefill.requests.filter((call) => call.path === '/v1/completions')).toEqual([]);
+    const logged = logs.find((log) => log.message?.includes('API key'));
+    expect(logged?.fields).toMatchObject({ client: undefined, path: '/v1/completions' });
+  });
+
   it('close() with a drain delay serves requests through it (the host stops sending them), then refuses', async () => {
     const { handler } = await setup('vllm');
     const closing = handler.close({ gracePeriodMs: 0, drainDelayMs: 300 });
