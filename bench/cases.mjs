@@ -177,19 +177,21 @@ export const CASES = {
       return { stream: perItemRace(prefill.promise, decodeSource(count)), keep: { prefill } };
     },
   },
+  // disaggregate arms DEFAULT_DEADLINES unless told otherwise (0 turns a budget off): the
+  // first row turns them all off, the second keeps them (what the proxy runs by default).
   flowPending: {
-    label: 'disaggregate (whole flow, concurrent), prefill pending',
+    label: 'disaggregate (whole flow, concurrent), prefill pending, no budgets',
     open: async (count) => {
       const prefill = pendingPrefill();
-      return { stream: await flow(prefill, count), keep: { prefill } };
+      const off = { prefillFirstOutputMs: 0, handoffMs: 0, decodeFirstTokenMs: 0, idleMs: 0 };
+      return { stream: await flow(prefill, count, off), keep: { prefill } };
     },
   },
   flowDeadlines: {
-    label: 'disaggregate, prefill pending, total + idle budgets armed',
+    label: 'disaggregate, prefill pending, default budgets + a total armed',
     open: async (count) => {
       const prefill = pendingPrefill();
-      const deadlines = { totalMs: 3_600_000, decodeFirstTokenMs: 60_000, idleMs: 60_000 };
-      return { stream: await flow(prefill, count, deadlines), keep: { prefill } };
+      return { stream: await flow(prefill, count, { totalMs: 3_600_000 }), keep: { prefill } };
     },
   },
   rxjs: {

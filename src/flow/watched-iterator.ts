@@ -75,6 +75,7 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
   #closed = false;
   #expiredWith: DeadlineError | undefined;
   #settleTurn: ((step: Promise<Step<T>> | Step<T>) => void) | undefined;
+  #failTurn: ((error: unknown) => void) | undefined;
   #cancelTimer: (() => void) | undefined;
   /** The expiry answer for the next read, when the deadline came between reads. */
   #answerNext: Promise<Step<T>> | undefined;
@@ -102,6 +103,32 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     this.#order.settled();
     return this.#observeError(error);
   };
+  // A read's turn ends with its answer, or with its budget's timer. At most one turn is open
+  // at a time (the call order starts the next only once this one has settled, and a turn
+  // ended by `expire` or `return()` stops the watch), so these are made once per iterator,
+  // not per read: an answer that comes after its turn was ended finds none open.
+  readonly #answered = (step: Step<T>): void => {
+    const settle = this.#settleTurn;
+    if (settle === undefined) return;
+    this.#clearTurn(settle);
+    settle(step);
+  };
+  readonly #failed = (error: unknown): void => {
+    const settle = this.#settleTurn;
+    const fail = this.#failTurn;
+    if (settle === undefined || fail === undefined) return;
+    this.#clearTurn(settle);
+    fail(error);
+  };
+  readonly #openTurn = (
+    resolve: (step: Promise<Step<T>> | Step<T>) => void,
+    reject: (error: unknown) => void,
+  ): void => {
+    this.#settleTurn = resolve;
+    this.#failTurn = reject;
+  };
+  readonly #firstOverrun = (): void => this.#overrun(this.#first as ReadBudget);
+  readonly #laterOverrun = (): void => this.#overrun(this.#later as ReadBudget);
   readonly #read = (): Promise<Step<T>> => this.#readNow();
   /** Reads in call order, one at a time where the watch has a say (pipelined readers). */
   readonly #order = new CallOrder<Step<T>>(this.#read);
@@ -197,22 +224,17 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
       return pull;
     }
     const observed = observing ? pull.then(this.#observeStep, this.#observeError) : pull;
-    return new Promise<Step<T>>((resolve, reject) => {
-      this.#settleTurn = resolve;
-      if (budget !== undefined) {
-        this.#cancelTimer = startTimer(budget.ms, () => this.expire(this.#hooks.deadline(budget.phase, budget.ms)));
-      }
-      observed.then(
-        (step) => {
-          this.#clearTurn(resolve);
-          resolve(step);
-        },
-        (error: unknown) => {
-          this.#clearTurn(resolve);
-          reject(error);
-        },
-      );
-    });
+    const turn = new Promise<Step<T>>(this.#openTurn);
+    if (budget !== undefined) {
+      this.#cancelTimer = startTimer(budget.ms, read === 0 ? this.#firstOverrun : this.#laterOverrun);
+    }
+    observed.then(this.#answered, this.#failed);
+    return turn;
+  }
+
+  /** A read's budget ran out before its answer came. */
+  #overrun(budget: ReadBudget): void {
+    this.expire(this.#hooks.deadline(budget.phase, budget.ms));
   }
 
   /**
@@ -281,6 +303,7 @@ export class WatchedIterator<T> implements AsyncIterableIterator<T> {
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
     this.#settleTurn = undefined;
+    this.#failTurn = undefined;
     this.#order.settled();
   }
 }
