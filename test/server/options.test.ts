@@ -514,3 +514,60 @@ describe('workers checked as they are given', () => {
     ).toThrow('Two workers are named "x": give each its own name (or none)');
   });
 });
+
+describe("an operator's URLs, key lists and policies checked before anything starts", () => {
+  const problems = (...args: string[]) => refusal(() => loadServeConfig([...workers, ...args], {})).problems;
+  const config = (argv: string[]) => {
+    const loaded = loadServeConfig(argv, {});
+    if (loaded === 'help') throw new Error('expected a config, got help');
+    return loaded;
+  };
+
+  it('--otlp-endpoint takes an http(s) URL with a host, and says what one looks like', () => {
+    for (const bad of ['collector:4318', 'ftp://collector:4318', 'not a url', 'http://']) {
+      expect(problems('--otlp-endpoint', bad)).toEqual([
+        `--otlp-endpoint (tracing.otlpEndpoint) must be an http(s) URL such as http://otel-collector:4318, got ${JSON.stringify(bad)}`,
+      ]);
+    }
+    expect(config([...workers, '--otlp-endpoint', 'https://gateway.example/otlp']).tracing?.otlpEndpoint).toBe(
+      'https://gateway.example/otlp',
+    );
+  });
+
+  it('--redis-url takes redis:// or rediss:// with a host', () => {
+    for (const bad of ['http://redis:6379', 'redis://', 'redis:6379']) {
+      expect(problems('--redis-url', bad)).toEqual([
+        `--redis-url must be a redis:// or rediss:// URL, got ${JSON.stringify(bad)}`,
+      ]);
+    }
+    expect(config([...workers, '--redis-url', 'rediss://redis:6380/2']).redisUrl).toBe('rediss://redis:6380/2');
+  });
+
+  it('a list of keys is trimmed, drops blanks, and must name one', () => {
+    expect(problems('--tenant-header-keys', ' , ')).toEqual(['--tenant-header-keys must name at least one key']);
+    expect(config([...workers, '--tenant-header-keys', ' sk-a ,, sk-b ']).tenantHeaderKeys).toEqual(['sk-a', 'sk-b']);
+    const keys = file(
+      'keys.yaml',
+      'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\ntenantHeaderKeys: [" sk-a ", 7, ""]\n',
+    );
+    expect(config(['--config', keys]).tenantHeaderKeys).toEqual(['sk-a']);
+  });
+
+  it("precise-prefix without the engines' KV events is refused for either pool, and says where to get them", () => {
+    const base = { connector: 'vllm' as const, prefill: [{ url: 'http://p' }], decode: [{ url: 'http://d' }] };
+    expect(() => resolveProxyOptions({ ...base, prefillPolicy: 'precise-prefix' })).toThrow(
+      "prefillPolicy 'precise-prefix' routes on the engines' KV cache events: set kvEvents.port (--kv-events-port, the port of the workers' --kv-events-config endpoint) or give the workers kvEvents endpoints",
+    );
+    expect(() => resolveProxyOptions({ ...base, decodePolicy: 'precise-prefix' })).toThrow(
+      /^decodePolicy 'precise-prefix' routes on the engines' KV cache events/,
+    );
+    // Either way of naming the events will do: a port for every worker, or a worker's own endpoint.
+    expect(
+      resolveProxyOptions({ ...base, prefillPolicy: 'precise-prefix', kvEvents: { port: 5557 } }).prefillPolicy,
+    ).toBe('precise-prefix');
+    for (const role of ['prefill', 'decode'] as const) {
+      const own = { ...base, [role]: [{ url: `http://${role[0]}`, kvEvents: 'tcp://w:5557' }] };
+      expect(resolveProxyOptions({ ...own, prefillPolicy: 'precise-prefix' }).prefillPolicy).toBe('precise-prefix');
+    }
+  });
+});
