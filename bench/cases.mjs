@@ -162,7 +162,7 @@ export const CASES = {
     },
   },
   handWritten: {
-    label: 'hand-written AsyncIterator class, same logic, prefill pending',
+    label: 'minimal hand-written iterator (racing rules only), prefill pending',
     open: async (count) => {
       const prefill = pendingPrefill();
       const context = new Controller('bench');
@@ -212,7 +212,7 @@ export const CONCURRENT_MODES = {
   plain: 'unwrapped (the baseline)',
   passThrough: 'plain pass-through async generator',
   wrapped: 'through forwardDecode',
-  handWritten: 'hand-written AsyncIterator class',
+  handWritten: 'minimal hand-written iterator',
 };
 
 export async function concurrent({ streams, tokens, mode, seed, measureLive = false }) {

@@ -1,10 +1,12 @@
-// The benchmark's extra row: the racing logic of forwardDecode's phase B written as a plain
-// AsyncIterator class instead of an async generator, to show what the generator costs.
+// The benchmark's extra row: the racing logic of forwardDecode's phase B and nothing else, as
+// the least a plain AsyncIterator class can do. It is the floor for the guard (itself a
+// hand-written iterator since 2026-12-03), which also keeps what this row leaves out: a queue
+// for concurrent next() calls (for-await never makes them, so the benchmark does not either),
+// the microtask after each read that lets a prefill settling in the same turn win, the flow's
+// hooks and the library's checks.
 //
-// It answers each next() with the one promise it creates per item, and hands the decode
-// iterator's own IteratorResult through, so it allocates less than any generator can. What it
-// leaves out is what the generator gives for free: a queue for concurrent next() calls
-// (for-await never makes them, so the benchmark does not either), and the library's checks.
+// It answers each next() with the one promise it creates per item and hands the decode
+// iterator's own IteratorResult through.
 import { Annotated } from 'disagg';
 
 const PENDING = 0;

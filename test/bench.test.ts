@@ -19,7 +19,7 @@ describe('npm run bench (smoke run, small N)', () => {
       'plain pass-through async generator',
       'forwardDecode, prefill pending (racing)',
       'forwardDecode, prefill succeeded (forward-only)',
-      'hand-written AsyncIterator class',
+      'minimal hand-written iterator',
       'per-item Promise.race, prefill pending',
       'rxjs from/takeUntil, prefill pending',
       'through forwardDecode',

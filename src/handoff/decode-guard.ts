@@ -3,7 +3,7 @@ import { FinishReason } from '../protocol/finish-reason.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { closeQuietly } from '../util/close-quietly.js';
-import { FAILED, PENDING, type PrefillOutcome, type PrefillState, SUCCEEDED } from './prefill-outcome.js';
+import { FAILED, PENDING, type PrefillOutcome, SUCCEEDED } from './prefill-outcome.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
 
@@ -20,6 +20,24 @@ function classify(item: EngineItem): typeof FLOWING | typeof FAILURE | typeof TE
 }
 
 const DONE: Step = Object.freeze({ value: undefined, done: true }) as Step;
+const RESOLVED = Promise.resolve();
+
+/**
+ * Where a guarded stream stands. `RACING`: prefill pending, decode items flow; `HOLDING`: a
+ * terminal waits for prefill (a call is being served all along); `FORWARDING`: prefill has
+ * succeeded, decode is forwarded as it is; `ENDED`: every later call answers done.
+ */
+const RACING = 0;
+const HOLDING = 1;
+const FORWARDING = 2;
+const ENDED = 3;
+type Phase = typeof RACING | typeof HOLDING | typeof FORWARDING | typeof ENDED;
+
+/** A call waiting behind the one being served. */
+interface Waiting {
+  resolve: (step: Step) => void;
+  reject: (error: unknown) => void;
+}
 
 /**
  * What a layer above can attach to a guarded stream so that its own per-item work rides on
@@ -50,19 +68,20 @@ export interface GuardHooks {
 /**
  * Phase B of `forwardDecode`: the decode iterator, guarded by the prefill outcome.
  *
- * The rules live in one async generator (`#guard`). This object is the thin iterator in
- * front of it, for three things a generator cannot do by itself:
- * - close: a generator suspended on an `await` queues `return()` until it yields again, and
- *   one that never started skips its `finally`; closing here closes the decode iterator at
- *   once and wakes the generator, so a consumer can always end the stream;
- * - hand off: once prefill has succeeded, the generator is parked at a yield of its forward
- *   loop and every call made of it has its answer, `next()` goes straight to the decode
- *   iterator (the generator stays parked at that yield until the stream is closed), so the
- *   forward-only path costs one method call per item instead of a second generator. Calls
- *   made of the generator are answered in call order (the language queues them); reads sent
- *   to decode after the hand-off are answered in the order decode answers them, which for an
- *   async generator, and every iterator of this library, is call order;
- * - start lazily: a stream whose prefill has already succeeded never creates the generator.
+ * Written as a plain iterator, not an async generator: the racing path costs one promise per
+ * item for the consumer's answer, and a generator's own queue, awaits and resumptions cost
+ * about twice that (`npm run bench`). What a generator gives for free is kept by hand:
+ * - call order: one call is served at a time (the head); calls made meanwhile wait in a queue
+ *   and are served in call order, so several `next()` in flight get the items in order;
+ * - the hand-off: once prefill has succeeded and no call is waiting, `next()` goes straight to
+ *   the decode iterator, so the forward-only path costs one method call per item. Reads sent
+ *   to decode are answered in the order decode answers them, which for an async generator, and
+ *   every iterator of this library, is call order;
+ * - closing: `return()` and `throw()` close decode at once and answer every waiting call, even
+ *   while decode is stuck, so a consumer can always end the stream.
+ *
+ * Every decision about a racing read is made one microtask after decode answers it, so that a
+ * prefill outcome settling in the same turn is seen first (the race is biased toward prefill).
  *
  * @internal
  */
@@ -72,76 +91,178 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
   readonly #requestContext: AsyncEngineContext;
   readonly #streamContext: AsyncEngineContext;
   readonly #hooks: GuardHooks | undefined;
-  #generator: AsyncGenerator<EngineItem, void, undefined> | undefined;
-  /** Settles the turn the generator is awaiting: a decode pull, prefill, or a close. */
-  #resolveTurn: ((step: Step | undefined) => void) | undefined;
-  #rejectTurn: ((error: unknown) => void) | undefined;
-  #pull: Promise<Step> | undefined;
-  #sourceOpen = true;
-  #closing = false;
-  /** Prefill had succeeded before the first read: the generator is never needed. */
-  #direct = false;
-  /**
-   * Prefill has succeeded and the generator is at a yield of its forward loop, after which
-   * decode can be read directly. Alone it does not mean the generator is idle: a yield first
-   * awaits its value (one microtask), and requests may still be queued behind it.
-   */
-  #mayHandOff = false;
-  /**
-   * The last request made of the generator has been answered, so none is outstanding (the
-   * generator answers in call order). Known only for requests made once prefill had
-   * succeeded, the only ones a hand-off can follow; any request clears it.
-   */
-  #caughtUp = false;
-  #lastRequest: Promise<Step> | undefined;
-
-  // Created once per stream, never per item.
-  readonly #raceTurn = (resolve: (step: Step | undefined) => void, reject: (error: unknown) => void): void => {
-    this.#resolveTurn = resolve;
-    (this.#pull as Promise<Step>).then(resolve, reject);
-  };
-  /**
-   * The turn of a racing read with an `observe` hook: the hook sees the answer whenever it
-   * comes, and it settles the turn the generator is awaiting then. That can only be the
-   * turn of this same read: the generator starts no other read before this one has answered
-   * (after a wake-up it awaits this read again, in the forward loop) or it has ended.
-   */
-  readonly #observedTurn = (resolve: (step: Step | undefined) => void, reject: (error: unknown) => void): void => {
-    this.#resolveTurn = resolve;
-    this.#rejectTurn = reject;
-    (this.#pull as Promise<Step>).then(this.#observed, this.#observedFailure);
-  };
-  // Only used with an observe hook. The turn may be gone by the time the read answers (the
-  // consumer closed the stream meanwhile): the hook still sees the read, nobody awaits it.
-  readonly #observed = (step: Step): void => {
-    if ((this.#hooks as Required<GuardHooks>).observe(step) === false) this.#observeEvery = false;
-    this.#resolveTurn?.(step);
-  };
-  readonly #observedFailure = (error: unknown): void => {
-    if ((this.#hooks as Required<GuardHooks>).observe(undefined) === false) this.#observeEvery = false;
-    this.#rejectTurn?.(error);
-  };
+  /** Read once: the plain guard pays one comparison per item for the hooks it does not have. */
+  readonly #answer: GuardHooks['answer'];
+  readonly #observe: GuardHooks['observe'];
+  #phase: Phase;
+  /** The call being served (the head); undefined when none is. */
+  #resolve: ((step: Step) => void) | undefined;
+  #reject: ((error: unknown) => void) | undefined;
+  /** Calls made while the head was being served, in call order. */
+  #queue: Waiting[] | undefined;
+  /** The terminal held for prefill (phase `HOLDING`). */
+  #held: Step | undefined;
+  /** What the head's racing read settled with, decided one microtask later. */
+  #settled: Step | undefined;
+  #failed: { error: unknown } | undefined;
+  /** The read in flight was made while `observe` wanted every read: it sees the answer. */
+  #readObserved = false;
   /** The `observe` hook still wants every read (see {@link GuardHooks.observe}). */
   #observeEvery = true;
-  /** The hooks on a read handed straight to decode (only used with hooks). */
-  readonly #answerStep = (step: Step): Step => {
-    if (step.done === true) {
-      (this.#hooks as GuardHooks).end?.();
-      return step;
+  #listening = false;
+  #sourceOpen = true;
+  /**
+   * A transition is running: it calls out (hooks, decode's `return()`, the contexts), and what
+   * those call back in (`next()`, `return()`, `throw()`) waits for it to finish, as calls of
+   * a running generator wait.
+   */
+  #busy = false;
+  #later: Array<() => void> | undefined;
+
+  // Created once per stream, never per item.
+  readonly #start = (resolve: (step: Step) => void, reject: (error: unknown) => void): void => {
+    if (this.#resolve !== undefined || this.#busy) {
+      if (this.#queue === undefined) this.#queue = [];
+      this.#queue.push({ resolve, reject });
+      return;
     }
-    const answer = (this.#hooks as GuardHooks).answer;
-    const out = answer === undefined ? step.value : answer(step.value);
-    return out === step.value ? step : out === undefined ? DONE : { value: out, done: false };
+    this.#resolve = resolve;
+    this.#reject = reject;
+    this.#busy = true;
+    try {
+      this.#serve();
+    } catch (error) {
+      this.#crash(error);
+    } finally {
+      this.#exit();
+    }
   };
-  readonly #failStep = (error: unknown): never => {
-    throw this.#failure(error);
+  readonly #onStep = (step: Step): void => {
+    this.#busy = true;
+    try {
+      this.#stepped(step);
+    } catch (error) {
+      this.#crash(error);
+    } finally {
+      this.#exit();
+    }
   };
-  readonly #waitTurn = (resolve: (step: Step | undefined) => void): void => {
-    this.#resolveTurn = resolve;
+  readonly #onThrow = (error: unknown): void => {
+    this.#busy = true;
+    try {
+      this.#threw(error);
+    } catch (error) {
+      this.#crash(error);
+    } finally {
+      this.#exit();
+    }
   };
+  readonly #decide = (): void => {
+    this.#busy = true;
+    try {
+      this.#decideRead();
+    } catch (error) {
+      this.#crash(error);
+    } finally {
+      this.#exit();
+    }
+  };
+  /** Prefill settled: acted on one microtask later, as the flow sees it first (its listener). */
   readonly #wake = (): void => {
-    this.#resolveTurn?.(undefined);
+    this.#listening = false;
+    RESOLVED.then(this.#prefillSettled);
   };
+  readonly #prefillSettled = (): void => {
+    this.#busy = true;
+    try {
+      this.#afterPrefill();
+    } catch (error) {
+      this.#crash(error);
+    } finally {
+      this.#exit();
+    }
+  };
+
+  #stepped(step: Step): void {
+    if (this.#readObserved) this.#see(step);
+    // Closed, or prefill failed first: nobody waits for this read any more.
+    if (this.#phase === ENDED) return;
+    if (this.#phase === FORWARDING) {
+      this.#forward(step);
+      return;
+    }
+    this.#settled = step;
+    RESOLVED.then(this.#decide);
+  }
+
+  #threw(error: unknown): void {
+    if (this.#readObserved) this.#see(undefined);
+    if (this.#phase === ENDED) return;
+    if (this.#phase === FORWARDING) {
+      this.#decodeThrew(error);
+      return;
+    }
+    this.#failed = { error };
+    RESOLVED.then(this.#decide);
+  }
+
+  /** A racing read decided one microtask after it settled (a prefill settling meanwhile wins). */
+  #decideRead(): void {
+    const step = this.#settled;
+    const failed = this.#failed;
+    this.#settled = undefined;
+    this.#failed = undefined;
+    if (this.#phase === ENDED) return;
+    if (this.#phase === FORWARDING) {
+      // Prefill succeeded meanwhile: the read is forwarded as it is.
+      if (failed !== undefined) this.#decodeThrew(failed.error);
+      else this.#forward(step as Step);
+      return;
+    }
+    if (failed !== undefined) {
+      if (this.#observe !== undefined && !this.#readObserved) this.#observe(undefined);
+      // Biased: a failed prefill still wins over decode's own failure.
+      if (this.#outcome.state === FAILED) this.#failPrefill();
+      else this.#decodeThrew(failed.error);
+      return;
+    }
+    this.#race(step as Step);
+  }
+
+  #afterPrefill(): void {
+    // Nobody waiting: the next call reads the state. A read that has settled but is not yet
+    // decided is decided by `#decide`, which reads the state again.
+    if (this.#resolve === undefined || this.#settled !== undefined || this.#failed !== undefined) return;
+    if (this.#phase === HOLDING) this.#releaseHeld();
+    else if (this.#phase === RACING) {
+      if (this.#outcome.state === FAILED) this.#failPrefill();
+      // Rule 10: the read in flight is forwarded when it answers, so no item is lost.
+      else this.#phase = FORWARDING;
+    }
+  }
+
+  /**
+   * Leaves a transition: what a hook or decode's `return()` asked of this iterator meanwhile
+   * (a close, a call) is done now, after the transition's own answers, in call order.
+   */
+  #exit(): void {
+    this.#busy = false;
+    const later = this.#later;
+    if (later !== undefined) {
+      this.#later = undefined;
+      for (const work of later) work();
+    }
+    if (this.#resolve === undefined && this.#queue !== undefined && this.#queue.length > 0) {
+      this.#busy = true;
+      try {
+        this.#advance();
+      } catch (error) {
+        this.#crash(error);
+      } finally {
+        this.#exit();
+      }
+    }
+  }
 
   constructor(
     outcome: PrefillOutcome,
@@ -155,8 +276,10 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#requestContext = requestContext;
     this.#streamContext = streamContext;
     this.#hooks = hooks;
+    this.#answer = hooks?.answer;
+    this.#observe = hooks?.observe;
     // Rule 10 from the first item: nothing to guard.
-    if (outcome.state === SUCCEEDED) this.#direct = true;
+    this.#phase = outcome.state === SUCCEEDED ? FORWARDING : RACING;
   }
 
   [Symbol.asyncIterator](): this {
@@ -164,43 +287,247 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
   }
 
   next(): Promise<Step> {
-    // After return() or throw(), nothing more: not even from a decode iterator that ignored
-    // it. The generator, woken by the close, answers done in call order after what it owes.
-    if (this.#closing) return (this.#generator?.next() as Promise<Step> | undefined) ?? Promise.resolve(DONE);
-    // The hand-off: only once every earlier call has its answer, so that a read sent straight
-    // to decode can never overtake one the generator has still to answer.
-    if (this.#direct || (this.#mayHandOff && this.#caughtUp)) {
-      const read = this.#source.next() as Promise<Step>;
-      return this.#hooks === undefined ? read : read.then(this.#answerStep, this.#failStep);
+    if (this.#resolve === undefined && !this.#busy) {
+      // The hand-off: only once no call is waiting, so that a read sent straight to decode can
+      // never overtake one still to be answered here.
+      if (this.#phase === FORWARDING) {
+        const read = this.#source.next() as Promise<Step>;
+        return this.#hooks === undefined ? read : read.then(this.#answerStep, this.#failStep);
+      }
+      // After the end, a close, or a failure: nothing more, not even from a decode iterator
+      // that ignored return().
+      if (this.#phase === ENDED) return Promise.resolve(DONE);
     }
-    this.#generator ??= this.#guard();
-    const request = this.#generator.next() as Promise<Step>;
-    this.#caughtUp = false;
-    if (this.#outcome.state === SUCCEEDED) {
-      // Watched only here, on the way to the hand-off (usually one item): racing reads pay nothing.
-      this.#lastRequest = request;
-      const answered = () => {
-        if (this.#lastRequest === request) this.#caughtUp = true;
-      };
-      request.then(answered, answered);
-    }
-    return request;
+    return new Promise(this.#start);
   }
 
   return(value?: unknown): Promise<Step> {
+    const answer = value === undefined ? DONE : ({ value, done: true } as unknown as Step);
+    if (this.#busy) return this.#closeLater((resolve) => resolve(answer));
     this.#close();
-    return (this.#generator?.return(value as undefined) as Promise<Step> | undefined) ?? Promise.resolve(DONE);
+    return Promise.resolve(answer);
   }
 
   throw(error?: unknown): Promise<Step> {
+    if (this.#busy) return this.#closeLater((_, reject) => reject(error));
     this.#close();
-    return (this.#generator?.throw(error) as Promise<Step> | undefined) ?? Promise.reject(error);
+    return Promise.reject(error);
+  }
+
+  /** A close asked for during a transition: done when it has finished. */
+  #closeLater(answer: (resolve: (step: Step) => void, reject: (error: unknown) => void) => void): Promise<Step> {
+    return new Promise((resolve, reject) => {
+      if (this.#later === undefined) this.#later = [];
+      this.#later.push(() => {
+        this.#close();
+        answer(resolve, reject);
+      });
+    });
+  }
+
+  /** Serves the head call: reads decode, or answers from the phase and the prefill outcome. */
+  #serve(): void {
+    switch (this.#phase) {
+      case RACING: {
+        const state = this.#outcome.state;
+        // Biased: a prefill outcome that is already known wins before decode is read.
+        if (state === FAILED) {
+          this.#failPrefill();
+          return;
+        }
+        if (state === SUCCEEDED) {
+          this.#stopListening();
+          this.#phase = FORWARDING;
+          this.#read(false);
+          return;
+        }
+        if (!this.#listening) {
+          this.#listening = true;
+          this.#outcome.listen(this.#wake);
+        }
+        this.#read(this.#observe !== undefined && this.#observeEvery);
+        return;
+      }
+      case FORWARDING:
+        this.#read(false);
+        return;
+      default:
+        // ENDED (HOLDING only happens while a call is served).
+        this.#end(DONE);
+        return;
+    }
+  }
+
+  #read(observed: boolean): void {
+    let read: Promise<Step>;
+    try {
+      read = Promise.resolve(this.#source.next() as Promise<Step>);
+    } catch (error) {
+      read = Promise.reject(error);
+    }
+    this.#readObserved = observed;
+    read.then(this.#onStep, this.#onThrow);
+  }
+
+  /** A racing read's answer, prefill still pending a microtask after it came (rules 11-13). */
+  #race(step: Step): void {
+    // The biased check: every look at the outcome comes before the decode result is used.
+    const state = this.#outcome.state;
+    if (state !== PENDING) {
+      if (state === FAILED) {
+        this.#failPrefill();
+        return;
+      }
+      this.#stopListening();
+      this.#phase = FORWARDING;
+      this.#forward(step);
+      return;
+    }
+    const kind = step.done === true ? TERMINAL : classify(step.value);
+    if (kind === FLOWING) {
+      this.#answerWith(step, false);
+      return;
+    }
+    if (this.#observe !== undefined && !this.#readObserved) this.#observe(step);
+    if (kind === FAILURE) {
+      // Rule 11: a decode failure is the answer; prefill is not awaited, nothing stopped.
+      this.#closeSource();
+      this.#answerWith(step, true);
+      return;
+    }
+    // Rule 12: hold the terminal (an item with a finish reason, or the end) for prefill.
+    if (step.done === true) this.#sourceOpen = false;
+    this.#held = step;
+    this.#phase = HOLDING;
+  }
+
+  /** Prefill has settled while a terminal is held (rule 12). */
+  #releaseHeld(): void {
+    const held = this.#held as Step;
+    this.#held = undefined;
+    if (this.#outcome.state === FAILED) {
+      this.#failPrefill();
+      return;
+    }
+    this.#closeSource();
+    if (held.done === true) {
+      this.#hooks?.end?.();
+      this.#end(DONE);
+      return;
+    }
+    this.#answerWith(held, true);
+  }
+
+  /** A read after prefill succeeded (rule 10), or one in flight when it did. */
+  #forward(step: Step): void {
+    if (step.done === true) {
+      this.#sourceOpen = false;
+      this.#hooks?.end?.();
+      this.#end(DONE);
+      return;
+    }
+    this.#answerWith(step, false);
+  }
+
+  /** Rules 9 and 12: one error item replaces whatever decode would have said. */
+  #failPrefill(): void {
+    this.#closeSource();
+    this.#requestContext.stopGenerating();
+    this.#streamContext.stopGenerating();
+    const error = Annotated.fromError<LLMEngineOutput>(this.#outcome.error as Error);
+    this.#answerWith({ value: error, done: false }, true);
+  }
+
+  /** Decode's iterator threw: the consumer gets the error (through the `fail` hook). */
+  #decodeThrew(error: unknown): void {
+    this.#sourceOpen = false;
+    const reject = this.#reject as (error: unknown) => void;
+    const failure = this.#failure(error);
+    this.#finish();
+    reject(failure);
+    this.#drain();
+  }
+
+  /**
+   * Answers the head with an item (through the `answer` hook; `undefined` from it ends the
+   * stream), then either ends the stream (`last`) or serves the next call.
+   */
+  #answerWith(step: Step, last: boolean): void {
+    const resolve = this.#resolve as (step: Step) => void;
+    const value = step.value as EngineItem;
+    const out = this.#answer === undefined ? value : this.#answer(value);
+    if (out === undefined) {
+      this.#end(DONE);
+      return;
+    }
+    const answer: Step = out === value && step.done === false ? step : { value: out, done: false };
+    if (last) {
+      this.#end(answer);
+      return;
+    }
+    this.#resolve = undefined;
+    this.#reject = undefined;
+    resolve(answer);
+    this.#advance();
+  }
+
+  /** Serves the next call in the queue, if any. */
+  #advance(): void {
+    const queue = this.#queue;
+    if (queue === undefined || queue.length === 0) return;
+    const waiting = queue.shift() as Waiting;
+    this.#resolve = waiting.resolve;
+    this.#reject = waiting.reject;
+    this.#serve();
+  }
+
+  /** The stream ends: the head gets `step`, every call waiting behind it done. */
+  #end(step: Step): void {
+    const resolve = this.#resolve;
+    this.#finish();
+    resolve?.(step);
+    this.#drain();
+  }
+
+  /**
+   * A hook threw: the call being answered fails with that error and the stream ends (decode
+   * closed), as a generator's body that threw would end.
+   */
+  #crash(error: unknown): void {
+    const reject = this.#reject;
+    this.#finish();
+    reject?.(error);
+    this.#drain();
+  }
+
+  #drain(): void {
+    const queue = this.#queue;
+    if (queue === undefined) return;
+    this.#queue = undefined;
+    for (const waiting of queue) waiting.resolve(DONE);
+  }
+
+  /** Rule 14 and early exits: close decode, never touch prefill. */
+  #finish(): void {
+    this.#phase = ENDED;
+    this.#resolve = undefined;
+    this.#reject = undefined;
+    this.#held = undefined;
+    this.#stopListening();
+    this.#closeSource();
   }
 
   #close(): void {
-    this.#closing = true;
-    this.#closeSource();
-    this.#wake();
+    this.#end(DONE);
+    this.#settled = undefined;
+    this.#failed = undefined;
+  }
+
+  #stopListening(): void {
+    if (this.#listening) {
+      this.#listening = false;
+      this.#outcome.unlisten(this.#wake);
+    }
   }
 
   #closeSource(): void {
@@ -210,126 +537,38 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     }
   }
 
+  /** The `observe` hook on a read made while it wanted every read. */
+  #see(step: Step | undefined): void {
+    if ((this.#observe as NonNullable<GuardHooks['observe']>)(step) === false) this.#observeEvery = false;
+  }
+
   #failure(error: unknown): unknown {
     const fail = this.#hooks?.fail;
     return fail === undefined ? error : fail(error);
   }
 
-  async *#guard(): AsyncGenerator<EngineItem, void, undefined> {
-    const outcome = this.#outcome;
-    const source = this.#source;
-    // Read once: the plain guard pays one comparison per item for the hooks it does not have.
-    const answer = this.#hooks?.answer;
-    outcome.listen(this.#wake);
-    // A pull started while prefill was pending and left unread when prefill won the race.
-    let inFlight: Promise<Step> | undefined;
-    try {
-      // Racing mode. Every check of `outcome.state` comes before the decode result is used:
-      // a prefill outcome that is already known wins over a decode item that is also ready.
-      const observe = this.#hooks?.observe;
-      while (outcome.state === PENDING) {
-        const pull = Promise.resolve(source.next() as Promise<Step>);
-        this.#pull = pull;
-        // Observed in the turn while every read is wanted; otherwise below, only if not plain.
-        const observedInTurn = observe !== undefined && this.#observeEvery;
-        let step: Step | undefined;
-        try {
-          step = await new Promise(observedInTurn ? this.#observedTurn : this.#raceTurn);
-        } catch {
-          if (observe !== undefined && !observedInTurn) observe(undefined);
-          // Decode threw. Handled after the loop: a failed prefill still wins (biased), and
-          // otherwise the forward path rethrows it.
-          inFlight = pull;
-          break;
-        }
-        if (this.#closing) return;
-        if (outcome.state !== PENDING) {
-          inFlight = pull;
-          break;
-        }
-        const result = step as Step;
-        const kind = result.done === true ? TERMINAL : classify(result.value);
-        if (kind !== FLOWING && observe !== undefined && !observedInTurn) observe(result);
-        if (kind === FLOWING) {
-          const item = answer === undefined ? (result.value as EngineItem) : answer(result.value as EngineItem);
-          if (item === undefined) return;
-          yield item;
-          continue;
-        }
-        if (kind === FAILURE) {
-          // Rule 11: a decode failure is the answer; prefill is not awaited, nothing stopped.
-          // Done with decode and prefill before the yield, in case the consumer never asks again.
-          this.#closeSource();
-          outcome.unlisten(this.#wake);
-          const item = answer === undefined ? (result.value as EngineItem) : answer(result.value as EngineItem);
-          if (item !== undefined) yield item;
-          return;
-        }
-        // Rule 12: hold the terminal (an item with a finish reason, or the end) for prefill.
-        if (result.done === true) this.#sourceOpen = false;
-        await new Promise(this.#waitTurn);
-        if (this.#closing) return;
-        // The await above may have changed the state; TypeScript cannot know.
-        if ((outcome.state as PrefillState) === FAILED) break;
-        this.#closeSource();
-        if (result.done !== true) {
-          const item = answer === undefined ? (result.value as EngineItem) : answer(result.value as EngineItem);
-          if (item !== undefined) yield item;
-        } else {
-          this.#hooks?.end?.();
-        }
-        return;
+  /**
+   * The hooks on a read handed straight to decode (only used with hooks). Its end, or an
+   * answer of `undefined`, ends the stream here too: later calls answer done.
+   */
+  readonly #answerStep = (step: Step): Step => {
+    if (step.done === true) {
+      this.#sourceOpen = false;
+      if (this.#phase !== ENDED) {
+        this.#phase = ENDED;
+        (this.#hooks as GuardHooks).end?.();
       }
-
-      if (outcome.state === FAILED) {
-        // Rules 9 and 12: one error item replaces whatever decode would have said.
-        this.#closeSource();
-        this.#requestContext.stopGenerating();
-        this.#streamContext.stopGenerating();
-        const error = Annotated.fromError<LLMEngineOutput>(outcome.error as Error);
-        const item = answer === undefined ? error : answer(error);
-        if (item !== undefined) yield item;
-        return;
-      }
-
-      // Rule 10: prefill succeeded; forward the rest unchanged, starting with the pull that
-      // was in flight when it did, so that no item is lost or reordered. Each pull is still
-      // awaited through a turn, so that closing wakes the generator even if decode is stuck.
-      // After each yield with nothing else queued, next() hands off to the decode iterator.
-      outcome.unlisten(this.#wake);
-      let pull = inFlight ?? Promise.resolve(source.next() as Promise<Step>);
-      for (;;) {
-        this.#pull = pull;
-        let result: Step | undefined;
-        try {
-          result = await new Promise(this.#raceTurn);
-        } catch (error) {
-          this.#sourceOpen = false;
-          throw this.#failure(error);
-        }
-        if (this.#closing) return;
-        if ((result as Step).done === true) {
-          this.#sourceOpen = false;
-          this.#hooks?.end?.();
-          return;
-        }
-        const item =
-          answer === undefined ? ((result as Step).value as EngineItem) : answer((result as Step).value as EngineItem);
-        if (item === undefined) return;
-        this.#mayHandOff = true;
-        yield item;
-        this.#mayHandOff = false;
-        pull = Promise.resolve(source.next() as Promise<Step>);
-      }
-    } finally {
-      outcome.unlisten(this.#wake);
-      this.#resolveTurn = undefined;
-      this.#rejectTurn = undefined;
-      this.#pull = undefined;
-      this.#mayHandOff = false;
-      this.#lastRequest = undefined;
-      // Rule 14 and early exits: close decode, never touch prefill.
-      this.#closeSource();
+      return step;
     }
-  }
+    const answer = this.#answer;
+    const out = answer === undefined ? step.value : answer(step.value);
+    if (out === step.value) return step;
+    if (out !== undefined) return { value: out, done: false };
+    this.#phase = ENDED;
+    this.#closeSource();
+    return DONE;
+  };
+  readonly #failStep = (error: unknown): never => {
+    throw this.#failure(error);
+  };
 }

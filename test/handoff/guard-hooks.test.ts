@@ -1,7 +1,7 @@
 // The contract of the guard's hooks (GuardHooks), which the flow's decode leg and client
 // stream ride on instead of adding promises of their own per item. The flow tests see their
 // effect through the whole request; these pin each hook down at the guard itself, in each of
-// its three modes: racing (prefill pending), forwarding through the generator (prefill has
+// its three modes: racing (prefill pending), forwarding before the hand-off (prefill has
 // just succeeded), and handed off (reads go straight to decode).
 import { describe, expect, it } from 'vitest';
 import type { FlowGuardHooks } from '../../src/handoff/prefill-task.js';
@@ -203,7 +203,7 @@ async function handOff(iterator: AsyncIterator<EngineItem>, source: ScriptedSour
 describe('end: the stream ends by itself', () => {
   it.each([
     ['while prefill is pending (the end is held for it)', 'pending'],
-    ['after prefill succeeded, through the generator', 'late'],
+    ['after prefill succeeded, before the hand-off', 'late'],
     ['handed off to decode', 'early'],
   ] as const)('is called once when decode ends %s', async (_, when) => {
     const { prefill, task } = pendingPrefill();
@@ -246,7 +246,7 @@ describe('end: the stream ends by itself', () => {
 
 describe('fail: what the consumer gets thrown when decode breaks', () => {
   it.each([
-    ['after prefill succeeded, through the generator', false],
+    ['after prefill succeeded, before the hand-off', false],
     ['handed off to decode', true],
   ])('replaces the error %s', async (_, early) => {
     const { prefill, task } = pendingPrefill();
@@ -442,6 +442,112 @@ describe('observe after the end', () => {
       else read.reject(new Error('late'));
       await flush();
       expect(seen).toEqual([how === 'answer' ? 1 : 'failed read']);
+    },
+  );
+});
+
+describe('what a hook or decode calls back in while the guard answers waits for that answer', () => {
+  /** Decode whose `return()` runs `onReturn` first (as a flow closing its client stream does). */
+  function closingSource(items: Item[], onReturn: () => void): ScriptedSource {
+    const source = new ScriptedSource(items);
+    const close = source.return.bind(source);
+    source.return = () => {
+      onReturn();
+      return close();
+    };
+    return source;
+  }
+
+  it("decode's return() closing the stream as a held terminal is released: the terminal arrives first, then done", async () => {
+    const { prefill, task } = pendingPrefill();
+    let closed: Promise<IteratorResult<EngineItem>> | undefined;
+    const source = closingSource([token(1), lengthItem()], () => {
+      closed = iterator.return?.();
+    });
+    const { iterator } = await guarded(task, source, {});
+    expect(describeStep(await iterator.next())).toBe(1);
+    const held = iterator.next();
+    await flush();
+    prefill.resolve();
+    expect(describeStep(await held)).toBe('finish');
+    expect(await closed).toEqual({ value: undefined, done: true });
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it("a throw() from decode's return() as a decode failure is answered: the failure arrives, then the throw", async () => {
+    const { task } = pendingPrefill();
+    const consumerError = new Error('client went away');
+    let thrown: Promise<unknown> | undefined;
+    const failure = Annotated.fromError<EngineItem['data']>('decode OOM') as EngineItem;
+    const source = closingSource([failure], () => {
+      thrown = iterator.throw?.(consumerError).catch((error: unknown) => error);
+    });
+    const { iterator } = await guarded(task, source, {});
+    expect(describeStep(await iterator.next())).toBe('error item');
+    expect(await thrown).toBe(consumerError);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('a next() made by the answer hook is answered after the item being answered, with the next one', async () => {
+    const { task } = pendingPrefill();
+    const source = new ScriptedSource([token(1), token(2)]);
+    let inner: Promise<IteratorResult<EngineItem>> | undefined;
+    const order: string[] = [];
+    const { iterator } = await guarded(task, source, {
+      answer: (item) => {
+        inner ??= iterator.next();
+        return item;
+      },
+    });
+    const outer = iterator.next().then((step) => {
+      order.push(`outer ${describeStep(step)}`);
+    });
+    await flush();
+    await (inner as Promise<IteratorResult<EngineItem>>).then((step) => {
+      order.push(`inner ${describeStep(step)}`);
+    });
+    await outer;
+    expect(order).toEqual(['outer 1', 'inner 2']);
+  });
+});
+
+describe('a hook that throws', () => {
+  it.each([
+    ['answer', 'racing'],
+    ['answer', 'forwarding'],
+    ['observe', 'racing'],
+  ] as const)(
+    '(%s, %s) fails the call it was answering with its error, closes decode, and every later call is done',
+    async (hook, mode) => {
+      const { prefill, task } = pendingPrefill();
+      const broken = new Error(`${hook} hook broke`);
+      const source = new ScriptedSource([token(1)]);
+      const throwOn2 = (value: EngineItem | undefined) => {
+        if (value !== undefined && describeItem(value) === 2) throw broken;
+      };
+      const hooks: FlowGuardHooks =
+        hook === 'answer'
+          ? {
+              answer: (item) => {
+                throwOn2(item);
+                return item;
+              },
+            }
+          : {
+              observe: (step) => {
+                throwOn2(step?.done === false ? step.value : undefined);
+                return true;
+              },
+            };
+      const { iterator } = await guarded(task, source, hooks);
+      expect(describeStep(await iterator.next())).toBe(1);
+      if (mode === 'forwarding') prefill.resolve();
+      await flush();
+      const second = iterator.next();
+      source.push(token(2));
+      await expect(second).rejects.toBe(broken);
+      expect(source.closed).toBe(true);
+      expect(await iterator.next()).toEqual({ value: undefined, done: true });
     },
   );
 });
