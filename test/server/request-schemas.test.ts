@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import type { Route } from '../../src/server/openai-format.js';
-import { checkRequest, type ModelLimits } from '../../src/server/request-schemas.js';
+import { checkRequest, type ModelLimits, validateRequest } from '../../src/server/request-schemas.js';
 
 /** What checkRequest says of a body: 'ok', or the field at fault and the message. */
 function verdict(route: Route, body: Record<string, unknown>, limits?: ModelLimits): string {
@@ -267,5 +267,35 @@ describe("checkRequest: a length budget beyond the model's context", () => {
       'ok',
     );
     expect(verdict('generate', { model: 'small', text: 'x' }, limits)).toBe('ok');
+  });
+});
+
+describe('validateRequest: the body fits its route before its fields are checked', () => {
+  /** What validateRequest says of a body: 'ok', or the field at fault and the message. */
+  function verdictOf(route: Route, body: unknown): string {
+    try {
+      validateRequest(route, body);
+      return 'ok';
+    } catch (error) {
+      expect(UnsupportedRequestError.is(error)).toBe(true);
+      return `${(error as UnsupportedRequestError).param}: ${(error as Error).message}`;
+    }
+  }
+
+  it.each([
+    ['a string', 'x', '"x"'],
+    ['null', null, 'null'],
+    ['a list', [{ prompt: 'x' }], '[{"prompt":"x"}]'],
+    ['a number', 7, '7'],
+  ])('a body that is %s is refused as the body, saying what it got', (_, body, shown) => {
+    expect(verdictOf('completions', body)).toBe(`body: The request body must be a JSON object, got ${shown}`);
+  });
+
+  it('/generate takes a text, input_ids or input_embeds, each alone; nothing of the three is refused as text', () => {
+    for (const body of [{ text: 'x' }, { input_ids: [1, 2] }, { input_embeds: [[0.1, 0.2]] }]) {
+      expect(verdictOf('generate', body)).toBe('ok');
+    }
+    expect(verdictOf('generate', { prompt: 'x' })).toBe('text: /generate needs a text, input_ids or input_embeds');
+    expect(verdictOf('generate', { text: null })).toBe('text: /generate needs a text, input_ids or input_embeds');
   });
 });
