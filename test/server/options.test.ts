@@ -571,3 +571,157 @@ describe("an operator's URLs, key lists and policies checked before anything sta
     }
   });
 });
+
+describe('options: each check on its own, as a user meets it', () => {
+  const base = { connector: 'vllm' as const, prefill: [{ url: 'http://p' }], decode: [{ url: 'http://d' }] };
+  const problemsOf = (run: () => unknown) => refusal(run).problems;
+  const served = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
+    const loaded = loadServeConfig(argv, env);
+    if (loaded === 'help') throw new Error('expected a config, got help');
+    return loaded;
+  };
+
+  it('a word after the flags is refused with what the argument parser says, not as an unknown flag', () => {
+    expect(refusal(() => loadServeConfig([...workers, 'extra'], {})).message).toMatch(/^Unexpected argument 'extra'/);
+  });
+
+  it('--prefix-weight takes a number above 0', () => {
+    for (const bad of ['0', '-1', 'heavy']) {
+      expect(problemsOf(() => loadServeConfig([...workers, `--prefix-weight=${bad}`], {}))).toEqual([
+        `--prefix-weight (routing.prefixWeight) takes a number above 0, got ${JSON.stringify(bad)}`,
+      ]);
+    }
+    expect(served([...workers, '--prefix-weight', '0.5']).routing?.prefixWeight).toBe(0.5);
+    // From createProxy, a boolean is not a number (nor 1).
+    expect(problemsOf(() => resolveProxyOptions({ ...base, routing: { prefixWeight: true as never } }))).toEqual([
+      'routing.prefixWeight takes a number above 0, got true',
+    ]);
+  });
+
+  it('a worker entry is a URL or an object: null and numbers are refused, and so is a pool that is not a list', () => {
+    expect(problemsOf(() => resolveProxyOptions({ ...base, prefill: [null as never] }))).toEqual([
+      'prefill takes URLs or objects with a url, got null',
+    ]);
+    expect(problemsOf(() => resolveProxyOptions({ ...base, prefill: 5 as never }))).toEqual([
+      '--prefill is required: at least one worker URL (or --prefill-dns or --prefill-selector to find them)',
+    ]);
+  });
+
+  it("a worker's name is a non-empty string; its url says it is not a URL, not that it is not a string", () => {
+    for (const [name, shown] of [
+      ['', '""'],
+      [5, '5'],
+    ] as const) {
+      expect(
+        problemsOf(() => resolveProxyOptions({ ...base, prefill: [{ url: 'http://p', name: name as never }] })),
+      ).toEqual([`prefill has a worker whose name is not a non-empty string: ${shown}`]);
+    }
+    expect(problemsOf(() => resolveProxyOptions({ ...base, prefill: [{ url: 5 as never }] }))).toEqual([
+      'prefill has 5, which is not an http(s) URL such as http://10.0.0.2:8000',
+    ]);
+  });
+
+  it('only a URL that ends in /v1 is refused, and the base URL it suggests keeps an earlier /v1', () => {
+    expect(resolveProxyOptions({ ...base, prefill: [{ url: 'http://gw/v1/team' }] }).prefill).toHaveLength(1);
+    expect(() => resolveProxyOptions({ ...base, prefill: [{ url: 'http://gw/v1/team/v1' }] })).toThrow(
+      "give the worker's base URL (http://gw/v1/team)",
+    );
+  });
+
+  it('two workers of one name in one pool are refused once, by that pool; unnamed workers are many', () => {
+    expect(
+      problemsOf(() =>
+        resolveProxyOptions({
+          ...base,
+          prefill: [{ url: 'http://p0', name: 'a' }, { url: 'http://p1' }, { url: 'http://p2', name: 'a' }],
+        }),
+      ),
+    ).toEqual(['prefill names two workers "a": a name is one worker']);
+    expect(
+      resolveProxyOptions({
+        ...base,
+        prefill: [{ url: 'http://p0' }, { url: 'http://p1' }, { url: 'http://p2', name: 'b' }],
+      }).prefill,
+    ).toHaveLength(3);
+  });
+
+  it('only DISAGG_ variables are checked, and of the Service links only the ones Kubernetes makes', () => {
+    expect(served(workers, { PATH: '/usr/bin', HOME: '/root', PORT: '1' }).port).toBe(8000);
+    expect(problemsOf(() => loadServeConfig(workers, { DISAGG_PORTS: 'tcp://10.0.0.11:8000' }))).toEqual([
+      expect.stringMatching(/^Unknown environment variable DISAGG_PORTS/),
+    ]);
+  });
+
+  it('createProxy and createHandler want an object, and a group of settings an object too', () => {
+    expect(refusal(() => resolveProxyOptions('x' as never)).message).toBe(
+      'createProxy expects an options object, got "x"',
+    );
+    expect(refusal(() => resolveHandlerOptions(null as never)).message).toBe(
+      'createHandler expects an options object, got null',
+    );
+    expect(problemsOf(() => resolveProxyOptions({ ...base, routing: null as never }))).toEqual([
+      'The option "routing" of createProxy: routing must be an object of settings',
+    ]);
+  });
+
+  it('a setting only disagg serve takes is refused by createProxy as unknown, and its value is not read', () => {
+    expect(problemsOf(() => resolveProxyOptions({ ...base, port: 'x' } as never))).toEqual([
+      expect.stringMatching(/^Unknown option "port" of createProxy/),
+    ]);
+  });
+
+  it('a null tracer or metrics registry is refused by name, not crashed on', () => {
+    expect(refusal(() => resolveProxyOptions({ ...base, tracer: null as never })).message).toBe(
+      'tracer must be an OpenTelemetry tracer, got null',
+    );
+    expect(refusal(() => resolveProxyOptions({ ...base, metricsRegistry: null as never })).message).toBe(
+      'metricsRegistry must be a prom-client Registry, got null',
+    );
+  });
+
+  it('aggregating by cache works with precise-prefix on decode as with cache-aware', () => {
+    const options = resolveProxyOptions({
+      ...base,
+      decodePolicy: 'precise-prefix',
+      kvEvents: { port: 5557 },
+      routing: { aggregateCachedRatio: 0.5 },
+    });
+    expect(options.routing.aggregateCachedRatio).toBe(0.5);
+  });
+
+  it('a pool found by a label selector alone needs no worker URL', () => {
+    const config = served(['--connector', 'vllm', '--prefill-selector', 'app=prefill', '--decode', 'http://d']);
+    expect(config.prefill).toEqual([]);
+    expect(config.discovery?.prefillSelector).toBe('app=prefill');
+  });
+
+  it('a header name is a string of token characters', () => {
+    expect(problemsOf(() => resolveProxyOptions({ ...base, routing: { sessionHeader: 5 as never } }))).toEqual([
+      'routing.sessionHeader must be an HTTP header name, got 5',
+    ]);
+  });
+
+  it('--otlp-endpoint takes plain http too; --redis-url redis:// too, and nothing before the scheme', () => {
+    expect(served([...workers, '--otlp-endpoint', 'http://collector:4318']).tracing?.otlpEndpoint).toBe(
+      'http://collector:4318',
+    );
+    expect(served([...workers, '--redis-url', 'redis://redis:6379']).redisUrl).toBe('redis://redis:6379');
+    expect(problemsOf(() => loadServeConfig([...workers, '--redis-url', 'myredis://r'], {}))).toEqual([
+      '--redis-url must be a redis:// or rediss:// URL, got "myredis://r"',
+    ]);
+    const numeric = file('redis.yaml', 'connector: vllm\nprefill: [http://p]\ndecode: [http://d]\nredisUrl: 5\n');
+    expect(problemsOf(() => loadServeConfig(['--config', numeric], {}))).toEqual([
+      `redisUrl in ${numeric} must be a non-empty string, got 5`,
+    ]);
+  });
+
+  it('several problems are listed one per line under their count', () => {
+    expect(refusal(() => loadServeConfig([...workers, '--prefix-weight', '0', '--redis-url', 'x'], {})).message).toBe(
+      [
+        '2 problems:',
+        '  - --prefix-weight (routing.prefixWeight) takes a number above 0, got "0"',
+        '  - --redis-url must be a redis:// or rediss:// URL, got "x"',
+      ].join('\n'),
+    );
+  });
+});
