@@ -551,3 +551,86 @@ describe('a hook that throws', () => {
     },
   );
 });
+
+describe('a hook that throws, wherever the guard calls one', () => {
+  const broken = new Error('hook broke');
+  const throwing = () => {
+    throw broken;
+  };
+
+  it('answer, on the item held for prefill as prefill succeeds: that call fails, decode is closed', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([lengthItem()]);
+    const { iterator } = await guarded(task, source, { answer: throwing });
+    const held = iterator.next();
+    await flush();
+    prefill.resolve();
+    await expect(held).rejects.toBe(broken);
+    expect(source.closed).toBe(true);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('answer, on the error item of a prefill that fails while a read waits: that call fails', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, { answer: throwing });
+    const waiting = iterator.next();
+    await flush();
+    prefill.reject(new Error('prefill lost'));
+    await expect(waiting).rejects.toBe(broken);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('answer, on the error item of a prefill that had failed before the call: that call fails', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1)]);
+    const { iterator } = await guarded(task, source, {
+      answer: (item) => (describeItem(item) === 1 ? item : throwing()),
+    });
+    expect(describeStep(await iterator.next())).toBe(1);
+    prefill.reject(new Error('prefill lost'));
+    await flush();
+    await expect(iterator.next()).rejects.toBe(broken);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('fail, on a decode throw after prefill succeeded: the call fails with what fail threw', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1)]);
+    const { iterator } = await guarded(task, source, { fail: throwing });
+    expect(describeStep(await iterator.next())).toBe(1);
+    prefill.resolve();
+    await flush();
+    const next = iterator.next();
+    source.fail(new Error('socket reset'));
+    await expect(next).rejects.toBe(broken);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('end, as decode ends after prefill succeeded: the call fails, later calls are done', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1)]);
+    const { iterator } = await guarded(task, source, { end: throwing });
+    expect(describeStep(await iterator.next())).toBe(1);
+    prefill.resolve();
+    await flush();
+    const last = iterator.next();
+    source.end();
+    await expect(last).rejects.toBe(broken);
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+  });
+
+  it('answer, for a call queued behind another: the first gets its item, the queued one fails', async () => {
+    const { task } = pendingPrefill();
+    const source = new ScriptedSource();
+    const { iterator } = await guarded(task, source, {
+      answer: (item) => (describeItem(item) === 1 ? item : throwing()),
+    });
+    const [first, second] = [iterator.next(), iterator.next()];
+    await flush();
+    source.push(token(1)).push(token(2));
+    expect(describeStep(await first)).toBe(1);
+    await expect(second).rejects.toBe(broken);
+    expect(source.closed).toBe(true);
+  });
+});
