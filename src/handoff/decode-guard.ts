@@ -3,7 +3,7 @@ import { FinishReason } from '../protocol/finish-reason.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { closeQuietly } from '../util/close-quietly.js';
-import { FAILED, PENDING, type PrefillOutcome, SUCCEEDED } from './prefill-outcome.js';
+import { FAILED, type PrefillOutcome, SUCCEEDED } from './prefill-outcome.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
 
@@ -102,19 +102,18 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
   #queue: Waiting[] | undefined;
   /** The terminal held for prefill (phase `HOLDING`). */
   #held: Step | undefined;
-  /** What the head's racing read settled with, decided one microtask later. */
+  /** What the head's read settled with, decided one microtask later. */
   #settled: Step | undefined;
   #failed: { error: unknown } | undefined;
   /** The read in flight was made while `observe` wanted every read: it sees the answer. */
   #readObserved = false;
   /** The `observe` hook still wants every read (see {@link GuardHooks.observe}). */
   #observeEvery = true;
-  #listening = false;
   #sourceOpen = true;
   /**
-   * A transition is running: it calls out (hooks, decode's `return()`, the contexts), and what
-   * those call back in (`next()`, `return()`, `throw()`) waits for it to finish, as calls of
-   * a running generator wait.
+   * A transition is running: it calls out (hooks, decode's `return()`, the contexts), and a
+   * close that those ask for (`return()`, `throw()`) waits for it to finish, as calls of a
+   * running generator wait; a `next()` they make waits in the queue.
    */
   #busy = false;
   #later: Array<() => void> | undefined;
@@ -128,141 +127,33 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     }
     this.#resolve = resolve;
     this.#reject = reject;
-    this.#busy = true;
-    try {
-      this.#serve();
-    } catch (error) {
-      this.#crash(error);
-    } finally {
-      this.#exit();
-    }
+    this.#run(this.#serve);
   };
+  /**
+   * A read settled. Decided a microtask later, whatever happened meanwhile: a prefill that
+   * settles in the same turn is seen first, a close drops it. Only `observe` sees it now.
+   */
   readonly #onStep = (step: Step): void => {
-    this.#busy = true;
-    try {
-      this.#stepped(step);
-    } catch (error) {
-      this.#crash(error);
-    } finally {
-      this.#exit();
-    }
+    if (this.#readObserved && !this.#see(step)) return;
+    this.#settled = step;
+    RESOLVED.then(this.#decide);
   };
   readonly #onThrow = (error: unknown): void => {
-    this.#busy = true;
-    try {
-      this.#threw(error);
-    } catch (error) {
-      this.#crash(error);
-    } finally {
-      this.#exit();
-    }
+    if (this.#readObserved && !this.#see(undefined)) return;
+    this.#failed = { error };
+    RESOLVED.then(this.#decide);
   };
   readonly #decide = (): void => {
-    this.#busy = true;
-    try {
-      this.#decideRead();
-    } catch (error) {
-      this.#crash(error);
-    } finally {
-      this.#exit();
-    }
+    this.#run(this.#decideRead);
   };
   /** Prefill settled: acted on one microtask later, as the flow sees it first (its listener). */
   readonly #wake = (): void => {
-    this.#listening = false;
     RESOLVED.then(this.#prefillSettled);
   };
   readonly #prefillSettled = (): void => {
-    this.#busy = true;
-    try {
-      this.#afterPrefill();
-    } catch (error) {
-      this.#crash(error);
-    } finally {
-      this.#exit();
-    }
+    // Nobody waiting: the next call reads the state.
+    if (this.#resolve !== undefined) this.#run(this.#afterPrefill);
   };
-
-  #stepped(step: Step): void {
-    if (this.#readObserved) this.#see(step);
-    // Closed, or prefill failed first: nobody waits for this read any more.
-    if (this.#phase === ENDED) return;
-    if (this.#phase === FORWARDING) {
-      this.#forward(step);
-      return;
-    }
-    this.#settled = step;
-    RESOLVED.then(this.#decide);
-  }
-
-  #threw(error: unknown): void {
-    if (this.#readObserved) this.#see(undefined);
-    if (this.#phase === ENDED) return;
-    if (this.#phase === FORWARDING) {
-      this.#decodeThrew(error);
-      return;
-    }
-    this.#failed = { error };
-    RESOLVED.then(this.#decide);
-  }
-
-  /** A racing read decided one microtask after it settled (a prefill settling meanwhile wins). */
-  #decideRead(): void {
-    const step = this.#settled;
-    const failed = this.#failed;
-    this.#settled = undefined;
-    this.#failed = undefined;
-    if (this.#phase === ENDED) return;
-    if (this.#phase === FORWARDING) {
-      // Prefill succeeded meanwhile: the read is forwarded as it is.
-      if (failed !== undefined) this.#decodeThrew(failed.error);
-      else this.#forward(step as Step);
-      return;
-    }
-    if (failed !== undefined) {
-      if (this.#observe !== undefined && !this.#readObserved) this.#observe(undefined);
-      // Biased: a failed prefill still wins over decode's own failure.
-      if (this.#outcome.state === FAILED) this.#failPrefill();
-      else this.#decodeThrew(failed.error);
-      return;
-    }
-    this.#race(step as Step);
-  }
-
-  #afterPrefill(): void {
-    // Nobody waiting: the next call reads the state. A read that has settled but is not yet
-    // decided is decided by `#decide`, which reads the state again.
-    if (this.#resolve === undefined || this.#settled !== undefined || this.#failed !== undefined) return;
-    if (this.#phase === HOLDING) this.#releaseHeld();
-    else if (this.#phase === RACING) {
-      if (this.#outcome.state === FAILED) this.#failPrefill();
-      // Rule 10: the read in flight is forwarded when it answers, so no item is lost.
-      else this.#phase = FORWARDING;
-    }
-  }
-
-  /**
-   * Leaves a transition: what a hook or decode's `return()` asked of this iterator meanwhile
-   * (a close, a call) is done now, after the transition's own answers, in call order.
-   */
-  #exit(): void {
-    this.#busy = false;
-    const later = this.#later;
-    if (later !== undefined) {
-      this.#later = undefined;
-      for (const work of later) work();
-    }
-    if (this.#resolve === undefined && this.#queue !== undefined && this.#queue.length > 0) {
-      this.#busy = true;
-      try {
-        this.#advance();
-      } catch (error) {
-        this.#crash(error);
-      } finally {
-        this.#exit();
-      }
-    }
-  }
 
   constructor(
     outcome: PrefillOutcome,
@@ -279,7 +170,12 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#answer = hooks?.answer;
     this.#observe = hooks?.observe;
     // Rule 10 from the first item: nothing to guard.
-    this.#phase = outcome.state === SUCCEEDED ? FORWARDING : RACING;
+    if (outcome.state === SUCCEEDED) {
+      this.#phase = FORWARDING;
+    } else {
+      this.#phase = RACING;
+      outcome.listen(this.#wake);
+    }
   }
 
   [Symbol.asyncIterator](): this {
@@ -287,27 +183,24 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
   }
 
   next(): Promise<Step> {
-    if (this.#resolve === undefined && !this.#busy) {
-      // The hand-off: only once no call is waiting, so that a read sent straight to decode can
-      // never overtake one still to be answered here.
-      if (this.#phase === FORWARDING) {
-        const read = this.#source.next() as Promise<Step>;
-        return this.#hooks === undefined ? read : read.then(this.#answerStep, this.#failStep);
-      }
-      // After the end, a close, or a failure: nothing more, not even from a decode iterator
-      // that ignored return().
-      if (this.#phase === ENDED) return Promise.resolve(DONE);
+    // The hand-off: only once no call is waiting, so that a read sent straight to decode can
+    // never overtake one still to be answered here.
+    if (this.#phase === FORWARDING && this.#resolve === undefined && !this.#busy) {
+      const read = this.#source.next() as Promise<Step>;
+      return this.#hooks === undefined ? read : read.then(this.#answerStep, this.#failStep);
     }
     return new Promise(this.#start);
   }
 
+  /** Closes decode and answers every waiting call done; then `{ value, done: true }`. */
   return(value?: unknown): Promise<Step> {
-    const answer = value === undefined ? DONE : ({ value, done: true } as unknown as Step);
+    const answer = { value, done: true } as unknown as Step;
     if (this.#busy) return this.#closeLater((resolve) => resolve(answer));
     this.#close();
     return Promise.resolve(answer);
   }
 
+  /** Closes decode and answers every waiting call done; then rejects with `error`. */
   throw(error?: unknown): Promise<Step> {
     if (this.#busy) return this.#closeLater((_, reject) => reject(error));
     this.#close();
@@ -325,38 +218,43 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     });
   }
 
-  /** Serves the head call: reads decode, or answers from the phase and the prefill outcome. */
-  #serve(): void {
-    switch (this.#phase) {
-      case RACING: {
-        const state = this.#outcome.state;
-        // Biased: a prefill outcome that is already known wins before decode is read.
-        if (state === FAILED) {
-          this.#failPrefill();
-          return;
-        }
-        if (state === SUCCEEDED) {
-          this.#stopListening();
-          this.#phase = FORWARDING;
-          this.#read(false);
-          return;
-        }
-        if (!this.#listening) {
-          this.#listening = true;
-          this.#outcome.listen(this.#wake);
-        }
-        this.#read(this.#observe !== undefined && this.#observeEvery);
-        return;
-      }
-      case FORWARDING:
-        this.#read(false);
-        return;
-      default:
-        // ENDED (HOLDING only happens while a call is served).
-        this.#end(DONE);
-        return;
+  /**
+   * Runs one transition: a hook that throws fails the call being answered and ends the stream
+   * (as a generator's body that threw would end); what was asked meanwhile is done after it.
+   */
+  #run(transition: () => void): void {
+    this.#busy = true;
+    try {
+      transition();
+    } catch (error) {
+      this.#crash(error);
+    }
+    this.#busy = false;
+    const later = this.#later;
+    if (later !== undefined) {
+      this.#later = undefined;
+      for (const work of later) work();
     }
   }
+
+  /** Serves the head call: reads decode, or answers from the phase and the prefill outcome. */
+  readonly #serve = (): void => {
+    if (this.#phase === RACING) {
+      const state = this.#outcome.state;
+      // Biased: a prefill outcome that is already known wins before decode is read.
+      if (state === FAILED) {
+        this.#failPrefill();
+        return;
+      }
+      if (state === SUCCEEDED) this.#forwarding();
+    }
+    if (this.#phase === ENDED) {
+      this.#end(DONE);
+      return;
+    }
+    // Observed only while racing, and only while the hook wants every read.
+    this.#read(this.#phase === RACING && this.#observe !== undefined && this.#observeEvery);
+  };
 
   #read(observed: boolean): void {
     let read: Promise<Step>;
@@ -369,30 +267,77 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     read.then(this.#onStep, this.#onThrow);
   }
 
-  /** A racing read's answer, prefill still pending a microtask after it came (rules 11-13). */
-  #race(step: Step): void {
-    // The biased check: every look at the outcome comes before the decode result is used.
-    const state = this.#outcome.state;
-    if (state !== PENDING) {
+  /** A read's answer, a microtask after it came. */
+  readonly #decideRead = (): void => {
+    const step = this.#settled;
+    const failed = this.#failed;
+    this.#settled = undefined;
+    this.#failed = undefined;
+    // Closed, or prefill failed first: nobody waits for this read any more.
+    if (this.#phase === ENDED) return;
+    if (this.#phase === RACING) {
+      // The biased check: every look at the outcome comes before the decode result is used.
+      const state = this.#outcome.state;
       if (state === FAILED) {
         this.#failPrefill();
         return;
       }
-      this.#stopListening();
-      this.#phase = FORWARDING;
-      this.#forward(step);
+      if (state === SUCCEEDED) this.#forwarding();
+    }
+    if (failed !== undefined) {
+      if (this.#phase === RACING && this.#observe !== undefined && !this.#readObserved) this.#observe(undefined);
+      this.#decodeThrew(failed.error);
       return;
     }
+    if (this.#phase === RACING) {
+      this.#race(step as Step);
+      return;
+    }
+    // Rule 10: a read after prefill succeeded, or one in flight when it did.
+    if ((step as Step).done === true) {
+      this.#sourceOpen = false;
+      this.#hooks?.end?.();
+      this.#end(DONE);
+      return;
+    }
+    this.#reply(step as Step);
+  };
+
+  /** Prefill settled while a call waits: on its read (racing) or with a terminal held. */
+  readonly #afterPrefill = (): void => {
+    // A read that has settled but is not decided yet is decided by `#decideRead` as it would
+    // be here: a failure answers now, a success forwards it.
+    if (this.#outcome.state === FAILED) {
+      this.#failPrefill();
+      return;
+    }
+    if (this.#phase !== HOLDING) {
+      this.#forwarding();
+      return;
+    }
+    // Rule 12: the held terminal is released.
+    const held = this.#held as Step;
+    this.#closeSource();
+    if (held.done === true) {
+      this.#hooks?.end?.();
+      this.#end(DONE);
+      return;
+    }
+    this.#end(this.#answerOf(held));
+  };
+
+  /** Rules 11-13 for a read made and decided while prefill is pending. */
+  #race(step: Step): void {
     const kind = step.done === true ? TERMINAL : classify(step.value);
     if (kind === FLOWING) {
-      this.#answerWith(step, false);
+      this.#reply(step);
       return;
     }
     if (this.#observe !== undefined && !this.#readObserved) this.#observe(step);
     if (kind === FAILURE) {
       // Rule 11: a decode failure is the answer; prefill is not awaited, nothing stopped.
       this.#closeSource();
-      this.#answerWith(step, true);
+      this.#end(this.#answerOf(step));
       return;
     }
     // Rule 12: hold the terminal (an item with a finish reason, or the end) for prefill.
@@ -401,32 +346,10 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#phase = HOLDING;
   }
 
-  /** Prefill has settled while a terminal is held (rule 12). */
-  #releaseHeld(): void {
-    const held = this.#held as Step;
-    this.#held = undefined;
-    if (this.#outcome.state === FAILED) {
-      this.#failPrefill();
-      return;
-    }
-    this.#closeSource();
-    if (held.done === true) {
-      this.#hooks?.end?.();
-      this.#end(DONE);
-      return;
-    }
-    this.#answerWith(held, true);
-  }
-
-  /** A read after prefill succeeded (rule 10), or one in flight when it did. */
-  #forward(step: Step): void {
-    if (step.done === true) {
-      this.#sourceOpen = false;
-      this.#hooks?.end?.();
-      this.#end(DONE);
-      return;
-    }
-    this.#answerWith(step, false);
+  /** Prefill has succeeded: nothing more to race (and nothing to wake for). */
+  #forwarding(): void {
+    this.#phase = FORWARDING;
+    this.#outcome.unlisten(this.#wake);
   }
 
   /** Rules 9 and 12: one error item replaces whatever decode would have said. */
@@ -435,47 +358,35 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#requestContext.stopGenerating();
     this.#streamContext.stopGenerating();
     const error = Annotated.fromError<LLMEngineOutput>(this.#outcome.error as Error);
-    this.#answerWith({ value: error, done: false }, true);
+    this.#end(this.#answerOf({ value: error, done: false }));
   }
 
   /** Decode's iterator threw: the consumer gets the error (through the `fail` hook). */
   #decodeThrew(error: unknown): void {
     this.#sourceOpen = false;
-    const reject = this.#reject as (error: unknown) => void;
-    const failure = this.#failure(error);
-    this.#finish();
-    reject(failure);
-    this.#drain();
+    throw this.#failure(error);
   }
 
-  /**
-   * Answers the head with an item (through the `answer` hook; `undefined` from it ends the
-   * stream), then either ends the stream (`last`) or serves the next call.
-   */
-  #answerWith(step: Step, last: boolean): void {
-    const resolve = this.#resolve as (step: Step) => void;
+  /** What the consumer gets for an item: through the `answer` hook; `undefined` from it is done. */
+  #answerOf(step: Step): Step {
     const value = step.value as EngineItem;
     const out = this.#answer === undefined ? value : this.#answer(value);
-    if (out === undefined) {
+    return out === value ? step : out === undefined ? DONE : { value: out, done: false };
+  }
+
+  /** Answers the head with an item, then serves the next call; done from `answer` ends it. */
+  #reply(step: Step): void {
+    const answer = this.#answerOf(step);
+    if (answer === DONE) {
       this.#end(DONE);
       return;
     }
-    const answer: Step = out === value && step.done === false ? step : { value: out, done: false };
-    if (last) {
-      this.#end(answer);
-      return;
-    }
+    const resolve = this.#resolve as (step: Step) => void;
     this.#resolve = undefined;
     this.#reject = undefined;
     resolve(answer);
-    this.#advance();
-  }
-
-  /** Serves the next call in the queue, if any. */
-  #advance(): void {
-    const queue = this.#queue;
-    if (queue === undefined || queue.length === 0) return;
-    const waiting = queue.shift() as Waiting;
+    const waiting = this.#queue?.shift();
+    if (waiting === undefined) return;
     this.#resolve = waiting.resolve;
     this.#reject = waiting.reject;
     this.#serve();
@@ -489,10 +400,7 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#drain();
   }
 
-  /**
-   * A hook threw: the call being answered fails with that error and the stream ends (decode
-   * closed), as a generator's body that threw would end.
-   */
+  /** A transition threw: the head fails with that error, every call behind it gets done. */
   #crash(error: unknown): void {
     const reject = this.#reject;
     this.#finish();
@@ -502,9 +410,8 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
 
   #drain(): void {
     const queue = this.#queue;
-    if (queue === undefined) return;
     this.#queue = undefined;
-    for (const waiting of queue) waiting.resolve(DONE);
+    for (const waiting of queue ?? []) waiting.resolve(DONE);
   }
 
   /** Rule 14 and early exits: close decode, never touch prefill. */
@@ -513,21 +420,12 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#resolve = undefined;
     this.#reject = undefined;
     this.#held = undefined;
-    this.#stopListening();
+    this.#outcome.unlisten(this.#wake);
     this.#closeSource();
   }
 
   #close(): void {
     this.#end(DONE);
-    this.#settled = undefined;
-    this.#failed = undefined;
-  }
-
-  #stopListening(): void {
-    if (this.#listening) {
-      this.#listening = false;
-      this.#outcome.unlisten(this.#wake);
-    }
   }
 
   #closeSource(): void {
@@ -537,9 +435,18 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     }
   }
 
-  /** The `observe` hook on a read made while it wanted every read. */
-  #see(step: Step | undefined): void {
-    if ((this.#observe as NonNullable<GuardHooks['observe']>)(step) === false) this.#observeEvery = false;
+  /**
+   * The `observe` hook on a read made while it wanted every read. False when the hook threw:
+   * the call waiting for the read fails with that error and the stream ends.
+   */
+  #see(step: Step | undefined): boolean {
+    try {
+      if ((this.#observe as NonNullable<GuardHooks['observe']>)(step) === false) this.#observeEvery = false;
+      return true;
+    } catch (error) {
+      this.#crash(error);
+      return false;
+    }
   }
 
   #failure(error: unknown): unknown {
@@ -560,13 +467,12 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
       }
       return step;
     }
-    const answer = this.#answer;
-    const out = answer === undefined ? step.value : answer(step.value);
-    if (out === step.value) return step;
-    if (out !== undefined) return { value: out, done: false };
-    this.#phase = ENDED;
-    this.#closeSource();
-    return DONE;
+    const answer = this.#answerOf(step);
+    if (answer === DONE) {
+      this.#phase = ENDED;
+      this.#closeSource();
+    }
+    return answer;
   };
   readonly #failStep = (error: unknown): never => {
     throw this.#failure(error);

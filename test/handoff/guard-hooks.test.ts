@@ -8,6 +8,7 @@ import type { FlowGuardHooks } from '../../src/handoff/prefill-task.js';
 import { forwardDecodeWith, PrefillTask } from '../../src/handoff/prefill-task.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import type { EngineItem } from '../../src/protocol/llm-engine-output.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import {
@@ -632,5 +633,163 @@ describe('a hook that throws, wherever the guard calls one', () => {
     expect(describeStep(await first)).toBe(1);
     await expect(second).rejects.toBe(broken);
     expect(source.closed).toBe(true);
+  });
+});
+
+describe('the guard as an iterator: what it hands through and how it closes', () => {
+  /** A decode whose one read stays in flight until `read` settles, past a return(). */
+  function stuckSource() {
+    const read = deferred<IteratorResult<EngineItem>>();
+    let returns = 0;
+    const iterator: AsyncIterator<EngineItem> = {
+      next: () => read.promise,
+      return: () => {
+        returns += 1;
+        return Promise.resolve({ value: undefined, done: true });
+      },
+    };
+    return { read, iterator, returns: () => returns };
+  }
+
+  async function guardedOver(task: PrefillTask, iterator: AsyncIterator<EngineItem>, hooks: FlowGuardHooks) {
+    const context = new Controller();
+    const stream = await forwardDecodeWith(
+      task,
+      () => Promise.resolve(new ResponseStream({ [Symbol.asyncIterator]: () => iterator }, context)),
+      context,
+      hooks,
+    );
+    return stream[Symbol.asyncIterator]();
+  }
+
+  it('return(value) answers that value, as a generator does', async () => {
+    const { task } = pendingPrefill();
+    const { iterator } = await guarded(task, new ScriptedSource([token(1)]), {});
+    await iterator.next();
+    expect(await iterator.return?.('bye')).toEqual({ value: 'bye', done: true });
+  });
+
+  it("a return() and a throw() from decode's return() in one transition are both answered, in order", async () => {
+    const { task } = pendingPrefill();
+    const order: string[] = [];
+    const failure = Annotated.fromError<EngineItem['data']>('decode OOM') as EngineItem;
+    const source = new ScriptedSource([failure]);
+    const close = source.return.bind(source);
+    source.return = () => {
+      void iterator.return?.().then(() => order.push('return'));
+      void iterator.throw?.(new Error('gone')).catch(() => order.push('throw'));
+      return close();
+    };
+    const { iterator } = await guarded(task, source, {});
+    expect(describeStep(await iterator.next())).toBe('error item');
+    await flush();
+    expect(order).toEqual(['return', 'throw']);
+  });
+
+  it('a read made after prefill succeeded is not observed, even by a hook that wants every read', async () => {
+    const { prefill, task } = pendingPrefill();
+    const seen: Step[] = [];
+    const source = new ScriptedSource([token(1), token(2)]);
+    const { iterator } = await guarded(task, source, {
+      observe: (step) => {
+        seen.push(step);
+        return true;
+      },
+    });
+    expect(describeStep(await iterator.next())).toBe(1);
+    prefill.resolve();
+    await flush();
+    expect(describeStep(await iterator.next())).toBe(2);
+    expect(seen.map(describeStep)).toEqual([1]);
+  });
+
+  it('a read that answers after the consumer closed is observed once and never answered; a throwing observer is contained', async () => {
+    for (const throws of [false, true]) {
+      const { task } = pendingPrefill();
+      const { read, iterator: stuck } = stuckSource();
+      const seen: Step[] = [];
+      const answered: EngineItem[] = [];
+      const iterator = await guardedOver(task, stuck, {
+        observe: (step) => {
+          seen.push(step);
+          if (throws) throw new Error('observer broke');
+          return true;
+        },
+        answer: (item) => {
+          answered.push(item);
+          return item;
+        },
+      });
+      const pending = iterator.next();
+      await flush();
+      await iterator.return?.();
+      expect(await pending).toEqual({ value: undefined, done: true });
+      read.resolve({ value: Annotated.fromData(LLMEngineOutput.error('late')), done: false });
+      await flush();
+      expect(seen).toHaveLength(1);
+      expect(answered).toEqual([]);
+      expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    }
+  });
+
+  it("while racing, the consumer gets decode's own result object: nothing is made per item but the answer's promise", async () => {
+    for (const hooks of [{}, { answer: (item: EngineItem) => item }]) {
+      const { task } = pendingPrefill();
+      const source = new ScriptedSource([token(1)]);
+      const { iterator } = await guarded(task, source, hooks);
+      expect(await iterator.next()).toBe(await source.answers[0]);
+    }
+  });
+
+  it("after the hand-off with an answer hook that keeps the item, the consumer gets decode's own result object", async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1), token(2), token(3)]);
+    const { iterator } = await guarded(task, source, { answer: (item) => item });
+    expect(describeStep(await iterator.next())).toBe(1);
+    prefill.resolve();
+    await flush();
+    expect(describeStep(await iterator.next())).toBe(2); // read by the guard, then idle
+    expect(await iterator.next()).toBe(await source.answers[2]); // handed off
+  });
+
+  it('with hooks, decode ending after the hand-off is the end: end is called once, decode is not closed again', async () => {
+    const { prefill, task } = pendingPrefill();
+    const source = new ScriptedSource([token(1), token(2)]);
+    let ends = 0;
+    const { iterator } = await guarded(task, source, { end: () => ends++ });
+    expect(describeStep(await iterator.next())).toBe(1);
+    prefill.resolve();
+    await flush();
+    expect(describeStep(await iterator.next())).toBe(2);
+    const [a, b] = [iterator.next(), iterator.next()]; // both handed off
+    source.end();
+    expect([await a, await b]).toEqual([
+      { value: undefined, done: true },
+      { value: undefined, done: true },
+    ]);
+    await iterator.return?.();
+    expect(ends).toBe(1);
+    expect(source.returnCalls).toBe(0);
+  });
+
+  it('a decode iterator whose next() throws at once fails the call with that error (through fail), and the stream ends', async () => {
+    const { task } = pendingPrefill();
+    const broken = new Error('next() threw');
+    let returns = 0;
+    const source: AsyncIterator<EngineItem> = {
+      next: () => {
+        throw broken;
+      },
+      return: async () => {
+        returns += 1;
+        return { value: undefined, done: true };
+      },
+    };
+    const iterator = await guardedOver(task, source, {
+      fail: (error) => new Error(`wrapped: ${(error as Error).message}`),
+    });
+    await expect(iterator.next()).rejects.toThrow('wrapped: next() threw');
+    expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    expect(returns).toBe(0);
   });
 });
