@@ -792,4 +792,26 @@ describe('the guard as an iterator: what it hands through and how it closes', ()
     expect(await iterator.next()).toEqual({ value: undefined, done: true });
     expect(returns).toBe(0);
   });
+
+  it('a read that fails after prefill succeeded is not observed, and decode is not closed after its throw', async () => {
+    for (const when of ['racing', 'forwarding'] as const) {
+      const { prefill, task } = pendingPrefill();
+      const seen: Step[] = [];
+      const source = new ScriptedSource([token(1)]);
+      const { iterator } = await guarded(task, source, {
+        observe: (step) => {
+          seen.push(step);
+          return false; // only what is not a plain item from now on
+        },
+      });
+      expect(describeStep(await iterator.next())).toBe(1);
+      if (when === 'forwarding') prefill.resolve();
+      await flush();
+      const next = iterator.next();
+      source.fail(new Error('socket reset'));
+      await expect(next).rejects.toThrow('socket reset');
+      expect(seen.map(describeStep)).toEqual(when === 'racing' ? [1, 'failed read'] : [1]);
+      expect(source.returnCalls).toBe(0);
+    }
+  });
 });
