@@ -197,8 +197,12 @@ describe('a prefill that already finished the request', () => {
     const { url, decode, prefill } = await setup('vllm', { prefill: { answer: { finishReason: 'stop' } } });
     const answer = await whole(url, '/v1/completions', { model: 'm', prompt: 'x' });
     expect(answer.body).toMatchObject({ choices: [{ text: 'tok0 ', finish_reason: 'stop' }] });
-    await eventually(() => prefill.ledger.claimed().length === 1, 'the release took the KV');
-    expect(decode.requests[0]?.kv).toBe('taken');
+    // The prefill worker's ledger records the claim as it answers it; the decode worker records
+    // it once it has read that answer: wait for both.
+    await eventually(
+      () => prefill.ledger.claimed().length === 1 && decode.requests[0]?.kv === 'taken',
+      'the release took the KV',
+    );
   });
 
   it('a release that cannot reach a decode worker is logged and counted; the KV waits for the lease', async () => {
