@@ -34,3 +34,18 @@ describe('the default logger', () => {
     });
   });
 });
+
+describe('the default logger, in this process', () => {
+  it('is one pino logger at level warn, named disagg, serializing errors with their causes, writing to stderr synchronously', async () => {
+    const { pino } = await import('pino');
+    const { defaultLogger } = await import('../../src/runtime/logger.js');
+    const logger = defaultLogger() as import('pino').Logger;
+    expect(defaultLogger()).toBe(logger);
+    expect(logger.level).toBe('warn');
+    expect(logger.bindings()).toMatchObject({ name: 'disagg' });
+    const serializers = (logger as unknown as Record<symbol, Record<string, unknown>>)[pino.symbols.serializersSym];
+    expect(serializers?.err).toBe(pino.stdSerializers.errWithCause);
+    const stream = (logger as unknown as Record<symbol, { fd?: number; sync?: boolean }>)[pino.symbols.streamSym];
+    expect(stream).toMatchObject({ fd: 2, sync: true });
+  });
+});

@@ -44,3 +44,29 @@ describe('ResponseStream', () => {
     );
   });
 });
+
+describe('ResponseStream.cancel', () => {
+  it('closes the iterator a reader already made, not a new one; with none, it makes one and closes it', async () => {
+    const made: Array<{ closed: number }> = [];
+    const source: AsyncIterable<number> = {
+      [Symbol.asyncIterator]() {
+        const record = { closed: 0 };
+        made.push(record);
+        return {
+          next: async () => ({ value: 1, done: false }),
+          return: async () => {
+            record.closed += 1;
+            return { value: undefined, done: true };
+          },
+        };
+      },
+    };
+    const read = new ResponseStream(source, new Controller());
+    read[Symbol.asyncIterator]();
+    read.cancel();
+    expect(made.map((record) => record.closed)).toEqual([1]);
+    const unread = new ResponseStream(source, new Controller());
+    unread.cancel();
+    expect(made.map((record) => record.closed)).toEqual([1, 1]);
+  });
+});
