@@ -239,15 +239,8 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
 
   /** Serves the head call: reads decode, or answers from the phase and the prefill outcome. */
   readonly #serve = (): void => {
-    if (this.#phase === RACING) {
-      const state = this.#outcome.state;
-      // Biased: a prefill outcome that is already known wins before decode is read.
-      if (state === FAILED) {
-        this.#failPrefill();
-        return;
-      }
-      if (state === SUCCEEDED) this.#forwarding();
-    }
+    // Biased: a prefill outcome that is already known wins before decode is read.
+    if (this.#prefillDecides()) return;
     if (this.#phase === ENDED) {
       this.#end(DONE);
       return;
@@ -275,15 +268,8 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     this.#failed = undefined;
     // Closed, or prefill failed first: nobody waits for this read any more.
     if (this.#phase === ENDED) return;
-    if (this.#phase === RACING) {
-      // The biased check: every look at the outcome comes before the decode result is used.
-      const state = this.#outcome.state;
-      if (state === FAILED) {
-        this.#failPrefill();
-        return;
-      }
-      if (state === SUCCEEDED) this.#forwarding();
-    }
+    // The biased check: every look at the outcome comes before the decode result is used.
+    if (this.#prefillDecides()) return;
     if (failed !== undefined) {
       if (this.#phase === RACING && this.#observe !== undefined && !this.#readObserved) this.#observe(undefined);
       this.#decodeThrew(failed.error);
@@ -325,6 +311,21 @@ export class GuardedDecodeIterator implements AsyncIterableIterator<EngineItem> 
     }
     this.#end(this.#answerOf(held));
   };
+
+  /**
+   * While racing, the prefill outcome as it stands now: a failure is answered at once (true:
+   * nothing else to do), a success turns the stream to forwarding.
+   */
+  #prefillDecides(): boolean {
+    if (this.#phase !== RACING) return false;
+    const state = this.#outcome.state;
+    if (state === FAILED) {
+      this.#failPrefill();
+      return true;
+    }
+    if (state === SUCCEEDED) this.#forwarding();
+    return false;
+  }
 
   /** Rules 11-13 for a read made and decided while prefill is pending. */
   #race(step: Step): void {
