@@ -595,31 +595,24 @@ describe('a hook that throws, wherever the guard calls one', () => {
     expect(await iterator.next()).toEqual({ value: undefined, done: true });
   });
 
-  it('fail, on a decode throw after prefill succeeded: the call fails with what fail threw', async () => {
-    const { prefill, task } = pendingPrefill();
-    const source = new ScriptedSource([token(1)]);
-    const { iterator } = await guarded(task, source, { fail: throwing });
-    expect(describeStep(await iterator.next())).toBe(1);
-    prefill.resolve();
-    await flush();
-    const next = iterator.next();
-    source.fail(new Error('socket reset'));
-    await expect(next).rejects.toBe(broken);
-    expect(await iterator.next()).toEqual({ value: undefined, done: true });
-  });
-
-  it('end, as decode ends after prefill succeeded: the call fails, later calls are done', async () => {
-    const { prefill, task } = pendingPrefill();
-    const source = new ScriptedSource([token(1)]);
-    const { iterator } = await guarded(task, source, { end: throwing });
-    expect(describeStep(await iterator.next())).toBe(1);
-    prefill.resolve();
-    await flush();
-    const last = iterator.next();
-    source.end();
-    await expect(last).rejects.toBe(broken);
-    expect(await iterator.next()).toEqual({ value: undefined, done: true });
-  });
+  it.each([
+    ['fail', 'a decode throw', (source: ScriptedSource) => source.fail(new Error('socket reset'))],
+    ['end', 'decode ending', (source: ScriptedSource) => source.end()],
+  ] as const)(
+    '%s, on %s after prefill succeeded: the call fails with what the hook threw, later calls are done',
+    async (hook, _, decodeDoes) => {
+      const { prefill, task } = pendingPrefill();
+      const source = new ScriptedSource([token(1)]);
+      const { iterator } = await guarded(task, source, { [hook]: throwing });
+      expect(describeStep(await iterator.next())).toBe(1);
+      prefill.resolve();
+      await flush();
+      const next = iterator.next();
+      decodeDoes(source);
+      await expect(next).rejects.toBe(broken);
+      expect(await iterator.next()).toEqual({ value: undefined, done: true });
+    },
+  );
 
   it('answer, for a call queued behind another: the first gets its item, the queued one fails', async () => {
     const { task } = pendingPrefill();
