@@ -44,6 +44,9 @@ const { values: args } = parseArgs({
     rate: { type: 'string' },
     // The peers' closed loop with one request in flight: this many requests.
     'requests-at-one': { type: 'string', default: '150' },
+    // Requests (at --concurrency) every proxy serves before its first measured pass: past the
+    // JIT's warm-up, so that every figure is what a long-running proxy spends.
+    warmup: { type: 'string', default: '4000' },
   },
 });
 const shape = {
@@ -132,13 +135,30 @@ async function peer(script, argv) {
 }
 
 /**
+ * Brings each target to its steady state, once: --warmup requests at --concurrency. A fresh
+ * Node process spends its first few thousand requests compiling (V8's optimizing compiler was
+ * a tenth of the proxy's CPU during the first 2,000 requests at 50 in flight, and those cost
+ * 1.4 x what later ones do); a Python proxy has nothing to warm, and gets the same requests.
+ */
+const warmed = new Set();
+async function steady(targets) {
+  for (const target of Object.values(targets)) {
+    if (warmed.has(target) || Number(args.warmup) === 0) continue;
+    warmed.add(target);
+    await load(target.url, body, { ...shape, rate: undefined, requests: Number(args.warmup) });
+  }
+}
+
+/**
  * Runs every target once per pass, in alternating order so that drift favours none, with the
- * load of `of` (the command line's by default).
+ * load of `of` (the command line's by default), after the steady-state warm-up and a short one
+ * at this load.
  */
 async function passes(targets, of = shape) {
   const runs = Object.fromEntries(Object.keys(targets).map((name) => [name, []]));
   const run = (target, requests = of.requests) =>
     load(target.url, body, { ...of, requests, pid: target.pid, metricsUrl: target.metricsUrl });
+  await steady(targets);
   for (const target of Object.values(targets)) await run(target, Math.min(of.requests, 200)); // warm-up
   for (let pass = 0; pass < PASSES; pass++) {
     const order = Object.keys(targets);
@@ -176,7 +196,7 @@ console.log(
 );
 console.log('');
 console.log(
-  `Node ${process.version}, ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
+  `Node ${process.version}, ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians, after ${args.warmup} requests of warm-up per proxy; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
 );
 console.log('');
 const sections = new Set((args.only ?? 'direct,handler,peers,relays').split(','));
