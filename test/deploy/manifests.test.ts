@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -139,6 +140,14 @@ describe('the Dockerfile', () => {
     expect(final).not.toMatch(/npx|npm (start|run)/);
     expect(final).toMatch(/^USER 1000:1000$/m); // by number: a kubelet checks runAsNonRoot on a UID
     expect(final).toMatch(new RegExp(`^EXPOSE ${defaultOf('port')}$`, 'm'));
+  });
+
+  it("gives node only flags this Node accepts (a mistyped V8 flag would stop the image's every start)", () => {
+    const flags = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(final)?.[1] ?? '[]').slice(1, -1) as string[];
+    expect(flags).toContain('--single-threaded-gc');
+    const run = spawnSync(process.execPath, [...flags, '-e', 'process.stdout.write("started")'], { encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    expect(run.stdout).toBe('started');
   });
 
   it("caps V8's young generation, and the pod, which sets NODE_OPTIONS itself, caps it alike", () => {
