@@ -37,7 +37,15 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
   it('runs every path through real processes and prints the table and the ratios', () => {
     const run = spawnSync(
       process.execPath,
-      ['bench/proxy.mjs', '--requests=40', '--concurrency=4', '--tokens=8', '--passes=1', '--interval=1', '--warmup=20'],
+      [
+        'bench/proxy.mjs',
+        '--requests=40',
+        '--concurrency=4',
+        '--tokens=8',
+        '--passes=1',
+        '--interval=1',
+        '--warmup=20',
+      ],
       { cwd: root, encoding: 'utf8', timeout: 120_000 },
     );
     expect(run.status, run.stderr).toBe(0);
