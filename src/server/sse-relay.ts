@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
-import { answerJson, drained } from '../http/node-server.js';
+import { ChunkWriter } from '../http/chunk-writer.js';
+import { answerJson } from '../http/node-server.js';
 import { Annotated } from '../protocol/annotated.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
@@ -42,6 +43,7 @@ export async function relaySse(
   hooks: RelayHooks,
 ): Promise<void> {
   const iterator = stream[Symbol.asyncIterator]();
+  const body = new ChunkWriter(res);
   let started = false;
   let lastWrite: number | undefined;
   const start = () => {
@@ -83,7 +85,7 @@ export async function relaySse(
       if (lastWrite !== undefined) hooks.interToken((now - lastWrite) / 1000);
       lastWrite = now;
       const text = chunks.length === 1 ? `data: ${chunks[0]}\n\n` : chunks.map((data) => `data: ${data}\n\n`).join('');
-      if (!res.write(text) && !(await drainedWithin(res, hooks.slowClientTimeoutMs))) {
+      if (!body.write(text) && !(await drainedWithin(res, body, hooks.slowClientTimeoutMs))) {
         // The client has not read for too long (the wait destroyed the response) or has gone:
         // give the request up rather than buffer.
         entry.context.stopGenerating();
@@ -91,7 +93,7 @@ export async function relaySse(
       }
     }
     if (!started) start();
-    for (const data of writer.closing()) res.write(`data: ${data}\n\n`);
+    for (const data of writer.closing()) body.write(`data: ${data}\n\n`);
     res.end('data: [DONE]\n\n');
   } finally {
     closeQuietly(iterator);
@@ -99,10 +101,10 @@ export async function relaySse(
 }
 
 /** Whether the client read what was buffered within `ms`; past it the response is destroyed. */
-async function drainedWithin(res: ServerResponse, ms: number): Promise<boolean> {
+async function drainedWithin(res: ServerResponse, body: ChunkWriter, ms: number): Promise<boolean> {
   const timer = setTimeout(() => res.destroy(), ms);
   try {
-    return await drained(res);
+    return await body.drained();
   } finally {
     clearTimeout(timer);
   }
