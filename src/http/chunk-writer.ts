@@ -13,8 +13,11 @@ import type { Socket } from 'node:net';
  * socket is corked until the turn's queued callbacks have run, as Node does for `res.write`.
  * Nothing is held back past that turn.
  *
- * A response Node does not frame itself (HTTP/1.0, a body with a length) keeps `res.write`.
- * `end()` is the response's own: Node writes the last piece and the closing chunk.
+ * A piece goes to the socket only while the response holds nothing of its own: Node 22 and
+ * later keep what `res.write` was given in the response until the turn ends (and join it into
+ * one chunk), so a piece written past it would overtake it. A response Node does not frame
+ * itself (HTTP/1.0, a body with a length) keeps `res.write`. `end()` is the response's own:
+ * Node writes the last piece and the closing chunk.
  *
  * @internal
  */
@@ -23,6 +26,8 @@ export class ChunkWriter {
   /** The socket, once the head has gone through `res.write` and Node frames the body in chunks. */
   #socket: Socket | undefined;
   #started = false;
+  /** Where the last piece went: a full buffer there is what {@link ChunkWriter.drained} waits on. */
+  #lastToSocket = false;
 
   constructor(res: ServerResponse) {
     this.#res = res;
@@ -34,7 +39,13 @@ export class ChunkWriter {
    */
   write(text: string): boolean {
     const socket = this.#socket;
-    if (socket === undefined || socket !== this.#res.socket) return this.#writeThroughResponse(text);
+    const res = this.#res;
+    // The response's own buffer is what it holds beyond the socket's.
+    if (socket === undefined || socket !== res.socket || res.writableLength !== socket.writableLength) {
+      this.#lastToSocket = false;
+      return this.#writeThroughResponse(text);
+    }
+    this.#lastToSocket = true;
     if (!socket.writableCorked) {
       socket.cork();
       process.nextTick(uncork, socket);
@@ -50,7 +61,7 @@ export class ChunkWriter {
     const res = this.#res;
     if (res.destroyed) return Promise.resolve(false);
     // Written through the response: its own drain event. Written to the socket: the socket's.
-    const emitter = this.#socket ?? res;
+    const emitter = this.#lastToSocket && this.#socket !== undefined ? this.#socket : res;
     return new Promise((resolve) => {
       const done = (ok: boolean) => {
         emitter.off('drain', onDrain);

@@ -39,22 +39,55 @@ async function raw(port: number, head: string, until: (text: string) => boolean)
 
 const GET = 'GET / HTTP/1.1\r\nhost: x\r\n\r\n';
 
+/** The chunks of an HTTP/1.1 chunked body, each as its bytes; throws on a size that does not match. */
+function decodeChunks(body: Buffer): Buffer[] {
+  const chunks: Buffer[] = [];
+  let at = 0;
+  for (;;) {
+    const line = body.indexOf('\r\n', at);
+    const size = Number.parseInt(body.subarray(at, line).toString('latin1'), 16);
+    if (size === 0) return chunks;
+    const data = body.subarray(line + 2, line + 2 + size);
+    if (body.subarray(line + 2 + size, line + 4 + size).toString('latin1') !== '\r\n') {
+      throw new Error(`chunk of ${size} bytes not followed by CRLF`);
+    }
+    chunks.push(data);
+    at = line + 4 + size;
+  }
+}
+
 describe('ChunkWriter: a streamed body, one HTTP chunk per piece', () => {
-  it('frames every piece after the first as one chunk whose size is its UTF-8 byte length', async () => {
-    const port = await serve((res) => {
+  it('frames a piece as one chunk whose size is its UTF-8 byte length; the chunks hold exactly what was written', async () => {
+    const second = 'data: é€😀\n\n';
+    const port = await serve(async (res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       const body = new ChunkWriter(res);
       body.write('data: first\n\n');
-      body.write('data: é€😀\n\n');
+      await new Promise((resolve) => setImmediate(resolve)); // the head and the first piece have gone
+      body.write(second);
       res.end('data: [DONE]\n\n');
     });
     const text = await raw(port, GET, (got) => got.endsWith('0\r\n\r\n'));
-    const bodyText = text.slice(text.indexOf('\r\n\r\n') + 4);
-    const second = 'data: é€😀\n\n';
-    expect(bodyText).toBe(
-      `d\r\ndata: first\n\n\r\n${Buffer.byteLength(second).toString(16)}\r\n${second}\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n`,
+    const chunks = decodeChunks(Buffer.from(text.slice(text.indexOf('\r\n\r\n') + 4)));
+    expect(chunks.map((chunk) => chunk.toString('utf8')).join('')).toBe(`data: first\n\n${second}data: [DONE]\n\n`);
+    // The piece written on its own is one chunk of its bytes (more than its characters).
+    expect(chunks.map((chunk) => chunk.toString('utf8'))).toContain(second);
+    expect(Buffer.byteLength(second)).not.toBe(second.length);
+  });
+
+  it('a piece written while the response still holds an earlier one (Node 22 and later, until the turn ends) never overtakes it', async () => {
+    const port = await serve((res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const body = new ChunkWriter(res);
+      for (let i = 0; i < 5; i++) body.write(`data: ${i}\n\n`); // one turn: the head and all five
+      res.end('data: [DONE]\n\n');
+    });
+    const text = await raw(port, GET, (got) => got.endsWith('0\r\n\r\n'));
+    expect(text.startsWith('HTTP/1.1 200 OK\r\n')).toBe(true);
+    const chunks = decodeChunks(Buffer.from(text.slice(text.indexOf('\r\n\r\n') + 4)));
+    expect(Buffer.concat(chunks).toString('utf8')).toBe(
+      'data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\ndata: [DONE]\n\n',
     );
-    expect(Buffer.byteLength(second)).not.toBe(second.length); // the size counts bytes, not characters
   });
 
   it('leaves the connection reusable: a second request on it gets its whole answer', async () => {
