@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { drained } from './node-server.js';
 
 /**
  * Writes the body of a streamed response (SSE) one piece at a time, as cheaply as Node lets it:
@@ -58,21 +59,9 @@ export class ChunkWriter {
    * first. One listener of each kind per wait, removed when it ends.
    */
   drained(): Promise<boolean> {
-    const res = this.#res;
-    if (res.destroyed) return Promise.resolve(false);
     // Written through the response: its own drain event. Written to the socket: the socket's.
-    const emitter = this.#lastToSocket && this.#socket !== undefined ? this.#socket : res;
-    return new Promise((resolve) => {
-      const done = (ok: boolean) => {
-        emitter.off('drain', onDrain);
-        res.off('close', onClose);
-        resolve(ok);
-      };
-      const onDrain = () => done(true);
-      const onClose = () => done(false);
-      emitter.on('drain', onDrain);
-      res.on('close', onClose);
-    });
+    const socket = this.#socket;
+    return drained(this.#res, this.#lastToSocket && socket !== undefined ? socket : this.#res);
   }
 
   #writeThroughResponse(text: string): boolean {

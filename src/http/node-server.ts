@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { stringifyJson } from './json.js';
@@ -90,22 +91,23 @@ export function answerJson(res: ServerResponse, status: number, body: unknown): 
 }
 
 /**
- * Resolves true once the client has read what was buffered (`drain`), false when the
- * response closed first (a caller that gives up on a slow client destroys the response). One
- * listener of each kind per wait, removed when it ends.
+ * Resolves true once the client has read what was buffered (`drain` of `buffer`: the response
+ * by default, its socket for bytes written to it directly), false when the response closed
+ * first (a caller that gives up on a slow client destroys the response). One listener of each
+ * kind per wait, removed when it ends.
  */
-export function drained(res: ServerResponse): Promise<boolean> {
+export function drained(res: ServerResponse, buffer: EventEmitter = res): Promise<boolean> {
   // Closed already (the client left between a check and the write): no event will come.
   if (res.destroyed) return Promise.resolve(false);
   return new Promise((resolve) => {
     const done = (ok: boolean) => {
-      res.off('drain', onDrain);
+      buffer.off('drain', onDrain);
       res.off('close', onClose);
       resolve(ok);
     };
     const onDrain = () => done(true);
     const onClose = () => done(false);
-    res.on('drain', onDrain);
+    buffer.on('drain', onDrain);
     res.on('close', onClose);
   });
 }
