@@ -122,6 +122,20 @@ async function disagg(connector, urls) {
   return { url: `${info.url}/v1/completions`, pid: proc.pid, metricsUrl: `${info.url}/metrics` };
 }
 
+/**
+ * Node's floor for SGLang's handoff (bench/node-floor.mjs): a bare node:http relay
+ * doing mini_lb's job and nothing else, with the image's node flags and NODE_OPTIONS.
+ */
+async function floor(urls) {
+  const { proc, info } = await child(
+    process.execPath,
+    [...imageNodeFlags, 'bench/node-floor.mjs', urls.prefill, urls.decode, String(urls.bootstrapPort)],
+    { cwd: root, env: { NODE_OPTIONS: imageNodeOptions } },
+  );
+  closers.push(() => proc.stdin.end());
+  return { url: `${info.url}/v1/completions`, pid: proc.pid };
+}
+
 /** A peer proxy script, run as its authors document it (uvicorn, its default logging). */
 async function peer(script, argv) {
   const port = await freePort();
@@ -258,6 +272,8 @@ if (sections.has('peers')) {
       name: 'mini_lb',
       label: "SGLang's mini_lb",
       protocol: 'sglang',
+      // Beside them, Node's floor for the same job: what any Node proxy holds and spends.
+      withFloor: true,
       start: (urls) =>
         peer(args['mini-lb'], () => [
           '--prefill',
@@ -289,20 +305,23 @@ if (sections.has('peers')) {
     });
   }
   const summary = [];
-  for (const { name, label, protocol, start } of peers) {
+  for (const { name, label, protocol, start, withFloor } of peers) {
     const urls = await workers(protocol);
     const ours = await disagg(protocol, urls);
     const theirs = await start(urls);
+    const bare = withFloor ? await floor(urls) : undefined;
+    const targets = { disagg: ours, peer: theirs, ...(bare === undefined ? {} : { floor: bare }) };
+    const rssOf = () => Object.fromEntries(Object.entries(targets).map(([key, target]) => [key, rssMb(target.pid)]));
     // Idle twice: 2 s after start (past start-up's own garbage), and settled, 15 s after start,
     // when V8's memory reducer has run its first collections of an idle heap (8 s after start):
     // what an idle replica holds.
     await new Promise((resolve) => setTimeout(resolve, 2000));
-    const idle = { disagg: rssMb(ours.pid), peer: rssMb(theirs.pid) };
+    const idle = rssOf();
     await new Promise((resolve) => setTimeout(resolve, 13_000));
-    const settled = { disagg: rssMb(ours.pid), peer: rssMb(theirs.pid) };
+    const settled = rssOf();
     const perMode = {};
     for (const mode of modes) {
-      const result = await passes({ disagg: ours, peer: theirs }, mode.of);
+      const result = await passes(targets, mode.of);
       console.log(`**${mode.label}**, disagg serve --connector ${protocol} beside ${label}:`);
       console.log('');
       table(result, [
@@ -311,6 +330,7 @@ if (sections.has('peers')) {
           `client -> disagg serve --connector ${protocol} -> fake ${protocol === 'sglang' ? 'SGLang' : 'vLLM'} workers`,
         ],
         ['peer', `client -> ${label} -> the same workers`],
+        ...(bare === undefined ? [] : [['floor', "client -> Node's floor (bare node:http relay) -> the same workers"]]),
       ]);
       perMode[mode.key] = result;
     }
@@ -319,8 +339,13 @@ if (sections.has('peers')) {
     console.log(
       `idle resident set 2 s after start: disagg ${idle.disagg.toFixed(1)} MB, ${name} ${idle.peer.toFixed(1)} MB; settled (15 s): disagg ${settled.disagg.toFixed(1)} MB, ${name} ${settled.peer.toFixed(1)} MB; per stream in flight (peak at ${inFlight} less idle, over ${inFlight}): disagg ${((many.mid('disagg', 'peakRss') - idle.disagg) / inFlight).toFixed(2)} MB, ${name} ${((many.mid('peer', 'peakRss') - idle.peer) / inFlight).toFixed(2)} MB`,
     );
+    if (bare !== undefined) {
+      console.log(
+        `Node's floor (a bare node:http relay doing ${name}'s job, nothing else): idle ${idle.floor.toFixed(1)} MB at 2 s, ${settled.floor.toFixed(1)} MB settled; per stream in flight ${((many.mid('floor', 'peakRss') - idle.floor) / inFlight).toFixed(2)} MB`,
+      );
+    }
     console.log('');
-    summary.push({ name, perMode, idle, settled });
+    summary.push({ name, perMode, idle, settled, withFloor });
   }
   if (summary.length > 0) {
     const figures = [
@@ -356,6 +381,33 @@ if (sections.has('peers')) {
       console.log(`| ${label} | ${cells.join(' | ')} |`);
     }
     console.log('');
+    // Where a target is below what Node itself needs for the job, no Node proxy meets it: the
+    // floor over the peer says so, disagg over the floor is what disagg adds to Node.
+    for (const { name, perMode, idle, settled } of summary.filter((entry) => entry.withFloor)) {
+      console.log(`**Node's floor beside ${name}** (medians of the per-pass ratios):`);
+      console.log('');
+      console.log(
+        `| | ${modes.map((mode) => `floor / ${name}, ${mode.label}`).join(' | ')} | ${modes.map((mode) => `disagg / floor, ${mode.label}`).join(' | ')} |`,
+      );
+      console.log(`|---|${modes.map(() => '---:|---:').join('|')}|`);
+      for (const [label, field] of [
+        ['proxy CPU per request', 'cpuPerRequest'],
+        ['inter-token gap p99', 'gapP99'],
+        ['peak RSS', 'peakRss'],
+      ]) {
+        const cell = (result, a, b) => {
+          const ratio = result.ratio(a, b, field);
+          return Number.isFinite(ratio) ? `${ratio.toFixed(2)} x` : '-';
+        };
+        const over = modes.map((mode) => cell(perMode[mode.key], 'floor', 'peer'));
+        const under = modes.map((mode) => cell(perMode[mode.key], 'disagg', 'floor'));
+        console.log(`| ${label} | ${[...over, ...under].join(' | ')} |`);
+      }
+      console.log(
+        `| idle RSS, 2 s / settled | ${(idle.floor / idle.peer).toFixed(2)} x / ${(settled.floor / settled.peer).toFixed(2)} x | | | ${(idle.disagg / idle.floor).toFixed(2)} x / ${(settled.disagg / settled.floor).toFixed(2)} x | | |`,
+      );
+      console.log('');
+    }
   }
 }
 

@@ -1,6 +1,9 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { startFakeWorker } from '../src/testing/index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -119,4 +122,37 @@ describe('npm run bench:routing, its fleet part (smoke run, small N)', () => {
     expect(run.stdout).toMatch(/event loop delay p99 while eight 128 KB prompts are tokenized: [\d.]+ ms/);
     expect(run.stdout).not.toMatch(/NaN|Infinity/);
   }, 250_000);
+});
+
+describe("bench/node-floor.mjs (Node's floor beside mini_lb)", () => {
+  it("does mini_lb's job: one JSON body with a bootstrap room to both workers, the decode worker's stream back", async () => {
+    const prefill = await startFakeWorker({ role: 'prefill', protocol: 'sglang' });
+    const decode = await startFakeWorker({ role: 'decode', protocol: 'sglang', tokens: 5 });
+    const floor = spawn(
+      process.execPath,
+      ['bench/node-floor.mjs', prefill.url, decode.url, String(prefill.bootstrapPort)],
+      { cwd: root, stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    try {
+      const [line] = (await once(createInterface({ input: floor.stdout }), 'line')) as [string];
+      const { url } = JSON.parse(line) as { url: string };
+      const answer = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', prompt: 'hello', max_tokens: 5, stream: true }),
+      });
+      expect(answer.status).toBe(200);
+      const text = await answer.text();
+      expect(text.match(/^data: \{/gm)).toHaveLength(5 + 1); // five tokens and the usage chunk
+      expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+      // The decode worker took the KV that the prefill worker committed under the same room.
+      expect(prefill.ledger.claimed()).toHaveLength(1);
+      expect(decode.requests[0]?.kv).toBe('taken');
+      expect(prefill.requests[0]?.body.bootstrap_room).toBe(decode.requests[0]?.body.bootstrap_room);
+    } finally {
+      floor.stdin?.end();
+      await once(floor, 'exit');
+      await Promise.all([prefill.close(), decode.close()]);
+    }
+  }, 30_000);
 });
