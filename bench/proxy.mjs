@@ -15,7 +15,8 @@
 //    at --rate requests a second (every proxy under the same load). Per proxy: CPU time per
 //    request (from /proc), the inter-token gaps and TTFT its clients see, its peak resident
 //    set, and (disagg) its event loop's delay; its resident set idle; then every figure as a
-//    ratio to each peer.
+//    ratio to each peer. Beside each peer runs Node's floor for its job (bench/node-floor.mjs),
+//    and its own table says how far the peer's figures are from what any Node proxy needs.
 // 3. The relay itself: the decode worker's SSE stream passed to the client by a bare
 //    node:http handler and by a fastify route doing the same, in requests per second.
 // The workers, the proxies and the two relays each run in their own process
@@ -123,13 +124,13 @@ async function disagg(connector, urls) {
 }
 
 /**
- * Node's floor for SGLang's handoff (bench/node-floor.mjs): a bare node:http relay
- * doing mini_lb's job and nothing else, with the image's node flags and NODE_OPTIONS.
+ * Node's floor for a peer's job (bench/node-floor.mjs): a bare node:http relay doing what the
+ * peer does and nothing else, with the image's node flags and NODE_OPTIONS.
  */
-async function floor(urls) {
+async function floor(protocol, urls) {
   const { proc, info } = await child(
     process.execPath,
-    [...imageNodeFlags, 'bench/node-floor.mjs', urls.prefill, urls.decode, String(urls.bootstrapPort)],
+    [...imageNodeFlags, 'bench/node-floor.mjs', protocol, urls.prefill, urls.decode, String(urls.bootstrapPort ?? '')],
     { cwd: root, env: { NODE_OPTIONS: imageNodeOptions } },
   );
   closers.push(() => proc.stdin.end());
@@ -272,8 +273,6 @@ if (sections.has('peers')) {
       name: 'mini_lb',
       label: "SGLang's mini_lb",
       protocol: 'sglang',
-      // Beside them, Node's floor for the same job: what any Node proxy holds and spends.
-      withFloor: true,
       start: (urls) =>
         peer(args['mini-lb'], () => [
           '--prefill',
@@ -305,12 +304,13 @@ if (sections.has('peers')) {
     });
   }
   const summary = [];
-  for (const { name, label, protocol, start, withFloor } of peers) {
+  for (const { name, label, protocol, start } of peers) {
     const urls = await workers(protocol);
     const ours = await disagg(protocol, urls);
     const theirs = await start(urls);
-    const bare = withFloor ? await floor(urls) : undefined;
-    const targets = { disagg: ours, peer: theirs, ...(bare === undefined ? {} : { floor: bare }) };
+    // Beside them, Node's floor for the same job: what any Node proxy holds and spends.
+    const bare = await floor(protocol, urls);
+    const targets = { disagg: ours, peer: theirs, floor: bare };
     const rssOf = () => Object.fromEntries(Object.entries(targets).map(([key, target]) => [key, rssMb(target.pid)]));
     // Idle twice: 2 s after start (past start-up's own garbage), and settled, 15 s after start,
     // when V8's memory reducer has run its first collections of an idle heap (8 s after start):
@@ -330,7 +330,7 @@ if (sections.has('peers')) {
           `client -> disagg serve --connector ${protocol} -> fake ${protocol === 'sglang' ? 'SGLang' : 'vLLM'} workers`,
         ],
         ['peer', `client -> ${label} -> the same workers`],
-        ...(bare === undefined ? [] : [['floor', "client -> Node's floor (bare node:http relay) -> the same workers"]]),
+        ['floor', "client -> Node's floor (bare node:http relay) -> the same workers"],
       ]);
       perMode[mode.key] = result;
     }
@@ -339,13 +339,11 @@ if (sections.has('peers')) {
     console.log(
       `idle resident set 2 s after start: disagg ${idle.disagg.toFixed(1)} MB, ${name} ${idle.peer.toFixed(1)} MB; settled (15 s): disagg ${settled.disagg.toFixed(1)} MB, ${name} ${settled.peer.toFixed(1)} MB; per stream in flight (peak at ${inFlight} less idle, over ${inFlight}): disagg ${((many.mid('disagg', 'peakRss') - idle.disagg) / inFlight).toFixed(2)} MB, ${name} ${((many.mid('peer', 'peakRss') - idle.peer) / inFlight).toFixed(2)} MB`,
     );
-    if (bare !== undefined) {
-      console.log(
-        `Node's floor (a bare node:http relay doing ${name}'s job, nothing else): idle ${idle.floor.toFixed(1)} MB at 2 s, ${settled.floor.toFixed(1)} MB settled; per stream in flight ${((many.mid('floor', 'peakRss') - idle.floor) / inFlight).toFixed(2)} MB`,
-      );
-    }
+    console.log(
+      `Node's floor (a bare node:http relay doing ${name}'s job, nothing else): idle ${idle.floor.toFixed(1)} MB at 2 s, ${settled.floor.toFixed(1)} MB settled; per stream in flight ${((many.mid('floor', 'peakRss') - idle.floor) / inFlight).toFixed(2)} MB`,
+    );
     console.log('');
-    summary.push({ name, perMode, idle, settled, withFloor });
+    summary.push({ name, perMode, idle, settled });
   }
   if (summary.length > 0) {
     const figures = [
@@ -383,7 +381,7 @@ if (sections.has('peers')) {
     console.log('');
     // Where a target is below what Node itself needs for the job, no Node proxy meets it: the
     // floor over the peer says so, disagg over the floor is what disagg adds to Node.
-    for (const { name, perMode, idle, settled } of summary.filter((entry) => entry.withFloor)) {
+    for (const { name, perMode, idle, settled } of summary) {
       console.log(`**Node's floor beside ${name}** (medians of the per-pass ratios):`);
       console.log('');
       console.log(

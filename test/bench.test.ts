@@ -124,13 +124,14 @@ describe('npm run bench:routing, its fleet part (smoke run, small N)', () => {
   }, 250_000);
 });
 
-describe("bench/node-floor.mjs (Node's floor beside mini_lb)", () => {
-  it("does mini_lb's job: one JSON body with a bootstrap room to both workers, the decode worker's stream back", async () => {
-    const prefill = await startFakeWorker({ role: 'prefill', protocol: 'sglang' });
-    const decode = await startFakeWorker({ role: 'decode', protocol: 'sglang', tokens: 5 });
+describe("bench/node-floor.mjs (Node's floor beside the peers)", () => {
+  /** Starts the floor for `protocol` in front of a fresh pair of fake workers and streams one request through it. */
+  async function throughFloor(protocol: 'sglang' | 'vllm') {
+    const prefill = await startFakeWorker({ role: 'prefill', protocol });
+    const decode = await startFakeWorker({ role: 'decode', protocol, tokens: 5 });
     const floor = spawn(
       process.execPath,
-      ['bench/node-floor.mjs', prefill.url, decode.url, String(prefill.bootstrapPort)],
+      ['bench/node-floor.mjs', protocol, prefill.url, decode.url, String(prefill.bootstrapPort)],
       { cwd: root, stdio: ['pipe', 'pipe', 'inherit'] },
     );
     try {
@@ -141,18 +142,30 @@ describe("bench/node-floor.mjs (Node's floor beside mini_lb)", () => {
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ model: 'm', prompt: 'hello', max_tokens: 5, stream: true }),
       });
-      expect(answer.status).toBe(200);
-      const text = await answer.text();
-      expect(text.match(/^data: \{/gm)).toHaveLength(5 + 1); // five tokens and the usage chunk
-      expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
-      // The decode worker took the KV that the prefill worker committed under the same room.
-      expect(prefill.ledger.claimed()).toHaveLength(1);
-      expect(decode.requests[0]?.kv).toBe('taken');
-      expect(prefill.requests[0]?.body.bootstrap_room).toBe(decode.requests[0]?.body.bootstrap_room);
+      return { prefill, decode, status: answer.status, text: await answer.text() };
     } finally {
       floor.stdin?.end();
       await once(floor, 'exit');
       await Promise.all([prefill.close(), decode.close()]);
     }
+  }
+
+  it("does mini_lb's job: one body with a bootstrap room to both workers at once, the decode worker's stream back", async () => {
+    const { prefill, decode, status, text } = await throughFloor('sglang');
+    expect(status).toBe(200);
+    expect(text.match(/^data: \{/gm)?.length).toBeGreaterThanOrEqual(5);
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    // The decode worker took the KV that the prefill worker committed under the same room.
+    expect(decode.requests[0]?.kv).toBe('taken');
+    expect(prefill.requests[0]?.body.bootstrap_room).toBe(decode.requests[0]?.body.bootstrap_room);
+  }, 30_000);
+
+  it("does the toy proxy's job: prefill for one token, then decode with the KV parameters prefill answered", async () => {
+    const { prefill, decode, status, text } = await throughFloor('vllm');
+    expect(status).toBe(200);
+    expect(text.match(/^data: \{/gm)?.length).toBeGreaterThanOrEqual(5);
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    expect(prefill.requests[0]?.body).toMatchObject({ max_tokens: 1, stream: false });
+    expect(decode.requests[0]?.kv).toBe('taken');
   }, 30_000);
 });
