@@ -187,6 +187,12 @@ async function passes(targets, of = shape) {
   };
 }
 
+/** The median of the per-pass ratios `a` / `b` of `field`, as a table's cell. */
+function ratioCell(result, a, b, field) {
+  const ratio = result.ratio(a, b, field);
+  return Number.isFinite(ratio) ? `${ratio.toFixed(2)} x` : '-';
+}
+
 /** `paced: false` for unpaced decode, whose tokens arrive in one burst: no time per token to show. */
 function table(result, rows, { paced = true } = {}) {
   console.log(
@@ -362,10 +368,7 @@ if (sections.has('peers')) {
     console.log(`| disagg / peer | ${columns.map(({ name, mode }) => `${name}, ${mode.label}`).join(' | ')} |`);
     console.log(`|---|${columns.map(() => '---:').join('|')}|`);
     for (const [label, field] of figures) {
-      const cells = columns.map(({ result }) => {
-        const ratio = result.ratio('disagg', 'peer', field);
-        return Number.isFinite(ratio) ? `${ratio.toFixed(2)} x` : '-';
-      });
+      const cells = columns.map(({ result }) => ratioCell(result, 'disagg', 'peer', field));
       console.log(`| ${label} | ${cells.join(' | ')} |`);
     }
     for (const [label, key] of [
@@ -393,16 +396,17 @@ if (sections.has('peers')) {
         ['inter-token gap p99', 'gapP99'],
         ['peak RSS', 'peakRss'],
       ]) {
-        const cell = (result, a, b) => {
-          const ratio = result.ratio(a, b, field);
-          return Number.isFinite(ratio) ? `${ratio.toFixed(2)} x` : '-';
-        };
-        const over = modes.map((mode) => cell(perMode[mode.key], 'floor', 'peer'));
-        const under = modes.map((mode) => cell(perMode[mode.key], 'disagg', 'floor'));
+        const over = modes.map((mode) => ratioCell(perMode[mode.key], 'floor', 'peer', field));
+        const under = modes.map((mode) => ratioCell(perMode[mode.key], 'disagg', 'floor', field));
         console.log(`| ${label} | ${[...over, ...under].join(' | ')} |`);
       }
+      // Idle has no mode: one cell under the first mode of each half.
+      const idleCell = (a, b) => [
+        `${(idle[a] / idle[b]).toFixed(2)} x / ${(settled[a] / settled[b]).toFixed(2)} x`,
+        ...modes.slice(1).map(() => ''),
+      ];
       console.log(
-        `| idle RSS, 2 s / settled | ${(idle.floor / idle.peer).toFixed(2)} x / ${(settled.floor / settled.peer).toFixed(2)} x | | | ${(idle.disagg / idle.floor).toFixed(2)} x / ${(settled.disagg / settled.floor).toFixed(2)} x | | |`,
+        `| idle RSS, 2 s / settled | ${[...idleCell('floor', 'peer'), ...idleCell('disagg', 'floor')].join(' | ')} |`,
       );
       console.log('');
     }
