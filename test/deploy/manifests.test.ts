@@ -145,6 +145,7 @@ describe('the Dockerfile', () => {
   it("gives node only flags this Node accepts (a mistyped V8 flag would stop the image's every start)", () => {
     const flags = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(final)?.[1] ?? '[]').slice(1, -1) as string[];
     expect(flags).toContain('--liftoff-only');
+    expect(flags).toContain('--no-maglev');
     const run = spawnSync(process.execPath, [...flags, '-e', 'process.stdout.write("started")'], { encoding: 'utf8' });
     expect(run.stderr).toBe('');
     expect(run.stdout).toBe('started');
