@@ -55,11 +55,13 @@ function events(chunk) {
 
 /**
  * Sends `requests` streamed requests, `concurrency` at a time (or, with `rate`, one every
- * 1/rate s, however many are then in flight), and measures per stream the time
+ * 1/rate s, however many are then in flight; with `maxInFlight` too, a request due while that
+ * many are in flight waits for one of them to end: a closed loop held to a rate, the same
+ * load on every path whatever its own pace), and measures per stream the time
  * to the first data event and every gap between two events as the client reads them: events
  * that arrive in one read are a burst, gaps of 0 after a long one, as a client sees them.
  */
-export async function load(url, body, { requests, concurrency, tokens, pid, rate, metricsUrl }) {
+export async function load(url, body, { requests, concurrency, tokens, pid, rate, maxInFlight, metricsUrl }) {
   const dispatcher = new Agent({ connections: concurrency * 2 });
   const ttft = [];
   const perToken = [];
@@ -109,13 +111,27 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
       }),
     );
   } else {
-    // Open loop: a request every 1/rate s whatever the answers, the same load for every path.
+    // Open loop: a request every 1/rate s whatever the answers, the same load for every path
+    // (held to maxInFlight at most, when given).
     const started = [];
+    let inFlight = 0;
+    let slotFreed;
+    const ended = () => {
+      inFlight--;
+      slotFreed?.();
+      slotFreed = undefined;
+    };
     for (let i = 0; i < requests; i++) {
       const due = start + (i * 1000) / rate;
       const wait = due - performance.now();
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-      started.push(one());
+      while (maxInFlight !== undefined && inFlight >= maxInFlight) {
+        await new Promise((resolve) => {
+          slotFreed = resolve;
+        });
+      }
+      inFlight++;
+      started.push(one().finally(ended));
     }
     await Promise.all(started);
   }

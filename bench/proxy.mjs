@@ -10,9 +10,11 @@
 // 2. With --mini-lb <mini_lb.py> and/or --toy-proxy <toy_proxy_server.py> (the peers' own
 //    scripts, run by --python with the stand-ins of bench/peers where a package is missing):
 //    disagg serve beside SGLang's mini_lb in front of the same fake SGLang workers, and beside
-//    vLLM's toy proxy in front of the same fake vLLM workers, in three modes: a closed loop
-//    with one request in flight, a closed loop with --concurrency in flight, and an open loop
-//    at --rate requests a second (every proxy under the same load). Per proxy: CPU time per
+//    vLLM's toy proxy in front of the same fake vLLM workers, in four modes: a closed loop
+//    with one request in flight, a closed loop with --concurrency in flight, an open loop
+//    at --rate requests a second (every proxy under the same load), and --concurrency in
+//    flight held to the requests a second the peer reached in the closed loop (the same load
+//    as the peer's own closed loop, for every proxy). Per proxy: CPU time per
 //    request (from /proc), the inter-token gaps and TTFT its clients see, its peak resident
 //    set, and (disagg) its event loop's delay; its resident set idle; then every figure as a
 //    ratio to each peer. Beside each peer runs Node's floor for its job (bench/node-floor.mjs),
@@ -257,7 +259,7 @@ if (sections.has('handler')) {
 }
 
 if (sections.has('peers')) {
-  // Each peer beside disagg serve in front of the same workers, in the three modes; ratios are
+  // Each peer beside disagg serve in front of the same workers, in the four modes; ratios are
   // disagg's figure over the peer's, taken within a pass.
   const modes = [
     {
@@ -271,6 +273,16 @@ if (sections.has('peers')) {
       label: `open loop, ${shape.rate ?? 60} requests/s`,
       // 20 s of requests at the rate (or --requests, if fewer).
       of: { ...shape, rate: shape.rate ?? 60, requests: Math.min(shape.requests, (shape.rate ?? 60) * 20) },
+    },
+    {
+      // The closed loop at --concurrency compares paths at different loads: a faster proxy
+      // answers more requests a second on the same two CPUs, so its workers and client are
+      // busier and its tokens wait longer behind theirs. Here every path carries what the
+      // peer carried in that loop: the same in flight at most, held to the peer's median
+      // requests a second.
+      key: 'paced',
+      label: `${shape.concurrency} in flight at the peer's requests/s`,
+      of: (perMode) => ({ ...shape, rate: perMode.many.mid('peer', 'rps'), maxInFlight: shape.concurrency }),
     },
   ];
   const peers = [];
@@ -327,8 +339,10 @@ if (sections.has('peers')) {
     const settled = rssOf();
     const perMode = {};
     for (const mode of modes) {
-      const result = await passes(targets, mode.of);
-      console.log(`**${mode.label}**, disagg serve --connector ${protocol} beside ${label}:`);
+      const of = typeof mode.of === 'function' ? mode.of(perMode) : mode.of;
+      const result = await passes(targets, of);
+      const pace = mode.key === 'paced' ? ` (${of.rate.toFixed(0)} requests/s, ${name}'s in the closed loop)` : '';
+      console.log(`**${mode.label}**${pace}, disagg serve --connector ${protocol} beside ${label}:`);
       console.log('');
       table(result, [
         [

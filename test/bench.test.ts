@@ -1,5 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -167,5 +169,61 @@ describe("bench/node-floor.mjs (Node's floor beside the peers)", () => {
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
     expect(prefill.requests[0]?.body).toMatchObject({ max_tokens: 1, stream: false });
     expect(decode.requests[0]?.kv).toBe('taken');
+  }, 30_000);
+});
+
+describe("bench:proxy's load: a rate held to a number in flight", () => {
+  /** A worker that answers each stream 20 ms after it came, counting the streams it holds at once. */
+  async function countingWorker() {
+    let now = 0;
+    const seen = { most: 0, served: 0 };
+    const server = createServer((req, res) => {
+      now++;
+      seen.most = Math.max(seen.most, now);
+      req.resume();
+      setTimeout(() => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
+        now--;
+        seen.served++;
+      }, 20);
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    return { url: `http://127.0.0.1:${port}/v1/completions`, seen, close: () => server.close() };
+  }
+
+  // A plain .mjs module of the benchmark, without types: imported by URL.
+  const loadModule = (): Promise<{ load: (...args: unknown[]) => Promise<unknown> }> =>
+    import(new URL('../bench/proxy-load.mjs', import.meta.url).href);
+
+  it('never has more than maxInFlight requests open, whatever the rate asks', async () => {
+    const { load } = await loadModule();
+    const worker = await countingWorker();
+    try {
+      // At 10,000 a second every request is due at once: only the cap keeps them apart.
+      await load(
+        worker.url,
+        { stream: true },
+        { requests: 12, concurrency: 2, tokens: 2, rate: 10_000, maxInFlight: 2 },
+      );
+      expect(worker.seen.served).toBe(12);
+      expect(worker.seen.most).toBe(2);
+    } finally {
+      worker.close();
+    }
+  }, 30_000);
+
+  it('without maxInFlight, an open loop sends what is due whatever is in flight', async () => {
+    const { load } = await loadModule();
+    const worker = await countingWorker();
+    try {
+      await load(worker.url, { stream: true }, { requests: 12, concurrency: 2, tokens: 2, rate: 10_000 });
+      expect(worker.seen.served).toBe(12);
+      expect(worker.seen.most).toBeGreaterThan(2);
+    } finally {
+      worker.close();
+    }
   }, 30_000);
 });
