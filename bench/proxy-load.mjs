@@ -9,6 +9,19 @@ import { Agent, request } from 'undici';
 export const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 export const p99 = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)];
 
+/**
+ * The node flags of the image's entry point (`ENTRYPOINT ["node", ...flags, "dist/cli.js"]`)
+ * and its `NODE_OPTIONS` (`ENV NODE_OPTIONS=...`), read from deploy/Dockerfile: a proxy is
+ * measured as it ships.
+ */
+export function imageNode() {
+  const dockerfile = readFileSync(new URL('../deploy/Dockerfile', import.meta.url), 'utf8');
+  return {
+    flags: JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]').slice(1, -1),
+    options: /^ENV NODE_OPTIONS=(.+)$/m.exec(dockerfile)?.[1] ?? '',
+  };
+}
+
 /** CPU time (user + system) a process has used, in ms; undefined where /proc is missing. */
 export function cpuMs(pid) {
   try {
@@ -62,7 +75,10 @@ function events(chunk) {
  * that arrive in one read are a burst, gaps of 0 after a long one, as a client sees them.
  */
 export async function load(url, body, { requests, concurrency, tokens, pid, rate, maxInFlight, metricsUrl }) {
-  const dispatcher = new Agent({ connections: concurrency * 2 });
+  // No proxy here takes a minute to answer (the fake workers give a handoff up after 30 s):
+  // a request past that is reported as failed, not waited for five minutes.
+  const dispatcher = new Agent({ connections: concurrency * 2, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  const failures = [];
   const ttft = [];
   const perToken = [];
   const gaps = [];
@@ -77,7 +93,12 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
   const cpuBefore = pid === undefined ? undefined : cpuMs(pid);
   const start = performance.now();
   const payload = JSON.stringify(body);
-  const one = async () => {
+  // A failed request is counted and its reason kept, never thrown: the run goes on and says so.
+  const one = () =>
+    stream().catch((error) => {
+      failures.push(error?.code ?? error?.message ?? String(error));
+    });
+  const stream = async () => {
     const begin = performance.now();
     const answer = await request(url, {
       method: 'POST',
@@ -131,7 +152,7 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
         });
       }
       inFlight++;
-      started.push(one().finally(ended));
+      started.push(one().then(ended));
     }
     await Promise.all(started);
   }
@@ -150,6 +171,8 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
     cpuPerRequest: cpuBefore === undefined || cpuAfter === undefined ? Number.NaN : (cpuAfter - cpuBefore) / requests,
     peakRss,
     eventLoopDelayP99,
+    failed: failures.length,
+    failures: [...new Set(failures)],
   };
 }
 

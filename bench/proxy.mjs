@@ -23,11 +23,10 @@
 //    node:http handler and by a fastify route doing the same, in requests per second.
 // The workers, the proxies and the two relays each run in their own process
 // (bench/proxy-fixtures.mjs); this process only sends requests.
-import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { child, load, median, rssMb } from './proxy-load.mjs';
+import { child, imageNode, load, median, rssMb } from './proxy-load.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -85,14 +84,7 @@ async function workers(protocol) {
   return info;
 }
 
-/**
- * The NODE_OPTIONS the image runs the proxy with (deploy/Dockerfile's `ENV NODE_OPTIONS`), so
- * that it is measured as it ships.
- */
-const dockerfile = readFileSync(`${root}deploy/Dockerfile`, 'utf8');
-const imageNodeOptions = /^ENV NODE_OPTIONS=(.+)$/m.exec(dockerfile)?.[1] ?? '';
-/** The flags its entry point gives node before the script (`ENTRYPOINT ["node", ...flags, "dist/cli.js"]`). */
-const imageNodeFlags = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]').slice(1, -1);
+const { flags: imageNodeFlags, options: imageNodeOptions } = imageNode();
 
 /** The proxy as it is deployed: the disagg bin, logging every request at info, with the image's node flags and NODE_OPTIONS. */
 async function disagg(connector, urls) {
@@ -184,6 +176,11 @@ async function passes(targets, of = shape) {
     process.stderr.write(`pass ${pass + 1}/${PASSES} done\n`);
   }
   return {
+    /** Requests that failed on `name` over every pass, and why (none in a sound run). */
+    failed: (name) => ({
+      count: runs[name].reduce((sum, run) => sum + run.failed, 0),
+      why: [...new Set(runs[name].flatMap((run) => run.failures))],
+    }),
     mid: (name, field) => median(runs[name].map((run) => run[field])),
     ratio: (a, b, field) => median(runs[a].map((run, i) => run[field] / runs[b][i][field])),
   };
@@ -212,6 +209,14 @@ function table(result, rows, { paced = true } = {}) {
     );
   }
   console.log('');
+  // A failed request is part of the result: said under the table, and the run exits non-zero.
+  for (const [name, label] of rows) {
+    const { count, why } = result.failed(name);
+    if (count === 0) continue;
+    process.exitCode = 1;
+    console.log(`**${count} requests failed** on ${label}: ${why.join(', ')}`);
+    console.log('');
+  }
 }
 
 console.log(

@@ -78,6 +78,29 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
   }, 130_000);
 });
 
+describe('bench/worker-client.mjs (smoke run, small N)', () => {
+  it('runs both worker clients in their own processes and prints the table and the ratio', () => {
+    const run = spawnSync(
+      process.execPath,
+      [
+        'bench/worker-client.mjs',
+        '--requests=20',
+        '--concurrency=2',
+        '--tokens=4',
+        '--interval=1',
+        '--warmup=10',
+        '--rounds=2',
+      ],
+      { cwd: root, encoding: 'utf8', timeout: 60_000 },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/\| undici's Agent, dispatch handler \(the library's\) \| \d+\.\d{3} \| \d+\.\d \|/);
+    expect(run.stdout).toMatch(/\| node:http's Agent and request \| \d+\.\d{3} \| \d+\.\d \|/);
+    expect(run.stdout).toMatch(/node:http \/ undici: CPU per request \d+\.\d\d x, peak RSS \d+\.\d\d x/);
+    expect(run.stdout).not.toMatch(/NaN|Infinity/);
+  }, 70_000);
+});
+
 describe('npm run bench:routing (smoke run, small N)', () => {
   it('runs every policy on every workload through disagg serve and prints the table, the oracle and the decision cost', () => {
     const run = spawnSync(
@@ -173,16 +196,22 @@ describe("bench/node-floor.mjs (Node's floor beside the peers)", () => {
 });
 
 describe("bench:proxy's load: a rate held to a number in flight", () => {
-  /** A worker that answers each stream 20 ms after it came, counting the streams it holds at once. */
-  async function countingWorker() {
+  /**
+   * A worker that answers each stream 20 ms after it came, counting the streams it holds at
+   * once; every `failEvery`-th request it answers 500.
+   */
+  async function countingWorker(failEvery = 0) {
     let now = 0;
+    let count = 0;
     const seen = { most: 0, served: 0 };
     const server = createServer((req, res) => {
       now++;
+      count++;
       seen.most = Math.max(seen.most, now);
       req.resume();
+      const fails = failEvery > 0 && count % failEvery === 0;
       setTimeout(() => {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.writeHead(fails ? 500 : 200, { 'content-type': 'text/event-stream' });
         res.end('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
         now--;
         seen.served++;
@@ -222,6 +251,28 @@ describe("bench:proxy's load: a rate held to a number in flight", () => {
       await load(worker.url, { stream: true }, { requests: 12, concurrency: 2, tokens: 2, rate: 10_000 });
       expect(worker.seen.served).toBe(12);
       expect(worker.seen.most).toBeGreaterThan(2);
+    } finally {
+      worker.close();
+    }
+  }, 30_000);
+
+  it('counts a failed request with its reason and goes on, in both loops', async () => {
+    const { load } = await loadModule();
+    const worker = await countingWorker(3);
+    try {
+      for (const loop of [{}, { rate: 10_000, maxInFlight: 2 }]) {
+        const result = (await load(
+          worker.url,
+          { stream: true },
+          { requests: 9, concurrency: 2, tokens: 2, ...loop },
+        )) as {
+          failed: number;
+          failures: string[];
+        };
+        expect(result.failed).toBe(3);
+        expect(result.failures).toEqual([`${worker.url}: status 500`]);
+      }
+      expect(worker.seen.served).toBe(18);
     } finally {
       worker.close();
     }
