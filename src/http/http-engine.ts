@@ -38,8 +38,13 @@ export interface HttpEngineOptions<W> {
    * token-id completion that continues a migrated chat stream.
    */
   api?: HttpApi;
-  /** The undici dispatcher (connection pool); undici's global keep-alive agent by default. */
-  dispatcher?: Dispatcher;
+  /**
+   * The undici dispatcher (connection pool) to call through. By default the library's own
+   * keep-alive pool, shared by every engine given none; never undici's process-wide global
+   * dispatcher, which Node 20 and 22 fill with their bundled, older undici once anything
+   * touches `fetch` or `Response`, so that nothing imported before `disagg` can break it.
+   */
+  dispatcher?: Dispatcher | undefined;
   /**
    * Extra request headers (an API key, say), or a function of the worker that gives them for
    * each call (trace context, say: called once per leg call, as the call is made).

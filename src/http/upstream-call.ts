@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { AsyncEngineContext } from '../runtime/controller.js';
-import { getGlobalDispatcher } from './undici-parts.js';
+import { sharedDispatcher } from './undici-parts.js';
 
 /** Where the body of a call goes as it arrives. Every method runs synchronously, in undici's read loop. */
 export interface BodySink {
@@ -78,7 +78,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     context.stopped().then(() => call.abort(abortReason(context.signal)));
     const { origin, pathname, search } = new URL(url);
     try {
-      (init.dispatcher ?? getGlobalDispatcher()).dispatch(
+      (init.dispatcher ?? sharedDispatcher()).dispatch(
         { origin, path: `${pathname}${search}`, method: 'POST', headers: init.headers, body: init.body },
         call,
       );

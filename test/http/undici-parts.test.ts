@@ -1,7 +1,7 @@
 import { createServer } from 'node:http';
 import * as undici from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Agent, getGlobalDispatcher, request } from '../../src/http/undici-parts.js';
+import { Agent, request, sharedDispatcher } from '../../src/http/undici-parts.js';
 
 // The library loads undici's own modules rather than its entry point (which also loads fetch,
 // WebSocket and more): they must be the very objects the entry point exports, at the pinned
@@ -23,13 +23,17 @@ describe('the parts of undici the library loads', () => {
   });
   afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
-  it('are the objects undici exports: its Agent and its global dispatcher', () => {
+  it('are the objects undici exports: its Agent', () => {
     expect(Agent).toBe(undici.Agent);
-    expect(getGlobalDispatcher).toBe(undici.getGlobalDispatcher);
-    expect(getGlobalDispatcher()).toBe(undici.getGlobalDispatcher());
   });
 
-  it('request is a GET by default, with the path and query of the URL, through the global dispatcher', async () => {
+  it("the library's own pool is one Agent, made once, and not undici's process-wide global dispatcher", () => {
+    expect(sharedDispatcher()).toBeInstanceOf(undici.Agent);
+    expect(sharedDispatcher()).toBe(sharedDispatcher());
+    expect(sharedDispatcher()).not.toBe(undici.getGlobalDispatcher());
+  });
+
+  it("request is a GET by default, with the path and query of the URL, through the library's own pool", async () => {
     const answer = await request(`${base}/v1/models?x=1`);
     expect(answer.statusCode).toBe(200);
     expect(await answer.body.json()).toEqual({ method: 'GET', url: '/v1/models?x=1', body: '', seen: null });
