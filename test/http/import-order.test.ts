@@ -10,7 +10,10 @@ const dist = (entry: string) => pathToFileURL(`${root}/dist/${entry}.js`).href;
  * fake workers, in a Node process of its own (the one running the suite: Node 20 under `npm
  * test`, Node 24 in CI's second run). Prints what the client read.
  */
-function routeAfter(first: string, protocol: 'vllm' | 'sglang'): { stdout: string; stderr: string; status: number | null } {
+function routeAfter(
+  first: string,
+  protocol: 'vllm' | 'sglang',
+): { stdout: string; stderr: string; status: number | null } {
   const script = `
 ${first}
 const { disaggregate, httpEngine, sglangBootstrap, vllmNixl, WorkerPool, Controller, Annotated } = await import(${JSON.stringify(dist('index'))});
