@@ -4,6 +4,7 @@ import { PrefillError } from '../handoff/prefill-error.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { findCause } from '../util/cause-chain.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { redactAddresses } from '../util/url.js';
 
 /** The proxy stopped before this request ended (`DISAGG_SHUTTING_DOWN`, answered 503). */
 export class ShutdownError extends DisaggError {
@@ -58,8 +59,10 @@ const INTERNAL = { status: 500, type: 'internal_error' } as const;
  * library's one table of errors (a worker's 4xx with its own status and words, other worker
  * failures 502, a deadline 504, no worker 503, the router's own refusals with theirs), the
  * failing `leg` named ({@link failedLeg} unless given), `param` where a field is at fault, and
- * the message passed through `redact` (give it `workerRedactor(workers)` so that no worker's
- * address reaches a client). `disagg serve` answers every failure with it.
+ * the message passed through `redact`: by default every address in it (a URL's origin, a
+ * `host:port`) becomes `worker`; give it `workerRedactor(workers)` to name each worker
+ * instead. No internal address reaches a client either way. `disagg serve` answers every
+ * failure with it.
  *
  * @example
  * const redact = workerRedactor([...prefillWorkers.workers, ...decodeWorkers.workers]);
@@ -68,9 +71,9 @@ const INTERNAL = { status: 500, type: 'internal_error' } as const;
  */
 export function errorToResponse(
   error: unknown,
-  options: { redact?: (text: string) => string; leg?: 'prefill' | 'decode' } = {},
+  options: { redact?: ((text: string) => string) | undefined; leg?: 'prefill' | 'decode' | undefined } = {},
 ): ErrorAnswer {
-  return errorAnswer(error, options.leg ?? failedLeg(error), options.redact);
+  return errorAnswer(error, options.leg ?? failedLeg(error), options.redact ?? redactAddresses);
 }
 
 /**

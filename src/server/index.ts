@@ -14,7 +14,16 @@ export {
   type ServeConfig,
 } from './options.js';
 export { createProxy, type ProxyServer } from './proxy.js';
-export { type RelayOptions, type RelayResult, sseResponse, writeJson, writeSse } from './relay.js';
+export {
+  jsonResponse,
+  type RelayedResponse,
+  type RelayOptions,
+  type RelayResult,
+  type RelaySource,
+  sseResponse,
+  writeJson,
+  writeSse,
+} from './relay.js';
 export { type ModelLimits, validateRequest } from './request-schemas.js';
 export type { TracerLike } from './tracing.js';
 export { createHandler, type DisaggHandler } from './web-handler.js';

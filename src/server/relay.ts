@@ -1,54 +1,107 @@
 // The relay pieces of `disagg serve`, for a router of your own: the answer of a request's
 // stream, streamed (SSE) or whole, in OpenAI's shapes, with the error contract of the proxy.
 import type { ServerResponse } from 'node:http';
+import { answerJson } from '../http/node-server.js';
 import { webResponse } from '../http/web-exchange.js';
 import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import { describeValue } from '../util/describe-value.js';
 import { type ErrorAnswer, errorToResponse } from './error-answers.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
 
-/** Options of {@link writeSse}, {@link sseResponse} and {@link writeJson}. */
+/**
+ * What the relay answers: the stream `disaggregate` gave, or the promise of it, so that a
+ * failure before the stream exists (a prefill that failed, no worker, a refused request) is
+ * answered with its status and body like any other: `writeSse(disaggregate({ ... }), res)`.
+ */
+export type RelaySource = ResponseStream<EngineItem> | PromiseLike<ResponseStream<EngineItem>>;
+
+/** Options of {@link writeSse}, {@link writeJson}, {@link sseResponse} and {@link jsonResponse}. */
 export interface RelayOptions {
   /**
-   * The client's request body: its `model`, and its `stream_options.include_usage` for a usage
+   * The client's request body: whether it asked to stream (`stream: true`; the SSE forms answer
+   * any other request whole), its `model`, and its `stream_options.include_usage` for a usage
    * chunk the relay writes itself. The route is read from it too, unless `route` says.
    */
-  request?: Record<string, unknown>;
+  request?: Record<string, unknown> | undefined;
   /**
    * The route answered, for what the relay writes itself (an item that came from no worker):
    * chat chunks, completions, or SGLang's `/generate`. By default `chat` for a request with
    * `messages`, else `completions`.
    */
-  route?: Route;
+  route?: Route | undefined;
   /**
-   * The answer to a failure, `{ status, body }`: by default {@link errorToResponse} (give it
-   * a `redact` there, so that no worker address reaches a client).
+   * The answer to a failure, `{ status, body }`: by default {@link errorToResponse}, which
+   * replaces every address in the message with `worker`; give it
+   * `workerRedactor(workers)` there to name each worker instead.
    */
-  answer?: (error: unknown) => ErrorAnswer;
+  answer?: ((error: unknown) => ErrorAnswer) | undefined;
   /** How long a client may leave its socket full before it is given up (streamed); 30,000 ms by default. */
-  slowClientTimeoutMs?: number;
+  slowClientTimeoutMs?: number | undefined;
   /** The request's context: stopped when the client is given up for not reading. */
-  context?: AsyncEngineContext;
+  context?: AsyncEngineContext | undefined;
   /** Ends a streamed answer with an error event now (a shutdown, say): the signal's reason is the failure. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Each gap between two chunks written, in seconds (for an inter-token histogram). */
-  onGap?: (seconds: number) => void;
+  onGap?: ((seconds: number) => void) | undefined;
 }
 
 /** What the workers reported of a request that was answered. */
 export interface RelayResult {
-  /** The last usage a worker reported (token counts), if any. */
+  /**
+   * The last usage a worker reported (token counts), if any. A streamed request reports it only
+   * when the client asked (`stream_options.include_usage`) or the flow asked on its behalf
+   * (`disaggregate`'s `usage: 'always'`).
+   */
   usage: CompletionUsage | undefined;
 }
+
+/** A WHATWG `Response` from the relay, with what the workers reported once its body is over. */
+export type RelayedResponse = Response & {
+  /**
+   * Resolves once the answer is over (its body read to the end, cancelled, or failed), with
+   * the usage reported; never rejects.
+   */
+  readonly result: Promise<RelayResult>;
+};
 
 function writerFor(options: RelayOptions): ResponseWriter {
   const request = options.request ?? {};
   const route = options.route ?? (Array.isArray(request.messages) ? 'chat' : 'completions');
   return new ResponseWriter(route, request);
+}
+
+/** Whether the client asked for something else than a stream: then it is answered whole. */
+function wantsWhole(options: RelayOptions): boolean {
+  return options.request !== undefined && options.request.stream !== true;
+}
+
+/**
+ * The stream of `source`, or the failure to answer instead: a promise that rejected, or
+ * something that is no stream at all (an error handed over in place of one, from JavaScript).
+ */
+async function opened(
+  source: RelaySource,
+): Promise<{ stream: ResponseStream<EngineItem>; failure?: undefined } | { stream?: undefined; failure: unknown }> {
+  let stream: unknown;
+  try {
+    stream = await source;
+  } catch (error) {
+    return { failure: error };
+  }
+  if (typeof (stream as { [Symbol.asyncIterator]?: unknown } | null)?.[Symbol.asyncIterator] !== 'function') {
+    return {
+      failure:
+        stream instanceof Error
+          ? stream
+          : new TypeError(`The relay needs the request's stream (or its promise), got ${describeValue(stream)}`),
+    };
+  }
+  return { stream: stream as ResponseStream<EngineItem> };
 }
 
 /**
@@ -57,20 +110,35 @@ function writerFor(options: RelayOptions): ResponseWriter {
  * nothing: roles, ids, tool calls, reasoning, logprobs), then `data: [DONE]`. The stream is
  * read no faster than the client reads (one chunk beyond the socket's buffer); a client that
  * leaves its socket full for `slowClientTimeoutMs` is given up (its `context` stopped, the
- * connection closed). A failure before the first byte is an HTTP status with an OpenAI-style
- * body; after it, one SSE `error` event, then the end, without `[DONE]`. The stream is closed
- * (without waiting) when the relay ends, whatever ended it. Resolves when the answer is over.
+ * connection closed).
+ *
+ * - `source` is the stream or its promise: a failure before the first byte (the promise
+ *   rejecting included) is an HTTP status with an OpenAI-style body; after it, one SSE `error`
+ *   event, then the end, without `[DONE]`. It never throws for the request's failure.
+ * - A `request` that did not ask to stream (`stream` not `true`) is answered whole, as
+ *   {@link writeJson} does: a client that did not ask for SSE never gets it.
+ * - The stream is closed (without waiting) when the relay ends, whatever ended it.
+ *
+ * Resolves when the answer is over, with the usage reported.
  *
  * @example
- * const stream = await disaggregate({ ... }).catch((error) => error);
- * await writeSse(stream, res, { request: body, answer: (error) => errorToResponse(error, { redact }) });
+ * const answer = (error: unknown) => errorToResponse(error, { redact: workerRedactor(workers) });
+ * const result = await writeSse(disaggregate({ ... }), res, { request: body, answer, context });
  */
 export async function writeSse(
-  stream: ResponseStream<EngineItem>,
+  source: RelaySource,
   res: ServerResponse,
   options: RelayOptions = {},
 ): Promise<RelayResult> {
+  if (wantsWhole(options)) return writeJson(source, res, options);
   const writer = writerFor(options);
+  const answerFor = options.answer ?? errorToResponse;
+  const { stream, failure } = await opened(source);
+  if (stream === undefined) {
+    const answer = answerFor(failure);
+    answerJson(res, answer.status, answer.body);
+    return { usage: undefined };
+  }
   const entry: InFlightRequest = {
     context: (options.context as Controller | undefined) ?? new Controller(),
     res,
@@ -82,7 +150,7 @@ export async function writeSse(
   try {
     const relaying = relaySse(stream, res, writer, entry, {
       slowClientTimeoutMs: options.slowClientTimeoutMs ?? 30_000,
-      answerFor: options.answer ?? errorToResponse,
+      answerFor,
       interToken: options.onGap ?? (() => {}),
       shutdownError: () => signal?.reason,
     });
@@ -96,39 +164,83 @@ export async function writeSse(
 }
 
 /**
- * {@link writeSse} for the WHATWG fetch API (Hono, Next.js route handlers, Bun, Deno, a
- * service worker): a `Response` whose body is the SSE stream, pulled from the request's stream
- * no faster than the body is read. Cancelling the body is a client that left: the stream is
- * closed and the `context` stopped. Resolves once the answer's head is known (the first chunk,
- * or the failure's status).
+ * Answers a request whole, as `disagg serve` answers a non-streamed one: the decode worker's
+ * own body when it answered in one piece (the usual case), else the items collected into one
+ * OpenAI answer; a failure anywhere (the promise of the stream rejecting included) is its
+ * status and OpenAI-style body instead. Resolves with the usage reported.
  *
  * @example
- * app.post('/v1/completions', async (c) => sseResponse(await disaggregate({ ... }), { request: body }));
+ * const { usage } = await writeJson(disaggregate({ ... }), res, { request: body });
  */
-export function sseResponse(stream: ResponseStream<EngineItem>, options: RelayOptions = {}): Promise<Response> {
+export async function writeJson(
+  source: RelaySource,
+  res: ServerResponse,
+  options: Pick<RelayOptions, 'request' | 'route' | 'answer'> = {},
+): Promise<RelayResult> {
+  const writer = writerFor(options);
+  const answerFor = options.answer ?? errorToResponse;
+  const { stream, failure } = await opened(source);
+  if (stream === undefined) {
+    const answer = answerFor(failure);
+    answerJson(res, answer.status, answer.body);
+    return { usage: undefined };
+  }
+  await answerWhole(stream, res, writer, answerFor);
+  return { usage: writer.usage };
+}
+
+/** The WHATWG form of a Node relay: the `Response` once its head is known, and its result. */
+function fetchForm(
+  options: RelayOptions,
+  relay: (res: ServerResponse) => Promise<RelayResult>,
+): Promise<RelayedResponse> {
   const { res, response } = webResponse();
   const context = options.context;
   res.once('close', () => {
     if (!res.writableFinished) context?.stopGenerating();
   });
-  writeSse(stream, res, options).catch(() => res.destroy());
-  return response;
+  const result = relay(res).catch(() => {
+    res.destroy();
+    return { usage: undefined };
+  });
+  return response.then((answered) => Object.assign(answered, { result }));
 }
 
 /**
- * Answers a non-streamed request whole, as `disagg serve` does: the decode worker's own body
- * when it answered in one piece (the usual case), else the items collected into one OpenAI
- * answer; a failure anywhere is its status and OpenAI-style body instead.
+ * {@link writeSse} for the WHATWG fetch API (Hono, Next.js route handlers, Bun, Deno, a
+ * service worker): a `Response` whose body is the SSE stream, pulled from the request's stream
+ * no faster than the body is read, or the whole answer for a `request` that did not ask to
+ * stream. Cancelling the body is a client that left: the stream is closed and the `context`
+ * stopped. Resolves once the answer's head is known (the first chunk, or the failure's
+ * status); its `result` resolves with the usage once the body is over.
  *
  * @example
- * await writeJson(await disaggregate({ ... }), res, { request: body });
+ * app.post('/v1/completions', async (c) => {
+ *   const body = await c.req.json();
+ *   const response = await sseResponse(disaggregate({ request: body, ... }), { request: body });
+ *   response.result.then(({ usage }) => meter(usage));
+ *   return response;
+ * });
  */
-export async function writeJson(
-  stream: ResponseStream<EngineItem>,
-  res: ServerResponse,
+export function sseResponse(source: RelaySource, options: RelayOptions = {}): Promise<RelayedResponse> {
+  return fetchForm(options, (res) => writeSse(source, res, options));
+}
+
+/**
+ * {@link writeJson} for the WHATWG fetch API: the whole answer as a `Response` (`200` with the
+ * worker's body, or the failure's status and OpenAI-style body); its `result` resolves with
+ * the usage reported.
+ *
+ * @example
+ * // A client that did not ask to stream: one JSON answer, or the failure's status and body.
+ * app.post('/v1/completions', async (c) => {
+ *   const body = await c.req.json();
+ *   return jsonResponse(disaggregate({ request: body, ... }), { request: body });
+ * });
+ */
+export function jsonResponse(
+  source: RelaySource,
   options: Pick<RelayOptions, 'request' | 'route' | 'answer'> = {},
-): Promise<RelayResult> {
-  const writer = writerFor(options);
-  await answerWhole(stream, res, writer, options.answer ?? errorToResponse);
-  return { usage: writer.usage };
+): Promise<RelayedResponse> {
+  return fetchForm(options, (res) => writeJson(source, res, options));
 }

@@ -58,3 +58,20 @@ export function workerRedactor(workers: Iterable<{ url: string; name?: string }>
     return redacted;
   };
 }
+
+/** An origin in a URL (`http://10.0.0.7:8200`), or a bare `host:port` with a dotted or bracketed host. */
+const ADDRESS =
+  /\b[a-z][a-z0-9+.-]*:\/\/[^\s/"'<>]+|\[[0-9a-f:.]+\]:\d+|\b\d{1,3}(?:\.\d{1,3}){3}:\d+\b|\b(?=[\w-]*[a-z])[\w-]+(?:\.[\w-]+)+:\d+\b|\blocalhost:\d+\b/gi;
+
+/**
+ * Every address in a text (a URL's origin, a `host:port`) replaced with `worker`: the
+ * redaction of last resort, for a message about workers whose names are not known. With the
+ * workers at hand {@link workerRedactor} names each one instead.
+ *
+ * @example
+ * redactAddresses('http://10.0.0.7:8200/v1/completions answered 503'); // 'worker/v1/completions answered 503'
+ * redactAddresses('connect ECONNREFUSED 10.0.0.7:8200'); // 'connect ECONNREFUSED worker'
+ */
+export function redactAddresses(text: string): string {
+  return text.replace(ADDRESS, 'worker');
+}

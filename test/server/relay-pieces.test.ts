@@ -10,7 +10,7 @@ import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { errorToResponse } from '../../src/server/error-answers.js';
-import { sseResponse, writeJson, writeSse } from '../../src/server/relay.js';
+import { jsonResponse, sseResponse, writeJson, writeSse } from '../../src/server/relay.js';
 import { validateRequest } from '../../src/server/request-schemas.js';
 import { workerRedactor } from '../../src/util/url.js';
 import { ScriptedSource } from '../support/async.js';
@@ -20,6 +20,34 @@ const event = (json: Record<string, unknown>, text = '') =>
   Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], text }), [
     { form: 'event', text: JSON.stringify(json), json },
   ]);
+
+/** A Node response that records what was written, and its status. */
+function recordingResponse() {
+  const res = new PassThrough() as PassThrough & {
+    statusCode: number;
+    headersSent: boolean;
+    writableFinished: boolean;
+    writeHead: (status: number, headers?: object) => unknown;
+    setHeader: (name: string, value: string) => void;
+    getHeader: (name: string) => undefined;
+    flushHeaders: () => void;
+  };
+  const chunks: string[] = [];
+  res.on('data', (chunk: Buffer) => chunks.push(chunk.toString()));
+  res.statusCode = 200;
+  res.headersSent = false;
+  res.writeHead = (status: number) => {
+    res.statusCode = status;
+    res.headersSent = true;
+    return res;
+  };
+  res.setHeader = () => {};
+  res.getHeader = () => undefined;
+  res.flushHeaders = () => {
+    res.headersSent = true;
+  };
+  return { res, text: () => chunks.join('') };
+}
 
 describe('errorToResponse: a failure as a router answers it', () => {
   it('a worker failure: 502, the failing leg named, the address replaced by the worker name', () => {
@@ -41,6 +69,16 @@ describe('errorToResponse: a failure as a router answers it', () => {
     const answered = errorToResponse(prefill, { redact });
     expect(answered.body.error).toMatchObject({ leg: 'prefill', message: expect.stringContaining('prefill-a/v1') });
     expect(answered.body.error.message).not.toContain('10.0.0.2');
+  });
+
+  it('without a redaction of its own, every address in the message becomes `worker`', () => {
+    const refused = UpstreamError.fromFailure(
+      `${decodeUrl}/v1/completions`,
+      Object.assign(new Error('connect ECONNREFUSED 10.0.0.7:8200'), { code: 'ECONNREFUSED' }),
+    );
+    const message = errorToResponse(refused).body.error.message;
+    expect(message).not.toMatch(/10\.0\.0\.7|8200/);
+    expect(message).toContain('worker/v1/completions');
   });
 
   it("a worker's 4xx with its own status; a deadline 504 on its leg; no worker 503 and no leg; a field named in param", () => {
@@ -86,7 +124,7 @@ describe('sseResponse: the SSE relay as a WHATWG Response', () => {
       event({ choices: [{ index: 0, text: '', finish_reason: 'stop' }] }),
     ]).end();
     const stream = new ResponseStream<EngineItem>(source, new Controller());
-    const response = await sseResponse(stream, { request: { model: 'm' } });
+    const response = await sseResponse(stream, { request: { model: 'm', stream: true } });
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toBe('text/event-stream');
     expect(await response.text()).toBe(
@@ -137,34 +175,6 @@ describe('sseResponse: the SSE relay as a WHATWG Response', () => {
 });
 
 describe('writeSse and writeJson on a Node response', () => {
-  /** A Node response that records what was written, and its status. */
-  function recordingResponse() {
-    const res = new PassThrough() as PassThrough & {
-      statusCode: number;
-      headersSent: boolean;
-      writableFinished: boolean;
-      writeHead: (status: number, headers?: object) => unknown;
-      setHeader: (name: string, value: string) => void;
-      getHeader: (name: string) => undefined;
-      flushHeaders: () => void;
-    };
-    const chunks: string[] = [];
-    res.on('data', (chunk: Buffer) => chunks.push(chunk.toString()));
-    res.statusCode = 200;
-    res.headersSent = false;
-    res.writeHead = (status: number) => {
-      res.statusCode = status;
-      res.headersSent = true;
-      return res;
-    };
-    res.setHeader = () => {};
-    res.getHeader = () => undefined;
-    res.flushHeaders = () => {
-      res.headersSent = true;
-    };
-    return { res, text: () => chunks.join('') };
-  }
-
   it("re-creates chunks of the request's route (chat when it has messages) and says the usage reported", async () => {
     const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
     const items = [
@@ -175,7 +185,7 @@ describe('writeSse and writeJson on a Node response', () => {
     const result = await writeSse(
       new ResponseStream<EngineItem>(new ScriptedSource(items).end(), new Controller()),
       res as never,
-      { request: { model: 'm', messages: [] } },
+      { request: { model: 'm', messages: [], stream: true } },
     );
     expect(result).toEqual({ usage });
     expect(text()).toContain('"object":"chat.completion.chunk"');
@@ -189,7 +199,7 @@ describe('writeSse and writeJson on a Node response', () => {
     ];
     const { res, text } = recordingResponse();
     await writeSse(new ResponseStream<EngineItem>(new ScriptedSource(items).end(), new Controller()), res as never, {
-      request: { model: 'm', prompt: 'x' },
+      request: { model: 'm', prompt: 'x', stream: true },
     });
     expect(text()).toContain('"object":"text_completion"');
     expect(text()).toContain('"text":"Hi"');
@@ -261,5 +271,78 @@ describe('writeSse and writeJson on a Node response', () => {
     );
     expect(failed.res.statusCode).toBe(500);
     expect(JSON.parse(failed.text())).toMatchObject({ error: { message: 'decode OOM' } });
+  });
+});
+
+describe('the relay answers the promise of a stream: a failure before it is a status, never a throw', () => {
+  const prefillFailed = () =>
+    Promise.reject(PrefillError.from(UpstreamError.fromStatus(`${decodeUrl}/v1/completions`, 503, 'busy')));
+  const whole = (text: string) => {
+    const json = {
+      choices: [{ index: 0, text, finish_reason: 'stop' }],
+      usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+    };
+    return Annotated.withWire(
+      Annotated.fromData<LLMEngineOutput>({ token_ids: [], text, finish_reason: 'stop', completion_usage: json.usage }),
+      [{ form: 'body', text: JSON.stringify(json), json }],
+    );
+  };
+
+  it('sseResponse and jsonResponse: a rejected prefill is a 502 naming its leg, with no address', async () => {
+    for (const relay of [sseResponse, jsonResponse]) {
+      const response = await relay(prefillFailed(), { request: { model: 'm', prompt: 'x', stream: true } });
+      expect(response.status).toBe(502);
+      expect(response.headers.get('content-type')).toBe('application/json');
+      const body = await response.json();
+      expect(body).toMatchObject({ error: { type: 'upstream_error', leg: 'prefill', code: 502 } });
+      expect(JSON.stringify(body)).not.toContain('10.0.0.7');
+      expect(await response.result).toEqual({ usage: undefined });
+    }
+  });
+
+  it('writeSse and writeJson: the same on a Node response, resolving rather than throwing', async () => {
+    for (const relay of [writeSse, writeJson]) {
+      const { res, text } = recordingResponse();
+      await expect(relay(prefillFailed(), res as never, { request: { model: 'm', stream: true } })).resolves.toEqual({
+        usage: undefined,
+      });
+      expect(res.statusCode).toBe(502);
+      expect(JSON.parse(text())).toMatchObject({ error: { leg: 'prefill' } });
+    }
+  });
+
+  it('an error handed over in place of the stream (from JavaScript) is answered as that failure', async () => {
+    const handed = (await sseResponse(new NoWorkerError(1) as never)) as Response;
+    expect(handed.status).toBe(503);
+    const nonsense = await sseResponse(42 as never);
+    expect(nonsense.status).toBe(500);
+    expect(await nonsense.json()).toMatchObject({ error: { message: expect.stringContaining('got 42') } });
+  });
+
+  it('the SSE forms answer a request that did not ask to stream whole: JSON, never SSE', async () => {
+    const stream = new ResponseStream<EngineItem>(new ScriptedSource([whole('ok')]).end(), new Controller());
+    const response = await sseResponse(Promise.resolve(stream), { request: { model: 'm', prompt: 'x' } });
+    expect(response.headers.get('content-type')).toBe('application/json');
+    expect(await response.json()).toMatchObject({ choices: [{ text: 'ok' }] });
+    expect(await response.result).toEqual({ usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+    const { res, text } = recordingResponse();
+    const node = new ResponseStream<EngineItem>(new ScriptedSource([whole('ok')]).end(), new Controller());
+    await writeSse(node, res as never, { request: { model: 'm', prompt: 'x', stream: false } });
+    expect(JSON.parse(text())).toMatchObject({ choices: [{ text: 'ok' }] });
+  });
+
+  it("sseResponse's result resolves with the usage once the body has been read", async () => {
+    const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+    const items = [
+      event({ choices: [{ index: 0, text: 'Hi' }] }, 'Hi'),
+      Annotated.withWire(
+        Annotated.fromData<LLMEngineOutput>({ token_ids: [], finish_reason: 'stop', completion_usage: usage }),
+        [{ form: 'event', text: '{"choices":[],"usage":{}}', json: { choices: [], usage } }],
+      ),
+    ];
+    const stream = new ResponseStream<EngineItem>(new ScriptedSource(items).end(), new Controller());
+    const response = await sseResponse(stream, { request: { model: 'm', prompt: 'x', stream: true } });
+    expect(await response.text()).toContain('[DONE]');
+    expect(await response.result).toEqual({ usage });
   });
 });
