@@ -7,7 +7,7 @@ import { closeQuietly } from '../util/close-quietly.js';
 import { DisaggError } from '../util/disagg-error.js';
 import { deadlineIn } from './deadlines.js';
 import type { FlowRecorder, Leg } from './events.js';
-import { type PromptTokensDetails, withPromptDetails } from './usage.js';
+import { type PromptTokensDetails, withoutUsageChunks, withPromptDetails } from './usage.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
 
@@ -71,6 +71,11 @@ export interface ClientStreamHooks {
   heldFor(): number | undefined;
   /** The prefill leg's `prompt_tokens_details`, which the client's usage takes. */
   promptDetails(): PromptTokensDetails | undefined;
+  /**
+   * The workers were asked for usage the client did not ask for: their usage chunks are taken
+   * off the wire of the items (the items' `completion_usage` stays).
+   */
+  hideUsage: boolean;
   /**
    * Called once when the client stream is over, before what is behind it is closed; `early`
    * when the consumer closed it before decode's end.
@@ -173,6 +178,7 @@ export class ClientStream implements AsyncIterableIterator<EngineItem> {
     const usage = item?.data?.completion_usage;
     const details = usage === undefined || usage === null ? undefined : this.#hooks.promptDetails();
     if (details !== undefined) item = withPromptDetails(item, details);
+    if (this.#hooks.hideUsage && usage !== undefined && usage !== null) item = withoutUsageChunks(item);
     const reason = item?.data?.finish_reason;
     if (reason !== undefined && reason !== null) {
       if (this.#first) {

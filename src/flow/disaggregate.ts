@@ -125,6 +125,15 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   /** Client-sent handoff fields: stripped (default) or refused. */
   clientHandoffFields?: 'strip' | 'reject';
   /**
+   * Whether the workers report token usage for every request (`'always'`), or only when the
+   * client asked (`'as-asked'`, the default). A whole answer always carries it; a streamed
+   * OpenAI request (completions, chat) without `stream_options.include_usage` is sent to
+   * decode with it, and the worker's usage chunk is taken off what the client reads, so the
+   * client gets the stream it asked for while the items' `completion_usage` (and the relay's
+   * `RelayResult`) says what the request used: metering, limits, traces.
+   */
+  usage?: 'as-asked' | 'always';
+  /**
    * Conditional disaggregation: answer true, or the reason as a string (`'short-prompt'`), to
    * send this request straight to decode (aggregated), for example for a short or cache-hot
    * prompt; the `routed` event carries the reason (`'skipPrefill'` for true). If it throws,
@@ -204,7 +213,10 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
 ): Promise<ResponseStream<EngineItem>> {
   checkOptions(options);
   const { connector, context, logger } = options;
-  const request = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
+  const sanitized = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
+  // Usage asked of the workers on the client's behalf is taken off what the client reads.
+  const askUsage = options.usage === 'always' && usageUnasked(sanitized);
+  const request = askUsage ? withUsageAsked(sanitized) : sanitized;
   const refused = connector.refuse?.(request);
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);
@@ -273,6 +285,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       recorder,
       logger: log,
       migration,
+      hideUsage: askUsage,
     });
     try {
       return await run.start(skip);
@@ -300,6 +313,23 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       }
     }
   }
+}
+
+/**
+ * Whether `request` is a streamed OpenAI request (a `prompt` or `messages`: vLLM and SGLang
+ * refuse `stream_options` on a whole one, and `/generate` has none) that did not ask for usage.
+ */
+function usageUnasked(request: RequestBody): boolean {
+  if (request.stream !== true || (request.prompt === undefined && !Array.isArray(request.messages))) return false;
+  return (request.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage !== true;
+}
+
+function withUsageAsked(request: RequestBody): RequestBody {
+  const options = request.stream_options;
+  return {
+    ...request,
+    stream_options: { ...(typeof options === 'object' && options !== null ? options : {}), include_usage: true },
+  };
 }
 
 /** Waits `ms` (on the flow's one timer), or less if the client leaves meanwhile. */

@@ -59,6 +59,8 @@ export interface FlowSetup {
   logger: () => Logger;
   /** Decode migration, for a request it is on for (see `migrating-stream`). */
   migration?: FlowMigration | undefined;
+  /** The usage was asked of the workers on the client's behalf: its chunks are not the client's. */
+  hideUsage?: boolean | undefined;
 }
 
 /** @internal What the flow needs to migrate a request's decode stream. */
@@ -195,6 +197,7 @@ export class FlowRun {
       recorder: setup.recorder,
       heldFor: () => this.#leg?.heldFor(),
       promptDetails: () => this.#promptDetails,
+      hideUsage: setup.hideUsage === true,
       onEnd: (early) => {
         if (!early) this.#leg?.clientFinished();
         this.#clientEnded();

@@ -60,3 +60,20 @@ function patchChunk(chunk: WireChunk, details: PromptTokensDetails): WireChunk {
   }
   return chunk;
 }
+
+/**
+ * `item` without the usage chunks on its wire (OpenAI's `choices: []` with `usage`, which a
+ * worker sends after the finish when asked for `stream_options.include_usage`), its data
+ * unchanged: what the client reads when the usage was asked on its behalf, not by it.
+ */
+export function withoutUsageChunks(item: EngineItem): EngineItem {
+  const wire = Annotated.wire(item);
+  if (wire === undefined) return item;
+  const kept = wire.filter((chunk) => !usageOnly(chunk));
+  return kept.length === wire.length ? item : Annotated.withWire(item, kept);
+}
+
+function usageOnly(chunk: WireChunk): boolean {
+  const { choices, usage } = chunk.json;
+  return Array.isArray(choices) && choices.length === 0 && typeof usage === 'object' && usage !== null;
+}
