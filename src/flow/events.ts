@@ -34,8 +34,10 @@ export interface FlowEventBase {
  * - `terminalHeld` / `terminalReleased`: decode finished before prefill did, and waited;
  * - `cleanupExpired`: the client had gone and decode did not take the KV within the clean-up
  *   budget: an orphaned handoff;
- * - `handoffReleased`: prefill finished the request at its first token yet its worker holds
- *   KV for a decode (vLLM does), and the connector's release call went to the decode worker:
+ * - `handoffReleased`: prefill's worker holds KV for a decode that will not come (vLLM does:
+ *   prefill finished the request at its first token, or the decode worker given the handoff
+ *   could not be reached and no retry followed), and the connector's release call went to a
+ *   decode worker:
  *   `freed` when that worker's request handler answered it (vLLM 0.21 and later then free the
  *   KV at once), else the `error` (the KV waits for the engine's lease);
  * - `migration`: a decode stream broke after its first token and, with migration on, was

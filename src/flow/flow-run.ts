@@ -339,7 +339,7 @@ export class FlowRun {
     switch (result.kind) {
       case 'finished': {
         this.#prefillEnded();
-        this.#releaseHandoff(result.params);
+        this.#releaseHandoff(result.params, this.#decodeLease);
         const context = this.#setup.client;
         return this.#toClient(new ResponseStream(once(result.output), context));
       }
@@ -360,7 +360,7 @@ export class FlowRun {
           ...(promptTokensDetails === undefined ? {} : { promptTokensDetails }),
         });
         // Dispatched even if the client has gone: the decode worker must take the KV.
-        return this.#toClient(await this.#decodeHandoff(body));
+        return this.#toClient(await this.#decodeHandoff(body, result.params));
       }
     }
   }
@@ -373,21 +373,30 @@ export class FlowRun {
    * reached and failed may have freed the KV (vLLM's rejection clean-up), so its failure is
    * the answer, unless `reuseHandoff` is `'always'`. Never once decode has answered (it has
    * then taken the KV, and the client may have tokens).
+   *
+   * A handoff that no decode worker was given in the end (the last one tried could not be
+   * reached, and no retry followed) is still held by prefill's worker: it is released through
+   * another decode worker of the pool, as for a request prefill finished (see
+   * {@link #releaseHandoff}), so that it does not wait for the engine's lease.
    */
-  async #decodeHandoff(body: RequestBody): Promise<DecodeStream> {
+  async #decodeHandoff(body: RequestBody, params: unknown): Promise<DecodeStream> {
     const { recorder, reacquireDecode, retryDecode, reuseHandoff } = this.#setup;
     const failed: unknown[] = [];
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.#flowTrip.guard(this.#dispatchDecode(body, { handoff: true }));
       } catch (error) {
-        const reusable = reuseHandoff === 'always' || neverConnected(error);
+        const unreached = neverConnected(error);
+        const reusable = reuseHandoff === 'always' || unreached;
         const delayMs =
           reusable && this.#flowTrip.error === undefined && reacquireDecode !== undefined
             ? retryDecode?.(error, attempt)
             : undefined;
-        if (delayMs === undefined) throw error;
         if (this.#decodeLease !== undefined) failed.push(this.#decodeLease.worker);
+        if (delayMs === undefined) {
+          if (unreached) this.#releaseElsewhere(params, failed);
+          throw error;
+        }
         try {
           // Picked now, so that the event names it; the lease waits with the request.
           this.#decodeLease = reacquireDecode?.(failed);
@@ -415,14 +424,34 @@ export class FlowRun {
   }
 
   /**
-   * A prefill finished the request at its first token yet its worker holds KV for a decode
-   * (vLLM does): the connector's release call goes to the request's decode worker in the
-   * background, within the clean-up budget, so that the KV is freed now rather than at the
-   * engine's lease. The decode lease is held until that call is over; `settled` waits for it.
+   * The handoff of a decode worker that could not be reached, released through another decode
+   * worker of the pool (none in rotation but those that failed: it waits for the engine).
    */
-  #releaseHandoff(params: unknown): void {
+  #releaseElsewhere(params: unknown, failed: readonly unknown[]): void {
+    const { connector, reacquireDecode } = this.#setup;
+    if (connector.release === undefined || reacquireDecode === undefined) return;
+    let lease: Lease<unknown> | undefined;
+    try {
+      lease = reacquireDecode(failed);
+    } catch {
+      return; // no decode worker in rotation
+    }
+    if (failed.includes(lease.worker)) {
+      lease.release();
+      return;
+    }
+    this.#releaseHandoff(params, lease);
+  }
+
+  /**
+   * Prefill's worker holds KV for a decode that will not come (vLLM does, when prefill finished
+   * the request at its first token, or when the decode worker given it could not be reached):
+   * the connector's release call goes to the decode worker of `lease` in the background,
+   * within the clean-up budget, so that the KV is freed now rather than at the engine's lease.
+   * The lease is held until that call is over; `settled` waits for it.
+   */
+  #releaseHandoff(params: unknown, lease: Lease<unknown> | undefined): void {
     const { connector, request, recorder, cleanupBudgetMs } = this.#setup;
-    const lease = this.#decodeLease;
     const body = params === undefined ? undefined : connector.release?.(request, params);
     if (body === undefined || lease === undefined) {
       lease?.release();
@@ -460,8 +489,8 @@ export class FlowRun {
       [freed ? 'debug' : 'warn'](
         { requestId: client.id, ...(failure === undefined ? {} : { err: failure }) },
         freed
-          ? 'Released the KV of a request prefill finished at its first token'
-          : 'Could not release the KV of a request prefill finished at its first token; it waits for the engine to free it',
+          ? 'Released the KV of a handoff no decode worker took'
+          : 'Could not release the KV of a handoff no decode worker took; it waits for the engine to free it',
       );
   }
 

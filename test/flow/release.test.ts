@@ -109,7 +109,7 @@ describe('the KV of a request prefill finished itself is released on the decode 
       await flush();
       expect(log.of('handoffReleased')).toMatchObject([{ freed: false, error: failure }]);
       expect(recorded.records.filter((record) => record.level === 'warn').map((record) => record.message)).toEqual([
-        'Could not release the KV of a request prefill finished at its first token; it waits for the engine to free it',
+        'Could not release the KV of a handoff no decode worker took; it waits for the engine to free it',
       ]);
     }
   });
@@ -217,7 +217,7 @@ describe('what a release reports of itself', () => {
     await flush();
     const [event] = log.of('handoffReleased');
     const record = recorded.records.find((each) =>
-      String(each.message).includes('the KV of a request prefill finished'),
+      String(each.message).includes('the KV of a handoff no decode worker took'),
     );
     return { event, record };
   }
@@ -236,7 +236,7 @@ describe('what a release reports of itself', () => {
     expect(record).toEqual({
       level: 'debug',
       fields: { requestId: 'req-rel' },
-      message: 'Released the KV of a request prefill finished at its first token',
+      message: 'Released the KV of a handoff no decode worker took',
     });
   });
 
@@ -253,5 +253,103 @@ describe('what a release reports of itself', () => {
       level: freed ? 'debug' : 'warn',
       fields: { requestId: 'req-rel', err: { status } },
     });
+  });
+});
+
+describe('the KV of a handoff whose decode worker could not be reached is released through another decode worker', () => {
+  /** A prefill that hands off with vLLM's parameters (its worker holds the KV for a remote decode). */
+  const handingOff = () =>
+    engine(() =>
+      new ScriptedSource([
+        Annotated.fromData<LLMEngineOutput>({ token_ids: [2], finish_reason: 'length', disaggregated_params: pinned }),
+      ]).end(),
+    ).run;
+  const refused = (worker: unknown) =>
+    UpstreamError.fromFailure(
+      `http://${String(worker)}/v1/completions`,
+      Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }),
+    );
+  /** d0 is down (refused); any other decode worker refuses the release model as vLLM does. */
+  function decodeFleet() {
+    const calls: Array<{ body: Record<string, unknown>; worker: unknown }> = [];
+    const run: Engine<unknown> = async (body, _context, worker) => {
+      calls.push({ body, worker });
+      if (worker === 'd0') throw refused(worker);
+      throw UpstreamError.fromStatus(`http://${String(worker)}`, 404, 'The model does not exist.');
+    };
+    return { run, calls };
+  }
+
+  it('without retries the request fails with the refusal, and the handoff goes to d1 to be freed', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd1']);
+    const decode = decodeFleet();
+    const log = eventLog();
+    await expect(
+      runFlow({ prefill: handingOff(), decode: decode.run, decodeWorkers, onEvent: log.onEvent }),
+    ).rejects.toMatchObject({
+      code: 'DISAGG_UPSTREAM_CONNECTION',
+    });
+    await flush();
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0', 'd1']);
+    expect(decode.calls[1]?.body).toMatchObject({ model: RELEASE_MODEL, kv_transfer_params: pinned, max_tokens: 1 });
+    expect(log.of('handoffReleased')).toMatchObject([{ freed: true }]);
+    expect(log.types().at(-1)).toBe('settled');
+    expect([decodeWorkers.inFlight('d0'), decodeWorkers.inFlight('d1')]).toEqual([0, 0]);
+  });
+
+  it('with retries spent on unreachable workers, the release goes to one not tried', async () => {
+    const decodeWorkers = new WorkerPool(['d0', 'd2', 'd1'], { selection: (candidates) => candidates[0] as string });
+    const calls: unknown[] = [];
+    const decode: Engine<unknown> = async (body, _context, worker) => {
+      calls.push([worker, body.model]);
+      if (worker !== 'd1') throw refused(worker);
+      throw UpstreamError.fromStatus('http://d1', 404, 'The model does not exist.');
+    };
+    await expect(
+      runFlow({
+        prefill: handingOff(),
+        decode,
+        decodeWorkers,
+        retryDecode: (_error, attempt) => (attempt < 1 ? 0 : undefined),
+      }),
+    ).rejects.toMatchObject({ code: 'DISAGG_UPSTREAM_CONNECTION' });
+    await flush();
+    expect(calls).toEqual([
+      ['d0', 'm'],
+      ['d2', 'm'],
+      ['d1', RELEASE_MODEL],
+    ]);
+    expect(decodeWorkers.inFlight('d1')).toBe(0);
+  });
+
+  it('with no other decode worker in rotation, nothing is sent: the KV waits for the engine', async () => {
+    const decode = decodeFleet();
+    const log = eventLog();
+    await expect(
+      runFlow({
+        prefill: handingOff(),
+        decode: decode.run,
+        decodeWorkers: new WorkerPool(['d0']),
+        onEvent: log.onEvent,
+      }),
+    ).rejects.toMatchObject({ code: 'DISAGG_UPSTREAM_CONNECTION' });
+    await flush();
+    expect(decode.calls.map((call) => call.worker)).toEqual(['d0']);
+    expect(log.of('handoffReleased')).toEqual([]);
+  });
+
+  it('a decode worker that was reached and refused is not sent a release: vLLM frees what its decode refused', async () => {
+    const calls: unknown[] = [];
+    const decode: Engine<unknown> = async (_body, _context, worker) => {
+      calls.push(worker);
+      throw UpstreamError.fromStatus(`http://${String(worker)}`, 503, 'busy');
+    };
+    await expect(
+      runFlow({ prefill: handingOff(), decode, decodeWorkers: new WorkerPool(['d0', 'd1']) }),
+    ).rejects.toMatchObject({
+      code: 'DISAGG_UPSTREAM_STATUS',
+    });
+    await flush();
+    expect(calls).toEqual(['d0']);
   });
 });
