@@ -231,7 +231,7 @@ describe('the disagg/testing subpath', () => {
 });
 
 describe('the disagg/server subpath', () => {
-  it('both formats give createProxy, createHandler, the configuration loader and the relay pieces', () => {
+  it('both formats give createProxy, createHandler, the configuration loader, the relay pieces, health and retries', () => {
     const script = `
       import * as esm from 'disagg/server';
       import { createRequire } from 'node:module';
@@ -241,13 +241,21 @@ describe('the disagg/server subpath', () => {
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
     const names = [
+      'BREAKER_DEFAULTS',
       'ConfigError',
+      'FAILURE_RULES',
+      'HEALTH_DEFAULTS',
+      'RETRY_DEFAULTS',
+      'classifyFailure',
       'createHandler',
       'createProxy',
+      'defaultRetries',
       'errorToResponse',
+      'jsonResponse',
       'loadServeConfig',
       'sseResponse',
       'validateRequest',
+      'watchHealth',
       'writeJson',
       'writeSse',
     ];

@@ -42,7 +42,7 @@ export interface FlowEventBase {
  *   KV at once), else the `error` (the KV waits for the engine's lease);
  * - `migration`: a decode stream broke after its first token and, with migration on, was
  *   continued on another worker (`migrated`), or not (`refused`, `failed`, with why);
- * - `finished`: the client stream's one outcome;
+ * - `finished`: the client stream's one outcome, with the workers that served it;
  * - `settled`: nothing more will happen for this request.
  */
 export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
@@ -63,7 +63,16 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
     | { type: 'prefillCompleted' }
     | { type: 'prefillFailed'; error: Error }
     | { type: 'decodeDispatched' }
-    | { type: 'decodeRetried'; attempt: number; error: Error; delayMs: number; decodeWorker?: D }
+    | {
+        type: 'decodeRetried';
+        attempt: number;
+        error: Error;
+        delayMs: number;
+        /** The next decode worker, given the same handoff. */
+        decodeWorker?: D;
+        /** The decode worker that could not take it (the error's). */
+        fromWorker?: D;
+      }
     | {
         type: 'prefillRetried';
         attempt: number;
@@ -98,7 +107,19 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         fromWorker?: D;
         toWorker?: D;
       }
-    | { type: 'finished'; outcome: 'success' | 'error' | 'cancelled'; leg?: Leg; error?: Error }
+    | {
+        type: 'finished';
+        outcome: 'success' | 'error' | 'cancelled';
+        leg?: Leg;
+        error?: Error;
+        /**
+         * The workers that served the request in the end: those `routed` named, the decode
+         * worker after a `decodeRetried` or a `migration` that went on, so that a listener
+         * (health, metrics) needs no state of its own to charge the outcome.
+         */
+        prefillWorker?: P;
+        decodeWorker?: D;
+      }
     | { type: 'settled' }
   );
 
@@ -128,6 +149,9 @@ export class FlowRecorder {
   #settled = false;
   /** Parts still running (the client stream, the prefill leg, the decode leg). */
   #open = 0;
+  /** The workers serving the request now, for `finished`. */
+  #prefillWorker: unknown;
+  #decodeWorker: unknown;
 
   constructor(requestId: string, listener: FlowEventListener | undefined, logger: () => Logger) {
     this.#requestId = requestId;
@@ -154,10 +178,23 @@ export class FlowRecorder {
       elapsedMs: this.elapsed(),
       late: this.#finished && event.type !== 'settled',
     }) as FlowEvent;
+    this.#follow(stamped);
     try {
       this.#listener(stamped);
     } catch (error) {
       this.#logger().warn({ err: error, event: event.type }, 'A flow event listener threw; ignored');
+    }
+  }
+
+  /** Which workers serve the request now: routed, then moved by a decode retry or a migration. */
+  #follow(event: FlowEvent): void {
+    if (event.type === 'routed') {
+      this.#prefillWorker = event.prefillWorker;
+      this.#decodeWorker = event.decodeWorker;
+    } else if (event.type === 'decodeRetried' && event.decodeWorker !== undefined) {
+      this.#decodeWorker = event.decodeWorker;
+    } else if (event.type === 'migration' && event.toWorker !== undefined) {
+      this.#decodeWorker = event.toWorker;
     }
   }
 
@@ -169,6 +206,8 @@ export class FlowRecorder {
       outcome,
       ...(leg === undefined ? {} : { leg }),
       ...(error === undefined ? {} : { error }),
+      ...(this.#prefillWorker === undefined ? {} : { prefillWorker: this.#prefillWorker }),
+      ...(this.#decodeWorker === undefined ? {} : { decodeWorker: this.#decodeWorker }),
     });
     this.#finished = true;
     this.#maybeSettle();

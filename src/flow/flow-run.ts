@@ -409,6 +409,7 @@ export class FlowRun {
           error: error instanceof Error ? error : new Error(String(error)),
           delayMs,
           ...(this.#decodeLease === undefined ? {} : { decodeWorker: this.#decodeLease.worker }),
+          ...(failed.length === 0 ? {} : { fromWorker: failed[failed.length - 1] }),
         });
         const wait = pause(delayMs);
         try {

@@ -16,7 +16,7 @@ import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
 import type { ProxyState } from './proxy-state.js';
 import { readRequestBody } from './request-body.js';
-import { chargeFailure, type RequestEvents, type Routed, requestEvents } from './request-events.js';
+import { countFailure, type RequestEvents, type Routed, requestEvents } from './request-events.js';
 import { logRequest, STRATEGY_HEADER } from './request-log.js';
 import { validateRequest } from './request-schemas.js';
 import { relaySse } from './sse-relay.js';
@@ -158,10 +158,10 @@ async function serveAdmitted(
   });
   const events = requestEvents(proxy);
   let failure: unknown;
-  // Every failure answered: a worker a request could not reach leaves the rotation too.
+  // Every failure answered is counted against its worker (health learns of it from the events).
   const answerFor = (error: unknown): ErrorAnswer => {
     const routed = events.routed;
-    chargeFailure(proxy, error, { prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
+    countFailure(proxy, error, { prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
     failure = error;
     // The client gets the worker's words without its address; the log keeps them whole.
     return errorToResponse(error, { redact: (text) => proxy.redact(text) });

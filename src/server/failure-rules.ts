@@ -76,6 +76,12 @@ export function classifyFailure(error: unknown): { kind: FailureClass; upstream:
 }
 
 /**
+ * The retries' defaults (`--retry-max-retries`, `--retry-initial-backoff-ms`,
+ * `--retry-max-backoff-ms`), stated once for the settings table and {@link defaultRetries}.
+ */
+export const RETRY_DEFAULTS = { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000 } as const;
+
+/**
  * The wait before attempt `attempt + 1` after `error`, or undefined: retries off or used up,
  * or a failure {@link FAILURE_RULES} does not retry (a deadline, a 4xx, a stream that broke
  * after the worker answered). Full jitter: a random wait up to the doubled backoff, capped.
@@ -111,4 +117,51 @@ export function chargedWorker<N extends { url: string }>(
     if (worker !== undefined && isUnder(upstream.url, worker.url)) return { role, worker, kind };
   }
   return undefined;
+}
+
+/** Options of {@link defaultRetries}; `disagg serve`'s defaults. */
+export interface RetryOptions {
+  /** Retries of each kind per request (a decode given to another worker, a request run again); 2 by default. */
+  maxRetries?: number | undefined;
+  /** The backoff before the first retry, doubling after each, with full jitter; 50 ms by default. */
+  initialBackoffMs?: number | undefined;
+  /** The longest backoff; 1,000 ms by default. */
+  maxBackoffMs?: number | undefined;
+}
+
+/**
+ * `disagg serve`'s retries as `disaggregate` options, for a router of your own: spread them
+ * into its options. A request that failed before the client got a byte goes to another worker
+ * when {@link FAILURE_RULES} say the failure may pass there: a worker that could not be
+ * reached, a 5xx, a 429 (never a 4xx, a deadline, or a stream that broke after it started).
+ * `retryDecode` gives a sequential decode that could not be reached the same handoff on
+ * another decode worker, so that prefill's KV is taken rather than left to the engine's
+ * lease; `retryPrefill` runs the request again from a fresh prefill, passing over the worker
+ * that failed. Each kind has `maxRetries` of its own per request.
+ *
+ * @throws {TypeError} for a negative or non-finite number.
+ * @example
+ * const retries = defaultRetries(); // { retryPrefill, retryDecode }
+ * const stream = await disaggregate({ ...options, ...retries });
+ */
+export function defaultRetries(options: RetryOptions = {}): {
+  retryPrefill: (error: unknown, attempt: number) => number | undefined;
+  retryDecode: (error: unknown, attempt: number) => number | undefined;
+} {
+  const settings = {
+    disabled: false,
+    maxRetries: count('maxRetries', options.maxRetries, RETRY_DEFAULTS.maxRetries),
+    initialBackoffMs: count('initialBackoffMs', options.initialBackoffMs, RETRY_DEFAULTS.initialBackoffMs),
+    maxBackoffMs: count('maxBackoffMs', options.maxBackoffMs, RETRY_DEFAULTS.maxBackoffMs),
+  };
+  const retry = (error: unknown, attempt: number) => retryDelay(settings, error, attempt);
+  return { retryPrefill: retry, retryDecode: retry };
+}
+
+function count(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new TypeError(`defaultRetries: ${name} must be a number of 0 or more, got ${String(value)}`);
+  }
+  return value;
 }

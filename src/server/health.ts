@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import type { FlowEvent } from '../flow/events.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import { request } from '../http/undici-parts.js';
 import type { UpstreamError } from '../http/upstream-error.js';
@@ -11,9 +12,17 @@ type Named = { url: string };
 
 /**
  * The probes' defaults, stated once: the settings table (`--health-interval-ms`,
- * `--health-timeout-ms`) shows and applies these.
+ * `--health-timeout-ms`, `--health-failure-threshold`, `--health-success-threshold`) and
+ * `watchHealth` show and apply these.
  */
-export const HEALTH_DEFAULTS = { intervalMs: 5000, timeoutMs: 2000 } as const;
+export const HEALTH_DEFAULTS = { intervalMs: 5000, timeoutMs: 2000, failureThreshold: 3, successThreshold: 2 } as const;
+
+/**
+ * The circuit breaker's defaults (`--breaker-failure-threshold`, `--breaker-success-threshold`,
+ * `--breaker-open-ms`): five requests failing in a row on a worker open its circuit for ten
+ * seconds; two successes in a row on trial close it.
+ */
+export const BREAKER_DEFAULTS = { failureThreshold: 5, successThreshold: 2, openMs: 10_000 } as const;
 
 /** Options of {@link HealthChecker}. */
 export interface HealthOptions {
@@ -34,6 +43,11 @@ export interface HealthOptions {
   probeThresholds?: { failure: number; success: number };
   /** The circuit breaker of each worker, fed by what requests meet; see {@link HealthChecker}. */
   breaker?: { failureThreshold: number; successThreshold: number; openMs: number };
+  /**
+   * Forget, after each round, the workers no pool has any more (with no membership of its
+   * own to call `forget`: a router's own pools).
+   */
+  forgetLeavers?: boolean;
 }
 
 /**
@@ -96,6 +110,9 @@ export class HealthChecker {
       this.#pools.flatMap(({ role, pool }) => pool.workers.map((worker) => this.#probe(role, pool, worker))),
     )
       .then(() => this.#options.afterRound?.())
+      .then(() => {
+        if (this.#options.forgetLeavers === true) this.#forgetLeavers();
+      })
       .then(
         () => {
           this.#round = undefined;
@@ -178,11 +195,45 @@ export class HealthChecker {
     };
   }
 
+  #forgetLeavers(): void {
+    for (const worker of this.#records.keys()) {
+      if (!this.#pools.some(({ pool }) => pool.has(worker))) this.forget(worker);
+    }
+  }
+
   /** A worker left its pool: its circuit and probe streak go with it. */
   forget(worker: Named): void {
     const circuit = this.#records.get(worker)?.circuit;
     if (circuit?.timer !== undefined) clearTimeout(circuit.timer);
     this.#records.delete(worker);
+  }
+
+  /**
+   * Learns from one event of a request's flow (a `disaggregate` `onEvent`), whatever request
+   * it belongs to: a failure is charged when the flow moves past it (a retry from prefill, a
+   * decode given to another worker, a stream migrated) and when the request finishes with
+   * it; a success counts for the workers `finished` names.
+   */
+  observe(event: FlowEvent<Named | undefined, Named | undefined>): void {
+    switch (event.type) {
+      case 'prefillRetried':
+        this.noteFailure(event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
+        return;
+      case 'decodeRetried':
+        this.noteFailure(event.error, { decode: event.fromWorker });
+        return;
+      case 'migration':
+        if (event.outcome === 'migrated') this.noteFailure(event.error, { decode: event.fromWorker });
+        return;
+      case 'finished': {
+        const workers = { prefill: event.prefillWorker, decode: event.decodeWorker };
+        if (event.outcome === 'success') this.noteSuccess(workers);
+        else if (event.outcome === 'error') this.noteFailure(event.error, workers);
+        return;
+      }
+      default:
+        return;
+    }
   }
 
   /** A request served by these workers succeeded: their circuits count a success. */

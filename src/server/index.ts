@@ -4,6 +4,16 @@
 export type { SglangPrefillWorkerFields } from '../engines/sglang/worker-fields.js';
 export { loadServeConfig } from './config.js';
 export { type ErrorAnswer, errorToResponse } from './error-answers.js';
+export {
+  classifyFailure,
+  defaultRetries,
+  FAILURE_RULES,
+  type FailureClass,
+  type FailureRule,
+  RETRY_DEFAULTS,
+  type RetryOptions,
+} from './failure-rules.js';
+export { BREAKER_DEFAULTS, HEALTH_DEFAULTS, type ProbeFailure } from './health.js';
 export type { Route } from './openai-format.js';
 export {
   ConfigError,
@@ -26,4 +36,5 @@ export {
 } from './relay.js';
 export { type ModelLimits, validateRequest } from './request-schemas.js';
 export type { TracerLike } from './tracing.js';
+export { type WatchHealthOptions, type WorkerHealth, watchHealth } from './watch-health.js';
 export { createHandler, type DisaggHandler } from './web-handler.js';

@@ -18,7 +18,8 @@ import type { Logger } from '../runtime/logger.js';
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
-import { HEALTH_DEFAULTS } from './health.js';
+import { RETRY_DEFAULTS } from './failure-rules.js';
+import { BREAKER_DEFAULTS, HEALTH_DEFAULTS } from './health.js';
 import type { TracerLike } from './tracing.js';
 
 /**
@@ -857,7 +858,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_HEALTH_FAILURE_THRESHOLD',
       arg: 'N',
       help: 'failed probes in a row that take a worker out (unreachable: at once)',
-      default: 3,
+      default: HEALTH_DEFAULTS.failureThreshold,
       parse: positiveInteger,
     },
     {
@@ -866,7 +867,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_HEALTH_SUCCESS_THRESHOLD',
       arg: 'N',
       help: 'successful probes in a row that bring a worker back',
-      default: 2,
+      default: HEALTH_DEFAULTS.successThreshold,
       parse: positiveInteger,
     },
     {
@@ -875,7 +876,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_BREAKER_FAILURE_THRESHOLD',
       arg: 'N',
       help: 'requests in a row failing on a worker that open its circuit (out of rotation)',
-      default: 5,
+      default: BREAKER_DEFAULTS.failureThreshold,
       parse: positiveInteger,
     },
     {
@@ -884,7 +885,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_BREAKER_SUCCESS_THRESHOLD',
       arg: 'N',
       help: 'successes in a row on trial that close a circuit again',
-      default: 2,
+      default: BREAKER_DEFAULTS.successThreshold,
       parse: positiveInteger,
     },
     {
@@ -893,7 +894,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_BREAKER_OPEN_MS',
       arg: 'N',
       help: 'how long an open circuit keeps its worker out before a trial',
-      default: 10_000,
+      default: BREAKER_DEFAULTS.openMs,
       parse: positiveMs,
     },
   ]),
@@ -904,7 +905,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_RETRY_MAX_RETRIES',
       arg: 'N',
       help: 'retries of a request that failed on a worker before its first byte',
-      default: 2,
+      default: RETRY_DEFAULTS.maxRetries,
       parse: nonNegativeInteger,
     },
     {
@@ -913,7 +914,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_RETRY_INITIAL_BACKOFF_MS',
       arg: 'N',
       help: 'the backoff before the first retry (doubling, with full jitter)',
-      default: 50,
+      default: RETRY_DEFAULTS.initialBackoffMs,
       parse: nonNegativeMs,
     },
     {
@@ -922,7 +923,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_RETRY_MAX_BACKOFF_MS',
       arg: 'N',
       help: 'the longest backoff between retries',
-      default: 1000,
+      default: RETRY_DEFAULTS.maxBackoffMs,
       parse: nonNegativeMs,
     },
     {

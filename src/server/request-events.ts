@@ -39,6 +39,8 @@ export function requestEvents(proxy: ProxyState) {
           proxy.logger.warn({ err: error }, 'The onEvent tap threw; ignored');
         }
       }
+      // Rotation and circuits learn from every request's events (as watchHealth's do).
+      proxy.health.observe(event);
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
@@ -59,7 +61,7 @@ function prefillRetried(
   event: FlowEventOf<'prefillRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
 ): void {
   const leg = event.leg ?? 'prefill';
-  chargeFailure(proxy, event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
+  countFailure(proxy, event.error, { prefill: event.prefillWorker, decode: event.decodeWorker });
   proxy.metrics.retried(leg);
   const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
   proxy.metrics.legRetried(leg, worker === undefined ? undefined : proxy.nameOf(worker));
@@ -85,8 +87,8 @@ function decodeRetried(
   seen: { routed: Routed | undefined },
   event: FlowEventOf<'decodeRetried', ProxyPrefillWorker, ProxyDecodeWorker>,
 ): void {
-  const failed = seen.routed?.decodeWorker;
-  chargeFailure(proxy, event.error, { decode: failed });
+  const failed = event.fromWorker ?? seen.routed?.decodeWorker;
+  countFailure(proxy, event.error, { decode: failed });
   proxy.metrics.retried('decode');
   proxy.metrics.legRetried('decode', failed === undefined ? undefined : proxy.nameOf(failed));
   proxy.logger.warn(
@@ -112,19 +114,18 @@ function decodeRetried(
  */
 function migrated(proxy: ProxyState, event: FlowEventOf<'migration', ProxyPrefillWorker, ProxyDecodeWorker>): void {
   proxy.metrics.migration(event.reason, event.outcome);
-  if (event.outcome === 'migrated') chargeFailure(proxy, event.error, { decode: event.fromWorker });
+  if (event.outcome === 'migrated') countFailure(proxy, event.error, { decode: event.fromWorker });
 }
 
 /**
- * A failure the request met, charged once: to health (rotation, circuit) and to the worker's
- * failure counter, by the one classifier.
+ * A failure the request met, counted once against the worker it is charged to, by the one
+ * classifier (health learns of it from the same events: `HealthChecker.observe`).
  */
-export function chargeFailure(
+export function countFailure(
   proxy: ProxyState,
   error: unknown,
   workers: { prefill?: { url: string } | undefined; decode?: { url: string } | undefined },
 ): void {
-  proxy.health.noteFailure(error, workers);
   const charged = chargedWorker(error, workers);
   if (charged !== undefined) proxy.metrics.workerFailed(charged.role, proxy.nameOf(charged.worker), charged.kind);
 }

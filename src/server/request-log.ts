@@ -37,9 +37,6 @@ export function logRequest(
       finished.leg,
     );
   }
-  if (finished?.outcome === 'success') {
-    proxy.health.noteSuccess({ prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
-  }
   proxy.logger.info(
     {
       requestId: request.requestId,

@@ -67,7 +67,8 @@ describe('a sequential decode that could not be reached is sent to another decod
     // Prefill ran once: the KV it computed is the one the second decode worker takes.
     expect(prefill.calls).toHaveLength(1);
     expect(retryDecode).toHaveBeenCalledExactlyOnceWith(expect.objectContaining({ networkCode: 'ECONNREFUSED' }), 0);
-    expect(log.of('decodeRetried')).toMatchObject([{ attempt: 1, decodeWorker: 'd1', delayMs: 0 }]);
+    expect(log.of('decodeRetried')).toMatchObject([{ attempt: 1, decodeWorker: 'd1', fromWorker: 'd0', delayMs: 0 }]);
+    expect(log.of('finished')).toMatchObject([{ outcome: 'success', decodeWorker: 'd1' }]);
     expect(log.of('decodeRetried')[0]?.error.message).toContain('d0 refused the connection');
     expect(log.types().filter((type) => type === 'decodeDispatched')).toHaveLength(2);
     expect(log.of('finished')).toMatchObject([{ outcome: 'success' }]);

@@ -457,6 +457,51 @@ describe('the recorder of one request', () => {
     }
   });
 
+  it('finished names the workers that served the request: those routed, then where a decode retry or a migration moved it', () => {
+    const events: FlowEvent[] = [];
+    const record = () =>
+      new FlowRecorder(
+        'req-w',
+        (event) => events.push(event),
+        () => recordingLogger().logger,
+      );
+    const finishedOf = () => events.filter((event) => event.type === 'finished').at(-1);
+    const error = new Error('x');
+    const first = record();
+    first.emit({ type: 'routed', strategy: 'sequential', prefillWorker: 'p0', decodeWorker: 'd0' });
+    first.emit({ type: 'decodeRetried', attempt: 1, error, delayMs: 0, decodeWorker: 'd1', fromWorker: 'd0' });
+    first.finish('success');
+    expect(finishedOf()).toMatchObject({ prefillWorker: 'p0', decodeWorker: 'd1' });
+    const second = record();
+    second.emit({ type: 'routed', strategy: 'sequential', prefillWorker: 'p0', decodeWorker: 'd0' });
+    second.emit({
+      type: 'migration',
+      attempt: 1,
+      reason: 'idle',
+      outcome: 'refused',
+      error,
+      generatedTokens: 1,
+      fromWorker: 'd0',
+    });
+    second.finish('error', 'decode', error);
+    expect(finishedOf()).toMatchObject({ decodeWorker: 'd0' });
+    const third = record();
+    third.emit({ type: 'routed', strategy: 'aggregated', decodeWorker: 'd0' });
+    third.emit({
+      type: 'migration',
+      attempt: 1,
+      reason: 'idle',
+      outcome: 'migrated',
+      error,
+      generatedTokens: 1,
+      fromWorker: 'd0',
+      toWorker: 'd2',
+    });
+    third.finish('success');
+    expect(finishedOf()).toMatchObject({ decodeWorker: 'd2' });
+    expect(finishedOf()).not.toHaveProperty('prefillWorker');
+  });
+
   it('a listener that throws is logged with its error and the event, and ignored', () => {
     const recorded = recordingLogger();
     const thrown = new Error('listener bug');

@@ -2,7 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { DeadlineError } from '../../src/flow/deadlines.js';
 import { NoWorkerError } from '../../src/flow/worker-pool.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
-import { chargedWorker, classifyFailure, FAILURE_RULES } from '../../src/server/failure-rules.js';
+import {
+  chargedWorker,
+  classifyFailure,
+  defaultRetries,
+  FAILURE_RULES,
+  RETRY_DEFAULTS,
+} from '../../src/server/failure-rules.js';
 
 const url = 'http://decode-0:8200/v1/completions';
 const refused = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
@@ -64,5 +70,32 @@ describe('chargedWorker: the worker a failure is charged to', () => {
     expect(
       chargedWorker(UpstreamError.fromStatus('http://elsewhere:1/v1', 500, 'x'), { prefill, decode }),
     ).toBeUndefined();
+  });
+});
+
+describe("defaultRetries: disagg serve's retries as disaggregate options", () => {
+  it('a failure that may pass on another worker waits up to the doubling backoff; others, and spent budgets, are not retried', () => {
+    const { retryPrefill, retryDecode } = defaultRetries({ maxRetries: 2, initialBackoffMs: 40, maxBackoffMs: 60 });
+    const unreachable = UpstreamError.fromFailure(url, refused);
+    for (const retry of [retryPrefill, retryDecode]) {
+      const first = retry(unreachable, 0);
+      expect(first).toBeGreaterThanOrEqual(0);
+      expect(first).toBeLessThanOrEqual(40);
+      expect(retry(UpstreamError.fromStatus(url, 503, 'busy'), 1)).toBeLessThanOrEqual(60);
+      expect(retry(unreachable, 2)).toBeUndefined();
+      expect(retry(UpstreamError.fromStatus(url, 400, 'bad'), 0)).toBeUndefined();
+      expect(retry(new DeadlineError('idle', 1000), 0)).toBeUndefined();
+    }
+  });
+
+  it("has disagg serve's defaults, and refuses a setting that is no count, naming it", () => {
+    const { retryDecode } = defaultRetries();
+    const unreachable = UpstreamError.fromFailure(url, refused);
+    expect(retryDecode(unreachable, RETRY_DEFAULTS.maxRetries - 1)).toBeDefined();
+    expect(retryDecode(unreachable, RETRY_DEFAULTS.maxRetries)).toBeUndefined();
+    expect(() => defaultRetries({ maxRetries: -1 })).toThrow(
+      'defaultRetries: maxRetries must be a number of 0 or more, got -1',
+    );
+    expect(() => defaultRetries({ maxBackoffMs: Number.NaN })).toThrow(/maxBackoffMs/);
   });
 });

@@ -21,7 +21,9 @@ describe('requestEvents: retries', () => {
     const events = requestEvents(proxy);
     events.onEvent(flowEvent({ type: 'routed', strategy: 'sequential', prefillWorker: p0, decodeWorker: d0 }));
     const error = unreachable(d0.url);
-    events.onEvent(flowEvent({ type: 'decodeRetried', attempt: 1, error, delayMs: 12.4, decodeWorker: d1 }));
+    events.onEvent(
+      flowEvent({ type: 'decodeRetried', attempt: 1, error, delayMs: 12.4, decodeWorker: d1, fromWorker: d0 }),
+    );
     expect(await counts('disagg_retries_total')).toEqual({ 'leg=decode': 1 });
     expect(await counts('disagg_worker_legs_total')).toEqual({ 'role=decode,worker=decode-0,outcome=retried': 1 });
     expect(await counts('disagg_worker_failures_total')).toEqual({

@@ -55,7 +55,8 @@ describe('logRequest: the one log line of a request, and its legs counted', () =
     const state = proxyState();
     const line = logged(state, [
       flowEvent({ type: 'routed', strategy: 'aggregated', reason: 'short-prompt', decodeWorker: state.d0 }),
-      flowEvent({ type: 'finished', outcome: 'success' }),
+      // As the flow's recorder names them: the workers that served it.
+      flowEvent({ type: 'finished', outcome: 'success', decodeWorker: state.d0 }),
     ]);
     expect(await state.counts('disagg_worker_legs_total')).toEqual({
       'role=decode,worker=decode-0,outcome=success': 1,

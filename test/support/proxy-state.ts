@@ -1,7 +1,7 @@
 import { vi } from 'vitest';
 import type { FlowEvent } from '../../src/flow/events.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import type { HealthChecker } from '../../src/server/health.js';
+import { HealthChecker } from '../../src/server/health.js';
 import { Membership } from '../../src/server/membership.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../../src/server/options.js';
@@ -22,7 +22,14 @@ export function proxyState(
   const prefill = new WorkerPool([p0]);
   const decode = new WorkerPool([d0, d1]);
   const { records: logs, logger } = recordingLogger();
-  const health = { noteFailure: vi.fn(), noteSuccess: vi.fn() };
+  // What health is told: the checker's own reading of each event, onto spies.
+  const health = {
+    noteFailure: vi.fn(),
+    noteSuccess: vi.fn(),
+    observe(event: Parameters<HealthChecker['observe']>[0]) {
+      HealthChecker.prototype.observe.call(this as unknown as HealthChecker, event);
+    },
+  };
   const membership = new Membership({ prefill, decode }, health as unknown as HealthChecker, logger);
   const nameOf = (worker: { url: string }) => membership.nameOf(worker);
   const metrics = new ProxyMetrics({ prefill, decode }, undefined, undefined, nameOf);
