@@ -245,6 +245,7 @@ describe('the disagg/server subpath', () => {
       'ConfigError',
       'FAILURE_RULES',
       'HEALTH_DEFAULTS',
+      'KvFollower',
       'RETRY_DEFAULTS',
       'classifyFailure',
       'createHandler',

@@ -60,21 +60,6 @@ export class NoWorkerError extends DisaggError {
 /** Where a worker of a pool stands: serving, out of rotation after failures, or draining. */
 export type WorkerState = 'ready' | 'down' | 'draining';
 
-/**
- * A list of interchangeable workers (prefill or decode) and the choice among them, with a
- * count of requests in flight on each that `disaggregate` keeps: a worker is leased when its
- * leg is dispatched and released when that leg is over (a prefill leg when prefill has
- * settled, a decode leg when its stream has ended or been cleaned up).
- *
- * Share one pool between requests; its counts are what least-in-flight chooses by.
- *
- * @example
- * const prefillWorkers = new WorkerPool(
- *   [{ url: 'http://p0:8000', bootstrapHost: 'p0', bootstrapPort: 8998 }],
- *   { selection: 'least-in-flight' },
- * );
- * disaggregate({ ..., prefillWorkers, prefill: (body, context, worker) => call(worker.url, body, context) });
- */
 /** A leaving worker (draining, or removed with leases out) and who waits for its last release. */
 interface Leaving {
   readonly draining: boolean;
@@ -93,10 +78,41 @@ interface PoolRecord {
   leaving: Leaving | undefined;
 }
 
+/**
+ * A list of interchangeable workers (prefill or decode) and the choice among them: the unit
+ * `disaggregate`, the health checks and the routing policies share.
+ *
+ * - **Choice**: `acquire` picks a worker in rotation by the pool's selection (`'round-robin'` by
+ *   default, `'least-in-flight'`, a {@link RoutingPolicy} such as `cacheAware()` or
+ *   `precisePrefix(...)`, or a function) and counts one more request on it until the lease is
+ *   released; `disaggregate` leases a worker when its leg is dispatched and releases it when
+ *   that leg is over (a prefill leg when prefill has settled, a decode leg when its stream has
+ *   ended or been cleaned up), telling the policy how the leg went.
+ * - **Rotation**: `setAvailable(worker, false)` takes a worker out (health checks do:
+ *   `watchHealth` from `disagg/server`), `true` puts it back; `onDown` tells who waits on it.
+ * - **Membership**: `add`, `drain` (no new lease; it leaves once its leases are released) and
+ *   `remove` (at once; leases out stay valid) change the list at run time; `onChange` tells
+ *   who follows it (KV events, health). Nothing here sets a timer or holds the process.
+ *
+ * Share one pool between requests; its counts are what least-in-flight chooses by. A worker
+ * is any value (an object with a `url` for `httpEngine` and the health checks), compared by
+ * identity.
+ *
+ * @throws {TypeError} from the constructor: something other than an array, a worker listed twice, an unknown selection.
+ * @example
+ * const prefillWorkers = new WorkerPool(
+ *   [{ url: 'http://p0:8000', bootstrapPort: 8998 }, { url: 'http://p1:8000', bootstrapPort: 8998 }],
+ *   { selection: cacheAware() },
+ * );
+ * const decodeWorkers = new WorkerPool([{ url: 'http://d0:8000' }], { selection: 'least-in-flight' });
+ * await disaggregate({ ..., prefillWorkers, decodeWorkers, prefill: httpEngine(), decode: httpEngine() });
+ */
 export class WorkerPool<W> {
   /** Replaced, never changed in place: a caller iterating `workers` is not disturbed by a change. */
   #workers: readonly W[];
   readonly #records = new Map<W, PoolRecord>();
+  /** Who is told when a worker joins or leaves (see {@link onChange}). */
+  readonly #changeListeners = new Set<() => void>();
   /** Who waits for a worker to be taken out of rotation (a migrating stream on it). */
   readonly #downWatchers = new Map<W, Set<() => void>>();
   /** The workers in rotation, derived from the records when one changes (read on every request). */
@@ -174,6 +190,7 @@ export class WorkerPool<W> {
     leaving?.idle();
     if (options.available === false) record.down = true;
     this.#changed();
+    this.#joinedOrLeft();
   }
 
   /**
@@ -207,6 +224,7 @@ export class WorkerPool<W> {
     this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
     record.down = false;
     this.#changed();
+    this.#joinedOrLeft();
     this.#settleIfIdle(worker);
     return entry.done;
   }
@@ -228,9 +246,38 @@ export class WorkerPool<W> {
     const entry = record?.leaving;
     if (record === undefined || entry === undefined || record.inFlight > 0) return;
     this.#records.delete(worker);
-    if (this.has(worker)) this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
+    const listed = this.has(worker);
+    if (listed) this.#workers = Object.freeze(this.#workers.filter((w) => w !== worker));
     this.#changed();
+    if (listed) this.#joinedOrLeft();
     entry.idle();
+  }
+
+  /**
+   * Calls `listener` after each change of the pool's list of workers: one added, one removed,
+   * one gone at the end of its drain (not a change of rotation: see {@link onDown}). What
+   * follows the pool's workers (KV events, say) reads `workers` again then. The listener must
+   * not throw: what it throws is ignored. Returns what stops the calls.
+   *
+   * @example
+   * const stop = pool.onChange(() => follower.reconcile()); // subscribe to each worker that joins
+   */
+  onChange(listener: () => void): () => void {
+    const own = () => listener();
+    this.#changeListeners.add(own);
+    return () => {
+      this.#changeListeners.delete(own);
+    };
+  }
+
+  #joinedOrLeft(): void {
+    for (const listener of this.#changeListeners) {
+      try {
+        listener();
+      } catch {
+        // A listener's own failure is not the pool's: the change stands.
+      }
+    }
   }
 
   /** The list or a record's rotation changed: derive who is in rotation again. */

@@ -5,10 +5,16 @@ import type { LoadView, RoutingPolicy } from './routing-policy.js';
 import { loadScorer, type Scorer, scoredPolicy } from './scoring.js';
 
 /**
- * Where a KV-aware scorer finds the engines' blocks: the index the proxy (or your router)
- * feeds from their KV events, or undefined while there is none yet (every score is then 0).
+ * Where a KV-aware scorer finds the engines' blocks: a function answering the index the proxy
+ * (or your router) feeds from their KV events, or something holding it as `index` (a
+ * `KvFollower` from `disagg/server`); undefined while there is none yet (every score is then 0).
  */
-export type KvIndexSource<W> = () => KvBlockIndex<W> | undefined;
+export type KvIndexSource<W> = (() => KvBlockIndex<W> | undefined) | { readonly index: KvBlockIndex<W> | undefined };
+
+/** The index of `source` now, read on each use (a follower's index comes once it started). */
+function reader<W>(source: KvIndexSource<W>): () => KvBlockIndex<W> | undefined {
+  return typeof source === 'function' ? source : () => source.index;
+}
 
 /**
  * Prefix overlap as the engines report it: each candidate scores the share of the request's
@@ -18,8 +24,12 @@ export type KvIndexSource<W> = () => KvBlockIndex<W> | undefined;
  * @example
  * scoredPolicy({ scorers: [{ scorer: kvPrefixScorer(() => index), weight: 2 }, { scorer: loadScorer(), weight: 1 }] });
  */
-export function kvPrefixScorer<W>(index: KvIndexSource<W>, options: { speculativeTtlMs?: number } = {}): Scorer<W> {
+export function kvPrefixScorer<W>(
+  source: KvIndexSource<W>,
+  options: { speculativeTtlMs?: number | undefined } = {},
+): Scorer<W> {
   const ttl = options.speculativeTtlMs ?? 2000;
+  const index = reader(source);
   return {
     name: 'kv-prefix',
     // The worker will hold the prompt's blocks once it computes them: expected until its
@@ -111,12 +121,13 @@ export interface PrecisePrefixOptions<W = unknown> {
  * `cachedShare` is the best overlap, for conditional disaggregation.
  *
  * @example
- * const index = new KvBlockIndex(await loadBlockKeys()); // fed by a KvEventSubscriber per worker
- * const pool = new WorkerPool(prefillWorkers, { selection: precisePrefix(() => index) });
+ * const kv = new KvFollower({ port: 5557, replayPort: 5558 }); // from disagg/server
+ * const pool = new WorkerPool(prefillWorkers, { selection: precisePrefix(kv) });
+ * await kv.start([pool]);
  * pool.acquire(undefined, new RoutingInput({ prompt: tokenIds }));
  */
-export function precisePrefix<W>(index: KvIndexSource<W>, options: PrecisePrefixOptions<W> = {}): RoutingPolicy<W> {
-  const prefix = kvPrefixScorer(index, {
+export function precisePrefix<W>(source: KvIndexSource<W>, options: PrecisePrefixOptions<W> = {}): RoutingPolicy<W> {
+  const prefix = kvPrefixScorer(source, {
     ...(options.speculativeTtlMs === undefined ? {} : { speculativeTtlMs: options.speculativeTtlMs }),
   });
   const policy = scoredPolicy<W>({

@@ -2,64 +2,114 @@ import type { WorkerPool } from '../flow/worker-pool.js';
 import { KvBlockIndex } from '../kv/block-index.js';
 import { loadBlockKeys } from '../kv/block-keys.js';
 import { KvEventSubscriber } from '../kv/kv-subscriber.js';
-import type { Logger } from '../runtime/logger.js';
-import type { KvEventEndpoints, ResolvedProxyOptions } from './options.js';
-
-type Worker = { url: string; name?: string; dpRank?: number } & KvEventEndpoints;
+import { defaultLogger, type Logger } from '../runtime/logger.js';
 
 /**
- * The proxy's view of what the engines hold: one {@link KvEventSubscriber} per worker of
- * both pools (at `--kv-events-port` on the worker's host, or the worker's own `kvEvents`
- * endpoint) feeding one {@link KvBlockIndex}, which `precise-prefix` reads. Workers that join
- * or leave at run time are followed or dropped at the next {@link reconcile} (membership calls
- * it on every change). Off when no endpoint is configured.
- *
- * @internal
+ * A worker whose KV cache events can be followed: its `url` (the host of its publisher, when
+ * `port` says where on it), or its own endpoints; `dpRank` offsets the ports as vLLM's data
+ * parallel ranks do.
  */
-export class KvFollowing {
-  readonly #config: ResolvedProxyOptions['kvEvents'];
+export interface KvWorker {
+  url: string;
+  /** Its own publisher (`tcp://10.0.0.5:5557`), when not at `port` on its host. */
+  kvEvents?: string | undefined;
+  /** Its own replay endpoint (vLLM's `replay_endpoint`), when not at `replayPort` on its host. */
+  kvEventsReplay?: string | undefined;
+  dpRank?: number | undefined;
+  /** How the logs name it; its URL by default. */
+  name?: string | undefined;
+}
+
+/** Options of {@link KvFollower}. */
+export interface KvFollowerOptions<W> {
+  /**
+   * The port each worker's engine publishes its events on, on the worker's host (vLLM's
+   * `--kv-events-config` `endpoint`, SGLang's `--kv-events-config`), plus its `dpRank`.
+   * Without it only workers that name their own `kvEvents` endpoint are followed.
+   */
+  port?: number | undefined;
+  /** The port of the engines' replay socket (vLLM's `replay_endpoint`): missed events are asked for again. */
+  replayPort?: number | undefined;
+  /** The topic the engines publish under; all topics by default. */
+  topic?: string | undefined;
+  /** Where following starts and subscriber trouble is logged; the library's logger by default. */
+  logger?: Logger | undefined;
+  /** How the logs name a worker; its `name`, else its URL. */
+  name?: ((worker: W) => string) | undefined;
+}
+
+/**
+ * What the engines hold, from their own KV cache events (as Dynamo's KV router and llm-d's
+ * precise prefix scorer learn it), for routing on it: one {@link KvEventSubscriber} per
+ * worker of the pools it follows, feeding one {@link KvBlockIndex} (`index`) that
+ * `precisePrefix`, `kvPrefixScorer` and `cachedShare` read.
+ *
+ * - `start(pools)` loads the block keys and subscribes to every worker (each replays what its
+ *   engine buffered, and again after a gap or a restart; the index does not trust a worker's
+ *   view while it replays); workers that join a pool later are followed, and those that leave
+ *   dropped from the index, as the pools change (`pool.onChange`).
+ * - `close()` stops every subscriber and the following of the pools.
+ *
+ * It needs the optional `zeromq` package, loaded on start. It is off (no index, nothing
+ * followed) when neither `port` nor any worker's own `kvEvents` says where to listen.
+ *
+ * @example
+ * const kv = new KvFollower({ port: 5557, replayPort: 5558 });
+ * const prefillWorkers = new WorkerPool(workers, { selection: precisePrefix(kv) });
+ * await kv.start([prefillWorkers, decodeWorkers]);
+ * // ... disaggregate({ ..., prefillWorkers, promptTokenIds: await tokenizer.tokenize(body) })
+ * await kv.close();
+ */
+export class KvFollower<W extends KvWorker = KvWorker> {
+  readonly #options: KvFollowerOptions<W>;
   readonly #logger: Logger;
-  readonly #name: (worker: Worker) => string;
-  readonly #subscribers = new Map<Worker, KvEventSubscriber>();
-  #pools: ReadonlyArray<WorkerPool<Worker>> = [];
-  #index: KvBlockIndex<Worker> | undefined;
+  readonly #subscribers = new Map<W, KvEventSubscriber>();
+  #pools: ReadonlyArray<WorkerPool<W>> = [];
+  #unfollow: Array<() => void> = [];
+  #index: KvBlockIndex<W> | undefined;
   #closed = false;
 
-  constructor(config: ResolvedProxyOptions['kvEvents'], logger: Logger, name: (worker: Worker) => string) {
-    this.#config = config;
-    this.#logger = logger;
-    this.#name = name;
+  constructor(options: KvFollowerOptions<W> = {}) {
+    this.#options = options;
+    this.#logger = options.logger ?? defaultLogger();
   }
 
   /** The index, once started (undefined before, and when off): what policies read. */
-  get index(): KvBlockIndex<Worker> | undefined {
+  get index(): KvBlockIndex<W> | undefined {
     return this.#index;
   }
 
-  /** Each followed worker's subscriber, for metrics. */
-  get subscribers(): ReadonlyMap<Worker, KvEventSubscriber> {
+  /** Each followed worker's subscriber (its state and counts, for metrics). */
+  get subscribers(): ReadonlyMap<W, KvEventSubscriber> {
     return this.#subscribers;
   }
 
   /** Whether any worker of `pools` is to be followed. */
-  enabled(pools: ReadonlyArray<WorkerPool<Worker>>): boolean {
-    return this.#config.port !== undefined || pools.some((pool) => pool.workers.some((w) => w.kvEvents !== undefined));
+  enabled(pools: ReadonlyArray<WorkerPool<W>>): boolean {
+    return this.#options.port !== undefined || pools.some((pool) => pool.workers.some((w) => w.kvEvents !== undefined));
   }
 
   /**
-   * Loads the block keys and follows every worker of `pools`; resolves once each subscriber
-   * has replayed what its engine buffered.
+   * Loads the block keys and follows every worker of `pools`, then each worker that joins
+   * them; resolves once each subscriber has replayed what its engine buffered.
    *
    * @throws {KvEventsUnavailableError} without the optional `zeromq` package.
    */
-  async start(pools: ReadonlyArray<WorkerPool<Worker>>): Promise<void> {
+  async start(pools: ReadonlyArray<WorkerPool<W>>): Promise<void> {
     this.#pools = pools;
-    if (!this.enabled(pools)) return;
-    this.#index = new KvBlockIndex<Worker>(await loadBlockKeys());
+    if (!this.enabled(pools) || this.#closed) return;
+    this.#index = new KvBlockIndex<W>(await loadBlockKeys());
+    this.#unfollow = pools.map((pool) =>
+      pool.onChange(() => {
+        this.reconcile().catch((error: unknown) =>
+          this.#logger.warn({ err: error }, 'Could not follow the KV events of a worker'),
+        );
+      }),
+    );
     await this.reconcile();
   }
 
-  /** Follows workers that joined, drops those that left. */
+  /** Follows workers that joined the pools, drops those that left (done on every change of a pool). */
   async reconcile(): Promise<void> {
     if (this.#index === undefined || this.#closed) return;
     const current = new Set(this.#pools.flatMap((pool) => pool.workers));
@@ -79,20 +129,22 @@ export class KvFollowing {
     await Promise.all(starting);
   }
 
-  /** Stops every subscriber. */
+  /** Stops every subscriber and the following of the pools. */
   async close(): Promise<void> {
     this.#closed = true;
+    for (const unfollow of this.#unfollow.splice(0)) unfollow();
     const all = [...this.#subscribers.values()];
     this.#subscribers.clear();
     await Promise.all(all.map((subscriber) => subscriber.close()));
   }
 
-  async #follow(worker: Worker, endpoints: { endpoint: string; replayEndpoint?: string }): Promise<void> {
-    const index = this.#index as KvBlockIndex<Worker>;
-    const name = this.#name(worker);
+  async #follow(worker: W, endpoints: { endpoint: string; replayEndpoint?: string }): Promise<void> {
+    const index = this.#index as KvBlockIndex<W>;
+    const name = this.#options.name?.(worker) ?? worker.name ?? worker.url;
+    const { topic } = this.#options;
     const subscriber = new KvEventSubscriber({
       ...endpoints,
-      ...(this.#config.topic === undefined ? {} : { topic: this.#config.topic }),
+      ...(topic === undefined ? {} : { topic }),
       logger: this.#logger,
       onBatch: (batch) => {
         for (const event of batch.events) index.apply(worker, event);
@@ -106,8 +158,8 @@ export class KvFollowing {
   }
 
   /** Where `worker` publishes: its own endpoints, else the port on its host (+ its DP rank). */
-  #endpoints(worker: Worker): { endpoint: string; replayEndpoint?: string } | undefined {
-    const { port, replayPort } = this.#config;
+  #endpoints(worker: W): { endpoint: string; replayEndpoint?: string } | undefined {
+    const { port, replayPort } = this.#options;
     const rank = worker.dpRank ?? 0;
     const host = hostOf(worker.url);
     const endpoint = worker.kvEvents ?? (port === undefined ? undefined : `tcp://${host}:${port + rank}`);

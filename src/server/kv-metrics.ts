@@ -1,6 +1,6 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { KvEventSubscriber } from '../kv/kv-subscriber.js';
-import type { KvFollowing } from './kv-following.js';
+import type { KvFollower } from './kv-following.js';
 
 /**
  * The KV event metrics, read from each followed worker's subscriber and the block index at a
@@ -11,7 +11,7 @@ import type { KvFollowing } from './kv-following.js';
  */
 export function registerKvMetrics(
   registers: Registry[],
-  kv: KvFollowing,
+  kv: KvFollower<{ url: string }>,
   nameOf: (worker: { url: string }) => string,
 ): void {
   const each = (visit: (worker: { url: string }, name: string) => void) => {

@@ -21,7 +21,7 @@ import { EngineLoadScraper } from './engine-load.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
-import { KvFollowing } from './kv-following.js';
+import { KvFollower } from './kv-following.js';
 import { registerKvMetrics } from './kv-metrics.js';
 import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
@@ -75,7 +75,7 @@ export class ProxyCore implements ProxyState {
   draining = false;
   readonly membership: Membership;
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
-  readonly kv: KvFollowing;
+  readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */
   #tokenizer: TokenizerPool | undefined;
   /** The engines' own load from their `/metrics` (`--engine-load-interval-ms`), when read. */
@@ -106,7 +106,11 @@ export class ProxyCore implements ProxyState {
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
     this.#routesOnBlocks = options.prefillPolicy === 'precise-prefix' || options.decodePolicy === 'precise-prefix';
-    this.kv = new KvFollowing(options.kvEvents, this.logger, (worker) => this.membership.nameOf(worker));
+    this.kv = new KvFollower({
+      ...options.kvEvents,
+      logger: this.logger,
+      name: (worker) => this.membership.nameOf(worker),
+    });
     const loadMetrics = engineOf(options.connector).loadMetrics;
     this.#engineLoad =
       routing.engineLoadIntervalMs > 0 && loadMetrics !== undefined
@@ -200,13 +204,8 @@ export class ProxyCore implements ProxyState {
       { prefill: this.prefillWorkers, decode: this.decodeWorkers },
       this.health,
       this.logger,
-      (role, change, source) => {
-        this.metrics.membershipChanged(role, change, source);
-        // A worker that joined is followed, one that left dropped (its subscriber closed).
-        this.kv
-          .reconcile()
-          .catch((error: unknown) => this.logger.warn({ err: error }, 'Could not follow the KV events of a worker'));
-      },
+      // A worker that joined is followed, one that left dropped: the follower sees the pools change.
+      (role, change, source) => this.metrics.membershipChanged(role, change, source),
     );
     this.#discover(options);
   }

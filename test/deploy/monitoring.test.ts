@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollowing } from '../../src/server/kv-following.js';
+import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
 import { recordingLogger } from '../support/async.js';
@@ -37,11 +37,7 @@ async function exported(): Promise<Map<string, string[]>> {
   const pools = { prefill: new WorkerPool([{ url: 'http://p0' }]), decode: new WorkerPool([{ url: 'http://d0' }]) };
   const metrics = new ProxyMetrics(pools, { active: 0, queued: 0, limits: { maxConcurrent: 8, queueSize: 8 } });
   // The KV event metrics proxy-core registers beside them.
-  const kv = new KvFollowing(
-    { port: undefined, replayPort: undefined, topic: undefined },
-    recordingLogger().logger,
-    (w) => w.url,
-  );
+  const kv = new KvFollower({ logger: recordingLogger().logger });
   registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
   const names = new Map<string, string[]>();
   for (const metric of await metrics.registry.getMetricsAsJSON()) {

@@ -551,6 +551,40 @@ describe('watching a worker for being taken out of rotation (onDown)', () => {
   });
 });
 
+describe('following the list of workers (onChange)', () => {
+  it('is told of each worker added, removed, or gone at the end of its drain; not of a change of rotation, nor once stopped', async () => {
+    const pool = new WorkerPool(['a', 'b']);
+    const seen: string[][] = [];
+    const stop = pool.onChange(() => seen.push([...pool.workers]));
+    pool.add('c');
+    pool.setAvailable('a', false);
+    pool.setAvailable('a', true);
+    const lease = pool.acquire(['a', 'c']); // b
+    const draining = pool.drain('b');
+    expect(seen).toEqual([['a', 'b', 'c']]);
+    lease.release();
+    await draining;
+    await pool.remove('a');
+    expect(seen).toEqual([['a', 'b', 'c'], ['a', 'c'], ['c']]);
+    stop();
+    pool.add('d');
+    expect(seen).toHaveLength(3);
+  });
+
+  it('a listener that throws changes nothing: the change stands and the next listener is told', () => {
+    const pool = new WorkerPool(['a']);
+    let told = 0;
+    pool.onChange(() => {
+      throw new Error('listener bug');
+    });
+    pool.onChange(() => {
+      told++;
+    });
+    pool.add('b');
+    expect([pool.workers, told]).toEqual([['a', 'b'], 1]);
+  });
+});
+
 describe("a worker pool's policy hooks and its selection option, at the edges", () => {
   it('a worker taken out twice is forgotten once; a lease released without an outcome teaches nothing', () => {
     const forget = vi.fn();

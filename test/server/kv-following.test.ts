@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollowing } from '../../src/server/kv-following.js';
+import { precisePrefix } from '../../src/routing/kv-prefix.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
+import { KvFollower } from '../../src/server/kv-following.js';
 import type { ResolvedProxyOptions } from '../../src/server/options.js';
 import type { FakeKvEvent } from '../../src/testing/fake-kv-publisher.js';
 import { flush, recordingLogger } from '../support/async.js';
@@ -9,7 +11,7 @@ import { FakeKvEngine } from '../support/fake-zeromq.js';
 // The real KvEventSubscriber over in-memory sockets (__mocks__/zeromq.ts, which re-exports
 // ../support/fake-zeromq.ts): native zeromq crashes in the worker threads of the mutation runner,
 // and real sockets deliver on their own time. Not a factory: vitest 4 hands the real module to
-// a dynamic import that overlaps another of a factory-mocked one (vitest#7040), and KvFollowing
+// a dynamic import that overlaps another of a factory-mocked one (vitest#7040), and KvFollower
 // starts its subscribers together.
 vi.mock('zeromq');
 
@@ -17,14 +19,14 @@ type Worker = { url: string; name?: string; dpRank?: number; kvEvents?: string; 
 
 const OFF: ResolvedProxyOptions['kvEvents'] = { port: undefined, replayPort: undefined, topic: undefined };
 
-const open: KvFollowing[] = [];
+const open: Array<KvFollower<Worker>> = [];
 afterEach(async () => {
   for (const kv of open.splice(0)) await kv.close();
   FakeKvEngine.unbindAll();
 });
 
-function following(config: Partial<ResolvedProxyOptions['kvEvents']> = {}): KvFollowing {
-  const kv = new KvFollowing({ ...OFF, ...config }, recordingLogger().logger, (worker) => worker.name ?? worker.url);
+function following(config: Partial<ResolvedProxyOptions['kvEvents']> = {}): KvFollower<Worker> {
+  const kv = new KvFollower<Worker>({ ...OFF, ...config, logger: recordingLogger().logger });
   open.push(kv);
   return kv;
 }
@@ -53,7 +55,7 @@ function ownEndpoints(name: string, { replay = false, topic = '' } = {}) {
   return { worker, engine };
 }
 
-describe('KvFollowing: whether it is on', () => {
+describe('KvFollower: whether it is on', () => {
   it('on with a port, or when any worker of either pool names its own endpoint; off otherwise', () => {
     const plain = () => new WorkerPool<Worker>([{ url: 'http://a:8000' }, { url: 'http://b:8000' }]);
     const own = new WorkerPool<Worker>([{ url: 'http://c:8000' }, { url: 'http://d:8000', kvEvents: 'tcp://d:5557' }]);
@@ -95,7 +97,7 @@ describe('KvFollowing: whether it is on', () => {
   });
 });
 
-describe('KvFollowing: where it follows each worker', () => {
+describe('KvFollower: where it follows each worker', () => {
   it('a worker without endpoints of its own is followed at the port on its host plus its DP rank, and replayed at the replay port plus its rank (an IPv6 host in brackets)', async () => {
     const workers: Worker[] = [
       { url: 'http://10.0.0.5:8000' },
@@ -142,7 +144,7 @@ describe('KvFollowing: where it follows each worker', () => {
   });
 });
 
-describe('KvFollowing: the index it feeds', () => {
+describe('KvFollower: the index it feeds', () => {
   it("a worker's view is untrusted while its replay is under way, and trusted again once it is in", async () => {
     const { worker, engine } = ownEndpoints('slow', { replay: true });
     engine.replays = 'hold';
@@ -155,7 +157,7 @@ describe('KvFollowing: the index it feeds', () => {
     expect(kv.index?.isTrusted(worker)).toBe(true);
   });
 
-  it('at a change, workers that joined are followed, those that left dropped with their blocks, the others kept as they are', async () => {
+  it('as the pool changes, workers that joined are followed, those that left dropped with their blocks, the others kept as they are', async () => {
     const stays = ownEndpoints('stays');
     const leaves = ownEndpoints('leaves');
     const joins = ownEndpoints('joins');
@@ -168,7 +170,8 @@ describe('KvFollowing: the index it feeds', () => {
     const kept = kv.subscribers.get(stays.worker);
     await pool.remove(leaves.worker);
     pool.add(joins.worker);
-    await kv.reconcile();
+    // No call: the follower watches its pools (pool.onChange).
+    await flush();
     expect([...kv.subscribers.keys()]).toEqual([stays.worker, joins.worker]);
     expect(kv.subscribers.get(stays.worker)).toBe(kept);
     expect(stays.engine.subscribers).toHaveLength(1);
@@ -176,5 +179,31 @@ describe('KvFollowing: the index it feeds', () => {
     expect(leaves.engine.open).toHaveLength(0);
     expect(kv.index?.blocks(leaves.worker)).toBe(0);
     expect(joins.engine.open).toHaveLength(1);
+  });
+
+  it('closed, it follows the pools no more: a worker that joins then is not subscribed to', async () => {
+    const first = ownEndpoints('first');
+    const pool = new WorkerPool<Worker>([first.worker]);
+    const kv = following();
+    await kv.start([pool]);
+    await kv.close();
+    const late = ownEndpoints('late-after-close');
+    pool.add(late.worker);
+    await flush();
+    expect(kv.subscribers.size).toBe(0);
+    expect(late.engine.subscribers).toHaveLength(0);
+  });
+
+  it('precisePrefix reads the index of a follower given whole, once it has one', async () => {
+    const { worker, engine } = ownEndpoints('scored');
+    const pool = new WorkerPool<Worker>([worker]);
+    const kv = following();
+    const policy = precisePrefix(kv);
+    const input = new RoutingInput({ prompt: [1, 2] });
+    expect(policy.cachedShare?.([worker], input)).toBe(0); // not started: no index yet
+    await kv.start([pool]);
+    engine.publish([store()]);
+    await flush();
+    expect(policy.cachedShare?.([worker], input)).toBe(1);
   });
 });

@@ -1,7 +1,7 @@
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollowing } from '../../src/server/kv-following.js';
+import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
 import type { FakeKvEvent } from '../../src/testing/fake-kv-publisher.js';
 import { flush, recordingLogger } from '../support/async.js';
@@ -12,7 +12,7 @@ vi.mock('zeromq');
 
 type Worker = { url: string; name?: string; kvEvents?: string; kvEventsReplay?: string };
 
-const open: KvFollowing[] = [];
+const open: Array<KvFollower<{ url: string }>> = [];
 afterEach(async () => {
   vi.useRealTimers();
   for (const kv of open.splice(0)) await kv.close();
@@ -41,11 +41,7 @@ function setup() {
   };
   const d0: Worker = { url: 'http://d0.test:8000', name: 'd0', kvEvents: d0Engine.endpoint };
   const nameOf = (worker: { url: string }) => (worker as Worker).name ?? worker.url;
-  const kv = new KvFollowing(
-    { port: undefined, replayPort: undefined, topic: undefined },
-    recordingLogger().logger,
-    nameOf,
-  );
+  const kv = new KvFollower<{ url: string }>({ logger: recordingLogger().logger, name: nameOf });
   open.push(kv);
   const registry = new Registry();
   registerKvMetrics([registry], kv, nameOf);

@@ -4,7 +4,7 @@ import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import type { FlowEvent } from '../../src/flow/events.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollowing } from '../../src/server/kv-following.js';
+import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
 import { recordingLogger } from '../support/async.js';
@@ -43,11 +43,7 @@ describe('ProxyMetrics: what /metrics says', () => {
   it("every disagg_ metric is in the README's table with its type and labels, and explains itself", async () => {
     const { metrics } = setup();
     // The KV event metrics the proxy adds beside these (proxy-core registers them on the same registry).
-    const kv = new KvFollowing(
-      { port: undefined, replayPort: undefined, topic: undefined },
-      recordingLogger().logger,
-      (w) => w.url,
-    );
+    const kv = new KvFollower({ logger: recordingLogger().logger });
     registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
     const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
     const documented = [...readme.matchAll(/^\| `(disagg_\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
