@@ -94,7 +94,12 @@ export const disaggPlugin: FastifyPluginAsync<DisaggPluginOptions> = async (app,
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The proxy's pools, inside the context that registered {@link disaggPlugin}. */
-    disagg: DisaggFastify;
+    /**
+     * The proxy's pools, inside the context that registered {@link disaggPlugin} (its routes,
+     * hooks and child plugins): undefined on the app around it, since the plugin is
+     * encapsulated as fastify plugins are. Reach the pools from the app through a hook or route
+     * registered inside the plugin's context, or keep them from `createHandler` instead.
+     */
+    disagg?: DisaggFastify;
   }
 }

@@ -10,6 +10,7 @@ import type { ResponseStream } from '../runtime/response-stream.js';
 import type { OverLimit } from '../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
 import { OverloadedError, type Ticket } from './admission.js';
+import { hookedEngine } from './custom-parts.js';
 import { type ErrorAnswer, errorAnswer, errorToResponse, ShutdownError } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
 import type { InFlightRequest } from './in-flight.js';
@@ -172,12 +173,21 @@ async function serveAdmitted(
   events.trace = trace;
   // Traced: each leg's calls carry their own trace context; else one engine for both legs.
   const shared = trace === undefined ? proxy.engineFor(route, authorization) : undefined;
-  const engines =
+  const own =
     shared !== undefined
       ? { prefill: shared, decode: shared }
       : {
           prefill: proxy.engineFor(route, authorization, (worker) => trace?.headersFor('prefill', worker) ?? {}),
           decode: proxy.engineFor(route, authorization, (worker) => trace?.headersFor('decode', worker) ?? {}),
+        };
+  // An engine of the program's own, in place of the proxy's or around it.
+  const hook = proxy.options.engine;
+  const engines =
+    hook === undefined
+      ? own
+      : {
+          prefill: hookedEngine(hook, 'prefill', own.prefill, route),
+          decode: hookedEngine(hook, 'decode', own.decode, route),
         };
   let writer: ResponseWriter | undefined;
   try {

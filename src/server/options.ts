@@ -17,7 +17,8 @@ import { POLICY_NAMES, type PolicyName } from '../routing/registry.js';
 import type { Logger } from '../runtime/logger.js';
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
-import { branded, DisaggError } from '../util/disagg-error.js';
+import { ConfigError } from './config-error.js';
+import { customPolicy, type EngineHook, engineHook, type PolicyFactory, type PolicyOption } from './custom-parts.js';
 import { RETRY_DEFAULTS } from './failure-rules.js';
 import { BREAKER_DEFAULTS, HEALTH_DEFAULTS } from './health.js';
 import type { TracerLike } from './tracing.js';
@@ -64,9 +65,9 @@ export interface ProxyOptions {
    */
   connector: EngineName;
   /** The prefill workers at start; may be empty when `discovery` finds them. */
-  prefill: ProxyPrefillWorker[];
+  prefill: readonly ProxyPrefillWorker[];
   /** The decode workers at start; may be empty when `discovery` finds them. */
-  decode: ProxyDecodeWorker[];
+  decode: readonly ProxyDecodeWorker[];
   /**
    * Workers found at run time. `prefillDns`/`decodeDns`: a URL whose host name (a Kubernetes
    * headless Service, say) is resolved every `dnsIntervalMs` (10,000 by default); each address
@@ -143,12 +144,14 @@ export interface ProxyOptions {
   requireDisaggregation?: boolean;
   /**
    * How the prefill worker of a request is chosen, by more than `selection`: `cache-aware`
-   * (to the worker whose cache most likely holds the prompt's prefix), `power-of-two` or
-   * `session` (one worker per session key). `selection` by default.
+   * (to the worker whose cache most likely holds the prompt's prefix), `power-of-two`,
+   * `session` (one worker per session key), `precise-prefix` and the rest of the registry; or
+   * a policy of your own (a `RoutingPolicy`, or a function of the proxy's routing services
+   * making one: see {@link PolicyOption}). `selection` by default.
    */
-  prefillPolicy?: PolicyName;
-  /** How the decode worker of a request is chosen; `selection` by default. */
-  decodePolicy?: PolicyName;
+  prefillPolicy?: PolicyOption<ProxyPrefillWorker>;
+  /** How the decode worker of a request is chosen, as `prefillPolicy`; `selection` by default. */
+  decodePolicy?: PolicyOption<ProxyDecodeWorker>;
   /**
    * The cache-aware and session policies' settings: a match must cover more than
    * `cacheThreshold` of the prompt (0.5); load is imbalanced, and the least loaded worker wins,
@@ -335,6 +338,11 @@ export interface ProxyOptions {
    * default the proxy's own, which shutdown closes so that no call outlives it.
    */
   dispatcher?: Dispatcher;
+  /**
+   * An engine of your own for a leg, in place of the proxy's HTTP one or around it (see
+   * {@link EngineHook}); the proxy's own by default.
+   */
+  engine?: EngineHook;
 }
 
 /** {@link ProxyOptions} checked, with every default applied. */
@@ -368,11 +376,18 @@ export interface ResolvedProxyOptions
       | 'kvEvents'
       | 'tokenizer'
       | 'migration'
+      | 'engine'
     >
   > {
-  /** As given, else `selection`. */
+  /** As given, else `selection` (the name in force when a policy of your own replaces it). */
   prefillPolicy: PolicyName;
   decodePolicy: PolicyName;
+  /** The policies of your own, per pool: they replace the names above. */
+  customPolicies: {
+    prefill: PolicyFactory<ProxyPrefillWorker> | undefined;
+    decode: PolicyFactory<ProxyDecodeWorker> | undefined;
+  };
+  engine: EngineHook | undefined;
   routing: Required<NonNullable<ProxyOptions['routing']>>;
   retry: Required<NonNullable<ProxyOptions['retry']>>;
   breaker: Required<NonNullable<ProxyOptions['breaker']>>;
@@ -469,28 +484,7 @@ function activeDeadlines(deadlines: Deadlines | undefined): Deadlines {
   return { ...(deadlines ?? {}) };
 }
 
-/**
- * A configuration that cannot be used; the message names the setting as it was given (the
- * option, the flag, the environment variable or the config file's key) and what was expected.
- * `code`: `DISAGG_CONFIG`.
- */
-export class ConfigError extends DisaggError {
-  static override readonly is = branded<ConfigError>('ConfigError');
-  declare readonly code: 'DISAGG_CONFIG';
-  /** Each problem found, in the order met: one line each (the message holds them all). */
-  readonly problems: readonly string[];
-
-  constructor(message: string, problems: readonly string[] = [message]) {
-    super('DISAGG_CONFIG', message);
-    this.problems = problems;
-  }
-
-  /** One error for every problem of a configuration, so that one restart fixes them all. */
-  static of(problems: readonly string[]): ConfigError {
-    if (problems.length === 1) return new ConfigError(problems[0] as string);
-    return new ConfigError(`${problems.length} problems:\n${problems.map((p) => `  - ${p}`).join('\n')}`, problems);
-  }
-}
+export { ConfigError } from './config-error.js';
 
 /**
  * Gathers the problems of a configuration instead of stopping at the first: an operator who
@@ -1323,7 +1317,15 @@ type Below<K, G extends string> = K extends `${G}.${infer Rest}` ? Rest : never;
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 type Expect<T extends true> = T;
 /** Options of `createProxy` that only a program can give (objects, functions): no row. */
-type ProgramOnly = 'logger' | 'onEvent' | 'dispatcher' | 'dnsLookup' | 'kubeConfig' | 'metricsRegistry' | 'tracer';
+type ProgramOnly =
+  | 'logger'
+  | 'onEvent'
+  | 'dispatcher'
+  | 'dnsLookup'
+  | 'kubeConfig'
+  | 'metricsRegistry'
+  | 'tracer'
+  | 'engine';
 type NestedOf<G extends keyof ProxyOptions & string> = Same<Below<RowKey, G>, keyof NonNullable<ProxyOptions[G]>>;
 /** @internal Compile-time only: see above. */
 export type SettingRowsMatch = [
@@ -1404,8 +1406,15 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     'kubeConfig',
     'metricsRegistry',
     'tracer',
+    'engine',
   ];
   const problems = new Problems();
+  // Policies of your own are programs, not settings: the table reads names only.
+  const customPolicies = {
+    prefill: problems.check(() => customPolicy<ProxyPrefillWorker>('prefill', options.prefillPolicy)),
+    decode: problems.check(() => customPolicy<ProxyDecodeWorker>('decode', options.decodePolicy)),
+  };
+  const engine = problems.check(() => engineHook(options.engine));
   rejectUnknown(
     options as unknown as Record<string, unknown>,
     known,
@@ -1416,6 +1425,10 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   const values = resolve((setting) => {
     if (setting.serveOnly) return undefined;
     const value = valueAt(options as unknown as Record<string, unknown>, setting.key);
+    // A policy that is no name was checked above (a policy of your own, or its problem).
+    if ((setting.key === 'prefillPolicy' || setting.key === 'decodePolicy') && typeof value !== 'string') {
+      return undefined;
+    }
     return value === undefined ? undefined : { value, source };
   }, problems);
   if (options.tracer !== undefined && typeof (options.tracer as { startSpan?: unknown })?.startSpan !== 'function') {
@@ -1439,6 +1452,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
   const decodePolicy = (values.decodePolicy ?? values.selection) as PolicyName;
   if (
     (values.routing as { aggregateCachedRatio: number }).aggregateCachedRatio > 0 &&
+    customPolicies.decode === undefined &&
     decodePolicy !== 'cache-aware' &&
     decodePolicy !== 'precise-prefix'
   ) {
@@ -1456,6 +1470,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     ['prefill', prefillPolicy],
     ['decode', decodePolicy],
   ] as const) {
+    if (customPolicies[role] !== undefined) continue;
     if (policy === 'precise-prefix' && kv.port === undefined && !ownEndpoints) {
       throw new ConfigError(
         `${role}Policy 'precise-prefix' routes on the engines' KV cache events: set kvEvents.port (--kv-events-port, the port of the workers' --kv-events-config endpoint) or give the workers kvEvents endpoints`,
@@ -1467,6 +1482,8 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     deadlines: activeDeadlines(values.deadlines as Deadlines | undefined),
     prefillPolicy,
     decodePolicy,
+    customPolicies,
+    engine,
     cleanupBudgetMs: (values.cleanupBudgetMs as number | undefined) ?? DEFAULT_CLEANUP_BUDGET_MS,
     apiKey: values.apiKey as string | undefined,
     adminKey: values.adminKey as string | undefined,

@@ -105,7 +105,13 @@ export class ProxyCore implements ProxyState {
     const { dispatcher } = this;
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    this.#routesOnBlocks = options.prefillPolicy === 'precise-prefix' || options.decodePolicy === 'precise-prefix';
+    const { customPolicies } = options;
+    // A policy of your own may route on KV blocks: prompts are tokenized for it where a tokenizer is set.
+    this.#routesOnBlocks =
+      customPolicies.prefill !== undefined ||
+      customPolicies.decode !== undefined ||
+      options.prefillPolicy === 'precise-prefix' ||
+      options.decodePolicy === 'precise-prefix';
     this.kv = new KvFollower({
       ...options.kvEvents,
       logger: this.logger,
@@ -130,9 +136,10 @@ export class ProxyCore implements ProxyState {
       ...(engineLoad === undefined ? {} : { engineLoad: (worker: { url: string }) => engineLoad.loadOf(worker) }),
     };
     this.prefillWorkers = new WorkerPool(options.prefill, {
-      selection: selectionFor(options.prefillPolicy, routing, services),
+      selection: customPolicies.prefill?.(services) ?? selectionFor(options.prefillPolicy, routing, services),
     });
-    const decodeSelection = selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing, services);
+    const decodeSelection =
+      customPolicies.decode?.(services) ?? selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing, services);
     this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
     this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
     this.tenants = new TenantDirectory({

@@ -140,6 +140,17 @@ function routeAt(path: string): { route: RouteEntry; rest: string | undefined } 
 }
 
 /**
+ * Whether the proxy has a route at `path` with these options (whatever the method: a wrong
+ * one is its 405), for a host that passes other paths on to its own routes.
+ *
+ * @internal
+ */
+export function servesPath(options: ProxyState['options'], path: string): boolean {
+  const found = routeAt(path);
+  return found !== undefined && (found.route.present?.(options) ?? true);
+}
+
+/**
  * Answers a request by {@link ROUTES}: a path it does not have is a 404 in the OpenAI error
  * shape; a method its route does not take a 405 with `Allow`; a route that needs a key and
  * did not get it a 401; then its handler. `given.body` is the request's body when the caller

@@ -1,4 +1,6 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { WorkerPool } from '../flow/worker-pool.js';
+import { pathOf } from '../http/node-server.js';
 import { webExchange } from '../http/web-exchange.js';
 import { errorAnswer } from './error-answers.js';
 import {
@@ -8,6 +10,7 @@ import {
   resolveHandlerOptions,
 } from './options.js';
 import { ProxyCore } from './proxy-core.js';
+import { servesPath } from './routes.js';
 
 /**
  * The proxy as a standard request handler, for any framework or runtime that speaks the
@@ -22,6 +25,18 @@ export interface DisaggHandler {
    * request's `signal`) is a client that left. The first call starts the proxy (see `start`).
    */
   (request: Request): Promise<Response>;
+  /**
+   * The same routes on a Node request and response (`node:http`, Express, Koa's `ctx.req` and
+   * `ctx.res`): the path `disagg serve` itself answers by, cheaper than the WHATWG one. Its
+   * path is `req.url` (under `basePath`; Express sets it under the mount path:
+   * `app.use('/llm', disagg.node)` needs no `basePath`). A path that is none of the proxy's
+   * routes goes to `next` when one is given (Express middleware), else it is a 404. A body that
+   * a body parser has read already (`express.json()`, `express.text()`, `express.raw()`) is
+   * taken from `req.body` (a parsed JSON body has lost the exactness of integers above 2^53,
+   * which the proxy's own parser keeps: mount it before the parser where that matters).
+   * The first call starts the proxy (see `start`).
+   */
+  node(req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void;
   /** Starts discovery, probes every worker once and starts the health rounds; once. */
   start(): Promise<void>;
   /**
@@ -38,13 +53,18 @@ export interface DisaggHandler {
 }
 
 /**
- * The proxy's routes as `(request: Request) => Promise<Response>`, sharing the options module,
- * flow, pools, health, metrics and error contract of `disagg serve`.
+ * The proxy's routes as `(request: Request) => Promise<Response>` and, for Node hosts,
+ * `handler.node(req, res, next?)`, sharing the options module, flow, pools, health, metrics
+ * and error contract of `disagg serve`. Its parts are the proxy's, each replaceable: routing
+ * policies of your own (`prefillPolicy`, `decodePolicy`) and engines (`engine`) keep the rest
+ * (health, retries, admission, limits, metrics) as it is.
  *
  * @example
  * // Hono on Node
  * const disagg = createHandler({ connector: 'vllm', prefill: [{ url: 'http://p0:8100' }], decode: [{ url: 'http://d0:8200' }] });
  * app.all('/v1/*', (c) => disagg(c.req.raw));
+ * // Express, body parsers and all
+ * expressApp.use(disagg.node);
  *
  * @throws {ConfigError} for options that are missing, wrong or unknown, naming the option.
  */
@@ -76,7 +96,22 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
     core.answer(exchange.req, exchange.res);
     return exchange.response;
   };
+  const node = (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void => {
+    const full = pathOf(req);
+    const under = full === basePath || full.startsWith(`${basePath}/`);
+    const path = under ? full.slice(basePath.length) || '/' : full;
+    if (next !== undefined && (!under || !servesPath(core.options, path))) return next();
+    const body = bodyRead(req);
+    core.start().then(
+      () => core.answer(req, res, { path, ...(body === undefined ? {} : { body }) }),
+      (error: unknown) => {
+        const answer = errorAnswer(error, undefined, (text) => core.redact(text));
+        res.writeHead(answer.status, { 'content-type': 'application/json' }).end(JSON.stringify(answer.body));
+      },
+    );
+  };
   return Object.assign(handler, {
+    node,
     start: () => core.start(),
     // The host owns the listener: nothing to stop accepting or cut here, and no drain delay
     // unless asked (the host's own readiness decides when it stops sending requests).
@@ -92,4 +127,17 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
     decodeWorkers: core.decodeWorkers,
     metricsRegistry: core.metrics.registry,
   });
+}
+
+/**
+ * The body of a request that a body parser has read already (its stream is over, the body in
+ * `req.body`), as text for the proxy's own parser; undefined for a request whose body is still
+ * to be read.
+ */
+function bodyRead(req: IncomingMessage): string | undefined {
+  const { body } = req as IncomingMessage & { body?: unknown };
+  if (body === undefined || !req.readableEnded) return undefined;
+  if (typeof body === 'string') return body;
+  if (Buffer.isBuffer(body)) return body.toString('utf8');
+  return JSON.stringify(body);
 }
