@@ -1,5 +1,5 @@
 import type { Engine } from '../flow/disaggregate.js';
-import { type PolicyName, POLICY_NAMES, type RoutingServices } from '../routing/registry.js';
+import { POLICY_NAMES, type PolicyName, type RoutingServices } from '../routing/registry.js';
 import type { RoutingPolicy } from '../routing/routing-policy.js';
 import { describeValue } from '../util/describe-value.js';
 import { ConfigError } from './config-error.js';
@@ -59,9 +59,7 @@ export function customPolicy<W>(role: 'prefill' | 'decode', given: unknown): Pol
 export function engineHook(given: unknown): EngineHook | undefined {
   if (given === undefined) return undefined;
   if (typeof given !== 'function') {
-    throw new ConfigError(
-      `engine must be a function (leg, proxyEngine, route) => engine, got ${describeValue(given)}`,
-    );
+    throw new ConfigError(`engine must be a function (leg, proxyEngine, route) => engine, got ${describeValue(given)}`);
   }
   return given as EngineHook;
 }
@@ -75,7 +73,9 @@ export function hookedEngine(
 ): Engine<{ url: string }> {
   const engine = hook(leg, proxyEngine, route);
   if (typeof engine !== 'function') {
-    throw new TypeError(`The engine option answered ${describeValue(engine)} for the ${leg} leg: it must answer an engine (a function)`);
+    throw new TypeError(
+      `The engine option answered ${describeValue(engine)} for the ${leg} leg: it must answer an engine (a function)`,
+    );
   }
   return engine;
 }
