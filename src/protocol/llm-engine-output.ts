@@ -13,7 +13,10 @@ export interface CompletionUsage {
 /**
  * One output of an LLM engine, with the reference's snake_case JSON field names so that it
  * serialises unchanged. Only `token_ids` is required; a terminal output has a
- * `finish_reason`.
+ * `finish_reason`. The fields are these and no others, so that a misspelt one
+ * (`finsh_reason`) does not compile; what else a worker sent for the item (its roles, tool
+ * calls, logprobs, engine fields) is its own JSON, `Annotated.wire(item)`, which a relay
+ * passes on as it came.
  */
 export interface LLMEngineOutput {
   /** The new token ids of this step (often one). */
@@ -32,8 +35,6 @@ export interface LLMEngineOutput {
   /** Handoff parameters a prefill worker returns for the decode worker (engine specific). */
   disaggregated_params?: unknown;
   completion_usage?: CompletionUsage | null;
-  /** Engine-specific fields pass through untouched. */
-  [field: string]: unknown;
 }
 
 function terminal(finish_reason: FinishReason): LLMEngineOutput {
