@@ -175,15 +175,19 @@ function settle<T>(entry: Entry<T>): Promise<IteratorResult<T>> {
 /**
  * A request's lifecycle events as an Observable: pass `onEvent` to `disaggregate` and
  * subscribe to `events` (before or after the call: every event is replayed to each
- * subscriber). It completes after the request's last event, `settled`.
+ * subscriber). It completes after the request's last event, `settled`. `P` and `D` are the
+ * types of the prefill and decode workers (what `routed` and `finished` name).
  *
  * @example
- * const { onEvent, events } = flowEvents();
+ * const { onEvent, events } = flowEvents<{ url: string }, { url: string }>();
  * const stream = await disaggregate({ ...options, onEvent });
  * events.pipe(filter((e) => e.type === 'finished')).subscribe((e) => metrics.outcome(e.outcome));
  */
-export function flowEvents(): { onEvent: FlowEventListener; events: Observable<FlowEvent> } {
-  const subject = new ReplaySubject<FlowEvent>();
+export function flowEvents<P = unknown, D = unknown>(): {
+  onEvent: FlowEventListener<P, D>;
+  events: Observable<FlowEvent<P, D>>;
+} {
+  const subject = new ReplaySubject<FlowEvent<P, D>>();
   return {
     onEvent: (event) => {
       subject.next(event);

@@ -1,7 +1,8 @@
 import { filter, firstValueFrom, map, Observable, of, Subject, take, throwError, toArray } from 'rxjs';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, expectTypeOf, it } from 'vitest';
 import { vllmNixl } from '../../src/engines/registry.js';
 import { disaggregate } from '../../src/flow/disaggregate.js';
+import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flowEvents, fromObservable, toObservable } from '../../src/rxjs/index.js';
@@ -203,5 +204,30 @@ describe('flowEvents', () => {
     expect(types.at(-1)).toBe('settled');
     const finished = await firstValueFrom(events.pipe(filter((event) => event.type === 'finished')));
     expect(finished).toMatchObject({ outcome: 'success' });
+  });
+
+  it('is typed by the workers of the pools: routed and finished name them as the pools hold them', async () => {
+    type Worker = { url: string; zone: string };
+    const { onEvent, events } = flowEvents<Worker, Worker>();
+    const workers = new WorkerPool<Worker>([{ url: 'http://p0', zone: 'a' }]);
+    await collect(
+      await disaggregate({
+        request: client,
+        context: new Controller(),
+        prefill: prefillWithParams().run,
+        decode: decodeTokens().run,
+        connector: vllmNixl,
+        prefillWorkers: workers,
+        decodeWorkers: new WorkerPool<Worker>([{ url: 'http://d0', zone: 'b' }]),
+        onEvent,
+        logger,
+      }),
+    );
+    await flush();
+    const routed = await firstValueFrom(events.pipe(filter((event) => event.type === 'routed')));
+    // No cast: the zone of the worker is there to read.
+    const zone: string | undefined = routed.prefillWorker?.zone;
+    expect(zone).toBe('a');
+    expectTypeOf(routed.prefillWorker).toEqualTypeOf<Worker | undefined>();
   });
 });
