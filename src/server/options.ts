@@ -1,3 +1,4 @@
+import type { Registry } from 'prom-client';
 import type { Dispatcher } from 'undici';
 import { DNS_INTERVAL_MS, type Lookup } from '../discovery/dns-discovery.js';
 import {
@@ -108,12 +109,14 @@ export interface ProxyOptions {
    * `/metrics` then includes them). The proxy's own registry, with Node's process metrics,
    * serves the proxy's `/metrics` either way.
    */
-  metricsRegistry?: unknown;
+  metricsRegistry?: Registry;
   /**
    * The `KubeConfig` (of `@kubernetes/client-node`) of Kubernetes discovery; the pod's service
-   * account, `KUBECONFIG` or `~/.kube/config` by default.
+   * account, `KUBECONFIG` or `~/.kube/config` by default. Typed loosely on purpose: the
+   * client is an optional dependency, and its types must not be needed to compile against
+   * `disagg/server` without it (checked when discovery starts: a `KubeConfig` is what it needs).
    */
-  kubeConfig?: unknown;
+  kubeConfig?: object;
   /**
    * The OpenTelemetry tracer of the proxy's spans; by default the global one of
    * `@opentelemetry/api` when that is installed (it records once the application registers an

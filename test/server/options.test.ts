@@ -237,7 +237,7 @@ describe('what createProxy, createHandler and the admin API take besides the set
     expect(message(() => resolveProxyOptions({ ...base, tracer: {} as never }))).toBe(
       'tracer must be an OpenTelemetry tracer, got {}',
     );
-    expect(message(() => resolveProxyOptions({ ...base, metricsRegistry: {} }))).toContain(
+    expect(message(() => resolveProxyOptions({ ...base, metricsRegistry: {} as never }))).toContain(
       'metricsRegistry must be a prom-client Registry',
     );
     expect(message(() => resolveProxyOptions({ ...base, dnsLookup: 'dns' as never }))).toContain(
