@@ -250,7 +250,7 @@ describe('what createProxy, createHandler and the admin API take besides the set
       'onEvent must be a function, got',
     );
     const tracer = { startSpan() {} } as never;
-    const metricsRegistry = { registerMetric() {} };
+    const metricsRegistry = { registerMetric() {} } as never;
     const dnsLookup = (() => {}) as never;
     const logger = {} as never;
     const onEvent = () => {};
