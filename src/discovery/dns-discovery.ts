@@ -15,11 +15,11 @@ export interface DnsDiscoveryOptions {
   /** `http(s)://name:port[/base]`: every address `name` resolves to is a worker at that port. */
   url: string;
   /** How often the name is resolved again; 10,000 ms by default. */
-  intervalMs?: number;
+  intervalMs?: number | undefined;
   target: MembershipTarget;
   logger: Logger;
   /** The resolver; the system's (`getaddrinfo`, as the rest of Node connects) by default. */
-  lookup?: Lookup;
+  lookup?: Lookup | undefined;
 }
 
 const systemLookup: Lookup = (hostname) => dns.lookup(hostname, { all: true });

@@ -31,24 +31,24 @@ export interface KubernetesDiscoveryOptions {
   /** A label selector (`app=vllm,role=decode`): the pods that are workers of `role`. */
   selector: string;
   /** The namespace to watch; every namespace when undefined (which needs a ClusterRole). */
-  namespace?: string;
+  namespace?: string | undefined;
   /** The port of the workers' HTTP server on each pod. */
   port: number;
   /** `http` (the default) or `https`. */
-  scheme?: 'http' | 'https';
+  scheme?: 'http' | 'https' | undefined;
   /** The annotation with a prefill pod's SGLang bootstrap port; {@link BOOTSTRAP_PORT_ANNOTATION} by default. */
-  bootstrapPortAnnotation?: string;
+  bootstrapPortAnnotation?: string | undefined;
   /** The annotation with the ports of a pod that serves several workers; {@link WORKER_PORTS_ANNOTATION} by default. */
-  workerPortsAnnotation?: string;
+  workerPortsAnnotation?: string | undefined;
   target: MembershipTarget;
   logger: Logger;
   /**
    * A `KubeConfig` of `@kubernetes/client-node`; by default `loadFromDefault()`: the pod's
    * service account in a cluster, else `KUBECONFIG` or `~/.kube/config`.
    */
-  kubeConfig?: unknown;
+  kubeConfig?: unknown | undefined;
   /** The first wait before watching again after the watch failed; doubles up to 30 s. 1,000 ms by default. */
-  retryDelayMs?: number;
+  retryDelayMs?: number | undefined;
 }
 
 /** Kubernetes discovery was asked for, but `@kubernetes/client-node` is not installed. */

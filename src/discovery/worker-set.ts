@@ -11,12 +11,12 @@ export interface DiscoveredWorker {
    * several workers), so that metrics, logs and the admin API name what `kubectl` shows; a
    * generated name (`prefill-3`) without one, or when another worker has it.
    */
-  name?: string;
-  bootstrapHost?: string;
-  bootstrapPort?: number;
+  name?: string | undefined;
+  bootstrapHost?: string | undefined;
+  bootstrapPort?: number | undefined;
   /** Where its engine publishes its KV cache events, and answers replays (ZMQ endpoints). */
-  kvEvents?: string;
-  kvEventsReplay?: string;
+  kvEvents?: string | undefined;
+  kvEventsReplay?: string | undefined;
 }
 
 /**

@@ -12,11 +12,11 @@ import { ROUTES } from '../server/routes.js';
 
 /** Options of {@link disaggPlugin}: the proxy's (the app's logger unless one is given), and whether to serve `/metrics`. */
 export interface DisaggPluginOptions extends Omit<ProxyOptions, 'logger'> {
-  logger?: Logger;
+  logger?: Logger | undefined;
   /** Serve the proxy's `/metrics` under the prefix; true by default (false when the app serves its own registry, see `metricsRegistry`). */
-  metricsRoute?: boolean;
+  metricsRoute?: boolean | undefined;
   /** fastify's own: the path the routes are mounted under. */
-  prefix?: string;
+  prefix?: string | undefined;
 }
 
 /** What the plugin decorates its context with (`app.disagg` inside it, and `onReady` for the app). */

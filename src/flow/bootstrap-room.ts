@@ -8,11 +8,11 @@ export const MAX_BOOTSTRAP_ROOM = (1n << 63n) - 1n;
 /** Options of {@link mintBootstrapRoom}. */
 export interface BootstrapRoomOptions {
   /** The prefill worker's data-parallel rank, when it has several. */
-  dpRank?: number;
+  dpRank?: number | undefined;
   /** The prefill worker's data-parallel size. */
-  dpSize?: number;
+  dpSize?: number | undefined;
   /** 8 random bytes; by default 8 of the process's pool of cryptographic random bytes. For tests. */
-  randomBytes?: () => Uint8Array;
+  randomBytes?: (() => Uint8Array) | undefined;
 }
 
 /**

@@ -8,7 +8,7 @@ export { elementsOf, samplesOf } from '../protocol/request-counts.js';
 
 /** What decode needs from prefill: its handoff parameters, or the rendezvous both legs share. */
 export type Handoff =
-  | { kind: 'params'; params: unknown; promptTokensDetails?: Record<string, unknown> }
+  | { kind: 'params'; params: unknown; promptTokensDetails?: Record<string, unknown> | undefined }
   | { kind: 'bootstrap'; bootstrap: BootstrapInfo };
 
 /**
@@ -26,7 +26,7 @@ export interface Connector {
    * from which decode migration resumes a broken stream; on other routes it replays the
    * request instead. Both by default (vLLM from 0.10.2).
    */
-  readonly tokenIds?: readonly ('chat' | 'completions')[];
+  readonly tokenIds?: readonly ('chat' | 'completions')[] | undefined;
   /** The prefill leg's body (given the rendezvous in the concurrent family). */
   prefillBody(request: RequestBody, bootstrap?: BootstrapInfo): RequestBody;
   /** The decode leg's body. */

@@ -19,11 +19,11 @@ import { branded, DisaggError } from '../util/disagg-error.js';
  * between reads, so a slow reader is not mistaken for a stuck worker.
  */
 export interface Deadlines {
-  totalMs?: number;
-  prefillFirstOutputMs?: number;
-  handoffMs?: number;
-  decodeFirstTokenMs?: number;
-  idleMs?: number;
+  totalMs?: number | undefined;
+  prefillFirstOutputMs?: number | undefined;
+  handoffMs?: number | undefined;
+  decodeFirstTokenMs?: number | undefined;
+  idleMs?: number | undefined;
 }
 
 /** The phase whose budget ran out: the key of {@link Deadlines} without `Ms`. */

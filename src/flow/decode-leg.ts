@@ -61,7 +61,7 @@ export interface DecodeLegOptions {
    * A guard reads this leg while prefill runs and passes each step to {@link DecodeLeg.observe}
    * (concurrent and early families): the leg's own reader then watches only reads of its own.
    */
-  observedAbove?: boolean;
+  observedAbove?: boolean | undefined;
   recorder: FlowRecorder;
   logger: () => Logger;
   /** Whether prefill is still running (a decode terminal then waits: `terminalHeld`). */

@@ -27,12 +27,12 @@ export type { Engine } from '../runtime/engine.js';
  */
 export interface PrefillWorker {
   /** The host of the worker's bootstrap server; the host of `url` when omitted. */
-  bootstrapHost?: string;
+  bootstrapHost?: string | undefined;
   /** The worker's base URL (for HTTP engines). */
-  url?: string;
-  bootstrapPort?: number;
-  dpRank?: number;
-  dpSize?: number;
+  url?: string | undefined;
+  bootstrapPort?: number | undefined;
+  dpRank?: number | undefined;
+  dpSize?: number | undefined;
 }
 
 /** Options of {@link disaggregate}. */
@@ -45,22 +45,22 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   decode: Engine<D>;
   connector: Connector;
   /** The one prefill worker (the concurrent family needs its rendezvous); or use `prefillWorkers`. */
-  prefillWorker?: P;
+  prefillWorker?: P | undefined;
   /**
    * Prefill workers to choose from, one per request; the chosen one is the engine's third
    * argument. When none is in rotation the request is served aggregated (straight to decode).
    */
-  prefillWorkers?: WorkerPool<P>;
+  prefillWorkers?: WorkerPool<P> | undefined;
   /**
    * Decode workers to choose from, one per request; the chosen one is the engine's third
    * argument. When none is in rotation the call rejects with a `NoWorkerError`.
    */
-  decodeWorkers?: WorkerPool<D>;
+  decodeWorkers?: WorkerPool<D> | undefined;
   /**
    * Workers of the pools to pass over while another is in rotation: those an earlier attempt
    * of the same request failed on (a router retrying before the first byte).
    */
-  avoid?: { prefill?: readonly P[]; decode?: readonly D[] };
+  avoid?: { prefill?: readonly P[] | undefined; decode?: readonly D[] | undefined } | undefined;
   /**
    * Sequential families with `decodeWorkers`: a decode leg that failed before answering (its
    * dispatch rejected) where the same handoff may go to another decode worker (see
@@ -75,7 +75,7 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * @example
    * retryDecode: (error, attempt) => (attempt < 2 && isTransient(error) ? 100 * 2 ** attempt : undefined)
    */
-  retryDecode?: (error: unknown, attempt: number) => number | undefined;
+  retryDecode?: ((error: unknown, attempt: number) => number | undefined) | undefined;
   /**
    * A request that failed before its client stream exists, where another attempt from the
    * start may get past the failure: prefill's failures (sent again to another prefill worker),
@@ -92,7 +92,7 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * @example
    * retryPrefill: (error, attempt) => (attempt < 2 && isTransient(error) ? 50 * 2 ** attempt : undefined)
    */
-  retryPrefill?: (error: unknown, attempt: number) => number | undefined;
+  retryPrefill?: ((error: unknown, attempt: number) => number | undefined) | undefined;
   /**
    * When a failed sequential decode may be given the same handoff again (`retryDecode`):
    * - `'unreached'` (the default): only when the decode worker cannot have received the
@@ -105,25 +105,25 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    *   a decode takes it (vLLM before 0.21, whose prefill waits for
    *   `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`).
    */
-  reuseHandoff?: 'unreached' | 'always';
+  reuseHandoff?: 'unreached' | 'always' | undefined;
   /**
    * The request's session (a header such as `x-session-id`), for the `session` routing
    * policy; the body's `user` when omitted.
    */
-  sessionKey?: string;
+  sessionKey?: string | undefined;
   /**
    * The prompt's token ids, when the caller's tokenizer made them (a chat or text prompt), for
    * policies that route on the engines' KV blocks (`precisePrefix`); a token-id prompt needs none.
    */
-  promptTokenIds?: readonly number[];
+  promptTokenIds?: readonly number[] | undefined;
   /**
    * Without a prefill worker in rotation: serve the request on decode alone (`'aggregate'`,
    * the default, as the reference router does) or fail it with a `NoWorkerError` (`'fail'`:
    * a deployment that must not put prompts on its decode GPUs).
    */
-  noPrefillWorker?: 'aggregate' | 'fail';
+  noPrefillWorker?: 'aggregate' | 'fail' | undefined;
   /** Client-sent handoff fields: stripped (default) or refused. */
-  clientHandoffFields?: 'strip' | 'reject';
+  clientHandoffFields?: 'strip' | 'reject' | undefined;
   /**
    * Whether the workers report token usage for every request (`'always'`), or only when the
    * client asked (`'as-asked'`, the default). A whole answer always carries it; a streamed
@@ -132,7 +132,7 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * client gets the stream it asked for while the items' `completion_usage` (and the relay's
    * `RelayResult`) says what the request used: metering, limits, traces.
    */
-  usage?: 'as-asked' | 'always';
+  usage?: 'as-asked' | 'always' | undefined;
   /**
    * Conditional disaggregation: answer true, or the reason as a string (`'short-prompt'`), to
    * send this request straight to decode (aggregated), for example for a short or cache-hot
@@ -141,31 +141,33 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * cancellation (`AbortError`), which fails the request. `input` is the request as routing
    * policies see it (its text, session and token ids, the caller's tokenizer's included).
    */
-  skipPrefill?: (
-    request: RequestBody,
-    input: RoutingInput,
-  ) => boolean | string | undefined | PromiseLike<boolean | string | undefined>;
+  skipPrefill?:
+    | ((
+        request: RequestBody,
+        input: RoutingInput,
+      ) => boolean | string | undefined | PromiseLike<boolean | string | undefined>)
+    | undefined;
   /**
    * Budgets per phase; each overrun is a `DeadlineError` naming its phase. By default
    * {@link DEFAULT_DEADLINES} (every phase but the total, so that every hang ends); given
    * budgets replace those one by one, `0` turns one off.
    */
-  deadlines?: Deadlines;
+  deadlines?: Deadlines | undefined;
   /**
    * How long decode may take to claim the KV once the client has gone (default 120,000 ms);
    * past it the decode leg is killed and the handoff counted as orphaned (`CleanupError`).
    */
-  cleanupBudgetMs?: number;
+  cleanupBudgetMs?: number | undefined;
   /** Receives the request's lifecycle events (see {@link FlowEvent}), synchronously. */
-  onEvent?: FlowEventListener<P, D>;
-  logger?: Logger;
+  onEvent?: FlowEventListener<P, D> | undefined;
+  logger?: Logger | undefined;
   /**
    * Decode migration (off by default): a streamed request whose decode stream breaks after its
    * first token is continued on another worker of `decodeWorkers` (see {@link MigrationOptions});
    * each break is a `migration` event. A continuation is a request of its own through this
    * flow (its events are not reported; its legs hold `settled` back until they are over).
    */
-  migration?: MigrationOptions;
+  migration?: MigrationOptions | undefined;
 }
 
 /**

@@ -51,11 +51,11 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         type: 'routed';
         strategy: Strategy;
         /** Why a request is served aggregated: `skipPrefill`'s reason, or `no-prefill-worker`. */
-        reason?: string;
-        prefillWorker?: P;
-        decodeWorker?: D;
+        reason?: string | undefined;
+        prefillWorker?: P | undefined;
+        decodeWorker?: D | undefined;
         /** The prompt tokens the prefill pool's policy expected its worker to hold cached (precise-prefix). */
-        predictedCachedTokens?: number;
+        predictedCachedTokens?: number | undefined;
       }
     | { type: 'prefillDispatched' }
     | { type: 'prefillFirstOutput' }
@@ -69,9 +69,9 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         error: Error;
         delayMs: number;
         /** The next decode worker, given the same handoff. */
-        decodeWorker?: D;
+        decodeWorker?: D | undefined;
         /** The decode worker that could not take it (the error's). */
-        fromWorker?: D;
+        fromWorker?: D | undefined;
       }
     | {
         type: 'prefillRetried';
@@ -79,10 +79,10 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         error: Error;
         delayMs: number;
         /** The leg that failed, when it is one's. */
-        leg?: Leg;
+        leg?: Leg | undefined;
         /** The workers of the attempt that failed. */
-        prefillWorker?: P;
-        decodeWorker?: D;
+        prefillWorker?: P | undefined;
+        decodeWorker?: D | undefined;
       }
     | { type: 'decodeOpened' }
     | { type: 'kvClaimed' }
@@ -90,7 +90,7 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
     | { type: 'terminalHeld' }
     | { type: 'terminalReleased'; heldMs: number }
     | { type: 'cleanupExpired'; error: Error }
-    | { type: 'handoffReleased'; freed: boolean; error?: Error }
+    | { type: 'handoffReleased'; freed: boolean; error?: Error | undefined }
     | {
         type: 'migration';
         /** 1 for the request's first break, 2 for a break of its first continuation, and so on. */
@@ -98,27 +98,27 @@ export type FlowEvent<P = unknown, D = unknown> = FlowEventBase &
         reason: 'stream_error' | 'idle' | 'worker_down';
         /** `migrated`: continued on `toWorker`; `refused`: not continued (`why`); `failed`: the continuation could not start (`why`). */
         outcome: 'migrated' | 'refused' | 'failed';
-        why?: string;
+        why?: string | undefined;
         /** How the continuation goes on: after the generated tokens (`resume`) or from the prompt again (`replay`). */
-        mode?: 'resume' | 'replay';
+        mode?: 'resume' | 'replay' | undefined;
         error: Error;
         /** The tokens generated before the break (whose text the client has). */
         generatedTokens: number;
-        fromWorker?: D;
-        toWorker?: D;
+        fromWorker?: D | undefined;
+        toWorker?: D | undefined;
       }
     | {
         type: 'finished';
         outcome: 'success' | 'error' | 'cancelled';
-        leg?: Leg;
-        error?: Error;
+        leg?: Leg | undefined;
+        error?: Error | undefined;
         /**
          * The workers that served the request in the end: those `routed` named, the decode
          * worker after a `decodeRetried` or a `migration` that went on, so that a listener
          * (health, metrics) needs no state of its own to charge the outcome.
          */
-        prefillWorker?: P;
-        decodeWorker?: D;
+        prefillWorker?: P | undefined;
+        decodeWorker?: D | undefined;
       }
     | { type: 'settled' }
   );

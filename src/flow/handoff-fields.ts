@@ -30,9 +30,9 @@ export class HandoffFieldError extends DisaggError {
 /** Options of {@link sanitizeClientRequest}. */
 export interface SanitizeOptions {
   /** `'strip'` (default) removes client-supplied handoff fields; `'reject'` throws instead. */
-  clientHandoffFields?: 'strip' | 'reject';
+  clientHandoffFields?: 'strip' | 'reject' | undefined;
   /** The fields to treat as the router's own; defaults to {@link HANDOFF_FIELDS}. */
-  fields?: readonly string[];
+  fields?: readonly string[] | undefined;
 }
 
 /**

@@ -22,17 +22,17 @@ export interface MigrationOptions {
    * `'decode'` (the default: aggregated on a decode worker, as Dynamo does) or `'prefill'` (a
    * new prefill, then a decode worker takes its KV, as for any request).
    */
-  via?: 'decode' | 'prefill';
+  via?: 'decode' | 'prefill' | undefined;
   /**
    * The longest sequence (prompt and generated tokens) continued; a longer one fails as
    * without migration (Dynamo's `--migration-max-seq-len`). No bound by default.
    */
-  maxSeqLen?: number;
+  maxSeqLen?: number | undefined;
   /**
    * The model's context length (`max_model_len`): a chat request that sets no token budget is
    * resumed with what the context leaves; without it such a request is replayed.
    */
-  maxModelLen?: number;
+  maxModelLen?: number | undefined;
 }
 
 /**
@@ -63,9 +63,9 @@ const present = (value: unknown) => value !== undefined && value !== null && val
 /** What {@link migrationPlan} and {@link resumeBody} know beyond the request. */
 export interface PlanInputs {
   /** The routes whose streams return token ids when asked (the connector's); both by default. */
-  tokenIdRoutes?: readonly ('chat' | 'completions')[];
+  tokenIdRoutes?: readonly ('chat' | 'completions')[] | undefined;
   /** The model's context length (`max_model_len`), for a chat request that sets no budget. */
-  maxModelLen?: number;
+  maxModelLen?: number | undefined;
 }
 
 /** OpenAI's default `max_tokens` of a completion (vLLM's and SGLang's too); chat's is the context. */

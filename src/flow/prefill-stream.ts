@@ -19,13 +19,13 @@ export interface BootstrapInfo {
 /** What a prefill answered, as the flow needs it. */
 export type PrefillResult =
   /** Prefill ran to completion; decode takes over with these handoff parameters. */
-  | { kind: 'handoff'; params: unknown; output: EngineItem; promptTokensDetails?: Record<string, unknown> }
+  | { kind: 'handoff'; params: unknown; output: EngineItem; promptTokensDetails?: Record<string, unknown> | undefined }
   /**
    * Prefill's first output already finished the request (a finish reason other than
    * `length`); `params` are the handoff parameters it named all the same (vLLM holds the KV
    * of a request stopped at its first token), which no decode will take.
    */
-  | { kind: 'finished'; output: EngineItem; params?: unknown }
+  | { kind: 'finished'; output: EngineItem; params?: unknown | undefined }
   /**
    * Early handoff: the first output carried the bootstrap triple; decode may start now while
    * `task` drains the rest of the prefill stream, failing on any error output.

@@ -20,7 +20,7 @@ export interface WatchHooks<T> {
    */
   interruptible: boolean;
   /** The budget of the first read, and of every later one; none by default. */
-  budgets?: { first?: ReadBudget; later?: ReadBudget };
+  budgets?: { first?: ReadBudget | undefined; later?: ReadBudget | undefined } | undefined;
   /** Makes the deadline error of a phase (the caller knows the budgets). */
   deadline(phase: DeadlinePhase, ms: number): DeadlineError;
   /**
@@ -32,7 +32,7 @@ export interface WatchHooks<T> {
    * Whether reads are observed from the start (unobserved reads cost one promise less);
    * true by default. The owner changes it with {@link WatchedIterator.observing}.
    */
-  observing?: boolean;
+  observing?: boolean | undefined;
   /** What the read that a deadline interrupted answers: a rejection, or a last item. */
   expired(error: DeadlineError): Promise<Step<T>>;
   /**

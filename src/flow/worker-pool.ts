@@ -21,7 +21,7 @@ export type Selection<W> =
 /** Options of {@link WorkerPool}. */
 export interface WorkerPoolOptions<W> {
   /** How a worker is chosen; `'round-robin'` when omitted. */
-  selection?: Selection<W>;
+  selection?: Selection<W> | undefined;
 }
 
 /**

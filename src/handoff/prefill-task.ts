@@ -23,13 +23,13 @@ export type DecodeDispatch = PromiseLike<DecodeStream> | ((signal: AbortSignal) 
 /** Options of {@link PrefillTask.spawn}. */
 export interface PrefillTaskOptions {
   /** Where a failed prefill is logged. Defaults to the library's stderr logger. */
-  logger?: Logger;
+  logger?: Logger | undefined;
   /**
    * The caller reports a failure itself (as `disaggregate` does, to its caller and in the
    * stream): it is logged at debug, not warn, so that one failure is not reported twice.
    * False by default: a task nobody may await still leaves a warning (rule 2).
    */
-  handled?: boolean;
+  handled?: boolean | undefined;
 }
 
 /**
@@ -59,7 +59,7 @@ export let forwardDecodeWith: (
 /** @internal */
 export interface FlowGuardHooks extends GuardHooks {
   /** Set once a guard has been built with these hooks. */
-  guarded?: boolean;
+  guarded?: boolean | undefined;
 }
 
 /**

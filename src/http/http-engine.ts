@@ -31,13 +31,13 @@ export interface HttpEngineOptions<W> {
    * The worker's base URL (`http://host:port`), or how to read it from the worker chosen for
    * the leg. Default: the worker's `url` field.
    */
-  url?: string | ((worker: W | undefined) => string);
+  url?: string | ((worker: W | undefined) => string) | undefined;
   /**
    * Which API to call; `auto` by default (chat for a body with `messages`, else completions).
    * With `chat`, a body with a `prompt` and no `messages` still goes to completions: it is the
    * token-id completion that continues a migrated chat stream.
    */
-  api?: HttpApi;
+  api?: HttpApi | undefined;
   /**
    * The undici dispatcher (connection pool) to call through. By default the library's own
    * keep-alive pool, shared by every engine given none; never undici's process-wide global
@@ -49,9 +49,9 @@ export interface HttpEngineOptions<W> {
    * Extra request headers (an API key, say), or a function of the worker that gives them for
    * each call (trace context, say: called once per leg call, as the call is made).
    */
-  headers?: Record<string, string> | ((worker: W | undefined) => Record<string, string>);
+  headers?: Record<string, string> | ((worker: W | undefined) => Record<string, string>) | undefined;
   /** The header that carries the request id, the same on both legs; `x-request-id` by default. */
-  requestIdHeader?: string;
+  requestIdHeader?: string | undefined;
 }
 
 /**

@@ -36,7 +36,7 @@ const requestWith = load('undici/lib/api/api-request.js') as (
 
 /** What {@link request} takes: undici's request options, with the dispatcher to send through. */
 export type RequestOptions = Omit<Undici.Dispatcher.RequestOptions, 'origin' | 'path' | 'method'> & {
-  method?: Undici.Dispatcher.HttpMethod;
+  method?: Undici.Dispatcher.HttpMethod | undefined;
   /** The library's own pool ({@link sharedDispatcher}) by default. */
   dispatcher?: Undici.Dispatcher | undefined;
 };

@@ -26,7 +26,7 @@ export interface UpstreamInit {
    * error the call fails with.
    */
   context: AsyncEngineContext;
-  dispatcher?: Dispatcher;
+  dispatcher?: Dispatcher | undefined;
 }
 
 type Pending = { kind: 'data'; chunk: Buffer } | { kind: 'end' } | { kind: 'error'; error: Error };

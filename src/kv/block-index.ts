@@ -7,9 +7,9 @@ export interface KvBlockIndexOptions {
    * The most blocks kept per worker; past it the oldest are dropped (an engine that evicts
    * says so, so this only bounds a view whose removals were lost). Default 1,048,576.
    */
-  maxBlocksPerWorker?: number;
+  maxBlocksPerWorker?: number | undefined;
   /** The clock speculative entries expire by (ms); `performance.now` by default. */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /** What the index knows of one worker. */

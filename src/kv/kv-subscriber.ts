@@ -26,9 +26,9 @@ export interface KvEventSubscriberOptions {
   /** The engine's publisher, as the router reaches it (`tcp://10.0.0.5:5557`). */
   endpoint: string;
   /** Its replay socket (`tcp://10.0.0.5:5558`); without one, lost events cannot be recovered. */
-  replayEndpoint?: string;
+  replayEndpoint?: string | undefined;
   /** The topic prefix to take; every topic by default. */
-  topic?: string;
+  topic?: string | undefined;
   /** Each batch, in order, once. */
   onBatch(batch: KvEventBatch, seq: bigint): void;
   /**
@@ -39,8 +39,8 @@ export interface KvEventSubscriberOptions {
   /** Whether the view is complete (false while a gap is being replayed). */
   onTrust?(trusted: boolean): void;
   /** How long a replay may take before it is given up (the view then starts again). Default 5,000 ms. */
-  replayTimeoutMs?: number;
-  logger?: Logger;
+  replayTimeoutMs?: number | undefined;
+  logger?: Logger | undefined;
 }
 
 /** What a subscriber has seen, for metrics. */

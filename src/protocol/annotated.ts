@@ -9,11 +9,11 @@ import type { LLMEngineOutput } from './llm-engine-output.js';
  * understands it: in `error` (newer readers) and in `comment` (older readers).
  */
 export interface Annotated<T> {
-  data?: T;
-  id?: string;
-  event?: string;
-  comment?: string[];
-  error?: string | AnnotatedErrorBody;
+  data?: T | undefined;
+  id?: string | undefined;
+  event?: string | undefined;
+  comment?: string[] | undefined;
+  error?: string | AnnotatedErrorBody | undefined;
 }
 
 /** The object form of `Annotated.error` that some producers send. */

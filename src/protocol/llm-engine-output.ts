@@ -6,8 +6,8 @@ export interface CompletionUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  prompt_tokens_details?: { cached_tokens?: number | null; [field: string]: unknown } | null;
-  completion_tokens_details?: Record<string, unknown> | null;
+  prompt_tokens_details?: { cached_tokens?: number | null | undefined; [field: string]: unknown } | null | undefined;
+  completion_tokens_details?: Record<string, unknown> | null | undefined;
 }
 
 /**
@@ -22,19 +22,19 @@ export interface LLMEngineOutput {
   /** The new token ids of this step (often one). */
   token_ids: number[];
   /** The decoded tokens, when the engine detokenises per token. */
-  tokens?: (string | null)[] | null;
+  tokens?: (string | null)[] | null | undefined;
   /** The decoded text of this step. */
-  text?: string | null;
-  cum_log_probs?: number | null;
-  log_probs?: number[] | null;
-  top_logprobs?: unknown[] | null;
+  text?: string | null | undefined;
+  cum_log_probs?: number | null | undefined;
+  log_probs?: number[] | null | undefined;
+  top_logprobs?: unknown[] | null | undefined;
   /** Set on the last output of a sequence. */
-  finish_reason?: FinishReason | null;
+  finish_reason?: FinishReason | null | undefined;
   /** Which choice this output belongs to, for `n` > 1. */
-  index?: number | null;
+  index?: number | null | undefined;
   /** Handoff parameters a prefill worker returns for the decode worker (engine specific). */
-  disaggregated_params?: unknown;
-  completion_usage?: CompletionUsage | null;
+  disaggregated_params?: unknown | undefined;
+  completion_usage?: CompletionUsage | null | undefined;
 }
 
 function terminal(finish_reason: FinishReason): LLMEngineOutput {

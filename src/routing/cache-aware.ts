@@ -9,16 +9,16 @@ export interface CacheAwareOptions {
    * The share of a request's routing text a worker must already hold for the request to go
    * there (the longest match wins); below it the least loaded worker gets it. 0.5 by default.
    */
-  cacheThreshold?: number;
+  cacheThreshold?: number | undefined;
   /**
    * Load is imbalanced, and the least loaded worker gets the request whatever the caches hold,
    * when the busiest worker has more than `balanceAbsThreshold` requests in flight over the
    * idlest (32 by default) and more than `balanceRelThreshold` times its count (1.1 by default).
    */
-  balanceAbsThreshold?: number;
-  balanceRelThreshold?: number;
+  balanceAbsThreshold?: number | undefined;
+  balanceRelThreshold?: number | undefined;
   /** Characters of routing text remembered per worker, least recently used dropped first; 8 Mi by default. */
-  maxTreeChars?: number;
+  maxTreeChars?: number | undefined;
 }
 
 /** The defaults of {@link cacheAware}. */

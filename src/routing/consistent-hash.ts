@@ -5,13 +5,13 @@ import { type LoadView, leastLoaded, type RoutingPolicy } from './routing-policy
 /** Options of {@link consistentHash}. */
 export interface ConsistentHashOptions<W> {
   /** Points each worker has on the ring: more spread the keys more evenly; 160 by default. */
-  virtualNodes?: number;
+  virtualNodes?: number | undefined;
   /**
    * How much of the routing text is the key of a request without a session key: 2,048
    * characters by default (a system prompt and the first turn), so that requests that start
    * alike land alike.
    */
-  keyChars?: number;
+  keyChars?: number | undefined;
   /**
    * Bounded loads (Mirrokni, Thorup and Zadimoghaddam): a worker takes a request only while its
    * requests in flight stay within `loadFactor` times the mean (rounded up); past it the next
@@ -19,9 +19,9 @@ export interface ConsistentHashOptions<W> {
    * pure hashing: it keeps most conversations in place and still spreads hot keys); `Infinity`
    * for pure hashing, under which four system prompts on four workers put two on one.
    */
-  loadFactor?: number;
+  loadFactor?: number | undefined;
   /** A worker's stable name: its `url` by default. */
-  idOf?: (worker: W) => string;
+  idOf?: ((worker: W) => string) | undefined;
 }
 
 /**

@@ -101,17 +101,17 @@ export function kvUsageScorer<W>(loadOf: EngineLoadSource<W>): Scorer<W> {
 /** Options of {@link precisePrefix}. */
 export interface PrecisePrefixOptions<W = unknown> {
   /** The weight of prefix overlap against load (1). Default 2, as llm-d weighs its prefix scorer. */
-  prefixWeight?: number;
+  prefixWeight?: number | undefined;
   /**
    * How long a prompt just routed counts as held by its worker before the engine's store event
    * confirms it (a speculative entry); 0 for none. Default 2,000 ms.
    */
-  speculativeTtlMs?: number;
+  speculativeTtlMs?: number | undefined;
   /**
    * The engines' own load (their `/metrics`): when given, their queue and KV usage are scored
    * too, each at weight 1, beside this router's requests in flight.
    */
-  engineLoad?: EngineLoadSource<W>;
+  engineLoad?: EngineLoadSource<W> | undefined;
 }
 
 /**

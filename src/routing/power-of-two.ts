@@ -3,7 +3,7 @@ import type { LoadView, RoutingPolicy } from './routing-policy.js';
 /** Options of {@link powerOfTwo}. */
 export interface PowerOfTwoOptions {
   /** Numbers in [0, 1), for the two draws; `Math.random` by default (a seeded one for tests). */
-  random?: () => number;
+  random?: (() => number) | undefined;
 }
 
 /**

@@ -3,7 +3,7 @@ import type { RoutingPolicy } from './routing-policy.js';
 /** Options of {@link random}. */
 export interface RandomOptions {
   /** Numbers in [0, 1); `Math.random` by default (a seeded one for tests). */
-  random?: () => number;
+  random?: (() => number) | undefined;
 }
 
 /**

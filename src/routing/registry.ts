@@ -22,9 +22,9 @@ export interface RoutingParams {
 
 /** What the proxy gives a policy besides settings: the engines' KV block index, once it has one. */
 export interface RoutingServices<W> {
-  kvIndex?: KvIndexSource<W>;
+  kvIndex?: KvIndexSource<W> | undefined;
   /** The engines' own load from their `/metrics`, when the proxy scrapes it. */
-  engineLoad?: EngineLoadSource<W>;
+  engineLoad?: EngineLoadSource<W> | undefined;
 }
 
 /**

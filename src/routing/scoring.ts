@@ -34,13 +34,13 @@ export interface Picker<W> {
 /** The parts of a {@link scoredPolicy}. */
 export interface ScoredPolicyParts<W> {
   /** For logs; `scored` by default. */
-  name?: string;
+  name?: string | undefined;
   /** Applied in order before scoring. */
-  filters?: ReadonlyArray<Filter<W>>;
+  filters?: ReadonlyArray<Filter<W>> | undefined;
   /** Each scorer's weight multiplies its scores; the sum is what the picker sees. */
   scorers: ReadonlyArray<{ scorer: Scorer<W>; weight: number }>;
   /** {@link maxScorePicker} by default. */
-  picker?: Picker<W>;
+  picker?: Picker<W> | undefined;
 }
 
 /**
@@ -136,7 +136,7 @@ export function loadScorer<W>(): Scorer<W> {
 /** Options of {@link prefixScorer}. */
 export interface PrefixScorerOptions {
   /** Characters of prompts remembered per worker, least recently used dropped first; 8 Mi by default. */
-  maxTreeChars?: number;
+  maxTreeChars?: number | undefined;
 }
 
 /**

@@ -5,9 +5,9 @@ import { type LoadView, leastLoaded, type RoutingPolicy } from './routing-policy
 /** Options of {@link sessionAffinity}. */
 export interface SessionAffinityOptions<W> {
   /** For requests without a session key; least in flight by default. */
-  fallback?: RoutingPolicy<W>;
+  fallback?: RoutingPolicy<W> | undefined;
   /** A worker's stable name: its `url` by default (or the worker itself, for a string). */
-  idOf?: (worker: W) => string;
+  idOf?: ((worker: W) => string) | undefined;
 }
 
 /**

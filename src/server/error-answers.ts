@@ -20,7 +20,13 @@ export class ShutdownError extends DisaggError {
 export interface ErrorAnswer {
   status: number;
   body: {
-    error: { message: string; type: string; code: number | string | null; param: string | null; leg?: string };
+    error: {
+      message: string;
+      type: string;
+      code: number | string | null;
+      param: string | null;
+      leg?: string | undefined;
+    };
   };
 }
 

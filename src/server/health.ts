@@ -27,27 +27,27 @@ export const BREAKER_DEFAULTS = { failureThreshold: 5, successThreshold: 2, open
 /** Options of {@link HealthChecker}. */
 export interface HealthOptions {
   /** Between rounds of probes; {@link HEALTH_DEFAULTS} (5,000 ms) by default. */
-  intervalMs?: number;
+  intervalMs?: number | undefined;
   /** How long one probe may take; {@link HEALTH_DEFAULTS} (2,000 ms) by default. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   logger: Logger;
-  dispatcher?: Dispatcher;
+  dispatcher?: Dispatcher | undefined;
   /** Sent with every probe (a worker key). */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /** Runs after every round of probes (what else the proxy learns from its workers). */
-  afterRound?: () => Promise<void>;
+  afterRound?: (() => Promise<void>) | undefined;
   /**
    * Probes in a row that take a worker out (a 5xx while it loads, say) and that bring it back;
    * 1 and 1 by default. A probe that cannot connect at all takes it out at once.
    */
-  probeThresholds?: { failure: number; success: number };
+  probeThresholds?: { failure: number; success: number } | undefined;
   /** The circuit breaker of each worker, fed by what requests meet; see {@link HealthChecker}. */
-  breaker?: { failureThreshold: number; successThreshold: number; openMs: number };
+  breaker?: { failureThreshold: number; successThreshold: number; openMs: number } | undefined;
   /**
    * Forget, after each round, the workers no pool has any more (with no membership of its
    * own to call `forget`: a router's own pools).
    */
-  forgetLeavers?: boolean;
+  forgetLeavers?: boolean | undefined;
 }
 
 /**
@@ -88,7 +88,7 @@ export interface ProbeFailure {
   /** `GET /health answered 503`, or the error code (`ECONNREFUSED`, `TIMEOUT`). */
   reason: string;
   /** What an operator most likely got wrong, when the failure has a usual cause. */
-  hint?: string;
+  hint?: string | undefined;
 }
 
 export class HealthChecker {

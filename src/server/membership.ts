@@ -24,12 +24,12 @@ export interface WorkerView {
   state: WorkerState | 'left';
   in_flight: number;
   source: MembershipSource;
-  bootstrap_host?: string;
-  bootstrap_port?: number;
+  bootstrap_host?: string | undefined;
+  bootstrap_port?: number | undefined;
   /** When `down`: why its last health probe failed (`GET /health answered 404`, `ECONNREFUSED`). */
-  reason?: string;
+  reason?: string | undefined;
   /** When `down` for a usual cause: what to check. */
-  hint?: string;
+  hint?: string | undefined;
 }
 
 type AnyWorker = ProxyPrefillWorker | ProxyDecodeWorker;

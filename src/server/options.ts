@@ -31,7 +31,7 @@ import type { TracerLike } from './tracing.js';
 export interface ProxyPrefillWorker extends SglangPrefillWorkerFields, KvEventEndpoints {
   url: string;
   /** How clients and metrics name it (`prefill-0`, ... by its place in the list when omitted): never its address. */
-  name?: string;
+  name?: string | undefined;
 }
 
 /**
@@ -39,15 +39,15 @@ export interface ProxyPrefillWorker extends SglangPrefillWorkerFields, KvEventEn
  * (`tcp://10.0.0.5:5557`); a worker of another host's publisher, say.
  */
 export interface KvEventEndpoints {
-  kvEvents?: string;
-  kvEventsReplay?: string;
+  kvEvents?: string | undefined;
+  kvEventsReplay?: string | undefined;
 }
 
 /** A decode worker of the proxy. */
 export interface ProxyDecodeWorker extends KvEventEndpoints {
   url: string;
   /** How clients and metrics name it (`decode-0`, ... by its place in the list when omitted): never its address. */
-  name?: string;
+  name?: string | undefined;
 }
 
 // The ways a pool can choose its worker (`--prefill-policy`, `--decode-policy`): the routing
@@ -74,77 +74,79 @@ export interface ProxyOptions {
    * headless Service, say) is resolved every `dnsIntervalMs` (10,000 by default); each address
    * is a worker on the URL's port; an address that vanishes drains.
    */
-  discovery?: {
-    prefillDns?: string;
-    decodeDns?: string;
-    dnsIntervalMs?: number;
-    /** Kubernetes: the label selector of prefill pods (`app=sglang,role=prefill`). */
-    prefillSelector?: string;
-    /** Kubernetes: the label selector of decode pods. */
-    decodeSelector?: string;
-    /** Kubernetes: the namespace watched; every namespace when omitted. */
-    namespace?: string;
-    /** Kubernetes: the workers' HTTP port on each pod; 8000 by default. */
-    port?: number;
-    /** Kubernetes: the prefill pods' HTTP port, when it is not `port` (SGLang's guide: 30000). */
-    prefillPort?: number;
-    /** Kubernetes: the decode pods' HTTP port, when it is not `port` (SGLang's guide: 30001). */
-    decodePort?: number;
-    /**
-     * Kubernetes: the annotation with a prefill pod's SGLang bootstrap port (one, or one per
-     * worker port); `sglang.ai/bootstrap-port` by default.
-     */
-    bootstrapPortAnnotation?: string;
-    /**
-     * Kubernetes: the annotation with the HTTP ports of a pod that serves several workers,
-     * comma-separated (each a worker); `smg.ai/worker-ports` by default, as SGLang's model
-     * gateway. Without it a pod is one worker on `port`.
-     */
-    workerPortsAnnotation?: string;
-  };
+  discovery?:
+    | {
+        prefillDns?: string | undefined;
+        decodeDns?: string | undefined;
+        dnsIntervalMs?: number | undefined;
+        /** Kubernetes: the label selector of prefill pods (`app=sglang,role=prefill`). */
+        prefillSelector?: string | undefined;
+        /** Kubernetes: the label selector of decode pods. */
+        decodeSelector?: string | undefined;
+        /** Kubernetes: the namespace watched; every namespace when omitted. */
+        namespace?: string | undefined;
+        /** Kubernetes: the workers' HTTP port on each pod; 8000 by default. */
+        port?: number | undefined;
+        /** Kubernetes: the prefill pods' HTTP port, when it is not `port` (SGLang's guide: 30000). */
+        prefillPort?: number | undefined;
+        /** Kubernetes: the decode pods' HTTP port, when it is not `port` (SGLang's guide: 30001). */
+        decodePort?: number | undefined;
+        /**
+         * Kubernetes: the annotation with a prefill pod's SGLang bootstrap port (one, or one per
+         * worker port); `sglang.ai/bootstrap-port` by default.
+         */
+        bootstrapPortAnnotation?: string | undefined;
+        /**
+         * Kubernetes: the annotation with the HTTP ports of a pod that serves several workers,
+         * comma-separated (each a worker); `smg.ai/worker-ports` by default, as SGLang's model
+         * gateway. Without it a pod is one worker on `port`.
+         */
+        workerPortsAnnotation?: string | undefined;
+      }
+    | undefined;
   /** How `discovery` names are resolved; the system's resolver by default (a test's stand-in, say). */
-  dnsLookup?: Lookup;
+  dnsLookup?: Lookup | undefined;
   /**
    * A prom-client `Registry` of the application's that the proxy's metrics join too (its
    * `/metrics` then includes them). The proxy's own registry, with Node's process metrics,
    * serves the proxy's `/metrics` either way.
    */
-  metricsRegistry?: Registry;
+  metricsRegistry?: Registry | undefined;
   /**
    * The `KubeConfig` (of `@kubernetes/client-node`) of Kubernetes discovery; the pod's service
    * account, `KUBECONFIG` or `~/.kube/config` by default. Typed loosely on purpose: the
    * client is an optional dependency, and its types must not be needed to compile against
    * `disagg/server` without it (checked when discovery starts: a `KubeConfig` is what it needs).
    */
-  kubeConfig?: object;
+  kubeConfig?: object | undefined;
   /**
    * The OpenTelemetry tracer of the proxy's spans; by default the global one of
    * `@opentelemetry/api` when that is installed (it records once the application registers an
    * SDK). Without the API, the client's `traceparent` still reaches both legs.
    */
-  tracer?: TracerLike;
+  tracer?: TracerLike | undefined;
   /**
    * The bearer token of the admin API (`GET/POST /admin/workers`, drain, remove), which is off
    * (404) without one.
    */
-  adminKey?: string;
+  adminKey?: string | undefined;
   /**
    * Serve `/metrics` on this port of its own (the host `listen` is given), not on the API
    * port: a Service or NetworkPolicy then exposes the API without the fleet's metrics. On the
    * API port by default.
    */
-  metricsPort?: number;
+  metricsPort?: number | undefined;
   /** SGLang: the bootstrap port of prefill workers that do not name their own; 8998 by default. */
-  bootstrapPort?: number;
+  bootstrapPort?: number | undefined;
   /** How a worker is chosen for each leg; `least-in-flight` by default. */
-  selection?: 'round-robin' | 'least-in-flight';
+  selection?: 'round-robin' | 'least-in-flight' | undefined;
   /**
    * Refuse to serve prompts on decode alone: without a prefill worker in rotation `/ready`
    * fails and requests get a 503 saying so (`disagg_routed_requests_total{reason=
    * "no-prefill-worker"}` counts what was served that way otherwise). False by default: decode
    * serves such requests whole, as the reference router does.
    */
-  requireDisaggregation?: boolean;
+  requireDisaggregation?: boolean | undefined;
   /**
    * How the prefill worker of a request is chosen, by more than `selection`: `cache-aware`
    * (to the worker whose cache most likely holds the prompt's prefix), `power-of-two`,
@@ -152,9 +154,9 @@ export interface ProxyOptions {
    * a policy of your own (a `RoutingPolicy`, or a function of the proxy's routing services
    * making one: see {@link PolicyOption}). `selection` by default.
    */
-  prefillPolicy?: PolicyOption<ProxyPrefillWorker>;
+  prefillPolicy?: PolicyOption<ProxyPrefillWorker> | undefined;
   /** How the decode worker of a request is chosen, as `prefillPolicy`; `selection` by default. */
-  decodePolicy?: PolicyOption<ProxyDecodeWorker>;
+  decodePolicy?: PolicyOption<ProxyDecodeWorker> | undefined;
   /**
    * The cache-aware and session policies' settings: a match must cover more than
    * `cacheThreshold` of the prompt (0.5); load is imbalanced, and the least loaded worker wins,
@@ -162,103 +164,105 @@ export interface ProxyOptions {
    * (1.1); `maxTreeChars` of prompts remembered per worker (8 Mi); the session key is the
    * `sessionHeader` header (`x-session-id`), or the body's `user`.
    */
-  routing?: {
-    /** Prompts (routing text) shorter than this many characters are served on decode alone; 0 (never) by default. */
-    aggregateBelowChars?: number;
-    /**
-     * With `decodePolicy: 'cache-aware'`: a request whose prompt a decode worker is known to
-     * hold more than this share of is served on that worker alone; 0 (never) by default.
-     */
-    aggregateCachedRatio?: number;
-    cacheThreshold?: number;
-    balanceAbsThreshold?: number;
-    balanceRelThreshold?: number;
-    maxTreeChars?: number;
-    sessionHeader?: string;
-    /** precise-prefix: the weight of KV prefix overlap against load (whose weight is 1); 2 by default. */
-    prefixWeight?: number;
-    /**
-     * precise-prefix: how long a prompt just routed counts as held by its worker before the
-     * engine's event confirms it (a speculative entry), in ms; 0 for none; 2,000 by default.
-     */
-    speculativeTtlMs?: number;
-    /**
-     * precise-prefix: read each worker's own load (requests waiting and running, KV cache
-     * usage) from its `/metrics` this often, in ms, and score it; 0 (off) by default.
-     */
-    engineLoadIntervalMs?: number;
-    /** How old a worker's load reading may be before it counts as unknown, in ms; 2,000 by default. */
-    engineLoadStaleMs?: number;
-  };
+  routing?:
+    | {
+        /** Prompts (routing text) shorter than this many characters are served on decode alone; 0 (never) by default. */
+        aggregateBelowChars?: number | undefined;
+        /**
+         * With `decodePolicy: 'cache-aware'`: a request whose prompt a decode worker is known to
+         * hold more than this share of is served on that worker alone; 0 (never) by default.
+         */
+        aggregateCachedRatio?: number | undefined;
+        cacheThreshold?: number | undefined;
+        balanceAbsThreshold?: number | undefined;
+        balanceRelThreshold?: number | undefined;
+        maxTreeChars?: number | undefined;
+        sessionHeader?: string | undefined;
+        /** precise-prefix: the weight of KV prefix overlap against load (whose weight is 1); 2 by default. */
+        prefixWeight?: number | undefined;
+        /**
+         * precise-prefix: how long a prompt just routed counts as held by its worker before the
+         * engine's event confirms it (a speculative entry), in ms; 0 for none; 2,000 by default.
+         */
+        speculativeTtlMs?: number | undefined;
+        /**
+         * precise-prefix: read each worker's own load (requests waiting and running, KV cache
+         * usage) from its `/metrics` this often, in ms, and score it; 0 (off) by default.
+         */
+        engineLoadIntervalMs?: number | undefined;
+        /** How old a worker's load reading may be before it counts as unknown, in ms; 2,000 by default. */
+        engineLoadStaleMs?: number | undefined;
+      }
+    | undefined;
   /**
    * The engines' KV cache events, which `precise-prefix` routes on (vLLM and SGLang publish them
    * with `--kv-events-config`): each worker's publisher at `port` on its host (a DP rank r at
    * port + r), its replay socket at `replayPort`, messages of `topic` (every topic by default).
    * A worker's own `kvEvents` and `kvEventsReplay` endpoints win. Off by default.
    */
-  kvEvents?: { port?: number; replayPort?: number; topic?: string };
+  kvEvents?: { port?: number | undefined; replayPort?: number | undefined; topic?: string | undefined } | undefined;
   /**
    * The router's own tokenizer, for `precise-prefix` on text and chat prompts (the engines'
    * blocks are tokens): `dir` holds the model's Hugging Face `tokenizer.json` and
    * `tokenizer_config.json` (its chat template), tokenized in `threads` worker threads (1).
    * Without one, only token-id prompts are matched to blocks.
    */
-  tokenizer?: { dir?: string; threads?: number };
+  tokenizer?: { dir?: string | undefined; threads?: number | undefined } | undefined;
   /**
    * Budgets per phase in milliseconds, `0` for none; by default every phase but the total:
    * prefill's first output 600,000, the handoff 600,000, decode's first token 300,000, idle
    * 120,000 (`disagg serve --help` lists them).
    */
-  deadlines?: Deadlines;
+  deadlines?: Deadlines | undefined;
   /** How long decode may take to take the KV after the client left; 120,000 ms by default. */
-  cleanupBudgetMs?: number;
+  cleanupBudgetMs?: number | undefined;
   /** Between health probes of every worker; 5,000 ms by default. */
-  healthIntervalMs?: number;
+  healthIntervalMs?: number | undefined;
   /** How long one health probe may take before it counts as failed; 2,000 ms by default. */
-  healthTimeoutMs?: number;
+  healthTimeoutMs?: number | undefined;
   /**
    * Failed probes in a row that take a worker out of rotation (one that cannot be connected
    * to is out at once); 3 by default.
    */
-  healthFailureThreshold?: number;
+  healthFailureThreshold?: number | undefined;
   /** Successful probes in a row that bring a worker back; 2 by default. */
-  healthSuccessThreshold?: number;
+  healthSuccessThreshold?: number | undefined;
   /**
    * How long a client may leave its socket full before the request is given up: the decode
    * leg is stopped (and its KV cleaned up) and the connection closed; 30,000 ms by default.
    * The proxy reads decode only as fast as the client reads, so it never buffers more than one
    * chunk beyond the socket's own buffer.
    */
-  slowClientTimeoutMs?: number;
+  slowClientTimeoutMs?: number | undefined;
   /** The largest request body accepted, in bytes; 8 MiB by default. */
-  maxBodyBytes?: number;
+  maxBodyBytes?: number | undefined;
   /**
    * How long an idle client connection is kept open; 72,000 ms by default (as fastify does).
    * Node's own default of 5 s makes busy clients reconnect between bursts: measured in
    * `bench:proxy`, it cost a relay about a quarter of its requests per second.
    */
-  keepAliveTimeoutMs?: number;
+  keepAliveTimeoutMs?: number | undefined;
   /**
    * How long a client may take to send a request's headers (from its first byte, or from the
    * connection for a new one that says nothing); past it the connection is closed. 10,000 ms
    * by default (Node's own is 60 s).
    */
-  headersTimeoutMs?: number;
+  headersTimeoutMs?: number | undefined;
   /**
    * How long a client may take to send a whole request, headers and body; past it the
    * connection is closed with a 408. 120,000 ms by default (Node's own is 300 s): a body of
    * 8 MiB still arrives within it at 1 Mbit/s.
    */
-  requestTimeoutMs?: number;
+  requestTimeoutMs?: number | undefined;
   /**
    * Generation requests served at once; beyond it they wait in a queue. 1,024 by default: a
    * bound on what reaches the workers and on the proxy's own memory, not a tuning of them.
    */
-  maxConcurrentRequests?: number;
+  maxConcurrentRequests?: number | undefined;
   /** Requests that may wait for a slot; beyond it a 429 with `Retry-After`. 1,024 by default. */
-  queueSize?: number;
+  queueSize?: number | undefined;
   /** How long a request may wait in the queue before it gets a 429; 30,000 ms by default. */
-  queueTimeoutMs?: number;
+  queueTimeoutMs?: number | undefined;
   /**
    * Tenants: a YAML or JSON file of `tenants: [{ name, keys, priority, requestsPerMinute,
    * tokensPerMinute, maxConcurrent }]`, `default:` (the limits of requests that name no
@@ -267,17 +271,17 @@ export interface ProxyOptions {
    * gateway names in `tenantHeader` (from the keys in `tenantHeaderKeys`, or any request), else
    * the default tenant. None by default: one tenant without limits.
    */
-  tenantsFile?: string;
-  tenantHeader?: string;
-  tenantHeaderKeys?: string[];
+  tenantsFile?: string | undefined;
+  tenantHeader?: string | undefined;
+  tenantHeaderKeys?: string[] | undefined;
   /**
    * The tenants' per-minute limits in this Redis, shared by every replica (in this process
    * without one). `redisFailure`: while Redis is unreachable, `'open'` (the default) lets
    * requests in without those limits (logged, `disagg_redis_failures_total`), `'closed'`
    * refuses limited tenants' requests with a 503.
    */
-  redisUrl?: string;
-  redisFailure?: 'open' | 'closed';
+  redisUrl?: string | undefined;
+  redisFailure?: 'open' | 'closed' | undefined;
   /**
    * Retries of a request that failed before its first byte on a worker failure that another
    * worker may not have (refused or reset before an answer, a 5xx, a 429), on another worker
@@ -289,13 +293,15 @@ export interface ProxyOptions {
    * their decode refused or aborted) or `'always'` (vLLM before 0.21, which holds it until a
    * decode takes it).
    */
-  retry?: {
-    maxRetries?: number;
-    initialBackoffMs?: number;
-    maxBackoffMs?: number;
-    disabled?: boolean;
-    reuseHandoff?: 'unreached' | 'always';
-  };
+  retry?:
+    | {
+        maxRetries?: number | undefined;
+        initialBackoffMs?: number | undefined;
+        maxBackoffMs?: number | undefined;
+        disabled?: boolean | undefined;
+        reuseHandoff?: 'unreached' | 'always' | undefined;
+      }
+    | undefined;
   /**
    * Decode migration: a streamed request whose decode stream breaks after its first token (the
    * worker's connection reset, an error event, silence past the idle deadline) goes on, up to
@@ -307,45 +313,49 @@ export interface ProxyOptions {
    * reads one stream. What is not continued faithfully (`n > 1`, guided decoding, tools,
    * logprobs) fails as without migration, and the log says why.
    */
-  migration?: { limit?: number; via?: 'decode' | 'prefill'; maxSeqLen?: number };
+  migration?:
+    | { limit?: number | undefined; via?: 'decode' | 'prefill' | undefined; maxSeqLen?: number | undefined }
+    | undefined;
   /**
    * The circuit breaker of each worker: `failureThreshold` requests in a row that failed on it
    * (5xx, broken stream) take it out of rotation for `openMs`, then it is on trial until
    * `successThreshold` successes in a row. 5, 2 and 10,000 ms by default.
    */
-  breaker?: { failureThreshold?: number; successThreshold?: number; openMs?: number };
+  breaker?:
+    | { failureThreshold?: number | undefined; successThreshold?: number | undefined; openMs?: number | undefined }
+    | undefined;
   /** On `close()`, how long requests under way may take to finish; 30,000 ms by default. */
-  gracePeriodMs?: number;
+  gracePeriodMs?: number | undefined;
   /**
    * On `close()` (SIGTERM), how long `/ready` answers 503 while requests are still accepted,
    * before the listener closes: time for load balancers and Kubernetes to stop sending (a
    * readiness probe's period). 5,000 ms by default; 0 closes at once.
    */
-  drainDelayMs?: number;
+  drainDelayMs?: number | undefined;
   /**
    * The key clients must send (`Authorization: Bearer <key>`) on the `/v1` routes; none by
    * default. Compared in constant time; a wrong or missing key is a 401.
    */
-  apiKey?: string;
+  apiKey?: string | undefined;
   /**
    * The key sent to every worker (`Authorization: Bearer <key>`: both legs, health probes,
    * `/v1/models`), for workers started with `--api-key`. Without one, a client's own
    * `Authorization` is passed on to the workers of its request.
    */
-  workerApiKey?: string;
-  logger?: Logger;
+  workerApiKey?: string | undefined;
+  logger?: Logger | undefined;
   /** Receives every request's lifecycle events (see `FlowEvent`), for your own logs or traces. */
-  onEvent?: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
+  onEvent?: ((event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void) | undefined;
   /**
    * The undici dispatcher for every call to a worker (connection pool), yours to close; by
    * default the proxy's own, which shutdown closes so that no call outlives it.
    */
-  dispatcher?: Dispatcher;
+  dispatcher?: Dispatcher | undefined;
   /**
    * An engine of your own for a leg, in place of the proxy's HTTP one or around it (see
    * {@link EngineHook}); the proxy's own by default.
    */
-  engine?: EngineHook;
+  engine?: EngineHook | undefined;
 }
 
 /** {@link ProxyOptions} checked, with every default applied. */
@@ -479,7 +489,7 @@ export interface ServeConfig {
   migration: ResolvedProxyOptions['migration'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
-  tracing: { otlpEndpoint?: string; sampleRatio: number; serviceName: string };
+  tracing: { otlpEndpoint?: string | undefined; sampleRatio: number; serviceName: string };
 }
 
 /** The deadlines the flow gets: the settings, each one given (`0` turns one off there). */
@@ -536,19 +546,19 @@ export interface Setting {
   arg: string;
   help: string;
   /** The default, applied when no source gives the setting (undefined: none, or required). */
-  default?: unknown;
+  default?: unknown | undefined;
   /** The default as the help text shows it, when it is not the value itself. */
-  shownDefault?: string;
+  shownDefault?: string | undefined;
   /** Only `disagg serve` has it (where and how the process runs); not an option of `createProxy`. */
-  serveOnly?: boolean;
+  serveOnly?: boolean | undefined;
   /** Given more than once on the command line (worker lists). */
-  multiple?: boolean;
+  multiple?: boolean | undefined;
   /** A switch: the flag alone says true (`arg` is empty); variables and files say true or false. */
-  boolean?: boolean;
+  boolean?: boolean | undefined;
   /** The value from what a source gave (flags and the environment give strings). */
   parse(value: unknown): unknown;
   /** The concern it belongs to, the heading `--help` lists it under (set by its group). */
-  group?: SettingGroup;
+  group?: SettingGroup | undefined;
 }
 
 /** The concerns the settings are grouped by, in `--help`'s order. */
@@ -1515,7 +1525,7 @@ export interface HandlerOptions extends ProxyOptions {
    * The path the routes are mounted under (`/llm` serves `/llm/v1/chat/completions`); none by
    * default. It must start with `/` and not end with one.
    */
-  basePath?: string;
+  basePath?: string | undefined;
 }
 
 /**

@@ -40,7 +40,7 @@ export interface RouteEntry {
   /** `api`: the API key when one is set (401 otherwise); `admin`: the admin key; `none`. */
   readonly auth: 'none' | 'api' | 'admin';
   /** Whether the route exists with these options (a 404 like any unknown path otherwise). */
-  readonly present?: (options: ProxyState['options']) => boolean;
+  readonly present?: ((options: ProxyState['options']) => boolean) | undefined;
   handle(proxy: ProxyState, req: IncomingMessage, res: ServerResponse, call: RouteCall): Promise<void> | void;
 }
 

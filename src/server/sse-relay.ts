@@ -18,7 +18,7 @@ export interface RelayHooks {
   /** The gap between two chunks written, in seconds. */
   interToken(seconds: number): void;
   /** What a shutdown ends the answer with; a `ShutdownError` by default (or when this gives none). */
-  shutdownError?: () => unknown;
+  shutdownError?: (() => unknown) | undefined;
 }
 
 /**

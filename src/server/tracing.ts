@@ -17,7 +17,7 @@ export interface TracerLike {
 /** The W3C trace context a client sent: `traceparent`, checked, and `tracestate` as sent. */
 export interface TraceHeaders {
   traceparent: string;
-  tracestate?: string;
+  tracestate?: string | undefined;
 }
 
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;

@@ -207,9 +207,9 @@ export class RedisWindows {
 export interface RedisWindowsOptions {
   failure: RedisFailurePolicy;
   /** The keys' prefix; `disagg:limits` by default (replicas that share limits share it). */
-  prefix?: string;
+  prefix?: string | undefined;
   /** How long one call may take, and a connection, in ms; 250 by default. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   logger?: Logger | undefined;
-  onFailure?: (error: unknown) => void;
+  onFailure?: ((error: unknown) => void) | undefined;
 }

@@ -148,7 +148,7 @@ export interface TenantDirectoryOptions {
    * watched for events: an editor's save by rename and a Kubernetes ConfigMap's swap of a
    * symbolic link both end an event watch.
    */
-  pollMs?: number;
+  pollMs?: number | undefined;
   logger?: Logger | undefined;
 }
 

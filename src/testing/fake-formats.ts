@@ -10,25 +10,25 @@ import { elementsOf, samplesOf } from '../protocol/request-counts.js';
  */
 export interface FakeAnswer {
   /** Reasoning pieces (`reasoning_content`, before the content; chat). */
-  reasoning?: string[];
+  reasoning?: string[] | undefined;
   /** Content pieces; by default `tok0 `, `tok1 `, ... up to the token budget. */
-  content?: string[];
+  content?: string[] | undefined;
   /**
    * Tool calls (chat): each streamed as vLLM does, a first delta with its `id`, `type` and
    * function `name`, then its `arguments` in pieces. The finish reason is then `tool_calls`.
    */
-  toolCalls?: Array<{ name: string; arguments: string[] }>;
+  toolCalls?: Array<{ name: string; arguments: string[] }> | undefined;
   /**
    * The finish reason sent: by default `tool_calls` with tool calls, `length` when the token
    * budget ran out, `stop` otherwise. `abort` is what vLLM and SGLang send for a request they
    * dropped.
    */
-  finishReason?: 'stop' | 'length' | 'tool_calls' | 'abort';
+  finishReason?: 'stop' | 'length' | 'tool_calls' | 'abort' | undefined;
   /**
    * Instead of the finish, an error chunk inside the 200 stream, as vLLM sends it
    * (`data: {"error": {..., "code": 400}}`, then `[DONE]`); a whole answer is that status.
    */
-  error?: { code: number; message: string };
+  error?: { code: number; message: string } | undefined;
 }
 
 /** Whether a streamed request asked for a usage chunk at the end. */
@@ -70,7 +70,7 @@ interface Choice {
 export interface Engine {
   readonly name: 'vllm' | 'sglang' | 'trtllm';
   /** A decode call with a prefill's KV: it never ran the prompt forward. */
-  readonly remote?: boolean;
+  readonly remote?: boolean | undefined;
 }
 
 /**

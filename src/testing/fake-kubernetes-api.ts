@@ -20,12 +20,12 @@ export function fakeKubeconfig(url: string): string {
 /** A pod as the fake API serves it: what discovery reads of one (ready unless `ready: false`). */
 export interface FakePod {
   name: string;
-  namespace?: string;
+  namespace?: string | undefined;
   labels: Record<string, string>;
-  annotations?: Record<string, string>;
-  ip?: string;
-  ready?: boolean;
-  terminating?: boolean;
+  annotations?: Record<string, string> | undefined;
+  ip?: string | undefined;
+  ready?: boolean | undefined;
+  terminating?: boolean | undefined;
 }
 
 /** A running fake Kubernetes API: its URL, the pods it serves, and faults to give it. */

@@ -6,22 +6,22 @@ import type { FakeKvEvent, FakeKvPublisher } from './fake-kv-publisher.js';
 /** Options of a fake worker's KV cache in token blocks (`FakeWorkerOptions.kvCache`). */
 export interface FakeKvCacheOptions {
   /** Tokens per block; 16 by default (vLLM's). */
-  blockSize?: number;
+  blockSize?: number | undefined;
   /** Blocks it holds, least recently used evicted first; 4,096 by default. */
-  capacityBlocks?: number;
+  capacityBlocks?: number | undefined;
   /** How its events are encoded (see {@link FakeKvPublisher}); `map` by default. */
-  encoding?: 'map' | 'array';
+  encoding?: 'map' | 'array' | undefined;
   /** How its replays answer; `topic` by default. */
-  replayForm?: 'topic' | 'legacy';
+  replayForm?: 'topic' | 'legacy' | undefined;
   /** The topic of its events; `''` by default. */
-  topic?: string;
+  topic?: string | undefined;
   /** Milliseconds of computing per prompt token not found in the cache; 0 by default. */
-  msPerToken?: number;
+  msPerToken?: number | undefined;
   /**
    * A Hugging Face tokenizer directory (as `--tokenizer` takes): text and chat prompts are
    * tokenized with it, as the engine would, instead of into fake tokens.
    */
-  tokenizer?: string;
+  tokenizer?: string | undefined;
 }
 
 /**

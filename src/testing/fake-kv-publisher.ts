@@ -9,10 +9,10 @@ export type FakeKvEvent =
       parent_block_hash: bigint | number | Uint8Array | null;
       token_ids: number[];
       block_size: number;
-      lora_name?: string | null;
-      medium?: string | null;
+      lora_name?: string | null | undefined;
+      medium?: string | null | undefined;
     }
-  | { type: 'BlockRemoved'; block_hashes: Array<bigint | number | Uint8Array>; medium?: string | null }
+  | { type: 'BlockRemoved'; block_hashes: Array<bigint | number | Uint8Array>; medium?: string | null | undefined }
   | { type: 'AllBlocksCleared' };
 
 /** Options of {@link FakeKvPublisher.start}. */
@@ -21,15 +21,15 @@ export interface FakeKvPublisherOptions {
    * How events are encoded: `map` (tagged maps, vLLM PR #42892 onward) or `array` (tagged
    * arrays, older vLLM and SGLang). Default `map`.
    */
-  encoding?: 'map' | 'array';
+  encoding?: 'map' | 'array' | undefined;
   /** How replays answer: `topic` (`[topic, seq, payload]`, vLLM >= 0.26) or `legacy` (`[seq, payload]`). Default `topic`. */
-  replayForm?: 'topic' | 'legacy';
+  replayForm?: 'topic' | 'legacy' | undefined;
   /** The topic of every message. Default `''`. */
-  topic?: string;
+  topic?: string | undefined;
   /** The data-parallel rank each batch names. Default 0. */
-  dpRank?: number;
+  dpRank?: number | undefined;
   /** How many batches the replay socket keeps. Default 10,000 (vLLM's `buffer_steps`). */
-  bufferSteps?: number;
+  bufferSteps?: number | undefined;
 }
 
 /**

@@ -4,11 +4,11 @@ import { routingText } from '../routing/routing-input.js';
 /** Options of a fake worker's prefix cache (`FakeWorkerOptions.prefixCache`). */
 export interface FakePrefixCacheOptions {
   /** Characters per cached block (a fake token is four characters); 64 by default. */
-  blockChars?: number;
+  blockChars?: number | undefined;
   /** Blocks it holds, least recently used dropped first; 4,096 by default. */
-  capacityBlocks?: number;
+  capacityBlocks?: number | undefined;
   /** Milliseconds of computing per prompt token not found in the cache; 0 by default. */
-  msPerToken?: number;
+  msPerToken?: number | undefined;
 }
 
 /**

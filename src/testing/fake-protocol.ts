@@ -45,14 +45,14 @@ export interface FakeProtocol {
   /** The generation routes it serves. */
   readonly routes: readonly string[];
   /** How long a prefill holds KV no decode took, when the worker's `kvTimeoutMs` does not say; 60,000 ms if this does not either. */
-  readonly kvTimeoutMs?: number;
+  readonly kvTimeoutMs?: number | undefined;
   /**
    * A decode call with a prefill's KV that asks for what only the prompt's computation gives
    * (prompt logprobs, an echo with them) computes the prompt itself (vLLM, since it honours
    * `skip_reading_prefix_cache` for a connector's KV; before, its decode crashed, vllm#50792);
    * otherwise it answers without them (SGLang: empty input logprobs).
    */
-  readonly recomputesPrompt?: boolean;
+  readonly recomputesPrompt?: boolean | undefined;
   /** Why a request body is refused (HTTP 400) before anything else, if it is. */
   refuse?(path: string, body: Record<string, unknown>): string | undefined;
   isPrefillCall(body: Record<string, unknown>): boolean;

@@ -30,14 +30,14 @@ import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';
  *   (whether or not the request asked for a stream), as a broken engine might.
  */
 export type Fault =
-  | { type: 'status'; status: number; message?: string; stage?: 'handler' | 'front' }
+  | { type: 'status'; status: number; message?: string | undefined; stage?: 'handler' | 'front' | undefined }
   | { type: 'hang' }
-  | { type: 'error-event'; afterTokens?: number; message?: string }
-  | { type: 'reset'; afterTokens?: number }
-  | { type: 'stall'; afterTokens?: number }
+  | { type: 'error-event'; afterTokens?: number | undefined; message?: string | undefined }
+  | { type: 'reset'; afterTokens?: number | undefined }
+  | { type: 'stall'; afterTokens?: number | undefined }
   | { type: 'slow'; tokenIntervalMs: number }
   | { type: 'never-bootstrap' }
-  | { type: 'late-failure'; message?: string; afterMs?: number }
+  | { type: 'late-failure'; message?: string | undefined; afterMs?: number | undefined }
   | { type: 'no-claim' }
   | { type: 'empty' };
 
@@ -59,7 +59,7 @@ export interface FakeRequest {
    * its own); `recomputed`, the transfer failed and decode computed the prompt itself; `failed`,
    * the transfer failed and so did the request.
    */
-  kv?: 'taken' | 'stale' | 'recomputed' | 'failed';
+  kv?: 'taken' | 'stale' | 'recomputed' | 'failed' | undefined;
 }
 
 /** Options of `startFakeWorker`. */
@@ -67,54 +67,54 @@ export interface FakeWorkerOptions {
   role: 'prefill' | 'decode';
   protocol: EngineName;
   /** Tokens a decode answers at most (fewer if the request's max_tokens says so); 8 by default. */
-  tokens?: number;
+  tokens?: number | undefined;
   /** Milliseconds between streamed tokens; 0 by default. */
-  tokenIntervalMs?: number;
+  tokenIntervalMs?: number | undefined;
   /** A fault for every request, or a function choosing one per request. */
-  fault?: Fault | ((request: FakeRequest) => Fault | undefined);
+  fault?: Fault | ((request: FakeRequest) => Fault | undefined) | undefined;
   /**
    * How long a prefill holds committed KV before freeing it as stranded: vLLM's lease
    * (`kv_lease_duration`, 30,000 ms by default, as vLLM's), TensorRT-LLM's timeout (60,000 ms).
    */
-  kvTimeoutMs?: number;
+  kvTimeoutMs?: number | undefined;
   /**
    * vLLM decode: what a failed KV transfer does, as vLLM's `kv_load_failure_policy`: `fail` (the
    * default, as vLLM's since 0.20: the request ends with an error) or `recompute` (decode
    * computes the prompt itself and answers).
    */
-  kvLoadFailurePolicy?: 'fail' | 'recompute';
+  kvLoadFailurePolicy?: 'fail' | 'recompute' | undefined;
   /**
    * SGLang prefill: how long the KV transfer takes once decode has connected, before prefill
    * answers (meanwhile decode streams); 0 by default.
    */
-  transferMs?: number;
+  transferMs?: number | undefined;
   /** How long a rendezvous waits for its peer (SGLang); 30,000 ms by default. */
-  bootstrapTimeoutMs?: number;
+  bootstrapTimeoutMs?: number | undefined;
   /**
    * The context length it serves (`max_model_len` in `/v1/models`); a request whose prompt and
    * length budget do not fit is refused with a 400, as vLLM does. 4,096 by default.
    */
-  maxModelLen?: number;
+  maxModelLen?: number | undefined;
   /** The port to listen on; a free one by default. Given, a worker can be restarted where it was. */
-  port?: number;
+  port?: number | undefined;
   /**
    * The loopback address to listen on, 127.0.0.1 by default. Others of 127.0.0.0/8 let several
    * workers share a port, as pods behind one headless Service do (each address a worker).
    */
-  host?: string;
+  host?: string | undefined;
   /**
    * The model id it serves (`/v1/models`); `fake-model` by default. Given, a vLLM worker answers
    * a request naming another model with a 404, as vLLM does; not given, it serves any name.
    */
-  model?: string;
+  model?: string | undefined;
   /**
    * What a decode answers (reasoning, tool calls, an abort, an error chunk, ...), for every
    * request or per request; `tok0 tok1 ...` up to the token budget by default. Several
    * choices (`n`, a list prompt) each answer the same; logprobs come when the request asks.
    */
-  answer?: FakeAnswer | ((request: FakeRequest) => FakeAnswer | undefined);
+  answer?: FakeAnswer | ((request: FakeRequest) => FakeAnswer | undefined) | undefined;
   /** The key it requires (`Authorization: Bearer <key>`) on everything but `/health`, as `vllm serve --api-key`. */
-  apiKey?: string;
+  apiKey?: string | undefined;
   /**
    * A prefix cache, as vLLM's and SGLang's: a prefill reuses the leading blocks of its prompt
    * it computed before, takes longer the more it must compute (prefills are computed one at a
@@ -122,11 +122,11 @@ export interface FakeWorkerOptions {
    * `usage.prompt_tokens_details.cached_tokens`. Without it prefill counts half its prompt as
    * cached and takes `tokenIntervalMs`.
    */
-  prefixCache?: FakePrefixCacheOptions;
+  prefixCache?: FakePrefixCacheOptions | undefined;
   /**
    * A KV cache in token blocks that publishes its KV events over ZMQ as vLLM does (see
    * `FakeKvCache`): what a router that follows the engines' events routes on. Wins over
    * `prefixCache`. Needs the optional dependency `zeromq`.
    */
-  kvCache?: FakeKvCacheOptions;
+  kvCache?: FakeKvCacheOptions | undefined;
 }

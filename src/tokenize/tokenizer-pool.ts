@@ -19,9 +19,9 @@ export interface TokenizerPoolOptions {
   /** A directory with a Hugging Face `tokenizer.json` and a `tokenizer_config.json` (its chat template). */
   dir: string;
   /** Worker threads; 1 by default. */
-  threads?: number;
+  threads?: number | undefined;
   /** Characters of prompt pieces whose ids each thread remembers (a conversation's earlier turns); 8 Mi by default. */
-  cacheChars?: number;
+  cacheChars?: number | undefined;
 }
 
 type Pending = { resolve: (ids: number[] | undefined) => void; reject: (error: Error) => void };

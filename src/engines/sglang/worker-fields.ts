@@ -4,12 +4,12 @@
  */
 export interface SglangPrefillWorkerFields {
   /** The port of the worker's bootstrap server (the proxy's `bootstrapPort` when omitted). */
-  bootstrapPort?: number;
+  bootstrapPort?: number | undefined;
   /** The host of the bootstrap server; the host of `url` when omitted. */
-  bootstrapHost?: string;
+  bootstrapHost?: string | undefined;
   /** Data parallelism: the worker's rank and the group's size (rooms follow the rank). */
-  dpRank?: number;
-  dpSize?: number;
+  dpRank?: number | undefined;
+  dpSize?: number | undefined;
 }
 
 /** The kind of value each field of a worker entry takes, as the settings check it. */
