@@ -247,6 +247,8 @@ describe('the disagg/server subpath', () => {
       'HEALTH_DEFAULTS',
       'KvFollower',
       'RETRY_DEFAULTS',
+      'answerFetch',
+      'answerNode',
       'classifyFailure',
       'createHandler',
       'createProxy',

@@ -2,7 +2,9 @@
 // runs, to embed in your own process.
 
 export type { SglangPrefillWorkerFields } from '../engines/sglang/worker-fields.js';
+export { type AnswerOptions, answerFetch, answerNode, type RunRequest } from './answer-request.js';
 export { loadServeConfig } from './config.js';
+export type { EngineHook, PolicyOption } from './custom-parts.js';
 export { type ErrorAnswer, errorToResponse } from './error-answers.js';
 export {
   classifyFailure,

@@ -22,6 +22,7 @@ import { ConfigError } from './config-error.js';
 import { customPolicy, type EngineHook, engineHook, type PolicyFactory, type PolicyOption } from './custom-parts.js';
 import { RETRY_DEFAULTS } from './failure-rules.js';
 import { BREAKER_DEFAULTS, HEALTH_DEFAULTS } from './health.js';
+import { DEFAULT_MAX_BODY_BYTES } from './request-body.js';
 import type { TracerLike } from './tracing.js';
 
 /**
@@ -1057,7 +1058,7 @@ const SETTING_ROWS = [
       env: 'DISAGG_MAX_BODY_BYTES',
       arg: 'N',
       help: 'the largest request body accepted',
-      default: 8 * 1024 * 1024,
+      default: DEFAULT_MAX_BODY_BYTES,
       parse: positiveInteger,
     },
   ]),

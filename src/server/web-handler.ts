@@ -10,6 +10,7 @@ import {
   resolveHandlerOptions,
 } from './options.js';
 import { ProxyCore } from './proxy-core.js';
+import { bodyReadAlready } from './request-body.js';
 import { servesPath } from './routes.js';
 
 /**
@@ -101,7 +102,7 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
     const under = full === basePath || full.startsWith(`${basePath}/`);
     const path = under ? full.slice(basePath.length) || '/' : full;
     if (next !== undefined && (!under || !servesPath(core.options, path))) return next();
-    const body = bodyRead(req);
+    const body = bodyReadAlready(req);
     core.start().then(
       () => core.answer(req, res, { path, ...(body === undefined ? {} : { body }) }),
       (error: unknown) => {
@@ -127,17 +128,4 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
     decodeWorkers: core.decodeWorkers,
     metricsRegistry: core.metrics.registry,
   });
-}
-
-/**
- * The body of a request that a body parser has read already (its stream is over, the body in
- * `req.body`), as text for the proxy's own parser; undefined for a request whose body is still
- * to be read.
- */
-function bodyRead(req: IncomingMessage): string | undefined {
-  const { body } = req as IncomingMessage & { body?: unknown };
-  if (body === undefined || !req.readableEnded) return undefined;
-  if (typeof body === 'string') return body;
-  if (Buffer.isBuffer(body)) return body.toString('utf8');
-  return JSON.stringify(body);
 }
