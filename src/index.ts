@@ -106,6 +106,7 @@ export {
   type EngineLoadSource,
   engineQueueScorer,
   type KvIndexSource,
+  type KvIndexView,
   kvPrefixScorer,
   kvUsageScorer,
   type PrecisePrefixOptions,

@@ -1,9 +1,7 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { startFakeWorker } from '../src/testing/index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const read = (path: string) => readFileSync(`${root}/${path}`, 'utf8');
@@ -94,79 +92,4 @@ describe('npm run demo:handoff', () => {
     expect(second).not.toContain('<- finish_reason');
     expect(third).toContain('request context stopped: yes');
   });
-});
-
-describe('examples/router.ts: a router of your own on the library', () => {
-  /** The example in a process of its own, on a free port, in front of the given workers. */
-  async function router(env: Record<string, string>) {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/router.ts'], {
-      cwd: root,
-      env: { ...process.env, PORT: '0', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr.on('data', (chunk) => {
-      stderr += chunk;
-    });
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stdout.on('data', (chunk: Buffer) => {
-        const found = /listening on (\S+)/.exec(String(chunk));
-        if (found?.[1] !== undefined) resolve(found[1]);
-      });
-      child.once('exit', (code) => reject(new Error(`the router exited (${code}): ${stderr}`)));
-    });
-    return { url, child, stderr: () => stderr };
-  }
-
-  it.each(['vllm', 'sglang'] as const)(
-    '%s: streamed chat and a whole completion through the official client; a bad request is a 400 before any worker; failures name no address',
-    async (protocol) => {
-      const prefill = await startFakeWorker({ role: 'prefill', protocol });
-      const decode = await startFakeWorker({ role: 'decode', protocol, tokens: 3 });
-      const running = await router({
-        CONNECTOR: protocol,
-        PREFILL: prefill.url,
-        DECODE: decode.url,
-        BOOTSTRAP_PORT: String(prefill.bootstrapPort),
-      });
-      try {
-        const client = new OpenAI({ baseURL: `${running.url}/v1`, apiKey: 'unused', maxRetries: 0 });
-        const stream = await client.chat.completions.create({
-          model: 'm',
-          messages: [{ role: 'user', content: 'Say hi' }],
-          stream: true,
-        });
-        let content = '';
-        let finish: string | null | undefined;
-        for await (const chunk of stream) {
-          content += chunk.choices[0]?.delta?.content ?? '';
-          finish = chunk.choices[0]?.finish_reason ?? finish;
-        }
-        expect({ content, finish }).toEqual({ content: 'tok0 tok1 tok2 ', finish: 'stop' });
-        const completion = await client.completions.create({ model: 'm', prompt: 'Say', max_tokens: 2 });
-        expect(completion.choices[0]?.text).toBe('tok0 tok1 ');
-        const before = [prefill.requests.length, decode.requests.length];
-        const bad = await client.completions
-          .create({ model: 'm', prompt: 'Say', max_tokens: 'ten' as never })
-          .catch((error: unknown) => error);
-        expect(bad).toBeInstanceOf(OpenAI.BadRequestError);
-        expect(bad).toMatchObject({ param: 'max_tokens' });
-        expect([prefill.requests.length, decode.requests.length]).toEqual(before);
-        prefill.setFault({ type: 'status', status: 500, message: `broken at ${prefill.url}` });
-        const failed = await client.completions
-          .create({ model: 'm', prompt: 'Say', max_tokens: 2 })
-          .catch((error: unknown) => error);
-        expect(failed).toMatchObject({ status: 502 });
-        expect(String((failed as Error).message)).not.toContain('127.0.0.1');
-        expect(String((failed as Error).message)).toContain('worker-0');
-        expect(((failed as InstanceType<typeof OpenAI.APIError>).error as { leg?: string }).leg).toBe('prefill');
-        expect(prefill.ledger.outstanding()).toEqual([]);
-        expect(running.stderr()).toBe('');
-      } finally {
-        running.child.kill('SIGTERM');
-        await Promise.all([prefill.close(), decode.close()]);
-      }
-    },
-    30_000,
-  );
 });

@@ -6,6 +6,7 @@ import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventuallyAsync, expectServedCompletion, fakeWorkers } from './support/http.js';
 
@@ -91,4 +92,63 @@ describe('the packed tarball in an empty project', () => {
       if (child.pid !== undefined) process.kill(-child.pid, 'SIGTERM');
     }
   }, 60_000);
+
+  it("the package's Hono router, run as a router author runs it (Hono imported first), answers the openai client through fake workers", async () => {
+    // The host's own packages, at the versions this repository tests with.
+    const versions = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).devDependencies as Record<
+      string,
+      string
+    >;
+    const add = spawnSync(
+      'npm',
+      [
+        'install',
+        '--prefer-offline',
+        '--no-audit',
+        '--no-fund',
+        ...['hono', '@hono/node-server', 'tsx'].map((name) => `${name}@${versions[name]}`),
+      ],
+      { cwd: project, encoding: 'utf8' },
+    );
+    expect(add.status, add.stderr).toBe(0);
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'sglang' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'sglang', tokens: 2 });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'node_modules/disagg/examples/router-hono.ts'], {
+      cwd: project,
+      env: {
+        ...process.env,
+        PORT: '0',
+        CONNECTOR: 'sglang',
+        PREFILL: prefill.url,
+        DECODE: decode.url,
+        BOOTSTRAP_PORT: String(prefill.bootstrapPort),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    try {
+      let url = '';
+      await eventuallyAsync(async () => {
+        url = /listening on (\S+)/.exec(out)?.[1] ?? '';
+        return url !== '';
+      }, 'the router listens');
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const whole = await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
+      expect(whole.choices[0]?.text).toBe('tok0 tok1 ');
+      let text = '';
+      const stream = await client.chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: 'x' }],
+        stream: true,
+      });
+      for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+      expect(text).toBe('tok0 tok1 ');
+      expect(prefill.ledger.outstanding()).toEqual([]);
+    } finally {
+      child.kill('SIGTERM');
+    }
+  }, 120_000);
 });

@@ -1,18 +1,28 @@
 import type { EngineLoad } from '../engines/load-metrics.js';
-import type { KvBlockIndex } from '../kv/block-index.js';
 import type { RoutingInput } from './routing-input.js';
 import type { LoadView, RoutingPolicy } from './routing-policy.js';
 import { loadScorer, type Scorer, scoredPolicy } from './scoring.js';
+
+/**
+ * What a KV-aware scorer asks of the engines' block index ({@link KvBlockIndex} answers it):
+ * workers only go in, so that an index of any workers (a `KvFollower`'s) serves a pool of
+ * workers with more fields.
+ */
+export interface KvIndexView<W> {
+  scopeOf(body: Readonly<Record<string, unknown>>): string | undefined;
+  overlap(tokens: readonly number[], candidates: readonly W[], scope?: string): { get(worker: W): number | undefined };
+  expect(worker: W, tokens: readonly number[], ttlMs: number, scope?: string): void;
+}
 
 /**
  * Where a KV-aware scorer finds the engines' blocks: a function answering the index the proxy
  * (or your router) feeds from their KV events, or something holding it as `index` (a
  * `KvFollower` from `disagg/server`); undefined while there is none yet (every score is then 0).
  */
-export type KvIndexSource<W> = (() => KvBlockIndex<W> | undefined) | { readonly index: KvBlockIndex<W> | undefined };
+export type KvIndexSource<W> = (() => KvIndexView<W> | undefined) | { readonly index: KvIndexView<W> | undefined };
 
 /** The index of `source` now, read on each use (a follower's index comes once it started). */
-function reader<W>(source: KvIndexSource<W>): () => KvBlockIndex<W> | undefined {
+function reader<W>(source: KvIndexSource<W>): () => KvIndexView<W> | undefined {
   return typeof source === 'function' ? source : () => source.index;
 }
 
@@ -25,7 +35,7 @@ function reader<W>(source: KvIndexSource<W>): () => KvBlockIndex<W> | undefined 
  * scoredPolicy({ scorers: [{ scorer: kvPrefixScorer(() => index), weight: 2 }, { scorer: loadScorer(), weight: 1 }] });
  */
 export function kvPrefixScorer<W>(
-  source: KvIndexSource<W>,
+  source: KvIndexSource<NoInfer<W>>,
   options: { speculativeTtlMs?: number | undefined } = {},
 ): Scorer<W> {
   const ttl = options.speculativeTtlMs ?? 2000;
@@ -126,7 +136,10 @@ export interface PrecisePrefixOptions<W = unknown> {
  * await kv.start([pool]);
  * pool.acquire(undefined, new RoutingInput({ prompt: tokenIds }));
  */
-export function precisePrefix<W>(source: KvIndexSource<W>, options: PrecisePrefixOptions<W> = {}): RoutingPolicy<W> {
+export function precisePrefix<W>(
+  source: KvIndexSource<NoInfer<W>>,
+  options: PrecisePrefixOptions<W> = {},
+): RoutingPolicy<W> {
   const prefix = kvPrefixScorer(source, {
     ...(options.speculativeTtlMs === undefined ? {} : { speculativeTtlMs: options.speculativeTtlMs }),
   });

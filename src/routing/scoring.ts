@@ -94,15 +94,20 @@ export function scoredPolicy<W>(parts: ScoredPolicyParts<W>): RoutingPolicy<W> {
 }
 
 /**
- * The highest total score; ties go to the candidate with fewer requests in flight, then to
- * the first.
+ * The highest total score; ties go to the candidate with fewer requests in flight, and ties of
+ * both rotate (the search starts one place further each time, as least-in-flight's does), so
+ * that a run of new prompts no worker holds is spread rather than all sent to the first.
  */
 export function maxScorePicker<W>(): Picker<W> {
+  let turn = 0;
   return {
     name: 'max-score',
     pick(candidates: readonly W[], scores: readonly number[], load: LoadView<W>): W {
-      let best = 0;
-      for (let i = 1; i < candidates.length; i++) {
+      const count = candidates.length;
+      const start = turn % count;
+      let best = start;
+      for (let offset = 1; offset < count; offset++) {
+        const i = (start + offset) % count;
         const score = scores[i] as number;
         const top = scores[best] as number;
         if (
@@ -112,6 +117,7 @@ export function maxScorePicker<W>(): Picker<W> {
           best = i;
         }
       }
+      turn = (start + 1) % count;
       return candidates[best] as W;
     },
   };

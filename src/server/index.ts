@@ -16,7 +16,7 @@ export {
   type RetryOptions,
 } from './failure-rules.js';
 export { BREAKER_DEFAULTS, HEALTH_DEFAULTS, type ProbeFailure } from './health.js';
-export { KvFollower, type KvFollowerOptions, type KvWorker } from './kv-following.js';
+export { type FollowedPool, KvFollower, type KvFollowerOptions, type KvWorker } from './kv-following.js';
 export type { Route } from './openai-format.js';
 export {
   ConfigError,

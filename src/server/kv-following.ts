@@ -1,4 +1,3 @@
-import type { WorkerPool } from '../flow/worker-pool.js';
 import { KvBlockIndex } from '../kv/block-index.js';
 import { loadBlockKeys } from '../kv/block-keys.js';
 import { KvEventSubscriber } from '../kv/kv-subscriber.js';
@@ -18,6 +17,12 @@ export interface KvWorker {
   dpRank?: number | undefined;
   /** How the logs name it; its URL by default. */
   name?: string | undefined;
+}
+
+/** What {@link KvFollower} follows of a pool: its workers, and when they change (a `WorkerPool`). */
+export interface FollowedPool<W> {
+  readonly workers: readonly W[];
+  onChange(listener: () => void): () => void;
 }
 
 /** Options of {@link KvFollower}. */
@@ -64,7 +69,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   readonly #options: KvFollowerOptions<W>;
   readonly #logger: Logger;
   readonly #subscribers = new Map<W, KvEventSubscriber>();
-  #pools: ReadonlyArray<WorkerPool<W>> = [];
+  #pools: ReadonlyArray<FollowedPool<W>> = [];
   #unfollow: Array<() => void> = [];
   #index: KvBlockIndex<W> | undefined;
   #closed = false;
@@ -85,7 +90,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   }
 
   /** Whether any worker of `pools` is to be followed. */
-  enabled(pools: ReadonlyArray<WorkerPool<W>>): boolean {
+  enabled(pools: ReadonlyArray<FollowedPool<W>>): boolean {
     return this.#options.port !== undefined || pools.some((pool) => pool.workers.some((w) => w.kvEvents !== undefined));
   }
 
@@ -95,7 +100,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
    *
    * @throws {KvEventsUnavailableError} without the optional `zeromq` package.
    */
-  async start(pools: ReadonlyArray<WorkerPool<W>>): Promise<void> {
+  async start(pools: ReadonlyArray<FollowedPool<W>>): Promise<void> {
     this.#pools = pools;
     if (!this.enabled(pools) || this.#closed) return;
     this.#index = new KvBlockIndex<W>(await loadBlockKeys());

@@ -39,10 +39,14 @@ describe('scoredPolicy: filters, weighted scorers, a picker', () => {
     expect(policy.select(['w0', 'w1', 'w2'], loadOf({}), undefined)).toBe('w2');
   });
 
-  it('max-score ties go to the less loaded, then to the first', () => {
+  it('max-score ties go to the less loaded, then in turn: a run of prompts nobody holds is spread', () => {
     const picker = maxScorePicker<string>();
     expect(picker.pick(['w0', 'w1', 'w2'], [1, 1, 0.5], loadOf({ w0: 3, w1: 1 }))).toBe('w1');
-    expect(picker.pick(['w0', 'w1'], [1, 1], loadOf({}))).toBe('w0');
+    const fresh = maxScorePicker<string>();
+    const picks = [0, 1, 2, 3].map(() => fresh.pick(['w0', 'w1', 'w2'], [1, 1, 1], loadOf({})));
+    expect(picks).toEqual(['w0', 'w1', 'w2', 'w0']);
+    // The higher score wins wherever the turn starts.
+    expect([0, 1, 2].map(() => fresh.pick(['w0', 'w1', 'w2'], [0, 1, 0], loadOf({})))).toEqual(['w1', 'w1', 'w1']);
   });
 
   it('scores outside 0..1 are clamped, and weights must be positive', () => {
