@@ -39,6 +39,16 @@ describe('the README stays true', () => {
     );
   });
 
+  it("the README's router is examples/router-hono.ts, word for word, and its Express router the end of examples/router-express.ts", () => {
+    const section = /### Build your own router\n([\s\S]*?)\n### /.exec(read('README.md'))?.[1] ?? '';
+    const [hono, express] = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((match) => match[1] as string);
+    expect(hono).toBe(read('examples/router-hono.ts'));
+    const expressFile = read('examples/router-express.ts');
+    const body = (express ?? '').slice((express ?? '').indexOf('const app = express();'));
+    expect(body.length).toBeGreaterThan(200);
+    expect(expressFile.endsWith(body)).toBe(true);
+  });
+
   it('the README quick start is the two commands', () => {
     const readme = read('README.md');
     expect(readme).toContain('npm ci && npm run demo');

@@ -1,5 +1,6 @@
-// The README's TypeScript, compiled as a router author compiles it: strict, against the built
-// package (its own exports and declarations, not src/), with @types/node 20.
+// The README's TypeScript, compiled as a router author compiles it: strict, with
+// exactOptionalPropertyTypes, against the built package (its own exports and declarations,
+// not src/), with @types/node 20.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +16,10 @@ const CONTEXT: Record<string, string> = {
   requestId: 'declare const requestId: string;',
   checkApiKey: "declare const checkApiKey: import('fastify').onRequestHookHandler;",
   disagg: "declare const disagg: import('disagg/server').DisaggHandler;",
+  // The Express router's block: what the Hono router's above made.
+  flow: "declare const flow: Omit<import('disagg').DisaggregateOptions<{ url: string; bootstrapPort: number }, { url: string }>, 'request' | 'context'>;",
+  redact: 'declare const redact: (text: string) => string;',
+  health: "declare const health: import('disagg/server').WorkerHealth<{ url: string }, { url: string }>;",
 };
 
 function blocks(): string[] {
@@ -23,7 +28,7 @@ function blocks(): string[] {
 }
 
 describe("the README's TypeScript", () => {
-  it('every block compiles strictly against the built package', () => {
+  it('every block compiles strictly (exactOptionalPropertyTypes too) against the built package', () => {
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
     const found = blocks();
@@ -46,6 +51,7 @@ describe("the README's TypeScript", () => {
           moduleResolution: 'NodeNext',
           types: ['node'],
           strict: true,
+          exactOptionalPropertyTypes: true,
           noUncheckedIndexedAccess: true,
           noEmit: true,
           skipLibCheck: true,

@@ -3,6 +3,8 @@
 import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
 import { type Logger, pino } from 'pino';
+import { DiscoveryUnavailableError } from '../discovery/kubernetes-discovery.js';
+import { KvEventsUnavailableError } from '../kv/kv-subscriber.js';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
 import { startOtlpTracing, TracingUnavailableError } from './otlp-tracing.js';
@@ -84,7 +86,10 @@ function startupFailure(error: unknown, config: ServeConfig): string | undefined
   const code = (error as { code?: unknown })?.code;
   const where = `${config.host}:${config.port}`;
   if (code === 'PRETTY_MISSING') return '--log-format pretty needs pino-pretty: npm install pino-pretty';
+  // An optional dependency the settings need and the install left out: what to install, one line.
   if (TracingUnavailableError.is(error)) return error.message;
+  if (DiscoveryUnavailableError.is(error)) return error.message;
+  if (KvEventsUnavailableError.is(error)) return error.message;
   if (code === 'EADDRINUSE') return `cannot listen on ${where}: the port is in use (another disagg serve?)`;
   if (code === 'EACCES') return `cannot listen on ${where}: permission denied (ports below 1024 need privileges)`;
   if (code === 'EADDRNOTAVAIL') return `cannot listen on ${where}: no such address on this machine`;

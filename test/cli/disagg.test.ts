@@ -46,6 +46,52 @@ describe('the disagg command (built)', () => {
     expect(unknown.stderr).toMatch(/^disagg: unknown command "foo"\n/);
   });
 
+  it.each([
+    [
+      '@kubernetes/client-node',
+      ['--prefill-selector', 'app=p', '--decode-selector', 'app=d'],
+      'Kubernetes discovery needs the optional dependency @kubernetes/client-node',
+    ],
+    [
+      'zeromq',
+      ['--prefill-policy', 'precise-prefix', '--kv-events-port', '5557'],
+      'KV cache events need the optional dependency zeromq',
+    ],
+    ['pino-pretty', ['--log-format', 'pretty'], '--log-format pretty needs pino-pretty'],
+    [
+      '@opentelemetry/api',
+      ['--otlp-endpoint', 'http://127.0.0.1:4318'],
+      '--otlp-endpoint needs the optional dependencies',
+    ],
+  ])(
+    'serve without %s (an install with --omit=optional): one line saying what to install, exit 1, no stack',
+    (name, flags, said) => {
+      const run = spawnSync(
+        process.execPath,
+        [
+          '--import',
+          `${root}/test/support/without-packages.mjs`,
+          bin,
+          'serve',
+          '--connector',
+          'vllm',
+          '--prefill',
+          'http://127.0.0.1:1',
+          '--decode',
+          'http://127.0.0.1:2',
+          '--port',
+          '0',
+          ...flags,
+        ],
+        { encoding: 'utf8', env: { ...process.env, HIDE_PACKAGES: name }, timeout: 20_000 },
+      );
+      expect(run.status).toBe(1);
+      const lines = run.stderr.split('\n').filter((line) => line !== '');
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toContain(`disagg serve: ${said}`);
+    },
+  );
+
   it('serve: a port in use or a host that does not resolve is one clear line and exit 1, no stack trace', async () => {
     const busy = createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
