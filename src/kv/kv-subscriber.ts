@@ -72,11 +72,16 @@ const END = (1n << 64n) - 1n; // seq -1: the end of a replay
  *
  * Needs the optional dependency `zeromq`. `close()` stops it; nothing is left running.
  *
+ * `KvFollower` (`disagg/server`) runs one per worker of a pool into one index; use this one
+ * for a feed of your own.
+ *
  * @example
  * const subscriber = new KvEventSubscriber({
  *   endpoint: 'tcp://10.0.0.5:5557', replayEndpoint: 'tcp://10.0.0.5:5558',
  *   onBatch: (batch) => batch.events.forEach((event) => index.apply(worker, event)),
  *   onReset: () => index.clear(worker),
+ *   // Not trusted while a gap is replayed: scorers read the worker's view as unknown meanwhile.
+ *   onTrust: (trusted) => index.setTrusted(worker, trusted),
  * });
  * await subscriber.start();
  */
