@@ -240,7 +240,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     if (endpoint !== undefined) return endpoint(this, res, body);
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
     // Refused as the body is read (field checks), before the engine's request handler.
-    const invalid = this.#engine.refuse?.(path, body) ?? this.#refuseBudget(path, body);
+    const invalid = requiredField(path, body) ?? this.#engine.refuse?.(path, body) ?? this.#refuseBudget(path, body);
     if (invalid !== undefined) return this.answerError(res, 400, invalid);
     const record: FakeRequest = {
       path,
@@ -568,4 +568,14 @@ function budgetOf(path: string, body: Record<string, unknown>): [string, unknown
 function errorChunk(code: number, message: string) {
   const type = code >= 500 ? 'InternalServerError' : 'BadRequestError';
   return { error: { object: 'error', message, type, param: null, code } };
+}
+
+/**
+ * The field a route cannot do without, missing: vLLM and SGLang refuse such a body with a 400
+ * as their request models are read (`Field required`), before any generation.
+ */
+function requiredField(path: string, body: Record<string, unknown>): string | undefined {
+  if (path === '/v1/completions' && body.prompt === undefined) return 'prompt: Field required';
+  if (path === '/v1/chat/completions' && body.messages === undefined) return 'messages: Field required';
+  return undefined;
 }

@@ -40,6 +40,25 @@ describe('startFakeWorker', () => {
     expect((await post({ prompt: 'p', max_tokens: 4 })).status).toBe(200);
   });
 
+  it.each(['vllm', 'sglang'] as const)(
+    '%s: a body without the field its route needs (a Responses body sent to completions) is a 400, as the engines read it, not tokens',
+    async (protocol) => {
+      const worker = await fakes.start({ role: 'decode', protocol });
+      for (const [path, field] of [
+        ['/v1/completions', 'prompt'],
+        ['/v1/chat/completions', 'messages'],
+      ]) {
+        const answer = await request(`${worker.url}${path}`, {
+          method: 'POST',
+          body: JSON.stringify({ model: 'm', input: 'Say hi', max_output_tokens: 4 }),
+        });
+        expect(answer.statusCode).toBe(400);
+        expect(await answer.body.text()).toContain(`${field}: Field required`);
+      }
+      expect(worker.requests).toEqual([]);
+    },
+  );
+
   it('streams deterministic tokens, at most max_tokens, ending with [DONE]', async () => {
     const worker = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 5 });
     const items = await collect(
