@@ -123,7 +123,7 @@ export function checkDeadlines(value: unknown): Readonly<Deadlines> {
  * covered by one of these. Given deadlines replace these one by one; `0` turns one off.
  *
  * @example
- * disaggregate({ ..., deadlines: { idleMs: 30_000, handoffMs: 0 } }); // idle 30 s, no handoff budget, the rest as here
+ * disaggregate({ ...options, deadlines: { idleMs: 30_000, handoffMs: 0 } }); // idle 30 s, no handoff budget, the rest as here
  */
 export const DEFAULT_DEADLINES: Readonly<Required<Omit<Deadlines, 'totalMs'>>> = Object.freeze({
   prefillFirstOutputMs: 600_000,

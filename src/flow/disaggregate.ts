@@ -73,7 +73,12 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * `decode`): a router retries it by calling `disaggregate` again, which runs a fresh prefill.
    *
    * @example
-   * retryDecode: (error, attempt) => (attempt < 2 && isTransient(error) ? 100 * 2 ** attempt : undefined)
+   * // Twice, for a worker that could not be reached or answered 5xx (`defaultRetries()` from
+   * // `disagg/server` gives the proxy's rules).
+   * disaggregate({
+   *   ...options,
+   *   retryDecode: (error, attempt) => (attempt < 2 && UpstreamError.is(error) && error.retryable ? 100 * 2 ** attempt : undefined),
+   * });
    */
   retryDecode?: ((error: unknown, attempt: number) => number | undefined) | undefined;
   /**
@@ -90,7 +95,10 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * no retries.
    *
    * @example
-   * retryPrefill: (error, attempt) => (attempt < 2 && isTransient(error) ? 50 * 2 ** attempt : undefined)
+   * disaggregate({
+   *   ...options,
+   *   retryPrefill: (error, attempt) => (attempt < 2 && PrefillError.is(error) && error.retryable ? 50 * 2 ** attempt : undefined),
+   * });
    */
   retryPrefill?: ((error: unknown, attempt: number) => number | undefined) | undefined;
   /**

@@ -12,7 +12,7 @@ import type { RequestBody } from './request-shaping.js';
  * settings; the client reads one stream (same id, same choice, each token once, one finish).
  *
  * @example
- * disaggregate({ ..., migration: { limit: 2 } }); // up to two moves per request, on decode workers
+ * disaggregate({ ...options, migration: { limit: 2 } }); // up to two moves per request, on decode workers
  */
 export interface MigrationOptions {
   /** How many times one request may move to another worker; 0 (the default) turns it off. */

@@ -105,7 +105,7 @@ interface PoolRecord {
  *   { selection: cacheAware() },
  * );
  * const decodeWorkers = new WorkerPool([{ url: 'http://d0:8000' }], { selection: 'least-in-flight' });
- * await disaggregate({ ..., prefillWorkers, decodeWorkers, prefill: httpEngine(), decode: httpEngine() });
+ * await disaggregate({ ...request, connector: sglangBootstrap, prefillWorkers, decodeWorkers, prefill: httpEngine(), decode: httpEngine() });
  */
 export class WorkerPool<W> {
   /** Replaced, never changed in place: a caller iterating `workers` is not disturbed by a change. */

@@ -72,8 +72,11 @@ export interface FlowGuardHooks extends GuardHooks {
  * following the reference router's rules (see the README's rule table).
  *
  * @example
- * const task = PrefillTask.spawn(() => drainPrefill(prefillEngine(request, prefillContext)));
- * const stream = await task.forwardDecode((signal) => decodeEngine(request, context, signal), context);
+ * const prefillContext = new Controller(context.id); // its own: the client cannot cancel it
+ * const task = PrefillTask.spawn(async () => {
+ *   for await (const item of await prefillEngine(body, prefillContext, worker)) PrefillTask.checkOutput(item);
+ * });
+ * const stream = await task.forwardDecode(() => decodeEngine(body, context, worker), context);
  * for await (const item of stream) send(item); // tokens flow; the terminal waits for prefill
  */
 export class PrefillTask {

@@ -74,7 +74,7 @@ export interface HttpEngineOptions<W> {
  *
  * @example
  * const engine = httpEngine<{ url: string }>(); // the worker chosen by a WorkerPool has the url
- * disaggregate({ ..., connector: vllmNixl, prefill: engine, decode: engine, prefillWorkers, decodeWorkers });
+ * disaggregate({ ...request, connector: vllmNixl, prefill: engine, decode: engine, prefillWorkers, decodeWorkers });
  */
 export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = {}): Engine<W> {
   const api = options.api ?? 'auto';

@@ -67,8 +67,9 @@ export class KvEventFormatError extends DisaggError {
  *
  * @throws {KvEventFormatError} for a payload that is not msgpack or not a batch.
  * @example
- * const batch = decodeKvEventBatch(frames[2]);
- * for (const event of batch.events) if (event.kind === 'stored') index.store(worker, event);
+ * const [, , payload] = frames; // [topic, sequence, batch], as a SUB socket receives them
+ * const batch = decodeKvEventBatch(payload as Uint8Array);
+ * for (const event of batch.events) index.apply(worker, event);
  */
 export function decodeKvEventBatch(payload: Uint8Array): KvEventBatch {
   let raw: unknown;

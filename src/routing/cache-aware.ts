@@ -43,7 +43,7 @@ export const CACHE_AWARE_DEFAULTS: Readonly<Required<CacheAwareOptions>> = Objec
  * A request without routing text (no prompt or messages) goes to the least loaded worker.
  *
  * @example
- * new WorkerPool(prefillWorkers, { selection: cacheAware({ cacheThreshold: 0.3 }) });
+ * new WorkerPool(workers, { selection: cacheAware({ cacheThreshold: 0.3 }) });
  *
  * @throws {TypeError} for a threshold that is not a number in its range.
  */

@@ -35,7 +35,7 @@ export interface ConsistentHashOptions<W> {
  * Without a key, least in flight.
  *
  * @example
- * new WorkerPool(prefillWorkers, { selection: consistentHash() });
+ * new WorkerPool(workers, { selection: consistentHash() });
  *
  * @throws {TypeError} for `virtualNodes` or `keyChars` that is not a positive whole number.
  */

@@ -132,7 +132,7 @@ export interface PrecisePrefixOptions<W = unknown> {
  *
  * @example
  * const kv = new KvFollower({ port: 5557, replayPort: 5558 }); // from disagg/server
- * const pool = new WorkerPool(prefillWorkers, { selection: precisePrefix(kv) });
+ * const pool = new WorkerPool(workers, { selection: precisePrefix(kv) });
  * await kv.start([pool]);
  * pool.acquire(undefined, new RoutingInput({ prompt: tokenIds }));
  */

@@ -5,7 +5,7 @@ import type { LoadView, RoutingPolicy } from './routing-policy.js';
  * further each time, so that equally idle workers share the load instead of the first taking it all.
  *
  * @example
- * new WorkerPool(urls, { selection: leastInFlight() }); // the same as selection: 'least-in-flight'
+ * new WorkerPool(workers, { selection: leastInFlight() }); // the same as selection: 'least-in-flight'
  */
 export function leastInFlight<W>(): RoutingPolicy<W> {
   let turn = 0;

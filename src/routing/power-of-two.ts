@@ -12,7 +12,7 @@ export interface PowerOfTwoOptions {
  * router of a fleet piling onto the same least loaded worker at once.
  *
  * @example
- * new WorkerPool(decodeUrls, { selection: powerOfTwo() });
+ * new WorkerPool(workers, { selection: powerOfTwo() });
  */
 export function powerOfTwo<W>(options: PowerOfTwoOptions = {}): RoutingPolicy<W> {
   const random = options.random ?? Math.random;

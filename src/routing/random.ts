@@ -12,7 +12,7 @@ export interface RandomOptions {
  * for the others, and a fair choice for workers of equal speed under even traffic.
  *
  * @example
- * new WorkerPool(urls, { selection: random() });
+ * new WorkerPool(workers, { selection: random() });
  */
 export function random<W>(options: RandomOptions = {}): RoutingPolicy<W> {
   const draw = options.random ?? Math.random;

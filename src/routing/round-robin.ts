@@ -5,7 +5,7 @@ import type { RoutingPolicy } from './routing-policy.js';
  * the list of candidates it is given, so a worker out of rotation is skipped without a gap.
  *
  * @example
- * new WorkerPool(urls, { selection: roundRobin() }); // the same as selection: 'round-robin'
+ * new WorkerPool(workers, { selection: roundRobin() }); // the same as selection: 'round-robin'
  */
 export function roundRobin<W>(): RoutingPolicy<W> {
   let turn = 0;

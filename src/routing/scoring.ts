@@ -50,7 +50,7 @@ export interface ScoredPolicyParts<W> {
  *
  * @example
  * // Cache affinity weighed against load, as llm-d's default profile weighs prefix and queue scorers.
- * new WorkerPool(prefillWorkers, { selection: scoredPolicy({ scorers: [{ scorer: prefixScorer(), weight: 2 }, { scorer: loadScorer(), weight: 1 }] }) });
+ * new WorkerPool(workers, { selection: scoredPolicy({ scorers: [{ scorer: prefixScorer(), weight: 2 }, { scorer: loadScorer(), weight: 1 }] }) });
  *
  * @throws {TypeError} without a scorer, or for a weight that is not a positive finite number.
  */

@@ -18,7 +18,7 @@ export interface SessionAffinityOptions<W> {
  * (`routed`, `completed`) and of a worker leaving, so that it learns what each worker holds.
  *
  * @example
- * new WorkerPool(prefillUrls, { selection: sessionAffinity({ fallback: cacheAware() }) });
+ * new WorkerPool(workers, { selection: sessionAffinity({ fallback: cacheAware() }) });
  */
 export function sessionAffinity<W>(options: SessionAffinityOptions<W> = {}): RoutingPolicy<W> {
   const fallback = options.fallback;

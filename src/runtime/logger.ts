@@ -8,7 +8,8 @@ export type LogMethod = (fields: object, message?: string) => void;
  * logger (or a child of one) fits as it is; so does any object with these methods.
  *
  * @example
- * PrefillTask.spawn(prefill(), { logger: pino().child({ requestId }) });
+ * import { pino } from 'pino';
+ * PrefillTask.spawn(runPrefill(), { logger: pino().child({ requestId }) });
  */
 export interface Logger {
   error: LogMethod;

@@ -49,7 +49,7 @@ export class ResponseStream<T> implements AsyncIterable<T> {
    * taken its KV yet is cleaned up first), and its worker leases are released.
    *
    * @example
-   * if (res.destroyed) return stream.cancel();
+   * res.on('close', () => stream.cancel()); // a client that left: nobody will read it
    */
   cancel(): void {
     this.#iterator ??= this.#source[Symbol.asyncIterator]();

@@ -17,6 +17,7 @@ import { describeValue } from '../util/describe-value.js';
  * when the next item arrives.)
  *
  * @example
+ * import { map } from 'rxjs';
  * toObservable(await disaggregate(options)).pipe(map((item) => item.data?.text)).subscribe(write);
  *
  * @throws {TypeError} for a value that is not async iterable.
@@ -179,6 +180,7 @@ function settle<T>(entry: Entry<T>): Promise<IteratorResult<T>> {
  * types of the prefill and decode workers (what `routed` and `finished` name).
  *
  * @example
+ * import { filter } from 'rxjs';
  * const { onEvent, events } = flowEvents<{ url: string }, { url: string }>();
  * const stream = await disaggregate({ ...options, onEvent });
  * events.pipe(filter((e) => e.type === 'finished')).subscribe((e) => metrics.outcome(e.outcome));

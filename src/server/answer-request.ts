@@ -45,7 +45,7 @@ export interface AnswerOptions extends Omit<RelayOptions, 'request' | 'route' | 
  * the request's failure.
  *
  * @example
- * app.post('/v1/chat/completions', (req, res) =>
+ * expressApp.post('/v1/chat/completions', (req, res) =>
  *   answerNode(req, res, 'chat', (body, context) => disaggregate({ request: body, context, ...flow })),
  * );
  */

@@ -24,9 +24,10 @@ export type PolicyFactory<W> = (services: RoutingServices<W>) => RoutingPolicy<W
  * the flow's rules, deadlines, retries and clean-up apply to it as to the proxy's own.
  *
  * @example
- * // Every decode call with a header of yours, the rest as the proxy does it.
- * engine: (leg, proxyEngine) =>
- *   leg === 'decode' ? (body, context, worker) => proxyEngine({ ...body, priority: 1 }, context, worker) : proxyEngine,
+ * // Every decode call with a field of yours, the rest as the proxy does it.
+ * const engine: EngineHook = (leg, proxyEngine) =>
+ *   leg === 'decode' ? (body, context, worker) => proxyEngine({ ...body, priority: 1 }, context, worker) : proxyEngine;
+ * createHandler({ connector: 'vllm', prefill: [{ url: 'http://p0:8100' }], decode: [{ url: 'http://d0:8200' }], engine });
  */
 export type EngineHook = (
   leg: 'prefill' | 'decode',

@@ -123,7 +123,7 @@ async function opened(
  *
  * @example
  * const answer = (error: unknown) => errorToResponse(error, { redact: workerRedactor(workers) });
- * const result = await writeSse(disaggregate({ ... }), res, { request: body, answer, context });
+ * const result = await writeSse(disaggregate({ ...options, request: body, context }), res, { request: body, answer, context });
  */
 export async function writeSse(
   source: RelaySource,
@@ -170,7 +170,7 @@ export async function writeSse(
  * status and OpenAI-style body instead. Resolves with the usage reported.
  *
  * @example
- * const { usage } = await writeJson(disaggregate({ ... }), res, { request: body });
+ * const { usage } = await writeJson(disaggregate({ ...options, request: body }), res, { request: body });
  */
 export async function writeJson(
   source: RelaySource,
@@ -217,7 +217,7 @@ function fetchForm(
  * @example
  * app.post('/v1/completions', async (c) => {
  *   const body = await c.req.json();
- *   const response = await sseResponse(disaggregate({ request: body, ... }), { request: body });
+ *   const response = await sseResponse(disaggregate({ ...options, request: body }), { request: body });
  *   response.result.then(({ usage }) => meter(usage));
  *   return response;
  * });
@@ -235,7 +235,7 @@ export function sseResponse(source: RelaySource, options: RelayOptions = {}): Pr
  * // A client that did not ask to stream: one JSON answer, or the failure's status and body.
  * app.post('/v1/completions', async (c) => {
  *   const body = await c.req.json();
- *   return jsonResponse(disaggregate({ request: body, ... }), { request: body });
+ *   return jsonResponse(disaggregate({ ...options, request: body }), { request: body });
  * });
  */
 export function jsonResponse(

@@ -99,7 +99,7 @@ export interface ModelLimits {
  *
  * @example
  * try { validateRequest('completions', body, { maxModelLen: () => 32_768 }); }
- * catch (error) { const { status, body } = errorToResponse(error); } // a 400 naming `param`
+ * catch (error) { const { status, body: answer } = errorToResponse(error); } // a 400 naming `param`
  *
  * @throws {UnsupportedRequestError} naming the field and saying what was expected.
  */

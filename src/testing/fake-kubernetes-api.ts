@@ -55,6 +55,7 @@ export interface FakeKubernetesApi {
  * 127.0.0.1 and a port of its own unless told; no authentication.
  *
  * @example
+ * import { writeFileSync } from 'node:fs';
  * const api = await startFakeKubernetesApi();
  * api.apply({ name: 'prefill-0', labels: { app: 'vllm', role: 'prefill' }, ip: '127.0.0.1' });
  * writeFileSync('kubeconfig', fakeKubeconfig(api.url)); // then KUBECONFIG=kubeconfig disagg serve --prefill-selector ...
