@@ -312,6 +312,9 @@ async function startFlow(
       retryPrefill: (error) => (proxy.closing ? undefined : retry(error)),
       reuseHandoff: proxy.options.retry.reuseHandoff,
       noPrefillWorker: proxy.options.requireDisaggregation ? 'fail' : 'aggregate',
+      // Every answer says what it used (tenants' token limits, the token metrics), whether or
+      // not its client asked; a client that did not gets no usage chunk.
+      usage: 'always',
       onEvent: events.onEvent,
       logger: proxy.logger,
       deadlines: proxy.options.deadlines,
