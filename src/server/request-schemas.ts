@@ -101,13 +101,19 @@ export interface ModelLimits {
  * try { validateRequest('completions', body, { maxModelLen: () => 32_768 }); }
  * catch (error) { const { status, body: answer } = errorToResponse(error); } // a 400 naming `param`
  *
- * @throws {UnsupportedRequestError} naming the field and saying what was expected.
+ * @throws {UnsupportedRequestError} naming the field and saying what was expected;
+ *   {TypeError} for a route that is none of `completions`, `chat` and `generate` (the program's mistake).
  */
 export function validateRequest(
   route: Route,
   body: unknown,
   limits?: ModelLimits,
 ): asserts body is Record<string, unknown> {
+  if (!Object.hasOwn(SCHEMAS, route)) {
+    throw new TypeError(
+      `validateRequest: route must be one of ${Object.keys(SCHEMAS).join(', ')}, got ${describeValue(route)}`,
+    );
+  }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new UnsupportedRequestError('body', `The request body must be a JSON object, got ${describeValue(body)}`);
   }
