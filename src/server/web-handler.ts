@@ -101,7 +101,10 @@ export function createHandler(options: HandlerOptions): DisaggHandler {
     const full = pathOf(req);
     const under = full === basePath || full.startsWith(`${basePath}/`);
     const path = under ? full.slice(basePath.length) || '/' : full;
-    if (next !== undefined && (!under || !servesPath(core.options, path))) return next();
+    if (next !== undefined && (!under || !servesPath(core.options, path))) {
+      next();
+      return;
+    }
     const body = bodyReadAlready(req);
     core.start().then(
       () => core.answer(req, res, { path, ...(body === undefined ? {} : { body }) }),
