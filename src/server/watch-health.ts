@@ -70,7 +70,7 @@ export interface WorkerHealth<P, D> {
  * @throws {TypeError} for a pool that is not a `WorkerPool`, or a worker without a `url`.
  * @example
  * const health = watchHealth({ prefill: prefillWorkers, decode: decodeWorkers });
- * const stream = await disaggregate({ ...request, prefillWorkers, decodeWorkers, onEvent: health.onEvent });
+ * const stream = await disaggregate({ ...options, prefillWorkers, decodeWorkers, onEvent: health.onEvent });
  * process.on('SIGTERM', () => health.stop());
  */
 export function watchHealth<P extends { url: string }, D extends { url: string }>(
