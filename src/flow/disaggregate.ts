@@ -15,6 +15,7 @@ import { sanitizeClientRequest } from './handoff-fields.js';
 import type { ContinuationStart } from './migrating-stream.js';
 import { type MigrationOptions, migrationPlan } from './migration.js';
 import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
+import { withUsageAsked } from './usage.js';
 import { type Lease, NoWorkerError, WorkerPool } from './worker-pool.js';
 
 // An engine leg's type lives with the runtime, below both the flow and the transport.
@@ -73,12 +74,9 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * `decode`): a router retries it by calling `disaggregate` again, which runs a fresh prefill.
    *
    * @example
-   * // Twice, for a worker that could not be reached or answered 5xx (`defaultRetries()` from
-   * // `disagg/server` gives the proxy's rules).
-   * disaggregate({
-   *   ...options,
-   *   retryDecode: (error, attempt) => (attempt < 2 && UpstreamError.is(error) && error.retryable ? 100 * 2 ** attempt : undefined),
-   * });
+   * // Twice after a refused connection or a 5xx (`defaultRetries()`, disagg/server: the proxy's rules).
+   * const retryDecode = (error: unknown, attempt: number) =>
+   *   attempt < 2 && UpstreamError.is(error) && error.retryable ? 100 * 2 ** attempt : undefined;
    */
   retryDecode?: ((error: unknown, attempt: number) => number | undefined) | undefined;
   /**
@@ -95,10 +93,7 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * no retries.
    *
    * @example
-   * disaggregate({
-   *   ...options,
-   *   retryPrefill: (error, attempt) => (attempt < 2 && PrefillError.is(error) && error.retryable ? 50 * 2 ** attempt : undefined),
-   * });
+   * disaggregate({ ...options, retryPrefill: (error, attempt) => (attempt < 2 && PrefillError.is(error) && error.retryable ? 50 : undefined) });
    */
   retryPrefill?: ((error: unknown, attempt: number) => number | undefined) | undefined;
   /**
@@ -225,8 +220,9 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const { connector, context, logger } = options;
   const sanitized = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
   // Usage asked of the workers on the client's behalf is taken off what the client reads.
-  const askUsage = options.usage === 'always' && usageUnasked(sanitized);
-  const request = askUsage ? withUsageAsked(sanitized) : sanitized;
+  const asked = options.usage === 'always' ? withUsageAsked(sanitized) : undefined;
+  const askUsage = asked !== undefined;
+  const request = asked ?? sanitized;
   const refused = connector.refuse?.(request);
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);
@@ -323,23 +319,6 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       }
     }
   }
-}
-
-/**
- * Whether `request` is a streamed OpenAI request (a `prompt` or `messages`: vLLM and SGLang
- * refuse `stream_options` on a whole one, and `/generate` has none) that did not ask for usage.
- */
-function usageUnasked(request: RequestBody): boolean {
-  if (request.stream !== true || (request.prompt === undefined && !Array.isArray(request.messages))) return false;
-  return (request.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage !== true;
-}
-
-function withUsageAsked(request: RequestBody): RequestBody {
-  const options = request.stream_options;
-  return {
-    ...request,
-    stream_options: { ...(typeof options === 'object' && options !== null ? options : {}), include_usage: true },
-  };
 }
 
 /** Waits `ms` (on the flow's one timer), or less if the client leaves meanwhile. */

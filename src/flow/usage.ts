@@ -1,5 +1,6 @@
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { RequestBody } from './request-shaping.js';
 
 /** What prefill reports of the prompt (above all `cached_tokens`). */
 export type PromptTokensDetails = Record<string, unknown>;
@@ -76,4 +77,20 @@ export function withoutUsageChunks(item: EngineItem): EngineItem {
 function usageOnly(chunk: WireChunk): boolean {
   const { choices, usage } = chunk.json;
   return Array.isArray(choices) && choices.length === 0 && typeof usage === 'object' && usage !== null;
+}
+
+/**
+ * `request` with `stream_options.include_usage` for a streamed OpenAI request (a `prompt` or
+ * `messages`) that did not ask for usage; undefined for any other (a whole request, which vLLM
+ * and SGLang refuse `stream_options` on and which reports usage anyway; SGLang's `/generate`;
+ * one that asked).
+ */
+export function withUsageAsked(request: RequestBody): RequestBody | undefined {
+  if (request.stream !== true || (request.prompt === undefined && !Array.isArray(request.messages))) return undefined;
+  const options = request.stream_options;
+  if ((options as { include_usage?: unknown } | null | undefined)?.include_usage === true) return undefined;
+  return {
+    ...request,
+    stream_options: { ...(typeof options === 'object' && options !== null ? options : {}), include_usage: true },
+  };
 }
