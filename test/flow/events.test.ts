@@ -1,8 +1,7 @@
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { sglangBootstrap } from '../../src/engines/registry.js';
 import { earlyBootstrap } from '../../src/flow/connectors.js';
 import type { DisaggregateOptions } from '../../src/flow/disaggregate.js';
-import { type FlowEvent, FlowRecorder } from '../../src/flow/events.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
