@@ -78,6 +78,27 @@ const ask = (url: string, key: string | undefined, prompt: string) =>
   }));
 
 describe('tenants sharing one fleet', () => {
+  it("a tenant with a token limit: its streams are counted as the workers used them, without a usage chunk its client did not ask for; another tenant's decode is not asked", async () => {
+    const { url, decode } = await setup();
+    const stream = (key: string) =>
+      request(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: JSON.stringify({ model: 'fake-model', prompt: 'small', max_tokens: 2, stream: true }),
+      }).then((answer) => answer.body.text());
+    const text = await stream('sk-small-0000001');
+    expect(text).toContain('tok1');
+    expect(text).not.toContain('"usage"');
+    expect(decode.requests.at(-1)?.body.stream_options).toEqual({ include_usage: true });
+    await stream('sk-chat-00000001');
+    expect(decode.requests.at(-1)?.body).not.toHaveProperty('stream_options');
+    const metrics = await (await request(`${url}/metrics`)).body.text();
+    // 2 prompt and 2 generated tokens as the workers said them; without the usage it would be
+    // the estimate of the prompt alone (a quarter of its text: 2), as for chat's stream.
+    expect(metrics).toContain('disagg_tenant_tokens_total{tenant="small"} 4');
+    expect(metrics).toContain('disagg_tenant_tokens_total{tenant="chat"} 2');
+  });
+
   it("a tenant flooding at 10 x its limit is refused past it, and another tenant's requests wait behind at most one of its own", async () => {
     const { url, decode } = await setup();
     // The slot held; 200 requests from batch (limit 20 a minute); chat's three once batch's 20 wait.
