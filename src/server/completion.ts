@@ -201,7 +201,18 @@ async function serveAdmitted(
   let writer: ResponseWriter | undefined;
   try {
     const sessionKey = headerValue(req.headers[proxy.options.routing.sessionHeader]);
-    writer = await serve(proxy, { body, route, context, res, entry, events, answerFor, engines, sessionKey, usageNeeded });
+    writer = await serve(proxy, {
+      body,
+      route,
+      context,
+      res,
+      entry,
+      events,
+      answerFor,
+      engines,
+      sessionKey,
+      usageNeeded,
+    });
   } finally {
     proxy.inFlight.delete(entry);
     if (writer?.usage !== undefined) {
