@@ -2,14 +2,12 @@
 // the author compiles it: strict, with exactOptionalPropertyTypes, against the built package,
 // each example a module of its own that sees every export of the package's entry points and
 // the names of its surroundings below.
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { compileModules, contextOf } from './support/snippets.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-// Inside the repository, so that `disagg` resolves to this package's own exports (dist/).
-const dir = `${root}.jsdoc-examples`;
 const ENTRIES = {
   index: 'disagg',
   server: 'disagg/server',
@@ -71,11 +69,6 @@ const CONTEXT: Record<string, string> = {
   call: 'declare const call: Engine<{ url: string }>;',
 };
 
-/** `name` as a regular expression matches it (`generate$`). */
-function escaped(name: string): string {
-  return name.replace(/[$]/g, '\\$');
-}
-
 /** Every export name of each entry point, from the `export { ... }` lists of its typings. */
 function exportsOf(entry: string): string[] {
   const typings = readFileSync(`${root}dist/${entry}.d.ts`, 'utf8');
@@ -110,75 +103,30 @@ function examples(): Array<{ from: string; code: string }> {
 
 describe('the JSDoc examples of the typings', () => {
   it('every one compiles strictly, exactOptionalPropertyTypes too, against the built package', () => {
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
     const imported = new Set<string>();
-    const preamble = Object.entries(ENTRIES)
-      .map(([entry, specifier]) => {
-        const names = exportsOf(entry).filter((name) => !imported.has(name));
-        for (const name of names) imported.add(name);
-        return `import { ${names.join(', ')} } from '${specifier}';`;
-      })
-      .join('\n');
+    const preamble = Object.entries(ENTRIES).map(([entry, specifier]) => {
+      const names = exportsOf(entry).filter((name) => !imported.has(name));
+      for (const name of names) imported.add(name);
+      return { specifier, names };
+    });
     const found = examples();
     expect(found.length).toBeGreaterThanOrEqual(60);
-    found.forEach(({ code, from }, i) => {
-      const uses = Object.entries(CONTEXT)
-        .filter(([name]) => new RegExp(`(^|[^\\w$.]|\\.\\.\\.)${escaped(name)}(?![\\w$])`).test(code))
-        .filter(
-          ([name]) =>
-            !new RegExp(`\\b(const|let|var|function)\\s+(\\{[^}]*[{,]\\s*)?${escaped(name)}(?![\\w$])(?!\\s*:)`).test(
-              code,
-            ),
-        )
-        .map(([, declaration]) => declaration);
-      // What the example imports itself is not imported again.
-      const own = new Set(
-        [...code.matchAll(/^import (?:\w+|\{([^}]*)\}) from/gm)].flatMap((m) =>
-          (m[1] ?? '').split(',').map((name) => name.trim()),
-        ),
-      );
-      const header = preamble
-        .split('\n')
-        .map((line) =>
-          line.replace(
-            /\{ ([^}]*) \}/,
-            (_all, names: string) =>
-              `{ ${names
-                .split(', ')
-                .filter((name) => !own.has(name))
-                .join(', ')} }`,
+    const modules = Object.fromEntries(
+      found.map(({ code, from }, i) => {
+        // What the example imports itself is not imported again.
+        const own = new Set(
+          [...code.matchAll(/^import (?:\w+|\{([^}]*)\}) from/gm)].flatMap((m) =>
+            (m[1] ?? '').split(',').map((name) => name.trim()),
           ),
-        )
-        .join('\n');
-      writeFileSync(
-        `${dir}/example-${i}.ts`,
-        `// from dist/${from}\n${header}\n${uses.join('\n')}\n${code}\nexport {};\n`,
-      );
-    });
-    writeFileSync(
-      `${dir}/tsconfig.json`,
-      JSON.stringify({
-        compilerOptions: {
-          target: 'ES2022',
-          lib: ['ES2022', 'DOM'],
-          module: 'NodeNext',
-          moduleResolution: 'NodeNext',
-          types: ['node'],
-          strict: true,
-          exactOptionalPropertyTypes: true,
-          noUncheckedIndexedAccess: true,
-          noEmit: true,
-          skipLibCheck: true,
-        },
-        include: ['*.ts'],
+        );
+        const imports = preamble.map(
+          ({ specifier, names }) =>
+            `import { ${names.filter((name) => !own.has(name)).join(', ')} } from '${specifier}';`,
+        );
+        const source = [`// from dist/${from}`, ...imports, ...contextOf(code, CONTEXT), code, 'export {};', ''];
+        return [`example-${i}`, source.join('\n')];
       }),
     );
-    const run = spawnSync(process.execPath, [`${root}node_modules/typescript/bin/tsc`, '-p', dir], {
-      cwd: root,
-      encoding: 'utf8',
-    });
-    expect(run.stdout + run.stderr).toBe('');
-    expect(run.status).toBe(0);
+    expect(compileModules('.jsdoc-examples', modules, ['ES2022', 'DOM'])).toBe('');
   }, 120_000);
 });

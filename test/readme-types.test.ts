@@ -1,14 +1,12 @@
 // The README's TypeScript, compiled as a router author compiles it: strict, with
 // exactOptionalPropertyTypes, against the built package (its own exports and declarations,
 // not src/), with @types/node 20.
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { compileModules, contextOf } from './support/snippets.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-// Inside the repository, so that `disagg` resolves to this package's own exports (dist/).
-const dir = `${root}.readme-types`;
 
 /** What a snippet uses from around it, declared for the blocks that use it without defining it. */
 const CONTEXT: Record<string, string> = {
@@ -29,41 +27,11 @@ function blocks(): string[] {
 
 describe("the README's TypeScript", () => {
   it('every block compiles strictly (exactOptionalPropertyTypes too) against the built package', () => {
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
     const found = blocks();
     expect(found.length).toBeGreaterThanOrEqual(6);
-    found.forEach((code, i) => {
-      const uses = Object.entries(CONTEXT)
-        .filter(([name]) => new RegExp(`\\b${name}\\b`).test(code))
-        .filter(([name]) => !new RegExp(`\\b(const|let|var|function)\\s+${name}\\b`).test(code))
-        .map(([, declaration]) => declaration);
-      // Each block a module of its own (top-level await, its own imports).
-      writeFileSync(`${dir}/block-${i}.ts`, `${uses.join('\n')}\n${code}\nexport {};\n`);
-    });
-    writeFileSync(
-      `${dir}/tsconfig.json`,
-      JSON.stringify({
-        compilerOptions: {
-          target: 'ES2022',
-          lib: ['ES2022'],
-          module: 'NodeNext',
-          moduleResolution: 'NodeNext',
-          types: ['node'],
-          strict: true,
-          exactOptionalPropertyTypes: true,
-          noUncheckedIndexedAccess: true,
-          noEmit: true,
-          skipLibCheck: true,
-        },
-        include: ['*.ts'],
-      }),
+    const modules = Object.fromEntries(
+      found.map((code, i) => [`block-${i}`, `${contextOf(code, CONTEXT).join('\n')}\n${code}\nexport {};\n`]),
     );
-    const run = spawnSync(process.execPath, [`${root}node_modules/typescript/bin/tsc`, '-p', dir], {
-      cwd: root,
-      encoding: 'utf8',
-    });
-    expect(run.stdout + run.stderr).toBe('');
-    expect(run.status).toBe(0);
+    expect(compileModules('.readme-types', modules)).toBe('');
   }, 60_000);
 });

@@ -81,27 +81,32 @@ function wantsWhole(options: RelayOptions): boolean {
 }
 
 /**
- * The stream of `source`, or the failure to answer instead: a promise that rejected, or
- * something that is no stream at all (an error handed over in place of one, from JavaScript).
+ * The stream of `source`; or, where there is none to relay (the promise rejected, or something
+ * other than a stream was handed over: an error in place of one, from JavaScript), undefined,
+ * the failure answered on `res` with its status and body.
  */
-async function opened(
+async function streamOf(
   source: RelaySource,
-): Promise<{ stream: ResponseStream<EngineItem>; failure?: undefined } | { stream?: undefined; failure: unknown }> {
+  res: ServerResponse,
+  answerFor: (error: unknown) => ErrorAnswer,
+): Promise<ResponseStream<EngineItem> | undefined> {
   let stream: unknown;
+  let failure: unknown;
   try {
     stream = await source;
+    if (typeof (stream as { [Symbol.asyncIterator]?: unknown } | null)?.[Symbol.asyncIterator] === 'function') {
+      return stream as ResponseStream<EngineItem>;
+    }
+    failure =
+      stream instanceof Error
+        ? stream
+        : new TypeError(`The relay needs the request's stream (or its promise), got ${describeValue(stream)}`);
   } catch (error) {
-    return { failure: error };
+    failure = error;
   }
-  if (typeof (stream as { [Symbol.asyncIterator]?: unknown } | null)?.[Symbol.asyncIterator] !== 'function') {
-    return {
-      failure:
-        stream instanceof Error
-          ? stream
-          : new TypeError(`The relay needs the request's stream (or its promise), got ${describeValue(stream)}`),
-    };
-  }
-  return { stream: stream as ResponseStream<EngineItem> };
+  const answer = answerFor(failure);
+  answerJson(res, answer.status, answer.body);
+  return undefined;
 }
 
 /**
@@ -133,12 +138,8 @@ export async function writeSse(
   if (wantsWhole(options)) return writeJson(source, res, options);
   const writer = writerFor(options);
   const answerFor = options.answer ?? errorToResponse;
-  const { stream, failure } = await opened(source);
-  if (stream === undefined) {
-    const answer = answerFor(failure);
-    answerJson(res, answer.status, answer.body);
-    return { usage: undefined };
-  }
+  const stream = await streamOf(source, res, answerFor);
+  if (stream === undefined) return { usage: undefined };
   const entry: InFlightRequest = {
     context: (options.context as Controller | undefined) ?? new Controller(),
     res,
@@ -179,12 +180,8 @@ export async function writeJson(
 ): Promise<RelayResult> {
   const writer = writerFor(options);
   const answerFor = options.answer ?? errorToResponse;
-  const { stream, failure } = await opened(source);
-  if (stream === undefined) {
-    const answer = answerFor(failure);
-    answerJson(res, answer.status, answer.body);
-    return { usage: undefined };
-  }
+  const stream = await streamOf(source, res, answerFor);
+  if (stream === undefined) return { usage: undefined };
   await answerWhole(stream, res, writer, answerFor);
   return { usage: writer.usage };
 }

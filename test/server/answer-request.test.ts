@@ -6,6 +6,7 @@ import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { httpEngine } from '../../src/http/http-engine.js';
 import type { Controller } from '../../src/runtime/controller.js';
 import { answerFetch, answerNode } from '../../src/server/answer-request.js';
+import type { FakeWorkerOptions } from '../../src/testing/index.js';
 import { eventually, fakeWorkers } from '../support/http.js';
 
 const fakes = fakeWorkers();
@@ -14,9 +15,9 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((server) => new Promise((resolve) => server.close(resolve))));
 });
 
-async function flowOver() {
+async function flowOver(decodeOptions: Partial<FakeWorkerOptions> = {}) {
   const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
-  const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+  const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, ...decodeOptions });
   const prefillWorkers = new WorkerPool([{ url: prefill.url }]);
   const decodeWorkers = new WorkerPool([{ url: decode.url }]);
   const engine = httpEngine();
@@ -31,7 +32,7 @@ async function flowOver() {
       decodeWorkers,
       usage: 'always',
     });
-  return { prefill, decode, run };
+  return { prefill, decode, decodeWorkers, run };
 }
 
 const post = (body: string, headers: Record<string, string> = {}) =>
@@ -83,21 +84,7 @@ describe('answerFetch: one request read, checked, run and answered', () => {
 
 describe('a client that leaves', () => {
   it('stops decode once it took the KV; prefill is never cancelled and no KV is left held', async () => {
-    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
-    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 50, tokenIntervalMs: 5 });
-    const engine = httpEngine();
-    const prefillWorkers = new WorkerPool([{ url: prefill.url }]);
-    const decodeWorkers = new WorkerPool([{ url: decode.url }]);
-    const run = (body: Record<string, unknown>, context: Controller) =>
-      disaggregate({
-        request: body,
-        context,
-        connector: vllmNixl,
-        prefill: engine,
-        decode: engine,
-        prefillWorkers,
-        decodeWorkers,
-      });
+    const { prefill, decode, decodeWorkers, run } = await flowOver({ tokens: 50, tokenIntervalMs: 5 });
     const response = await answerFetch(post('{"model":"m","prompt":"hi","stream":true}'), 'completions', run);
     const reader = response.body?.getReader();
     await reader?.read();
