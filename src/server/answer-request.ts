@@ -63,8 +63,11 @@ export async function answerNode(
   });
   let body: Record<string, unknown>;
   try {
-    body = await readRequestBody(req, options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, bodyReadAlready(req));
-    validateRequest(route, body, options.limits);
+    body = checked(
+      await readRequestBody(req, options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, bodyReadAlready(req)),
+      route,
+      options,
+    );
   } catch (error) {
     const { status, body: answer } = (options.answer ?? errorToResponse)(error);
     answerJson(res, status, answer);
@@ -97,8 +100,7 @@ export async function answerFetch(
   else signal.addEventListener('abort', left, { once: true });
   let body: Record<string, unknown>;
   try {
-    body = await readFetchBody(request, options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES);
-    validateRequest(route, body, options.limits);
+    body = checked(await readFetchBody(request, options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES), route, options);
   } catch (error) {
     signal.removeEventListener('abort', left);
     return jsonResponse(Promise.reject(error), options);
@@ -106,6 +108,12 @@ export async function answerFetch(
   const response = await sseResponse(started(run, body, context), { ...options, request: body, route, context });
   void response.result.then(() => signal.removeEventListener('abort', left));
   return response;
+}
+
+/** The body, once it fits `route` (`validateRequest`: a 400 naming `param` otherwise). */
+function checked(body: Record<string, unknown>, route: Route, options: AnswerOptions): Record<string, unknown> {
+  validateRequest(route, body, options.limits);
+  return body;
 }
 
 /** `run`'s flow, a throw of its own taken as its failure (answered like any other). */

@@ -7,7 +7,7 @@ import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { flowEvents, fromObservable, toObservable } from '../../src/rxjs/index.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, prefillWithParams } from '../support/flow.js';
+import { client, decodeTokens, prefillWithParams, runFlow } from '../support/flow.js';
 
 const logger = recordingLogger().logger;
 
@@ -182,17 +182,7 @@ describe('fromObservable', () => {
 describe('flowEvents', () => {
   it("replays a request's events to a late subscriber and completes after settled", async () => {
     const { onEvent, events } = flowEvents();
-    await collect(
-      await disaggregate({
-        request: client,
-        context: new Controller(),
-        prefill: prefillWithParams().run,
-        decode: decodeTokens().run,
-        connector: vllmNixl,
-        onEvent,
-        logger,
-      }),
-    );
+    await collect(await runFlow({ onEvent }));
     await flush();
     const types = await firstValueFrom(
       events.pipe(
@@ -210,19 +200,8 @@ describe('flowEvents', () => {
     type Worker = { url: string; zone: string };
     const { onEvent, events } = flowEvents<Worker, Worker>();
     const workers = new WorkerPool<Worker>([{ url: 'http://p0', zone: 'a' }]);
-    await collect(
-      await disaggregate({
-        request: client,
-        context: new Controller(),
-        prefill: prefillWithParams().run,
-        decode: decodeTokens().run,
-        connector: vllmNixl,
-        prefillWorkers: workers,
-        decodeWorkers: new WorkerPool<Worker>([{ url: 'http://d0', zone: 'b' }]),
-        onEvent,
-        logger,
-      }),
-    );
+    const decodeWorkers = new WorkerPool<Worker>([{ url: 'http://d0', zone: 'b' }]);
+    await collect(await runFlow<Worker, Worker>({ prefillWorkers: workers, decodeWorkers, onEvent }));
     await flush();
     const routed = await firstValueFrom(events.pipe(filter((event) => event.type === 'routed')));
     // No cast: the zone of the worker is there to read.
