@@ -1,3 +1,6 @@
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointOf } from '../endpoints/registry.js';
+
 /**
  * What a routing policy may look at in one request: its routing text (the prompt, or the chat
  * messages rendered in order) and its session key. Both are worked out on first use only, so
@@ -11,6 +14,7 @@
  */
 export class RoutingInput {
   readonly #body: Readonly<Record<string, unknown>>;
+  readonly #endpoint: Endpoint;
   readonly #sessionKey: string | undefined;
   #text: string | undefined;
   #tokenIds: readonly number[] | null | undefined;
@@ -22,17 +26,38 @@ export class RoutingInput {
    *   `user` when omitted.
    * @param tokenIds the prompt's token ids as the router's tokenizer made them (a text or chat
    *   prompt); read from the body when omitted.
+   * @param endpoint the API the request came in on (where its prompt is); by the body's shape
+   *   when omitted ({@link endpointOf}).
    */
-  constructor(body: Readonly<Record<string, unknown>>, sessionKey?: string, tokenIds?: readonly number[]) {
+  constructor(
+    body: Readonly<Record<string, unknown>>,
+    sessionKey?: string,
+    tokenIds?: readonly number[],
+    endpoint: Endpoint = endpointOf(body),
+  ) {
     this.#body = body;
+    this.#endpoint = endpoint;
     this.#sessionKey = sessionKey;
     if (tokenIds !== undefined) this.#tokenIds = tokenIds;
   }
 
   /** The text whose prefix a worker's cache would hold (see {@link routingText}). */
   get text(): string {
-    this.#text ??= routingText(this.#body);
+    this.#text ??= this.#endpoint.routingText(this.#body, ROUTING_TEXT_MAX_CHARS);
     return this.#text;
+  }
+
+  /** The API the request came in on. */
+  get endpoint(): Endpoint {
+    return this.#endpoint;
+  }
+
+  /**
+   * Gives the prompt's token ids as the router's tokenizer made them, once they are known (the
+   * input is built before tokenizing, which waits on a thread); ids the body gives win.
+   */
+  tokenized(ids: readonly number[]): void {
+    if (this.tokenIds === undefined) this.#tokenIds = ids;
   }
 
   /**
@@ -41,7 +66,7 @@ export class RoutingInput {
    * engines' KV events are in tokens, so without ids (or a tokenizer) precise routing sees nothing.
    */
   get tokenIds(): readonly number[] | undefined {
-    if (this.#tokenIds === undefined) this.#tokenIds = tokenIdsOf(this.#body) ?? null;
+    if (this.#tokenIds === undefined) this.#tokenIds = this.#endpoint.promptIds(this.#body) ?? null;
     return this.#tokenIds ?? undefined;
   }
 
@@ -89,61 +114,5 @@ export const ROUTING_TEXT_MAX_CHARS = 65_536;
  * without any of these.
  */
 export function routingText(body: Readonly<Record<string, unknown>>, maxChars = ROUTING_TEXT_MAX_CHARS): string {
-  const { messages, prompt, text } = body;
-  if (!Array.isArray(messages)) return clip(promptText(prompt ?? text), maxChars);
-  let out = '';
-  for (const message of messages) {
-    if (typeof message !== 'object' || message === null) continue;
-    const { role, content } = message as { role?: unknown; content?: unknown };
-    const head = `${typeof role === 'string' ? role : ''}\u0000`;
-    const body = contentText(content);
-    // Clipped piece by piece: slicing the whole afterwards would copy all of it first.
-    if (out.length + head.length + body.length + 1 <= maxChars) {
-      out += `${head}${body}\u0001`;
-      continue;
-    }
-    out += clip(`${head}${clip(body, maxChars - out.length - head.length)}`, maxChars - out.length);
-    break;
-  }
-  return out;
-}
-
-/** The first `max` characters of `text`, one fewer if that would split a surrogate pair. */
-function clip(text: string, max: number): string {
-  if (text.length <= max) return text;
-  if (max <= 0) return '';
-  const code = text.charCodeAt(max - 1);
-  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
-}
-
-function promptText(prompt: unknown): string {
-  if (typeof prompt === 'string') return prompt;
-  if (!Array.isArray(prompt) || prompt.length === 0) return '';
-  const [first] = prompt;
-  // A batch of prompts routes by its first; a list of token ids is one prompt.
-  if (typeof first === 'string') return first;
-  if (Array.isArray(first)) return first.join(',');
-  return prompt.join(',');
-}
-
-function contentText(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return '';
-  let out = '';
-  for (const part of content) {
-    const { text } = (part ?? {}) as { text?: unknown };
-    if (typeof text === 'string') out += text;
-  }
-  return out;
-}
-
-function tokenIdsOf(body: Readonly<Record<string, unknown>>): readonly number[] | undefined {
-  const { prompt, input_ids: inputIds } = body;
-  for (const value of [prompt, inputIds]) {
-    if (!Array.isArray(value) || value.length === 0) continue;
-    const first = value[0];
-    const ids = Array.isArray(first) ? first : value;
-    if (ids.length > 0 && ids.every((id) => Number.isInteger(id))) return ids as number[];
-  }
-  return undefined;
+  return endpointOf(body).routingText(body, maxChars);
 }

@@ -1,11 +1,18 @@
 import { randomUUID } from 'node:crypto';
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointNamed, type GenerationName } from '../endpoints/registry.js';
 import { stringifyJson } from '../http/json.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
 
-/** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate`. */
-export type Route = 'completions' | 'chat' | 'generate';
+/** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate` (the disaggregated endpoints). */
+export type Route = GenerationName;
+
+/** The endpoint of `route`, given by name or as the endpoint itself. */
+export function endpointFor(route: Route | Endpoint): Endpoint {
+  return typeof route === 'object' ? route : endpointNamed(route);
+}
 
 /**
  * What the client gets of a request's items. An item read from a worker carries what the
@@ -23,7 +30,7 @@ export class ResponseWriter {
   #relayed = false;
   #usage: CompletionUsage | undefined;
 
-  constructor(route: Route, body: Record<string, unknown>) {
+  constructor(route: Route | Endpoint, body: Record<string, unknown>) {
     this.#recreate = new OpenAIWriter(route, body);
   }
 
@@ -85,7 +92,8 @@ function allEvents(wire: readonly WireChunk[]): boolean {
  * @internal
  */
 export class OpenAIWriter {
-  readonly #route: Route;
+  /** Chat's shapes (deltas, messages), else completions'. */
+  readonly #chat: boolean;
   readonly #model: string;
   readonly #id: string;
   readonly #created = Math.floor(Date.now() / 1000);
@@ -95,10 +103,10 @@ export class OpenAIWriter {
   readonly #texts: string[] = [];
   readonly #finish: Array<string | null> = [];
 
-  constructor(route: Route, body: Record<string, unknown>) {
-    this.#route = route;
+  constructor(route: Route | Endpoint, body: Record<string, unknown>) {
+    this.#chat = endpointFor(route).answer === 'chat';
     this.#model = typeof body.model === 'string' ? body.model : 'unknown';
-    this.#id = `${route === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
+    this.#id = `${this.#chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
     this.#includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
   }
 
@@ -115,12 +123,12 @@ export class OpenAIWriter {
     if (text === '' && reason === null) return undefined;
     const index = typeof data.index === 'number' ? data.index : 0;
     const choice =
-      this.#route === 'chat'
+      this.#chat
         ? { index, delta: this.#delta(text), logprobs: null, finish_reason: reason }
         : { index, text, logprobs: null, finish_reason: reason };
     return JSON.stringify({
       id: this.#id,
-      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      object: this.#chat ? 'chat.completion.chunk' : 'text_completion',
       created: this.#created,
       model: this.#model,
       choices: [choice],
@@ -132,7 +140,7 @@ export class OpenAIWriter {
     if (!this.#includeUsage || this.#usage === undefined) return undefined;
     return JSON.stringify({
       id: this.#id,
-      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      object: this.#chat ? 'chat.completion.chunk' : 'text_completion',
       created: this.#created,
       model: this.#model,
       choices: [],
@@ -158,13 +166,13 @@ export class OpenAIWriter {
     const choices = Array.from({ length: count }, (_, index) => {
       const text = this.#texts[index] ?? '';
       const finish_reason = this.#finish[index] ?? 'stop';
-      return this.#route === 'chat'
+      return this.#chat
         ? { index, message: { role: 'assistant', content: text }, logprobs: null, finish_reason }
         : { index, text, logprobs: null, finish_reason };
     });
     return {
       id: this.#id,
-      object: this.#route === 'chat' ? 'chat.completion' : 'text_completion',
+      object: this.#chat ? 'chat.completion' : 'text_completion',
       created: this.#created,
       model: this.#model,
       choices,

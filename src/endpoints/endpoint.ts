@@ -1,0 +1,130 @@
+// What the router knows of one API it serves (OpenAI's completions and chat, SGLang's
+// /generate, the passed-through ones): declared once here, read by every layer above, so that
+// no layer works out the API again from a body's shape. It sits below the transport, routing
+// and the flow: data and pure functions over JSON only.
+
+import type * as z from 'zod/mini';
+
+/** A request body as the client sent it. */
+export type Body = Readonly<Record<string, unknown>>;
+
+/**
+ * How the router serves an endpoint:
+ * - `disaggregated`: a generation, prefill then decode (`disaggregate`);
+ * - `passthrough`: one call to a decode worker chosen by the pool's policy (embeddings, a
+ *   rerank, a score), answered as the worker answered.
+ */
+export type Serving = 'disaggregated' | 'passthrough';
+
+/**
+ * The shape of an endpoint's answer, which the transport reads and the relay writes:
+ * - `chat`: OpenAI chat completions (`choices[i].delta` / `.message`, `chat.completion.chunk`);
+ * - `text`: OpenAI completions (`choices[i].text`, `text_completion`);
+ * - `generate`: SGLang's native `/generate` (`text` and `meta_info` per element);
+ * - `json`: one JSON body, relayed as it is (a passthrough).
+ */
+export type AnswerShape = 'chat' | 'text' | 'generate' | 'json';
+
+/** What a body that does not fit an endpoint gets told: the field, and what to send instead. */
+export interface Misfit {
+  readonly param: string;
+  readonly message: string;
+}
+
+/**
+ * One API the router serves: its path (the same on the router and on the workers), how it is
+ * served, how its body is checked, where its prompt and its output cap are, and the shape of
+ * its answer. The endpoint is resolved once, from the route a request came in on (or from the
+ * body, for a library caller that gives only a body: {@link endpointOf}), and handed down.
+ *
+ * @example
+ * const chat = endpointNamed('chat');
+ * chat.path; // '/v1/chat/completions'
+ * chat.budget({ messages, max_completion_tokens: 64 }); // 64
+ */
+export interface Endpoint {
+  /** Its name: the route label of the metrics, traces and logs. */
+  readonly name: string;
+  /** Its path, on the router and on the workers. */
+  readonly path: string;
+  readonly serving: Serving;
+  readonly answer: AnswerShape;
+  /**
+   * The body's fields whose type and range the engines agree on, checked before any worker is
+   * called; every other field passes unchecked and unchanged.
+   */
+  readonly schema: z.ZodMiniType;
+  /** What the body lacks to be a request of this endpoint (chat's `messages`, say); undefined when it fits. */
+  misfit(body: Body): Misfit | undefined;
+  /**
+   * What the engines refuse in combination, once the schema passed (chat's `top_logprobs`
+   * without `logprobs`); undefined when there is nothing of the kind.
+   */
+  combination?(body: Body): Misfit | undefined;
+  /**
+   * The fields that cap its output, in the order the engines read them (chat's
+   * `max_completion_tokens` before `max_tokens`, as vLLM does); a dotted name is nested
+   * (`sampling_params.max_new_tokens`). Empty for an endpoint that generates nothing.
+   */
+  readonly budgetFields: readonly string[];
+  /**
+   * The fields of a one-token prefill leg: the output cap at 1 (both OpenAI names, as every
+   * engine reads one of them).
+   */
+  readonly oneToken: Readonly<Record<string, unknown>>;
+  /** The prompt's token ids when the body gives them (a token-id prompt; a batch's first). */
+  promptIds(body: Body): readonly number[] | undefined;
+  /**
+   * The prompt's length in tokens where the body alone says it (one prompt of token ids; a
+   * batch's prompts are each checked by the engine), for the context check before any worker.
+   */
+  promptLength(body: Body): number | undefined;
+  /**
+   * The text the prompt starts with, in the order an engine's template puts it, at most
+   * `maxChars` characters (never half a surrogate pair): what routing compares between requests.
+   */
+  routingText(body: Body, maxChars: number): string;
+  /**
+   * What the router's tokenizer renders of the body: `chat` (the messages through the model's
+   * chat template), `prompt` (the first prompt's text), or undefined (nothing to tokenize).
+   */
+  readonly tokenize: 'chat' | 'prompt' | 'text' | undefined;
+  /**
+   * Whether a broken stream of it can be resumed as a token-id completion (decode migration):
+   * OpenAI's completions and chat can; SGLang's native `/generate` is not continued.
+   */
+  readonly resumable: boolean;
+}
+
+/** The number at a dotted field of `body` (`sampling_params.max_new_tokens`), if it is one. */
+export function numberAt(body: Body, field: string): number | undefined {
+  let value: unknown = body;
+  for (const key of field.split('.')) {
+    if (typeof value !== 'object' || value === null) return undefined;
+    value = (value as Record<string, unknown>)[key];
+  }
+  return typeof value === 'number' ? value : undefined;
+}
+
+/**
+ * The client's output cap of `body` on `endpoint`: the first of its budget fields that holds a
+ * number; undefined when none does (the engine's default applies).
+ */
+export function budgetOf(endpoint: Endpoint, body: Body): { field: string; tokens: number } | undefined {
+  for (const field of endpoint.budgetFields) {
+    const tokens = numberAt(body, field);
+    if (tokens !== undefined) return { field, tokens };
+  }
+  return undefined;
+}
+
+/**
+ * An endpoint, frozen, with its name and serving kept as literal types (so that the registry
+ * derives the name union from its list).
+ *
+ * @example
+ * export const embeddings = defineEndpoint({ name: 'embeddings', path: '/v1/embeddings', serving: 'passthrough', ... });
+ */
+export function defineEndpoint<const E extends Endpoint>(endpoint: E): Readonly<E> {
+  return Object.freeze(endpoint);
+}

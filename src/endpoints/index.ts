@@ -1,0 +1,10 @@
+// The endpoints' public face: what a router author needs to name, check and route an API.
+export { type AnswerShape, type Body, budgetOf, type Endpoint, type Misfit, type Serving } from './endpoint.js';
+export {
+  ENDPOINTS,
+  type EndpointName,
+  endpointNamed,
+  endpointOf,
+  type GenerationName,
+  isEndpointName,
+} from './registry.js';

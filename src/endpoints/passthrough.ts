@@ -1,0 +1,78 @@
+import * as z from 'zod/mini';
+import { type Body, defineEndpoint, type Misfit } from './endpoint.js';
+import { clip, idsAt, messagesText, promptText } from './prompt-text.js';
+import { has } from './schema-parts.js';
+
+// The pooling APIs of vLLM and SGLang: one call that computes over its input and answers one
+// JSON body, nothing to hand off. They are passed through to a decode worker the pool's policy
+// chooses; the body is checked only for what every version agrees on (a model's name, the
+// fields that make it this API), and the worker's own 4xx says the rest, relayed unchanged.
+
+const passthroughSchema = z.looseObject({
+  model: z.nullish(z.string().check(z.minLength(1))),
+  stream: z.nullish(z.literal(false)),
+});
+
+const needs =
+  (api: string, ...fields: readonly string[]) =>
+  (body: Body): Misfit | undefined => {
+    const missing = fields.find((field) => !has(body, field));
+    return missing === undefined ? undefined : { param: missing, message: `${api} needs ${fields.join(' and ')}` };
+  };
+
+const passthrough = {
+  serving: 'passthrough',
+  answer: 'json',
+  schema: passthroughSchema,
+  budgetFields: [],
+  oneToken: {},
+  promptLength: () => undefined,
+  resumable: false,
+} as const;
+
+/**
+ * OpenAI's embeddings (`POST /v1/embeddings`): an `input` (text, texts, token ids), or vLLM's
+ * chat form (`messages`). Passed through to a decode worker.
+ */
+export const embeddings = defineEndpoint({
+  ...passthrough,
+  name: 'embeddings',
+  path: '/v1/embeddings',
+  misfit: (body) =>
+    has(body, 'input') || Array.isArray(body.messages)
+      ? undefined
+      : { param: 'input', message: '/v1/embeddings needs an input (or messages)' },
+  promptIds: (body) => idsAt(body, 'input'),
+  routingText: (body, maxChars) =>
+    Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
+  tokenize: undefined,
+});
+
+/**
+ * A rerank (`POST /v1/rerank`, the Jina and Cohere shape vLLM and SGLang serve): a `query` and
+ * its `documents`. Passed through to a decode worker.
+ */
+export const rerank = defineEndpoint({
+  ...passthrough,
+  name: 'rerank',
+  path: '/v1/rerank',
+  misfit: needs('/v1/rerank', 'query', 'documents'),
+  promptIds: () => undefined,
+  routingText: (body, maxChars) => clip(promptText(body.query), maxChars),
+  tokenize: undefined,
+});
+
+/**
+ * vLLM's score (`POST /v1/score`): pairs of texts (`text_1` and `text_2`; later versions also
+ * `data_1`/`data_2` or `queries`/`documents`, so no field is required here: the worker says
+ * which it takes). Passed through to a decode worker.
+ */
+export const score = defineEndpoint({
+  ...passthrough,
+  name: 'score',
+  path: '/v1/score',
+  misfit: () => undefined,
+  promptIds: () => undefined,
+  routingText: (body, maxChars) => clip(promptText(body.text_1 ?? body.data_1 ?? body.queries), maxChars),
+  tokenize: undefined,
+});

@@ -1,0 +1,58 @@
+import { chat } from './chat.js';
+import { completions } from './completions.js';
+import type { Body, Endpoint } from './endpoint.js';
+import { generate } from './generate.js';
+import { embeddings, rerank, score } from './passthrough.js';
+
+/**
+ * Every API the router serves, one entry each. The proxy's routes, the body schemas, the
+ * HTTP engine's paths and the fake workers' answers are all read from this list: a new API is
+ * its module plus one line here.
+ */
+export const ENDPOINTS = [completions, chat, generate, embeddings, rerank, score] as const;
+
+/** The name of an endpoint the router serves: `completions`, `chat`, `generate`, `embeddings`, `rerank`, `score`. */
+export type EndpointName = (typeof ENDPOINTS)[number]['name'];
+
+/** The names of the disaggregated (generation) endpoints. */
+export type GenerationName = Extract<(typeof ENDPOINTS)[number], { serving: 'disaggregated' }>['name'];
+
+const BY_NAME: ReadonlyMap<string, Endpoint> = new Map(ENDPOINTS.map((endpoint) => [endpoint.name, endpoint]));
+
+/**
+ * The endpoint called `name`.
+ *
+ * @example
+ * endpointNamed('chat').path; // '/v1/chat/completions'
+ * @throws {TypeError} for a name no endpoint has, listing those there are.
+ */
+export function endpointNamed(name: string): Endpoint {
+  const endpoint = BY_NAME.get(name);
+  if (endpoint === undefined) {
+    throw new TypeError(`Unknown endpoint '${name}': expected one of ${[...BY_NAME.keys()].join(', ')}`);
+  }
+  return endpoint;
+}
+
+/** Whether `name` names an endpoint. */
+export function isEndpointName(name: unknown): name is EndpointName {
+  return typeof name === 'string' && BY_NAME.has(name);
+}
+
+/**
+ * The generation endpoint a body is for, by its shape, for a caller that has only a body (a
+ * library user's `disaggregate({ request })`): chat for `messages`, SGLang's `/generate` for
+ * a `text`, `input_ids` or `input_embeds` without a `prompt`, else completions. The proxy
+ * never asks: it knows the route a request came in on. This is the one place the shape is read.
+ *
+ * @example
+ * endpointOf({ messages: [{ role: 'user', content: 'Hi' }] }).name; // 'chat'
+ */
+export function endpointOf(body: Body): Endpoint {
+  if (Array.isArray(body.messages)) return chat;
+  const given = (value: unknown) => value !== undefined && value !== null;
+  if (body.prompt === undefined && (given(body.text) || given(body.input_ids) || given(body.input_embeds))) {
+    return generate;
+  }
+  return completions;
+}
