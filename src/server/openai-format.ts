@@ -122,10 +122,9 @@ export class OpenAIWriter {
         : FinishReason.toOpenAI(data.finish_reason);
     if (text === '' && reason === null) return undefined;
     const index = typeof data.index === 'number' ? data.index : 0;
-    const choice =
-      this.#chat
-        ? { index, delta: this.#delta(text), logprobs: null, finish_reason: reason }
-        : { index, text, logprobs: null, finish_reason: reason };
+    const choice = this.#chat
+      ? { index, delta: this.#delta(text), logprobs: null, finish_reason: reason }
+      : { index, text, logprobs: null, finish_reason: reason };
     return JSON.stringify({
       id: this.#id,
       object: this.#chat ? 'chat.completion.chunk' : 'text_completion',
