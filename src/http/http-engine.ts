@@ -1,4 +1,8 @@
 import type { Dispatcher } from 'undici';
+import { chat } from '../endpoints/chat.js';
+import { completions } from '../endpoints/completions.js';
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { ENDPOINTS, endpointNamed, type GenerationName } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
@@ -16,14 +20,16 @@ import { UpstreamError } from './upstream-error.js';
 
 type Step = IteratorResult<EngineItem, undefined>;
 
-/** Which HTTP API an engine calls. `auto`: chat completions for a body with `messages`, else completions. */
-export type HttpApi = 'auto' | 'completions' | 'chat' | 'generate';
+/**
+ * Which HTTP API an engine calls: a generation endpoint by name, or `auto` (OpenAI's: chat
+ * completions for a body with `messages`, else completions; SGLang's `/generate` is asked for
+ * by name).
+ */
+export type HttpApi = 'auto' | GenerationName;
 
-const PATHS: Record<Exclude<HttpApi, 'auto'>, string> = {
-  completions: '/v1/completions',
-  chat: '/v1/chat/completions',
-  generate: '/generate',
-};
+const GENERATION = new Set<string>(
+  ENDPOINTS.filter((each) => each.serving === 'disaggregated').map((each) => each.name),
+);
 
 /** Options of {@link httpEngine}. */
 export interface HttpEngineOptions<W> {
@@ -78,23 +84,19 @@ export interface HttpEngineOptions<W> {
  */
 export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = {}): Engine<W> {
   const api = options.api ?? 'auto';
-  if (api !== 'auto' && !(api in PATHS)) {
-    throw new TypeError(`Unknown api ${describeValue(api)}: expected 'auto', 'completions', 'chat' or 'generate'`);
+  if (api !== 'auto' && !GENERATION.has(api)) {
+    const names = ['auto', ...GENERATION].map((name) => `'${name}'`);
+    throw new TypeError(
+      `Unknown api ${describeValue(api)}: expected ${names.slice(0, -1).join(', ')} or ${names.at(-1)}`,
+    );
   }
+  const fixed = api === 'auto' ? undefined : endpointNamed(api);
   const idHeader = options.requestIdHeader ?? 'x-request-id';
   const headersOption = options.headers ?? {};
   return async (body, context, worker) => {
     const extraHeaders = typeof headersOption === 'function' ? headersOption(worker) : headersOption;
-    const completion = !Array.isArray(body.messages) && body.prompt !== undefined;
-    const route =
-      api === 'auto'
-        ? Array.isArray(body.messages)
-          ? 'chat'
-          : 'completions'
-        : api === 'chat' && completion
-          ? 'completions'
-          : api;
-    const url = joinUrl(baseUrl(options.url, worker), PATHS[route]);
+    const endpoint = endpointFor(fixed, body);
+    const url = joinUrl(baseUrl(options.url, worker), endpoint.path);
     const streaming = body.stream === true;
     const call = UpstreamCall.start(url, {
       headers: {
@@ -123,10 +125,19 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
       throw UpstreamError.fromStatus(url, response.statusCode, text);
     }
     const contentType = String(response.headers['content-type'] ?? '');
-    const convert = route === 'generate' ? generateReader() : outputFromOpenAI;
+    const convert = endpoint.answer === 'generate' ? generateReader() : outputFromOpenAI;
     const mode = contentType.includes('text/event-stream') ? 'sse' : 'json';
     return new ResponseStream(new BodyItems(call, url, mode, convert, context, elementsOf(body)), context);
   };
+}
+
+/**
+ * The endpoint a leg's body goes to: the engine's own, except the token-id completion that
+ * continues a migrated chat stream (a `prompt` without `messages`), which is a completion.
+ */
+function endpointFor(fixed: Endpoint | undefined, body: Readonly<Record<string, unknown>>): Endpoint {
+  if (fixed === undefined) return Array.isArray(body.messages) ? chat : completions;
+  return fixed.answer === 'chat' && !Array.isArray(body.messages) && body.prompt !== undefined ? completions : fixed;
 }
 
 function baseUrl<W>(option: HttpEngineOptions<W>['url'], worker: W | undefined): string {
