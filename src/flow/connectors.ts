@@ -1,3 +1,5 @@
+import type { Endpoint } from '../endpoints/endpoint.js';
+import type { EndpointName } from '../endpoints/registry.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { BootstrapInfo } from './prefill-stream.js';
 import type { PromptSide } from './prompt-side.js';
@@ -26,16 +28,19 @@ export interface Connector {
    * from which decode migration resumes a broken stream; on other routes it replays the
    * request instead. Both by default (vLLM from 0.10.2).
    */
-  readonly tokenIds?: readonly ('chat' | 'completions')[] | undefined;
-  /** The prefill leg's body (given the rendezvous in the concurrent family). */
-  prefillBody(request: RequestBody, bootstrap?: BootstrapInfo): RequestBody;
+  readonly tokenIds?: readonly EndpointName[] | undefined;
+  /**
+   * The prefill leg's body (given the rendezvous in the concurrent family); `endpoint` is the
+   * API the request came in on (where its output cap is: see `prefillRequest`).
+   */
+  prefillBody(request: RequestBody, bootstrap?: BootstrapInfo, endpoint?: Endpoint): RequestBody;
   /** The decode leg's body. */
   decodeBody(request: RequestBody, handoff: Handoff): RequestBody;
   /**
    * What of `request` the engine cannot serve disaggregated (the field, and why), if anything:
    * the request is refused before any worker is called.
    */
-  refuse?(request: RequestBody): { param: string; message: string } | undefined;
+  refuse?(request: RequestBody, endpoint?: Endpoint): { param: string; message: string } | undefined;
   /**
    * The body of a call to a decode worker that frees the KV `params` name, for a prefill that
    * finished the request itself (its first token was the end) while its worker still holds
@@ -48,7 +53,7 @@ export interface Connector {
    * them): the fields decode must not get, and how prefill's answer is merged into decode's
    * (see {@link PromptSide}); undefined when it asks for none.
    */
-  promptSide?(request: RequestBody): PromptSide | undefined;
+  promptSide?(request: RequestBody, endpoint?: Endpoint): PromptSide | undefined;
   /**
    * Concurrent family: the rendezvous both legs share, from the fields the engine's prefill
    * workers carry (SGLang: `bootstrapHost`, `bootstrapPort`, `dpRank`, `dpSize`), one room per
@@ -107,7 +112,10 @@ export const earlyBootstrap: Connector = Object.freeze({
   name: 'early-bootstrap',
   family: 'early',
   // Streamed, so that its first output (the rendezvous) arrives while it still runs.
-  prefillBody: (request: RequestBody) => ({ ...prefillRequest(request), stream: true }),
+  prefillBody: (request: RequestBody, _bootstrap?: BootstrapInfo, endpoint?: Endpoint) => ({
+    ...prefillRequest(request, endpoint),
+    stream: true,
+  }),
   // A prefill that finished without naming a rendezvous hands off its parameters instead.
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     handoff.kind === 'bootstrap'

@@ -1,3 +1,5 @@
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointOf } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
@@ -40,6 +42,17 @@ export interface PrefillWorker {
 export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   /** The client's request body (OpenAI-style JSON). */
   request: RequestBody;
+  /**
+   * The API the request came in on (`endpointNamed('chat')`, say): where its prompt, output cap
+   * and answer shape are. By the body's shape when omitted ({@link endpointOf}).
+   */
+  endpoint?: Endpoint | undefined;
+  /**
+   * The request as routing policies see it, when the caller built it already (a router that
+   * tokenized the prompt for a tenant's limit, say): built here from the request, `sessionKey`
+   * and `promptTokenIds` when omitted. One build per request, however many pools ask.
+   */
+  input?: RoutingInput | undefined;
   /** The client's request context: a client stop reaches decode, never prefill. */
   context: AsyncEngineContext;
   prefill: Engine<P>;
@@ -218,19 +231,20 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
 ): Promise<ResponseStream<EngineItem>> {
   checkOptions(options);
   const { connector, context, logger } = options;
+  const endpoint = options.endpoint ?? endpointOf(options.request);
   const sanitized = sanitizeClientRequest(options.request, { clientHandoffFields: options.clientHandoffFields });
   // Usage asked of the workers on the client's behalf is taken off what the client reads.
-  const asked = options.usage === 'always' ? withUsageAsked(sanitized) : undefined;
+  const asked = options.usage === 'always' ? withUsageAsked(sanitized, endpoint) : undefined;
   const askUsage = asked !== undefined;
   const request = asked ?? sanitized;
-  const refused = connector.refuse?.(request);
+  const refused = connector.refuse?.(request, endpoint);
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);
   const cleanupBudgetMs = checkBudget('cleanupBudgetMs', options.cleanupBudgetMs, DEFAULT_CLEANUP_BUDGET_MS);
   const log = () => logger ?? defaultLogger();
 
   // What routing policies look at: worked out once, and only if a policy asks.
-  const input = new RoutingInput(request, options.sessionKey, options.promptTokenIds);
+  const input = options.input ?? new RoutingInput(request, options.sessionKey, options.promptTokenIds, endpoint);
   const skipped =
     options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, input, logger);
   const { decodeWorkers } = options;
@@ -238,7 +252,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   // request, whatever its attempts: one `finished`, `settled` last.
   const recorder = new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log);
   const retryPrefill = retryPolicy('retryPrefill', options.retryPrefill, log);
-  const migration = migrationFor(options, request, input, recorder);
+  const migration = migrationFor(options, request, endpoint, input, recorder);
   const avoid = { prefill: [...(options.avoid?.prefill ?? [])], decode: [...(options.avoid?.decode ?? [])] };
   for (let attempt = 0; ; attempt++) {
     let skip = skipped;
@@ -275,6 +289,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     }
     const run = new FlowRun({
       request,
+      endpoint,
       client,
       prefill: options.prefill as EngineCall,
       decode: options.decode as EngineCall,
@@ -362,6 +377,7 @@ function fixedLease<W>(worker: W): Lease<W> {
 function migrationFor<P, D>(
   options: DisaggregateOptions<P, D>,
   request: RequestBody,
+  endpoint: Endpoint,
   input: RoutingInput,
   recorder: FlowRecorder,
 ): FlowMigration | undefined {
@@ -369,6 +385,7 @@ function migrationFor<P, D>(
   // A whole answer that breaks has sent nothing: there is nothing to continue.
   if (migration === undefined || migration.limit === 0 || request.stream !== true) return undefined;
   const plan = migrationPlan(request, {
+    endpoint,
     ...(options.connector.tokenIds === undefined ? {} : { tokenIdRoutes: options.connector.tokenIds }),
     ...(migration.maxModelLen === undefined ? {} : { maxModelLen: migration.maxModelLen }),
   });
@@ -376,6 +393,7 @@ function migrationFor<P, D>(
     body: RequestBody,
     avoid: readonly unknown[],
     context: AsyncEngineContext,
+    continued: Endpoint,
   ): Promise<ContinuationStart> => {
     let worker: unknown;
     // The outer request settles after its continuation's legs are over too.
@@ -390,6 +408,8 @@ function migrationFor<P, D>(
       const stream = await disaggregate<P, D>({
         ...options,
         request: body,
+        endpoint: continued,
+        input: undefined,
         context,
         avoid: { ...options.avoid, decode: [...(options.avoid?.decode ?? []), ...(avoid as D[])] },
         migration: undefined,

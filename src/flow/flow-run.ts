@@ -1,3 +1,4 @@
+import type { Endpoint } from '../endpoints/endpoint.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import {
   type DecodeStream,
@@ -20,7 +21,7 @@ import { type Connector, elementsOf } from './connectors.js';
 import { DeadlineError, type Deadlines, pause, startTimer } from './deadlines.js';
 import { DecodeLeg } from './decode-leg.js';
 import type { FlowRecorder, Strategy } from './events.js';
-import { type ContinuationStart, migratingStream } from './migrating-stream.js';
+import { type MigratingSetup, migratingStream } from './migrating-stream.js';
 import { type MigrationPlan, withTokenIds } from './migration.js';
 import { classifyPrefill, type PrefillResult } from './prefill-stream.js';
 import type { PromptSide } from './prompt-side.js';
@@ -39,6 +40,8 @@ export type EngineCall = (
 /** @internal */
 export interface FlowSetup {
   request: RequestBody;
+  /** The API the request came in on. */
+  endpoint: Endpoint;
   client: AsyncEngineContext;
   prefill: EngineCall;
   decode: EngineCall;
@@ -71,7 +74,7 @@ export interface FlowMigration {
   maxModelLen: number | undefined;
   promptIds: readonly number[] | undefined;
   watchDown: ((worker: unknown, listener: () => void) => () => void) | undefined;
-  start: (body: RequestBody, avoid: readonly unknown[], context: AsyncEngineContext) => Promise<ContinuationStart>;
+  start: MigratingSetup['start'];
 }
 
 /**
@@ -191,7 +194,8 @@ export class FlowRun {
     this.#setup = setup;
     this.#prefillContext = new Controller(setup.client.id);
     this.#decodeLease = setup.decodeLease;
-    this.#promptSide = setup.connector.family === 'early' ? undefined : setup.connector.promptSide?.(setup.request);
+    this.#promptSide =
+      setup.connector.family === 'early' ? undefined : setup.connector.promptSide?.(setup.request, setup.endpoint);
     this.#decodeSource = withoutFields(setup.request, this.#promptSide?.strip);
     this.#client = new ClientStream({
       recorder: setup.recorder,
@@ -282,7 +286,7 @@ export class FlowRun {
       let answer: EngineItem | undefined;
       let whole = false;
       try {
-        const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap));
+        const reader = await this.#dispatchPrefill(connector.prefillBody(request, bootstrap, this.#setup.endpoint));
         for (let step = await reader.next(); step.done !== true; step = await reader.next()) {
           PrefillTask.checkOutput(step.value);
           answer = step.value;
@@ -330,7 +334,7 @@ export class FlowRun {
     const { connector, request, recorder } = this.#setup;
     let result: PrefillResult;
     try {
-      const reader = await this.#dispatchPrefill(connector.prefillBody(request));
+      const reader = await this.#dispatchPrefill(connector.prefillBody(request, undefined, this.#setup.endpoint));
       result = await classifyPrefill(reader, this.#taskOptions());
     } catch (error) {
       this.#prefillEnded(error);
@@ -620,6 +624,7 @@ export class FlowRun {
     if (migration === undefined) return leg.open(stream);
     const migrating = migratingStream(stream[Symbol.asyncIterator](), {
       request: this.#setup.request,
+      endpoint: this.#setup.endpoint,
       plan: migration.plan,
       limit: migration.limit,
       maxSeqLen: migration.maxSeqLen,

@@ -1,6 +1,8 @@
 // The decode stream of a request that may migrate: it reads the worker's stream, and when that
 // breaks after the first token it continues the generation elsewhere and reads on, so that the
 // client reads one stream. See `migration` for which requests qualify and how they continue.
+import { completions } from '../endpoints/completions.js';
+import type { Endpoint } from '../endpoints/endpoint.js';
 import { Annotated } from '../protocol/annotated.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
@@ -34,6 +36,8 @@ export interface ContinuationStart {
 export interface MigratingSetup {
   /** The client's request (as the flow sanitized it). */
   request: RequestBody;
+  /** The API it came in on. */
+  endpoint: Endpoint;
   plan: MigrationPlan;
   limit: number;
   maxSeqLen: number | undefined;
@@ -51,7 +55,12 @@ export interface MigratingSetup {
   /** Watches a worker for being taken out of rotation (its pool's `onDown`); none without a pool. */
   watchDown: ((worker: unknown, listener: () => void) => () => void) | undefined;
   /** Sends a continuation, passing over `avoid`; rejects when none could start. */
-  start: (body: RequestBody, avoid: readonly unknown[], context: AsyncEngineContext) => Promise<ContinuationStart>;
+  start: (
+    body: RequestBody,
+    avoid: readonly unknown[],
+    context: AsyncEngineContext,
+    endpoint: Endpoint,
+  ) => Promise<ContinuationStart>;
   /** The first worker is done with (its lease released as failed): called once, at the first break. */
   leftWorker: () => void;
   recorder: FlowRecorder;
@@ -89,7 +98,7 @@ export async function* migratingStream(
   setup: MigratingSetup,
 ): AsyncGenerator<EngineItem, void, undefined> {
   const { plan, request } = setup;
-  const route = Array.isArray(request.messages) ? 'chat' : 'completions';
+  const route = setup.endpoint.answer === 'chat' ? 'chat' : 'completions';
   const record = new StreamRecord(route, request.return_token_ids === true, setup.promptIds);
   let source = first;
   let context: AsyncEngineContext = setup.context;
@@ -153,11 +162,13 @@ export async function* migratingStream(
                 request,
                 { promptIds: record.promptIds as readonly number[], generatedIds: record.generatedIds },
                 setup.maxModelLen,
+                setup.endpoint,
               )
             : { ...request, stream: true };
         const child = new Controller(setup.client.id);
         setup.client.linkChild(child);
-        started = await setup.start(body, avoid, child);
+        // A resume is a token-id completion; a replay, the client's request again.
+        started = await setup.start(body, avoid, child, kind === 'resume' ? completions : setup.endpoint);
         context = child;
       } catch (failure) {
         if (kind === 'resume' && failure instanceof RangeError && /is spent/.test(failure.message)) {

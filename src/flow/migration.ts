@@ -1,6 +1,8 @@
 // Decode migration, the pure part: which requests can be continued on another worker, what is
 // asked of the workers so that they can be, and the continuation's body. The stream that does
 // it is `migrating-stream`; what the client is sent of a continuation is `continuation-chunks`.
+import { budgetOf, type Endpoint } from '../endpoints/endpoint.js';
+import { type EndpointName, endpointOf } from '../endpoints/registry.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { RequestBody } from './request-shaping.js';
 
@@ -62,19 +64,16 @@ const present = (value: unknown) => value !== undefined && value !== null && val
 
 /** What {@link migrationPlan} and {@link resumeBody} know beyond the request. */
 export interface PlanInputs {
-  /** The routes whose streams return token ids when asked (the connector's); both by default. */
-  tokenIdRoutes?: readonly ('chat' | 'completions')[] | undefined;
+  /** The routes whose streams return token ids when asked (the connector's); chat and completions by default. */
+  tokenIdRoutes?: readonly EndpointName[] | undefined;
+  /** The API the request came in on; by the body's shape when omitted. */
+  endpoint?: Endpoint | undefined;
   /** The model's context length (`max_model_len`), for a chat request that sets no budget. */
   maxModelLen?: number | undefined;
 }
 
 /** OpenAI's default `max_tokens` of a completion (vLLM's and SGLang's too); chat's is the context. */
 export const COMPLETION_DEFAULT_MAX_TOKENS = 16;
-
-/** The client's token budget: `max_tokens`, else `max_completion_tokens`. */
-function budgetOf(request: RequestBody): number | undefined {
-  return BUDGET_FIELDS.map((field) => request[field]).find((value) => typeof value === 'number') as number | undefined;
-}
 
 /**
  * Whether a streamed request can be continued faithfully, and how (see {@link MigrationPlan});
@@ -92,10 +91,11 @@ function budgetOf(request: RequestBody): number | undefined {
  */
 export function migrationPlan(request: RequestBody, known: PlanInputs = {}): MigrationPlan {
   const { tokenIdRoutes = ['chat', 'completions'], maxModelLen } = known;
+  const endpoint = known.endpoint ?? endpointOf(request);
   const refused = (why: string): MigrationPlan => ({ kind: 'refused', why });
   if (request.stream !== true) return refused('the request is not streamed');
-  const chat = Array.isArray(request.messages);
-  if (!chat && request.prompt === undefined) return refused('a native /generate request is not continued');
+  const chat = endpoint.answer === 'chat';
+  if (!endpoint.resumable) return refused(`a native ${endpoint.path} request is not continued`);
   if (elementsOf(request) > 1) return refused('n > 1 or several prompts: each choice would need its own continuation');
   if (typeof request.best_of === 'number' && request.best_of > 1) return refused('best_of > 1');
   const guided = GUIDED_FIELDS.find((field) => present(request[field]));
@@ -115,9 +115,9 @@ export function migrationPlan(request: RequestBody, known: PlanInputs = {}): Mig
     if (typeof value === 'number' && value !== 0) return refused(`${penalty}: it counts generated tokens only`);
   }
   // Chat without a budget generates to the end of the context: a resume must know where that is.
-  const bounded = !chat || budgetOf(request) !== undefined || maxModelLen !== undefined;
+  const bounded = !chat || budgetOf(endpoint, request) !== undefined || maxModelLen !== undefined;
   const resumable =
-    bounded && stopStrings(request).length === 0 && tokenIdRoutes.includes(chat ? 'chat' : 'completions');
+    bounded && stopStrings(request).length === 0 && tokenIdRoutes.includes(endpoint.name as EndpointName);
   if (resumable) return { kind: 'resume' };
   if (request.return_token_ids === true) return refused('token ids asked of a replayed request would repeat');
   return { kind: 'replay' };
@@ -145,7 +145,6 @@ export interface Continuation {
   generatedIds: readonly number[];
 }
 
-const BUDGET_FIELDS = ['max_tokens', 'max_completion_tokens'] as const;
 /** Fields of the client's request a token-id completion does not take (chat's, the prompt's, the stream's). */
 const DROPPED = new Set([
   'messages',
@@ -180,15 +179,20 @@ const DROPPED = new Set([
  *   { promptIds: [1, 2], generatedIds: [7, 8, 9] });
  * // { model: 'm', temperature: 0, stream: true, prompt: [1, 2, 7, 8, 9], max_tokens: 17, return_token_ids: true }
  */
-export function resumeBody(request: RequestBody, from: Continuation, maxModelLen?: number): RequestBody {
+export function resumeBody(
+  request: RequestBody,
+  from: Continuation,
+  maxModelLen?: number,
+  endpoint: Endpoint = endpointOf(request),
+): RequestBody {
   const generated = from.generatedIds.length;
   const body: RequestBody = {};
   for (const [field, value] of Object.entries(request)) if (!DROPPED.has(field)) body[field] = value;
   body.prompt = [...from.promptIds, ...from.generatedIds];
   // Always a budget: a completion without one stops at 16 tokens, not where the client's would.
-  const chat = Array.isArray(request.messages);
+  const chat = endpoint.answer === 'chat';
   const budget =
-    budgetOf(request) ??
+    budgetOf(endpoint, request)?.tokens ??
     (chat
       ? maxModelLen === undefined
         ? undefined

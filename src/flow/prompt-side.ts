@@ -11,6 +11,8 @@
  * `mini_lb.py` and smg's `pd_router.rs` do for the parts they handle.
  */
 
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointOf } from '../endpoints/registry.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { RequestBody } from './request-shaping.js';
@@ -36,18 +38,6 @@ export type PromptSideEngine = 'vllm' | 'sglang';
 
 const given = (value: unknown) => value !== undefined && value !== null;
 
-/** The route a body is for, by its shape: chat (`messages`), SGLang's `/generate` (`text`, `input_ids`), completions. */
-function routeOf(request: RequestBody): 'chat' | 'completions' | 'generate' {
-  if (Array.isArray(request.messages)) return 'chat';
-  if (
-    request.prompt === undefined &&
-    (given(request.text) || given(request.input_ids) || given(request.input_embeds))
-  ) {
-    return 'generate';
-  }
-  return 'completions';
-}
-
 /**
  * The prompt side of `request` on `engine`'s disaggregated path, or undefined when it asks for
  * nothing of the kind (the common case: no cost at all).
@@ -55,13 +45,18 @@ function routeOf(request: RequestBody): 'chat' | 'completions' | 'generate' {
  * @example
  * promptSideOf('vllm', { prompt: 'Hi', prompt_logprobs: 1 }); // strip ['prompt_logprobs'], merge choices[i].prompt_logprobs
  */
-export function promptSideOf(engine: PromptSideEngine, request: RequestBody): PromptSide | undefined {
-  const route = routeOf(request);
+export function promptSideOf(
+  engine: PromptSideEngine,
+  request: RequestBody,
+  endpoint: Endpoint = endpointOf(request),
+): PromptSide | undefined {
+  const route = endpoint.answer;
+  if (route === 'json') return undefined;
   if (route === 'generate') {
     if (engine !== 'sglang' || !wantsInputLogprobs(request.return_logprob)) return undefined;
     return { strip: [], merge: (prefill) => mergeInputLogprobs(prefill) };
   }
-  const echoed = route === 'completions' && request.echo === true && given(request.logprobs);
+  const echoed = route === 'text' && request.echo === true && given(request.logprobs);
   const promptLogprobs = engine === 'vllm' && given(request.prompt_logprobs);
   const chatEcho = engine === 'vllm' && route === 'chat' && request.echo === true;
   const strip = [...(promptLogprobs ? ['prompt_logprobs'] : []), ...(echoed || chatEcho ? ['echo'] : [])];
@@ -86,12 +81,13 @@ export function promptSideOf(engine: PromptSideEngine, request: RequestBody): Pr
 export function refusePromptSide(
   engine: PromptSideEngine,
   request: RequestBody,
+  endpoint: Endpoint = endpointOf(request),
 ): { param: string; message: string } | undefined {
   const value = request.prompt_logprobs;
   if (engine === 'vllm' && request.stream === true && typeof value === 'number' && (value > 0 || value === -1)) {
     return { param: 'prompt_logprobs', message: '`prompt_logprobs` are not available when `stream=True`.' };
   }
-  if (routeOf(request) === 'completions' && request.echo === true && given(request.logprobs)) {
+  if (endpoint.answer === 'text' && request.echo === true && given(request.logprobs)) {
     const prompt = request.prompt;
     const texts = typeof prompt === 'string' || (Array.isArray(prompt) && prompt.every((p) => typeof p === 'string'));
     if (!texts) {

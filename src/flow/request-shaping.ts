@@ -4,6 +4,8 @@
  * values exactly.
  */
 
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointOf } from '../endpoints/registry.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 
 /** An OpenAI-compatible request body (completions or chat completions), as JSON. */
@@ -30,7 +32,8 @@ export class UnsupportedRequestError extends DisaggError {
  * The prefill leg's body: a copy of `request` that can produce exactly one token and answers
  * in one piece.
  *
- * - `max_tokens` and `max_completion_tokens` become 1 (both: servers differ in which they read);
+ * - the endpoint's output cap becomes 1 (OpenAI's: `max_tokens` and `max_completion_tokens`,
+ *   both, as servers differ in which they read; `endpoint` is the body's by its shape when omitted);
  * - `min_tokens` is removed: with a budget of one token, a minimum above one is a contradiction
  *   that some engines reject and others honour by ignoring the budget;
  * - `stream` becomes false and `stream_options` is removed;
@@ -42,9 +45,9 @@ export class UnsupportedRequestError extends DisaggError {
  * prefillRequest({ model: 'm', prompt: 'Hi', max_tokens: 200, stream: true, min_tokens: 5 });
  * // { model: 'm', prompt: 'Hi', max_tokens: 1, max_completion_tokens: 1, stream: false, n: 1 }
  */
-export function prefillRequest(request: RequestBody): RequestBody {
+export function prefillRequest(request: RequestBody, endpoint?: Endpoint): RequestBody {
   const { min_tokens: _min, stream_options: _options, best_of: _bestOf, ...rest } = checkBody(request);
-  return { ...rest, max_tokens: 1, max_completion_tokens: 1, stream: false, n: 1 };
+  return { ...rest, ...(endpoint ?? endpointOf(request)).oneToken, stream: false, n: 1 };
 }
 
 /**

@@ -1,3 +1,5 @@
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointOf } from '../endpoints/registry.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { RequestBody } from './request-shaping.js';
@@ -85,8 +87,11 @@ function usageOnly(chunk: WireChunk): boolean {
  * and SGLang refuse `stream_options` on and which reports usage anyway; SGLang's `/generate`;
  * one that asked).
  */
-export function withUsageAsked(request: RequestBody): RequestBody | undefined {
-  if (request.stream !== true || (request.prompt === undefined && !Array.isArray(request.messages))) return undefined;
+export function withUsageAsked(
+  request: RequestBody,
+  endpoint: Endpoint = endpointOf(request),
+): RequestBody | undefined {
+  if (request.stream !== true || (endpoint.answer !== 'chat' && endpoint.answer !== 'text')) return undefined;
   const options = request.stream_options;
   if ((options as { include_usage?: unknown } | null | undefined)?.include_usage === true) return undefined;
   return {

@@ -1,3 +1,4 @@
+import type { Endpoint } from '../../endpoints/endpoint.js';
 import { workerRendezvous } from '../../flow/bootstrap-room.js';
 import { bootstrapOf, type Connector, type Handoff } from '../../flow/connectors.js';
 import type { BootstrapInfo } from '../../flow/prefill-stream.js';
@@ -19,20 +20,20 @@ export const sglangBootstrap: Connector = Object.freeze({
   family: 'concurrent',
   // SGLang's streamed chat refuses return_token_ids (serving_chat.py); its completions take it.
   tokenIds: ['completions'] as const,
-  prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo) => {
+  prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo, endpoint?: Endpoint) => {
     if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
-    return { ...prefillRequest(request), ...bootstrap };
+    return { ...prefillRequest(request, endpoint), ...bootstrap };
   },
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
-  refuse: (request: RequestBody) => {
+  refuse: (request: RequestBody, endpoint?: Endpoint) => {
     const { n, param } = samplesOf(request);
-    if (n <= 1) return refusePromptSide('sglang', request);
+    if (n <= 1) return refusePromptSide('sglang', request, endpoint);
     return {
       param,
       message: `${param} > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send ${n} requests of one sample each`,
     };
   },
-  promptSide: (request: RequestBody) => promptSideOf('sglang', request),
+  promptSide: (request: RequestBody, endpoint?: Endpoint) => promptSideOf('sglang', request, endpoint),
   rendezvous: (worker: unknown, elements: number) => workerRendezvous(worker, 'sglang-bootstrap', elements),
 });

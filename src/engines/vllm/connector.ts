@@ -1,3 +1,4 @@
+import type { Endpoint } from '../../endpoints/endpoint.js';
 import { type Connector, type Handoff, oneSequence, paramsOf } from '../../flow/connectors.js';
 import { promptSideOf, refusePromptSide } from '../../flow/prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from '../../flow/request-shaping.js';
@@ -16,8 +17,8 @@ export const RELEASE_MODEL = 'disagg-release-kv';
 export const vllmNixl: Connector = Object.freeze({
   name: 'vllm-nixl',
   family: 'sequential',
-  prefillBody: (request: RequestBody) => ({
-    ...prefillRequest(request),
+  prefillBody: (request: RequestBody, _bootstrap?: unknown, endpoint?: Endpoint) => ({
+    ...prefillRequest(request, endpoint),
     kv_transfer_params: {
       do_remote_decode: true,
       do_remote_prefill: false,
@@ -29,8 +30,9 @@ export const vllmNixl: Connector = Object.freeze({
   }),
   decodeBody: (request: RequestBody, handoff: Handoff) =>
     decodeRequest(request, { kv_transfer_params: paramsOf(handoff, 'vllm-nixl') }),
-  refuse: (request: RequestBody) => oneSequence('vLLM NIXL')(request) ?? refusePromptSide('vllm', request),
-  promptSide: (request: RequestBody) => promptSideOf('vllm', request),
+  refuse: (request: RequestBody, endpoint?: Endpoint) =>
+    oneSequence('vLLM NIXL')(request) ?? refusePromptSide('vllm', request, endpoint),
+  promptSide: (request: RequestBody, endpoint?: Endpoint) => promptSideOf('vllm', request, endpoint),
   // vLLM keeps the blocks of a prefill that stopped at its first token as it does for a length
   // cap (request_finished in nixl/pull_scheduler.py), and offers no call to free them: they
   // wait for the lease (kv_lease_duration, 30 s) unless a decode worker says it will not take
