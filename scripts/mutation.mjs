@@ -71,6 +71,9 @@ const FOLDERS = {
         files: [
           'tracing.ts',
           'metrics.ts',
+          'request-metrics.ts',
+          'tenancy-metrics.ts',
+          'fleet-metrics.ts',
           'counted-histogram.ts',
           'kv-metrics.ts',
           'request-events.ts',

@@ -145,4 +145,5 @@ export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';
 export { TokenizerError, TokenizerPool, type TokenizerPoolOptions } from './tokenize/tokenizer-pool.js';
 export { type BrandCheck, branded, DisaggError } from './util/disagg-error.js';
+export type { ErrorCode } from './util/error-codes.js';
 export { workerRedactor } from './util/url.js';

@@ -1,3 +1,4 @@
+import { FAILURE_RULES } from '../protocol/failure-rules.js';
 import { findCause } from '../util/cause-chain.js';
 import { ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
@@ -50,8 +51,8 @@ const LEG_OF: Record<DeadlinePhase, 'prefill' | 'decode'> = {
 /**
  * A budget of {@link Deadlines} ran out. `phase` names it, `budgetMs` says what it was; the
  * message says both. A deadline is the router's decision, so the leg it stopped is stopped
- * for good; a caller above may retry (`retryable` is true: the same request can succeed on a
- * less busy worker).
+ * for good, and it is not retried (`retryable` is false, as the failure rules say: another
+ * attempt would add its wait to the one the client already had).
  *
  * @example
  * for await (const item of stream) {
@@ -67,7 +68,8 @@ export class DeadlineError extends DisaggError {
   readonly budgetMs: number;
   /** The leg that was late: prefill's phases, decode's, and for `total` the one still running. */
   readonly leg: 'prefill' | 'decode';
-  readonly retryable = true;
+  /** False: a deadline is not retried (`FAILURE_RULES.deadline`). */
+  readonly retryable: boolean = FAILURE_RULES.deadline.retry;
 
   constructor(phase: DeadlinePhase, budgetMs: number, leg: 'prefill' | 'decode' = LEG_OF[phase]) {
     super(

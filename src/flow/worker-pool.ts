@@ -1,3 +1,4 @@
+import { FAILURE_RULES } from '../protocol/failure-rules.js';
 import { leastInFlight } from '../routing/least-in-flight.js';
 import { roundRobin } from '../routing/round-robin.js';
 import type { RoutingInput } from '../routing/routing-input.js';
@@ -44,7 +45,8 @@ export class NoWorkerError extends DisaggError {
   static override readonly is = branded<NoWorkerError>('NoWorkerError');
   declare readonly code: 'DISAGG_NO_WORKER';
   readonly kind = 'no_worker';
-  readonly retryable = true;
+  /** False: no worker of the pool is in rotation to send it to (`FAILURE_RULES.other`). */
+  readonly retryable: boolean = FAILURE_RULES.other.retry;
 
   constructor(size: number, pool?: string) {
     const which = pool === undefined ? 'worker' : `${pool} worker`;

@@ -1,3 +1,4 @@
+import { FAILURE_RULES, statusFailureClass } from '../protocol/failure-rules.js';
 import { CONNECTION_ERROR_CODES, findCause } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
@@ -68,9 +69,11 @@ export class PrefillError extends DisaggError {
   }
 
   /**
-   * Whether the same request may succeed if sent again, judged from the cause chain: a
-   * refused, reset or timed-out connection, a deadline that ran out, or a 5xx answer, is
-   * retryable; a cancellation (an `AbortError`), a 4xx answer, or anything unknown is not.
+   * Whether the same request may succeed if sent again, judged from the cause chain: the
+   * library's errors say it themselves (as the failure rules do: a worker that could not be
+   * reached, a 5xx or a 429, yes; a deadline, a stream that broke after the worker answered,
+   * no); a refused, reset or timed-out connection, a 5xx or 429 answer, is retryable; a
+   * cancellation (an `AbortError`), another 4xx answer, or anything unknown is not.
    * Decided by the first cause that says either way.
    */
   get retryable(): boolean {
@@ -92,7 +95,7 @@ function verdict(cause: object): boolean | undefined {
   if (DisaggError.is(cause) && typeof retryable === 'boolean') return retryable;
   if (name === 'TimeoutError') return true;
   if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) return true;
-  if (typeof status === 'number') return status >= 500;
+  if (typeof status === 'number') return FAILURE_RULES[statusFailureClass(status)].retry;
   return undefined;
 }
 

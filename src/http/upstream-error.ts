@@ -1,3 +1,4 @@
+import { FAILURE_RULES, workerFailureClass } from '../protocol/failure-rules.js';
 import { CONNECTION_ERROR_CODES, errorCode } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
@@ -22,9 +23,10 @@ const CODES = {
 /**
  * A worker call that failed. The message carries the worker's own text (the `message` of an
  * OpenAI-style error body, or the body itself); `status` and `body` keep the HTTP answer;
- * `cause` keeps the network error and `networkCode` its code. `retryable`: a 5xx answer or a
- * connection failure may succeed elsewhere or later; a 4xx answer or a protocol error will
- * not. `code`: `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION` or
+ * `cause` keeps the network error and `networkCode` its code. `retryable`, as the failure
+ * rules say (`FAILURE_RULES`): a 5xx or 429 answer, or a worker that could not be reached, may
+ * succeed on another worker; another 4xx answer, a protocol error or a stream that broke after
+ * the worker answered will not. `code`: `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION` or
  * `DISAGG_UPSTREAM_PROTOCOL`, by kind.
  *
  * @example
@@ -69,10 +71,13 @@ export class UpstreamError extends DisaggError {
     this.afterResponse = options.afterResponse ?? false;
   }
 
-  /** Whether the same request may succeed if sent again (5xx, or a connection failure). */
+  /**
+   * Whether the same request may be sent to another worker, as the failure rules say
+   * (`FAILURE_RULES`): a 5xx, a 429, or a worker that could not be reached; not another 4xx, a
+   * protocol error, or a connection that broke after the worker answered.
+   */
   get retryable(): boolean {
-    if (this.kind === 'status') return (this.status as number) >= 500;
-    return this.kind === 'connection';
+    return FAILURE_RULES[workerFailureClass(this)].retry;
   }
 
   /** An error status, with the worker's own text taken from its body. */

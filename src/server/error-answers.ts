@@ -4,6 +4,7 @@ import { PrefillError } from '../handoff/prefill-error.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { findCause } from '../util/cause-chain.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import type { ErrorCode } from '../util/error-codes.js';
 import { redactAddresses } from '../util/url.js';
 
 /** The proxy stopped before this request ended (`DISAGG_SHUTTING_DOWN`, answered 503). */
@@ -30,12 +31,23 @@ export interface ErrorAnswer {
   };
 }
 
+/** An answer of the table: its HTTP status (`worker`: see {@link ANSWERS}) and OpenAI error `type`. */
+type Answer = { readonly status: number | 'worker'; readonly type: string };
+
+/**
+ * An error that is no answer of its own (it never reaches a client as itself, or it is a
+ * worker's failure in another form): a worker's failure in its cause chain answers for it,
+ * anything else is a 500.
+ */
+const BY_CAUSE = null;
+
 /**
  * How each of the library's errors is answered: its HTTP status and OpenAI error `type`.
  * `worker`: a worker's own 4xx found in the cause chain passes through with its status (the
- * request was bad, on either leg), anything else from the workers is a 502.
+ * request was bad, on either leg), anything else from the workers is a 502. Keyed by every
+ * code, so that a code without its answer does not compile.
  */
-const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string }>> = {
+const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
   DISAGG_HANDOFF_FIELD: { status: 400, type: 'invalid_request_error' },
   DISAGG_UNSUPPORTED_REQUEST: { status: 400, type: 'invalid_request_error' },
@@ -56,7 +68,23 @@ const ANSWERS: Readonly<Record<string, { status: number | 'worker'; type: string
   DISAGG_UPSTREAM_STATUS: { status: 'worker', type: 'upstream_error' },
   DISAGG_UPSTREAM_CONNECTION: { status: 'worker', type: 'upstream_error' },
   DISAGG_UPSTREAM_PROTOCOL: { status: 'worker', type: 'upstream_error' },
+  // An error item's text, a worker's failure as the stream told it.
+  DISAGG_STREAM_ERROR: BY_CAUSE,
+  // Reported to the logger and events: nobody waits for that request any more.
+  DISAGG_CLEANUP_EXPIRED: BY_CAUSE,
+  // Failures of the router's own parts, not of a request: the router's fault if one reaches a client.
+  DISAGG_DISCOVERY_UNAVAILABLE: BY_CAUSE,
+  DISAGG_KV_EVENTS_UNAVAILABLE: BY_CAUSE,
+  DISAGG_KV_EVENT_FORMAT: BY_CAUSE,
+  DISAGG_TENANTS_FILE: BY_CAUSE,
+  DISAGG_TOKENIZER: BY_CAUSE,
+  DISAGG_TRACING_UNAVAILABLE: BY_CAUSE,
 };
+
+/** The answer of `code`, none for a code not in the table (another copy's, or a program's own). */
+function answerOf(code: string): Answer | undefined {
+  return Object.hasOwn(ANSWERS, code) ? (ANSWERS[code as ErrorCode] ?? undefined) : undefined;
+}
 
 const INTERNAL = { status: 500, type: 'internal_error' } as const;
 
@@ -97,9 +125,9 @@ export function errorAnswer(
   const message = redact(error instanceof Error ? error.message : String(error));
   const param = (error as { param?: unknown } | null)?.param;
   const upstream = findCause(error, UpstreamError.is);
-  let entry = DisaggError.is(error) ? ANSWERS[error.code] : undefined;
+  let entry = DisaggError.is(error) ? answerOf(error.code) : undefined;
   // A failure from a worker that is not one of the library's errors (a plain error item).
-  if (entry === undefined && upstream !== undefined) entry = ANSWERS[upstream.code];
+  if (entry === undefined && upstream !== undefined) entry = answerOf(upstream.code);
   let status: number;
   let type: string;
   if (entry === undefined) {

@@ -1,79 +1,11 @@
-import { deadlineIn } from '../flow/deadlines.js';
-import { UpstreamError } from '../http/upstream-error.js';
-import { findCause } from '../util/cause-chain.js';
+import { classifyFailure } from '../flow/failure-rules.js';
+import { FAILURE_RULES, type FailureClass } from '../protocol/failure-rules.js';
 import { isUnder } from '../util/url.js';
 
-/**
- * What a failed call to a worker was, decided once for health, retries and metrics:
- * - `unreachable`: no answer began (refused, reset, a name that does not resolve);
- * - `broken-off`: the worker had answered, then the connection broke;
- * - `worker-error`: a 5xx answer;
- * - `overloaded`: a 429;
- * - `refused`: any other 4xx (the request's fault, not the worker's);
- * - `protocol`: an answer the proxy could not read (an error event, bad JSON);
- * - `deadline`: one of the flow's deadlines passed;
- * - `other`: anything else (no worker, a cancellation, a bug).
- */
-export type FailureClass =
-  | 'unreachable'
-  | 'broken-off'
-  | 'worker-error'
-  | 'overloaded'
-  | 'refused'
-  | 'protocol'
-  | 'deadline'
-  | 'other';
-
-/**
- * What the proxy does about a class of failure. `retry`: the same request may go to another
- * worker before the client got a byte. `health`: `eject` takes the worker out of rotation
- * until a probe finds it again, `count` feeds its circuit breaker, `ignore` says nothing of
- * the worker.
- */
-export interface FailureRule {
-  retry: boolean;
-  health: 'eject' | 'count' | 'ignore';
-}
-
-/**
- * The rules, as data (undici's retry handler keeps its rules the same way). A deadline is not
- * retried although the same request could succeed elsewhere: waiting again would double the
- * wait the client already had. A 429 is retried on another worker but says nothing of the one
- * that sent it (it is busy, not broken).
- */
-export const FAILURE_RULES: Readonly<Record<FailureClass, FailureRule>> = Object.freeze({
-  unreachable: { retry: true, health: 'eject' },
-  'broken-off': { retry: false, health: 'count' },
-  'worker-error': { retry: true, health: 'count' },
-  overloaded: { retry: true, health: 'ignore' },
-  refused: { retry: false, health: 'ignore' },
-  protocol: { retry: false, health: 'count' },
-  deadline: { retry: false, health: 'ignore' },
-  other: { retry: false, health: 'ignore' },
-});
-
-/**
- * The class of `error` (see {@link FailureClass}), with the worker's error when there is one
- * in its causes (it names the worker's URL).
- *
- * @example classifyFailure(UpstreamError.fromStatus(url, 503, 'busy')); // { kind: 'worker-error', upstream }
- */
-export function classifyFailure(error: unknown): { kind: FailureClass; upstream: UpstreamError | undefined } {
-  const upstream = findCause(error, UpstreamError.is);
-  if (deadlineIn(error) !== undefined) return { kind: 'deadline', upstream };
-  if (upstream === undefined) return { kind: 'other', upstream };
-  switch (upstream.kind) {
-    case 'connection':
-      return { kind: upstream.afterResponse ? 'broken-off' : 'unreachable', upstream };
-    case 'status': {
-      const status = upstream.status ?? 0;
-      if (status === 429) return { kind: 'overloaded', upstream };
-      return { kind: status >= 500 ? 'worker-error' : 'refused', upstream };
-    }
-    default:
-      return { kind: 'protocol', upstream };
-  }
-}
+// The classifier and its rules live below the server, so that the errors' own `retryable`
+// reads them too; the proxy's modules and `disagg/server` keep importing them from here.
+export { classifyFailure } from '../flow/failure-rules.js';
+export { FAILURE_RULES, type FailureClass, type FailureRule } from '../protocol/failure-rules.js';
 
 /**
  * The retries' defaults (`--retry-max-retries`, `--retry-initial-backoff-ms`,

@@ -91,3 +91,36 @@ export function registerKvMetrics(
     },
   });
 }
+
+/**
+ * The KV prediction metrics: the cached tokens precise-prefix expected of each prefill worker
+ * it routed to, beside those the worker reported (how true the index is).
+ *
+ * @internal
+ */
+export class KvPredictionMetrics {
+  readonly #kvPredicted: Counter<'worker'>;
+  readonly #kvReported: Counter<'worker'>;
+
+  /** Registers them in `registers`. */
+  constructor(registers: Registry[]) {
+    this.#kvPredicted = new Counter({
+      name: 'disagg_kv_predicted_cached_tokens_total',
+      help: 'Prompt tokens precise-prefix expected each prefill worker to hold cached when it routed a request there',
+      labelNames: ['worker'],
+      registers,
+    });
+    this.#kvReported = new Counter({
+      name: 'disagg_kv_reported_cached_tokens_total',
+      help: 'Cached prompt tokens those prefill workers reported for the same requests (against the predicted: how true the index is)',
+      labelNames: ['worker'],
+      registers,
+    });
+  }
+
+  /** A request precise-prefix routed: the cached tokens it expected of `worker`, and those the worker reported. */
+  observe(worker: string, predicted: number, reported: number): void {
+    this.#kvPredicted.inc({ worker }, predicted);
+    this.#kvReported.inc({ worker }, reported);
+  }
+}

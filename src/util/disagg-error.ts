@@ -44,7 +44,7 @@ export function branded<T>(brand: string): BrandCheck<T> {
 export class DisaggError extends Error {
   /** True for any error of the library, from any copy of it. */
   static readonly is: BrandCheck<DisaggError> = branded<DisaggError>('DisaggError');
-  /** A stable code for programs (`DISAGG_...`); messages may change, codes do not. */
+  /** A stable code for programs (`DISAGG_...`, the library's listed in `ErrorCode`); messages may change, codes do not. */
   readonly code: string;
 
   constructor(code: string, message: string, options?: { cause?: unknown }) {

@@ -47,14 +47,14 @@ async function elapse(ms: number): Promise<void> {
 const sglangWorker = { bootstrapHost: '10.0.0.3', bootstrapPort: 8998 };
 
 describe('DeadlineError', () => {
-  it('names its phase, budget and leg, and is retryable, also as the cause of a PrefillError', () => {
+  it('names its phase, budget and leg, and is not retryable as the failure rules say, also as the cause of a PrefillError', () => {
     const error = new DeadlineError('idle', 250);
     expect(error).toMatchObject({ name: 'DeadlineError', kind: 'deadline', phase: 'idle', budgetMs: 250 });
     expect(error.leg).toBe('decode');
     expect(new DeadlineError('handoff', 1).leg).toBe('prefill');
     expect(error.message).toBe("Deadline exceeded: decode's next item took longer than its budget of 250 ms (idle)");
-    expect(error.retryable).toBe(true);
-    expect(PrefillError.from(error).retryable).toBe(true);
+    expect(error.retryable).toBe(false);
+    expect(PrefillError.from(error).retryable).toBe(false);
     expect(DeadlineError.is({ [Symbol.for('disagg.error.brands')]: ['DeadlineError', 'DisaggError'] })).toBe(true);
     expect(DeadlineError.is(new Error('x'))).toBe(false);
   });

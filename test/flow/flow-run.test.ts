@@ -8,9 +8,9 @@ import {
   type PrefillPhase,
   prefillFailed,
   prefillRunning,
-  Tripwire,
-} from '../../src/flow/flow-run.js';
+} from '../../src/flow/prefill-phase.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';
+import { Tripwire } from '../../src/flow/tripwire.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import type { PrefillTask } from '../../src/handoff/prefill-task.js';
 import { Annotated, type WireChunk } from '../../src/protocol/annotated.js';

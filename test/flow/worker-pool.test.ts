@@ -407,7 +407,7 @@ describe('WorkerPool, choice by choice', () => {
     expect(pool.inFlight('z')).toBe(0);
   });
 
-  it('with every worker out, a NoWorkerError: retryable, with its code and kind', () => {
+  it('with every worker out, a NoWorkerError: not retryable (no worker to send it to), with its code and kind', () => {
     const pool = new WorkerPool(['a']);
     pool.setAvailable('a', false);
     let error: unknown;
@@ -421,7 +421,7 @@ describe('WorkerPool, choice by choice', () => {
       name: 'NoWorkerError',
       code: 'DISAGG_NO_WORKER',
       kind: 'no_worker',
-      retryable: true,
+      retryable: false,
       message: 'No worker is available: all 1 of the pool are out of rotation',
     });
   });

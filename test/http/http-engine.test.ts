@@ -250,20 +250,21 @@ describe('httpEngine', () => {
     expect(items[0]?.data?.disaggregated_params).toEqual({ bootstrap_room: 9007199254740993n });
   });
 
-  it('an error status rejects with the status and body; a closed port with a retryable connection error', async () => {
+  it('an error status rejects with the status and body (a 429 retryable on another worker); a closed port with a retryable connection error', async () => {
     const { url } = await serve((_, res) => {
       res.writeHead(429, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: { message: 'rate limited' } }));
     });
     const call = httpEngine({ url })(streamed, new Controller());
-    await expect(call).rejects.toMatchObject({ name: 'UpstreamError', status: 429, retryable: false });
+    await expect(call).rejects.toMatchObject({ name: 'UpstreamError', status: 429, retryable: true });
     await expect(call).rejects.toThrow('answered 429: rate limited');
     const refused = httpEngine({ url: 'http://127.0.0.1:1' })(streamed, new Controller());
     await expect(refused).rejects.toMatchObject({ name: 'UpstreamError', kind: 'connection', retryable: true });
   });
 
   it.each([
-    ['a stream cut before [DONE]', (res: ServerResponse) => res.end(chunk('a')), 'before [DONE]', true],
+    // Broken off after the worker answered: not retried, as the failure rules say.
+    ['a stream cut before [DONE]', (res: ServerResponse) => res.end(chunk('a')), 'before [DONE]', false],
     [
       'an SSE error event',
       (res: ServerResponse) => res.end(`${chunk('a')}event: error\ndata: {"error":{"message":"engine died"}}\n\n`),

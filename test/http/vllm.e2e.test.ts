@@ -133,7 +133,8 @@ describe('vLLM (NIXL) over loopback HTTP', () => {
   it.each([
     // The event carries the worker's code (500): a 5xx, which a retry elsewhere may get past.
     ['an SSE error event', { type: 'error-event', afterTokens: 2, message: 'decode OOM' } as const, 'decode OOM', true],
-    ['a connection reset', { type: 'reset', afterTokens: 2 } as const, 'broke off its answer', true],
+    // Broken off after the worker answered: not retried, as the failure rules say.
+    ['a connection reset', { type: 'reset', afterTokens: 2 } as const, 'broke off its answer', false],
   ])('decode failing mid-stream with %s: the tokens, then one error item', async (_, fault, text, retryable) => {
     const workers = await pair({}, { fault });
     const { call, log } = run(workers);

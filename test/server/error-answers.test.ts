@@ -97,6 +97,19 @@ describe('errorAnswer: every code of the table', () => {
     });
   });
 
+  it.each(['DISAGG_STREAM_ERROR', 'DISAGG_CLEANUP_EXPIRED', 'DISAGG_KV_EVENT_FORMAT', 'DISAGG_TOKENIZER'])(
+    "%s has no answer of its own: a worker's failure in its causes answers for it, else a 500",
+    (code) => {
+      const cause = UpstreamError.fromStatus('http://w/v1/completions', 422, 'bad');
+      expect(errorAnswer(new DisaggError(code, 'what happened', { cause })).status).toBe(422);
+      expect(errorAnswer(new DisaggError(code, 'what happened')).status).toBe(500);
+    },
+  );
+
+  it('a code named like a property of every object is no code of the table', () => {
+    expect(errorAnswer(new DisaggError('constructor', 'x')).status).toBe(500);
+  });
+
   it("a plain error with a worker's failure in its causes is answered as that failure", () => {
     const cause = UpstreamError.fromStatus('http://w/v1/completions', 503, 'busy');
     expect(errorAnswer(new Error('wrapped', { cause })).status).toBe(502);

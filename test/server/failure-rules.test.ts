@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { DeadlineError } from '../../src/flow/deadlines.js';
 import { NoWorkerError } from '../../src/flow/worker-pool.js';
+import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import {
   chargedWorker,
@@ -46,6 +47,38 @@ describe('one failure classifier, one table of what to do about each class', () 
     expect(deadline.kind).toBe('deadline');
     expect(FAILURE_RULES.deadline).toEqual({ retry: false, health: 'ignore' });
   });
+
+  it.each([
+    ['a worker that refused the connection', UpstreamError.fromFailure(url, refused)],
+    ['a stream that broke after the worker answered', UpstreamError.fromFailure(url, reset, { afterResponse: true })],
+    ['a 503', UpstreamError.fromStatus(url, 503, 'busy')],
+    ['a 429', UpstreamError.fromStatus(url, 429, 'slow down')],
+    ['a 400', UpstreamError.fromStatus(url, 400, 'bad')],
+    ['an answer that cannot be read', new UpstreamError('protocol', 'not JSON', { url })],
+    ['a deadline', new DeadlineError('decodeFirstToken', 1000)],
+    ['no worker in rotation', new NoWorkerError(2, 'decode')],
+    ['a prefill that failed with a 429', PrefillError.from(UpstreamError.fromStatus(url, 429, 'slow down'))],
+    ['a prefill past its deadline', PrefillError.from(new DeadlineError('prefillFirstOutput', 1000))],
+    [
+      'a prefill whose stream broke off',
+      PrefillError.from(UpstreamError.fromFailure(url, reset, { afterResponse: true })),
+    ],
+  ])("%s: the error's own retryable is its class's retry rule", (_what, error) => {
+    expect(error.retryable).toBe(FAILURE_RULES[classifyFailure(error).kind].retry);
+  });
+
+  it.each([
+    [503, 'worker-error'],
+    [429, 'overloaded'],
+    [400, 'refused'],
+  ] as const)(
+    "a prefill failed with another library's error of status %i: retryable as the rule of a worker's %s",
+    (status, kind) => {
+      const cause = Object.assign(new Error('x'), { status });
+      expect(classifyFailure(UpstreamError.fromStatus(url, status, '')).kind).toBe(kind);
+      expect(PrefillError.from(cause).retryable).toBe(FAILURE_RULES[kind].retry);
+    },
+  );
 
   it("keeps the worker's error, whose URL names the worker to charge", () => {
     const error = UpstreamError.fromStatus(url, 502, 'bad gateway');

@@ -1,0 +1,57 @@
+/**
+ * The `code` of every error the library throws (each a `DisaggError`): the one list. The
+ * proxy's table of answers (`server/error-answers`) is keyed by it, so that a code added here
+ * without its answer does not compile, and a test holds this list to the codes in the sources.
+ *
+ * - `DISAGG_BAD_REQUEST`: a request body the router could not read (400).
+ * - `DISAGG_BODY_TOO_LARGE`: a request body past the router's limit (413).
+ * - `DISAGG_CLEANUP_EXPIRED`: decode did not take a handoff's KV within the clean-up budget after the client left.
+ * - `DISAGG_CONFIG`: a setting, or a worker given to the admin API, that does not check.
+ * - `DISAGG_DEADLINE_EXCEEDED`: one of the request's deadlines passed (504).
+ * - `DISAGG_DISCOVERY_UNAVAILABLE`: Kubernetes discovery asked for without `@kubernetes/client-node`.
+ * - `DISAGG_HANDOFF_FIELD`: a client sent a field only the router may set (400).
+ * - `DISAGG_KV_EVENTS_UNAVAILABLE`: KV events asked for without `zeromq`.
+ * - `DISAGG_KV_EVENT_FORMAT`: a KV event message in no form the engines send.
+ * - `DISAGG_LIMITS_UNAVAILABLE`: the limits' Redis unreachable with `--redis-failure closed` (503).
+ * - `DISAGG_METHOD_NOT_ALLOWED`, `DISAGG_NOT_FOUND`: a route's method, or a path, the router does not serve.
+ * - `DISAGG_NO_WORKER`: no worker of a pool in rotation (503).
+ * - `DISAGG_OVERLOADED`: admission's slots and queue full, or a limit of the tenant's hit (429).
+ * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
+ * - `DISAGG_SHUTTING_DOWN`: the proxy stopped before the request ended (503).
+ * - `DISAGG_STREAM_ERROR`: an error item that carried only its text.
+ * - `DISAGG_TENANTS_FILE`: a tenants file that does not check.
+ * - `DISAGG_TOKENIZER`: the router's tokenizer failed.
+ * - `DISAGG_TRACING_UNAVAILABLE`: `--otlp-endpoint` without the OpenTelemetry packages.
+ * - `DISAGG_UNSUPPORTED_REQUEST`: a request the engines cannot serve disaggregated, or that does not fit its route (400).
+ * - `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION`, `DISAGG_UPSTREAM_PROTOCOL`: a call to a worker failed, as `UpstreamError` says.
+ * - `DISAGG_WORKER_EXISTS`, `DISAGG_WORKER_UNKNOWN`: the admin API's worker already in its pool, or not in it.
+ */
+export type ErrorCode =
+  | 'DISAGG_BAD_REQUEST'
+  | 'DISAGG_BODY_TOO_LARGE'
+  | 'DISAGG_CLEANUP_EXPIRED'
+  | 'DISAGG_CONFIG'
+  | 'DISAGG_DEADLINE_EXCEEDED'
+  | 'DISAGG_DISCOVERY_UNAVAILABLE'
+  | 'DISAGG_HANDOFF_FIELD'
+  | 'DISAGG_KV_EVENTS_UNAVAILABLE'
+  | 'DISAGG_KV_EVENT_FORMAT'
+  | 'DISAGG_LIMITS_UNAVAILABLE'
+  | 'DISAGG_METHOD_NOT_ALLOWED'
+  | 'DISAGG_NOT_FOUND'
+  | 'DISAGG_NO_WORKER'
+  | 'DISAGG_OVERLOADED'
+  | 'DISAGG_PREFILL_FAILED'
+  | 'DISAGG_PREFILL_NOT_ACTIVATED'
+  | 'DISAGG_PREFILL_NO_HANDOFF_PARAMS'
+  | 'DISAGG_SHUTTING_DOWN'
+  | 'DISAGG_STREAM_ERROR'
+  | 'DISAGG_TENANTS_FILE'
+  | 'DISAGG_TOKENIZER'
+  | 'DISAGG_TRACING_UNAVAILABLE'
+  | 'DISAGG_UNSUPPORTED_REQUEST'
+  | 'DISAGG_UPSTREAM_STATUS'
+  | 'DISAGG_UPSTREAM_CONNECTION'
+  | 'DISAGG_UPSTREAM_PROTOCOL'
+  | 'DISAGG_WORKER_EXISTS'
+  | 'DISAGG_WORKER_UNKNOWN';
