@@ -3,6 +3,7 @@ import type { Registry } from 'prom-client';
 import type { Dispatcher } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
+import type { Endpoint } from '../endpoints/endpoint.js';
 import { engineOf } from '../engines/registry.js';
 import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
@@ -10,7 +11,6 @@ import { WorkerPool } from '../flow/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
-import { RoutingInput } from '../routing/routing-input.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
 import { RedisWindows } from '../tenancy/redis-windows.js';
@@ -32,6 +32,9 @@ import type { ProxyState } from './proxy-state.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, selectionFor } from './routing-policies.js';
 import { Tracing } from './tracing.js';
+
+/** What the tokenizer threads render of each kind of prompt (chat through the template). */
+const TOKENIZER_ROUTES = { chat: 'chat', prompt: 'completions', text: 'generate' } as const;
 
 /** What {@link ProxyCore.shutdown} asks of the host it runs in. */
 export interface ShutdownHost {
@@ -368,25 +371,21 @@ export class ProxyCore implements ProxyState {
     return this.tenants.tenants.some((known) => known.name === tenant) ? tenant : 'other';
   }
 
-  async promptTokens(body: Record<string, unknown>, route: Route): Promise<readonly number[] | undefined> {
-    const tokenizer = this.#tokenizer;
-    if (tokenizer === undefined || !this.#routesOnBlocks) return undefined;
-    if (new RoutingInput(body).tokenIds !== undefined) return undefined;
-    try {
-      return await tokenizer.tokenize(body, route);
-    } catch (error) {
-      this.logger.warn({ err: error }, 'Could not tokenize a prompt for precise-prefix; it goes by load');
-      return undefined;
-    }
+  get routesOnTokens(): boolean {
+    return this.#routesOnBlocks;
   }
 
-  async countPromptTokens(body: Record<string, unknown>, route: Route): Promise<number | undefined> {
+  async tokenize(body: Record<string, unknown>, endpoint: Endpoint): Promise<readonly number[] | undefined> {
     const tokenizer = this.#tokenizer;
-    if (tokenizer === undefined || new RoutingInput(body).tokenIds !== undefined) return undefined;
+    const render = endpoint.tokenize;
+    if (tokenizer === undefined || render === undefined) return undefined;
     try {
-      return (await tokenizer.tokenize(body, route))?.length;
+      return await tokenizer.tokenize(body, TOKENIZER_ROUTES[render]);
     } catch (error) {
-      this.logger.debug({ err: error }, "Could not tokenize a prompt for its tenant's tokens per minute; estimated");
+      this.logger.warn(
+        { err: error },
+        'Could not tokenize a prompt; the request goes by load and its tokens are estimated',
+      );
       return undefined;
     }
   }

@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import type { Endpoint } from '../endpoints/endpoint.js';
 import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
@@ -66,16 +67,14 @@ export interface ProxyState {
   /** Conditional disaggregation (`--aggregate-below-chars`, `--aggregate-cached-ratio`): why to serve a request on decode alone. */
   readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   /**
-   * The prompt's token ids by the router's tokenizer (`--tokenizer`), when a policy routes on
-   * the engines' KV blocks and the body has no ids of its own; undefined otherwise, and when
-   * tokenizing fails (the request then goes by load; the failure is logged).
+   * The prompt's token ids by the router's tokenizer (`--tokenizer`); undefined without one,
+   * for an endpoint with nothing to tokenize, and when tokenizing fails (logged: the request
+   * then goes by load, and a tenant's tokens are estimated). Ask through the request's
+   * context (`RequestContext.promptTokenIds`), which tokenizes once per request.
    */
-  promptTokens(body: Record<string, unknown>, route: Route): Promise<readonly number[] | undefined>;
-  /**
-   * How many tokens the prompt has by the router's tokenizer (`--tokenizer`), for a tenant's
-   * tokens per minute; undefined without a tokenizer (the estimate is then a quarter of the text).
-   */
-  countPromptTokens(body: Record<string, unknown>, route: Route): Promise<number | undefined>;
+  tokenize(body: Record<string, unknown>, endpoint: Endpoint): Promise<readonly number[] | undefined>;
+  /** Whether a routing policy reads the prompt's tokens (the engines' KV blocks): then every request is tokenized. */
+  readonly routesOnTokens: boolean;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
   /** True from the start of shutdown, before requests are refused: `/ready` fails first. */

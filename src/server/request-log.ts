@@ -1,6 +1,5 @@
 import type { ServerResponse } from 'node:http';
 import type { Strategy } from '../flow/events.js';
-import type { Route } from './openai-format.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestEvents } from './request-events.js';
 
@@ -18,7 +17,8 @@ export function logRequest(
   request: {
     requestId: string;
     clientRequestId: string | undefined;
-    route: Route;
+    /** The endpoint's name. */
+    route: string;
     res: ServerResponse;
     events: RequestEvents;
     started: number;

@@ -1,0 +1,96 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { headerValue } from '../http/node-server.js';
+import type { CompletionUsage } from '../protocol/llm-engine-output.js';
+import { RoutingInput } from '../routing/routing-input.js';
+import type { Controller } from '../runtime/controller.js';
+import type { InFlightRequest } from './in-flight.js';
+import type { ProxyState } from './proxy-state.js';
+import type { RequestEvents } from './request-events.js';
+import type { RequestTrace } from './tracing.js';
+
+/**
+ * One request as the proxy's stages see it: who sent it for which endpoint, its body once
+ * read, whose it is, and what serving it found out (the usage the answer reported, the failure
+ * answered). The routing input is built once and the prompt tokenized at most once, however
+ * many stages ask (a tenant's tokens-per-minute and a KV-aware policy both want the ids).
+ *
+ * @internal
+ */
+export class RequestContext {
+  /**
+   * The workers' id of the request: one of its own for every request (two clients reusing an
+   * id must not meet inside an engine); the client gets its own id back.
+   */
+  readonly requestId = randomUUID();
+  readonly clientRequestId: string | undefined;
+  readonly started = performance.now();
+  /** The body's text when the host read it already (a framework that parses bodies). */
+  bodyText: string | undefined;
+  /** The body, once the body stage has read and checked it. */
+  body: Record<string, unknown> = {};
+  /** The request's tenant, once admitted (see `--tenants-file`). */
+  tenant: string | undefined;
+  /** The request's answer will be metered: every answer must say what it used (a tenant's token limit). */
+  usageNeeded = false;
+  /** What the workers said the request used, once answered. */
+  usage: CompletionUsage | undefined;
+  /** The failure the request was answered with, if any. */
+  failure: unknown;
+  /** The request's context (a client that leaves stops it), once it is tracked. */
+  context: Controller | undefined;
+  /** Its shutdown entry, once it is tracked. */
+  entry: InFlightRequest | undefined;
+  /** Its events, once it is tracked. */
+  events: RequestEvents | undefined;
+  /** Its trace, when tracing records or the client sent a `traceparent`. */
+  trace: RequestTrace | undefined;
+  #input: RoutingInput | undefined;
+  #tokenIds: Promise<readonly number[] | undefined> | undefined;
+
+  constructor(
+    readonly proxy: ProxyState,
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly endpoint: Endpoint,
+    bodyText?: string,
+  ) {
+    this.bodyText = bodyText;
+    this.clientRequestId = headerValue(req.headers['x-request-id']);
+    res.setHeader('x-request-id', this.clientRequestId ?? this.requestId);
+  }
+
+  /** The request as routing policies see it (its text, session key and token ids): built once. */
+  get input(): RoutingInput {
+    this.#input ??= new RoutingInput(
+      this.body,
+      headerValue(this.req.headers[this.proxy.options.routing.sessionHeader]),
+      undefined,
+      this.endpoint,
+    );
+    return this.#input;
+  }
+
+  /**
+   * The prompt's token ids: the body's own, else the router's tokenizer's (`--tokenizer`,
+   * tokenized once, off the event loop), which the routing input then holds too; undefined
+   * without either.
+   */
+  promptTokenIds(): Promise<readonly number[] | undefined> {
+    this.#tokenIds ??= (async () => {
+      const { input } = this;
+      if (input.tokenIds !== undefined) return input.tokenIds;
+      const ids = await this.proxy.tokenize(this.body, this.endpoint);
+      if (ids !== undefined) input.tokenized(ids);
+      return ids;
+    })();
+    return this.#tokenIds;
+  }
+
+  /** The request's tokens before it is served: its prompt's by the tokenizer, else a quarter of its text. */
+  async estimatedTokens(): Promise<number> {
+    const ids = await this.promptTokenIds();
+    return ids?.length ?? Math.ceil(this.input.text.length / 4);
+  }
+}
