@@ -17,7 +17,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'maxConcurrentRequests',
     flag: 'max-concurrent-requests',
-    env: 'DISAGG_MAX_CONCURRENT_REQUESTS',
     arg: 'N',
     help: 'generation requests served at once (more wait in the queue)',
     default: 1024,
@@ -26,7 +25,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'queueSize',
     flag: 'queue-size',
-    env: 'DISAGG_QUEUE_SIZE',
     arg: 'N',
     help: 'requests that may wait for a slot (more get a 429 with Retry-After)',
     default: 1024,
@@ -35,7 +33,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'queueTimeoutMs',
     flag: 'queue-timeout-ms',
-    env: 'DISAGG_QUEUE_TIMEOUT_MS',
     arg: 'N',
     help: 'how long a request may wait in the queue (then a 429)',
     default: 30_000,
@@ -44,7 +41,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'tenantsFile',
     flag: 'tenants-file',
-    env: 'DISAGG_TENANTS_FILE',
     arg: 'FILE',
     help: 'tenants (YAML or JSON: names, API keys, priority, requests and tokens per minute, requests at once; the default tenant; a queue time-to-live per priority band), read again when it changes; a tenant key is an API key too',
     parse: text,
@@ -52,7 +48,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'tenantHeader',
     flag: 'tenant-header',
-    env: 'DISAGG_TENANT_HEADER',
     arg: 'NAME',
     help: 'a header that a trusted gateway in front sets to the tenant of a request',
     parse: headerName,
@@ -60,7 +55,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'tenantHeaderKeys',
     flag: 'tenant-header-keys',
-    env: 'DISAGG_TENANT_HEADER_KEYS',
     arg: 'KEY[,KEY...]',
     help: 'the API keys whose requests may name their tenant in --tenant-header',
     shownDefault: 'any request',
@@ -69,7 +63,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'redisUrl',
     flag: 'redis-url',
-    env: 'DISAGG_REDIS_URL',
     arg: 'URL',
     help: "the tenants' per-minute limits in this Redis (redis://host:port/db), so that every replica of the router enforces one limit",
     shownDefault: 'in this process',
@@ -78,7 +71,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'redisFailure',
     flag: 'redis-failure',
-    env: 'DISAGG_REDIS_FAILURE',
     arg: 'open|closed',
     help: "while Redis is unreachable: let requests in without their tenants' limits (open, logged and counted), or refuse limited tenants' requests with a 503 (closed)",
     default: 'open',
@@ -87,7 +79,6 @@ export const ADMISSION_ROWS = inGroup('Admission', [
   {
     key: 'maxBodyBytes',
     flag: 'max-body-bytes',
-    env: 'DISAGG_MAX_BODY_BYTES',
     arg: 'N',
     help: 'the largest request body accepted',
     default: DEFAULT_MAX_BODY_BYTES,

@@ -8,7 +8,6 @@ export const CONNECTION_ROWS = inGroup('Shutdown and connections', [
   {
     key: 'drainDelayMs',
     flag: 'drain-delay-ms',
-    env: 'DISAGG_DRAIN_DELAY_MS',
     arg: 'N',
     help: 'on SIGTERM, time /ready fails while requests are still accepted',
     default: 5000,
@@ -17,7 +16,6 @@ export const CONNECTION_ROWS = inGroup('Shutdown and connections', [
   {
     key: 'gracePeriodMs',
     flag: 'grace-period-ms',
-    env: 'DISAGG_GRACE_PERIOD_MS',
     arg: 'N',
     help: 'on SIGTERM, time for requests under way',
     default: 30_000,
@@ -26,7 +24,6 @@ export const CONNECTION_ROWS = inGroup('Shutdown and connections', [
   {
     key: 'keepAliveTimeoutMs',
     flag: 'keep-alive-timeout-ms',
-    env: 'DISAGG_KEEP_ALIVE_TIMEOUT_MS',
     arg: 'N',
     help: 'how long idle client connections stay open',
     default: 72_000,
@@ -35,7 +32,6 @@ export const CONNECTION_ROWS = inGroup('Shutdown and connections', [
   {
     key: 'headersTimeoutMs',
     flag: 'headers-timeout-ms',
-    env: 'DISAGG_HEADERS_TIMEOUT_MS',
     arg: 'N',
     help: "how long a client may take to send a request's headers",
     default: 10_000,
@@ -44,7 +40,6 @@ export const CONNECTION_ROWS = inGroup('Shutdown and connections', [
   {
     key: 'requestTimeoutMs',
     flag: 'request-timeout-ms',
-    env: 'DISAGG_REQUEST_TIMEOUT_MS',
     arg: 'N',
     help: 'how long a client may take to send a whole request',
     default: 120_000,

@@ -28,7 +28,6 @@ export const DEADLINE_ROWS = inGroup('Deadlines', [
     row({
       key: `deadlines.${key}` as const,
       flag: `deadline-${name}-ms`,
-      env: `DISAGG_DEADLINE_${name.toUpperCase().replaceAll('-', '_')}_MS`,
       arg: 'N',
       help: `deadline: ${what}; 0 for none`,
       ...(fallback === undefined ? { shownDefault: 'none' } : { default: fallback }),
@@ -38,7 +37,6 @@ export const DEADLINE_ROWS = inGroup('Deadlines', [
   {
     key: 'cleanupBudgetMs',
     flag: 'cleanup-budget-ms',
-    env: 'DISAGG_CLEANUP_BUDGET_MS',
     arg: 'N',
     help: 'time decode has to take the KV after a client left',
     shownDefault: String(DEFAULT_CLEANUP_BUDGET_MS),
@@ -47,7 +45,6 @@ export const DEADLINE_ROWS = inGroup('Deadlines', [
   {
     key: 'slowClientTimeoutMs',
     flag: 'slow-client-timeout-ms',
-    env: 'DISAGG_SLOW_CLIENT_TIMEOUT_MS',
     arg: 'N',
     help: 'how long a client may not read before it is given up',
     default: 30_000,

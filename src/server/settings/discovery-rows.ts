@@ -9,7 +9,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
     row({
       key: `discovery.${role}Dns` as const,
       flag: `${role}-dns`,
-      env: `DISAGG_${role.toUpperCase()}_DNS`,
       arg: 'URL',
       help: `${role} workers from DNS: each address the URL's host resolves to is a worker on its port; re-resolved every --dns-interval-ms, vanished ones drain`,
       parse: dnsUrl,
@@ -19,7 +18,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
     row({
       key: `discovery.${role}Selector` as const,
       flag: `${role}-selector`,
-      env: `DISAGG_${role.toUpperCase()}_SELECTOR`,
       arg: 'LABELS',
       help: `${role} workers from Kubernetes: the ready pods matching this label selector (app=sglang,role=${role}), watched; needs @kubernetes/client-node`,
       parse: text,
@@ -28,7 +26,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
   {
     key: 'discovery.namespace',
     flag: 'k8s-namespace',
-    env: 'DISAGG_K8S_NAMESPACE',
     arg: 'NAME',
     help: 'the namespace --prefill-selector and --decode-selector watch (every namespace without one: needs a ClusterRole)',
     shownDefault: 'all',
@@ -37,7 +34,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
   {
     key: 'discovery.port',
     flag: 'k8s-port',
-    env: 'DISAGG_K8S_PORT',
     arg: 'N',
     help: "the workers' HTTP port on each discovered pod",
     default: 8000,
@@ -47,7 +43,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
     row({
       key: `discovery.${role}Port` as const,
       flag: `k8s-${role}-port`,
-      env: `DISAGG_K8S_${role.toUpperCase()}_PORT`,
       arg: 'N',
       help: `the ${role} pods' HTTP port, when the roles listen on different ports (else --k8s-port)`,
       shownDefault: '--k8s-port',
@@ -57,7 +52,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
   {
     key: 'discovery.bootstrapPortAnnotation',
     flag: 'bootstrap-port-annotation',
-    env: 'DISAGG_BOOTSTRAP_PORT_ANNOTATION',
     arg: 'KEY',
     help: "SGLang: the pod annotation with a discovered prefill worker's bootstrap port, or one per worker port, comma-separated (else --bootstrap-port)",
     default: 'sglang.ai/bootstrap-port',
@@ -66,7 +60,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
   {
     key: 'discovery.workerPortsAnnotation',
     flag: 'worker-ports-annotation',
-    env: 'DISAGG_WORKER_PORTS_ANNOTATION',
     arg: 'KEY',
     help: 'the pod annotation listing the HTTP ports of a pod that serves several workers, comma-separated (else one worker on --k8s-port)',
     default: 'smg.ai/worker-ports',
@@ -75,7 +68,6 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
   {
     key: 'discovery.dnsIntervalMs',
     flag: 'dns-interval-ms',
-    env: 'DISAGG_DNS_INTERVAL_MS',
     arg: 'MS',
     help: 'how often --prefill-dns and --decode-dns are resolved again',
     default: DNS_INTERVAL_MS,

@@ -8,7 +8,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'healthIntervalMs',
     flag: 'health-interval-ms',
-    env: 'DISAGG_HEALTH_INTERVAL_MS',
     arg: 'N',
     help: 'between worker health probes',
     default: HEALTH_DEFAULTS.intervalMs,
@@ -17,7 +16,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'healthTimeoutMs',
     flag: 'health-timeout-ms',
-    env: 'DISAGG_HEALTH_TIMEOUT_MS',
     arg: 'N',
     help: 'how long one health probe may take before it counts as failed (a worker busy with long prompts may answer /health late)',
     default: HEALTH_DEFAULTS.timeoutMs,
@@ -26,7 +24,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'healthFailureThreshold',
     flag: 'health-failure-threshold',
-    env: 'DISAGG_HEALTH_FAILURE_THRESHOLD',
     arg: 'N',
     help: 'failed probes in a row that take a worker out (unreachable: at once)',
     default: HEALTH_DEFAULTS.failureThreshold,
@@ -35,7 +32,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'healthSuccessThreshold',
     flag: 'health-success-threshold',
-    env: 'DISAGG_HEALTH_SUCCESS_THRESHOLD',
     arg: 'N',
     help: 'successful probes in a row that bring a worker back',
     default: HEALTH_DEFAULTS.successThreshold,
@@ -44,7 +40,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'breaker.failureThreshold',
     flag: 'breaker-failure-threshold',
-    env: 'DISAGG_BREAKER_FAILURE_THRESHOLD',
     arg: 'N',
     help: 'requests in a row failing on a worker that open its circuit (out of rotation)',
     default: BREAKER_DEFAULTS.failureThreshold,
@@ -53,7 +48,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'breaker.successThreshold',
     flag: 'breaker-success-threshold',
-    env: 'DISAGG_BREAKER_SUCCESS_THRESHOLD',
     arg: 'N',
     help: 'successes in a row on trial that close a circuit again',
     default: BREAKER_DEFAULTS.successThreshold,
@@ -62,7 +56,6 @@ export const HEALTH_ROWS = inGroup('Health', [
   {
     key: 'breaker.openMs',
     flag: 'breaker-open-ms',
-    env: 'DISAGG_BREAKER_OPEN_MS',
     arg: 'N',
     help: 'how long an open circuit keeps its worker out before a trial',
     default: BREAKER_DEFAULTS.openMs,

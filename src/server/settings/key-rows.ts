@@ -8,7 +8,6 @@ export const KEY_ROWS = inGroup('Keys', [
   {
     key: 'apiKey',
     flag: 'api-key',
-    env: 'DISAGG_API_KEY',
     arg: 'KEY',
     help: 'the key clients must send as a bearer token on /v1 routes (none by default)',
     shownDefault: 'none',
@@ -17,7 +16,6 @@ export const KEY_ROWS = inGroup('Keys', [
   {
     key: 'adminKey',
     flag: 'admin-key',
-    env: 'DISAGG_ADMIN_KEY',
     arg: 'KEY',
     help: 'the bearer token of the admin API (/admin/workers: list, add, drain, remove); off without one',
     shownDefault: 'off',
@@ -26,7 +24,6 @@ export const KEY_ROWS = inGroup('Keys', [
   {
     key: 'workerApiKey',
     flag: 'worker-api-key',
-    env: 'DISAGG_WORKER_API_KEY',
     arg: 'KEY',
     help: "the bearer token sent to every worker (else the client's own Authorization)",
     shownDefault: 'none',

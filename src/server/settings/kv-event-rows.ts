@@ -8,7 +8,6 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
   {
     key: 'kvEvents.port',
     flag: 'kv-events-port',
-    env: 'DISAGG_KV_EVENTS_PORT',
     arg: 'N',
     help: "follow each worker's KV cache events at tcp://<worker host>:N (DP rank r at N + r), as vLLM and SGLang publish them with --kv-events-config; what precise-prefix routes on; needs zeromq",
     parse: port,
@@ -16,7 +15,6 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
   {
     key: 'kvEvents.replayPort',
     flag: 'kv-events-replay-port',
-    env: 'DISAGG_KV_EVENTS_REPLAY_PORT',
     arg: 'N',
     help: "the workers' KV event replay port (their replay_endpoint): events missed at start or lost on the way are asked for again",
     parse: port,
@@ -24,7 +22,6 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
   {
     key: 'kvEvents.topic',
     flag: 'kv-events-topic',
-    env: 'DISAGG_KV_EVENTS_TOPIC',
     arg: 'TOPIC',
     help: 'the KV event topic prefix to follow (the engines\' "topic")',
     shownDefault: 'every topic',
@@ -33,7 +30,6 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
   {
     key: 'tokenizer.dir',
     flag: 'tokenizer',
-    env: 'DISAGG_TOKENIZER',
     arg: 'DIR',
     help: "the model's Hugging Face tokenizer (tokenizer.json and tokenizer_config.json with its chat template): precise-prefix then matches text and chat prompts to the engines' blocks, tokenized off the event loop",
     parse: text,
@@ -41,7 +37,6 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
   {
     key: 'tokenizer.threads',
     flag: 'tokenizer-threads',
-    env: 'DISAGG_TOKENIZER_THREADS',
     arg: 'N',
     help: 'worker threads that tokenize',
     default: 1,

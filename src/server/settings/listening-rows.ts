@@ -8,7 +8,6 @@ export const LISTENING_ROWS = inGroup('Listening', [
   {
     key: 'host',
     flag: 'host',
-    env: 'DISAGG_HOST',
     arg: 'HOST',
     help: 'where to listen',
     default: '0.0.0.0',
@@ -18,7 +17,6 @@ export const LISTENING_ROWS = inGroup('Listening', [
   {
     key: 'port',
     flag: 'port',
-    env: 'DISAGG_PORT',
     arg: 'N',
     help: 'the port to listen on',
     default: 8000,
@@ -28,7 +26,6 @@ export const LISTENING_ROWS = inGroup('Listening', [
   {
     key: 'metricsPort',
     flag: 'metrics-port',
-    env: 'DISAGG_METRICS_PORT',
     arg: 'N',
     help: 'serve /metrics on this port only (not on --port), for a scrape the API port does not expose',
     shownDefault: 'on --port',

@@ -10,7 +10,6 @@ export const LOG_ROWS = inGroup('Logs and traces', [
   {
     key: 'logFormat',
     flag: 'log-format',
-    env: 'DISAGG_LOG_FORMAT',
     arg: 'json|pretty',
     help: 'JSON lines, or pretty lines for a terminal (needs the optional pino-pretty)',
     default: 'json',
@@ -20,7 +19,6 @@ export const LOG_ROWS = inGroup('Logs and traces', [
   {
     key: 'logLevel',
     flag: 'log-level',
-    env: 'DISAGG_LOG_LEVEL',
     arg: 'LEVEL',
     help: `pino level (${PINO_LEVELS.join(', ')})`,
     default: 'info',
@@ -30,7 +28,6 @@ export const LOG_ROWS = inGroup('Logs and traces', [
   {
     key: 'tracing.otlpEndpoint',
     flag: 'otlp-endpoint',
-    env: 'DISAGG_OTLP_ENDPOINT',
     arg: 'URL',
     help: "export the proxy's spans over OTLP/HTTP to this collector (http://otel-collector:4318; /v1/traces is added unless given); needs the optional OpenTelemetry packages; OTEL_EXPORTER_OTLP_HEADERS is honoured",
     shownDefault: 'off',
@@ -40,7 +37,6 @@ export const LOG_ROWS = inGroup('Logs and traces', [
   {
     key: 'tracing.sampleRatio',
     flag: 'trace-sample-ratio',
-    env: 'DISAGG_TRACE_SAMPLE_RATIO',
     arg: 'R',
     help: "the share of new traces recorded (0 to 1); a request that arrives with a traceparent follows its caller's decision",
     default: 1,
@@ -50,7 +46,6 @@ export const LOG_ROWS = inGroup('Logs and traces', [
   {
     key: 'tracing.serviceName',
     flag: 'trace-service-name',
-    env: 'DISAGG_TRACE_SERVICE_NAME',
     arg: 'NAME',
     help: 'the service.name of the exported spans',
     default: 'disagg',

@@ -8,7 +8,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'retry.maxRetries',
     flag: 'retry-max-retries',
-    env: 'DISAGG_RETRY_MAX_RETRIES',
     arg: 'N',
     help: 'retries of a request that failed on a worker before its first byte',
     default: RETRY_DEFAULTS.maxRetries,
@@ -17,7 +16,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'retry.initialBackoffMs',
     flag: 'retry-initial-backoff-ms',
-    env: 'DISAGG_RETRY_INITIAL_BACKOFF_MS',
     arg: 'N',
     help: 'the backoff before the first retry (doubling, with full jitter)',
     default: RETRY_DEFAULTS.initialBackoffMs,
@@ -26,7 +24,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'retry.maxBackoffMs',
     flag: 'retry-max-backoff-ms',
-    env: 'DISAGG_RETRY_MAX_BACKOFF_MS',
     arg: 'N',
     help: 'the longest backoff between retries',
     default: RETRY_DEFAULTS.maxBackoffMs,
@@ -35,7 +32,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'retry.reuseHandoff',
     flag: 'retry-reuse-handoff',
-    env: 'DISAGG_RETRY_REUSE_HANDOFF',
     arg: 'unreached|always',
     help: 'a failed sequential decode gets the same handoff on another decode worker: only if it was never reached (unreached: vLLM >= 0.21 frees the KV of what its decode refused), or always (vLLM < 0.21); else the request runs again from prefill',
     default: 'unreached',
@@ -44,7 +40,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'migration.limit',
     flag: 'migration-limit',
-    env: 'DISAGG_MIGRATION_LIMIT',
     arg: 'N',
     help: 'times one streamed request may move to another worker when its decode stream breaks after the first token (a reset, an error event, silence past --idle-ms, its worker taken out of rotation): the prompt and the tokens generated so far go on as one stream; 0 turns it off',
     default: 0,
@@ -53,7 +48,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'migration.via',
     flag: 'migration-via',
-    env: 'DISAGG_MIGRATION_VIA',
     arg: 'decode|prefill',
     help: "where a migrated request's continuation computes its prompt: aggregated on a decode worker, or through a new prefill",
     default: 'decode',
@@ -62,7 +56,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'migration.maxSeqLen',
     flag: 'migration-max-seq-len',
-    env: 'DISAGG_MIGRATION_MAX_SEQ_LEN',
     arg: 'N',
     help: 'the longest sequence (prompt and generated tokens) migrated; longer ones fail as without migration',
     shownDefault: 'no bound',
@@ -71,7 +64,6 @@ export const RETRY_ROWS = inGroup('Retries', [
   {
     key: 'retry.disabled',
     flag: 'disable-retries',
-    env: 'DISAGG_DISABLE_RETRIES',
     arg: '',
     help: 'never retry a request on another worker',
     default: false,

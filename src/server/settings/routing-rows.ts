@@ -21,7 +21,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'requireDisaggregation',
     flag: 'require-disaggregation',
-    env: 'DISAGG_REQUIRE_DISAGGREGATION',
     arg: '',
     help: 'without a prefill worker in rotation, fail /ready and answer 503 instead of serving on decode alone',
     default: false,
@@ -31,7 +30,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'selection',
     flag: 'selection',
-    env: 'DISAGG_SELECTION',
     arg: 'least-in-flight|round-robin',
     help: 'how a worker is chosen for each leg',
     default: 'least-in-flight',
@@ -41,7 +39,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
     row({
       key: `${leg}Policy` as const,
       flag: `${leg}-policy`,
-      env: `DISAGG_${leg.toUpperCase()}_POLICY`,
       arg: POLICY_NAMES.join('|'),
       help: `how the ${leg} worker is chosen (cache-aware: where the prompt's prefix most likely is cached; session: one worker per session key)`,
       shownDefault: 'as --selection',
@@ -51,7 +48,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.aggregateBelowChars',
     flag: 'aggregate-below-chars',
-    env: 'DISAGG_AGGREGATE_BELOW_CHARS',
     arg: 'N',
     help: 'serve prompts shorter than N characters on decode alone (0: never)',
     default: 0,
@@ -60,7 +56,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.aggregateCachedRatio',
     flag: 'aggregate-cached-ratio',
-    env: 'DISAGG_AGGREGATE_CACHED_RATIO',
     arg: 'R',
     help: 'with --decode-policy cache-aware: serve on decode alone when a decode worker holds more than R of the prompt (0: never)',
     default: 0,
@@ -69,7 +64,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.cacheThreshold',
     flag: 'cache-threshold',
-    env: 'DISAGG_CACHE_THRESHOLD',
     arg: 'R',
     help: 'cache-aware: the share of the prompt a worker must hold (0 to 1) for a request to go there',
     default: CACHE_AWARE_DEFAULTS.cacheThreshold,
@@ -78,7 +72,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.balanceAbsThreshold',
     flag: 'balance-abs-threshold',
-    env: 'DISAGG_BALANCE_ABS_THRESHOLD',
     arg: 'N',
     help: 'cache-aware: requests in flight the busiest worker may have over the idlest before load wins over the cache',
     default: CACHE_AWARE_DEFAULTS.balanceAbsThreshold,
@@ -87,7 +80,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.balanceRelThreshold',
     flag: 'balance-rel-threshold',
-    env: 'DISAGG_BALANCE_REL_THRESHOLD',
     arg: 'R',
     help: 'cache-aware: and how many times as many (1 or more)',
     default: CACHE_AWARE_DEFAULTS.balanceRelThreshold,
@@ -96,7 +88,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.maxTreeChars',
     flag: 'max-tree-chars',
-    env: 'DISAGG_MAX_TREE_CHARS',
     arg: 'N',
     help: 'cache-aware: characters of prompts remembered per worker (least recently used dropped first)',
     default: CACHE_AWARE_DEFAULTS.maxTreeChars,
@@ -105,7 +96,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.prefixWeight',
     flag: 'prefix-weight',
-    env: 'DISAGG_PREFIX_WEIGHT',
     arg: 'W',
     help: 'precise-prefix: the weight of KV prefix overlap against load (whose weight is 1)',
     default: 2,
@@ -114,7 +104,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.speculativeTtlMs',
     flag: 'speculative-ttl-ms',
-    env: 'DISAGG_SPECULATIVE_TTL_MS',
     arg: 'N',
     help: "precise-prefix: how long a prompt just routed counts as held by its worker before the engine's KV event confirms it (0: never)",
     default: 2000,
@@ -123,7 +112,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.engineLoadIntervalMs',
     flag: 'engine-load-interval-ms',
-    env: 'DISAGG_ENGINE_LOAD_INTERVAL_MS',
     arg: 'N',
     help: "precise-prefix: read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, and score it (0: off)",
     default: 0,
@@ -132,7 +120,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.engineLoadStaleMs',
     flag: 'engine-load-stale-ms',
-    env: 'DISAGG_ENGINE_LOAD_STALE_MS',
     arg: 'N',
     help: "a worker's load reading older than this counts as unknown",
     default: 2000,
@@ -141,7 +128,6 @@ export const ROUTING_ROWS = inGroup('Routing', [
   {
     key: 'routing.sessionHeader',
     flag: 'session-header',
-    env: 'DISAGG_SESSION_HEADER',
     arg: 'NAME',
     help: "session: the request header with the session key (else the body's user)",
     default: 'x-session-id',

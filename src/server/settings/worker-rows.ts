@@ -9,7 +9,6 @@ export const WORKER_ROWS = inGroup('Workers', [
   {
     key: 'connector',
     flag: 'connector',
-    env: 'DISAGG_CONNECTOR',
     arg: ENGINE_NAMES.join('|'),
     help: `the workers' engine (${ENGINES.slice(0, -1)
       .map((each) => each.title)
@@ -19,7 +18,6 @@ export const WORKER_ROWS = inGroup('Workers', [
   {
     key: 'prefill',
     flag: 'prefill',
-    env: 'DISAGG_PREFILL',
     arg: 'URL[,URL...]',
     help: 'prefill workers (repeatable)',
     multiple: true,
@@ -28,7 +26,6 @@ export const WORKER_ROWS = inGroup('Workers', [
   {
     key: 'decode',
     flag: 'decode',
-    env: 'DISAGG_DECODE',
     arg: 'URL[,URL...]',
     help: 'decode workers (repeatable)',
     multiple: true,
@@ -37,7 +34,6 @@ export const WORKER_ROWS = inGroup('Workers', [
   {
     key: 'bootstrapPort',
     flag: 'bootstrap-port',
-    env: 'DISAGG_BOOTSTRAP_PORT',
     arg: 'N',
     help: "SGLang: the prefill workers' bootstrap port",
     default: 8998,
