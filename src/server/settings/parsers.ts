@@ -6,7 +6,7 @@ import { describeValue } from '../../util/describe-value.js';
 import { Invalid } from './setting.js';
 
 /** One of `choices`, a typo answered with the choice it most likely meant. */
-export function oneOf<T extends string>(choices: readonly T[]): (value: unknown) => T {
+export function oneOf<const T extends string>(choices: readonly T[]): (value: unknown) => T {
   return (value) => {
     if (typeof value === 'string' && (choices as readonly string[]).includes(value)) return value as T;
     const expected =

@@ -13,7 +13,7 @@ import type { ProxyOptions } from './proxy-options.js';
 import { RETRY_ROWS } from './retry-rows.js';
 import { ROUTING_ROWS } from './routing-rows.js';
 import type { Setting } from './setting.js';
-import type { ServeConfig } from './types.js';
+import type { ResolvedProxyOptions, ServeConfig } from './types.js';
 import { WORKER_ROWS } from './worker-rows.js';
 
 /** The rows of {@link SETTINGS}, their keys as literals. */
@@ -62,6 +62,45 @@ type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 type Expect<T extends true> = T;
 type ProgramOnly = (typeof PROGRAM_ONLY)[number];
 type NestedOf<G extends keyof ProxyOptions & string> = Same<Below<RowKey, G>, keyof NonNullable<ProxyOptions[G]>>;
+// Values too: what a row's `parse` returns must fit the type at its key, so that a row and its
+// option cannot disagree on what the value is (a choice added to one and not the other, say).
+type Row = (typeof SETTING_ROWS)[number];
+type ProxyRow = Exclude<Row, { serveOnly: true }>;
+type ValueAt<T, K extends string> = K extends `${infer H}.${infer Rest}`
+  ? ValueAt<NonNullable<T[H & keyof T]>, Rest>
+  : T[K & keyof T];
+type Parsed<R> = R extends { parse: (value: unknown) => infer V } ? V : never;
+/** Keys whose row parses a value that the type at the key does not take. */
+type Misfits<T, R> = R extends { key: infer K extends string }
+  ? [Parsed<R>] extends [ValueAt<T, K>]
+    ? never
+    : K
+  : never;
+/** Keys whose type takes more than the row parses. */
+type Wider<T, R> = R extends { key: infer K extends string }
+  ? Same<Parsed<R>, NonNullable<ValueAt<T, K>>> extends true
+    ? never
+    : K
+  : never;
+/** Keys with a default whose resolved type still allows undefined. */
+type DefaultedButOptional<T, R> = R extends { key: infer K extends string; default: NonNullable<unknown> }
+  ? undefined extends ValueAt<T, K>
+    ? K
+    : never
+  : never;
+/** Keys without a default whose resolved type does not allow undefined. */
+type UndefaultedButRequired<T, R> = R extends { key: infer K extends string }
+  ? R extends { default: NonNullable<unknown> }
+    ? never
+    : undefined extends ValueAt<T, K>
+      ? never
+      : K
+  : never;
+/** Settings refused when no source gives them, rather than defaulted. */
+type RequiredKey = 'connector' | 'prefill' | 'decode';
+/** One type for every phase's budget, shared with the flow, which has its own defaults too. */
+type DeadlineKey = Extract<Row['key'], `deadlines.${string}`>;
+
 /** @internal Compile-time only: see above. */
 export type SettingRowsMatch = [
   Expect<Same<Head<Exclude<RowKey, ServeOnlyKey>>, Exclude<keyof ProxyOptions, ProgramOnly>>>,
@@ -74,4 +113,21 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'kvEvents'>>,
   Expect<NestedOf<'tokenizer'>>,
   Expect<NestedOf<'migration'>>,
+  Expect<Same<Misfits<ProxyOptions, ProxyRow>, never>>,
+  Expect<Same<Misfits<ServeConfig, Row>, never>>,
+  Expect<Same<Misfits<ResolvedProxyOptions, ProxyRow>, never>>,
+  // A program may give more than a source can: read-only lists, policies of its own.
+  Expect<Same<Wider<ProxyOptions, ProxyRow>, 'prefill' | 'decode' | 'prefillPolicy' | 'decodePolicy'>>,
+  // ServeConfig is public and says `string`, though the row takes pino's levels only.
+  Expect<Same<Wider<ServeConfig, Row>, 'logLevel'>>,
+  Expect<Same<DefaultedButOptional<ServeConfig, Row>, DeadlineKey>>,
+  Expect<Same<UndefaultedButRequired<ServeConfig, Row>, RequiredKey>>,
+  Expect<Same<DefaultedButOptional<ResolvedProxyOptions, ProxyRow>, DeadlineKey>>,
+  // Resolved by resolveProxyOptions itself: the flow's clean-up budget, the policies as `selection`.
+  Expect<
+    Same<
+      UndefaultedButRequired<ResolvedProxyOptions, ProxyRow>,
+      RequiredKey | 'cleanupBudgetMs' | 'prefillPolicy' | 'decodePolicy'
+    >
+  >,
 ];

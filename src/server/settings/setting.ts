@@ -57,13 +57,18 @@ export function envOf(flag: string): string {
   return `DISAGG_${flag.toUpperCase().replaceAll('-', '_')}`;
 }
 
-/** A row made by a function (one per role, say), its key kept as a literal. */
-export function row<const K extends string>(setting: SettingRow & { key: K }): SettingRow & { key: K } {
+/** A row made by a function (one per role, say), its key and `parse` kept as written. */
+export function row<const R extends SettingRow>(setting: R): R {
   return setting;
 }
 
-/** The rows of one group as {@link inGroup} returns them: each a whole {@link Setting}. */
-export type Grouped<R extends readonly SettingRow[]> = { readonly [I in keyof R]: R[I] & Setting };
+/**
+ * The rows of one group as {@link inGroup} returns them: each a whole {@link Setting}, its own
+ * `parse` kept (not widened to Setting's), so that rows.ts can check what it returns.
+ */
+export type Grouped<R extends readonly SettingRow[]> = {
+  readonly [I in keyof R]: R[I] & { env: string; group: SettingGroup };
+};
 
 /**
  * The rows of one concern, each stamped with it and given its variable (their keys and
