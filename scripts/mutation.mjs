@@ -35,7 +35,7 @@ const FOLDERS = {
       // faster than through a server: the score is a lower bound, as for the flow.
       {
         name: 'options',
-        files: ['options.ts', 'config.ts'],
+        files: ['options.ts', 'config.ts', 'settings/*.ts'],
         tests: [
           'test/server/options.test.ts',
           'test/server/config.test.ts',

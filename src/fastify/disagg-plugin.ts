@@ -1,14 +1,11 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
-import {
-  type ProxyDecodeWorker,
-  type ProxyOptions,
-  type ProxyPrefillWorker,
-  resolveProxyOptions,
-} from '../server/options.js';
 import { ProxyCore } from '../server/proxy-core.js';
 import { ROUTES } from '../server/routes.js';
+import type { ProxyOptions } from '../server/settings/proxy-options.js';
+import { resolveProxyOptions } from '../server/settings/resolve.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../server/settings/worker-entries.js';
 
 /** Options of {@link disaggPlugin}: the proxy's (the app's logger unless one is given), and whether to serve `/metrics`. */
 export interface DisaggPluginOptions extends Omit<ProxyOptions, 'logger'> {

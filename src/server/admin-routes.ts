@@ -4,8 +4,8 @@ import { answerJson, decodePathPart, RequestError, readBody } from '../http/node
 import { describeValue } from '../util/describe-value.js';
 import { errorAnswer } from './error-answers.js';
 import { MembershipError, type Role } from './membership.js';
-import { checkWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
+import { checkWorker } from './settings/workers.js';
 
 /** Where the admin API lives. */
 export const ADMIN_PREFIX = '/admin/workers';

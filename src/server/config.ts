@@ -2,9 +2,14 @@ import { readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { closest } from '../util/closest.js';
 import { parseYaml } from '../util/yaml.js';
-import { ConfigError, resolveServeConfig, SETTINGS, type ServeConfig, serveUsage } from './options.js';
+import { ConfigError } from './config-error.js';
+import { SETTINGS } from './settings/rows.js';
+import { resolveServeConfig } from './settings/serve-sources.js';
+import type { ServeConfig } from './settings/types.js';
+import { serveUsage } from './settings/usage.js';
 
-export { ConfigError, type ServeConfig } from './options.js';
+export { ConfigError } from './config-error.js';
+export type { ServeConfig } from './settings/types.js';
 
 /** The help text of `disagg serve` (written from the settings table). */
 export const SERVE_USAGE = serveUsage();

@@ -4,6 +4,7 @@
 export type { SglangPrefillWorkerFields } from '../engines/sglang/worker-fields.js';
 export { type AnswerOptions, answerFetch, answerNode, type RunRequest } from './answer-request.js';
 export { loadServeConfig } from './config.js';
+export { ConfigError } from './config-error.js';
 export type { EngineHook, PolicyOption } from './custom-parts.js';
 export { type ErrorAnswer, errorToResponse } from './error-answers.js';
 export {
@@ -18,14 +19,6 @@ export {
 export { BREAKER_DEFAULTS, HEALTH_DEFAULTS, type ProbeFailure } from './health.js';
 export { type FollowedPool, KvFollower, type KvFollowerOptions, type KvWorker } from './kv-following.js';
 export type { Route } from './openai-format.js';
-export {
-  ConfigError,
-  type HandlerOptions,
-  type ProxyDecodeWorker,
-  type ProxyOptions,
-  type ProxyPrefillWorker,
-  type ServeConfig,
-} from './options.js';
 export { createProxy, type ProxyServer } from './proxy.js';
 export {
   jsonResponse,
@@ -38,6 +31,9 @@ export {
   writeSse,
 } from './relay.js';
 export { type ModelLimits, validateRequest } from './request-schemas.js';
+export type { HandlerOptions, ProxyOptions } from './settings/proxy-options.js';
+export type { ServeConfig } from './settings/types.js';
+export type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 export type { TracerLike } from './tracing.js';
 export { type WatchHealthOptions, type WorkerHealth, watchHealth } from './watch-health.js';
 export { createHandler, type DisaggHandler } from './web-handler.js';

@@ -4,7 +4,7 @@ import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { addressForms, trimSlash } from '../util/url.js';
 import type { HealthChecker } from './health.js';
-import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 
 /** A pool of the proxy. */
 export type Role = 'prefill' | 'decode';

@@ -27,10 +27,12 @@ import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
-import { checkWorker, type ProxyDecodeWorker, type ProxyPrefillWorker, type ResolvedProxyOptions } from './options.js';
 import type { ProxyState } from './proxy-state.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, selectionFor } from './routing-policies.js';
+import type { ResolvedProxyOptions } from './settings/types.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
+import { checkWorker } from './settings/workers.js';
 import { Tracing } from './tracing.js';
 
 /** What the tokenizer threads render of each kind of prompt (chat through the template). */

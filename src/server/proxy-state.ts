@@ -12,8 +12,9 @@ import type { InFlightRequests } from './in-flight.js';
 import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { Route } from './openai-format.js';
-import type { ProxyDecodeWorker, ProxyPrefillWorker, ResolvedProxyOptions } from './options.js';
 import type { ModelLimits } from './request-schemas.js';
+import type { ResolvedProxyOptions } from './settings/types.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import type { Tracing } from './tracing.js';
 
 /**

@@ -1,16 +1,14 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { WorkerPool } from '../flow/worker-pool.js';
-import {
-  type ProxyDecodeWorker,
-  type ProxyOptions,
-  type ProxyPrefillWorker,
-  type ResolvedProxyOptions,
-  resolveProxyOptions,
-} from './options.js';
 import { ProxyCore } from './proxy-core.js';
+import type { ProxyOptions } from './settings/proxy-options.js';
+import { resolveProxyOptions } from './settings/resolve.js';
+import type { ResolvedProxyOptions } from './settings/types.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 
-export type { ProxyDecodeWorker, ProxyOptions, ProxyPrefillWorker } from './options.js';
+export type { ProxyOptions } from './settings/proxy-options.js';
+export type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 
 /** A running (or ready to run) proxy. */
 export interface ProxyServer {

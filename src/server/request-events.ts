@@ -1,7 +1,7 @@
 import type { FlowEvent, FlowEventOf } from '../flow/events.js';
 import { chargedWorker } from './failure-rules.js';
-import type { ProxyDecodeWorker, ProxyPrefillWorker } from './options.js';
 import type { ProxyState } from './proxy-state.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import type { RequestTrace } from './tracing.js';
 
 /** The flow's `routed` event, as the proxy's workers type it. */

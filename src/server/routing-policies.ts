@@ -1,8 +1,8 @@
 import type { RequestBody } from '../flow/request-shaping.js';
 import type { Selection, WorkerPool } from '../flow/worker-pool.js';
-import { createPolicy, type RoutingServices } from '../routing/registry.js';
+import { createPolicy, type PolicyName, type RoutingServices } from '../routing/registry.js';
 import { RoutingInput } from '../routing/routing-input.js';
-import type { PolicyName, ResolvedProxyOptions } from './options.js';
+import type { ResolvedProxyOptions } from './settings/types.js';
 
 /**
  * The selection of one pool for `--prefill-policy` or `--decode-policy`: the registry's

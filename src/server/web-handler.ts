@@ -3,15 +3,12 @@ import type { WorkerPool } from '../flow/worker-pool.js';
 import { pathOf } from '../http/node-server.js';
 import { webExchange } from '../http/web-exchange.js';
 import { errorAnswer } from './error-answers.js';
-import {
-  type HandlerOptions,
-  type ProxyDecodeWorker,
-  type ProxyPrefillWorker,
-  resolveHandlerOptions,
-} from './options.js';
 import { ProxyCore } from './proxy-core.js';
 import { bodyReadAlready } from './request-body.js';
 import { servesPath } from './routes.js';
+import type { HandlerOptions } from './settings/proxy-options.js';
+import { resolveHandlerOptions } from './settings/resolve.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 
 /**
  * The proxy as a standard request handler, for any framework or runtime that speaks the

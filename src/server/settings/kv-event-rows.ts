@@ -1,0 +1,45 @@
+// What precise-prefix routes on: the engines' KV cache events and the router's own tokenizer.
+
+import { port, positiveInteger, text } from './parsers.js';
+import { inGroup } from './setting.js';
+
+/** The settings of `--help`'s KV events group. */
+export const KV_EVENT_ROWS = inGroup('KV events', [
+  {
+    key: 'kvEvents.port',
+    flag: 'kv-events-port',
+    arg: 'N',
+    help: "follow each worker's KV cache events at tcp://<worker host>:N (DP rank r at N + r), as vLLM and SGLang publish them with --kv-events-config; what precise-prefix routes on; needs zeromq",
+    parse: port,
+  },
+  {
+    key: 'kvEvents.replayPort',
+    flag: 'kv-events-replay-port',
+    arg: 'N',
+    help: "the workers' KV event replay port (their replay_endpoint): events missed at start or lost on the way are asked for again",
+    parse: port,
+  },
+  {
+    key: 'kvEvents.topic',
+    flag: 'kv-events-topic',
+    arg: 'TOPIC',
+    help: 'the KV event topic prefix to follow (the engines\' "topic")',
+    shownDefault: 'every topic',
+    parse: text,
+  },
+  {
+    key: 'tokenizer.dir',
+    flag: 'tokenizer',
+    arg: 'DIR',
+    help: "the model's Hugging Face tokenizer (tokenizer.json and tokenizer_config.json with its chat template): precise-prefix then matches text and chat prompts to the engines' blocks, tokenized off the event loop",
+    parse: text,
+  },
+  {
+    key: 'tokenizer.threads',
+    flag: 'tokenizer-threads',
+    arg: 'N',
+    help: 'worker threads that tokenize',
+    default: 1,
+    parse: positiveInteger,
+  },
+]);

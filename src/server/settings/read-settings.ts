@@ -1,0 +1,82 @@
+// The core both resolvers share: every row read from a source, parsed, defaulted, and the
+// rules between rows that no one row can check; then the groups shaped as the options hold them.
+import { SETTINGS } from './rows.js';
+import { Problems, parseSetting, type Setting, type Source, setAt, valueAt } from './setting.js';
+import type { ResolvedProxyOptions } from './types.js';
+
+/**
+ * Every setting from `read` (the first source that gives it), parsed, with defaults; a
+ * required one that no source gives is refused with its command-line name.
+ */
+export function readSettings(
+  read: (setting: Setting) => { value: unknown; source: Source } | undefined,
+  problems: Problems = new Problems(),
+): Record<string, unknown> {
+  const values: Record<string, unknown> = { deadlines: {} };
+  const refused = new Set<string>();
+  for (const setting of SETTINGS) {
+    const given = read(setting);
+    let value: unknown;
+    const before = problems.count;
+    if (given !== undefined) value = problems.check(() => parseSetting(setting, given.value, given.source));
+    else if (setting.default !== undefined) value = setting.default;
+    else if (setting.key === 'connector')
+      value = problems.check(() => parseSetting(setting, undefined, { kind: 'flag' }));
+    if (problems.count > before) refused.add(setting.key);
+    if (value !== undefined) setAt(values, setting.key, value);
+  }
+  // A worker's name is one worker, across both pools (the admin API and answers name it).
+  const named = (['prefill', 'decode'] as const).flatMap((role) =>
+    ((values[role] ?? []) as Array<{ name?: string }>).flatMap((worker) =>
+      worker.name === undefined ? [] : [worker.name],
+    ),
+  );
+  const twice = named.find((name, i) => named.indexOf(name) !== i);
+  if (twice !== undefined) {
+    problems.add(`Two workers are named ${JSON.stringify(twice)}: give each its own name (or none)`);
+  }
+  // A role needs a worker at start unless discovery will find them.
+  for (const role of ['prefill', 'decode'] as const) {
+    const list = (values[role] ?? []) as unknown[];
+    values[role] = list;
+    const found = valueAt(values, `discovery.${role}Dns`) ?? valueAt(values, `discovery.${role}Selector`);
+    // A list that was refused has said so already.
+    if (list.length === 0 && found === undefined && !refused.has(role)) {
+      problems.add(
+        `--${role} is required: at least one worker URL (or --${role}-dns or --${role}-selector to find them)`,
+      );
+    }
+  }
+  problems.throwIfAny();
+  return values;
+}
+
+/** The tokenizer group with its default thread count. */
+export function tokenizerOf(values: Record<string, unknown>): ResolvedProxyOptions['tokenizer'] {
+  const given = (values.tokenizer ?? {}) as Partial<ResolvedProxyOptions['tokenizer']>;
+  return { dir: given.dir, threads: given.threads ?? 1 };
+}
+
+/** The KV events group, every key present. */
+export function kvEventsOf(values: Record<string, unknown>): ResolvedProxyOptions['kvEvents'] {
+  const kv = (values.kvEvents ?? {}) as Partial<ResolvedProxyOptions['kvEvents']>;
+  return { port: kv.port, replayPort: kv.replayPort, topic: kv.topic };
+}
+
+/** The discovery group, every key present. */
+export function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptions['discovery'] {
+  const discovery = (values.discovery ?? {}) as Partial<ResolvedProxyOptions['discovery']>;
+  return {
+    prefillDns: discovery.prefillDns,
+    decodeDns: discovery.decodeDns,
+    dnsIntervalMs: discovery.dnsIntervalMs as number,
+    prefillSelector: discovery.prefillSelector,
+    decodeSelector: discovery.decodeSelector,
+    namespace: discovery.namespace,
+    port: discovery.port as number,
+    prefillPort: discovery.prefillPort,
+    decodePort: discovery.decodePort,
+    bootstrapPortAnnotation: discovery.bootstrapPortAnnotation as string,
+    workerPortsAnnotation: discovery.workerPortsAnnotation as string,
+  };
+}

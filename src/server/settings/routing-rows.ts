@@ -1,0 +1,136 @@
+// How a request finds its workers: policies, aggregation on decode alone, and the policies' parameters.
+
+import { CACHE_AWARE_DEFAULTS } from '../../routing/cache-aware.js';
+import { POLICY_NAMES } from '../../routing/registry.js';
+import {
+  atLeastOne,
+  headerName,
+  nonNegativeInteger,
+  nonNegativeMs,
+  oneOf,
+  positiveInteger,
+  positiveMs,
+  positiveNumber,
+  switchValue,
+  unitRatio,
+} from './parsers.js';
+import { inGroup, row } from './setting.js';
+
+/** The settings of `--help`'s Routing group. */
+export const ROUTING_ROWS = inGroup('Routing', [
+  {
+    key: 'requireDisaggregation',
+    flag: 'require-disaggregation',
+    arg: '',
+    help: 'without a prefill worker in rotation, fail /ready and answer 503 instead of serving on decode alone',
+    default: false,
+    boolean: true,
+    parse: switchValue,
+  },
+  {
+    key: 'selection',
+    flag: 'selection',
+    arg: 'least-in-flight|round-robin',
+    help: 'how a worker is chosen for each leg',
+    default: 'least-in-flight',
+    parse: oneOf(['least-in-flight', 'round-robin']),
+  },
+  ...(['prefill', 'decode'] as const).map((leg) =>
+    row({
+      key: `${leg}Policy` as const,
+      flag: `${leg}-policy`,
+      arg: POLICY_NAMES.join('|'),
+      help: `how the ${leg} worker is chosen (cache-aware: where the prompt's prefix most likely is cached; session: one worker per session key)`,
+      shownDefault: 'as --selection',
+      parse: oneOf(POLICY_NAMES),
+    }),
+  ),
+  {
+    key: 'routing.aggregateBelowChars',
+    flag: 'aggregate-below-chars',
+    arg: 'N',
+    help: 'serve prompts shorter than N characters on decode alone (0: never)',
+    default: 0,
+    parse: nonNegativeInteger,
+  },
+  {
+    key: 'routing.aggregateCachedRatio',
+    flag: 'aggregate-cached-ratio',
+    arg: 'R',
+    help: 'with --decode-policy cache-aware: serve on decode alone when a decode worker holds more than R of the prompt (0: never)',
+    default: 0,
+    parse: unitRatio,
+  },
+  {
+    key: 'routing.cacheThreshold',
+    flag: 'cache-threshold',
+    arg: 'R',
+    help: 'cache-aware: the share of the prompt a worker must hold (0 to 1) for a request to go there',
+    default: CACHE_AWARE_DEFAULTS.cacheThreshold,
+    parse: unitRatio,
+  },
+  {
+    key: 'routing.balanceAbsThreshold',
+    flag: 'balance-abs-threshold',
+    arg: 'N',
+    help: 'cache-aware: requests in flight the busiest worker may have over the idlest before load wins over the cache',
+    default: CACHE_AWARE_DEFAULTS.balanceAbsThreshold,
+    parse: nonNegativeInteger,
+  },
+  {
+    key: 'routing.balanceRelThreshold',
+    flag: 'balance-rel-threshold',
+    arg: 'R',
+    help: 'cache-aware: and how many times as many (1 or more)',
+    default: CACHE_AWARE_DEFAULTS.balanceRelThreshold,
+    parse: atLeastOne,
+  },
+  {
+    key: 'routing.maxTreeChars',
+    flag: 'max-tree-chars',
+    arg: 'N',
+    help: 'cache-aware: characters of prompts remembered per worker (least recently used dropped first)',
+    default: CACHE_AWARE_DEFAULTS.maxTreeChars,
+    parse: positiveInteger,
+  },
+  {
+    key: 'routing.prefixWeight',
+    flag: 'prefix-weight',
+    arg: 'W',
+    help: 'precise-prefix: the weight of KV prefix overlap against load (whose weight is 1)',
+    default: 2,
+    parse: positiveNumber,
+  },
+  {
+    key: 'routing.speculativeTtlMs',
+    flag: 'speculative-ttl-ms',
+    arg: 'N',
+    help: "precise-prefix: how long a prompt just routed counts as held by its worker before the engine's KV event confirms it (0: never)",
+    default: 2000,
+    parse: nonNegativeMs,
+  },
+  {
+    key: 'routing.engineLoadIntervalMs',
+    flag: 'engine-load-interval-ms',
+    arg: 'N',
+    help: "precise-prefix: read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, and score it (0: off)",
+    default: 0,
+    parse: nonNegativeMs,
+  },
+  {
+    key: 'routing.engineLoadStaleMs',
+    flag: 'engine-load-stale-ms',
+    arg: 'N',
+    help: "a worker's load reading older than this counts as unknown",
+    default: 2000,
+    parse: positiveMs,
+  },
+  {
+    key: 'routing.sessionHeader',
+    flag: 'session-header',
+    arg: 'NAME',
+    help: "session: the request header with the session key (else the body's user)",
+    default: 'x-session-id',
+    parse: headerName,
+  },
+]);

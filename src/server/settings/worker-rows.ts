@@ -1,0 +1,42 @@
+// The workers at start: the engine, the two lists, SGLang's bootstrap port.
+import { ENGINE_NAMES, ENGINES } from '../../engines/registry.js';
+import { oneOf, port } from './parsers.js';
+import { inGroup } from './setting.js';
+import { parseDecodeWorkers, parsePrefillWorkers } from './worker-entries.js';
+
+/** The settings of `--help`'s Workers group. */
+export const WORKER_ROWS = inGroup('Workers', [
+  {
+    key: 'connector',
+    flag: 'connector',
+    arg: ENGINE_NAMES.join('|'),
+    help: `the workers' engine (${ENGINES.slice(0, -1)
+      .map((each) => each.title)
+      .join(', ')}, or ${ENGINES.at(-1)?.title})`,
+    parse: oneOf(ENGINE_NAMES),
+  },
+  {
+    key: 'prefill',
+    flag: 'prefill',
+    arg: 'URL[,URL...]',
+    help: 'prefill workers (repeatable)',
+    multiple: true,
+    parse: parsePrefillWorkers,
+  },
+  {
+    key: 'decode',
+    flag: 'decode',
+    arg: 'URL[,URL...]',
+    help: 'decode workers (repeatable)',
+    multiple: true,
+    parse: parseDecodeWorkers,
+  },
+  {
+    key: 'bootstrapPort',
+    flag: 'bootstrap-port',
+    arg: 'N',
+    help: "SGLang: the prefill workers' bootstrap port",
+    default: 8998,
+    parse: port,
+  },
+]);
