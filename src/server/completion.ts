@@ -1,5 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { endpointNamed } from '../endpoints/registry.js';
+import type { ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { MigrationOptions } from '../flow/migration.js';
 import { answerJson } from '../http/node-server.js';
@@ -12,10 +11,9 @@ import { retryDelay } from './failure-rules.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
 import type { ProxyState } from './proxy-state.js';
-import { RequestContext } from './request-context.js';
+import type { RequestContext } from './request-context.js';
 import { countFailure, type RequestEvents, type Routed } from './request-events.js';
 import { STRATEGY_HEADER } from './request-log.js';
-import { API_STAGES, runStages } from './request-stages.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
 
@@ -80,21 +78,6 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
       proxy.metrics.kvPrediction(proxy.nameOf(worker), predicted, reported);
     }
   }
-}
-
-/**
- * One generation request from its start: its stages, then {@link serveGeneration}.
- *
- * @internal
- */
-export function handleCompletion(
-  proxy: ProxyState,
-  req: IncomingMessage,
-  res: ServerResponse,
-  route: Route,
-  bodyText?: string,
-): Promise<void> {
-  return runStages(new RequestContext(proxy, req, res, endpointNamed(route), bodyText), API_STAGES, serveGeneration);
 }
 
 /** What serving one admitted request needs. */

@@ -1,4 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { ENDPOINTS } from '../endpoints/registry.js';
 import { NoWorkerError } from '../flow/worker-pool.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-server.js';
@@ -8,10 +10,12 @@ import { bearerKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
-import { handleCompletion } from './completion.js';
+import { serveGeneration } from './completion.js';
 import { errorAnswer } from './error-answers.js';
-import type { Route } from './openai-format.js';
+import { servePassthrough } from './passthrough.js';
 import type { ProxyState } from './proxy-state.js';
+import { RequestContext } from './request-context.js';
+import { API_STAGES, runStages } from './request-stages.js';
 
 /** What a route's handler gets besides the exchange. */
 interface RouteCall {
@@ -45,17 +49,25 @@ export interface RouteEntry {
 }
 
 const READ = ['GET', 'HEAD'] as const;
-const generation = (path: string, route: Route): RouteEntry => ({
-  path,
+
+/** How each kind of endpoint is served once its stages let a request on. */
+const SERVE = { disaggregated: serveGeneration, passthrough: servePassthrough } as const;
+
+/** The route of an API endpoint: `POST` at its path, its stages, then its serving. */
+const endpointRoute = (endpoint: Endpoint): RouteEntry => ({
+  path: endpoint.path,
   methods: ['POST'],
-  label: route,
+  label: endpoint.name,
   auth: 'api',
-  handle: (proxy, req, res, call) => handleCompletion(proxy, req, res, route, call.body),
+  handle: (proxy, req, res, call) =>
+    runStages(new RequestContext(proxy, req, res, endpoint, call.body), API_STAGES, SERVE[endpoint.serving]),
 });
 
 /**
- * The proxy's routes: `POST /v1/completions`, `/v1/chat/completions` and SGLang's `/generate`
- * (each calling the same route on the workers), `GET /v1/models` and `/v1/models/{id}` (from
+ * The proxy's routes: one `POST` per endpoint of `ENDPOINTS` (src/endpoints/): the generations
+ * `/v1/completions`, `/v1/chat/completions` and SGLang's `/generate`, disaggregated, and the
+ * passthroughs `/v1/embeddings`, `/v1/rerank` and `/v1/score`, each calling the same path on
+ * the workers; `GET /v1/models` and `/v1/models/{id}` (from
  * a decode worker), `/health` (liveness), `/ready` (a prefill and a decode worker in rotation,
  * and not shutting down), `/metrics` (Prometheus; on its own port with `metricsPort`) and,
  * with an admin key, `/admin/workers` (see {@link handleAdmin}).
@@ -63,9 +75,7 @@ const generation = (path: string, route: Route): RouteEntry => ({
  * @internal
  */
 export const ROUTES: readonly RouteEntry[] = [
-  generation('/v1/completions', 'completions'),
-  generation('/v1/chat/completions', 'chat'),
-  generation('/generate', 'generate'),
+  ...ENDPOINTS.map(endpointRoute),
   { path: '/v1/models', methods: READ, label: 'models', auth: 'api', handle: (proxy, _req, res) => models(proxy, res) },
   // One model: its id is the rest of the path, never a label.
   {

@@ -1,0 +1,185 @@
+import { DeadlineError, pause, startTimer } from '../flow/deadlines.js';
+import type { Lease } from '../flow/worker-pool.js';
+import { parseJson, stringifyJson } from '../http/json.js';
+import { answerJson } from '../http/node-server.js';
+import { request as callWorker } from '../http/undici-parts.js';
+import { UpstreamError } from '../http/upstream-error.js';
+import type { CompletionUsage } from '../protocol/llm-engine-output.js';
+import type { Controller } from '../runtime/controller.js';
+import { joinUrl } from '../util/url.js';
+import { errorToResponse } from './error-answers.js';
+import { retryDelay } from './failure-rules.js';
+import type { RequestContext } from './request-context.js';
+import type { RequestEvents } from './request-events.js';
+import { STRATEGY_HEADER } from './request-log.js';
+import type { ProxyDecodeWorker } from './settings/worker-entries.js';
+
+/** What a worker answered a passthrough: its status, content type and body, as it sent them. */
+interface WorkerAnswer {
+  status: number;
+  contentType: string;
+  text: string;
+}
+
+/**
+ * One request of a passthrough endpoint (`/v1/embeddings`, `/v1/rerank`, `/v1/score`) once its
+ * stages let it on (open, body, admission, tracking): sent to a decode worker the pool's
+ * policy chooses (a lease, released by the outcome), with the request id, the worker key or
+ * the client's `Authorization`, and the trace context. What the worker answers reaches the
+ * client unchanged, a 4xx included (the worker's words are the API's own error); a 5xx or a
+ * failure to reach it is the worker's failure, charged to its health, retried on another
+ * worker before anything was sent (`--max-retries`, the same rules as generation), and
+ * answered in the API's error shape without the worker's address. Bounded by decode's
+ * first-token budget (the answer is its first output) and the request's total.
+ *
+ * @internal
+ */
+export async function servePassthrough(request: RequestContext): Promise<void> {
+  const { proxy, res } = request;
+  const events = request.events as RequestEvents;
+  const context = request.context as Controller;
+  const begun = performance.now();
+  const emit = (event: Record<string, unknown> & { type: 'routed' | 'finished' }) =>
+    events.onEvent({
+      requestId: request.requestId,
+      elapsedMs: performance.now() - begun,
+      late: false,
+      ...event,
+    } as Parameters<RequestEvents['onEvent']>[0]);
+  const avoid: ProxyDecodeWorker[] = [];
+  for (let attempt = 0; ; attempt++) {
+    let lease: Lease<ProxyDecodeWorker>;
+    try {
+      lease = proxy.decodeWorkers.acquire(avoid, request.input);
+    } catch (error) {
+      return fail(request, error, undefined);
+    }
+    const worker = lease.worker;
+    if (attempt === 0) {
+      emit({ type: 'routed', strategy: 'aggregated', reason: 'passthrough', decodeWorker: worker });
+      res.setHeader('x-disagg-strategy', STRATEGY_HEADER.aggregated);
+    }
+    if (!res.headersSent) res.setHeader('x-disagg-decode-worker', proxy.nameOf(worker));
+    let answer: WorkerAnswer;
+    try {
+      answer = await call(request, worker, context);
+    } catch (error) {
+      lease.release('failure');
+      const delayMs = context.isStopped() ? undefined : retryDelay(proxy.options.retry, error, events.retries);
+      if (delayMs !== undefined) {
+        events.retries++;
+        avoid.push(worker);
+        // Charged, counted and logged as any retry before the first byte (request-events).
+        emit({ type: 'prefillRetried', attempt, error, delayMs, leg: 'decode', decodeWorker: worker } as never);
+        await pause(delayMs).done;
+        continue;
+      }
+      return fail(request, error, worker, emit);
+    }
+    const failed = answer.status >= 400 ? UpstreamError.fromStatus(worker.url, answer.status, answer.text) : undefined;
+    lease.release(answer.status >= 500 ? 'failure' : 'success');
+    emit({
+      type: 'finished',
+      outcome: failed === undefined ? 'success' : 'error',
+      leg: 'decode',
+      ...(failed === undefined ? {} : { error: failed }),
+      decodeWorker: worker,
+    });
+    if (answer.status >= 500) {
+      request.failure = failed;
+      const { status, body } = errorToResponse(failed, { redact: (text) => proxy.redact(text) });
+      return answerJson(res, status, body);
+    }
+    if (failed !== undefined) request.failure = failed;
+    else request.usage = usageOf(answer.text, request.usageNeeded);
+    res.writeHead(answer.status, { 'content-type': answer.contentType });
+    res.end(answer.text);
+    return;
+  }
+}
+
+/** The failure of a request no worker answered: charged (by the events), answered in the API's shape. */
+function fail(
+  request: RequestContext,
+  error: unknown,
+  worker: ProxyDecodeWorker | undefined,
+  emit?: (event: Record<string, unknown> & { type: 'finished' }) => void,
+): void {
+  const { proxy, res } = request;
+  request.failure = error;
+  emit?.({
+    type: 'finished',
+    outcome: request.context?.isStopped() ? 'cancelled' : 'error',
+    leg: 'decode',
+    error,
+    decodeWorker: worker,
+  });
+  if (res.headersSent || res.destroyed) return;
+  const { status, body } = errorToResponse(error, { redact: (text) => proxy.redact(text) });
+  answerJson(res, status, body);
+}
+
+/**
+ * One call to `worker`: the body as the client sent it (exact integers), its answer read
+ * whole. Rejects with an `UpstreamError` when the worker cannot be reached or its answer
+ * breaks off, a `DeadlineError` past the budget, or the client's abort.
+ */
+async function call(request: RequestContext, worker: ProxyDecodeWorker, context: Controller): Promise<WorkerAnswer> {
+  const { proxy, req, endpoint } = request;
+  const url = joinUrl(worker.url, endpoint.path);
+  const { decodeFirstTokenMs, totalMs } = proxy.options.deadlines;
+  const budget = Math.min(decodeFirstTokenMs ?? Number.POSITIVE_INFINITY, totalMs ?? Number.POSITIVE_INFINITY);
+  const abort = new AbortController();
+  let late: DeadlineError | undefined;
+  const cancelTimer = startTimer(Number.isFinite(budget) ? budget : undefined, () => {
+    late = new DeadlineError(budget === totalMs ? 'total' : 'decodeFirstToken', budget, 'decode');
+    abort.abort(late);
+  });
+  // The client's key goes on unless a worker key replaces it, as for generation.
+  const authorization =
+    proxy.options.workerApiKey === undefined && req.headers.authorization !== undefined
+      ? { authorization: req.headers.authorization }
+      : proxy.workerHeaders;
+  try {
+    const answer = await callWorker(url, {
+      method: 'POST',
+      headers: {
+        ...authorization,
+        ...(request.trace?.headersFor('decode', worker) ?? {}),
+        'content-type': 'application/json',
+        accept: 'application/json',
+        'x-request-id': request.requestId,
+      },
+      body: stringifyJson(request.body),
+      dispatcher: proxy.dispatcher,
+      // The client's stop, or the budget's.
+      signal: AbortSignal.any([context.signal, abort.signal]),
+    });
+    const text = await answer.body.text();
+    return {
+      status: answer.statusCode,
+      contentType: String(answer.headers['content-type'] ?? 'application/json'),
+      text,
+    };
+  } catch (error) {
+    if (late !== undefined) throw late;
+    if (context.isStopped()) throw error;
+    throw UpstreamError.fromFailure(url, error);
+  } finally {
+    cancelTimer();
+  }
+}
+
+/**
+ * The usage a pooling answer reports (`prompt_tokens`, `total_tokens`; nothing generated), read
+ * only where the request is metered (a tenant's token limit): parsing a large embedding costs
+ * what the relay otherwise never pays.
+ */
+function usageOf(text: string, needed: boolean): CompletionUsage | undefined {
+  if (!needed) return undefined;
+  const usage = (parseJson(text) as { usage?: { prompt_tokens?: unknown; total_tokens?: unknown } } | undefined)?.usage;
+  const prompt = typeof usage?.prompt_tokens === 'number' ? usage.prompt_tokens : undefined;
+  if (prompt === undefined) return undefined;
+  const total = typeof usage?.total_tokens === 'number' ? usage.total_tokens : prompt;
+  return { prompt_tokens: prompt, completion_tokens: Math.max(0, total - prompt), total_tokens: total };
+}
