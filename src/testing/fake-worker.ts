@@ -12,6 +12,7 @@ import { describeValue } from '../util/describe-value.js';
 import { type FakeAnswer, formatFor, planAnswer, promptTokens, usageOf, wantsUsage } from './fake-formats.js';
 import { FakeKvCache } from './fake-kv-cache.js';
 import { FakeKvPublisher } from './fake-kv-publisher.js';
+import { POOLING_PATHS, poolingAnswer } from './fake-pooling.js';
 import { FakePrefixCache } from './fake-prefix-cache.js';
 import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
@@ -239,6 +240,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     const endpoint = this.#engine.endpoints[path];
     if (endpoint !== undefined) return endpoint(this, res, body);
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
+    if (POOLING_PATHS.includes(path)) return this.#pool(req, res, path, body);
     // Refused as the body is read (field checks), before the engine's request handler.
     const invalid = requiredField(path, body) ?? this.#engine.refuse?.(path, body) ?? this.#refuseBudget(path, body);
     if (invalid !== undefined) return this.answerError(res, 400, invalid);
@@ -272,6 +274,35 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     }
     if (prefill) return this.#engine.prefill(this, res, record, fault);
     return this.#decode(res, record, fault);
+  }
+
+  /**
+   * A pooling call (embeddings, a rerank, a score): recorded, its front faults applied (a
+   * status, a hang), then answered whole as vLLM answers it.
+   */
+  #pool(req: IncomingMessage, res: ServerResponse, path: string, body: Record<string, unknown>): void {
+    const record: FakeRequest = {
+      path,
+      headers: req.headers,
+      body,
+      requestId: headerValue(req.headers['x-request-id']),
+      aborted: false,
+      completed: false,
+    };
+    this.requests.push(record);
+    res.on('close', () => {
+      if (!record.completed) record.aborted = true;
+    });
+    const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
+    if (fault?.type === 'status')
+      return this.answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
+    if (fault?.type === 'hang') return;
+    const answer = poolingAnswer(path, body, this.options.model ?? 'fake-model') as NonNullable<
+      ReturnType<typeof poolingAnswer>
+    >;
+    record.completed = true;
+    if (answer.status === 400) return this.answerError(res, 400, answer.message);
+    this.answerJson(res, 200, answer.body);
   }
 
   /** An error answer from the engine's request handler; a decode call gives up its handoff first. */

@@ -12,7 +12,7 @@ import type { FakeProtocol } from '../../testing/fake-protocol.js';
  */
 export const fakeSglang: FakeProtocol = {
   name: 'sglang',
-  routes: ['/v1/completions', '/v1/chat/completions', '/generate'],
+  routes: ['/v1/completions', '/v1/chat/completions', '/generate', '/v1/embeddings', '/v1/rerank'],
   isPrefillCall: (body) => body.bootstrap_room !== undefined,
   // As SGLang's serving_chat does: a streamed chat cannot return token ids (its completions can).
   refuse: (path, body) =>

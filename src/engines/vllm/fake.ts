@@ -29,7 +29,7 @@ import { type FakeProtocol, kvKey } from '../../testing/fake-protocol.js';
  */
 export const fakeVllm: FakeProtocol = {
   name: 'vllm',
-  routes: ['/v1/completions', '/v1/chat/completions'],
+  routes: ['/v1/completions', '/v1/chat/completions', '/v1/embeddings', '/v1/rerank', '/v1/score'],
   // The default of vLLM's `kv_connector_extra_config.kv_lease_duration` (30 s).
   kvTimeoutMs: 30_000,
   recomputesPrompt: true,
