@@ -294,15 +294,17 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       if (!record.completed) record.aborted = true;
     });
     const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
-    if (fault?.type === 'status')
-      return this.answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
+    if (fault?.type === 'status') {
+      this.answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
+      return;
+    }
     if (fault?.type === 'hang') return;
     const answer = poolingAnswer(path, body, this.options.model ?? 'fake-model') as NonNullable<
       ReturnType<typeof poolingAnswer>
     >;
     record.completed = true;
-    if (answer.status === 400) return this.answerError(res, 400, answer.message);
-    this.answerJson(res, 200, answer.body);
+    if (answer.status === 400) this.answerError(res, 400, answer.message);
+    else this.answerJson(res, 200, answer.body);
   }
 
   /** An error answer from the engine's request handler; a decode call gives up its handoff first. */
