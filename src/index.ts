@@ -18,6 +18,19 @@ export {
   reconcile,
 } from './discovery/worker-set.js';
 export {
+  type AnswerShape,
+  budgetOf,
+  ENDPOINTS,
+  type Endpoint,
+  type EndpointName,
+  endpointNamed,
+  endpointOf,
+  type GenerationName,
+  isEndpointName,
+  type Misfit,
+  type Serving,
+} from './endpoints/index.js';
+export {
   type EngineLoad,
   type EngineLoadMetrics,
   readEngineLoad,

@@ -40,7 +40,7 @@ export interface Misfit {
  * @example
  * const chat = endpointNamed('chat');
  * chat.path; // '/v1/chat/completions'
- * chat.budget({ messages, max_completion_tokens: 64 }); // 64
+ * budgetOf(chat, { messages: [], max_completion_tokens: 64 }); // { field: 'max_completion_tokens', tokens: 64 }
  */
 export interface Endpoint {
   /** Its name: the route label of the metrics, traces and logs. */
@@ -96,7 +96,7 @@ export interface Endpoint {
   readonly resumable: boolean;
 }
 
-/** The number at a dotted field of `body` (`sampling_params.max_new_tokens`), if it is one. */
+/** The number at a dotted field of `body` (`sampling_params.max_new_tokens`), if it is one. @internal */
 export function numberAt(body: Body, field: string): number | undefined {
   let value: unknown = body;
   for (const key of field.split('.')) {
@@ -109,6 +109,10 @@ export function numberAt(body: Body, field: string): number | undefined {
 /**
  * The client's output cap of `body` on `endpoint`: the first of its budget fields that holds a
  * number; undefined when none does (the engine's default applies).
+ *
+ * @example
+ * budgetOf(endpointNamed('generate'), { text: 'Hi', sampling_params: { max_new_tokens: 8 } });
+ * // { field: 'sampling_params.max_new_tokens', tokens: 8 }
  */
 export function budgetOf(endpoint: Endpoint, body: Body): { field: string; tokens: number } | undefined {
   for (const field of endpoint.budgetFields) {
@@ -120,10 +124,9 @@ export function budgetOf(endpoint: Endpoint, body: Body): { field: string; token
 
 /**
  * An endpoint, frozen, with its name and serving kept as literal types (so that the registry
- * derives the name union from its list).
+ * derives the name union from its list). Each module of src/endpoints/ defines its own with it.
  *
- * @example
- * export const embeddings = defineEndpoint({ name: 'embeddings', path: '/v1/embeddings', serving: 'passthrough', ... });
+ * @internal
  */
 export function defineEndpoint<const E extends Endpoint>(endpoint: E): Readonly<E> {
   return Object.freeze(endpoint);

@@ -5,9 +5,14 @@ import { generate } from './generate.js';
 import { embeddings, rerank, score } from './passthrough.js';
 
 /**
- * Every API the router serves, one entry each. The proxy's routes, the body schemas, the
+ * Every API the router serves, one entry each (`completions`, `chat`, `generate`, disaggregated;
+ * `embeddings`, `rerank`, `score`, passed through to a decode worker). The proxy's routes, the body schemas, the
  * HTTP engine's paths and the fake workers' answers are all read from this list: a new API is
  * its module plus one line here.
+ *
+ * @example
+ * ENDPOINTS.filter((each) => each.serving === 'passthrough').map((each) => each.path);
+ * // ['/v1/embeddings', '/v1/rerank', '/v1/score']
  */
 export const ENDPOINTS = [completions, chat, generate, embeddings, rerank, score] as const;
 
@@ -34,7 +39,12 @@ export function endpointNamed(name: string): Endpoint {
   return endpoint;
 }
 
-/** Whether `name` names an endpoint. */
+/**
+ * Whether `name` names an endpoint.
+ *
+ * @example
+ * isEndpointName('embeddings'); // true
+ */
 export function isEndpointName(name: unknown): name is EndpointName {
   return typeof name === 'string' && BY_NAME.has(name);
 }
