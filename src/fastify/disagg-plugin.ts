@@ -70,9 +70,16 @@ export const disaggPlugin: FastifyPluginAsync<DisaggPluginOptions> = async (app,
   // The proxy's routes as it has them, each for every method: the proxy answers a wrong one
   // with its 405 and Allow, as disagg serve does. /metrics follows `metricsRoute` here (the
   // app may serve its own registry), not a metrics port.
+  // fastify takes a wildcard only at the end: a route with one between two parts
+  // (`/admin/workers/{*}/drain`) is reached through the wildcard of its first part.
+  const mounted = new Set<string>();
   for (const route of ROUTES) {
     const present = route.label === 'metrics' ? metricsRoute : (route.present?.(core.options) ?? true);
-    if (present) app.all(route.path, handler);
+    const star = route.path.indexOf('*');
+    const path = star === -1 ? route.path : route.path.slice(0, star + 1);
+    if (!present || mounted.has(path)) continue;
+    mounted.add(path);
+    app.all(path, handler);
   }
   app.addHook('onReady', () => core.start());
   // fastify stops accepting and closes its server itself, after preClose: requests under way

@@ -1,18 +1,19 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parseJson } from '../http/json.js';
-import { answerJson, decodePathPart, RequestError, readBody } from '../http/node-server.js';
+import { answerJson, RequestError, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
 import { errorAnswer } from './error-answers.js';
 import { MembershipError, type Role } from './membership.js';
 import type { ProxyState } from './proxy-state.js';
+import type { RouteEntry } from './route-entry.js';
 import { checkWorker } from './settings/workers.js';
 
 /** Where the admin API lives. */
-export const ADMIN_PREFIX = '/admin/workers';
+const ADMIN_PREFIX = '/admin/workers';
 
 /**
- * The admin API, for operators changing the pools without a restart (the caller has checked
- * the admin key):
+ * The admin API, for operators changing the pools without a restart (behind the admin key; off,
+ * a 404 like any unknown path, unless one is set), as entries of the proxy's route table:
  * - `GET /admin/workers`: both pools, each worker with its name, URL, state (`ready`, `down`,
  *   `draining`), requests in flight and who added it;
  * - `POST /admin/workers` with `{"role": "prefill"|"decode", "url": ..., "name"?: ...}` (and for
@@ -24,40 +25,51 @@ export const ADMIN_PREFIX = '/admin/workers';
  * - `DELETE /admin/workers/{name}`: out of the pool at once, requests under way still finish;
  *   answers 200 with its last state.
  * A worker may be named by its URL instead. Errors are OpenAI-style: 400 for a bad body, 404
- * for an unknown worker, 409 for one already there, 405 for a wrong method.
+ * for an unknown worker, 409 for one already there, 405 for a wrong method (the table's).
  *
  * @internal
  */
-export async function handleAdmin(
-  proxy: ProxyState,
-  req: IncomingMessage,
-  res: ServerResponse,
-  path: string,
-  body?: string,
-): Promise<void> {
-  const method = req.method ?? 'GET';
-  try {
-    if (path === ADMIN_PREFIX) {
-      if (method === 'GET' || method === 'HEAD') return answerJson(res, 200, proxy.membership.list());
-      if (method === 'POST') return await add(proxy, req, res, body);
-      return notAllowed(res, method, path, ['GET', 'HEAD', 'POST']);
-    }
-    const rest = path.slice(ADMIN_PREFIX.length + 1);
-    const drain = rest.endsWith('/drain');
-    const id = decodePathPart(drain ? rest.slice(0, -'/drain'.length) : rest);
-    if (id === '') throw new RequestError(404, `No route ${method} ${path}`);
-    const allowed = drain ? ['POST'] : ['DELETE'];
-    if (!allowed.includes(method)) return notAllowed(res, method, path, allowed);
-    const found = proxy.membership.find(id);
-    if (found === undefined) {
-      throw new MembershipError('DISAGG_WORKER_UNKNOWN', `No worker is named ${JSON.stringify(id)}`);
-    }
-    if (drain) return answerJson(res, 202, proxy.membership.drain(found.role, found.worker, 'admin'));
-    return answerJson(res, 200, proxy.membership.remove(found.role, found.worker, 'admin'));
-  } catch (error) {
-    const answer = errorAnswer(error);
-    answerJson(res, answer.status, answer.body);
+export const ADMIN_ROUTES: readonly RouteEntry[] = [
+  admin(ADMIN_PREFIX, ['GET', 'HEAD', 'POST'], (proxy, req, res, call) =>
+    req.method === 'POST' ? add(proxy, req, res, call.body) : answerJson(res, 200, proxy.membership.list()),
+  ),
+  // Before `/*`: a name followed by /drain is a drain, not a name.
+  admin(`${ADMIN_PREFIX}/*/drain`, ['POST'], (proxy, _req, res, call) => {
+    const found = workerNamed(proxy, call.rest);
+    answerJson(res, 202, proxy.membership.drain(found.role, found.worker, 'admin'));
+  }),
+  admin(`${ADMIN_PREFIX}/*`, ['DELETE'], (proxy, _req, res, call) => {
+    const found = workerNamed(proxy, call.rest);
+    answerJson(res, 200, proxy.membership.remove(found.role, found.worker, 'admin'));
+  }),
+];
+
+/** An admin route: behind the admin key, there only with one, its failures answered OpenAI-style. */
+function admin(path: string, methods: readonly string[], handle: RouteEntry['handle']): RouteEntry {
+  return {
+    path,
+    methods,
+    label: 'admin',
+    auth: 'admin',
+    present: (options) => options.adminKey !== undefined,
+    handle: async (proxy, req, res, call) => {
+      try {
+        await handle(proxy, req, res, call);
+      } catch (error) {
+        const answer = errorAnswer(error);
+        answerJson(res, answer.status, answer.body);
+      }
+    },
+  };
+}
+
+/** The worker a path names (by name or URL). @throws {MembershipError} `DISAGG_WORKER_UNKNOWN` for none. */
+function workerNamed(proxy: ProxyState, id: string | undefined) {
+  const found = id === undefined ? undefined : proxy.membership.find(id);
+  if (found === undefined) {
+    throw new MembershipError('DISAGG_WORKER_UNKNOWN', `No worker is named ${JSON.stringify(id)}`);
   }
+  return found;
 }
 
 async function add(proxy: ProxyState, req: IncomingMessage, res: ServerResponse, given?: string): Promise<void> {
@@ -78,10 +90,4 @@ async function add(proxy: ProxyState, req: IncomingMessage, res: ServerResponse,
   const worker = checkWorker(role as Role, spec, proxy.options);
   const view = await proxy.membership.add(role as Role, worker, 'admin');
   answerJson(res, 201, view);
-}
-
-function notAllowed(res: ServerResponse, method: string, path: string, allowed: string[]): void {
-  res.setHeader('allow', allowed.join(', '));
-  const answer = errorAnswer(new RequestError(405, `${method} is not allowed on ${path}: use ${allowed.join(' or ')}`));
-  answerJson(res, answer.status, answer.body);
 }

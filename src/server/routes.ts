@@ -8,7 +8,7 @@ import { request } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { bearerKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';
-import { ADMIN_PREFIX, handleAdmin } from './admin-routes.js';
+import { ADMIN_ROUTES } from './admin-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
 import { serveGeneration } from './completion.js';
 import { errorAnswer } from './error-answers.js';
@@ -16,37 +16,7 @@ import { servePassthrough } from './passthrough.js';
 import type { ProxyState } from './proxy-state.js';
 import { RequestContext } from './request-context.js';
 import { API_STAGES, runStages } from './request-stages.js';
-
-/** What a route's handler gets besides the exchange. */
-interface RouteCall {
-  /** The path as routed (under the mount point). */
-  path: string;
-  /** The body when the caller has read it already (a framework that parses bodies). */
-  body: string | undefined;
-  /** What a `/*` route's path holds after its prefix (`GET /v1/models/{id}`), URL-decoded. */
-  rest: string | undefined;
-}
-
-/**
- * One route of the proxy: where it is, what it takes, how metrics name it, who may call it,
- * when it is there at all, and who answers it. Dispatch, the 405 with `Allow`, the `route`
- * label of the metrics and the fastify plugin all read {@link ROUTES}; a new route is one entry.
- *
- * @internal
- */
-export interface RouteEntry {
-  /** The path, or a prefix ending in `/*` for the paths under it. */
-  readonly path: string;
-  /** The methods it takes (`HEAD` answers as `GET` without a body); undefined: its handler decides. */
-  readonly methods: readonly string[] | undefined;
-  /** Its `route` label in the metrics (a bounded set: never a path or an id). */
-  readonly label: string;
-  /** `api`: the API key when one is set (401 otherwise); `admin`: the admin key; `none`. */
-  readonly auth: 'none' | 'api' | 'admin';
-  /** Whether the route exists with these options (a 404 like any unknown path otherwise). */
-  readonly present?: ((options: ProxyState['options']) => boolean) | undefined;
-  handle(proxy: ProxyState, req: IncomingMessage, res: ServerResponse, call: RouteCall): Promise<void> | void;
-}
+import type { RouteEntry } from './route-entry.js';
 
 const READ = ['GET', 'HEAD'] as const;
 
@@ -110,17 +80,7 @@ export const ROUTES: readonly RouteEntry[] = [
     present: (options) => options.adminKey !== undefined,
     handle: (proxy, _req, res) => answerJson(res, 200, { tenants: tenantsNow(proxy) }),
   },
-  ...[ADMIN_PREFIX, `${ADMIN_PREFIX}/*`].map(
-    (path): RouteEntry => ({
-      path,
-      methods: undefined,
-      label: 'admin',
-      auth: 'admin',
-      // Off (a 404 like any unknown path) unless an admin key is set.
-      present: (options) => options.adminKey !== undefined,
-      handle: (proxy, req, res, call) => handleAdmin(proxy, req, res, call.path, call.body),
-    }),
-  ),
+  ...ADMIN_ROUTES,
 ];
 
 /**
@@ -137,14 +97,20 @@ function tenantsNow(proxy: ProxyState) {
   }));
 }
 
-/** The route at `path`, with what its path holds after a `/*` prefix; undefined for none. */
+/** The route at `path`, with what its `*` stands for; undefined for none. The first entry that matches wins. */
 function routeAt(path: string): { route: RouteEntry; rest: string | undefined } | undefined {
   for (const route of ROUTES) {
-    if (route.path === path) return { route, rest: undefined };
-    if (route.path.endsWith('/*')) {
-      const prefix = route.path.slice(0, -1);
-      if (path.startsWith(prefix) && path.length > prefix.length) return { route, rest: path.slice(prefix.length) };
+    const star = route.path.indexOf('*');
+    if (star === -1) {
+      if (route.path === path) return { route, rest: undefined };
+      continue;
     }
+    const prefix = route.path.slice(0, star);
+    const suffix = route.path.slice(star + 1);
+    if (path.length <= prefix.length + suffix.length || !path.startsWith(prefix) || !path.endsWith(suffix)) continue;
+    const rest = path.slice(prefix.length, path.length - suffix.length);
+    // A part of the path, never an empty one (`/admin/workers//drain` names no worker).
+    if (!rest.startsWith('/')) return { route, rest };
   }
   return undefined;
 }
