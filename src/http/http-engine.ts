@@ -72,8 +72,8 @@ export interface HttpEngineOptions<W> {
  *   vLLM's `kv_transfer_params` as `disaggregated_params`. Integers above 2^53 - 1 in answers
  *   are read as `bigint`s.
  * - Before the stream: an error status rejects with an {@link UpstreamError} keeping the
- *   status and body (a 5xx or a 429 retryable, another 4xx not: the failure rules), as does a connection failure (with its
- *   code, retryable). After it started: a broken connection, an `error` event, an error chunk
+ *   status and body (a 5xx or a 429 retryable, another 4xx not: the failure rules), as does
+ *   a connection failure (with its code, retryable). After it started: a broken connection, an `error` event, an error chunk
  *   or a stream cut before `[DONE]` is one error item carrying the `UpstreamError`, then the
  *   end; a stopped context ends the stream with a `cancelled` item.
  * - Closing the stream (`return()`) destroys the response body at once, which ends the call.
