@@ -20,6 +20,8 @@ const SETS: Record<string, string[]> = {
   // Only these import src/server/: the http and testing tests cannot reach a server mutant.
   server: ['server', 'fastify'],
   routing: ['routing', 'flow'],
+  // The endpoints are read by the schemas' checks, the transport, routing and the flow.
+  endpoints: ['endpoints', 'server', 'http', 'routing', 'flow'],
   // The connectors are exercised by the flow's tests, the fakes by the testing and http ones.
   engines: ['engines', 'flow', 'http', 'testing'],
 };

@@ -83,7 +83,7 @@ export {
   WorkerPool,
   type WorkerPoolOptions,
   type WorkerState,
-} from './flow/worker-pool.js';
+} from './routing/worker-pool.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {
   type DecodeDispatch,

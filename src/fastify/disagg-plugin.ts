@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import { ProxyCore } from '../server/proxy-core.js';
 import { ROUTES } from '../server/routes.js';

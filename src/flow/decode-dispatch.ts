@@ -10,7 +10,7 @@ import { migratingStream } from './migrating-stream.js';
 import { withTokenIds } from './migration.js';
 import type { RequestBody } from './request-shaping.js';
 import { Tripwire } from './tripwire.js';
-import type { Lease } from './worker-pool.js';
+import type { Lease } from '../routing/worker-pool.js';
 
 /**
  * What sending a decode leg reads of the run and tells it: the run keeps the leg, the lease

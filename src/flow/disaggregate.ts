@@ -19,7 +19,7 @@ import type { ContinuationStart } from './migrating-stream.js';
 import { type MigrationOptions, migrationPlan } from './migration.js';
 import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
 import { withUsageAsked } from './usage.js';
-import { type Lease, NoWorkerError, WorkerPool } from './worker-pool.js';
+import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';
 
 // An engine leg's type lives with the runtime, below both the flow and the transport.
 export type { Engine } from '../runtime/engine.js';

@@ -19,7 +19,7 @@ import { decodeRequest, type RequestBody } from './request-shaping.js';
 import { Tripwire } from './tripwire.js';
 import { type PromptTokensDetails, promptDetailsOf } from './usage.js';
 import { WatchedIterator } from './watched-iterator.js';
-import type { Lease } from './worker-pool.js';
+import type { Lease } from '../routing/worker-pool.js';
 
 /**
  * One request through the flow: the state both legs and the deadlines share.

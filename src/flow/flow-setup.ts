@@ -9,7 +9,7 @@ import type { FlowRecorder } from './events.js';
 import type { MigratingSetup } from './migrating-stream.js';
 import type { MigrationPlan } from './migration.js';
 import type { RequestBody } from './request-shaping.js';
-import type { Lease } from './worker-pool.js';
+import type { Lease } from '../routing/worker-pool.js';
 
 /** An engine leg as the flow calls it: body, context, and the worker chosen for it. */
 export type EngineCall = (

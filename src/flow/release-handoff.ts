@@ -3,7 +3,7 @@ import { Controller } from '../runtime/controller.js';
 import { findCause } from '../util/cause-chain.js';
 import { startTimer } from './deadlines.js';
 import type { FlowSetup } from './flow-setup.js';
-import type { Lease } from './worker-pool.js';
+import type { Lease } from '../routing/worker-pool.js';
 
 /** @internal What releasing a handoff reads of the request's setup. */
 export type ReleaseSetup = Pick<

@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../engines/load-metrics.js';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { request } from '../http/undici-parts.js';
 import { joinUrl } from '../util/url.js';
 

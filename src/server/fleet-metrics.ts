@@ -1,5 +1,5 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 
 /** A worker as the metrics name it. */
 export type Named = { url: string };

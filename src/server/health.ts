@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { FlowEvent } from '../flow/events.js';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { request } from '../http/undici-parts.js';
 import type { UpstreamError } from '../http/upstream-error.js';
 import type { Logger } from '../runtime/logger.js';

@@ -1,5 +1,5 @@
 import type { DiscoveredWorker, MembershipTarget } from '../discovery/worker-set.js';
-import type { WorkerPool, WorkerState } from '../flow/worker-pool.js';
+import type { WorkerPool, WorkerState } from '../routing/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { addressForms, trimSlash } from '../util/url.js';

@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import type { FlowEvent } from '../flow/events.js';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { type CircuitState, FleetMetrics, type Named } from './fleet-metrics.js';
 import { KvPredictionMetrics } from './kv-metrics.js';
 import { RequestMetrics } from './request-metrics.js';

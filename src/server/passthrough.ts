@@ -1,5 +1,5 @@
 import { DeadlineError, pause, startTimer } from '../flow/deadlines.js';
-import type { Lease } from '../flow/worker-pool.js';
+import type { Lease } from '../routing/worker-pool.js';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson } from '../http/node-server.js';
 import { request as callWorker } from '../http/undici-parts.js';

@@ -7,7 +7,7 @@ import type { Endpoint } from '../endpoints/endpoint.js';
 import { engineOf } from '../engines/registry.js';
 import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
-import { WorkerPool } from '../flow/worker-pool.js';
+import { WorkerPool } from '../routing/worker-pool.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';

@@ -2,7 +2,7 @@ import type { Dispatcher } from 'undici';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import type { MinuteWindows, TenantLimits } from '../tenancy/rate-window.js';
 import type { TenantDirectory } from '../tenancy/tenants.js';

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { ProxyCore } from './proxy-core.js';
 import type { ProxyOptions } from './settings/proxy-options.js';
 import { resolveProxyOptions } from './settings/resolve.js';

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS } from '../endpoints/registry.js';
-import { NoWorkerError } from '../flow/worker-pool.js';
+import { NoWorkerError } from '../routing/worker-pool.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-server.js';
 import { request } from '../http/undici-parts.js';

@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { FlowEventListener } from '../flow/events.js';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { describeValue } from '../util/describe-value.js';
 import { BREAKER_DEFAULTS, HEALTH_DEFAULTS, HealthChecker, type ProbeFailure } from './health.js';

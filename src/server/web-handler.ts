@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { WorkerPool } from '../flow/worker-pool.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { pathOf } from '../http/node-server.js';
 import { webExchange } from '../http/web-exchange.js';
 import { errorAnswer } from './error-answers.js';

@@ -8,7 +8,7 @@ import { pause } from '../deadlines.js';
 import { classifyPrefill, type PrefillResult } from '../prefill-stream.js';
 import { releaseElsewhere, releaseHandoff } from '../release-handoff.js';
 import type { RequestBody } from '../request-shaping.js';
-import type { Lease } from '../worker-pool.js';
+import type { Lease } from '../../routing/worker-pool.js';
 import { type ConcurrentRun, guarded } from './concurrent.js';
 
 /** @internal What the sequential and early families read of the run. */
