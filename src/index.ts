@@ -75,15 +75,6 @@ export {
   type RequestBody,
   UnsupportedRequestError,
 } from './flow/request-shaping.js';
-export {
-  type Lease,
-  type LegOutcome,
-  NoWorkerError,
-  type Selection,
-  WorkerPool,
-  type WorkerPoolOptions,
-  type WorkerState,
-} from './routing/worker-pool.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {
   type DecodeDispatch,
@@ -153,6 +144,15 @@ export {
   scoredPolicy,
 } from './routing/scoring.js';
 export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';
+export {
+  type Lease,
+  type LegOutcome,
+  NoWorkerError,
+  type Selection,
+  WorkerPool,
+  type WorkerPoolOptions,
+  type WorkerState,
+} from './routing/worker-pool.js';
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';

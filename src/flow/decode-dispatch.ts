@@ -1,5 +1,6 @@
 import type { DecodeStream } from '../handoff/prefill-task.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { Lease } from '../routing/worker-pool.js';
 import { Controller } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
@@ -10,7 +11,6 @@ import { migratingStream } from './migrating-stream.js';
 import { withTokenIds } from './migration.js';
 import type { RequestBody } from './request-shaping.js';
 import { Tripwire } from './tripwire.js';
-import type { Lease } from '../routing/worker-pool.js';
 
 /**
  * What sending a decode leg reads of the run and tells it: the run keeps the leg, the lease

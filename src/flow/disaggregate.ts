@@ -2,6 +2,7 @@ import type { Endpoint } from '../endpoints/endpoint.js';
 import { endpointOf } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
+import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';
 import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
 import type { Engine } from '../runtime/engine.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
@@ -19,7 +20,6 @@ import type { ContinuationStart } from './migrating-stream.js';
 import { type MigrationOptions, migrationPlan } from './migration.js';
 import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
 import { withUsageAsked } from './usage.js';
-import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';
 
 // An engine leg's type lives with the runtime, below both the flow and the transport.
 export type { Engine } from '../runtime/engine.js';

@@ -1,6 +1,7 @@
 import { PrefillError } from '../handoff/prefill-error.js';
 import { type DecodeStream, outcomeOf, type PrefillTask } from '../handoff/prefill-task.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { Lease } from '../routing/worker-pool.js';
 import { Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import { ResponseStream } from '../runtime/response-stream.js';
@@ -19,7 +20,6 @@ import { decodeRequest, type RequestBody } from './request-shaping.js';
 import { Tripwire } from './tripwire.js';
 import { type PromptTokensDetails, promptDetailsOf } from './usage.js';
 import { WatchedIterator } from './watched-iterator.js';
-import type { Lease } from '../routing/worker-pool.js';
 
 /**
  * One request through the flow: the state both legs and the deadlines share.

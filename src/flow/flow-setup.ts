@@ -1,5 +1,6 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { Lease } from '../routing/worker-pool.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
@@ -9,7 +10,6 @@ import type { FlowRecorder } from './events.js';
 import type { MigratingSetup } from './migrating-stream.js';
 import type { MigrationPlan } from './migration.js';
 import type { RequestBody } from './request-shaping.js';
-import type { Lease } from '../routing/worker-pool.js';
 
 /** An engine leg as the flow calls it: body, context, and the worker chosen for it. */
 export type EngineCall = (

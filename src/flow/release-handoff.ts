@@ -1,9 +1,9 @@
 import { Annotated } from '../protocol/annotated.js';
+import type { Lease } from '../routing/worker-pool.js';
 import { Controller } from '../runtime/controller.js';
 import { findCause } from '../util/cause-chain.js';
 import { startTimer } from './deadlines.js';
 import type { FlowSetup } from './flow-setup.js';
-import type { Lease } from '../routing/worker-pool.js';
 
 /** @internal What releasing a handoff reads of the request's setup. */
 export type ReleaseSetup = Pick<

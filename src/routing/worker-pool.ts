@@ -1,10 +1,10 @@
 import { FAILURE_RULES } from '../protocol/failure-rules.js';
+import { describeValue } from '../util/describe-value.js';
+import { branded, DisaggError } from '../util/disagg-error.js';
 import { leastInFlight } from './least-in-flight.js';
 import { roundRobin } from './round-robin.js';
 import type { RoutingInput } from './routing-input.js';
 import type { RoutingPolicy } from './routing-policy.js';
-import { describeValue } from '../util/describe-value.js';
-import { branded, DisaggError } from '../util/disagg-error.js';
 
 /**
  * Picks one worker for a request. Built in: `'round-robin'` (each worker in turn) and

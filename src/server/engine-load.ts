@@ -1,7 +1,7 @@
 import type { Dispatcher } from 'undici';
 import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../engines/load-metrics.js';
-import type { WorkerPool } from '../routing/worker-pool.js';
 import { request } from '../http/undici-parts.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { joinUrl } from '../util/url.js';
 
 type Worker = { url: string };

@@ -1,8 +1,8 @@
 import type { Dispatcher } from 'undici';
 import type { FlowEvent } from '../flow/events.js';
-import type { WorkerPool } from '../routing/worker-pool.js';
 import { request } from '../http/undici-parts.js';
 import type { UpstreamError } from '../http/upstream-error.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import { errorCode } from '../util/cause-chain.js';
 import { isUnder, joinUrl } from '../util/url.js';

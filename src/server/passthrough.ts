@@ -1,10 +1,10 @@
 import { DeadlineError, pause, startTimer } from '../flow/deadlines.js';
-import type { Lease } from '../routing/worker-pool.js';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson } from '../http/node-server.js';
 import { request as callWorker } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import type { CompletionUsage } from '../protocol/llm-engine-output.js';
+import type { Lease } from '../routing/worker-pool.js';
 import type { Controller } from '../runtime/controller.js';
 import { joinUrl } from '../util/url.js';
 import { errorToResponse } from './error-answers.js';

@@ -1,11 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS } from '../endpoints/registry.js';
-import { NoWorkerError } from '../routing/worker-pool.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-server.js';
 import { request } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
+import { NoWorkerError } from '../routing/worker-pool.js';
 import { bearerKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';
 import { ADMIN_ROUTES } from './admin-routes.js';

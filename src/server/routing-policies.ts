@@ -1,7 +1,7 @@
 import type { RequestBody } from '../flow/request-shaping.js';
-import type { Selection, WorkerPool } from '../routing/worker-pool.js';
 import { createPolicy, type PolicyName, type RoutingServices } from '../routing/registry.js';
 import { RoutingInput } from '../routing/routing-input.js';
+import type { Selection, WorkerPool } from '../routing/worker-pool.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 
 /**

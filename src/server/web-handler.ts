@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { WorkerPool } from '../routing/worker-pool.js';
 import { pathOf } from '../http/node-server.js';
 import { webExchange } from '../http/web-exchange.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { errorAnswer } from './error-answers.js';
 import { ProxyCore } from './proxy-core.js';
 import { bodyReadAlready } from './request-body.js';

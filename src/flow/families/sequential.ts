@@ -1,6 +1,7 @@
 import { PrefillError } from '../../handoff/prefill-error.js';
 import type { DecodeStream } from '../../handoff/prefill-task.js';
 import type { EngineItem } from '../../protocol/llm-engine-output.js';
+import type { Lease } from '../../routing/worker-pool.js';
 import { ResponseStream } from '../../runtime/response-stream.js';
 import { neverConnected } from '../../util/cause-chain.js';
 import { once } from '../../util/once.js';
@@ -8,7 +9,6 @@ import { pause } from '../deadlines.js';
 import { classifyPrefill, type PrefillResult } from '../prefill-stream.js';
 import { releaseElsewhere, releaseHandoff } from '../release-handoff.js';
 import type { RequestBody } from '../request-shaping.js';
-import type { Lease } from '../../routing/worker-pool.js';
 import { type ConcurrentRun, guarded } from './concurrent.js';
 
 /** @internal What the sequential and early families read of the run. */
