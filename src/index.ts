@@ -132,6 +132,7 @@ export {
 export { roundRobin } from './routing/round-robin.js';
 export { RoutingInput, routingText } from './routing/routing-input.js';
 export type { LoadView, RoutingPolicy } from './routing/routing-policy.js';
+export { type Avoid, type Decision, Scheduler, type SchedulerOptions } from './routing/scheduler.js';
 export {
   type Filter,
   loadScorer,

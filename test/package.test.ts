@@ -42,6 +42,7 @@ const EXPORTS = [
   'ResponseStream',
   'RoutingInput',
   'SGLANG_LOAD_METRICS',
+  'Scheduler',
   'TokenizerError',
   'TokenizerPool',
   'UnsupportedRequestError',

@@ -2,6 +2,7 @@ import type { Endpoint } from '../endpoints/endpoint.js';
 import { endpointOf } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
+import { type Decision, Scheduler } from '../routing/scheduler.js';
 import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';
 import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
 import type { Engine } from '../runtime/engine.js';
@@ -71,6 +72,12 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    * argument. When none is in rotation the call rejects with a `NoWorkerError`.
    */
   decodeWorkers?: WorkerPool<D> | undefined;
+  /**
+   * Who serves the request: the P/D decision and the workers, per attempt (see
+   * {@link Scheduler}). By default one made of `prefillWorkers` (or `prefillWorker`),
+   * `decodeWorkers` and `noPrefillWorker`; given, those four are the scheduler's business.
+   */
+  scheduler?: Scheduler<P, D> | undefined;
   /**
    * Workers of the pools to pass over while another is in rotation: those an earlier attempt
    * of the same request failed on (a router retrying before the first byte).
@@ -248,39 +255,32 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const input = options.input ?? new RoutingInput(request, options.sessionKey, options.promptTokenIds, endpoint);
   const skipped =
     options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, input, logger);
-  const { decodeWorkers } = options;
+  const scheduler = options.scheduler ?? new Scheduler<P, D>(options);
   // The recorder is worker-agnostic; the workers it names are the pools' own. One for the
   // request, whatever its attempts: one `finished`, `settled` last.
   const recorder = new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log);
   const retryPrefill = retryPolicy('retryPrefill', options.retryPrefill, log);
-  const migration = migrationFor(options, request, endpoint, input, recorder);
+  const migration = migrationFor(options, scheduler, request, endpoint, input, recorder);
   const avoid = { prefill: [...(options.avoid?.prefill ?? [])], decode: [...(options.avoid?.decode ?? [])] };
   for (let attempt = 0; ; attempt++) {
-    let skip = skipped;
-    let prefillLease: Lease<unknown> | undefined;
-    if (skip === undefined && options.prefillWorkers !== undefined) {
-      if (options.prefillWorkers.available.length === 0) {
-        if (options.noPrefillWorker === 'fail') {
-          const error = new NoWorkerError(options.prefillWorkers.workers.length, 'prefill');
-          if (attempt > 0) recorder.finish('error', 'prefill', error);
-          throw error;
-        }
-        // As the reference router does: no prefill worker in rotation, so decode serves the
-        // request whole rather than failing it.
-        log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
-        skip = 'no-prefill-worker';
-      } else prefillLease = options.prefillWorkers.acquire(avoid.prefill as P[], input);
-    } else if (skip === undefined && options.prefillWorker !== undefined)
-      prefillLease = fixedLease(options.prefillWorker);
-    let decodeLease: Lease<unknown> | undefined;
+    let decision: Decision<P, D>;
     try {
-      decodeLease = decodeWorkers?.acquire(avoid.decode as D[], input);
+      decision = scheduler.decide(input, avoid, skipped);
     } catch (error) {
-      prefillLease?.release();
-      // No decode worker left for a retry: the request, already under way, ends with that.
-      if (attempt > 0) recorder.finish('error', undefined, error instanceof Error ? error : undefined);
+      // No worker left for a retry: the request, already under way, ends with that.
+      const leg = NoWorkerError.is(error) && error.pool === 'prefill' ? 'prefill' : undefined;
+      if (attempt > 0) recorder.finish('error', leg, error instanceof Error ? error : undefined);
       throw error;
     }
+    const skip = decision.strategy === 'aggregated' ? decision.reason : undefined;
+    // As the reference router does: no prefill worker in rotation, so decode serves the
+    // request whole rather than failing it.
+    if (skip === 'no-prefill-worker') {
+      log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
+    }
+    const prefillLease =
+      decision.strategy === 'disaggregated' ? (decision.prefill as Lease<unknown> | undefined) : undefined;
+    const decodeLease = decision.decode as Lease<unknown> | undefined;
     // With retries each attempt has a context of its own (a failed attempt stops its own, as
     // a prefill failure does), which the client's stops in turn.
     let client = context;
@@ -299,7 +299,9 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       decodeLease,
       predictedCachedTokens: prefillLease === undefined ? undefined : input.predictedCached(prefillLease.worker),
       reacquireDecode:
-        decodeWorkers === undefined ? undefined : (passOver) => decodeWorkers.acquire(passOver as D[], input),
+        scheduler.decodeWorkers === undefined
+          ? undefined
+          : (passOver) => scheduler.decodeElsewhere(passOver as D[], input) as Lease<unknown>,
       retryDecode: retryPolicy('retryDecode', options.retryDecode, log),
       reuseHandoff: options.reuseHandoff ?? 'unreached',
       deadlines,
@@ -366,10 +368,6 @@ function retryPolicy(
   };
 }
 
-function fixedLease<W>(worker: W): Lease<W> {
-  return { worker, release: () => {} };
-}
-
 /**
  * What the flow needs to migrate this request, or undefined when migration is off. A
  * continuation is this flow again on the continuation's body, passing over the workers that
@@ -377,6 +375,7 @@ function fixedLease<W>(worker: W): Lease<W> {
  */
 function migrationFor<P, D>(
   options: DisaggregateOptions<P, D>,
+  scheduler: Scheduler<P, D>,
   request: RequestBody,
   endpoint: Endpoint,
   input: RoutingInput,
@@ -435,9 +434,9 @@ function migrationFor<P, D>(
     maxModelLen: migration.maxModelLen,
     promptIds: input.tokenIds,
     watchDown:
-      options.decodeWorkers === undefined
+      scheduler.decodeWorkers === undefined
         ? undefined
-        : (worker, listener) => (options.decodeWorkers as WorkerPool<D>).onDown(worker as D, listener),
+        : (worker, listener) => (scheduler.decodeWorkers as WorkerPool<D>).onDown(worker as D, listener),
     start,
   };
 }

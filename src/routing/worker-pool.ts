@@ -47,6 +47,8 @@ export class NoWorkerError extends DisaggError {
   readonly kind = 'no_worker';
   /** False: no worker of the pool is in rotation to send it to (`FAILURE_RULES.other`). */
   readonly retryable: boolean = FAILURE_RULES.other.retry;
+  /** The pool that had none, when the thrower named it (`prefill`). */
+  readonly pool: string | undefined;
 
   constructor(size: number, pool?: string) {
     const which = pool === undefined ? 'worker' : `${pool} worker`;
@@ -56,6 +58,7 @@ export class NoWorkerError extends DisaggError {
         ? `No ${which} is available: the pool has none (none configured or discovered yet)`
         : `No ${which} is available: all ${size} of the pool are out of rotation`,
     );
+    this.pool = pool;
   }
 }
 

@@ -1,0 +1,109 @@
+import type { RoutingInput } from './routing-input.js';
+import { type Lease, NoWorkerError, type WorkerPool } from './worker-pool.js';
+
+/**
+ * Which workers serve one attempt of a request, and how:
+ * - `disaggregated`: prefill on `prefill` (none when the caller's prefill engine picks its
+ *   own worker), then decode on `decode`;
+ * - `aggregated`: decode alone, `reason` saying why (`'no-prefill-worker'`, or the P/D
+ *   decider's: `'short-prompt'`, `'migration'`, ...).
+ * The leases are the caller's to release (the flow does, by each leg's outcome).
+ */
+export type Decision<P, D> =
+  | {
+      readonly strategy: 'disaggregated';
+      readonly prefill: Lease<P> | undefined;
+      readonly decode: Lease<D> | undefined;
+    }
+  | { readonly strategy: 'aggregated'; readonly reason: string; readonly decode: Lease<D> | undefined };
+
+/** The workers of a request's earlier attempts to pass over while another is in rotation. */
+export interface Avoid<P, D> {
+  readonly prefill?: readonly P[] | undefined;
+  readonly decode?: readonly D[] | undefined;
+}
+
+/** Options of {@link Scheduler}. */
+export interface SchedulerOptions<P, D> {
+  /** The prefill pool, its policy choosing one per request; or `prefillWorker`. */
+  prefillWorkers?: WorkerPool<P> | undefined;
+  /** The one prefill worker (no pool): every disaggregated request goes to it. */
+  prefillWorker?: P | undefined;
+  /** The decode pool; without one, the caller's decode engine picks its own worker. */
+  decodeWorkers?: WorkerPool<D> | undefined;
+  /**
+   * Without a prefill worker in rotation: serve on decode alone (`'aggregate'`, the default,
+   * as the reference router does) or fail with a `NoWorkerError` (`'fail'`).
+   */
+  noPrefillWorker?: 'aggregate' | 'fail' | undefined;
+}
+
+/**
+ * The one answer to "which workers for this request": the P/D decision (disaggregate, or serve
+ * on decode alone and why) and a lease of each pool's worker, as the pools' policies choose
+ * them. `disaggregate` asks it once per attempt; a router that only routes (an endpoint picker
+ * that names the workers and lets a gateway send the request) asks it and sends nothing.
+ *
+ * @example
+ * const scheduler = new Scheduler({ prefillWorkers, decodeWorkers });
+ * const decision = scheduler.decide(new RoutingInput({ prompt: 'Hi' }));
+ * const prefillWorker = decision.strategy === 'disaggregated' ? decision.prefill?.worker : undefined; // undefined: decode alone
+ * decision.decode?.release('success');
+ */
+export class Scheduler<P, D> {
+  readonly #options: SchedulerOptions<P, D>;
+
+  constructor(options: SchedulerOptions<P, D> = {}) {
+    this.#options = options;
+  }
+
+  /** The decode pool, if there is one (for migration's watch of a worker leaving it). */
+  get decodeWorkers(): WorkerPool<D> | undefined {
+    return this.#options.decodeWorkers;
+  }
+
+  /**
+   * The workers for one attempt, passing over `avoid` while others are in rotation.
+   * `aggregatedBecause` is the P/D decider's verdict for the request (worked out once, since
+   * it may wait on a cache lookup): given, the request goes to decode alone.
+   *
+   * @throws {NoWorkerError} when no decode worker is in rotation, or no prefill worker with
+   *   `noPrefillWorker: 'fail'` (its `pool` says which); nothing is leased then.
+   */
+  decide(input: RoutingInput, avoid: Avoid<P, D> = {}, aggregatedBecause?: string): Decision<P, D> {
+    const { prefillWorkers, prefillWorker, decodeWorkers } = this.#options;
+    let reason = aggregatedBecause;
+    let prefill: Lease<P> | undefined;
+    if (reason === undefined && prefillWorkers !== undefined) {
+      if (prefillWorkers.available.length > 0) prefill = prefillWorkers.acquire(avoid.prefill, input);
+      else if (this.#options.noPrefillWorker === 'fail')
+        throw new NoWorkerError(prefillWorkers.workers.length, 'prefill');
+      else reason = 'no-prefill-worker';
+    } else if (reason === undefined && prefillWorker !== undefined) prefill = fixedLease(prefillWorker);
+    let decode: Lease<D> | undefined;
+    try {
+      decode = decodeWorkers?.acquire(avoid.decode, input);
+    } catch (error) {
+      prefill?.release();
+      throw error;
+    }
+    return reason === undefined
+      ? { strategy: 'disaggregated', prefill, decode }
+      : { strategy: 'aggregated', reason, decode };
+  }
+
+  /**
+   * Another decode worker for the same request (a sequential handoff sent again, a migration),
+   * passing over `avoid`; undefined without a decode pool.
+   *
+   * @throws {NoWorkerError} when none is left in rotation.
+   */
+  decodeElsewhere(avoid: readonly D[], input: RoutingInput): Lease<D> | undefined {
+    return this.#options.decodeWorkers?.acquire(avoid, input);
+  }
+}
+
+/** A lease of a worker that belongs to no pool: nothing to count, nothing to release. */
+function fixedLease<W>(worker: W): Lease<W> {
+  return { worker, release: () => {} };
+}
