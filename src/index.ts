@@ -117,15 +117,29 @@ export {
   precisePrefix,
 } from './routing/kv-prefix.js';
 export { leastInFlight } from './routing/least-in-flight.js';
+export {
+  DEFAULT_SCORERS,
+  type PluginParam,
+  readScorers,
+  SCORER_NAMES,
+  SCORERS,
+  type ScorerPlugin,
+  type ScorerSetting,
+  scoredFrom,
+  scorerPlugin,
+  scorersConsume,
+} from './routing/plugins.js';
 export { type PowerOfTwoOptions, powerOfTwo } from './routing/power-of-two.js';
 export { PrefixTree } from './routing/prefix-tree.js';
 export { type RandomOptions, random } from './routing/random.js';
 export {
+  CACHE_KNOWING_POLICIES,
   createPolicy,
   POLICIES,
   POLICY_NAMES,
   type PolicyName,
   type PolicyPlugin,
+  policyConsumes,
   type RoutingParams,
   type RoutingServices,
 } from './routing/registry.js';
@@ -144,6 +158,7 @@ export {
   type Scorer,
   scoredPolicy,
 } from './routing/scoring.js';
+export { type Consumption, mergeConsumption, ROUTING_DATA, type RoutingData } from './routing/services.js';
 export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';
 export {
   type Lease,

@@ -1,12 +1,16 @@
 import { cacheAware } from './cache-aware.js';
 import { consistentHash } from './consistent-hash.js';
-import { type EngineLoadSource, type KvIndexSource, precisePrefix } from './kv-prefix.js';
+import { precisePrefix } from './kv-prefix.js';
 import { leastInFlight } from './least-in-flight.js';
+import { DEFAULT_SCORERS, SCORER_NAMES, type ScorerSetting, scoredFrom, scorersConsume } from './plugins.js';
 import { powerOfTwo } from './power-of-two.js';
 import { random } from './random.js';
 import { roundRobin } from './round-robin.js';
 import type { RoutingPolicy } from './routing-policy.js';
+import type { Consumption, RoutingServices } from './services.js';
 import { sessionAffinity } from './session-affinity.js';
+
+export type { RoutingServices } from './services.js';
 
 /** The routing settings a policy may read (`--cache-threshold`, ...: the `routing` group). */
 export interface RoutingParams {
@@ -18,13 +22,8 @@ export interface RoutingParams {
   prefixWeight: number;
   /** precise-prefix: how long a prompt just routed counts as held before the engine confirms it (ms). */
   speculativeTtlMs: number;
-}
-
-/** What the proxy gives a policy besides settings: the engines' KV block index, once it has one. */
-export interface RoutingServices<W> {
-  kvIndex?: KvIndexSource<W> | undefined;
-  /** The engines' own load from their `/metrics`, when the proxy scrapes it. */
-  engineLoad?: EngineLoadSource<W> | undefined;
+  /** scored: its scorers and their weights ({@link DEFAULT_SCORERS} when not given). */
+  scorers?: readonly ScorerSetting[] | undefined;
 }
 
 /**
@@ -38,6 +37,13 @@ export interface PolicyPlugin {
   readonly name: string;
   readonly help: string;
   readonly params: ReadonlyArray<keyof RoutingParams>;
+  /**
+   * The data it reads beyond the pool's counts (llm-d's `Consumes()`): the proxy feeds only
+   * what the configured policies declare, and refuses a configuration lacking a required kind.
+   */
+  readonly consumes: Consumption | ((params: Partial<RoutingParams>) => Consumption);
+  /** Whether its policies answer `cachedShare` (what conditional aggregation on decode asks). */
+  readonly knowsCaches?: boolean;
   create<W extends { url: string }>(params: RoutingParams, services: RoutingServices<W>): RoutingPolicy<W>;
 }
 
@@ -54,13 +60,17 @@ export const POLICIES = [
     name: 'least-in-flight',
     help: 'the worker with the fewest requests under way (ties in turn)',
     params: [],
+    consumes: {},
     create: () => leastInFlight(),
   }),
-  plugin({ name: 'round-robin', help: 'each worker in turn', params: [], create: () => roundRobin() }),
+  plugin({ name: 'round-robin', help: 'each worker in turn', params: [], consumes: {}, create: () => roundRobin() }),
   plugin({
     name: 'cache-aware',
     help: 'the worker whose prefix cache (as this router learnt it) holds most of the prompt, unless load is imbalanced',
     params: ['cacheThreshold', 'balanceAbsThreshold', 'balanceRelThreshold', 'maxTreeChars'],
+    // Its tree of what this router sent: nothing from the engines.
+    consumes: {},
+    knowsCaches: true,
     create: (params) =>
       cacheAware({
         cacheThreshold: params.cacheThreshold,
@@ -73,19 +83,24 @@ export const POLICIES = [
     name: 'power-of-two',
     help: 'two workers at random, the less loaded wins',
     params: [],
+    consumes: {},
     create: () => powerOfTwo(),
   }),
   plugin({
     name: 'session',
     help: "a session (--session-header, else the body's user) stays on one worker (rendezvous hashing); least in flight without one",
     params: [],
+    consumes: {},
     create: () => sessionAffinity(),
   }),
-  plugin({ name: 'random', help: 'a worker at random', params: [], create: () => random() }),
+  plugin({ name: 'random', help: 'a worker at random', params: [], consumes: {}, create: () => random() }),
   plugin({
     name: 'precise-prefix',
     help: "the worker whose KV cache holds most of the prompt, as the engines' own KV events say (--kv-events-port), weighed against load; token-id prompts",
     params: ['prefixWeight', 'speculativeTtlMs'],
+    // Token-id prompts match without the tokenizer; the engines' load is scored when scraped.
+    consumes: { 'kv-index': 'required', tokens: 'optional', 'engine-load': 'optional' },
+    knowsCaches: true,
     create: <W extends { url: string }>(params: RoutingParams, services: RoutingServices<W>) => {
       if (services.kvIndex === undefined) {
         throw new TypeError(
@@ -103,7 +118,16 @@ export const POLICIES = [
     name: 'consistent-hash',
     help: "a hash ring on the session key, else the prompt's start: the same worker on every router replica, ~1/n of keys move when a worker comes or goes",
     params: [],
+    consumes: {},
     create: () => consistentHash(),
+  }),
+  plugin({
+    name: 'scored',
+    help: `weighted scorers from --scorers (routing.scorers: ${SCORER_NAMES.join(', ')}), the highest total wins, ties to the less loaded`,
+    params: ['scorers'],
+    // What its scorers read, as each scorer plugin declares it.
+    consumes: (params) => scorersConsume(params.scorers ?? DEFAULT_SCORERS),
+    create: (params, services) => scoredFrom(params.scorers ?? DEFAULT_SCORERS, services),
   }),
 ] as const;
 
@@ -112,6 +136,24 @@ export type PolicyName = (typeof POLICIES)[number]['name'];
 
 /** Every built-in policy's name, in the registry's order. */
 export const POLICY_NAMES = POLICIES.map((each) => each.name) as readonly PolicyName[];
+
+/**
+ * What the policy `name` reads with these settings (its plugin's declaration).
+ *
+ * @example
+ * policyConsumes('precise-prefix')['kv-index']; // 'required'
+ * policyConsumes('scored', { scorers: [{ name: 'kv-usage' }] })['engine-load']; // 'required'
+ */
+export function policyConsumes(name: PolicyName, params: Partial<RoutingParams> = {}): Consumption {
+  const found = POLICIES.find((each) => each.name === name) as PolicyPlugin | undefined;
+  const consumes = found?.consumes ?? {};
+  return typeof consumes === 'function' ? consumes(params) : consumes;
+}
+
+/** The policies that answer `cachedShare` (they know what a worker's cache holds). */
+export const CACHE_KNOWING_POLICIES = POLICIES.filter((each: PolicyPlugin) => each.knowsCaches === true).map(
+  (each) => each.name,
+) as readonly PolicyName[];
 
 /**
  * A pool's policy by name, made with the routing settings it reads.

@@ -1,6 +1,8 @@
 import type { Dispatcher } from 'undici';
 import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../engines/load-metrics.js';
+import { type EngineName, engineOf } from '../engines/registry.js';
 import { request } from '../http/undici-parts.js';
+import type { Consumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { joinUrl } from '../util/url.js';
 
@@ -92,4 +94,30 @@ export class EngineLoadScraper {
       this.#scraping.delete(worker);
     }
   }
+}
+
+/**
+ * The proxy's scraper, when a configured policy reads the engines' load (`consumed`), its
+ * interval is set and the engine names its load metrics; else undefined (no scrape at all).
+ *
+ * @internal
+ */
+export function engineLoadScraper(
+  consumed: Consumption,
+  options: { connector: EngineName; routing: { engineLoadIntervalMs: number; engineLoadStaleMs: number } },
+  headers: Record<string, string>,
+  dispatcher: Dispatcher,
+): EngineLoadScraper | undefined {
+  const metrics = engineOf(options.connector).loadMetrics;
+  const { engineLoadIntervalMs, engineLoadStaleMs } = options.routing;
+  if (consumed['engine-load'] === undefined || engineLoadIntervalMs === 0 || metrics === undefined) return undefined;
+  // The pools are given at start, once they exist.
+  return new EngineLoadScraper({
+    metrics,
+    pools: [],
+    intervalMs: engineLoadIntervalMs,
+    staleMs: engineLoadStaleMs,
+    headers,
+    dispatcher,
+  });
 }

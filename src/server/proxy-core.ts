@@ -17,7 +17,7 @@ import { RedisWindows } from '../tenancy/redis-windows.js';
 import { TenantDirectory } from '../tenancy/tenants.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { Admission } from './admission.js';
-import { EngineLoadScraper } from './engine-load.js';
+import { type EngineLoadScraper, engineLoadScraper } from './engine-load.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
 import { InFlightRequests } from './in-flight.js';
@@ -29,7 +29,7 @@ import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
 import type { ProxyState } from './proxy-state.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
-import { conditionalAggregation, selectionFor } from './routing-policies.js';
+import { conditionalAggregation, consumedBy, poolSelection, routingServices } from './routing-policies.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import { checkWorker } from './settings/workers.js';
@@ -85,7 +85,7 @@ export class ProxyCore implements ProxyState {
   #tokenizer: TokenizerPool | undefined;
   /** The engines' own load from their `/metrics` (`--engine-load-interval-ms`), when read. */
   readonly #engineLoad: EngineLoadScraper | undefined;
-  /** Whether a pool routes on KV blocks, so that prompts are worth tokenizing. */
+  /** Whether a configured policy reads token ids, so that prompts are worth tokenizing. */
   readonly #routesOnBlocks: boolean;
   /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
   tracing: Tracing | undefined;
@@ -110,41 +110,18 @@ export class ProxyCore implements ProxyState {
     const { dispatcher } = this;
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    const { customPolicies } = options;
-    // A policy of your own may route on KV blocks: prompts are tokenized for it where a tokenizer is set.
-    this.#routesOnBlocks =
-      customPolicies.prefill !== undefined ||
-      customPolicies.decode !== undefined ||
-      options.prefillPolicy === 'precise-prefix' ||
-      options.decodePolicy === 'precise-prefix';
+    // The proxy feeds what the configured policies declare they read, never by their names.
+    const consumed = consumedBy(options);
+    this.#routesOnBlocks = consumed.tokens !== undefined;
     this.kv = new KvFollower({
       ...options.kvEvents,
       logger: this.logger,
       name: (worker) => this.membership.nameOf(worker),
     });
-    const loadMetrics = engineOf(options.connector).loadMetrics;
-    this.#engineLoad =
-      routing.engineLoadIntervalMs > 0 && loadMetrics !== undefined
-        ? new EngineLoadScraper({
-            metrics: loadMetrics,
-            // Filled in below, once the pools exist.
-            pools: [],
-            intervalMs: routing.engineLoadIntervalMs,
-            staleMs: routing.engineLoadStaleMs,
-            headers: this.workerHeaders,
-            dispatcher,
-          })
-        : undefined;
-    const engineLoad = this.#engineLoad;
-    const services = {
-      kvIndex: () => this.kv.index,
-      ...(engineLoad === undefined ? {} : { engineLoad: (worker: { url: string }) => engineLoad.loadOf(worker) }),
-    };
-    this.prefillWorkers = new WorkerPool(options.prefill, {
-      selection: customPolicies.prefill?.(services) ?? selectionFor(options.prefillPolicy, routing, services),
-    });
-    const decodeSelection =
-      customPolicies.decode?.(services) ?? selectionFor<ProxyDecodeWorker>(options.decodePolicy, routing, services);
+    this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher);
+    const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);
+    this.prefillWorkers = new WorkerPool(options.prefill, { selection: poolSelection('prefill', options, services) });
+    const decodeSelection = poolSelection<ProxyDecodeWorker>('decode', options, services);
     this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
     this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
     this.tenants = new TenantDirectory({
@@ -222,11 +199,6 @@ export class ProxyCore implements ProxyState {
     this.#discover(options);
   }
 
-  /**
-   * Answers one request on the proxy's routes, whatever the proxy's own failure: a 500 in the
-   * OpenAI shape before the first byte, a cut connection after. `given.body`: the body, when
-   * a framework has read it; `given.path`: the route's path, when mounted under a prefix.
-   */
   /** The metrics port: `GET`/`HEAD /metrics` and nothing else (a 404 for any other path). */
   answerMetricsPort(req: IncomingMessage, res: ServerResponse): void {
     const method = req.method ?? 'GET';
@@ -241,6 +213,11 @@ export class ProxyCore implements ProxyState {
     answerJson(res, answer.status, answer.body);
   }
 
+  /**
+   * Answers one request on the proxy's routes, whatever the proxy's own failure: a 500 in the
+   * OpenAI shape before the first byte, a cut connection after. `given.body`: the body, when
+   * a framework has read it; `given.path`: the route's path, when mounted under a prefix.
+   */
   answer(req: IncomingMessage, res: ServerResponse, given: { body?: string; path?: string } = {}): void {
     const arrived = performance.now();
     res.once('close', () =>
@@ -344,7 +321,6 @@ export class ProxyCore implements ProxyState {
     return this.#started;
   }
 
-  /** Shutdown, first step: `/ready` fails and discovery stops; requests are still served. */
   /**
    * The one shutdown of every host (disagg serve's server, a web handler, the fastify plugin):
    * discovery stops and `/ready` fails; for `drainDelayMs`, while the host still accepts
@@ -392,6 +368,7 @@ export class ProxyCore implements ProxyState {
     }
   }
 
+  /** Shutdown, first step: `/ready` fails and discovery stops; requests are still served. */
   async beginDrain(): Promise<void> {
     this.draining = true;
     await Promise.all([...this.#discoveries.map((discovery) => discovery.stop()), this.kv.close()]);

@@ -63,6 +63,7 @@ describe('disagg serve configuration', () => {
         sessionHeader: 'x-session-id',
         prefixWeight: 2,
         speculativeTtlMs: 2000,
+        scorers: [{ name: 'load', weight: 1 }],
         engineLoadIntervalMs: 0,
         engineLoadStaleMs: 2000,
       },

@@ -104,10 +104,10 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
     });
     expect([resolved.prefillPolicy, resolved.decodePolicy]).toEqual(['round-robin', 'power-of-two']);
     expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'consistent-hsh'], {})).message).toBe(
-      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'precise-prefix', 'consistent-hash', got \"consistent-hsh\" (did you mean 'consistent-hash'?)",
+      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'precise-prefix', 'consistent-hash', 'scored', got \"consistent-hsh\" (did you mean 'consistent-hash'?)",
     );
     expect(refusal(() => loadServeConfig([...workers, '--prefill-policy', 'fastest'], {})).message).toBe(
-      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'precise-prefix', 'consistent-hash', got \"fastest\"",
+      "--prefill-policy must be one of 'least-in-flight', 'round-robin', 'cache-aware', 'power-of-two', 'session', 'random', 'precise-prefix', 'consistent-hash', 'scored', got \"fastest\"",
     );
     expect(refusal(() => loadServeConfig([...workers, '--cache-threshold', '1.5'], {})).message).toBe(
       '--cache-threshold (routing.cacheThreshold) must be a number from 0 to 1, got "1.5"',

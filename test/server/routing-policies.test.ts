@@ -16,6 +16,7 @@ const routing: ResolvedProxyOptions['routing'] = {
   balanceAbsThreshold: 7,
   prefixWeight: 2,
   speculativeTtlMs: 2000,
+  scorers: [{ name: 'load', weight: 1 }],
   engineLoadIntervalMs: 0,
   engineLoadStaleMs: 2000,
   balanceRelThreshold: 1.5,

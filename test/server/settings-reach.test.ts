@@ -37,6 +37,7 @@ function sample(setting: Setting): string {
     'debug',
     'x-tenant',
     'abc',
+    'prefix:2',
   ]) {
     try {
       if (!isDeepStrictEqual(setting.parse(text), setting.default)) return text;

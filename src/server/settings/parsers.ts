@@ -1,6 +1,7 @@
 // Parsers: each takes what a source gave (strings from flags and the environment) and
 // returns the value, or throws an Invalid that says what was expected. Each is typed by what
 // it returns, which rows.ts holds against the option types.
+import { readScorers, type ScorerSetting } from '../../routing/plugins.js';
 import { closest } from '../../util/closest.js';
 import { describeValue } from '../../util/describe-value.js';
 import { Invalid } from './setting.js';
@@ -165,4 +166,18 @@ export function text(value: unknown): string {
   if (typeof value !== 'string' || value === '')
     throw new Invalid(`must be a non-empty string, got ${describeValue(value)}`);
   return value;
+}
+
+/**
+ * The scored policy's scorers: `name[:weight]` comma-separated (a flag), or a list of them or
+ * of `{ name, weight, params }` (a file); each checked by its plugin.
+ */
+export function scorerList(value: unknown): readonly ScorerSetting[] {
+  try {
+    return readScorers(value);
+  } catch (error) {
+    // The plugins say what is wrong in one line; the setting's name goes before it.
+    if (error instanceof RangeError) throw new Invalid(error.message);
+    throw error;
+  }
 }

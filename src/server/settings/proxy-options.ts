@@ -6,6 +6,7 @@ import type { Lookup } from '../../discovery/dns-discovery.js';
 import type { EngineName } from '../../engines/registry.js';
 import type { Deadlines } from '../../flow/deadlines.js';
 import type { FlowEvent } from '../../flow/events.js';
+import type { ScorerSetting } from '../../routing/plugins.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyOption } from '../custom-parts.js';
 import type { TracerLike } from '../tracing.js';
@@ -143,8 +144,14 @@ export interface ProxyOptions {
          */
         speculativeTtlMs?: number | undefined;
         /**
-         * precise-prefix: read each worker's own load (requests waiting and running, KV cache
-         * usage) from its `/metrics` this often, in ms, and score it; 0 (off) by default.
+         * The `scored` policy's scorers and their weights, each with its own parameters
+         * (`[{ name: 'kv-usage', weight: 2 }, { name: 'load' }]`); `load` alone by default.
+         */
+        scorers?: readonly ScorerSetting[] | undefined;
+        /**
+         * Read each worker's own load (requests waiting and running, KV cache usage) from its
+         * `/metrics` this often, in ms, for the policies and scorers that read it
+         * (precise-prefix; the queue and kv-usage scorers); 0 (off) by default.
          */
         engineLoadIntervalMs?: number | undefined;
         /** How old a worker's load reading may be before it counts as unknown, in ms; 2,000 by default. */

@@ -6,13 +6,14 @@ import type { PolicyName } from '../../routing/registry.js';
 import { describeValue } from '../../util/describe-value.js';
 import { ConfigError } from '../config-error.js';
 import { customPolicy, engineHook } from '../custom-parts.js';
+import { checkConsumption } from './consumption.js';
 import type { HandlerOptions, ProxyOptions } from './proxy-options.js';
 import { discoveryOf, kvEventsOf, readSettings, tokenizerOf } from './read-settings.js';
 import { PROGRAM_ONLY, SETTINGS } from './rows.js';
 import { Problems, type Source, valueAt } from './setting.js';
 import type { ResolvedProxyOptions } from './types.js';
 import { rejectUnknown } from './unknown-keys.js';
-import type { KvEventEndpoints, ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 import { withWorkers } from './workers.js';
 
 /**
@@ -67,33 +68,9 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     }
   }
   const decodePolicy = (values.decodePolicy ?? values.selection) as PolicyName;
-  if (
-    (values.routing as { aggregateCachedRatio: number }).aggregateCachedRatio > 0 &&
-    customPolicies.decode === undefined &&
-    decodePolicy !== 'cache-aware' &&
-    decodePolicy !== 'precise-prefix'
-  ) {
-    throw new ConfigError(
-      `routing.aggregateCachedRatio (--aggregate-cached-ratio) needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is '${decodePolicy}'`,
-    );
-  }
   const prefillPolicy = (values.prefillPolicy ?? values.selection) as PolicyName;
   const kv = kvEventsOf(values);
-  const ownEndpoints = [
-    ...((values.prefill as KvEventEndpoints[]) ?? []),
-    ...((values.decode as KvEventEndpoints[]) ?? []),
-  ].some((worker) => worker.kvEvents !== undefined);
-  for (const [role, policy] of [
-    ['prefill', prefillPolicy],
-    ['decode', decodePolicy],
-  ] as const) {
-    if (customPolicies[role] !== undefined) continue;
-    if (policy === 'precise-prefix' && kv.port === undefined && !ownEndpoints) {
-      throw new ConfigError(
-        `${role}Policy 'precise-prefix' routes on the engines' KV cache events: set kvEvents.port (--kv-events-port, the port of the workers' --kv-events-config endpoint) or give the workers kvEvents endpoints`,
-      );
-    }
-  }
+  checkConsumption(values, { prefill: prefillPolicy, decode: decodePolicy }, customPolicies, kv);
   return {
     ...(withWorkers(values) as Omit<ResolvedProxyOptions, 'logger' | 'onEvent' | 'dispatcher' | 'cleanupBudgetMs'>),
     deadlines: activeDeadlines(values.deadlines as Deadlines | undefined),

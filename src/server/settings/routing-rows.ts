@@ -1,6 +1,7 @@
 // How a request finds its workers: policies, aggregation on decode alone, and the policies' parameters.
 
 import { CACHE_AWARE_DEFAULTS } from '../../routing/cache-aware.js';
+import { DEFAULT_SCORERS, SCORER_NAMES } from '../../routing/plugins.js';
 import { POLICY_NAMES } from '../../routing/registry.js';
 import {
   atLeastOne,
@@ -11,6 +12,7 @@ import {
   positiveInteger,
   positiveMs,
   positiveNumber,
+  scorerList,
   switchValue,
   unitRatio,
 } from './parsers.js';
@@ -110,10 +112,19 @@ export const ROUTING_ROWS = inGroup('Routing', [
     parse: nonNegativeMs,
   },
   {
+    key: 'routing.scorers',
+    flag: 'scorers',
+    arg: 'NAME[:W],...',
+    help: `scored: its scorers and their weights (${SCORER_NAMES.join(', ')}); a file may give each its params, as [{ name, weight, params }]`,
+    default: DEFAULT_SCORERS,
+    shownDefault: 'load:1',
+    parse: scorerList,
+  },
+  {
     key: 'routing.engineLoadIntervalMs',
     flag: 'engine-load-interval-ms',
     arg: 'N',
-    help: "precise-prefix: read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, and score it (0: off)",
+    help: "read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, for precise-prefix and the queue and kv-usage scorers (0: off)",
     default: 0,
     parse: nonNegativeMs,
   },

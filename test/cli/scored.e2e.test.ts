@@ -1,0 +1,80 @@
+// The scored policy through `disagg serve` (the built bin): the settings file composes it from
+// the kv-usage scorer, the proxy scrapes the fake engines' /metrics, and requests go to the
+// decode worker whose engine reports the emptier KV cache.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import type { FakeWorker } from '../../src/testing/fake-worker.js';
+import { serveBin } from '../support/bin.js';
+import { eventuallyAsync, fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => from + i);
+
+/** The KV usage `worker`'s engine reports on its /metrics. */
+async function kvUsageOf(worker: FakeWorker): Promise<number> {
+  const text = await (await fetch(`${worker.url}/metrics`)).text();
+  const line = text.split('\n').find((each) => each.startsWith('vllm:kv_cache_usage_perc'));
+  return Number(line?.split(' ').at(-1));
+}
+
+describe('disagg serve with a scored policy from its settings file', () => {
+  it('decodePolicy scored with kv-usage sends requests to the decode worker reporting the lower KV usage', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const [full, empty] = await Promise.all(
+      [0, 1].map(() =>
+        fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, kvCache: { blockSize: 16, capacityBlocks: 64 } }),
+      ),
+    );
+    // Half of one engine's cache in use before the proxy starts: its /metrics says 0.5.
+    await (full as FakeWorker).kvCache?.compute({ prompt: ids(32 * 16, 1) });
+    expect(await kvUsageOf(full as FakeWorker)).toBe(0.5);
+    expect(await kvUsageOf(empty as FakeWorker)).toBe(0);
+    const config = join(mkdtempSync(join(tmpdir(), 'disagg-scored-')), 'disagg.yaml');
+    writeFileSync(
+      config,
+      stringify({
+        connector: 'vllm',
+        prefill: [{ url: prefill.url }],
+        // The full one first: a pick by order or in turn would reach it.
+        decode: [
+          { url: (full as FakeWorker).url, name: 'full' },
+          { url: (empty as FakeWorker).url, name: 'empty' },
+        ],
+        decodePolicy: 'scored',
+        routing: { scorers: [{ name: 'kv-usage', weight: 2 }], engineLoadIntervalMs: 50 },
+      }),
+    );
+    const served = await serveBin(['--config', config], { cleanups });
+    const decoded: Array<string | null> = [];
+    for (let i = 0; i < 4; i++) {
+      const response = await fetch(`${served.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fake-model', prompt: `question ${i}`, max_tokens: 2 }),
+      });
+      expect(response.status).toBe(200);
+      await response.text();
+      decoded.push(response.headers.get('x-disagg-decode-worker'));
+    }
+    expect(decoded).toEqual(['empty', 'empty', 'empty', 'empty']);
+    // And the proxy read that from the engines: it follows when the usage turns.
+    await (empty as FakeWorker).kvCache?.compute({ prompt: ids(60 * 16, 100_000) });
+    await eventuallyAsync(async () => {
+      const response = await fetch(`${served.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fake-model', prompt: 'again', max_tokens: 2 }),
+      });
+      await response.text();
+      return response.headers.get('x-disagg-decode-worker') === 'full';
+    }, 'the proxy sending to the worker whose engine now reports the lower usage');
+  }, 30_000);
+});
