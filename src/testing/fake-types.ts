@@ -3,9 +3,9 @@
 // that imports them.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { EngineName } from '../engines/registry.js';
-import type { FakeAnswer } from './fake-formats.js';
 import type { FakeKvCacheOptions } from './fake-kv-cache.js';
 import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';
+import type { FakeAnswer } from './kit/fake-plan.js';
 
 /**
  * What can go wrong, per request or for every request of a worker:

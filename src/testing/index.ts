@@ -3,7 +3,6 @@
 // a fake Kubernetes API that serves them as pods for label discovery, and a KV event publisher
 // that speaks vLLM's ZMQ frames.
 
-export type { FakeAnswer } from './fake-formats.js';
 export {
   type FakeKubernetesApi,
   type FakePod,
@@ -20,4 +19,5 @@ export {
   type Fault,
   startFakeWorker,
 } from './fake-worker.js';
+export type { FakeAnswer } from './kit/fake-plan.js';
 export { type KvHandoff, KvLedger, type KvRead } from './kv-ledger.js';
