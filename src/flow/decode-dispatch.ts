@@ -1,5 +1,5 @@
 import type { DecodeStream } from '../handoff/prefill-task.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Controller } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';

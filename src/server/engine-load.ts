@@ -1,7 +1,7 @@
 import type { Dispatcher } from 'undici';
-import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../engines/load-metrics.js';
 import type { WorkerPool } from '../flow/worker-pool.js';
 import { request } from '../http/undici-parts.js';
+import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../protocol/engines/load-metrics.js';
 import { joinUrl } from '../util/url.js';
 
 type Worker = { url: string };

@@ -7,10 +7,10 @@ import { stringifyJson } from '../http/json.js';
 import { drained } from '../http/node-server.js';
 import { request } from '../http/undici-parts.js';
 import { breakingFault, breakStream, errorChunk } from './fake-faults.js';
-import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
-import type { FakeRequest, Fault } from './fake-types.js';
 import { answerShapeAt, formatFor } from './kit/fake-formats.js';
 import { planAnswer, promptTokens, usageOf, wantsUsage } from './kit/fake-plan.js';
+import type { FakeProtocol, WorkerSide } from './kit/fake-protocol.js';
+import type { FakeRequest, Fault } from './kit/fake-types.js';
 
 /** What a decode call uses of its worker: the protocol modules' side, and the engine it answers as. */
 export interface DecodeSide extends WorkerSide {

@@ -10,16 +10,16 @@ import { answerJson, headerValue, pathOf, readBody } from '../http/node-server.j
 import { describeValue } from '../util/describe-value.js';
 import { answerDecode } from './fake-decode.js';
 import { faultFor, type Refusal, refuseBudget, refuseContext, requiredField } from './fake-faults.js';
-import { FakeKvCache } from './fake-kv-cache.js';
-import { FakeKvPublisher } from './fake-kv-publisher.js';
-import { FakePrefixCache } from './fake-prefix-cache.js';
-import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
-import type { FakeRequest, FakeWorkerOptions } from './fake-types.js';
 import { POOLING_PATHS, poolingAnswer } from './kit/fake-formats.js';
+import { FakeKvCache } from './kit/fake-kv-cache.js';
+import { FakeKvPublisher } from './kit/fake-kv-publisher.js';
 import { type FakeAnswer, promptTokens } from './kit/fake-plan.js';
-import { KvLedger } from './kv-ledger.js';
+import { FakePrefixCache } from './kit/fake-prefix-cache.js';
+import type { FakeProtocol, WorkerSide } from './kit/fake-protocol.js';
+import type { FakeRequest, FakeWorkerOptions } from './kit/fake-types.js';
+import { KvLedger } from './kit/kv-ledger.js';
 
-export type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
+export type { FakeRequest, FakeWorkerOptions, Fault } from './kit/fake-types.js';
 
 /** A running fake worker. */
 export interface FakeWorker {

@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
+import type { FakeAnswer } from './fake-plan.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
-import type { FakeAnswer } from './kit/fake-plan.js';
 import type { KvLedger } from './kv-ledger.js';
 
 /** What a protocol module may use of the fake worker it runs in. */
