@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { type EngineName, engineOf } from '../engines/registry.js';
+import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js';
 import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
@@ -27,7 +27,7 @@ export interface FakeWorker {
   readonly url: string;
   readonly port: number;
   readonly role: 'prefill' | 'decode';
-  readonly protocol: 'vllm' | 'sglang' | 'trtllm';
+  readonly protocol: EngineName;
   /** Where decode workers meet this prefill worker (SGLang): this server. */
   readonly bootstrapHost: string;
   readonly bootstrapPort: number;
@@ -80,9 +80,11 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
   if (options?.role !== 'prefill' && options?.role !== 'decode') {
     throw new TypeError(`startFakeWorker expects role 'prefill' or 'decode', got ${describeValue(options?.role)}`);
   }
-  if (!['vllm', 'sglang', 'trtllm'].includes(options.protocol)) {
+  if (!(ENGINE_NAMES as readonly unknown[]).includes(options.protocol)) {
+    // Every engine of the registry, named as the message always has: 'vllm', 'sglang' or 'trtllm'.
+    const names = ENGINE_NAMES.map((name) => `'${name}'`);
     throw new TypeError(
-      `startFakeWorker expects protocol 'vllm', 'sglang' or 'trtllm', got ${describeValue(options.protocol)}`,
+      `startFakeWorker expects protocol ${names.slice(0, -1).join(', ')} or ${names.at(-1)}, got ${describeValue(options.protocol)}`,
     );
   }
   const publisher =
@@ -113,7 +115,7 @@ const PROTOCOLS: Record<EngineName, FakeProtocol> = {
  */
 class FakeWorkerServer implements FakeWorker, WorkerSide {
   readonly role: 'prefill' | 'decode';
-  readonly protocol: 'vllm' | 'sglang' | 'trtllm';
+  readonly protocol: EngineName;
   readonly host: string;
   readonly bootstrapHost: string;
   readonly ledger = new KvLedger();

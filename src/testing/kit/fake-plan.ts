@@ -4,6 +4,7 @@
 // are the formats' (`formats/`); keeping the plan apart lets a new route add its shape alone.
 import { randomUUID } from 'node:crypto';
 import type { AnswerShape } from '../../endpoints/endpoint.js';
+import type { EngineName } from '../../protocol/engines/wires.js';
 import { elementsOf, samplesOf } from '../../protocol/request-counts.js';
 
 /** The logprob of every (fake) output token. */
@@ -81,7 +82,7 @@ export interface Choice {
 
 /** The engine a fake answers as, and whether the call's prompt KV came from a prefill worker. */
 export interface Engine {
-  readonly name: 'vllm' | 'sglang' | 'trtllm';
+  readonly name: EngineName;
   /** A decode call with a prefill's KV: it never ran the prompt forward. */
   readonly remote?: boolean | undefined;
 }
