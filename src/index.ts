@@ -30,13 +30,6 @@ export {
   type Misfit,
   type Serving,
 } from './endpoints/index.js';
-export {
-  type EngineLoad,
-  type EngineLoadMetrics,
-  readEngineLoad,
-  SGLANG_LOAD_METRICS,
-  VLLM_LOAD_METRICS,
-} from './engines/load-metrics.js';
 export { RELEASE_MODEL, sglangBootstrap, trtllmContextFirst, vllmNixl } from './engines/registry.js';
 export {
   type BootstrapRoomOptions,
@@ -101,9 +94,18 @@ export {
   type KvSubscriberState,
   type KvSubscriberStats,
 } from './kv/kv-subscriber.js';
-export { Annotated, AnnotatedError, type AnnotatedErrorBody, type WireChunk } from './protocol/annotated.js';
+export {
+  Annotated,
+  AnnotatedError,
+  type AnnotatedErrorBody,
+  type EngineItem,
+  type WireChunk,
+} from './protocol/annotated.js';
+export { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from './protocol/engines/load-metrics.js';
+export { SGLANG_LOAD_METRICS } from './protocol/engines/sglang.js';
+export { VLLM_LOAD_METRICS } from './protocol/engines/vllm.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
-export { type CompletionUsage, type EngineItem, LLMEngineOutput } from './protocol/llm-engine-output.js';
+export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-output.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
 export {

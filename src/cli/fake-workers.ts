@@ -215,7 +215,7 @@ export function fakePods(plan: FakeFleetPlan, fleet: { prefill: FakeWorker[]; de
         ip: podHost(url.hostname.replace(/^\[|\]$/g, '')),
         annotations: {
           [WORKER_PORTS_ANNOTATION]: url.port,
-          ...(role === 'prefill' && plan.protocol === 'sglang'
+          ...(role === 'prefill' && engineOf(plan.protocol).prefillBootstrap
             ? { [BOOTSTRAP_PORT_ANNOTATION]: String(worker.bootstrapPort) }
             : {}),
         },

@@ -1,14 +1,13 @@
 import type { Connector } from '../flow/connectors.js';
-import type { EngineHandoff } from './engine-handoff.js';
-import { type EngineLoadMetrics, SGLANG_LOAD_METRICS, VLLM_LOAD_METRICS } from './load-metrics.js';
+import type { EngineHandoff } from '../protocol/engines/engine-handoff.js';
+import type { EngineLoadMetrics } from '../protocol/engines/load-metrics.js';
+import { ENGINE_NAMES, ENGINE_WIRES, type EngineName } from '../protocol/engines/wires.js';
 import { sglangBootstrap } from './sglang/connector.js';
-import { sglangHandoff } from './sglang/handoff.js';
 import { SGLANG_PREFILL_WORKER_FIELDS, type WorkerFieldKind } from './sglang/worker-fields.js';
 import { trtllmContextFirst } from './trtllm/connector.js';
-import { trtllmHandoff } from './trtllm/handoff.js';
 import { vllmNixl } from './vllm/connector.js';
-import { vllmHandoff } from './vllm/handoff.js';
 
+export { ENGINE_NAMES, type EngineName } from '../protocol/engines/wires.js';
 export { sglangBootstrap } from './sglang/connector.js';
 export { trtllmContextFirst } from './trtllm/connector.js';
 export { RELEASE_MODEL, vllmNixl } from './vllm/connector.js';
@@ -21,7 +20,7 @@ export { RELEASE_MODEL, vllmNixl } from './vllm/connector.js';
  * `--bootstrap-port`).
  */
 export interface EngineEntry {
-  readonly name: string;
+  readonly name: EngineName;
   readonly title: string;
   readonly connector: Connector;
   /** Where its handoff travels on the wire (request fields, where a prefill answer puts it). */
@@ -33,53 +32,37 @@ export interface EngineEntry {
   readonly loadMetrics: EngineLoadMetrics | undefined;
 }
 
-function engine<const N extends string>(entry: EngineEntry & { name: N }): EngineEntry & { name: N } {
-  return Object.freeze(entry);
-}
+/** What an engine adds above the flow to its wire facts: its title, connector and worker fields. */
+type Adapter = Pick<EngineEntry, 'title' | 'connector' | 'prefillBootstrap' | 'prefillWorkerFields'>;
 
-/**
- * Every engine, once: the settings' choices, `--help`, the proxy's connector and the worker
- * checks read it, and the fakes of `disagg/testing` must have one protocol per name (their
- * table is typed by {@link EngineName}). A new engine is a folder `engines/<name>/` (its
- * `connector.ts`, `handoff.ts` and `fake.ts`), an entry here, its handoff in `handoff-wire.ts`
- * and its fake in the fakes' table; test/engines/registry.test.ts holds the lists together.
- */
-export const ENGINES = [
-  engine({
-    name: 'vllm',
-    title: 'vLLM with NIXL',
-    connector: vllmNixl,
-    handoff: vllmHandoff,
-    prefillBootstrap: false,
-    prefillWorkerFields: {},
-    loadMetrics: VLLM_LOAD_METRICS,
-  }),
-  engine({
-    name: 'sglang',
+// One adapter per engine of the wire list (`protocol/engines/wires.ts`, the one list of
+// engines): typed by its names, so that an engine without its adapter does not compile.
+const ADAPTERS: { readonly [N in EngineName]: Adapter } = {
+  vllm: { title: 'vLLM with NIXL', connector: vllmNixl, prefillBootstrap: false, prefillWorkerFields: {} },
+  sglang: {
     title: 'SGLang',
     connector: sglangBootstrap,
-    handoff: sglangHandoff,
     prefillBootstrap: true,
     prefillWorkerFields: SGLANG_PREFILL_WORKER_FIELDS,
-    loadMetrics: SGLANG_LOAD_METRICS,
-  }),
-  engine({
-    name: 'trtllm',
-    title: 'TensorRT-LLM',
-    connector: trtllmContextFirst,
-    handoff: trtllmHandoff,
-    prefillBootstrap: false,
-    prefillWorkerFields: {},
-    // Not read yet: TensorRT-LLM's server metrics are not mapped here.
-    loadMetrics: undefined,
-  }),
-] as const;
+  },
+  // Its load metrics are undefined: TensorRT-LLM's server metrics are not mapped here.
+  trtllm: { title: 'TensorRT-LLM', connector: trtllmContextFirst, prefillBootstrap: false, prefillWorkerFields: {} },
+};
 
-/** The name of an engine of {@link ENGINES}. */
-export type EngineName = (typeof ENGINES)[number]['name'];
-
-/** Every engine's name, in the registry's order. */
-export const ENGINE_NAMES = ENGINES.map((each) => each.name) as readonly EngineName[];
+/**
+ * Every engine, once, in the wire list's order: its wire facts (`protocol/engines/<name>.ts`)
+ * and its adapters. The settings' choices, `--help`, the proxy's connector and the worker
+ * checks read it, and the fakes of `disagg/testing` must have one protocol per name (their
+ * table is typed by {@link EngineName}). A new engine is its data file and entry in
+ * `protocol/engines/`, a folder `engines/<name>/` (its `connector.ts` and `fake.ts`), its
+ * adapter here and its fake in the fakes' table; the compiler holds the tables to the list.
+ */
+export const ENGINES: readonly EngineEntry[] = Object.freeze(
+  ENGINE_WIRES.map(
+    (wire): EngineEntry =>
+      Object.freeze({ name: wire.name, handoff: wire.handoff, loadMetrics: wire.loadMetrics, ...ADAPTERS[wire.name] }),
+  ),
+);
 
 /**
  * The engine of that name.

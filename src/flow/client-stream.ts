@@ -1,7 +1,8 @@
 import { PrefillError } from '../handoff/prefill-error.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { CallOrder } from '../util/call-order.js';
 import { closeQuietly } from '../util/close-quietly.js';
 import { DisaggError } from '../util/disagg-error.js';

@@ -1,8 +1,10 @@
 // What the client is sent of a migrating request: the original worker's chunks without the
 // token ids the router asked for, and a continuation's chunks (a token-id completion) in the
 // shape, id and choice of the stream the client is reading, with usage counted once.
+
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
-import type { CompletionUsage, EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 
 type Json = Record<string, unknown>;
 

@@ -1,5 +1,5 @@
 import type { DecodeStream } from '../handoff/prefill-task.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import type { Lease } from '../routing/worker-pool.js';
 import { Controller } from '../runtime/controller.js';
 import { ResponseStream } from '../runtime/response-stream.js';

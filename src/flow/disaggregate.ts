@@ -1,6 +1,6 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { endpointOf } from '../endpoints/registry.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { type Decision, Scheduler } from '../routing/scheduler.js';
 import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';

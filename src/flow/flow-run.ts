@@ -1,6 +1,6 @@
 import { PrefillError } from '../handoff/prefill-error.js';
 import { type DecodeStream, outcomeOf, type PrefillTask } from '../handoff/prefill-task.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import type { Lease } from '../routing/worker-pool.js';
 import { Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';

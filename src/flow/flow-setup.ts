@@ -1,5 +1,5 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import type { Lease } from '../routing/worker-pool.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';

@@ -1,4 +1,4 @@
-import { REQUEST_HANDOFF_FIELDS } from '../engines/handoff-wire.js';
+import { REQUEST_HANDOFF_FIELDS } from '../protocol/engines/handoff-wire.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import type { RequestBody } from './request-shaping.js';
 

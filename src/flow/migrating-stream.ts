@@ -3,8 +3,9 @@
 // client reads one stream. See `migration` for which requests qualify and how they continue.
 import { completions } from '../endpoints/completions.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
-import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';

@@ -1,8 +1,9 @@
-import { withoutAnswerHandoff } from '../engines/handoff-wire.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { PrefillTask, type PrefillTaskOptions } from '../handoff/prefill-task.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
-import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { withoutAnswerHandoff } from '../protocol/engines/handoff-wire.js';
+import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { closeQuietly } from '../util/close-quietly.js';
 
 /** Where the decode worker meets the prefill worker in an early (bootstrap) handoff. */

@@ -13,8 +13,9 @@
 
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { endpointOf } from '../endpoints/registry.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
-import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { RequestBody } from './request-shaping.js';
 
 type Json = Record<string, unknown>;

@@ -1,6 +1,7 @@
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import { closeQuietly } from '../util/close-quietly.js';
 import { FAILED, type PrefillOutcome, SUCCEEDED } from './prefill-outcome.js';

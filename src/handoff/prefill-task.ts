@@ -1,6 +1,6 @@
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';

@@ -3,7 +3,7 @@ import { chat } from '../endpoints/chat.js';
 import { completions } from '../endpoints/completions.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS, endpointNamed, type GenerationName } from '../endpoints/registry.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import type { Engine } from '../runtime/engine.js';

@@ -1,6 +1,7 @@
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, wiredData } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import { type EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import type { FrameSink } from './body-frames.js';
 import type { ItemQueue } from './item-queue.js';

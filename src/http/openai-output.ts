@@ -1,7 +1,8 @@
-import { answerHandoff } from '../engines/handoff-wire.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
+import { answerHandoff } from '../protocol/engines/handoff-wire.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { CompletionUsage, EngineItem, LLMEngineOutput } from '../protocol/llm-engine-output.js';
+import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
 
 type Json = Record<string, unknown>;
 

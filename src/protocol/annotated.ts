@@ -184,3 +184,11 @@ export const Annotated = {
   withWire,
   wire,
 } as const;
+
+// Defined here, beside Annotated, so that llm-engine-output need not import this module
+// (which imports its LLMEngineOutput type): the two files would otherwise import each other.
+/**
+ * One item of an engine's response stream: an {@link Annotated} {@link LLMEngineOutput}. What
+ * every `Engine` yields, `forwardDecode` and `disaggregate` hand out, and `httpEngine` reads.
+ */
+export type EngineItem = Annotated<LLMEngineOutput>;

@@ -1,4 +1,3 @@
-import type { Annotated } from './annotated.js';
 import type { FinishReason } from './finish-reason.js';
 
 /** Token usage as OpenAI reports it, with the detail a disaggregated router cares about. */
@@ -60,9 +59,3 @@ export const LLMEngineOutput = {
   /** The engine failed; `message` is its own text. */
   error: (message: string): LLMEngineOutput => terminal({ error: message }),
 } as const;
-
-/**
- * One item of an engine's response stream: an {@link Annotated} {@link LLMEngineOutput}. What
- * every `Engine` yields, `forwardDecode` and `disaggregate` hand out, and `httpEngine` reads.
- */
-export type EngineItem = Annotated<LLMEngineOutput>;

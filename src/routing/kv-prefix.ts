@@ -1,4 +1,4 @@
-import type { EngineLoad } from '../engines/load-metrics.js';
+import type { EngineLoad } from '../protocol/engines/load-metrics.js';
 import type { RoutingInput } from './routing-input.js';
 import type { LoadView, RoutingPolicy } from './routing-policy.js';
 import { loadScorer, type Scorer, scoredPolicy } from './scoring.js';

@@ -1,4 +1,4 @@
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import type { AsyncEngineContext } from './controller.js';
 import type { ResponseStream } from './response-stream.js';
 

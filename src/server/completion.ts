@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { MigrationOptions } from '../flow/migration.js';
 import { answerJson } from '../http/node-server.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import type { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { hookedEngine } from './custom-parts.js';

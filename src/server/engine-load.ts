@@ -1,7 +1,7 @@
 import type { Dispatcher } from 'undici';
-import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../engines/load-metrics.js';
 import { type EngineName, engineOf } from '../engines/registry.js';
 import { request } from '../http/undici-parts.js';
+import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../protocol/engines/load-metrics.js';
 import type { Consumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { joinUrl } from '../util/url.js';

@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { endpointNamed, type GenerationName } from '../endpoints/registry.js';
 import { stringifyJson } from '../http/json.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
-import type { CompletionUsage, EngineItem } from '../protocol/llm-engine-output.js';
+import type { CompletionUsage } from '../protocol/llm-engine-output.js';
 
 /** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate` (the disaggregated endpoints). */
 export type Route = GenerationName;

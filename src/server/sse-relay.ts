@@ -1,8 +1,8 @@
 import type { ServerResponse } from 'node:http';
 import { ChunkWriter } from '../http/chunk-writer.js';
 import { answerJson } from '../http/node-server.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly } from '../util/close-quietly.js';
 import { type ErrorAnswer, ShutdownError } from './error-answers.js';

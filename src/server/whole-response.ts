@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { answerJson } from '../http/node-server.js';
+import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
-import type { EngineItem } from '../protocol/llm-engine-output.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import type { ErrorAnswer } from './error-answers.js';
 import type { ResponseWriter } from './openai-format.js';

@@ -1,24 +1,25 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { type EngineName, engineOf } from '../engines/registry.js';
+import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js';
 import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
-import { parseJson, stringifyJson } from '../http/json.js';
-import { answerJson, drained, headerValue, pathOf, readBody } from '../http/node-server.js';
-import { request } from '../http/undici-parts.js';
+import { parseJson } from '../http/json.js';
+import { answerJson, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
-import { type FakeAnswer, formatFor, planAnswer, promptTokens, usageOf, wantsUsage } from './fake-formats.js';
-import { FakeKvCache } from './fake-kv-cache.js';
-import { FakeKvPublisher } from './fake-kv-publisher.js';
-import { POOLING_PATHS, poolingAnswer } from './fake-pooling.js';
-import { FakePrefixCache } from './fake-prefix-cache.js';
-import type { FakeProtocol, WorkerSide } from './fake-protocol.js';
-import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
-import { KvLedger } from './kv-ledger.js';
+import { answerDecode } from './fake-decode.js';
+import { faultFor, type Refusal, refuseBudget, refuseContext, requiredField } from './fake-faults.js';
+import { POOLING_PATHS, poolingAnswer } from './kit/fake-formats.js';
+import { FakeKvCache } from './kit/fake-kv-cache.js';
+import { FakeKvPublisher } from './kit/fake-kv-publisher.js';
+import { type FakeAnswer, promptTokens } from './kit/fake-plan.js';
+import { FakePrefixCache } from './kit/fake-prefix-cache.js';
+import type { FakeProtocol, WorkerSide } from './kit/fake-protocol.js';
+import type { FakeRequest, FakeWorkerOptions } from './kit/fake-types.js';
+import { KvLedger } from './kit/kv-ledger.js';
 
-export type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
+export type { FakeRequest, FakeWorkerOptions, Fault } from './kit/fake-types.js';
 
 /** A running fake worker. */
 export interface FakeWorker {
@@ -26,7 +27,7 @@ export interface FakeWorker {
   readonly url: string;
   readonly port: number;
   readonly role: 'prefill' | 'decode';
-  readonly protocol: 'vllm' | 'sglang' | 'trtllm';
+  readonly protocol: EngineName;
   /** Where decode workers meet this prefill worker (SGLang): this server. */
   readonly bootstrapHost: string;
   readonly bootstrapPort: number;
@@ -79,9 +80,11 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
   if (options?.role !== 'prefill' && options?.role !== 'decode') {
     throw new TypeError(`startFakeWorker expects role 'prefill' or 'decode', got ${describeValue(options?.role)}`);
   }
-  if (!['vllm', 'sglang', 'trtllm'].includes(options.protocol)) {
+  if (!(ENGINE_NAMES as readonly unknown[]).includes(options.protocol)) {
+    // Every engine of the registry, named as the message always has: 'vllm', 'sglang' or 'trtllm'.
+    const names = ENGINE_NAMES.map((name) => `'${name}'`);
     throw new TypeError(
-      `startFakeWorker expects protocol 'vllm', 'sglang' or 'trtllm', got ${describeValue(options.protocol)}`,
+      `startFakeWorker expects protocol ${names.slice(0, -1).join(', ')} or ${names.at(-1)}, got ${describeValue(options.protocol)}`,
     );
   }
   const publisher =
@@ -105,13 +108,14 @@ const PROTOCOLS: Record<EngineName, FakeProtocol> = {
 };
 
 /**
- * The HTTP side of a fake worker, common to both engines: routes, request records, faults,
- * streaming decode answers no faster than the client reads, timers and closing. What differs
- * between vLLM and SGLang is its {@link FakeProtocol}.
+ * The HTTP side of a fake worker, common to every engine: the dispatch of a request (its
+ * refusals and faults are `fake-faults`', a decode call's answer `fake-decode`'s), request
+ * records, `/metrics`, timers and closing. What differs between the engines is its
+ * {@link FakeProtocol}.
  */
 class FakeWorkerServer implements FakeWorker, WorkerSide {
   readonly role: 'prefill' | 'decode';
-  readonly protocol: 'vllm' | 'sglang' | 'trtllm';
+  readonly protocol: EngineName;
   readonly host: string;
   readonly bootstrapHost: string;
   readonly ledger = new KvLedger();
@@ -242,7 +246,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
     if (POOLING_PATHS.includes(path)) return this.#pool(req, res, path, body);
     // Refused as the body is read (field checks), before the engine's request handler.
-    const invalid = requiredField(path, body) ?? this.#engine.refuse?.(path, body) ?? this.#refuseBudget(path, body);
+    const invalid = requiredField(path, body) ?? this.#engine.refuse?.(path, body) ?? refuseBudget(path, body);
     if (invalid !== undefined) return this.answerError(res, 400, invalid);
     const record: FakeRequest = {
       path,
@@ -258,7 +262,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       this.#running--;
       if (!record.completed) record.aborted = true;
     });
-    const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
+    const fault = faultFor(this.#fault, record);
     const prefill = this.role === 'prefill' && this.#engine.isPrefillCall(body);
     if (fault?.type === 'status') {
       const message = fault.message ?? `injected ${fault.status}`;
@@ -266,14 +270,14 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       return this.#refuse(res, record, prefill, { status: fault.status, message });
     }
     // The engine's request handler: its own refusals (vLLM frees a handoff's KV on them).
-    const refusal = this.#engine.handlerRefusal?.(this, body) ?? this.#refuseContext(path, body);
+    const refusal = this.#engine.handlerRefusal?.(this, body) ?? refuseContext(path, body, this.options.maxModelLen);
     if (refusal !== undefined) return this.#refuse(res, record, prefill, refusal);
     if (fault?.type === 'hang') {
       if (!prefill) res.on('close', () => void this.#engine.gaveUp?.(this, body, 'aborted'));
       return;
     }
     if (prefill) return this.#engine.prefill(this, res, record, fault);
-    return this.#decode(res, record, fault);
+    return answerDecode(this, this.#engine, res, record, fault);
   }
 
   /**
@@ -293,7 +297,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     res.on('close', () => {
       if (!record.completed) record.aborted = true;
     });
-    const fault = typeof this.#fault === 'function' ? this.#fault(record) : this.#fault;
+    const fault = faultFor(this.#fault, record);
     if (fault?.type === 'status') {
       this.answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
       return;
@@ -308,168 +312,9 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   }
 
   /** An error answer from the engine's request handler; a decode call gives up its handoff first. */
-  async #refuse(
-    res: ServerResponse,
-    record: FakeRequest,
-    prefill: boolean,
-    refusal: { status: number; message: string },
-  ): Promise<void> {
+  async #refuse(res: ServerResponse, record: FakeRequest, prefill: boolean, refusal: Refusal): Promise<void> {
     if (!prefill) await this.#engine.gaveUp?.(this, record.body, 'refused');
     this.answerError(res, refusal.status, refusal.message);
-  }
-
-  /** vLLM's check of the length budget's type, as the body is read: an integer of at least 1. */
-  #refuseBudget(path: string, body: Record<string, unknown>): string | undefined {
-    const [field, budget] = budgetOf(path, body);
-    if (budget === undefined || budget === null) return undefined;
-    if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 1) {
-      return `${field} must be an integer of at least 1, got ${JSON.stringify(budget)}`;
-    }
-    return undefined;
-  }
-
-  /** vLLM's check, in its request handler, that the prompt and the budget fit the context: a 400. */
-  #refuseContext(path: string, body: Record<string, unknown>): { status: number; message: string } | undefined {
-    const [, budget] = budgetOf(path, body);
-    if (typeof budget !== 'number') return undefined;
-    const context = this.options.maxModelLen ?? 4096;
-    const prompt = promptTokens(body);
-    if (prompt + budget <= context) return undefined;
-    return {
-      status: 400,
-      message: `This model's maximum context length is ${context} tokens. However, you requested ${prompt + budget} tokens (${prompt} in the messages, ${budget} in the completion). Please reduce the length of the messages or completion.`,
-    };
-  }
-
-  async #decode(res: ServerResponse, record: FakeRequest, fault: Fault | undefined) {
-    const { body } = record;
-    const abort = new AbortController();
-    res.on('close', () => abort.abort());
-    if (fault?.type === 'never-bootstrap') return; // never takes the KV, never answers
-    let read: 'none' | 'taken' | 'stale' = 'none';
-    if (fault?.type !== 'no-claim') {
-      const taken = await this.#takeKv(body, abort.signal);
-      if (typeof taken === 'object') {
-        if (abort.signal.aborted) {
-          // Aborted before it pulled: vLLM frees the KV it would have taken at once.
-          await this.#engine.gaveUp?.(this, body, 'aborted');
-          return;
-        }
-        const failed = this.#engine.kvLoadFailed?.(this, taken.failure) ?? {
-          status: 500,
-          message: taken.failure,
-          inStream: false,
-        };
-        if (failed !== 'recompute') {
-          record.kv = 'failed';
-          if (res.destroyed) return;
-          if (!failed.inStream || body.stream !== true) return this.answerError(res, failed.status, failed.message);
-          res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-          res.write(`data: ${JSON.stringify(errorChunk(failed.status, failed.message))}\n\n`);
-          record.completed = true;
-          res.end('data: [DONE]\n\n');
-          return;
-        }
-        record.kv = 'recomputed';
-        await this.computePrompt(record);
-      } else {
-        read = taken;
-        if (taken !== 'none') record.kv = taken;
-      }
-    }
-    if (fault?.type === 'empty') {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-      record.completed = true;
-      res.end('data: [DONE]\n\n');
-      return;
-    }
-    const tokens = this.options.tokens ?? 8;
-    // Computed on blocks that were not this request's: what comes out is not its answer.
-    const answer = read === 'stale' ? { content: Array.from({ length: tokens }, (_, i) => `stale${i} `) } : undefined;
-    const remote = read !== 'none';
-    const plan = planAnswer(body, answer ?? this.answerFor(record), tokens, { name: this.protocol, remote });
-    if (remote && plan.prompt.asked && this.#engine.recomputesPrompt === true) {
-      // The transferred KV is not used: the prompt is computed again, here.
-      record.kv = 'recomputed';
-      await this.computePrompt(record);
-    }
-    const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (this.options.tokenIntervalMs ?? 0);
-    const format = formatFor(record.path, this.options.model);
-    // Decode counts the whole prompt as cached: its KV came from prefill. A router must give the
-    // client prefill's figure instead.
-    const usage = usageOf(body, plan.completionTokens, promptTokens(body));
-    if (body.stream !== true) {
-      await this.pause(interval * plan.completionTokens);
-      if (res.destroyed) return;
-      record.completed = true;
-      if (plan.error !== undefined) return this.answerError(res, plan.error.code, plan.error.message);
-      return this.answerJson(res, 200, format.whole(plan, usage));
-    }
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    const chunks = format.streamed(plan);
-    const breaking =
-      fault?.type === 'error-event' || fault?.type === 'reset' || fault?.type === 'stall' ? fault : undefined;
-    // Counted in tokens: chat's opening chunk (the role) comes before the first.
-    const opening = record.path === '/v1/chat/completions' ? plan.choices.length : 0;
-    const breakAt = breaking === undefined ? -1 : opening + (breaking.afterTokens ?? 1);
-    for (const [i, chunk] of chunks.entries()) {
-      if (breaking !== undefined && i === breakAt) return this.#breakStream(res, breaking);
-      if (i >= opening) await this.pause(interval);
-      if (res.destroyed) return;
-      // As a real server does: no faster than the client reads.
-      if (!res.write(`data: ${stringifyJson(chunk)}\n\n`) && !(await drained(res))) return;
-    }
-    if (breaking !== undefined && breakAt >= chunks.length) return this.#breakStream(res, breaking);
-    if (plan.error !== undefined) {
-      // As vLLM does: the error as a chunk of the 200 stream, then the end.
-      res.write(`data: ${JSON.stringify(errorChunk(plan.error.code, plan.error.message))}\n\n`);
-    } else if (wantsUsage(body) && record.path !== '/generate') {
-      // As vLLM does: the usage in a chunk of its own, with no choices.
-      res.write(`data: ${stringifyJson(format.usage(usage))}\n\n`);
-    }
-    res.write('data: [DONE]\n\n');
-    record.completed = true;
-    res.end();
-  }
-
-  #breakStream(res: ServerResponse, fault: Extract<Fault, { type: 'error-event' | 'reset' | 'stall' }>): void {
-    // Wedged: nothing more, until the caller gives up and closes the connection.
-    if (fault.type === 'stall') return;
-    if (fault.type === 'reset') {
-      // Once what was written has left, so that the client sees the tokens, then the break.
-      this.#timer(20, () => res.destroy());
-      return;
-    }
-    const message = fault.message ?? 'injected failure mid-stream';
-    res.write(
-      `event: error\ndata: ${JSON.stringify({ error: { message, type: 'InternalServerError', code: 500 } })}\n\n`,
-    );
-    res.end();
-  }
-
-  /**
-   * Takes the KV prefill committed (every handoff the body names): `none` when it names none,
-   * `taken`, `stale` when some of it had already been freed, or why the transfer failed.
-   */
-  async #takeKv(
-    body: Record<string, unknown>,
-    signal: AbortSignal,
-  ): Promise<'none' | 'taken' | 'stale' | { failure: string }> {
-    const sources = this.#engine.kvSources(body);
-    if (sources.length === 0) return 'none';
-    const reads = await Promise.all(
-      sources.map(async (source) => {
-        try {
-          const answer = await request(source.url, { method: 'POST', body: JSON.stringify(source.payload), signal });
-          const text = await answer.body.text();
-          if (answer.statusCode !== 200) return { failure: `KV transfer failed: ${text}` };
-          return (JSON.parse(text) as { read?: string }).read === 'stale' ? 'stale' : 'taken';
-        } catch (error) {
-          return { failure: `KV transfer failed: ${String(error)}` };
-        }
-      }),
-    );
-    return reads.find((read) => typeof read === 'object') ?? (reads.includes('stale') ? 'stale' : 'taken');
   }
 
   // WorkerSide: what the protocol modules use.
@@ -485,7 +330,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
    */
   async computePrompt(record: FakeRequest): Promise<number | undefined> {
     if (this.kvCache !== undefined) {
-      const { cachedTokens, computeMs } = await this.kvCache.compute(record.body);
+      const { cachedTokens, computeMs } = await this.kvCache.compute(record.body, record.path);
       await this.#computeFor(computeMs);
       return cachedTokens;
     }
@@ -585,30 +430,4 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     this.#timers.add(timer);
     return timer;
   }
-}
-
-/** The length budget a body names, by route: the field and its value. */
-function budgetOf(path: string, body: Record<string, unknown>): [string, unknown] {
-  if (path === '/generate') return ['max_tokens', undefined];
-  const field =
-    body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
-      ? 'max_completion_tokens'
-      : 'max_tokens';
-  return [field, body[field]];
-}
-
-/** vLLM's error chunk inside a 200 stream. */
-function errorChunk(code: number, message: string) {
-  const type = code >= 500 ? 'InternalServerError' : 'BadRequestError';
-  return { error: { object: 'error', message, type, param: null, code } };
-}
-
-/**
- * The field a route cannot do without, missing: vLLM and SGLang refuse such a body with a 400
- * as their request models are read (`Field required`), before any generation.
- */
-function requiredField(path: string, body: Record<string, unknown>): string | undefined {
-  if (path === '/v1/completions' && body.prompt === undefined) return 'prompt: Field required';
-  if (path === '/v1/chat/completions' && body.messages === undefined) return 'messages: Field required';
-  return undefined;
 }

@@ -3,16 +3,12 @@
 // a fake Kubernetes API that serves them as pods for label discovery, and a KV event publisher
 // that speaks vLLM's ZMQ frames.
 
-export type { FakeAnswer } from './fake-formats.js';
 export {
   type FakeKubernetesApi,
   type FakePod,
   fakeKubeconfig,
   startFakeKubernetesApi,
 } from './fake-kubernetes-api.js';
-export { FakeKvCache, type FakeKvCacheOptions } from './fake-kv-cache.js';
-export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from './fake-kv-publisher.js';
-export { FakePrefixCache, type FakePrefixCacheOptions } from './fake-prefix-cache.js';
 export {
   type FakeRequest,
   type FakeWorker,
@@ -20,4 +16,8 @@ export {
   type Fault,
   startFakeWorker,
 } from './fake-worker.js';
-export { type KvHandoff, KvLedger, type KvRead } from './kv-ledger.js';
+export { FakeKvCache, type FakeKvCacheOptions } from './kit/fake-kv-cache.js';
+export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from './kit/fake-kv-publisher.js';
+export type { FakeAnswer } from './kit/fake-plan.js';
+export { FakePrefixCache, type FakePrefixCacheOptions } from './kit/fake-prefix-cache.js';
+export { type KvHandoff, KvLedger, type KvRead } from './kit/kv-ledger.js';

@@ -3,9 +3,10 @@
 // leave no KV behind.
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import { answerHandoff, ENGINE_HANDOFFS, withoutAnswerHandoff } from '../../src/engines/handoff-wire.js';
 import { ENGINE_NAMES, ENGINES, engineOf } from '../../src/engines/registry.js';
 import { HANDOFF_FIELDS } from '../../src/flow/handoff-fields.js';
+import { answerHandoff, withoutAnswerHandoff } from '../../src/protocol/engines/handoff-wire.js';
+import { ENGINE_WIRES } from '../../src/protocol/engines/wires.js';
 import { checkWorker, SETTINGS } from '../../src/server/options.js';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import { fakeWorkers } from '../support/http.js';
@@ -64,9 +65,9 @@ describe('the engine registry', () => {
     }
   });
 
-  it("the transport's handoff list is the registry's, in its order", () => {
-    expect(ENGINE_HANDOFFS).toEqual(ENGINES.map((each) => each.handoff));
-    for (const [i, each] of ENGINES.entries()) expect(ENGINE_HANDOFFS[i]).toBe(each.handoff);
+  it("the registry is the wire list's engines, in its order, each with its wire facts", () => {
+    expect(ENGINES.map((each) => each.name)).toEqual(ENGINE_WIRES.map((each) => each.name));
+    for (const [i, each] of ENGINES.entries()) expect(ENGINE_WIRES[i]?.handoff).toBe(each.handoff);
   });
 
   it.each(ENGINE_NAMES)('%s: every request field of its handoff is one a client may not set', (name) => {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { StreamRecord } from '../../src/flow/continuation-chunks.js';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
-import type { EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import type { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 
 /** An item as the HTTP engine reads it: its data and the worker's chunk. */
 function item(data: Partial<LLMEngineOutput>, json: Record<string, unknown>): EngineItem {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { promptSideOf, refusePromptSide } from '../../src/flow/prompt-side.js';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated, type WireChunk } from '../../src/protocol/annotated.js';
-import type { EngineItem } from '../../src/protocol/llm-engine-output.js';
 
 /** An item as httpEngine reads it: its data, and the worker's JSON on the wire. */
 function item(json: unknown, form: WireChunk['form'] = 'event', text?: string): EngineItem {

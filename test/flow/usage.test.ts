@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { promptDetailsOf, withPromptDetails } from '../../src/flow/usage.js';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
-import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { collect, ScriptedSource, token } from '../support/async.js';
 import { engine, kvParams, runFlow } from '../support/flow.js';
 

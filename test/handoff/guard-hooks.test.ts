@@ -6,8 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import type { FlowGuardHooks } from '../../src/handoff/prefill-task.js';
 import { forwardDecodeWith, PrefillTask } from '../../src/handoff/prefill-task.js';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
-import type { EngineItem } from '../../src/protocol/llm-engine-output.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';

@@ -3,8 +3,8 @@ import { ItemQueue } from '../../src/http/item-queue.js';
 import { OpenAIAnswer } from '../../src/http/openai-answer.js';
 import { outputFromOpenAI } from '../../src/http/openai-output.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
-import type { EngineItem } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 
 function answer(choices = 1, context = new Controller('r')) {

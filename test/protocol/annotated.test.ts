@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated, AnnotatedError, wiredData } from '../../src/protocol/annotated.js';
-import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 
 const roundTrip = <T>(value: T): T => JSON.parse(JSON.stringify(value));
 

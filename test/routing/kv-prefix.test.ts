@@ -1,8 +1,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { EngineLoad } from '../../src/engines/load-metrics.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { KvBlockIndex } from '../../src/kv/block-index.js';
 import { type BlockKeys, loadBlockKeys } from '../../src/kv/block-keys.js';
+import type { EngineLoad } from '../../src/protocol/engines/load-metrics.js';
 import { engineQueueScorer, kvPrefixScorer, kvUsageScorer, precisePrefix } from '../../src/routing/kv-prefix.js';
 import { RoutingInput } from '../../src/routing/routing-input.js';
 

@@ -1,7 +1,7 @@
 // The scorer plugins and the scored policy composed from them: each plugin's parameters checked
 // by the plugin, what each reads declared, and weights that decide the pick.
 import { describe, expect, it } from 'vitest';
-import type { EngineLoad } from '../../src/engines/load-metrics.js';
+import type { EngineLoad } from '../../src/protocol/engines/load-metrics.js';
 import {
   DEFAULT_SCORERS,
   readScorers,

@@ -1,14 +1,11 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import {
-  type EngineLoad,
-  type EngineLoadMetrics,
-  SGLANG_LOAD_METRICS,
-  VLLM_LOAD_METRICS,
-} from '../../src/engines/load-metrics.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Agent } from '../../src/http/undici-parts.js';
+import type { EngineLoad, EngineLoadMetrics } from '../../src/protocol/engines/load-metrics.js';
+import { SGLANG_LOAD_METRICS } from '../../src/protocol/engines/sglang.js';
+import { VLLM_LOAD_METRICS } from '../../src/protocol/engines/vllm.js';
 import { EngineLoadScraper } from '../../src/server/engine-load.js';
 import { type Deferred, deferred } from '../support/async.js';
 

@@ -4,7 +4,7 @@ import { precisePrefix } from '../../src/routing/kv-prefix.js';
 import { RoutingInput } from '../../src/routing/routing-input.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import type { ResolvedProxyOptions } from '../../src/server/options.js';
-import type { FakeKvEvent } from '../../src/testing/fake-kv-publisher.js';
+import type { FakeKvEvent } from '../../src/testing/kit/fake-kv-publisher.js';
 import { flush, recordingLogger } from '../support/async.js';
 import { FakeKvEngine } from '../support/fake-zeromq.js';
 

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
-import type { FakeKvEvent } from '../../src/testing/fake-kv-publisher.js';
+import type { FakeKvEvent } from '../../src/testing/kit/fake-kv-publisher.js';
 import { flush, recordingLogger } from '../support/async.js';
 import { FakeKvEngine } from '../support/fake-zeromq.js';
 

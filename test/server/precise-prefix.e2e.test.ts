@@ -6,8 +6,8 @@ import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
-import { FakeKvPublisher } from '../../src/testing/fake-kv-publisher.js';
 import type { FakeWorker } from '../../src/testing/fake-worker.js';
+import { FakeKvPublisher } from '../../src/testing/kit/fake-kv-publisher.js';
 import { eventuallyAsync, fakeWorkers, postRaw } from '../support/http.js';
 
 // Qwen3's real tokenizer and chat template, for the router and the fake engines alike.

@@ -1,8 +1,9 @@
 import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
-import { type EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import type { ResponseStream } from '../../src/runtime/response-stream.js';
 import { errorAnswer } from '../../src/server/error-answers.js';

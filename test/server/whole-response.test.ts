@@ -1,7 +1,8 @@
 import type { ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
+import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
-import type { EngineItem, LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import type { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import type { ResponseStream } from '../../src/runtime/response-stream.js';
 import { errorAnswer } from '../../src/server/error-answers.js';
 import { ResponseWriter } from '../../src/server/openai-format.js';

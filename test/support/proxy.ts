@@ -1,5 +1,6 @@
 import OpenAI from 'openai';
 import { afterEach } from 'vitest';
+import type { EngineName } from '../../src/engines/registry.js';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorker, FakeWorkerOptions } from '../../src/testing/index.js';
 import { recordingLogger } from './async.js';
@@ -19,7 +20,7 @@ export function proxyHarness() {
     proxies = [];
   });
   async function setup(
-    protocol: 'vllm' | 'sglang' | 'trtllm',
+    protocol: EngineName,
     workers: { prefill?: Partial<FakeWorkerOptions>; decode?: Partial<FakeWorkerOptions> } = {},
     options:
       | Partial<ProxyOptions>
@@ -45,7 +46,7 @@ export function proxyHarness() {
    * `workers.decode` (its options), listed to the proxy in that order.
    */
   async function cluster(
-    protocol: 'vllm' | 'sglang' | 'trtllm',
+    protocol: EngineName,
     workers: { prefill: Array<Partial<FakeWorkerOptions>>; decode: Array<Partial<FakeWorkerOptions>> },
     options: Partial<ProxyOptions> = {},
   ) {

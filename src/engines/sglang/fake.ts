@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { oneTokenAnswer } from '../../testing/fake-formats.js';
-import type { FakeProtocol } from '../../testing/fake-protocol.js';
+import { oneTokenAnswer } from '../../testing/kit/fake-formats.js';
+import type { FakeProtocol } from '../../testing/kit/fake-protocol.js';
 
 /**
  * SGLang's bootstrap handoff: a prefill call with `bootstrap_room` computes, commits the

@@ -1,5 +1,5 @@
 import { type DecodeStream, type FlowGuardHooks, forwardDecodeWith, PrefillTask } from '../../handoff/prefill-task.js';
-import type { EngineItem } from '../../protocol/llm-engine-output.js';
+import type { EngineItem } from '../../protocol/annotated.js';
 import type { Logger } from '../../runtime/logger.js';
 import { ResponseStream } from '../../runtime/response-stream.js';
 import { closeQuietly } from '../../util/close-quietly.js';

@@ -1,6 +1,6 @@
 import { PrefillError } from '../../handoff/prefill-error.js';
 import type { DecodeStream } from '../../handoff/prefill-task.js';
-import type { EngineItem } from '../../protocol/llm-engine-output.js';
+import type { EngineItem } from '../../protocol/annotated.js';
 import type { Lease } from '../../routing/worker-pool.js';
 import { ResponseStream } from '../../runtime/response-stream.js';
 import { neverConnected } from '../../util/cause-chain.js';

@@ -1,15 +1,11 @@
+// What the transport and the request check read of every engine's handoff: the request fields
+// only the router may set, and the handoff parameters of a prefill answer. Over the one list of
+// engines (`wires.ts`), below the flow and the transport.
 import type { EngineHandoff } from './engine-handoff.js';
-import { sglangHandoff } from './sglang/handoff.js';
-import { trtllmHandoff } from './trtllm/handoff.js';
-import { vllmHandoff } from './vllm/handoff.js';
-
-// A leaf the transport may import: the handoffs only, not the connectors (which need flow/).
-// test/engines/registry.test.ts holds this list equal to the registry's.
-/** Every engine's handoff, in the registry's order. */
-export const ENGINE_HANDOFFS: readonly EngineHandoff[] = Object.freeze([vllmHandoff, sglangHandoff, trtllmHandoff]);
+import { ENGINE_WIRES } from './wires.js';
 
 function union(pick: (handoff: EngineHandoff) => readonly string[]): readonly string[] {
-  return Object.freeze([...new Set(ENGINE_HANDOFFS.flatMap(pick))]);
+  return Object.freeze([...new Set(ENGINE_WIRES.flatMap((wire) => pick(wire.handoff)))]);
 }
 
 /** The request fields that only the router may set, over every engine. */

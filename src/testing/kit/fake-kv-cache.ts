@@ -1,6 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { RoutingInput } from '../routing/routing-input.js';
-import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
+import { endpointOf } from '../../endpoints/registry.js';
+import { RoutingInput } from '../../routing/routing-input.js';
+import { TokenizerPool } from '../../tokenize/tokenizer-pool.js';
+import { endpointAt } from './fake-formats.js';
 import type { FakeKvEvent, FakeKvPublisher } from './fake-kv-publisher.js';
 
 /** Options of a fake worker's KV cache in token blocks (`FakeWorkerOptions.kvCache`). */
@@ -72,12 +74,14 @@ export class FakeKvCache {
   /**
    * Computes `body`'s prompt: the tokens found cached (whole blocks from the start) and the
    * milliseconds the rest takes; the blocks computed are stored, and the batch of what changed
-   * is published before this resolves.
+   * is published before this resolves. `path` is the route it came in on, which says how a
+   * tokenizer renders it; without it, the body's shape does.
    */
   async compute(
     body: Record<string, unknown>,
+    path?: string,
   ): Promise<{ cachedTokens: number; computeMs: number; promptTokens: number }> {
-    const tokens = (await this.#tokens(body)) ?? tokensOf(body);
+    const tokens = (await this.#tokens(body, path)) ?? tokensOf(body);
     const size = this.#blockSize;
     const events: FakeKvEvent[] = [];
     let parent: bigint | null = null;
@@ -140,9 +144,11 @@ export class FakeKvCache {
     await this.publisher.publish([{ type: 'AllBlocksCleared' }]);
   }
 
-  async #tokens(body: Record<string, unknown>): Promise<number[] | undefined> {
+  async #tokens(body: Record<string, unknown>, path: string | undefined): Promise<number[] | undefined> {
     if (this.#tokenizer === undefined || new RoutingInput(body).tokenIds !== undefined) return undefined;
-    const route = Array.isArray(body.messages) ? 'chat' : typeof body.text === 'string' ? 'generate' : 'completions';
+    // The endpoint of the route the request came in on; only a bare body is read for its shape.
+    const endpoint = (path === undefined ? undefined : endpointAt(path)) ?? endpointOf(body);
+    const route = endpoint.answer === 'chat' ? 'chat' : endpoint.answer === 'generate' ? 'generate' : 'completions';
     return (await this.#tokenizer).tokenize(body, route);
   }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { answerHandoff, withoutAnswerHandoff } from '../../src/engines/handoff-wire.js';
+import { answerHandoff, withoutAnswerHandoff } from '../../../src/protocol/engines/handoff-wire.js';
 
 describe('the handoff on the wire, over every engine', () => {
   it('a handoff field that is null names no handoff: the next place is read', () => {

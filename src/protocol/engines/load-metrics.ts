@@ -9,20 +9,6 @@ export interface EngineLoadMetrics {
   readonly kvUsage: string;
 }
 
-/** vLLM's (`vllm/v1/metrics/loggers.py`). */
-export const VLLM_LOAD_METRICS: EngineLoadMetrics = Object.freeze({
-  waiting: 'vllm:num_requests_waiting',
-  running: 'vllm:num_requests_running',
-  kvUsage: 'vllm:kv_cache_usage_perc',
-});
-
-/** SGLang's (`sglang/srt/metrics/collector.py`). */
-export const SGLANG_LOAD_METRICS: EngineLoadMetrics = Object.freeze({
-  waiting: 'sglang:num_queue_reqs',
-  running: 'sglang:num_running_reqs',
-  kvUsage: 'sglang:token_usage',
-});
-
 /** One engine's load, as last read. */
 export interface EngineLoad {
   waiting: number;

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { readEngineLoad, SGLANG_LOAD_METRICS, VLLM_LOAD_METRICS } from '../../src/engines/load-metrics.js';
-import { engineQueueScorer, kvUsageScorer } from '../../src/routing/kv-prefix.js';
+import { readEngineLoad } from '../../../src/protocol/engines/load-metrics.js';
+import { SGLANG_LOAD_METRICS } from '../../../src/protocol/engines/sglang.js';
+import { VLLM_LOAD_METRICS } from '../../../src/protocol/engines/vllm.js';
+import { engineQueueScorer, kvUsageScorer } from '../../../src/routing/kv-prefix.js';
 
 describe("the engines' load in their /metrics", () => {
   it("vLLM's names: waiting and running summed over label sets, KV usage the highest; other series ignored", () => {

@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
-import type { FakeAnswer } from './fake-formats.js';
+import type { EngineName } from '../../protocol/engines/wires.js';
+import type { FakeAnswer } from './fake-plan.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
 import type { KvLedger } from './kv-ledger.js';
 
@@ -41,7 +42,7 @@ export interface WorkerSide {
  * worker's own endpoints for the KV handoff.
  */
 export interface FakeProtocol {
-  readonly name: 'vllm' | 'sglang' | 'trtllm';
+  readonly name: EngineName;
   /** The generation routes it serves. */
   readonly routes: readonly string[];
   /** How long a prefill holds KV no decode took, when the worker's `kvTimeoutMs` does not say; 60,000 ms if this does not either. */

@@ -1,0 +1,104 @@
+// What a fake worker refuses and how it breaks: the engines' checks of a body (a field the route
+// cannot do without, the length budget's type, the context length), the error chunk of a 200
+// stream, and the injected faults that cut a stream short. Apart from the HTTP dispatch so that
+// a new check or fault is read in one place.
+import type { ServerResponse } from 'node:http';
+import { endpointAt } from './kit/fake-formats.js';
+import { promptTokens } from './kit/fake-plan.js';
+import type { FakeRequest, FakeWorkerOptions, Fault } from './kit/fake-types.js';
+
+/** A refusal: the HTTP status and the message of its OpenAI-style error. */
+export interface Refusal {
+  status: number;
+  message: string;
+}
+
+/** The fault of one request: the worker's, or what its fault function chooses for this request. */
+export function faultFor(fault: FakeWorkerOptions['fault'], record: FakeRequest): Fault | undefined {
+  return typeof fault === 'function' ? fault(record) : fault;
+}
+
+/**
+ * The field a route cannot do without, missing: vLLM and SGLang refuse such a body with a 400
+ * as their request models are read (`Field required`), before any generation.
+ */
+export function requiredField(path: string, body: Record<string, unknown>): string | undefined {
+  const shape = endpointAt(path)?.answer;
+  if (shape === 'text' && body.prompt === undefined) return 'prompt: Field required';
+  if (shape === 'chat' && body.messages === undefined) return 'messages: Field required';
+  return undefined;
+}
+
+/** The length budget a body names, by route: the field and its value (SGLang's `/generate` has none read here). */
+function budgetOf(path: string, body: Record<string, unknown>): [string, unknown] {
+  if (endpointAt(path)?.answer === 'generate') return ['max_tokens', undefined];
+  const field =
+    body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
+      ? 'max_completion_tokens'
+      : 'max_tokens';
+  return [field, body[field]];
+}
+
+/** vLLM's check of the length budget's type, as the body is read: an integer of at least 1. */
+export function refuseBudget(path: string, body: Record<string, unknown>): string | undefined {
+  const [field, budget] = budgetOf(path, body);
+  if (budget === undefined || budget === null) return undefined;
+  if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 1) {
+    return `${field} must be an integer of at least 1, got ${JSON.stringify(budget)}`;
+  }
+  return undefined;
+}
+
+/**
+ * vLLM's check, in its request handler, that the prompt and the budget fit the context
+ * (`maxModelLen`, 4,096 by default): a 400.
+ */
+export function refuseContext(
+  path: string,
+  body: Record<string, unknown>,
+  maxModelLen: number | undefined,
+): Refusal | undefined {
+  const [, budget] = budgetOf(path, body);
+  if (typeof budget !== 'number') return undefined;
+  const context = maxModelLen ?? 4096;
+  const prompt = promptTokens(body);
+  if (prompt + budget <= context) return undefined;
+  return {
+    status: 400,
+    message: `This model's maximum context length is ${context} tokens. However, you requested ${prompt + budget} tokens (${prompt} in the messages, ${budget} in the completion). Please reduce the length of the messages or completion.`,
+  };
+}
+
+/** vLLM's error chunk inside a 200 stream. */
+export function errorChunk(code: number, message: string) {
+  const type = code >= 500 ? 'InternalServerError' : 'BadRequestError';
+  return { error: { object: 'error', message, type, param: null, code } };
+}
+
+/** The faults that break a stream once it has sent some tokens. */
+export type BreakingFault = Extract<Fault, { type: 'error-event' | 'reset' | 'stall' }>;
+
+/** `fault` when it breaks a stream part way, else undefined. */
+export function breakingFault(fault: Fault | undefined): BreakingFault | undefined {
+  return fault?.type === 'error-event' || fault?.type === 'reset' || fault?.type === 'stall' ? fault : undefined;
+}
+
+/**
+ * Breaks a stream as `fault` says: `stall` says nothing more, `reset` destroys the connection
+ * once what was written has left (after `pause(20)`, a timer the worker clears when it closes),
+ * `error-event` ends it with an SSE `error` event.
+ */
+export function breakStream(res: ServerResponse, fault: BreakingFault, pause: (ms: number) => Promise<void>): void {
+  // Wedged: nothing more, until the caller gives up and closes the connection.
+  if (fault.type === 'stall') return;
+  if (fault.type === 'reset') {
+    // Once what was written has left, so that the client sees the tokens, then the break.
+    void pause(20).then(() => res.destroy());
+    return;
+  }
+  const message = fault.message ?? 'injected failure mid-stream';
+  res.write(
+    `event: error\ndata: ${JSON.stringify({ error: { message, type: 'InternalServerError', code: 500 } })}\n\n`,
+  );
+  res.end();
+}
