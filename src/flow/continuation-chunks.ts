@@ -2,6 +2,7 @@
 // token ids the router asked for, and a continuation's chunks (a token-id completion) in the
 // shape, id and choice of the stream the client is reading, with usage counted once.
 
+import { OPENAI_OBJECTS, type OpenAIShape, streamedChoice } from '../endpoints/openai-shapes.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { CompletionUsage, LLMEngineOutput } from '../protocol/llm-engine-output.js';
@@ -24,7 +25,8 @@ interface Template {
  * @internal
  */
 export class StreamRecord {
-  readonly #route: 'chat' | 'completions';
+  /** The client's answer shape: chat's deltas or completions' texts. */
+  readonly #shape: OpenAIShape;
   /** The client asked for token ids itself: they stay in what it is sent. */
   readonly #keepIds: boolean;
   #template: Template | undefined;
@@ -53,7 +55,7 @@ export class StreamRecord {
   #skip = '';
 
   constructor(route: 'chat' | 'completions', keepIds: boolean, promptIds?: readonly number[]) {
-    this.#route = route;
+    this.#shape = route === 'chat' ? 'chat' : 'text';
     this.#keepIds = keepIds;
     this.promptIds = promptIds;
   }
@@ -127,15 +129,12 @@ export class StreamRecord {
     const template = this.#template;
     const head: Json = {
       id: template?.id,
-      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      object: OPENAI_OBJECTS[this.#shape].chunk,
       created: template?.created,
       model: template?.model,
       ...(template?.systemFingerprint === undefined ? {} : { system_fingerprint: template.systemFingerprint }),
     };
-    const choice =
-      this.#route === 'chat'
-        ? { index: 0, delta: {}, logprobs: null, finish_reason: 'length' }
-        : { index: 0, text: '', logprobs: null, finish_reason: 'length' };
+    const choice = streamedChoice(this.#shape, 0, '', 'length');
     const prompt = this.promptIds?.length ?? 0;
     const completion = this.generatedIds.length;
     const usage: CompletionUsage = {
@@ -213,7 +212,7 @@ export class StreamRecord {
     const template = this.#template;
     const head: Json = {
       id: template?.id ?? json.id,
-      object: this.#route === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+      object: OPENAI_OBJECTS[this.#shape].chunk,
       created: template?.created ?? json.created,
       model: template?.model ?? json.model,
       ...(template?.systemFingerprint === undefined ? {} : { system_fingerprint: template.systemFingerprint }),
@@ -225,16 +224,7 @@ export class StreamRecord {
         const ids = this.#keepIds && Array.isArray(choice.token_ids) ? { token_ids: choice.token_ids } : {};
         const finish = choice.finish_reason ?? null;
         const stop = choice.stop_reason === undefined ? {} : { stop_reason: choice.stop_reason };
-        return this.#route === 'chat'
-          ? {
-              index: 0,
-              delta: text === '' ? {} : { content: text },
-              logprobs: null,
-              finish_reason: finish,
-              ...stop,
-              ...ids,
-            }
-          : { index: 0, text, logprobs: null, finish_reason: finish, ...stop, ...ids };
+        return streamedChoice(this.#shape, 0, text, finish, { extra: { ...stop, ...ids } });
       }),
     };
     if (json.usage !== undefined && json.usage !== null) rewritten.usage = usage ?? json.usage;

@@ -1,5 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Endpoint } from '../endpoints/endpoint.js';
+import {
+  OPENAI_OBJECTS,
+  type OpenAIShape,
+  openAIShape,
+  streamedChoice,
+  wholeChoice,
+} from '../endpoints/openai-shapes.js';
 import { endpointNamed, type GenerationName } from '../endpoints/registry.js';
 import { stringifyJson } from '../http/json.js';
 import type { EngineItem } from '../protocol/annotated.js';
@@ -94,7 +101,7 @@ function allEvents(wire: readonly WireChunk[]): boolean {
  */
 export class OpenAIWriter {
   /** Chat's shapes (deltas, messages), else completions'. */
-  readonly #chat: boolean;
+  readonly #shape: OpenAIShape;
   readonly #model: string;
   readonly #id: string;
   readonly #created = Math.floor(Date.now() / 1000);
@@ -105,9 +112,9 @@ export class OpenAIWriter {
   readonly #finish: Array<string | null> = [];
 
   constructor(route: Route | Endpoint, body: Record<string, unknown>) {
-    this.#chat = endpointFor(route).answer === 'chat';
+    this.#shape = openAIShape(endpointFor(route).answer);
     this.#model = typeof body.model === 'string' ? body.model : 'unknown';
-    this.#id = `${this.#chat ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
+    this.#id = `${OPENAI_OBJECTS[this.#shape].idPrefix}-${randomUUID()}`;
     this.#includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
   }
 
@@ -123,12 +130,13 @@ export class OpenAIWriter {
         : FinishReason.toOpenAI(data.finish_reason);
     if (text === '' && reason === null) return undefined;
     const index = typeof data.index === 'number' ? data.index : 0;
-    const choice = this.#chat
-      ? { index, delta: this.#delta(text), logprobs: null, finish_reason: reason }
-      : { index, text, logprobs: null, finish_reason: reason };
+    // Chat's first chunk carries the role.
+    const role = this.#shape === 'chat' && !this.#roleSent ? 'assistant' : undefined;
+    if (role !== undefined) this.#roleSent = true;
+    const choice = streamedChoice(this.#shape, index, text, reason, { role });
     return JSON.stringify({
       id: this.#id,
-      object: this.#chat ? 'chat.completion.chunk' : 'text_completion',
+      object: OPENAI_OBJECTS[this.#shape].chunk,
       created: this.#created,
       model: this.#model,
       choices: [choice],
@@ -140,7 +148,7 @@ export class OpenAIWriter {
     if (!this.#includeUsage || this.#usage === undefined) return undefined;
     return JSON.stringify({
       id: this.#id,
-      object: this.#chat ? 'chat.completion.chunk' : 'text_completion',
+      object: OPENAI_OBJECTS[this.#shape].chunk,
       created: this.#created,
       model: this.#model,
       choices: [],
@@ -165,24 +173,15 @@ export class OpenAIWriter {
     const count = Math.max(1, this.#texts.length, this.#finish.length);
     const choices = Array.from({ length: count }, (_, index) => {
       const text = this.#texts[index] ?? '';
-      const finish_reason = this.#finish[index] ?? 'stop';
-      return this.#chat
-        ? { index, message: { role: 'assistant', content: text }, logprobs: null, finish_reason }
-        : { index, text, logprobs: null, finish_reason };
+      return wholeChoice(this.#shape, index, text, this.#finish[index] ?? 'stop');
     });
     return {
       id: this.#id,
-      object: this.#chat ? 'chat.completion' : 'text_completion',
+      object: OPENAI_OBJECTS[this.#shape].whole,
       created: this.#created,
       model: this.#model,
       choices,
       ...(this.#usage === undefined ? {} : { usage: this.#usage }),
     };
-  }
-
-  #delta(text: string): Record<string, string> {
-    if (this.#roleSent) return text === '' ? {} : { content: text };
-    this.#roleSent = true;
-    return { role: 'assistant', content: text };
   }
 }

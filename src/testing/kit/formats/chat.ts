@@ -1,6 +1,7 @@
 // OpenAI chat completions as vLLM and SGLang answer them: streamed chunks (the role first,
 // reasoning, content, tool calls, the finish), the usage chunk and the whole answer.
 
+import { OPENAI_OBJECTS } from '../../../endpoints/openai-shapes.js';
 import { OUTPUT_LOGPROB } from '../fake-plan.js';
 import type { Format } from './format.js';
 import { allIds, interleave, stepIds, vllmPromptLogprobs } from './format.js';
@@ -11,7 +12,7 @@ const chatLogprobs = (text: string) => ({
 
 /** The JSON shapes of `/v1/chat/completions`' answers. */
 export function chatFormat(id: string, created: number, model: string): Format {
-  const chunk = (choice: object) => ({ id, object: 'chat.completion.chunk', created, model, choices: [choice] });
+  const chunk = (choice: object) => ({ id, object: OPENAI_OBJECTS.chat.chunk, created, model, choices: [choice] });
   return {
     streamed: (plan) =>
       interleave(plan, (choice) => [
@@ -74,10 +75,10 @@ export function chatFormat(id: string, created: number, model: string): Format {
             ]
           : []),
       ]),
-    usage: (usage) => ({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }),
+    usage: (usage) => ({ id, object: OPENAI_OBJECTS.chat.chunk, created, model, choices: [], usage }),
     whole: (plan, usage) => ({
       id,
-      object: 'chat.completion',
+      object: OPENAI_OBJECTS.chat.whole,
       created,
       model,
       choices: plan.choices.map((choice) => {

@@ -1,5 +1,6 @@
 // OpenAI completions as vLLM and SGLang answer them: streamed chunks (an echo first, logprobs
 // with their text offsets), the usage chunk and the whole answer.
+import { OPENAI_OBJECTS } from '../../../endpoints/openai-shapes.js';
 import type { AnswerPlan, Choice, Engine } from '../fake-plan.js';
 import { OUTPUT_LOGPROB, PROMPT_LOGPROB } from '../fake-plan.js';
 import type { Format } from './format.js';
@@ -31,7 +32,7 @@ const promptEntries = (plan: AnswerPlan, index: number): Array<[string, number |
 
 /** The JSON shapes of `/v1/completions`' answers. */
 export function completionFormat(id: string, created: number, model: string): Format {
-  const chunk = (choice: object) => ({ id, object: 'text_completion', created, model, choices: [choice] });
+  const chunk = (choice: object) => ({ id, object: OPENAI_OBJECTS.text.chunk, created, model, choices: [choice] });
   const texts = (choice: Choice) => choice.steps.filter((step) => step.kind === 'content').map((step) => step.text);
   const echoOf = (plan: AnswerPlan, choice: Choice) => plan.prompt.echo(choice.index) ?? '';
   const head = (plan: AnswerPlan, choice: Choice) =>
@@ -78,10 +79,10 @@ export function completionFormat(id: string, created: number, model: string): Fo
         }
         return out;
       }),
-    usage: (usage) => ({ id, object: 'text_completion', created, model, choices: [], usage }),
+    usage: (usage) => ({ id, object: OPENAI_OBJECTS.text.chunk, created, model, choices: [], usage }),
     whole: (plan, usage) => ({
       id,
-      object: 'text_completion',
+      object: OPENAI_OBJECTS.text.whole,
       created,
       model,
       choices: plan.choices.map((choice) => ({
