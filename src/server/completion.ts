@@ -10,6 +10,7 @@ import { type ErrorAnswer, errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
+import type { ModelPool } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestContext } from './request-context.js';
 import { countFailure, type RequestEvents, type Routed } from './request-events.js';
@@ -129,6 +130,8 @@ async function startFlow(
 ): Promise<{ ok: true; stream: ResponseStream<EngineItem> } | { ok: false; error: unknown }> {
   const { body, context, events, engines } = request;
   const { endpoint } = request.request;
+  // The body stage chose it (and refused a model no pool serves).
+  const pool = request.request.pool as ModelPool;
   const retry = (error: unknown): number | undefined => {
     // A sequential decode is retried also for a client that has left: the next decode worker
     // takes the KV and frees it.
@@ -147,15 +150,15 @@ async function startFlow(
       context,
       prefill: engines.prefill,
       decode: engines.decode,
-      connector: proxy.connector,
-      prefillWorkers: proxy.prefillWorkers,
-      decodeWorkers: proxy.decodeWorkers,
-      ...(proxy.skipPrefill === undefined ? {} : { skipPrefill: proxy.skipPrefill }),
+      connector: pool.connector,
+      // The pool's scheduler picks its workers (and says when prefill is missing: it was
+      // built with the proxy's --require-disaggregation).
+      scheduler: pool.scheduler,
+      ...(pool.skipPrefill === undefined ? {} : { skipPrefill: pool.skipPrefill }),
       retryDecode: retry,
       // Not once the proxy is shutting down: the request is ended then, not started again.
       retryPrefill: (error) => (proxy.closing ? undefined : retry(error)),
       reuseHandoff: proxy.options.retry.reuseHandoff,
-      noPrefillWorker: proxy.options.requireDisaggregation ? 'fail' : 'aggregate',
       // A tenant's token limit needs what the answer used, whether or not its client asked (it
       // gets no usage chunk then); asked only there, since the extra chunk costs every stream
       // about 3 % of the proxy's CPU per request.

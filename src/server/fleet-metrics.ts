@@ -10,7 +10,11 @@ export type CircuitState = (typeof CIRCUIT_STATES)[number];
 
 /** @internal What the fleet's metrics read of the proxy's workers at a scrape. */
 export interface FleetSource {
-  pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> };
+  /**
+   * Every pool of the fleet, as its two sides. The gauges keep their `role` label and sum a
+   * role's workers over the pools: worker names are unique across the fleet.
+   */
+  pools: ReadonlyArray<{ prefill: WorkerPool<Named>; decode: WorkerPool<Named> }>;
   /** A worker's name for its `worker` label, read at each scrape: names are given as workers join. */
   nameOf: (worker: Named) => string;
   /** The state of a worker's circuit breaker, read at each scrape. */
@@ -98,7 +102,7 @@ function registerPoolGauges(registers: Registry[], { pools, nameOf, circuitOf }:
     registers,
     collect() {
       this.reset();
-      for (const [role, pool] of Object.entries(pools)) {
+      for (const { role, pool } of sides(pools)) {
         for (const worker of pool.workers) {
           const current = circuitOf(worker);
           for (const state of CIRCUIT_STATES)
@@ -113,10 +117,12 @@ function registerPoolGauges(registers: Registry[], { pools, nameOf, circuitOf }:
     labelNames: ['role', 'state'],
     registers,
     collect() {
-      for (const [role, pool] of Object.entries(pools)) {
+      for (const role of ['prefill', 'decode'] as const) {
         const counts = { ready: 0, down: 0, draining: 0 };
         // A listed worker always has a state.
-        for (const worker of pool.workers) counts[pool.stateOf(worker) as keyof typeof counts] += 1;
+        for (const pool of pools.map((each) => each[role])) {
+          for (const worker of pool.workers) counts[pool.stateOf(worker) as keyof typeof counts] += 1;
+        }
         for (const [state, count] of Object.entries(counts)) this.set({ role, state }, count);
       }
     },
@@ -129,7 +135,7 @@ function registerPoolGauges(registers: Registry[], { pools, nameOf, circuitOf }:
     collect() {
       // Workers come and go at run time: a series per worker present at this scrape only.
       this.reset();
-      for (const [role, pool] of Object.entries(pools)) {
+      for (const { role, pool } of sides(pools)) {
         for (const worker of pool.workers) this.set({ role, worker: nameOf(worker) }, pool.inFlight(worker));
       }
     },
@@ -141,9 +147,17 @@ function registerPoolGauges(registers: Registry[], { pools, nameOf, circuitOf }:
     registers,
     collect() {
       this.reset();
-      for (const [role, pool] of Object.entries(pools)) {
+      for (const { role, pool } of sides(pools)) {
         for (const worker of pool.workers) this.set({ role, worker: nameOf(worker) }, pool.isAvailable(worker) ? 1 : 0);
       }
     },
   });
+}
+
+/** Each pool's two sides, as `{ role, pool }`, pool after pool. */
+function sides(pools: FleetSource['pools']): Array<{ role: 'prefill' | 'decode'; pool: WorkerPool<Named> }> {
+  return pools.flatMap((pool) => [
+    { role: 'prefill' as const, pool: pool.prefill },
+    { role: 'decode' as const, pool: pool.decode },
+  ]);
 }

@@ -160,7 +160,7 @@ export class HealthChecker {
    * Resolves with whether it is in rotation.
    */
   async admit(role: string, worker: Named): Promise<boolean> {
-    const entry = this.#pools.find((candidate) => candidate.role === role);
+    const entry = this.#entryOf(role, worker);
     if (entry === undefined || !entry.pool.has(worker)) return false;
     if (entry.pool.isAvailable(worker)) return true;
     // Unreachable for now or not ready: the regular rounds keep trying.
@@ -257,7 +257,7 @@ export class HealthChecker {
   /** One request failure on `worker` after it was reached; opens its circuit at the threshold. */
   #count(role: string, worker: Named, error: UpstreamError): void {
     const breaker = this.#options.breaker;
-    const entry = this.#pools.find((candidate) => candidate.role === role);
+    const entry = this.#entryOf(role, worker);
     if (breaker === undefined || entry === undefined || !entry.pool.workers.includes(worker)) return;
     const record = this.#record(worker);
     record.circuit ??= { state: 'closed', failures: 0, successes: 0, timer: undefined };
@@ -302,9 +302,20 @@ export class HealthChecker {
     }
   }
 
+  /**
+   * The pool of `role` that holds `worker`: with several pools (one per model) two sides share
+   * a role, so the worker says which; the role's first pool for one no pool has (any more).
+   */
+  #entryOf(role: string, worker: Named): { role: string; pool: WorkerPool<Named> } | undefined {
+    return (
+      this.#pools.find((candidate) => candidate.role === role && candidate.pool.has(worker)) ??
+      this.#pools.find((candidate) => candidate.role === role)
+    );
+  }
+
   /** A request found `worker` unreachable: out of rotation until a probe says otherwise. */
   failed(role: string, worker: Named): void {
-    const entry = this.#pools.find((candidate) => candidate.role === role);
+    const entry = this.#entryOf(role, worker);
     if (entry === undefined || !entry.pool.isAvailable(worker)) return;
     entry.pool.setAvailable(worker, false);
     this.#options.logger.warn(

@@ -4,10 +4,10 @@ import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { addressForms, trimSlash } from '../util/url.js';
 import type { HealthChecker } from './health.js';
-import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
+import { type AnyWorker, type Fleet, type PoolPair, pairsOf, type Role } from './pool-set.js';
+import type { ProxyPrefillWorker } from './settings/worker-entries.js';
 
-/** A pool of the proxy. */
-export type Role = 'prefill' | 'decode';
+export type { Role } from './pool-set.js';
 
 /** Who changed the membership: the start-up list, the admin API, or a discovery source. */
 export type MembershipSource = 'config' | 'admin' | 'dns' | 'kubernetes';
@@ -32,8 +32,6 @@ export interface WorkerView {
   hint?: string | undefined;
 }
 
-type AnyWorker = ProxyPrefillWorker | ProxyDecodeWorker;
-
 /**
  * A membership change the proxy refuses: a worker already there (`DISAGG_WORKER_EXISTS`,
  * answered 409) or one it does not have (`DISAGG_WORKER_UNKNOWN`, answered 404).
@@ -53,6 +51,8 @@ export class MembershipError extends DisaggError {
  */
 interface MemberRecord {
   readonly name: string;
+  /** The pool it is (or was) in: its view reads it there, also once it has left. */
+  readonly pool: PoolPair;
   readonly source: MembershipSource;
   leaving: boolean;
 }
@@ -64,13 +64,15 @@ interface MemberRecord {
  * address never reaches a client: {@link redact} replaces it with its name, also for a worker
  * that has left while requests it served are still answering).
  *
- * Names are unique across both pools: `prefill-0`, `decode-3`, ... by role and order of
- * arrival unless one is given.
+ * Names are unique across every pool of the fleet: `prefill-0`, `decode-3`, ... by role and
+ * order of arrival unless one is given. A worker joins the fleet's first pool (the only one
+ * today); a worker already in the fleet is changed in its own pool, which its record keeps.
  *
  * @internal
  */
 export class Membership {
-  readonly #pools: { prefill: WorkerPool<ProxyPrefillWorker>; decode: WorkerPool<ProxyDecodeWorker> };
+  /** The fleet's pools; the first is where added workers join. */
+  readonly #pools: readonly PoolPair[];
   readonly #health: HealthChecker;
   readonly #logger: Logger;
   readonly #onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void;
@@ -84,21 +86,23 @@ export class Membership {
   #addresses: Array<[string, string]> = [];
 
   constructor(
-    pools: { prefill: WorkerPool<ProxyPrefillWorker>; decode: WorkerPool<ProxyDecodeWorker> },
+    pools: Fleet,
     health: HealthChecker,
     logger: Logger,
     onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void = () => {},
   ) {
-    this.#pools = pools;
+    this.#pools = pairsOf(pools);
     this.#health = health;
     this.#logger = logger;
     this.#onChange = onChange;
     // Named workers first: a name given is kept, and the generated ones (prefill-0, ...) pass
     // over it, whatever the order of the list.
     for (const named of [true, false]) {
-      for (const role of ['prefill', 'decode'] as const) {
-        for (const worker of this.#pools[role].workers) {
-          if ((worker.name !== undefined) === named) this.#register(role, worker, 'config');
+      for (const pool of this.#pools) {
+        for (const role of ['prefill', 'decode'] as const) {
+          for (const worker of pool[role].workers) {
+            if ((worker.name !== undefined) === named) this.#register(role, worker, 'config', pool);
+          }
         }
       }
     }
@@ -116,17 +120,28 @@ export class Membership {
     return redacted;
   }
 
-  /** Every worker of both pools, draining ones included. */
+  /** Every worker of every pool by role, draining ones included. */
   list(): { prefill: WorkerView[]; decode: WorkerView[] } {
     return {
-      prefill: this.#pools.prefill.workers.map((worker) => this.#view('prefill', worker)),
-      decode: this.#pools.decode.workers.map((worker) => this.#view('decode', worker)),
+      prefill: this.#workers('prefill').map((worker) => this.#view('prefill', worker)),
+      decode: this.#workers('decode').map((worker) => this.#view('decode', worker)),
     };
+  }
+
+  /** Every worker of `role`, pool after pool. */
+  #workers(role: Role): AnyWorker[] {
+    return this.#pools.flatMap((pool) => pool[role].workers as readonly AnyWorker[]);
+  }
+
+  /** The side of `role` of the pool `worker` is (or was) in; the first pool's for a worker never had. */
+  #poolOf(role: Role, worker: AnyWorker): WorkerPool<AnyWorker> {
+    const pool = this.#records.get(worker)?.pool ?? (this.#pools[0] as PoolPair);
+    return pool[role] as WorkerPool<AnyWorker>;
   }
 
   /** The workers of `role` a source put there (what a discovery source reconciles against). */
   workersFrom(role: Role, source: MembershipSource): AnyWorker[] {
-    return this.#pools[role].workers.filter((worker) => this.#records.get(worker)?.source === source);
+    return this.#workers(role).filter((worker) => this.#records.get(worker)?.source === source);
   }
 
   /**
@@ -138,7 +153,7 @@ export class Membership {
       current: (role) =>
         this.workersFrom(role, source).map((worker) => ({
           url: worker.url,
-          draining: this.#pools[role].stateOf(worker as never) === 'draining',
+          draining: this.#poolOf(role, worker).stateOf(worker) === 'draining',
         })),
       // A found worker's name is a wish: a pod re-created under its name while the old one
       // drains must still join (as `<name>-2`), not wait for the next change to the pods.
@@ -150,14 +165,14 @@ export class Membership {
     };
   }
 
-  /** A worker by name (or, failing that, by URL) in either pool. */
+  /** A worker by name (or, failing that, by URL) in any pool. */
   find(nameOrUrl: string): { role: Role; worker: AnyWorker } | undefined {
     for (const match of [
       (w: AnyWorker) => this.#records.get(w)?.name === nameOrUrl,
       (w: AnyWorker) => trimSlash(w.url) === trimSlash(nameOrUrl),
     ]) {
       for (const role of ['prefill', 'decode'] as const) {
-        const worker = (this.#pools[role].workers as readonly AnyWorker[]).find(match);
+        const worker = this.#workers(role).find(match);
         if (worker !== undefined) return { role, worker };
       }
     }
@@ -172,7 +187,9 @@ export class Membership {
    * @throws {MembershipError} when its URL is already in the pool or its name is taken.
    */
   async add(role: Role, worker: AnyWorker, source: MembershipSource): Promise<WorkerView> {
-    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    // The fleet's first pool: the only one until the admin API and discovery name a pool.
+    const joined = this.#pools[0] as PoolPair;
+    const pool = joined[role] as WorkerPool<AnyWorker>;
     const url = trimSlash(worker.url);
     const same = pool.workers.find((candidate) => trimSlash(candidate.url) === url);
     if (same !== undefined) {
@@ -188,7 +205,7 @@ export class Membership {
       );
     }
     pool.add(worker, { available: false });
-    this.#register(role, worker, source);
+    this.#register(role, worker, source, joined);
     this.#onChange(role, 'added', source);
     const name = this.nameOf(worker);
     const inRotation = await this.#health.admit(role, worker);
@@ -219,7 +236,7 @@ export class Membership {
    * nothing was under way.
    */
   drain(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
-    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    const pool = this.#poolOf(role, worker);
     if (pool.stateOf(worker) === 'draining') return this.#view(role, worker);
     const inFlight = pool.inFlight(worker);
     const left = pool.drain(worker);
@@ -235,7 +252,7 @@ export class Membership {
 
   /** Removes a worker at once; requests under way on it finish. Answers with its view (state `left`, what it still has in flight). */
   remove(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
-    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    const pool = this.#poolOf(role, worker);
     const gone = pool.remove(worker);
     const view = this.#view(role, worker);
     this.#onChange(role, 'removed', source);
@@ -260,7 +277,7 @@ export class Membership {
     void gone.then(() => {
       record.leaving = false;
       // Added again meanwhile (a discovery source that saw it come back): it stays known.
-      if (this.#pools[role].has(worker as never)) return;
+      if (this.#pools.some((pool) => pool[role].has(worker as never))) return;
       this.#health.forget(worker);
       if (message !== undefined) {
         this.#onChange(role, 'left', source);
@@ -270,9 +287,9 @@ export class Membership {
     });
   }
 
-  #register(role: Role, worker: AnyWorker, source: MembershipSource): void {
+  #register(role: Role, worker: AnyWorker, source: MembershipSource, pool: PoolPair): void {
     const name = worker.name ?? this.#nextName(role);
-    this.#records.set(worker, { name, source, leaving: false });
+    this.#records.set(worker, { name, pool, source, leaving: false });
     for (const form of addressForms(worker.url)) this.#addresses.push([form, name]);
     // Longer addresses first, so that a URL is replaced whole before its host is.
     this.#addresses.sort((a, b) => b[0].length - a[0].length);
@@ -302,7 +319,7 @@ export class Membership {
   }
 
   #view(role: Role, worker: AnyWorker): WorkerView {
-    const pool = this.#pools[role] as WorkerPool<AnyWorker>;
+    const pool = this.#poolOf(role, worker);
     const prefill = worker as ProxyPrefillWorker;
     return {
       role,

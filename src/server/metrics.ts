@@ -3,6 +3,7 @@ import type { FlowEvent } from '../flow/events.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { type CircuitState, FleetMetrics, type Named } from './fleet-metrics.js';
 import { KvPredictionMetrics } from './kv-metrics.js';
+import { PoolSet } from './pool-set.js';
 import { RequestMetrics } from './request-metrics.js';
 import { type Admitting, TenancyMetrics } from './tenancy-metrics.js';
 
@@ -24,7 +25,8 @@ export class ProxyMetrics {
   readonly #kvPrediction: KvPredictionMetrics;
 
   constructor(
-    pools: { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
+    /** The fleet, or one pool's two sides. */
+    pools: PoolSet | { prefill: WorkerPool<Named>; decode: WorkerPool<Named> },
     admission?: Admitting,
     /** An application's registry the proxy's metrics join too (not the process metrics, which it has its own of). */
     shared?: Registry,
@@ -41,7 +43,11 @@ export class ProxyMetrics {
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new RequestMetrics(registers);
     this.#tenancy = new TenancyMetrics(registers, admission);
-    this.#fleet = new FleetMetrics(registers, { pools, nameOf, circuitOf });
+    this.#fleet = new FleetMetrics(registers, {
+      pools: pools instanceof PoolSet ? pools.all() : [pools],
+      nameOf,
+      circuitOf,
+    });
     this.#kvPrediction = new KvPredictionMetrics(registers);
   }
 

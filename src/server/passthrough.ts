@@ -9,6 +9,7 @@ import type { Controller } from '../runtime/controller.js';
 import { joinUrl } from '../util/url.js';
 import { errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
+import type { ModelPool } from './pool-set.js';
 import type { RequestContext } from './request-context.js';
 import type { RequestEvents } from './request-events.js';
 import { STRATEGY_HEADER } from './request-log.js';
@@ -50,7 +51,7 @@ export async function servePassthrough(request: RequestContext): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     let lease: Lease<ProxyDecodeWorker>;
     try {
-      lease = proxy.decodeWorkers.acquire(avoid, request.input);
+      lease = (request.pool as ModelPool).decode.acquire(avoid, request.input);
     } catch (error) {
       return fail(request, error, undefined);
     }

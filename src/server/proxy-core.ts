@@ -5,11 +5,11 @@ import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { engineOf } from '../engines/registry.js';
-import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
+import { Scheduler } from '../routing/scheduler.js';
 import { WorkerPool } from '../routing/worker-pool.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
@@ -27,6 +27,7 @@ import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
+import { type ModelPool, PoolSet } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, consumedBy, poolSelection, routingServices } from './routing-policies.js';
@@ -57,10 +58,9 @@ export interface ShutdownHost {
  * @internal
  */
 export class ProxyCore implements ProxyState {
-  readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
-  readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+  /** The fleet: one pool today, serving any model, built from the options' workers and connector. */
+  readonly pools: PoolSet;
   readonly options: ResolvedProxyOptions;
-  readonly connector: Connector;
   readonly workerHeaders: Record<string, string>;
   /** What every call to a worker goes through: the options' dispatcher, or the proxy's own pool. */
   readonly dispatcher: Dispatcher;
@@ -75,7 +75,6 @@ export class ProxyCore implements ProxyState {
   /** Where the tenants' per-minute limits are counted: here, or in Redis (`--redis-url`) for every replica. */
   readonly limits: TenantLimits;
   readonly logger: Logger;
-  readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   closing = false;
   draining = false;
   readonly membership: Membership;
@@ -106,7 +105,6 @@ export class ProxyCore implements ProxyState {
     const options = { ...resolved, dispatcher: this.dispatcher };
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
-    this.connector = engineOf(options.connector).connector;
     const { dispatcher } = this;
     const { workerApiKey, routing } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
@@ -120,10 +118,24 @@ export class ProxyCore implements ProxyState {
     });
     this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher);
     const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);
-    this.prefillWorkers = new WorkerPool(options.prefill, { selection: poolSelection('prefill', options, services) });
+    const prefill = new WorkerPool(options.prefill, { selection: poolSelection('prefill', options, services) });
     const decodeSelection = poolSelection<ProxyDecodeWorker>('decode', options, services);
-    this.decodeWorkers = new WorkerPool(options.decode, { selection: decodeSelection });
-    this.skipPrefill = conditionalAggregation(routing, this.decodeWorkers, decodeSelection);
+    const decode = new WorkerPool(options.decode, { selection: decodeSelection });
+    // One pool that serves any model: the fleet of before, as the set's only entry.
+    const pool: ModelPool = {
+      model: undefined,
+      engine: options.connector,
+      connector: engineOf(options.connector).connector,
+      prefill,
+      decode,
+      scheduler: new Scheduler({
+        prefillWorkers: prefill,
+        decodeWorkers: decode,
+        noPrefillWorker: options.requireDisaggregation ? 'fail' : 'aggregate',
+      }),
+      skipPrefill: conditionalAggregation(routing, decode, decodeSelection),
+    };
+    this.pools = new PoolSet([pool]);
     this.tenants = new TenantDirectory({
       file: options.tenantsFile,
       header: options.tenantHeader,
@@ -148,7 +160,7 @@ export class ProxyCore implements ProxyState {
     });
     const admission = this.admission;
     this.metrics = new ProxyMetrics(
-      { prefill: this.prefillWorkers, decode: this.decodeWorkers },
+      this.pools,
       {
         get active() {
           return admission.active;
@@ -173,30 +185,39 @@ export class ProxyCore implements ProxyState {
       dispatcher,
       logger: this.logger,
     });
-    this.health = new HealthChecker(
-      [
-        { role: 'prefill', pool: this.prefillWorkers },
-        { role: 'decode', pool: this.decodeWorkers },
-      ],
-      {
-        logger: this.logger,
-        intervalMs: options.healthIntervalMs,
-        timeoutMs: options.healthTimeoutMs,
-        headers: this.workerHeaders,
-        dispatcher,
-        afterRound: () => this.models.refresh(this.decodeWorkers.available),
-        breaker: options.breaker,
-        probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
-      },
-    );
+    this.health = new HealthChecker(this.pools.sides(), {
+      logger: this.logger,
+      intervalMs: options.healthIntervalMs,
+      timeoutMs: options.healthTimeoutMs,
+      headers: this.workerHeaders,
+      dispatcher,
+      afterRound: () => this.models.refresh(this.pools.available('decode')),
+      breaker: options.breaker,
+      probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
+    });
     this.membership = new Membership(
-      { prefill: this.prefillWorkers, decode: this.decodeWorkers },
+      this.pools,
       this.health,
       this.logger,
       // A worker that joined is followed, one that left dropped: the follower sees the pools change.
       (role, change, source) => this.metrics.membershipChanged(role, change, source),
     );
     this.#discover(options);
+  }
+
+  /** The prefill side of the one pool (`proxy.prefillWorkers`, the public API's). */
+  get prefillWorkers(): WorkerPool<ProxyPrefillWorker> {
+    return this.#onlyPool.prefill;
+  }
+
+  /** The decode side of the one pool (`proxy.decodeWorkers`, the public API's). */
+  get decodeWorkers(): WorkerPool<ProxyDecodeWorker> {
+    return this.#onlyPool.decode;
+  }
+
+  /** The pool the options built: the public API's two pools are its sides until it has several. */
+  get #onlyPool(): ModelPool {
+    return this.pools.all()[0] as ModelPool;
   }
 
   /** The metrics port: `GET`/`HEAD /metrics` and nothing else (a 404 for any other path). */
@@ -312,8 +333,8 @@ export class ProxyCore implements ProxyState {
       // Discovered workers are probed as they are added; then every worker once more.
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
-      await this.kv.start([this.prefillWorkers, this.decodeWorkers]);
-      await this.#engineLoad?.start([this.prefillWorkers, this.decodeWorkers]);
+      await this.kv.start(this.pools.workerPools());
+      await this.#engineLoad?.start(this.pools.workerPools());
       const { dir, threads } = this.options.tokenizer;
       if (dir !== undefined) this.#tokenizer = await TokenizerPool.start({ dir, threads });
       this.health.start();

@@ -1,8 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { Endpoint } from '../endpoints/endpoint.js';
-import type { Connector } from '../flow/connectors.js';
 import type { Engine } from '../flow/disaggregate.js';
-import type { WorkerPool } from '../routing/worker-pool.js';
 import type { Logger } from '../runtime/logger.js';
 import type { MinuteWindows, TenantLimits } from '../tenancy/rate-window.js';
 import type { TenantDirectory } from '../tenancy/tenants.js';
@@ -12,9 +10,9 @@ import type { InFlightRequests } from './in-flight.js';
 import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { Route } from './openai-format.js';
+import type { PoolSet } from './pool-set.js';
 import type { ModelLimits } from './request-schemas.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
-import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import type { Tracing } from './tracing.js';
 
 /**
@@ -25,7 +23,6 @@ import type { Tracing } from './tracing.js';
  */
 export interface ProxyState {
   readonly options: ResolvedProxyOptions;
-  readonly connector: Connector;
   /**
    * The engine that calls the workers' own `route` for one request: with the worker key, or
    * else the client's `Authorization` passed on, and `perCall`'s headers (trace context).
@@ -45,8 +42,11 @@ export interface ProxyState {
   readonly dispatcher: Dispatcher;
   /** The headers of the proxy's own calls to workers (probes, `/v1/models`). */
   readonly workerHeaders: Record<string, string>;
-  readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
-  readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+  /**
+   * The fleet: each model's pool (its engine, prefill and decode workers, scheduler). A request
+   * takes its pool by its body's `model` once (`RequestContext.pool`).
+   */
+  readonly pools: PoolSet;
   /** Who is in the pools, under which names; every change at run time goes through it. */
   readonly membership: Membership;
   readonly health: HealthChecker;
@@ -65,8 +65,6 @@ export interface ProxyState {
   /** The metrics' label of a tenant (bounded: `other` for names the file does not list). */
   tenantLabel(tenant: string): string;
   readonly logger: Logger;
-  /** Conditional disaggregation (`--aggregate-below-chars`, `--aggregate-cached-ratio`): why to serve a request on decode alone. */
-  readonly skipPrefill: ((request: Record<string, unknown>) => string | undefined) | undefined;
   /**
    * The prompt's token ids by the router's tokenizer (`--tokenizer`); undefined without one,
    * for an endpoint with nothing to tokenize, and when tokenizing fails (logged: the request

@@ -6,6 +6,7 @@ import type { CompletionUsage } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import type { Controller } from '../runtime/controller.js';
 import type { InFlightRequest } from './in-flight.js';
+import type { ModelPool } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestEvents } from './request-events.js';
 import type { RequestTrace } from './tracing.js';
@@ -47,6 +48,7 @@ export class RequestContext {
   /** Its trace, when tracing records or the client sent a `traceparent`. */
   trace: RequestTrace | undefined;
   #input: RoutingInput | undefined;
+  #pool: { of: ModelPool | undefined } | undefined;
   #tokenIds: Promise<readonly number[] | undefined> | undefined;
 
   constructor(
@@ -59,6 +61,16 @@ export class RequestContext {
     this.bodyText = bodyText;
     this.clientRequestId = headerValue(req.headers['x-request-id']);
     res.setHeader('x-request-id', this.clientRequestId ?? this.requestId);
+  }
+
+  /**
+   * The pool that serves the body's `model` (its engine, workers and scheduler), chosen once;
+   * undefined when no pool serves it (the body stage answers a 404 `model_not_found` then, so
+   * a handler past it always has one).
+   */
+  get pool(): ModelPool | undefined {
+    this.#pool ??= { of: this.proxy.pools.poolFor(this.body.model) };
+    return this.#pool.of;
   }
 
   /** The request as routing policies see it (its text, session key and token ids): built once. */

@@ -70,6 +70,8 @@ export const bodyStage: RequestStage = {
     try {
       request.body = await readRequestBody(req, proxy.options.maxBodyBytes, request.bodyText);
       validateRequest(endpoint, request.body, proxy.models);
+      // The pool of the body's model, before any worker: a model no pool serves is a 404.
+      if (request.pool === undefined) return { refused: modelNotFound(request.body.model) };
       return undefined;
     } catch (error) {
       if (RequestError.is(error) && error.status === 413) res.setHeader('connection', 'close');
@@ -88,6 +90,26 @@ export const bodyStage: RequestStage = {
     }
   },
 };
+
+/**
+ * The 404 of a model no pool serves, in OpenAI's shape (its `model_not_found`). Only possible
+ * once every pool names its model: a pool that serves any model answers the rest.
+ *
+ * @internal
+ */
+export function modelNotFound(model: unknown): ErrorAnswer {
+  return {
+    status: 404,
+    body: {
+      error: {
+        message: typeof model === 'string' ? `The model '${model}' does not exist` : 'The request names no model',
+        type: 'invalid_request_error',
+        param: 'model',
+        code: 'model_not_found',
+      },
+    },
+  };
+}
 
 const LIMIT_WORDS = { requestsPerMinute: 'requests', tokensPerMinute: 'tokens' } as const;
 

@@ -15,7 +15,7 @@ import { errorAnswer } from './error-answers.js';
 import { servePassthrough } from './passthrough.js';
 import type { ProxyState } from './proxy-state.js';
 import { RequestContext } from './request-context.js';
-import { API_STAGES, runStages } from './request-stages.js';
+import { API_STAGES, modelNotFound, runStages } from './request-stages.js';
 import type { RouteEntry } from './route-entry.js';
 
 const READ = ['GET', 'HEAD'] as const;
@@ -190,27 +190,51 @@ export function routeLabel(req: IncomingMessage, path = pathOf(req)): string {
 }
 
 /**
- * Whether requests can be served now: a decode worker in rotation (without a prefill worker
- * they are served by decode alone) and not draining for shutdown. The body says why not.
+ * Whether requests can be served now: some pool with a decode worker in rotation (without a
+ * prefill worker they are served by decode alone) and not draining for shutdown. The body says
+ * why not; the worker counts are summed over the pools, and with several pools each pool's
+ * readiness is listed too (one pool: the body of before).
  */
 function ready(proxy: ProxyState, res: ServerResponse): void {
-  const prefill = proxy.prefillWorkers.available.length;
-  const decode = proxy.decodeWorkers.available.length;
   const required = proxy.options.requireDisaggregation;
-  const isReady = decode > 0 && !proxy.draining && (prefill > 0 || !required);
+  const pools = proxy.pools.all().map((pool) => {
+    const prefill = pool.prefill.available.length;
+    const decode = pool.decode.available.length;
+    const reason =
+      decode === 0
+        ? 'no decode worker in rotation'
+        : prefill === 0 && required
+          ? 'no prefill worker in rotation (--require-disaggregation)'
+          : undefined;
+    return { model: pool.model ?? null, ready: reason === undefined, reason, prefill, decode };
+  });
+  const prefill = pools.reduce((sum, pool) => sum + pool.prefill, 0);
+  const decode = pools.reduce((sum, pool) => sum + pool.decode, 0);
+  const isReady = !proxy.draining && pools.some((pool) => pool.ready);
   const reason = proxy.draining
     ? 'shutting down'
-    : decode === 0
-      ? 'no decode worker in rotation'
-      : prefill === 0 && required
-        ? 'no prefill worker in rotation (--require-disaggregation)'
-        : undefined;
+    : isReady
+      ? undefined
+      : pools.length === 1
+        ? pools[0]?.reason
+        : `no pool can serve a request (${pools.map((pool) => `${pool.model ?? 'any model'}: ${pool.reason}`).join('; ')})`;
   answerJson(res, isReady ? 200 : 503, {
     ready: isReady,
     ...(reason === undefined ? {} : { reason }),
     prefill_workers: prefill,
     decode_workers: decode,
     ...(prefill === 0 && decode > 0 && !required ? { mode: 'aggregated (no prefill worker in rotation)' } : {}),
+    ...(pools.length === 1
+      ? {}
+      : {
+          pools: pools.map((pool) => ({
+            model: pool.model,
+            ready: pool.ready,
+            ...(pool.reason === undefined ? {} : { reason: pool.reason }),
+            prefill_workers: pool.prefill,
+            decode_workers: pool.decode,
+          })),
+        }),
   });
 }
 
@@ -226,11 +250,22 @@ export async function answerMetrics(proxy: ProxyState, res: ServerResponse): Pro
   res.end(text);
 }
 
-/** The model list (or one model, `GET /v1/models/{id}`) of a decode worker in rotation, passed through as it answered. */
+/**
+ * The model list (or one model, `GET /v1/models/{id}`) of a decode worker in rotation, passed
+ * through as it answered: one model is asked of the pool that serves it; the list of the first
+ * pool with a decode worker in rotation (the one pool today; merging several pools' lists is
+ * the multi-model issue's).
+ */
 async function models(proxy: ProxyState, res: ServerResponse, id?: string): Promise<void> {
-  const worker = proxy.decodeWorkers.available[0];
+  const pools = id === undefined ? proxy.pools.all() : [proxy.pools.poolFor(id)].filter((pool) => pool !== undefined);
+  if (pools.length === 0) {
+    const answer = modelNotFound(id);
+    return answerJson(res, answer.status, answer.body);
+  }
+  const worker = pools.find((pool) => pool.decode.available.length > 0)?.decode.available[0];
   if (worker === undefined) {
-    const answer = errorAnswer(new NoWorkerError(proxy.decodeWorkers.workers.length));
+    const known = pools.reduce((sum, pool) => sum + pool.decode.workers.length, 0);
+    const answer = errorAnswer(new NoWorkerError(known));
     return answerJson(res, answer.status, answer.body);
   }
   try {
@@ -249,14 +284,8 @@ async function models(proxy: ProxyState, res: ServerResponse, id?: string): Prom
       (model) => model?.id === id,
     );
     if (found !== undefined) return answerJson(res, 200, found);
-    answerJson(res, 404, {
-      error: {
-        message: `The model '${id}' does not exist`,
-        type: 'invalid_request_error',
-        code: 'model_not_found',
-        param: 'model',
-      },
-    });
+    const notFound = modelNotFound(id);
+    answerJson(res, notFound.status, notFound.body);
   } catch (error) {
     const answer = errorAnswer(UpstreamError.fromFailure(worker.url, error), 'decode', (text) => proxy.redact(text));
     answerJson(res, answer.status, answer.body);

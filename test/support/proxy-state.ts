@@ -1,10 +1,13 @@
 import { vi } from 'vitest';
+import { vllmNixl } from '../../src/engines/registry.js';
 import type { FlowEvent } from '../../src/flow/events.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
+import { Scheduler } from '../../src/routing/scheduler.js';
 import { HealthChecker } from '../../src/server/health.js';
 import { Membership } from '../../src/server/membership.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../../src/server/options.js';
+import { PoolSet } from '../../src/server/pool-set.js';
 import type { ProxyState } from '../../src/server/proxy-state.js';
 import { recordingLogger } from './async.js';
 
@@ -30,10 +33,21 @@ export function proxyState(
       HealthChecker.prototype.observe.call(this as unknown as HealthChecker, event);
     },
   };
-  const membership = new Membership({ prefill, decode }, health as unknown as HealthChecker, logger);
+  const scheduler = new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode });
+  const pools = new PoolSet([
+    { model: undefined, engine: 'vllm', connector: vllmNixl, prefill, decode, scheduler, skipPrefill: undefined },
+  ]);
+  const membership = new Membership(pools, health as unknown as HealthChecker, logger);
   const nameOf = (worker: { url: string }) => membership.nameOf(worker);
-  const metrics = new ProxyMetrics({ prefill, decode }, undefined, undefined, nameOf);
-  const proxy = { options: { onEvent: options.onEvent }, metrics, health, logger, nameOf } as unknown as ProxyState;
+  const metrics = new ProxyMetrics(pools, undefined, undefined, nameOf);
+  const proxy = {
+    options: { onEvent: options.onEvent },
+    pools,
+    metrics,
+    health,
+    logger,
+    nameOf,
+  } as unknown as ProxyState;
   /** Each series of the counter `name` as `label=value,...` => count. */
   const counts = async (name: string): Promise<Record<string, number>> => {
     const metric = (await metrics.registry.getMetricsAsJSON()).find((each) => each.name === name);
