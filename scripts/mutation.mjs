@@ -67,7 +67,14 @@ const FOLDERS = {
       { name: 'health', files: ['health.ts', 'admission.ts', 'in-flight.ts', 'bearer-auth.ts'], tests: 'server' },
       {
         name: 'membership',
-        files: ['membership.ts', 'admin-routes.ts', 'routing-policies.ts', 'kv-following.ts', 'engine-load.ts'],
+        files: [
+          'membership.ts',
+          'pool-set.ts',
+          'admin-routes.ts',
+          'routing-policies.ts',
+          'kv-following.ts',
+          'engine-load.ts',
+        ],
         tests: 'server',
       },
       {
