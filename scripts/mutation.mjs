@@ -61,10 +61,17 @@ const FOLDERS = {
           'request-context.ts',
           'request-stages.ts',
           'passthrough.ts',
+          'answer-request.ts',
+          'custom-parts.ts',
+          'config-error.ts',
         ],
         tests: 'server',
       },
-      { name: 'health', files: ['health.ts', 'admission.ts', 'in-flight.ts', 'bearer-auth.ts'], tests: 'server' },
+      {
+        name: 'health',
+        files: ['health.ts', 'watch-health.ts', 'admission.ts', 'in-flight.ts', 'bearer-auth.ts'],
+        tests: 'server',
+      },
       {
         name: 'membership',
         files: [
