@@ -98,6 +98,11 @@ export interface Endpoint {
 
 /** The number at a dotted field of `body` (`sampling_params.max_new_tokens`), if it is one. @internal */
 export function numberAt(body: Body, field: string): number | undefined {
+  // Per request: a plain field without splitting its name.
+  if (!field.includes('.')) {
+    const value = body[field];
+    return typeof value === 'number' ? value : undefined;
+  }
   let value: unknown = body;
   for (const key of field.split('.')) {
     if (typeof value !== 'object' || value === null) return undefined;
