@@ -22,6 +22,7 @@ export {
   budgetOf,
   ENDPOINTS,
   type Endpoint,
+  type EndpointBody,
   type EndpointName,
   endpointNamed,
   endpointOf,

@@ -5,8 +5,8 @@
 
 import type * as z from 'zod/mini';
 
-/** A request body as the client sent it. */
-export type Body = Readonly<Record<string, unknown>>;
+/** A request body as the client sent it (JSON). */
+export type EndpointBody = Readonly<Record<string, unknown>>;
 
 /**
  * How the router serves an endpoint:
@@ -55,12 +55,12 @@ export interface Endpoint {
    */
   readonly schema: z.ZodMiniType;
   /** What the body lacks to be a request of this endpoint (chat's `messages`, say); undefined when it fits. */
-  misfit(body: Body): Misfit | undefined;
+  misfit(body: EndpointBody): Misfit | undefined;
   /**
    * What the engines refuse in combination, once the schema passed (chat's `top_logprobs`
    * without `logprobs`); undefined when there is nothing of the kind.
    */
-  combination?(body: Body): Misfit | undefined;
+  combination?(body: EndpointBody): Misfit | undefined;
   /**
    * The fields that cap its output, in the order the engines read them (chat's
    * `max_completion_tokens` before `max_tokens`, as vLLM does); a dotted name is nested
@@ -73,17 +73,17 @@ export interface Endpoint {
    */
   readonly oneToken: Readonly<Record<string, unknown>>;
   /** The prompt's token ids when the body gives them (a token-id prompt; a batch's first). */
-  promptIds(body: Body): readonly number[] | undefined;
+  promptIds(body: EndpointBody): readonly number[] | undefined;
   /**
    * The prompt's length in tokens where the body alone says it (one prompt of token ids; a
    * batch's prompts are each checked by the engine), for the context check before any worker.
    */
-  promptLength(body: Body): number | undefined;
+  promptLength(body: EndpointBody): number | undefined;
   /**
    * The text the prompt starts with, in the order an engine's template puts it, at most
    * `maxChars` characters (never half a surrogate pair): what routing compares between requests.
    */
-  routingText(body: Body, maxChars: number): string;
+  routingText(body: EndpointBody, maxChars: number): string;
   /**
    * What the router's tokenizer renders of the body: `chat` (the messages through the model's
    * chat template), `prompt` (the first prompt's text), or undefined (nothing to tokenize).
@@ -97,7 +97,7 @@ export interface Endpoint {
 }
 
 /** The number at a dotted field of `body` (`sampling_params.max_new_tokens`), if it is one. @internal */
-export function numberAt(body: Body, field: string): number | undefined {
+export function numberAt(body: EndpointBody, field: string): number | undefined {
   // Per request: a plain field without splitting its name.
   if (!field.includes('.')) {
     const value = body[field];
@@ -119,7 +119,7 @@ export function numberAt(body: Body, field: string): number | undefined {
  * budgetOf(endpointNamed('generate'), { text: 'Hi', sampling_params: { max_new_tokens: 8 } });
  * // { field: 'sampling_params.max_new_tokens', tokens: 8 }
  */
-export function budgetOf(endpoint: Endpoint, body: Body): { field: string; tokens: number } | undefined {
+export function budgetOf(endpoint: Endpoint, body: EndpointBody): { field: string; tokens: number } | undefined {
   for (const field of endpoint.budgetFields) {
     const tokens = numberAt(body, field);
     if (tokens !== undefined) return { field, tokens };

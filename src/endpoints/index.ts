@@ -1,5 +1,5 @@
 // The endpoints' public face: what a router author needs to name, check and route an API.
-export { type AnswerShape, budgetOf, type Endpoint, type Misfit, type Serving } from './endpoint.js';
+export { type AnswerShape, budgetOf, type Endpoint, type EndpointBody, type Misfit, type Serving } from './endpoint.js';
 export {
   ENDPOINTS,
   type EndpointName,

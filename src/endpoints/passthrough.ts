@@ -1,5 +1,5 @@
 import * as z from 'zod/mini';
-import { type Body, defineEndpoint, type Misfit } from './endpoint.js';
+import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
 import { clip, idsAt, messagesText, promptText } from './prompt-text.js';
 import { has } from './schema-parts.js';
 
@@ -15,7 +15,7 @@ const passthroughSchema = z.looseObject({
 
 const needs =
   (api: string, ...fields: readonly string[]) =>
-  (body: Body): Misfit | undefined => {
+  (body: EndpointBody): Misfit | undefined => {
     const missing = fields.find((field) => !has(body, field));
     return missing === undefined ? undefined : { param: missing, message: `${api} needs ${fields.join(' and ')}` };
   };

@@ -2,7 +2,7 @@
 // token ids a body gives. Separators are control characters no client text is made of, so two
 // conversations share a prefix only where their messages do.
 
-import type { Body } from './endpoint.js';
+import type { EndpointBody } from './endpoint.js';
 
 /** The first `max` characters of `text`, one fewer if that would split a surrogate pair. */
 export function clip(text: string, max: number): string {
@@ -57,7 +57,7 @@ export function messagesText(messages: readonly unknown[], maxChars: number): st
 }
 
 /** The token ids of the first of `fields` that holds a list of ids (a batch's first list). */
-export function idsAt(body: Body, ...fields: readonly string[]): readonly number[] | undefined {
+export function idsAt(body: EndpointBody, ...fields: readonly string[]): readonly number[] | undefined {
   for (const field of fields) {
     const value = body[field];
     if (!Array.isArray(value) || value.length === 0) continue;

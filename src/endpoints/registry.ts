@@ -1,6 +1,6 @@
 import { chat } from './chat.js';
 import { completions } from './completions.js';
-import type { Body, Endpoint } from './endpoint.js';
+import type { Endpoint, EndpointBody } from './endpoint.js';
 import { generate } from './generate.js';
 import { embeddings, rerank, score } from './passthrough.js';
 
@@ -58,7 +58,7 @@ export function isEndpointName(name: unknown): name is EndpointName {
  * @example
  * endpointOf({ messages: [{ role: 'user', content: 'Hi' }] }).name; // 'chat'
  */
-export function endpointOf(body: Body): Endpoint {
+export function endpointOf(body: EndpointBody): Endpoint {
   if (Array.isArray(body.messages)) return chat;
   const given = (value: unknown) => value !== undefined && value !== null;
   if (body.prompt === undefined && (given(body.text) || given(body.input_ids) || given(body.input_embeds))) {

@@ -3,7 +3,7 @@
 // there without its fake format does not compile. A new endpoint is one module in `formats/`
 // and one entry here; the route a request came in on says which format answers it.
 import { randomUUID } from 'node:crypto';
-import type { Body, Endpoint } from '../../endpoints/endpoint.js';
+import type { Endpoint, EndpointBody } from '../../endpoints/endpoint.js';
 import { ENDPOINTS } from '../../endpoints/registry.js';
 import { type Engine, type FakeAnswer, planAnswer, promptTokens, usageOf } from './fake-plan.js';
 import { chatFormat } from './formats/chat.js';
@@ -21,7 +21,7 @@ export type { PoolingAnswer } from './formats/pooling.js';
  */
 export type FakeFormat =
   | { readonly serving: 'disaggregated'; readonly format: FormatOf }
-  | { readonly serving: 'passthrough'; answer(body: Body, model: string): PoolingAnswer };
+  | { readonly serving: 'passthrough'; answer(body: EndpointBody, model: string): PoolingAnswer };
 
 type Registered = (typeof ENDPOINTS)[number];
 
@@ -64,7 +64,7 @@ export function answerShapeAt(path: string): Endpoint['answer'] {
 }
 
 /** The answer of the passthrough (pooling) endpoint at `path`, or undefined when `path` is none. */
-export function poolingAnswer(path: string, body: Body, model: string): PoolingAnswer | undefined {
+export function poolingAnswer(path: string, body: EndpointBody, model: string): PoolingAnswer | undefined {
   const found = fakeFormatAt(path);
   return found?.serving === 'passthrough' ? found.answer(body, model) : undefined;
 }
