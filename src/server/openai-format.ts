@@ -130,9 +130,9 @@ export class OpenAIWriter {
         : FinishReason.toOpenAI(data.finish_reason);
     if (text === '' && reason === null) return undefined;
     const index = typeof data.index === 'number' ? data.index : 0;
-    // Chat's first chunk carries the role.
-    const role = this.#shape === 'chat' && !this.#roleSent ? 'assistant' : undefined;
-    if (role !== undefined) this.#roleSent = true;
+    // Chat's first chunk carries the role (completions' choices have none).
+    const role = this.#roleSent ? undefined : 'assistant';
+    this.#roleSent = true;
     const choice = streamedChoice(this.#shape, index, text, reason, { role });
     return JSON.stringify({
       id: this.#id,

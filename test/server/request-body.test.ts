@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { RequestError } from '../../src/http/node-server.js';
-import { readRequestBody } from '../../src/server/request-body.js';
+import { bodyReadAlready, readFetchBody, readRequestBody } from '../../src/server/request-body.js';
 
 // A body a host has already read (fastify, a web handler) is given as text: the request
 // stream is not touched, so an empty object stands in for it.
@@ -22,5 +22,46 @@ describe('readRequestBody: a body given as text', () => {
       status: 400,
       message: 'The request body must be a JSON object',
     });
+  });
+});
+
+describe('readFetchBody: a WHATWG request, read within the limit', () => {
+  const post = (body: BodyInit | null, headers: Record<string, string> = {}) =>
+    new Request('http://router/v1/completions', { method: 'POST', body, headers, duplex: 'half' } as RequestInit);
+
+  it('may fill the limit exactly; one byte more is a 413 naming it, whether declared or streamed', async () => {
+    const text = JSON.stringify({ prompt: 'é' }); // 16 bytes, 15 characters
+    const bytes = Buffer.byteLength(text);
+    expect(await readFetchBody(post(text), bytes)).toEqual({ prompt: 'é' });
+    const declared = await readFetchBody(post(text), bytes - 1).catch((error: unknown) => error);
+    expect(declared).toMatchObject({ status: 413, message: `The request body is larger than ${bytes - 1} bytes` });
+    // No length declared: counted as it streams.
+    const streamed = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode(text.slice(0, 8)));
+        controller.enqueue(new TextEncoder().encode(text.slice(8)));
+        controller.close();
+      },
+    });
+    const over = await readFetchBody(post(streamed), bytes - 1).catch((error: unknown) => error);
+    expect(RequestError.is(over) && over.status).toBe(413);
+    expect((over as Error).message).toBe(`The request body is larger than ${bytes - 1} bytes`);
+  });
+
+  it('a request without a body is the 400 of an empty one, not a crash', async () => {
+    const error = await readFetchBody(post(null), 100).catch((caught: unknown) => caught);
+    expect(error).toMatchObject({ status: 400 });
+  });
+});
+
+describe('bodyReadAlready: what a body parser left in req.body', () => {
+  const req = (body: unknown, ended: boolean) => ({ body, readableEnded: ended }) as unknown as IncomingMessage;
+
+  it('text, a Buffer or parsed JSON once the stream is over; nothing while it is still to be read', () => {
+    expect(bodyReadAlready(req('{"a":1}', true))).toBe('{"a":1}');
+    expect(bodyReadAlready(req(Buffer.from('{"b":2}'), true))).toBe('{"b":2}');
+    expect(bodyReadAlready(req({ c: 3 }, true))).toBe('{"c":3}');
+    expect(bodyReadAlready(req('{"a":1}', false))).toBeUndefined();
+    expect(bodyReadAlready(req(undefined, true))).toBeUndefined();
   });
 });
