@@ -26,8 +26,10 @@ describe('readRequestBody: a body given as text', () => {
 });
 
 describe('readFetchBody: a WHATWG request, read within the limit', () => {
-  const post = (body: BodyInit | null, headers: Record<string, string> = {}) =>
-    new Request('http://router/v1/completions', { method: 'POST', body, headers, duplex: 'half' } as RequestInit);
+  const post = (
+    body: NonNullable<ConstructorParameters<typeof Request>[1]>['body'],
+    headers: Record<string, string> = {},
+  ) => new Request('http://router/v1/completions', { method: 'POST', body, headers, duplex: 'half' } as RequestInit);
 
   it('may fill the limit exactly; one byte more is a 413 naming it, whether declared or streamed', async () => {
     const text = JSON.stringify({ prompt: 'é' }); // 16 bytes, 15 characters
