@@ -51,8 +51,24 @@ describe('readFetchBody: a WHATWG request, read within the limit', () => {
   });
 
   it('a request without a body is the 400 of an empty one, not a crash', async () => {
-    const error = await readFetchBody(post(null), 100).catch((caught: unknown) => caught);
-    expect(error).toMatchObject({ status: 400 });
+    const none = await readFetchBody(post(null), 100).catch((caught: unknown) => caught);
+    const empty = await readFetchBody(post(''), 100).catch((caught: unknown) => caught);
+    expect(none).toMatchObject({ status: 400, message: (empty as Error).message });
+  });
+
+  it('a declared length past the limit is refused before a byte is read; one at the limit is read', async () => {
+    const text = '{"prompt":"x"}';
+    const untouched = () =>
+      new ReadableStream<Uint8Array>({
+        pull() {
+          throw new Error('read although the declared length was past the limit');
+        },
+      });
+    const refused = await readFetchBody(post(untouched(), { 'content-length': '15' }), 14).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ status: 413, message: 'The request body is larger than 14 bytes' });
+    expect(await readFetchBody(post(text, { 'content-length': String(text.length) }), text.length)).toEqual({
+      prompt: 'x',
+    });
   });
 });
 
