@@ -248,19 +248,10 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     // Refused as the body is read (field checks), before the engine's request handler.
     const invalid = requiredField(path, body) ?? this.#engine.refuse?.(path, body) ?? refuseBudget(path, body);
     if (invalid !== undefined) return this.answerError(res, 400, invalid);
-    const record: FakeRequest = {
-      path,
-      headers: req.headers,
-      body,
-      requestId: headerValue(req.headers['x-request-id']),
-      aborted: false,
-      completed: false,
-    };
-    this.requests.push(record);
+    const record = this.#record(req, res, path, body);
     this.#running++;
     res.on('close', () => {
       this.#running--;
-      if (!record.completed) record.aborted = true;
     });
     const fault = faultFor(this.#fault, record);
     const prefill = this.role === 'prefill' && this.#engine.isPrefillCall(body);
@@ -280,11 +271,8 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     return answerDecode(this, this.#engine, res, record, fault);
   }
 
-  /**
-   * A pooling call (embeddings, a rerank, a score): recorded, its front faults applied (a
-   * status, a hang), then answered whole as vLLM answers it.
-   */
-  #pool(req: IncomingMessage, res: ServerResponse, path: string, body: Record<string, unknown>): void {
+  /** A call as the tests read it: recorded, and marked aborted if its client leaves before the end. */
+  #record(req: IncomingMessage, res: ServerResponse, path: string, body: Record<string, unknown>): FakeRequest {
     const record: FakeRequest = {
       path,
       headers: req.headers,
@@ -297,6 +285,15 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     res.on('close', () => {
       if (!record.completed) record.aborted = true;
     });
+    return record;
+  }
+
+  /**
+   * A pooling call (embeddings, a rerank, a score): recorded, its front faults applied (a
+   * status, a hang), then answered whole as vLLM answers it.
+   */
+  #pool(req: IncomingMessage, res: ServerResponse, path: string, body: Record<string, unknown>): void {
+    const record = this.#record(req, res, path, body);
     const fault = faultFor(this.#fault, record);
     if (fault?.type === 'status') {
       this.answerError(res, fault.status, fault.message ?? `injected ${fault.status}`);
