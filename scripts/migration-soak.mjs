@@ -46,7 +46,7 @@ async function run(protocol, migration) {
   ];
   // The unbroken stream of a request: the same request, aggregated, on a worker that never breaks.
   const reference = await worker('decode');
-  const { url, stop } = await serveBin({
+  const { url, stop, warnings } = await serveBin({
     connector: protocol,
     prefill: prefill.map((w) => ({ url: w.url, ...(protocol === 'sglang' ? { bootstrapPort: w.bootstrapPort } : {}) })),
     decode: decode.map((w) => ({ url: w.url })),
@@ -111,6 +111,17 @@ async function run(protocol, migration) {
   };
   console.log(JSON.stringify(report));
   for (const line of mismatches.slice(0, 5)) console.log(`  mismatch: ${line}`);
+  // A break not migrated, or a continuation that could not start: what the proxy said, and why.
+  if (migration) {
+    for (const entry of warnings()
+      .filter((each) => /not migrated|could not start/.test(each.msg))
+      .slice(0, 5)) {
+      const { msg, why, reason, err, cause } = entry;
+      console.log(
+        `  proxy: ${msg} (${reason}${why ? `; ${why}` : ''}): ${err?.message ?? ''}${cause ? ` / ${cause.message ?? JSON.stringify(cause)}` : ''}`,
+      );
+    }
+  }
   return report;
 }
 

@@ -76,6 +76,7 @@ const FOLDERS = {
         name: 'membership',
         files: [
           'membership.ts',
+          'worker-records.ts',
           'pool-set.ts',
           'admin-routes.ts',
           'routing-policies.ts',

@@ -1,5 +1,6 @@
 // The disagg bin in a process of its own, for the soak runs: started from a config file,
-// its URL read from its first log line, stopped with SIGTERM.
+// its URL read from its first log line, its warnings and errors kept for the report, stopped
+// with SIGTERM.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -7,7 +8,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 
-/** Starts `disagg serve --config <config>` (the built dist/cli.js); resolves with its URL and a stop. */
+/**
+ * Starts `disagg serve --config <config>` (the built dist/cli.js); resolves with its URL, a
+ * stop, and `warnings()`: the proxy's log lines at warn and above so far (parsed), which a soak
+ * prints when a rule was broken, so that a rare failure says why without a rerun.
+ */
 export async function serveBin(config) {
   const file = join(mkdtempSync(join(tmpdir(), 'disagg-soak-')), 'disagg.json');
   writeFileSync(file, JSON.stringify({ host: '127.0.0.1', port: 0, drainDelayMs: 0, gracePeriodMs: 0, ...config }));
@@ -24,11 +29,22 @@ export async function serveBin(config) {
     });
     child.on('exit', (code) => reject(new Error(`disagg serve exited (${code}): ${out}`)));
   });
-  child.stdout.resume();
+  const warnings = [];
+  let rest = '';
+  child.stdout.on('data', (chunk) => {
+    const lines = (rest + chunk).split('\n');
+    rest = lines.pop() ?? '';
+    for (const line of lines) {
+      if (!line.startsWith('{')) continue;
+      const entry = JSON.parse(line);
+      if (entry.level >= 40) warnings.push(entry);
+    }
+  });
   // If this script dies, the proxy goes with it.
   process.once('exit', () => child.kill());
   return {
     url,
+    warnings: () => warnings,
     stop: () =>
       new Promise((resolve) => {
         child.on('exit', resolve);

@@ -5,6 +5,7 @@ import { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from '../prot
 import type { Consumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { joinUrl } from '../util/url.js';
+import { WorkerRecords } from './worker-records.js';
 
 type Worker = { url: string };
 
@@ -24,8 +25,8 @@ export class EngineLoadScraper {
   readonly #headers: Record<string, string>;
   readonly #dispatcher: Dispatcher | undefined;
   readonly #now: () => number;
-  readonly #readings = new Map<Worker, { load: EngineLoad; at: number }>();
-  readonly #scraping = new Set<Worker>();
+  /** Its part of each worker's record (`load`, `scraping`): the fleet's book, or its own. */
+  readonly #records: WorkerRecords<Worker>;
   #timer: NodeJS.Timeout | undefined;
 
   constructor(options: {
@@ -36,7 +37,10 @@ export class EngineLoadScraper {
     headers?: Record<string, string>;
     dispatcher?: Dispatcher;
     now?: () => number;
+    /** The fleet's book of workers, shared with membership and health; one of its own by default. */
+    records?: WorkerRecords<Worker>;
   }) {
+    this.#records = options.records ?? new WorkerRecords();
     this.#metrics = options.metrics;
     this.#pools = options.pools;
     this.#intervalMs = options.intervalMs;
@@ -48,9 +52,9 @@ export class EngineLoadScraper {
 
   /** `worker`'s load, if read within `staleMs`. */
   loadOf(worker: Worker): EngineLoad | undefined {
-    const reading = this.#readings.get(worker);
-    if (reading === undefined || this.#now() - reading.at > this.#staleMs) return undefined;
-    return reading.load;
+    const load = this.#records.get(worker)?.load;
+    if (load === undefined || this.#now() - load.at > this.#staleMs) return undefined;
+    return load.reading;
   }
 
   /** Scrapes every worker of `pools` (those given at construction by default) once now, then every interval. */
@@ -69,14 +73,23 @@ export class EngineLoadScraper {
   /** One round: every worker of the pools not already being scraped. */
   async scrape(): Promise<void> {
     const workers = new Set(this.#pools.flatMap((pool) => pool.workers));
-    for (const worker of this.#readings.keys()) if (!workers.has(worker)) this.#readings.delete(worker);
+    // A worker that left takes its reading with it (and its record, when nothing else is kept
+    // there); one still being scraped is cleared by the next round.
+    for (const record of [...this.#records.values()]) {
+      if (workers.has(record.worker) || record.scraping) continue;
+      record.load = undefined;
+      this.#records.release(record.worker);
+    }
     await Promise.all(
-      [...workers].filter((worker) => !this.#scraping.has(worker)).map((worker) => this.#scrapeOne(worker)),
+      [...workers]
+        .filter((worker) => this.#records.get(worker)?.scraping !== true)
+        .map((worker) => this.#scrapeOne(this.#records.of(worker).worker)),
     );
   }
 
   async #scrapeOne(worker: Worker): Promise<void> {
-    this.#scraping.add(worker);
+    const record = this.#records.of(worker);
+    record.scraping = true;
     try {
       const answer = await request(joinUrl(worker.url, '/metrics'), {
         headers: this.#headers,
@@ -87,11 +100,11 @@ export class EngineLoadScraper {
       const text = await answer.body.text();
       if (answer.statusCode !== 200) return;
       const load = readEngineLoad(text, this.#metrics);
-      if (load !== undefined) this.#readings.set(worker, { load, at: this.#now() });
+      if (load !== undefined) record.load = { reading: load, at: this.#now() };
     } catch {
       // Unreachable now: its last reading ages into unknown; health checks say why.
     } finally {
-      this.#scraping.delete(worker);
+      record.scraping = false;
     }
   }
 }
@@ -107,6 +120,7 @@ export function engineLoadScraper(
   options: { connector: EngineName; routing: { engineLoadIntervalMs: number; engineLoadStaleMs: number } },
   headers: Record<string, string>,
   dispatcher: Dispatcher,
+  records?: WorkerRecords<Worker>,
 ): EngineLoadScraper | undefined {
   const metrics = engineOf(options.connector).loadMetrics;
   const { engineLoadIntervalMs, engineLoadStaleMs } = options.routing;
@@ -119,5 +133,6 @@ export function engineLoadScraper(
     staleMs: engineLoadStaleMs,
     headers,
     dispatcher,
+    ...(records === undefined ? {} : { records }),
   });
 }

@@ -7,6 +7,9 @@ import type { Logger } from '../runtime/logger.js';
 import { errorCode } from '../util/cause-chain.js';
 import { isUnder, joinUrl } from '../util/url.js';
 import { classifyFailure, FAILURE_RULES } from './failure-rules.js';
+import { type Circuit, type ProbeFailure, WorkerRecords } from './worker-records.js';
+
+export type { ProbeFailure } from './worker-records.js';
 
 type Named = { url: string };
 
@@ -48,25 +51,11 @@ export interface HealthOptions {
    * own to call `forget`: a router's own pools).
    */
   forgetLeavers?: boolean | undefined;
-}
-
-/**
- * What the checker knows of one worker: its run of probe results against its current state
- * (failures while in, successes while out), why its last probe failed (until one succeeds:
- * what the admin API shows), and its circuit breaker once a request failure made one.
- */
-interface HealthRecord {
-  streak: number;
-  lastFailure: ProbeFailure | undefined;
-  circuit: Circuit | undefined;
-}
-
-/** A worker's circuit: its consecutive request failures, or, once opened, its trial. */
-interface Circuit {
-  state: 'closed' | 'open' | 'half-open';
-  failures: number;
-  successes: number;
-  timer: NodeJS.Timeout | undefined;
+  /**
+   * Where it keeps what it learns of each worker (its probes and circuit): the fleet's book,
+   * shared with membership and the engine-load scraper; a book of its own by default.
+   */
+  records?: WorkerRecords<Named> | undefined;
 }
 
 /**
@@ -83,25 +72,18 @@ interface Circuit {
  *
  * @internal
  */
-/** Why a probe failed, as the log line and the admin API say it. */
-export interface ProbeFailure {
-  /** `GET /health answered 503`, or the error code (`ECONNREFUSED`, `TIMEOUT`). */
-  reason: string;
-  /** What an operator most likely got wrong, when the failure has a usual cause. */
-  hint?: string | undefined;
-}
-
 export class HealthChecker {
   readonly #pools: Array<{ role: string; pool: WorkerPool<Named> }>;
   readonly #options: HealthOptions;
   #timer: NodeJS.Timeout | undefined;
   #round: Promise<void> | undefined;
-  /** One record per worker it has learnt something of; gone with the worker (`forget`). */
-  readonly #records = new Map<Named, HealthRecord>();
+  /** Its part of each worker's record (`probes`, `circuit`); the record is forgotten with the worker. */
+  readonly #records: WorkerRecords<Named>;
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
     this.#options = options;
+    this.#records = options.records ?? new WorkerRecords();
   }
 
   /** Probes every worker once, now. */
@@ -136,17 +118,7 @@ export class HealthChecker {
   stop(): void {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
-    for (const record of this.#records.values()) clearTimeout(record.circuit?.timer);
-  }
-
-  /** `worker`'s record, made on first use. */
-  #record(worker: Named): HealthRecord {
-    let record = this.#records.get(worker);
-    if (record === undefined) {
-      record = { streak: 0, lastFailure: undefined, circuit: undefined };
-      this.#records.set(worker, record);
-    }
-    return record;
+    this.#records.stopTimers();
   }
 
   /** The state of `worker`'s circuit breaker. */
@@ -178,34 +150,40 @@ export class HealthChecker {
    * usual cause when there is one; undefined once a probe succeeds.
    */
   lastFailure(worker: Named): ProbeFailure | undefined {
-    return this.#records.get(worker)?.lastFailure;
+    return this.#records.get(worker)?.probes.lastFailure;
   }
 
   #note(worker: Named, status: number | undefined, failure: unknown): void {
     if (status === 200) {
       const record = this.#records.get(worker);
-      if (record !== undefined) record.lastFailure = undefined;
+      if (record !== undefined) record.probes.lastFailure = undefined;
       return;
     }
     const code = failure === undefined ? undefined : codeOf(failure);
     const hint = probeHint(status, code);
-    this.#record(worker).lastFailure = {
+    this.#records.of(worker).probes.lastFailure = {
       reason: status === undefined ? (code ?? 'no answer') : `GET /health answered ${status}`,
       ...(hint === undefined ? {} : { hint }),
     };
   }
 
   #forgetLeavers(): void {
-    for (const worker of this.#records.keys()) {
+    for (const { worker } of [...this.#records.values()]) {
       if (!this.#pools.some(({ pool }) => pool.has(worker))) this.forget(worker);
     }
   }
 
-  /** A worker left its pool: its circuit and probe streak go with it. */
+  /**
+   * A worker left its pool: its circuit (and its timer) and probe streak go with it, and its
+   * record once nothing else is kept there (membership forgets the fleet's).
+   */
   forget(worker: Named): void {
-    const circuit = this.#records.get(worker)?.circuit;
-    if (circuit?.timer !== undefined) clearTimeout(circuit.timer);
-    this.#records.delete(worker);
+    const record = this.#records.get(worker);
+    if (record === undefined) return;
+    clearTimeout(record.circuit?.timer);
+    record.circuit = undefined;
+    record.probes = { streak: 0, lastFailure: undefined };
+    this.#records.release(worker);
   }
 
   /**
@@ -259,7 +237,7 @@ export class HealthChecker {
     const breaker = this.#options.breaker;
     const entry = this.#entryOf(role, worker);
     if (breaker === undefined || entry === undefined || !entry.pool.workers.includes(worker)) return;
-    const record = this.#record(worker);
+    const record = this.#records.of(worker);
     record.circuit ??= { state: 'closed', failures: 0, successes: 0, timer: undefined };
     const circuit = record.circuit;
     if (circuit.state === 'open') return;
@@ -349,19 +327,19 @@ export class HealthChecker {
     if (healthy && this.#records.get(worker)?.circuit?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) {
       const record = this.#records.get(worker);
-      if (record !== undefined) record.streak = 0;
+      if (record !== undefined) record.probes.streak = 0;
       return;
     }
     const code = failure === undefined ? undefined : codeOf(failure);
     const thresholds = this.#options.probeThresholds ?? { failure: 1, success: 1 };
-    const record = this.#record(worker);
-    const streak = record.streak + 1;
+    const record = this.#records.of(worker);
+    const streak = record.probes.streak + 1;
     const unreachable = code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
     if (streak < (healthy ? thresholds.success : thresholds.failure) && !unreachable) {
-      record.streak = streak;
+      record.probes.streak = streak;
       return;
     }
-    record.streak = 0;
+    record.probes.streak = 0;
     pool.setAvailable(worker, healthy);
     if (healthy) {
       this.#options.logger.info({ worker: worker.url, role }, 'Worker back in rotation');

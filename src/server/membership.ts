@@ -6,11 +6,10 @@ import { addressForms, trimSlash } from '../util/url.js';
 import type { HealthChecker } from './health.js';
 import { type AnyWorker, type Fleet, type PoolPair, pairsOf, type Role } from './pool-set.js';
 import type { ProxyPrefillWorker } from './settings/worker-entries.js';
+import { inFlightOf, type MembershipSource, stateOf, WorkerRecords } from './worker-records.js';
 
 export type { Role } from './pool-set.js';
-
-/** Who changed the membership: the start-up list, the admin API, or a discovery source. */
-export type MembershipSource = 'config' | 'admin' | 'dns' | 'kubernetes';
+export type { MembershipSource } from './worker-records.js';
 
 /** A membership change as metrics count it. */
 export type MembershipChange = 'added' | 'draining' | 'removed' | 'left';
@@ -46,18 +45,6 @@ export class MembershipError extends DisaggError {
 }
 
 /**
- * A worker as membership knows it: its name, who put it there, and whether it left with
- * requests still under way (its address stays redacted until they end).
- */
-interface MemberRecord {
-  readonly name: string;
-  /** The pool it is (or was) in: its view reads it there, also once it has left. */
-  readonly pool: PoolPair;
-  readonly source: MembershipSource;
-  leaving: boolean;
-}
-
-/**
  * The proxy's workers as they change at run time: who is in which pool, under which name,
  * put there by whom. Every change goes through here, so that it is logged once, counted once
  * (`onChange`), probed before it takes requests, and named in what clients see (a worker's
@@ -77,10 +64,10 @@ export class Membership {
   readonly #logger: Logger;
   readonly #onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void;
   /**
-   * What the proxy knows of each worker it has (or had, while requests it served still run),
-   * beside its pool's record of leases and rotation and health's of probes and circuit.
+   * The fleet's book: one record per worker it has (or had, while requests it served still
+   * run), whose `member` part is this membership's; health and engine load keep theirs there.
    */
-  readonly #records = new Map<AnyWorker, MemberRecord>();
+  readonly #records: WorkerRecords<AnyWorker>;
   readonly #counters = { prefill: 0, decode: 0 };
   /** Each address, in the forms a message may hold it, and its worker's name; longest first. */
   #addresses: Array<[string, string]> = [];
@@ -90,7 +77,9 @@ export class Membership {
     health: HealthChecker,
     logger: Logger,
     onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void = () => {},
+    records: WorkerRecords<AnyWorker> = new WorkerRecords(),
   ) {
+    this.#records = records;
     this.#pools = pairsOf(pools);
     this.#health = health;
     this.#logger = logger;
@@ -110,7 +99,7 @@ export class Membership {
 
   /** How clients, logs and headers name a worker; `worker` for one the proxy never had. */
   nameOf(worker: { url: string }): string {
-    return this.#records.get(worker as AnyWorker)?.name ?? 'worker';
+    return this.#records.get(worker as AnyWorker)?.member?.name ?? 'worker';
   }
 
   /** `text` with every worker address replaced by the worker's name. */
@@ -135,13 +124,13 @@ export class Membership {
 
   /** The side of `role` of the pool `worker` is (or was) in; the first pool's for a worker never had. */
   #poolOf(role: Role, worker: AnyWorker): WorkerPool<AnyWorker> {
-    const pool = this.#records.get(worker)?.pool ?? (this.#pools[0] as PoolPair);
+    const pool = this.#records.get(worker)?.member?.pool ?? (this.#pools[0] as PoolPair);
     return pool[role] as WorkerPool<AnyWorker>;
   }
 
   /** The workers of `role` a source put there (what a discovery source reconciles against). */
   workersFrom(role: Role, source: MembershipSource): AnyWorker[] {
-    return this.#workers(role).filter((worker) => this.#records.get(worker)?.source === source);
+    return this.#workers(role).filter((worker) => this.#records.get(worker)?.member?.source === source);
   }
 
   /**
@@ -168,7 +157,7 @@ export class Membership {
   /** A worker by name (or, failing that, by URL) in any pool. */
   find(nameOrUrl: string): { role: Role; worker: AnyWorker } | undefined {
     for (const match of [
-      (w: AnyWorker) => this.#records.get(w)?.name === nameOrUrl,
+      (w: AnyWorker) => this.#records.get(w)?.member?.name === nameOrUrl,
       (w: AnyWorker) => trimSlash(w.url) === trimSlash(nameOrUrl),
     ]) {
       for (const role of ['prefill', 'decode'] as const) {
@@ -271,7 +260,7 @@ export class Membership {
     source: MembershipSource,
     message: string | undefined,
   ): void {
-    const record = this.#records.get(worker);
+    const record = this.#records.get(worker)?.member;
     if (record === undefined || record.leaving) return;
     record.leaving = true;
     void gone.then(() => {
@@ -289,7 +278,7 @@ export class Membership {
 
   #register(role: Role, worker: AnyWorker, source: MembershipSource, pool: PoolPair): void {
     const name = worker.name ?? this.#nextName(role);
-    this.#records.set(worker, { name, pool, source, leaving: false });
+    this.#records.of(worker).member = { name, role, pool, source, leaving: false };
     for (const form of addressForms(worker.url)) this.#addresses.push([form, name]);
     // Longer addresses first, so that a URL is replaced whole before its host is.
     this.#addresses.sort((a, b) => b[0].length - a[0].length);
@@ -311,26 +300,28 @@ export class Membership {
   }
 
   #forget(worker: AnyWorker): void {
-    const name = this.#records.get(worker)?.name;
-    this.#records.delete(worker);
+    const name = this.#records.get(worker)?.member?.name;
+    this.#records.forget(worker);
     const forms = addressForms(worker.url);
     // Another worker may share the address (added again under a new name): keep its entries.
     this.#addresses = this.#addresses.filter(([address, named]) => !(named === name && forms.includes(address)));
   }
 
+  /** A worker as the admin API lists it, from its record (its pool's state and leases read through it). */
   #view(role: Role, worker: AnyWorker): WorkerView {
-    const pool = this.#poolOf(role, worker);
+    const record = this.#records.get(worker);
     const prefill = worker as ProxyPrefillWorker;
+    const state = record === undefined ? 'left' : stateOf(record);
     return {
       role,
       name: this.nameOf(worker),
       url: worker.url,
-      state: pool.stateOf(worker) ?? 'left',
-      in_flight: pool.inFlight(worker),
-      source: this.#records.get(worker)?.source ?? 'config',
+      state,
+      in_flight: record === undefined ? 0 : inFlightOf(record),
+      source: record?.member?.source ?? 'config',
       ...(prefill.bootstrapHost === undefined ? {} : { bootstrap_host: prefill.bootstrapHost }),
       ...(prefill.bootstrapPort === undefined ? {} : { bootstrap_port: prefill.bootstrapPort }),
-      ...(pool.stateOf(worker) === 'down' ? this.#health.lastFailure(worker) : {}),
+      ...(state === 'down' ? this.#health.lastFailure(worker) : {}),
     };
   }
 }

@@ -35,6 +35,7 @@ import type { ResolvedProxyOptions } from './settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import { checkWorker } from './settings/workers.js';
 import { Tracing } from './tracing.js';
+import { WorkerRecords } from './worker-records.js';
 
 /** What the tokenizer threads render of each kind of prompt (chat through the template). */
 const TOKENIZER_ROUTES = { chat: 'chat', prompt: 'completions', text: 'generate' } as const;
@@ -78,6 +79,11 @@ export class ProxyCore implements ProxyState {
   closing = false;
   draining = false;
   readonly membership: Membership;
+  /**
+   * One record per worker of the fleet (its name and pool, probes and circuit, engine load),
+   * which membership, health and the engine-load scraper share; forgotten once, when it left.
+   */
+  readonly records = new WorkerRecords<ProxyPrefillWorker | ProxyDecodeWorker>();
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */
@@ -116,7 +122,7 @@ export class ProxyCore implements ProxyState {
       logger: this.logger,
       name: (worker) => this.membership.nameOf(worker),
     });
-    this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher);
+    this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher, this.records);
     const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);
     const prefill = new WorkerPool(options.prefill, { selection: poolSelection('prefill', options, services) });
     const decodeSelection = poolSelection<ProxyDecodeWorker>('decode', options, services);
@@ -194,6 +200,7 @@ export class ProxyCore implements ProxyState {
       afterRound: () => this.models.refresh(this.pools.available('decode')),
       breaker: options.breaker,
       probeThresholds: { failure: options.healthFailureThreshold, success: options.healthSuccessThreshold },
+      records: this.records,
     });
     this.membership = new Membership(
       this.pools,
@@ -201,6 +208,7 @@ export class ProxyCore implements ProxyState {
       this.logger,
       // A worker that joined is followed, one that left dropped: the follower sees the pools change.
       (role, change, source) => this.metrics.membershipChanged(role, change, source),
+      this.records,
     );
     this.#discover(options);
   }
