@@ -2,6 +2,7 @@ import { KvBlockIndex } from '../kv/block-index.js';
 import { loadBlockKeys } from '../kv/block-keys.js';
 import { KvEventSubscriber } from '../kv/kv-subscriber.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { WorkerRecords } from './worker-records.js';
 
 /**
  * A worker whose KV cache events can be followed: its `url` (the host of its publisher, when
@@ -41,6 +42,13 @@ export interface KvFollowerOptions<W> {
   logger?: Logger | undefined;
   /** How the logs name a worker; its `name`, else its URL. */
   name?: ((worker: W) => string) | undefined;
+  /**
+   * Where each worker's subscriber is kept: the proxy's book of workers (one record per
+   * worker, shared with membership, health and engine load); a book of its own by default.
+   *
+   * @internal
+   */
+  records?: WorkerRecords<W & { url: string }> | undefined;
 }
 
 /**
@@ -68,7 +76,8 @@ export interface KvFollowerOptions<W> {
 export class KvFollower<W extends KvWorker = KvWorker> {
   readonly #options: KvFollowerOptions<W>;
   readonly #logger: Logger;
-  readonly #subscribers = new Map<W, KvEventSubscriber>();
+  /** Its part of each followed worker's record (`kv`, the subscriber). */
+  readonly #records: WorkerRecords<W & { url: string }>;
   #pools: ReadonlyArray<FollowedPool<W>> = [];
   #unfollow: Array<() => void> = [];
   #index: KvBlockIndex<W> | undefined;
@@ -77,6 +86,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   constructor(options: KvFollowerOptions<W> = {}) {
     this.#options = options;
     this.#logger = options.logger ?? defaultLogger();
+    this.#records = options.records ?? new WorkerRecords();
   }
 
   /** The index, once started (undefined before, and when off): what policies read. */
@@ -86,7 +96,9 @@ export class KvFollower<W extends KvWorker = KvWorker> {
 
   /** Each followed worker's subscriber (its state and counts, for metrics). */
   get subscribers(): ReadonlyMap<W, KvEventSubscriber> {
-    return this.#subscribers;
+    const followed = new Map<W, KvEventSubscriber>();
+    for (const { worker, kv } of this.#records.values()) if (kv !== undefined) followed.set(worker, kv);
+    return followed;
   }
 
   /** Whether any worker of `pools` is to be followed. */
@@ -118,15 +130,17 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   async reconcile(): Promise<void> {
     if (this.#index === undefined || this.#closed) return;
     const current = new Set(this.#pools.flatMap((pool) => pool.workers));
-    for (const [worker, subscriber] of this.#subscribers) {
-      if (current.has(worker)) continue;
-      this.#subscribers.delete(worker);
-      this.#index.forget(worker);
+    for (const record of [...this.#records.values()]) {
+      const subscriber = record.kv;
+      if (subscriber === undefined || current.has(record.worker)) continue;
+      record.kv = undefined;
+      this.#records.release(record.worker);
+      this.#index.forget(record.worker);
       void subscriber.close();
     }
     const starting: Array<Promise<void>> = [];
     for (const worker of current) {
-      if (this.#subscribers.has(worker)) continue;
+      if (this.#records.get(worker)?.kv !== undefined) continue;
       const endpoints = this.#endpoints(worker);
       if (endpoints === undefined) continue;
       starting.push(this.#follow(worker, endpoints));
@@ -138,8 +152,13 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   async close(): Promise<void> {
     this.#closed = true;
     for (const unfollow of this.#unfollow.splice(0)) unfollow();
-    const all = [...this.#subscribers.values()];
-    this.#subscribers.clear();
+    const all: KvEventSubscriber[] = [];
+    for (const record of [...this.#records.values()]) {
+      if (record.kv === undefined) continue;
+      all.push(record.kv);
+      record.kv = undefined;
+      this.#records.release(record.worker);
+    }
     await Promise.all(all.map((subscriber) => subscriber.close()));
   }
 
@@ -157,7 +176,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
       onReset: () => index.clear(worker),
       onTrust: (trusted) => index.setTrusted(worker, trusted),
     });
-    this.#subscribers.set(worker, subscriber);
+    this.#records.of(worker).kv = subscriber;
     await subscriber.start();
     this.#logger.info({ worker: name, ...endpoints }, 'Following the KV cache events of a worker');
   }

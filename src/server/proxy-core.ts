@@ -80,8 +80,9 @@ export class ProxyCore implements ProxyState {
   draining = false;
   readonly membership: Membership;
   /**
-   * One record per worker of the fleet (its name and pool, probes and circuit, engine load),
-   * which membership, health and the engine-load scraper share; forgotten once, when it left.
+   * One record per worker of the fleet (its name and pool, probes and circuit, engine load, KV
+   * subscriber), which membership, health, the engine-load scraper and the KV follower share;
+   * forgotten once, when it has left.
    */
   readonly records = new WorkerRecords<ProxyPrefillWorker | ProxyDecodeWorker>();
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
@@ -121,6 +122,7 @@ export class ProxyCore implements ProxyState {
       ...options.kvEvents,
       logger: this.logger,
       name: (worker) => this.membership.nameOf(worker),
+      records: this.records,
     });
     this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher, this.records);
     const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);

@@ -1,3 +1,4 @@
+import type { KvEventSubscriber } from '../kv/kv-subscriber.js';
 import type { EngineLoad } from '../protocol/engines/load-metrics.js';
 import type { WorkerPool, WorkerState } from '../routing/worker-pool.js';
 import type { PoolPair, Role } from './pool-set.js';
@@ -39,7 +40,9 @@ export interface MemberFacts {
  *   registered (one `watchHealth` watches in a router's own pools);
  * - `probes` and `circuit`: health's (the run of probe results against the worker's state,
  *   why the last probe failed, the circuit breaker once a request failure made one);
- * - `load` and `scraping`: the engine-load scraper's (the last reading of its `/metrics`).
+ * - `load` and `scraping`: the engine-load scraper's (the last reading of its `/metrics`);
+ * - `kv`: the KV follower's (the subscriber to the worker's KV cache events, whose state the
+ *   metrics show; what the worker holds is in the follower's block index, keyed by block).
  *
  * Its rotation and leases stay its pool's ({@link WorkerPool} is also a library class used
  * alone, and its pick on every request reads them): {@link stateOf} and {@link inFlightOf}
@@ -52,6 +55,7 @@ export interface WorkerRecord<W = { url: string }> {
   circuit: Circuit | undefined;
   load: { reading: EngineLoad; at: number } | undefined;
   scraping: boolean;
+  kv: KvEventSubscriber | undefined;
 }
 
 /**
@@ -88,6 +92,7 @@ export class WorkerRecords<W extends { url: string } = { url: string }> {
         circuit: undefined,
         load: undefined,
         scraping: false,
+        kv: undefined,
       };
       this.#records.set(worker, record);
     }
@@ -99,12 +104,25 @@ export class WorkerRecords<W extends { url: string } = { url: string }> {
     return this.#records.values();
   }
 
-  /** Drops `worker`'s record, stopping its circuit's timer; nothing for a worker without one. */
+  /**
+   * Drops `worker`'s record, stopping its circuit's timer; nothing for a worker without one.
+   * A KV subscriber still open is the follower's to stop (it does when the pool's list
+   * changes, which comes first): the record then keeps that part alone until it does.
+   */
   forget(worker: W): void {
     const record = this.#records.get(worker);
     if (record === undefined) return;
     clearTimeout(record.circuit?.timer);
-    this.#records.delete(worker);
+    if (record.kv === undefined) {
+      this.#records.delete(worker);
+      return;
+    }
+    Object.assign(record, {
+      member: undefined,
+      probes: { streak: 0, lastFailure: undefined },
+      circuit: undefined,
+      load: undefined,
+    });
   }
 
   /**
@@ -130,7 +148,8 @@ function isEmpty(record: WorkerRecord<unknown>): boolean {
     record.probes.streak === 0 &&
     record.probes.lastFailure === undefined &&
     record.load === undefined &&
-    !record.scraping
+    !record.scraping &&
+    record.kv === undefined
   );
 }
 

@@ -5,9 +5,14 @@ import { VLLM_LOAD_METRICS } from '../../src/protocol/engines/vllm.js';
 import { WorkerPool } from '../../src/routing/worker-pool.js';
 import { EngineLoadScraper } from '../../src/server/engine-load.js';
 import { HealthChecker } from '../../src/server/health.js';
+import { KvFollower } from '../../src/server/kv-following.js';
 import { Membership } from '../../src/server/membership.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../../src/server/settings/worker-entries.js';
 import { inFlightOf, stateOf, WorkerRecords } from '../../src/server/worker-records.js';
+import { FakeKvEngine } from '../support/fake-zeromq.js';
+
+// The real KvEventSubscriber over in-memory sockets (__mocks__/zeromq.ts), as kv-following's tests.
+vi.mock('zeromq');
 
 type AnyWorker = ProxyPrefillWorker | ProxyDecodeWorker;
 const silent = { error: () => {}, warn: () => {}, info: () => {}, debug: () => {} };
@@ -163,5 +168,28 @@ describe('WorkerRecords: one record per worker', () => {
     void pool.remove(d0);
     await own.scrape();
     expect(alone.get(d0)).toBeUndefined();
+  });
+});
+
+describe('WorkerRecords: the KV follower keeps its subscriber in the same record', () => {
+  it("a followed worker's record holds its subscriber; forgotten by membership first, the record keeps that part until the follower drops it", async () => {
+    const endpoint = 'tcp://kv-record.test:5557';
+    FakeKvEngine.bind(endpoint, undefined, '');
+    cleanups.push(() => FakeKvEngine.unbindAll());
+    const worker = { url: 'http://kv-record.test:8000', kvEvents: endpoint };
+    const pool = new WorkerPool([worker]);
+    const records = new WorkerRecords<typeof worker>();
+    const kv = new KvFollower({ logger: silent, records });
+    cleanups.push(() => kv.close());
+    await kv.start([pool]);
+    const subscriber = records.get(worker)?.kv;
+    expect(subscriber).toBeDefined();
+    expect(kv.subscribers.get(worker)).toBe(subscriber);
+    records.of(worker).load = { reading: { running: 1, waiting: 0, kvUsage: 0 }, at: 0 };
+    records.forget(worker);
+    expect(records.get(worker)).toMatchObject({ kv: subscriber, load: undefined, member: undefined });
+    void pool.remove(worker);
+    await vi.waitFor(() => expect(records.get(worker)).toBeUndefined());
+    expect(kv.subscribers.size).toBe(0);
   });
 });
