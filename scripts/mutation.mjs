@@ -39,6 +39,9 @@ const FOLDERS = {
         files: ['options.ts', 'config.ts', 'settings/*.ts'],
         tests: [
           'test/server/options.test.ts',
+          'test/server/settings/**/*.test.ts',
+          'test/server/settings-reach.test.ts',
+          'test/server/scored-policy.test.ts',
           'test/server/config.test.ts',
           'test/config-example.test.ts',
           'test/deploy/manifests.test.ts',
