@@ -110,6 +110,14 @@ export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-out
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
 export {
+  FILTER_NAMES,
+  FILTERS,
+  type FilterPlugin,
+  type FilterSetting,
+  filterPlugin,
+  readFilters,
+} from './routing/filter-plugins.js';
+export {
   type EngineLoadSource,
   engineQueueScorer,
   type KvIndexSource,
@@ -120,12 +128,24 @@ export {
   precisePrefix,
 } from './routing/kv-prefix.js';
 export { leastInFlight } from './routing/least-in-flight.js';
+export { lowKvUsageFilter, lowQueueFilter } from './routing/load-filters.js';
+export {
+  DEFAULT_PICKER,
+  PICKER_NAMES,
+  PICKERS,
+  type PickerPlugin,
+  type PickerSetting,
+  pickerPlugin,
+  readPicker,
+} from './routing/picker-plugins.js';
+export { type NamedPlugin, type PluginKind, pluginNamed, readParams, withDefaults } from './routing/plugin-params.js';
 export {
   DEFAULT_SCORERS,
   type PluginParam,
   readScorers,
   SCORER_NAMES,
   SCORERS,
+  type ScoredParts,
   type ScorerPlugin,
   type ScorerSetting,
   scoredFrom,
@@ -160,6 +180,7 @@ export {
   type ScoredPolicyParts,
   type Scorer,
   scoredPolicy,
+  weightedRandomPicker,
 } from './routing/scoring.js';
 export { type Consumption, mergeConsumption, ROUTING_DATA, type RoutingData } from './routing/services.js';
 export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';

@@ -1,22 +1,17 @@
 // Scorers as registered plugins, as llm-d registers its scorers (`pkg/plugins/register.go`):
-// each owns its name, its parameters (checked here, per plugin) and the data it reads. The
-// `scored` policy composes them from the settings; a new scorer is its module and one entry below.
-import { closest } from '../util/closest.js';
+// each owns its name, its parameters (checked per plugin, in plugin-params) and the data it
+// reads. The `scored` policy composes them from the settings, with the filters and picker of
+// filter-plugins and picker-plugins; a new scorer is its module and one entry below.
 import { describeValue } from '../util/describe-value.js';
+import { type FilterSetting, filterPlugin } from './filter-plugins.js';
 import { engineQueueScorer, kvPrefixScorer, kvUsageScorer } from './kv-prefix.js';
+import { type PickerSetting, pickerPlugin } from './picker-plugins.js';
+import { type PluginParam, pluginNamed, readParams, withDefaults } from './plugin-params.js';
 import type { RoutingPolicy } from './routing-policy.js';
 import { loadScorer, prefixScorer, type Scorer, scoredPolicy } from './scoring.js';
 import { type Consumption, mergeConsumption, type RoutingServices } from './services.js';
 
-/** One parameter of a plugin: its name in the settings, its default and the values it takes. */
-export interface PluginParam {
-  readonly name: string;
-  readonly help: string;
-  readonly default: number;
-  /** What a value must be, for the error that refuses one ("a whole number of 0 or more"). */
-  readonly expected: string;
-  valid(value: number): boolean;
-}
+export type { PluginParam } from './plugin-params.js';
 
 /**
  * A scorer as a plugin: its name (what `routing.scorers` names), what it prefers (for the
@@ -159,32 +154,8 @@ function readScorer(item: unknown): ScorerSetting {
   if (weight !== undefined && !(typeof weight === 'number' && Number.isFinite(weight) && weight > 0)) {
     throw new RangeError(`has scorer ${name} with weight ${describeValue(weight)}: it must be a number above 0`);
   }
-  const checked = params === undefined ? undefined : readParams(plugin, params);
+  const checked = params === undefined ? undefined : readParams('scorer', plugin, params);
   return { name, weight: (weight as number | undefined) ?? 1, ...(checked === undefined ? {} : { params: checked }) };
-}
-
-function readParams(plugin: ScorerPlugin, params: unknown): Record<string, number> {
-  if (typeof params !== 'object' || params === null || Array.isArray(params)) {
-    throw new RangeError(`has scorer ${plugin.name} with params ${describeValue(params)}: params is a mapping`);
-  }
-  const known = plugin.params.map((param) => param.name);
-  const checked: Record<string, number> = {};
-  for (const [key, raw] of Object.entries(params)) {
-    const param = plugin.params.find((each) => each.name === key);
-    if (param === undefined) {
-      const near = closest(key, known);
-      const takes = known.length === 0 ? 'it takes none' : `it takes ${known.join(', ')}`;
-      throw new RangeError(
-        `has scorer ${plugin.name} with no parameter ${key} (${near === undefined ? takes : `did you mean ${near}?`})`,
-      );
-    }
-    const value = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
-    if (typeof value !== 'number' || !param.valid(value)) {
-      throw new RangeError(`has scorer ${plugin.name} with ${key} ${describeValue(raw)}: it must be ${param.expected}`);
-    }
-    checked[key] = value;
-  }
-  return checked;
 }
 
 /**
@@ -196,41 +167,59 @@ function readParams(plugin: ScorerPlugin, params: unknown): Record<string, numbe
  * @throws {RangeError} for a name no plugin has, with the closest one as a hint.
  */
 export function scorerPlugin(name: string): ScorerPlugin {
-  const found = SCORERS.find((each) => each.name === name);
-  if (found !== undefined) return found;
-  const near = closest(name, SCORER_NAMES);
-  throw new RangeError(
-    `names no scorer ${JSON.stringify(name)}${near === undefined ? '' : ` (did you mean ${near}?)`}: the scorers are ${SCORER_NAMES.join(', ')}`,
-  );
+  return pluginNamed('scorer', SCORERS, name);
 }
 
 /**
- * What the scorers of `settings` read, together.
+ * What the scorers of `settings` read, together, with the filters and the picker given.
  *
  * @example
  * scorersConsume([{ name: 'kv-usage' }, { name: 'load' }]); // { 'engine-load': 'required' }
  */
-export function scorersConsume(settings: readonly ScorerSetting[]): Consumption {
-  return mergeConsumption(settings.map((setting) => scorerPlugin(setting.name).consumes));
+export function scorersConsume(settings: readonly ScorerSetting[], parts: ScoredParts = {}): Consumption {
+  return mergeConsumption([
+    ...settings.map((setting) => scorerPlugin(setting.name).consumes),
+    ...(parts.filters ?? []).map((setting) => filterPlugin(setting.name).consumes),
+    ...(parts.picker === undefined ? [] : [pickerPlugin(parts.picker.name).consumes]),
+  ]);
+}
+
+/** The parts of a `scored` policy besides its scorers, as the settings give them. */
+export interface ScoredParts {
+  /** Applied in order before scoring (`routing.filters`); none by default. */
+  readonly filters?: readonly FilterSetting[] | undefined;
+  /** Chooses among the scored candidates (`routing.picker`); `max-score` by default. */
+  readonly picker?: PickerSetting | undefined;
 }
 
 /**
  * The `scored` policy of `settings`: each scorer made by its plugin with its parameters
- * (defaults filled), weighted, composed by {@link scoredPolicy}.
+ * (defaults filled), weighted, after the filters given and before the picker given, composed
+ * by {@link scoredPolicy}.
  *
  * @example
- * const policy = scoredFrom([{ name: 'kv-usage', weight: 2 }, { name: 'load' }], { engineLoad: (w) => loads.get(w) });
+ * const policy = scoredFrom([{ name: 'kv-usage', weight: 2 }, { name: 'load' }], { engineLoad: (w) => loads.get(w) }, { filters: [{ name: 'low-queue' }] });
  */
 export function scoredFrom<W extends { url: string }>(
   settings: readonly ScorerSetting[],
   services: RoutingServices<W> = {},
+  parts: ScoredParts = {},
 ): RoutingPolicy<W> {
+  const { filters = [], picker } = parts;
   return scoredPolicy<W>({
     name: 'scored',
+    filters: filters.map((setting) => {
+      const plugin = filterPlugin(setting.name);
+      return plugin.create<W>(withDefaults(plugin, setting.params), services);
+    }),
     scorers: settings.map((setting) => {
       const plugin = scorerPlugin(setting.name);
-      const params = Object.fromEntries(plugin.params.map((param) => [param.name, param.default]));
-      return { scorer: plugin.create<W>({ ...params, ...setting.params }, services), weight: setting.weight ?? 1 };
+      return { scorer: plugin.create<W>(withDefaults(plugin, setting.params), services), weight: setting.weight ?? 1 };
     }),
+    ...(picker === undefined
+      ? {}
+      : {
+          picker: pickerPlugin(picker.name).create<W>(withDefaults(pickerPlugin(picker.name), picker.params), services),
+        }),
   });
 }

@@ -1,7 +1,9 @@
 import { cacheAware } from './cache-aware.js';
 import { consistentHash } from './consistent-hash.js';
+import type { FilterSetting } from './filter-plugins.js';
 import { precisePrefix } from './kv-prefix.js';
 import { leastInFlight } from './least-in-flight.js';
+import type { PickerSetting } from './picker-plugins.js';
 import { DEFAULT_SCORERS, SCORER_NAMES, type ScorerSetting, scoredFrom, scorersConsume } from './plugins.js';
 import { powerOfTwo } from './power-of-two.js';
 import { random } from './random.js';
@@ -24,6 +26,10 @@ export interface RoutingParams {
   speculativeTtlMs: number;
   /** scored: its scorers and their weights ({@link DEFAULT_SCORERS} when not given). */
   scorers?: readonly ScorerSetting[] | undefined;
+  /** scored: the filters applied before scoring, in order (none when not given). */
+  filters?: readonly FilterSetting[] | undefined;
+  /** scored: the picker among the scored workers (`max-score` when not given). */
+  picker?: PickerSetting | undefined;
 }
 
 /**
@@ -123,11 +129,11 @@ export const POLICIES = [
   }),
   plugin({
     name: 'scored',
-    help: `weighted scorers from --scorers (routing.scorers: ${SCORER_NAMES.join(', ')}), the highest total wins, ties to the less loaded`,
-    params: ['scorers'],
-    // What its scorers read, as each scorer plugin declares it.
-    consumes: (params) => scorersConsume(params.scorers ?? DEFAULT_SCORERS),
-    create: (params, services) => scoredFrom(params.scorers ?? DEFAULT_SCORERS, services),
+    help: `weighted scorers from --scorers (routing.scorers: ${SCORER_NAMES.join(', ')}) after the --filters, the --picker choosing (the highest total by default, ties to the less loaded)`,
+    params: ['scorers', 'filters', 'picker'],
+    // What its scorers, filters and picker read, as each plugin declares it.
+    consumes: (params) => scorersConsume(params.scorers ?? DEFAULT_SCORERS, params),
+    create: (params, services) => scoredFrom(params.scorers ?? DEFAULT_SCORERS, services, params),
   }),
 ] as const;
 

@@ -124,6 +124,34 @@ export function maxScorePicker<W>(): Picker<W> {
 }
 
 /**
+ * A candidate at random, each with a chance in proportion to its total score (llm-d's weighted
+ * random picker): traffic leans toward the best without all of it going there, which spreads a
+ * burst of similar requests that one worker would otherwise take whole. All totals 0: each
+ * candidate alike. `random` is the source of numbers in [0, 1) (`Math.random` by default).
+ *
+ * @example
+ * scoredPolicy({ scorers: [{ scorer: loadScorer(), weight: 1 }], picker: weightedRandomPicker() });
+ */
+export function weightedRandomPicker<W>(random: () => number = Math.random): Picker<W> {
+  return {
+    name: 'weighted-random',
+    pick(candidates: readonly W[], scores: readonly number[]): W {
+      const total = scores.reduce((sum, score) => sum + score, 0);
+      if (!(total > 0)) return candidates[Math.floor(random() * candidates.length)] as W;
+      let left = random() * total;
+      for (let i = 0; i < candidates.length; i++) {
+        left -= scores[i] as number;
+        if (left < 0) return candidates[i] as W;
+      }
+      // Rounding left a sliver past the last: the last candidate with a score takes it.
+      let last = candidates.length - 1;
+      while (last > 0 && !((scores[last] as number) > 0)) last--;
+      return candidates[last] as W;
+    },
+  };
+}
+
+/**
  * Load: 1 for the idlest candidate, falling linearly to 0 for the busiest (by requests in
  * flight from this router); all 1 when they are equally loaded.
  */

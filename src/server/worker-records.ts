@@ -68,10 +68,6 @@ export interface WorkerRecord<W = { url: string }> {
  * goes when its owners have cleared their parts ({@link release}).
  *
  * @internal
- * @example
- * const records = new WorkerRecords();
- * records.of(worker).probes.streak += 1; // made on first use
- * records.forget(worker); // everything of it, its circuit's timer included
  */
 export class WorkerRecords<W extends { url: string } = { url: string }> {
   readonly #records = new Map<W, WorkerRecord<W>>();

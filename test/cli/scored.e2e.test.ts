@@ -77,4 +77,57 @@ describe('disagg serve with a scored policy from its settings file', () => {
       return response.headers.get('x-disagg-decode-worker') === 'full';
     }, 'the proxy sending to the worker whose engine now reports the lower usage');
   }, 30_000);
+
+  it('a low-kv-usage filter and the weighted-random picker from the file: the full worker is passed over whatever the load says', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const [full, empty] = await Promise.all(
+      [0, 1].map(() =>
+        fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, kvCache: { blockSize: 16, capacityBlocks: 64 } }),
+      ),
+    );
+    await (full as FakeWorker).kvCache?.compute({ prompt: ids(32 * 16, 1) });
+    const config = join(mkdtempSync(join(tmpdir(), 'disagg-scored-')), 'disagg.yaml');
+    writeFileSync(
+      config,
+      stringify({
+        connector: 'vllm',
+        prefill: [{ url: prefill.url }],
+        decode: [
+          { url: (full as FakeWorker).url, name: 'full' },
+          { url: (empty as FakeWorker).url, name: 'empty' },
+        ],
+        decodePolicy: 'scored',
+        // The load scorer alone would send every other request to the full one.
+        routing: {
+          scorers: [{ name: 'load' }],
+          filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0.4 } }],
+          picker: { name: 'weighted-random' },
+          engineLoadIntervalMs: 50,
+        },
+      }),
+    );
+    const served = await serveBin(['--config', config], { cleanups });
+    // Once the first scrape is in, every request goes to the worker under the threshold.
+    await eventuallyAsync(async () => {
+      const response = await fetch(`${served.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fake-model', prompt: 'warm', max_tokens: 2 }),
+      });
+      await response.text();
+      return response.headers.get('x-disagg-decode-worker') === 'empty';
+    }, 'the first reading of the engines');
+    const decoded: Array<string | null> = [];
+    for (let i = 0; i < 6; i++) {
+      const response = await fetch(`${served.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fake-model', prompt: `question ${i}`, max_tokens: 2 }),
+      });
+      expect(response.status).toBe(200);
+      await response.text();
+      decoded.push(response.headers.get('x-disagg-decode-worker'));
+    }
+    expect(decoded).toEqual(Array(6).fill('empty'));
+  }, 30_000);
 });

@@ -104,7 +104,86 @@ describe('scorer settings: each plugin checks its own parameters', () => {
     expect(refusal('kv-usage:0')).toBe('has scorer kv-usage with weight 0: it must be a number above 0');
     expect(refusal('kv-usage:')).toBe('has scorer kv-usage with weight NaN: it must be a number above 0');
     expect(refusal('load,load:2')).toBe('names scorer load twice: give it one weight');
-    expect(refusal([])).toMatch(/^must list at least one scorer/);
+    expect(refusal([])).toBe(`must list at least one scorer (${SCORER_NAMES.join(', ')}), got []`);
+  });
+
+  it('an entry that is not a scorer is one line saying what an entry is', () => {
+    expect(refusal('kv-usage:2:3')).toBe('has "kv-usage:2:3": a scorer is name or name:weight');
+    for (const [item, shown] of [
+      [7, '7'],
+      [null, 'null'],
+      [{ name: 3 }, '{"name":3}'],
+    ] as const) {
+      expect(refusal([item])).toBe(`has ${shown}: a scorer is { name, weight?, params? } or name:weight`);
+    }
+    expect(refusal([{ name: 'load', wieght: 2 }])).toBe(
+      'has scorer load with wieght: an entry takes name, weight and params',
+    );
+    expect(refusal([{ name: 'load', weight: '2' }])).toBe(
+      'has scorer load with weight "2": it must be a number above 0',
+    );
+    expect(refusal([{ name: 'load', weight: Number.POSITIVE_INFINITY }])).toBe(
+      'has scorer load with weight Infinity: it must be a number above 0',
+    );
+    for (const [params, shown] of [
+      [[1], '[1]'],
+      ['x', '"x"'],
+      [null, 'null'],
+    ] as const) {
+      expect(refusal([{ name: 'prefix', params }])).toBe(`has scorer prefix with params ${shown}: params is a mapping`);
+    }
+    expect(refusal([{ name: 'prefix', params: { zzz: 1 } }])).toBe(
+      'has scorer prefix with no parameter zzz (it takes maxTreeChars)',
+    );
+  });
+
+  it('blank entries of a flag are skipped; a number written as text is read as one; a blank one is not a number', () => {
+    expect(readScorers('load, ,queue,')).toEqual([
+      { name: 'load', weight: 1 },
+      { name: 'queue', weight: 1 },
+    ]);
+    const [entry] = readScorers([{ name: 'prefix', params: { maxTreeChars: '64' } }]);
+    expect(entry).toStrictEqual({ name: 'prefix', weight: 1, params: { maxTreeChars: 64 } });
+    expect(Object.keys(readScorers('load')[0] as object)).toEqual(['name', 'weight']);
+    expect(refusal([{ name: 'prefix', params: { maxTreeChars: ' ' } }])).toBe(
+      'has scorer prefix with maxTreeChars " ": it must be a positive whole number',
+    );
+  });
+
+  it("each parameter's range, at its edges", () => {
+    expect(refusal([{ name: 'prefix', params: { maxTreeChars: 0 } }])).toMatch(/maxTreeChars 0: it must be/);
+    expect(refusal([{ name: 'prefix', params: { maxTreeChars: 1.5 } }])).toMatch(/maxTreeChars 1.5: it must be/);
+    expect(readScorers([{ name: 'kv-prefix', params: { speculativeTtlMs: 0 } }])[0]?.params).toEqual({
+      speculativeTtlMs: 0,
+    });
+    expect(refusal([{ name: 'kv-prefix', params: { speculativeTtlMs: -1 } }])).toMatch(
+      /speculativeTtlMs -1: it must be/,
+    );
+    expect(refusal([{ name: 'kv-prefix', params: { speculativeTtlMs: Number.NaN } }])).toMatch(/speculativeTtlMs NaN/);
+  });
+});
+
+describe('scorer plugins made without the data they read', () => {
+  it('say which setting provides it', () => {
+    expect(() => scoredFrom<W>(readScorers('kv-prefix'), {})).toThrow(
+      "The kv-prefix scorer reads the engines' KV events (--kv-events-port), which this router does not have",
+    );
+    for (const name of ['queue', 'kv-usage']) {
+      expect(() => scoredFrom<W>(readScorers(name), {})).toThrow(
+        `The ${name} scorer reads the engines' load (routing.engineLoadIntervalMs, --engine-load-interval-ms), which this router does not have`,
+      );
+    }
+  });
+
+  it("the prefix scorer gets its tree's size: a tree of one character remembers no prompt", () => {
+    const text = 'a long shared system prompt';
+    const input = { text } as never;
+    const remembers = scoredFrom<W>([{ name: 'prefix', params: { maxTreeChars: 1024 } }]);
+    const forgets = scoredFrom<W>([{ name: 'prefix', params: { maxTreeChars: 1 } }]);
+    for (const policy of [remembers, forgets]) policy.completed?.(b, input, 'success');
+    // Ties rotate: a policy that holds nothing for the prompt picks a, then b; one that holds it, b twice.
+    expect([remembers.select([a, b], idle, input), remembers.select([a, b], idle, input)]).toEqual([b, b]);
+    expect([forgets.select([a, b], idle, input), forgets.select([a, b], idle, input)]).toEqual([a, b]);
   });
 });
 
@@ -142,6 +221,9 @@ describe('what plugins consume, declared', () => {
   it('merged consumption: required wins over optional, in any order', () => {
     expect(mergeConsumption([{ tokens: 'optional' }, { tokens: 'required' }])).toEqual({ tokens: 'required' });
     expect(mergeConsumption([{ tokens: 'required' }, { tokens: 'optional' }])).toEqual({ tokens: 'required' });
-    expect(mergeConsumption([{}, { 'engine-load': 'optional' }])).toEqual({ 'engine-load': 'optional' });
+    expect(mergeConsumption([{}, { 'engine-load': 'optional' }])).toStrictEqual({ 'engine-load': 'optional' });
+    // A plugin that reads nothing takes nothing away from one that does.
+    expect(mergeConsumption([{ tokens: 'required' }, {}])).toStrictEqual({ tokens: 'required' });
+    expect(mergeConsumption([{ tokens: 'optional' }, { tokens: 'optional' }])).toStrictEqual({ tokens: 'optional' });
   });
 });

@@ -64,6 +64,8 @@ describe('disagg serve configuration', () => {
         prefixWeight: 2,
         speculativeTtlMs: 2000,
         scorers: [{ name: 'load', weight: 1 }],
+        filters: [],
+        picker: { name: 'max-score' },
         engineLoadIntervalMs: 0,
         engineLoadStaleMs: 2000,
       },

@@ -17,6 +17,8 @@ const routing: ResolvedProxyOptions['routing'] = {
   prefixWeight: 2,
   speculativeTtlMs: 2000,
   scorers: [{ name: 'load', weight: 1 }],
+  filters: [],
+  picker: { name: 'max-score' },
   engineLoadIntervalMs: 0,
   engineLoadStaleMs: 2000,
   balanceRelThreshold: 1.5,

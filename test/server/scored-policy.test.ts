@@ -58,6 +58,60 @@ describe('scored from the settings: one line for a bad scorer', () => {
   });
 });
 
+describe('the filters and the picker of a scored policy, as settings', () => {
+  const flags = ['--connector', 'vllm', '--prefill', 'http://p:1', '--decode', 'http://d:2'];
+  const served = (argv: string[]) => {
+    const loaded = loadServeConfig([...flags, ...argv], {});
+    if (loaded === 'help') throw new Error('expected a config');
+    return loaded;
+  };
+
+  it('come as flags, file keys and options; none and max-score by default', () => {
+    expect(served([]).routing).toMatchObject({ filters: [], picker: { name: 'max-score' } });
+    expect(
+      served([
+        '--decode-policy',
+        'scored',
+        '--filters',
+        'low-queue',
+        '--picker',
+        'weighted-random',
+        '--engine-load-interval-ms',
+        '50',
+      ]).routing,
+    ).toMatchObject({ filters: [{ name: 'low-queue' }], picker: { name: 'weighted-random' } });
+    const path = join(mkdtempSync(join(tmpdir(), 'disagg-scored-')), 'disagg.yaml');
+    writeFileSync(
+      path,
+      'decodePolicy: scored\nrouting:\n  engineLoadIntervalMs: 50\n  filters:\n    - { name: low-kv-usage, params: { maxKvUsage: 0.9 } }\n  picker: { name: weighted-random }\n',
+    );
+    expect(served(['--config', path]).routing).toMatchObject({
+      filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0.9 } }],
+      picker: { name: 'weighted-random' },
+    });
+    expect(
+      resolveProxyOptions({ ...WORKERS, routing: { filters: [{ name: 'low-queue', params: { maxWaiting: 4 } }] } })
+        .routing.filters,
+    ).toEqual([{ name: 'low-queue', params: { maxWaiting: 4 } }]);
+  });
+
+  it('a misspelt filter or picker, or a parameter out of range, is one line naming the setting', () => {
+    expect(refusal({ routing: { filters: [{ name: 'low-kv' }] } })).toMatch(
+      /^routing.filters names no filter "low-kv"(.*): the filters are low-queue, low-kv-usage$/,
+    );
+    expect(() => served(['--picker', 'max'])).toThrow(/^--picker \(routing.picker\) names no picker "max"/);
+    expect(refusal({ routing: { filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0 } }] } })).toBe(
+      'routing.filters has filter low-kv-usage with maxKvUsage 0: it must be a number above 0 and at most 1',
+    );
+  });
+
+  it("a filter reading the engines' load needs --engine-load-interval-ms, as a scorer does", () => {
+    expect(refusal({ decodePolicy: 'scored', routing: { filters: [{ name: 'low-queue' }] } })).toBe(
+      "decodePolicy 'scored' scores the engines' load from their /metrics: set routing.engineLoadIntervalMs (--engine-load-interval-ms), such as 100",
+    );
+  });
+});
+
 describe('the settings refuse a policy the data it requires is not provided for', () => {
   it("a scorer reading the engines' load needs --engine-load-interval-ms, and an engine that reports it", () => {
     const kvUsage = { decodePolicy: 'scored', routing: { scorers: [{ name: 'kv-usage' }] } } as const;

@@ -38,6 +38,7 @@ function sample(setting: Setting): string {
     'x-tenant',
     'abc',
     'prefix:2',
+    'low-queue',
   ]) {
     try {
       if (!isDeepStrictEqual(setting.parse(text), setting.default)) return text;

@@ -1,6 +1,8 @@
 // Parsers: each takes what a source gave (strings from flags and the environment) and
 // returns the value, or throws an Invalid that says what was expected. Each is typed by what
 // it returns, which rows.ts holds against the option types.
+import { type FilterSetting, readFilters } from '../../routing/filter-plugins.js';
+import { type PickerSetting, readPicker } from '../../routing/picker-plugins.js';
 import { readScorers, type ScorerSetting } from '../../routing/plugins.js';
 import { closest } from '../../util/closest.js';
 import { describeValue } from '../../util/describe-value.js';
@@ -173,8 +175,22 @@ export function text(value: unknown): string {
  * of `{ name, weight, params }` (a file); each checked by its plugin.
  */
 export function scorerList(value: unknown): readonly ScorerSetting[] {
+  return pluginSetting(() => readScorers(value));
+}
+
+/** The scored policy's filters: names comma-separated (a flag), or a list of names or `{ name, params }` (a file). */
+export function filterList(value: unknown): readonly FilterSetting[] {
+  return pluginSetting(() => readFilters(value));
+}
+
+/** The scored policy's picker: its name, or `{ name, params }` (a file). */
+export function pickerSetting(value: unknown): PickerSetting {
+  return pluginSetting(() => readPicker(value));
+}
+
+function pluginSetting<T>(read: () => T): T {
   try {
-    return readScorers(value);
+    return read();
   } catch (error) {
     // The plugins say what is wrong in one line; the setting's name goes before it.
     if (error instanceof RangeError) throw new Invalid(error.message);

@@ -6,6 +6,8 @@ import type { Lookup } from '../../discovery/dns-discovery.js';
 import type { EngineName } from '../../engines/registry.js';
 import type { Deadlines } from '../../flow/deadlines.js';
 import type { FlowEvent } from '../../flow/events.js';
+import type { FilterSetting } from '../../routing/filter-plugins.js';
+import type { PickerSetting } from '../../routing/picker-plugins.js';
 import type { ScorerSetting } from '../../routing/plugins.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyOption } from '../custom-parts.js';
@@ -148,6 +150,13 @@ export interface ProxyOptions {
          * (`[{ name: 'kv-usage', weight: 2 }, { name: 'load' }]`); `load` alone by default.
          */
         scorers?: readonly ScorerSetting[] | undefined;
+        /**
+         * The `scored` policy's filters, applied in order before scoring, each with its own
+         * parameters (`[{ name: 'low-kv-usage', params: { maxKvUsage: 0.9 } }]`); none by default.
+         */
+        filters?: readonly FilterSetting[] | undefined;
+        /** How the `scored` policy chooses from the totals (`{ name: 'weighted-random' }`); `max-score` by default. */
+        picker?: PickerSetting | undefined;
         /**
          * Read each worker's own load (requests waiting and running, KV cache usage) from its
          * `/metrics` this often, in ms, for the policies and scorers that read it

@@ -1,14 +1,18 @@
 // How a request finds its workers: policies, aggregation on decode alone, and the policies' parameters.
 
 import { CACHE_AWARE_DEFAULTS } from '../../routing/cache-aware.js';
+import { FILTER_NAMES } from '../../routing/filter-plugins.js';
+import { DEFAULT_PICKER, PICKER_NAMES } from '../../routing/picker-plugins.js';
 import { DEFAULT_SCORERS, SCORER_NAMES } from '../../routing/plugins.js';
 import { POLICY_NAMES } from '../../routing/registry.js';
 import {
   atLeastOne,
+  filterList,
   headerName,
   nonNegativeInteger,
   nonNegativeMs,
   oneOf,
+  pickerSetting,
   positiveInteger,
   positiveMs,
   positiveNumber,
@@ -119,6 +123,24 @@ export const ROUTING_ROWS = inGroup('Routing', [
     default: DEFAULT_SCORERS,
     shownDefault: 'load:1',
     parse: scorerList,
+  },
+  {
+    key: 'routing.filters',
+    flag: 'filters',
+    arg: 'NAME,...',
+    help: `scored: the filters that pass workers over before scoring (${FILTER_NAMES.join(', ')}); a file may give each its params, as [{ name, params }]`,
+    default: [],
+    shownDefault: 'none',
+    parse: filterList,
+  },
+  {
+    key: 'routing.picker',
+    flag: 'picker',
+    arg: PICKER_NAMES.join('|'),
+    help: 'scored: how a worker is chosen from the totals',
+    default: DEFAULT_PICKER,
+    shownDefault: DEFAULT_PICKER.name,
+    parse: pickerSetting,
   },
   {
     key: 'routing.engineLoadIntervalMs',

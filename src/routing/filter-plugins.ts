@@ -1,0 +1,126 @@
+// Filters as registered plugins, as llm-d registers its filters beside its scorers: each owns its
+// name, its parameters and the data it reads. The `scored` policy applies those the settings
+// name (`routing.filters`, `--filters`), in order, before scoring; a new filter is its function
+// and one entry below.
+import { describeValue } from '../util/describe-value.js';
+import type { EngineLoadSource } from './kv-prefix.js';
+import { lowKvUsageFilter, lowQueueFilter } from './load-filters.js';
+import { type PluginParam, pluginNamed, readParams } from './plugin-params.js';
+import type { Filter } from './scoring.js';
+import type { Consumption, RoutingServices } from './services.js';
+
+/**
+ * A filter as a plugin: its name (what `routing.filters` names), what it keeps (for the docs),
+ * its parameters, the data it reads, and its factory, called once per pool.
+ */
+export interface FilterPlugin {
+  readonly name: string;
+  readonly help: string;
+  readonly params: readonly PluginParam[];
+  readonly consumes: Consumption;
+  create<W extends { url: string }>(params: Readonly<Record<string, number>>, services: RoutingServices<W>): Filter<W>;
+}
+
+/**
+ * One filter of a `scored` policy as the settings give it: its plugin's name and the
+ * parameters given (the rest at their defaults).
+ *
+ * @example
+ * const filters: FilterSetting[] = [{ name: 'low-kv-usage', params: { maxKvUsage: 0.9 } }, { name: 'low-queue' }];
+ */
+export interface FilterSetting {
+  readonly name: string;
+  readonly params?: Readonly<Record<string, number>> | undefined;
+}
+
+/** The engines' load, or a TypeError naming the filter and the setting that provides it. */
+function engineLoad<W>(services: RoutingServices<W>, name: string): EngineLoadSource<W> {
+  if (services.engineLoad === undefined) {
+    throw new TypeError(
+      `The ${name} filter reads the engines' load (routing.engineLoadIntervalMs, --engine-load-interval-ms), which this router does not have`,
+    );
+  }
+  return services.engineLoad;
+}
+
+/** Every built-in filter, once: the settings' choices, the help and the `scored` policy read this list. */
+export const FILTERS: readonly FilterPlugin[] = [
+  {
+    name: 'low-queue',
+    help: 'keeps the workers whose engine reports at most maxWaiting requests waiting',
+    params: [
+      {
+        name: 'maxWaiting',
+        help: 'requests waiting in the engine past which a worker is passed over',
+        // llm-d's low-queue filter's threshold.
+        default: 128,
+        expected: 'a whole number of 0 or more',
+        valid: (value) => Number.isSafeInteger(value) && value >= 0,
+      },
+    ],
+    consumes: { 'engine-load': 'required' },
+    create: (params, services) => lowQueueFilter(engineLoad(services, 'low-queue'), params.maxWaiting as number),
+  },
+  {
+    name: 'low-kv-usage',
+    help: 'keeps the workers whose engine reports a KV cache usage of at most maxKvUsage',
+    params: [
+      {
+        name: 'maxKvUsage',
+        help: 'the share of its KV cache in use (0 to 1) past which a worker is passed over',
+        default: 0.8,
+        expected: 'a number above 0 and at most 1',
+        valid: (value) => Number.isFinite(value) && value > 0 && value <= 1,
+      },
+    ],
+    consumes: { 'engine-load': 'required' },
+    create: (params, services) => lowKvUsageFilter(engineLoad(services, 'low-kv-usage'), params.maxKvUsage as number),
+  },
+];
+
+/** Every built-in filter's name, in the registry's order. */
+export const FILTER_NAMES: readonly string[] = FILTERS.map((each) => each.name);
+
+/**
+ * The plugin named `name`.
+ *
+ * @example
+ * filterPlugin('low-queue').consumes; // { 'engine-load': 'required' }
+ *
+ * @throws {RangeError} for a name no filter has, with the closest one as a hint.
+ */
+export function filterPlugin(name: string): FilterPlugin {
+  return pluginNamed('filter', FILTERS, name);
+}
+
+/**
+ * The filters of `routing.filters` checked: a list of `{ name, params? }` entries or of names,
+ * or names comma-separated (a flag's form); none is an empty list.
+ *
+ * @example
+ * readFilters('low-queue,low-kv-usage'); // [{ name: 'low-queue' }, { name: 'low-kv-usage' }]
+ *
+ * @throws {RangeError} with one line naming the filter and what is wrong with it.
+ */
+export function readFilters(value: unknown): FilterSetting[] {
+  const items = typeof value === 'string' ? value.split(',').filter((item) => item.trim() !== '') : value;
+  if (!Array.isArray(items)) {
+    throw new RangeError(`must list filters (${FILTER_NAMES.join(', ')}), got ${describeValue(value)}`);
+  }
+  const filters = items.map(readFilter);
+  const twice = filters.find((filter, i) => filters.findIndex((other) => other.name === filter.name) !== i);
+  if (twice !== undefined) throw new RangeError(`names filter ${twice.name} twice`);
+  return filters;
+}
+
+function readFilter(item: unknown): FilterSetting {
+  const given = typeof item === 'string' ? { name: item.trim() } : item;
+  if (typeof given !== 'object' || given === null || typeof (given as { name?: unknown }).name !== 'string') {
+    throw new RangeError(`has ${describeValue(item)}: a filter is a name or { name, params? }`);
+  }
+  const { name, params, ...extra } = given as { name: string; params?: unknown };
+  const plugin = filterPlugin(name);
+  const stray = Object.keys(extra)[0];
+  if (stray !== undefined) throw new RangeError(`has filter ${name} with ${stray}: an entry takes name and params`);
+  return params === undefined ? { name } : { name, params: readParams('filter', plugin, params) };
+}

@@ -1,0 +1,86 @@
+// Pickers as registered plugins: the last step of a `scored` policy, choosing among the scored
+// candidates (`routing.picker`, `--picker`). A new picker is its function and one entry below.
+import { describeValue } from '../util/describe-value.js';
+import { type PluginParam, pluginNamed, readParams } from './plugin-params.js';
+import { maxScorePicker, type Picker, weightedRandomPicker } from './scoring.js';
+import type { Consumption, RoutingServices } from './services.js';
+
+/**
+ * A picker as a plugin: its name (what `routing.picker` names), how it chooses (for the docs),
+ * its parameters, the data it reads, and its factory, called once per pool.
+ */
+export interface PickerPlugin {
+  readonly name: string;
+  readonly help: string;
+  readonly params: readonly PluginParam[];
+  readonly consumes: Consumption;
+  create<W extends { url: string }>(params: Readonly<Record<string, number>>, services: RoutingServices<W>): Picker<W>;
+}
+
+/**
+ * The picker of a `scored` policy as the settings give it: its plugin's name and the
+ * parameters given.
+ *
+ * @example
+ * const picker: PickerSetting = { name: 'weighted-random' };
+ */
+export interface PickerSetting {
+  readonly name: string;
+  readonly params?: Readonly<Record<string, number>> | undefined;
+}
+
+/** Every built-in picker, once: the settings' choices, the help and the `scored` policy read this list. */
+export const PICKERS: readonly PickerPlugin[] = [
+  {
+    name: 'max-score',
+    help: 'the highest total, ties to the less loaded, then in turn',
+    params: [],
+    consumes: {},
+    create: () => maxScorePicker(),
+  },
+  {
+    name: 'weighted-random',
+    help: 'at random, each worker with a chance in proportion to its total',
+    params: [],
+    consumes: {},
+    create: () => weightedRandomPicker(),
+  },
+];
+
+/** Every built-in picker's name, in the registry's order. */
+export const PICKER_NAMES: readonly string[] = PICKERS.map((each) => each.name);
+
+/** The picker when the settings name none. */
+export const DEFAULT_PICKER: PickerSetting = { name: 'max-score' };
+
+/**
+ * The plugin named `name`.
+ *
+ * @example
+ * pickerPlugin('weighted-random').name; // 'weighted-random'
+ *
+ * @throws {RangeError} for a name no picker has, with the closest one as a hint.
+ */
+export function pickerPlugin(name: string): PickerPlugin {
+  return pluginNamed('picker', PICKERS, name);
+}
+
+/**
+ * The picker of `routing.picker` checked: its name, or `{ name, params? }` (a file's form).
+ *
+ * @example
+ * readPicker('weighted-random'); // { name: 'weighted-random' }
+ *
+ * @throws {RangeError} with one line naming the picker and what is wrong with it.
+ */
+export function readPicker(value: unknown): PickerSetting {
+  const given = typeof value === 'string' ? { name: value.trim() } : value;
+  if (typeof given !== 'object' || given === null || typeof (given as { name?: unknown }).name !== 'string') {
+    throw new RangeError(`must name a picker (${PICKER_NAMES.join(', ')}), got ${describeValue(value)}`);
+  }
+  const { name, params, ...extra } = given as { name: string; params?: unknown };
+  const plugin = pickerPlugin(name);
+  const stray = Object.keys(extra)[0];
+  if (stray !== undefined) throw new RangeError(`has picker ${name} with ${stray}: it takes name and params`);
+  return params === undefined ? { name } : { name, params: readParams('picker', plugin, params) };
+}

@@ -1,0 +1,87 @@
+// What every routing plugin kind (scorers, filters, pickers) shares: its parameters, checked
+// per plugin, and the lookup of a plugin by name with a suggestion for a misspelt one.
+import { closest } from '../util/closest.js';
+import { describeValue } from '../util/describe-value.js';
+
+/** One parameter of a plugin: its name in the settings, its default and the values it takes. */
+export interface PluginParam {
+  readonly name: string;
+  readonly help: string;
+  readonly default: number;
+  /** What a value must be, for the error that refuses one ("a whole number of 0 or more"). */
+  readonly expected: string;
+  valid(value: number): boolean;
+}
+
+/** What the shared checks read of a plugin of any kind. */
+export interface NamedPlugin {
+  readonly name: string;
+  readonly params: readonly PluginParam[];
+}
+
+/** The kinds of routing plugin, as the settings and their messages name them. */
+export type PluginKind = 'scorer' | 'filter' | 'picker';
+
+/**
+ * The plugin named `name` in `plugins`.
+ *
+ * @example
+ * pluginNamed('filter', FILTERS, 'low-queue').consumes; // { 'engine-load': 'required' }
+ *
+ * @throws {RangeError} for a name no plugin has, with the closest one as a hint.
+ */
+export function pluginNamed<P extends NamedPlugin>(kind: PluginKind, plugins: readonly P[], name: string): P {
+  const found = plugins.find((each) => each.name === name);
+  if (found !== undefined) return found;
+  const names = plugins.map((each) => each.name);
+  const near = closest(name, names);
+  throw new RangeError(
+    `names no ${kind} ${JSON.stringify(name)}${near === undefined ? '' : ` (did you mean ${near}?)`}: the ${kind}s are ${names.join(', ')}`,
+  );
+}
+
+/**
+ * `params` as the settings give them for `plugin`, each checked: a mapping of its parameters'
+ * names to numbers (a number written as text, from a flag or a variable, is read as one).
+ *
+ * @example
+ * readParams('filter', pluginNamed('filter', FILTERS, 'low-queue'), { maxWaiting: '8' }); // { maxWaiting: 8 }
+ *
+ * @throws {RangeError} with one line naming the plugin and what is wrong (an unknown parameter,
+ * with the closest known one; a value out of its range).
+ */
+export function readParams(kind: PluginKind, plugin: NamedPlugin, params: unknown): Record<string, number> {
+  if (typeof params !== 'object' || params === null || Array.isArray(params)) {
+    throw new RangeError(`has ${kind} ${plugin.name} with params ${describeValue(params)}: params is a mapping`);
+  }
+  const known = plugin.params.map((param) => param.name);
+  const checked: Record<string, number> = {};
+  for (const [key, raw] of Object.entries(params)) {
+    const param = plugin.params.find((each) => each.name === key);
+    if (param === undefined) {
+      const near = closest(key, known);
+      const takes = known.length === 0 ? 'it takes none' : `it takes ${known.join(', ')}`;
+      throw new RangeError(
+        `has ${kind} ${plugin.name} with no parameter ${key} (${near === undefined ? takes : `did you mean ${near}?`})`,
+      );
+    }
+    const value = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+    if (typeof value !== 'number' || !param.valid(value)) {
+      throw new RangeError(
+        `has ${kind} ${plugin.name} with ${key} ${describeValue(raw)}: it must be ${param.expected}`,
+      );
+    }
+    checked[key] = value;
+  }
+  return checked;
+}
+
+/**
+ * Every parameter of `plugin`: those `given`, the rest at their defaults (what a factory gets).
+ *
+ * @example
+ * withDefaults(pluginNamed('filter', FILTERS, 'low-queue'), {}); // { maxWaiting: 128 }
+ */
+export function withDefaults(plugin: NamedPlugin, given?: Readonly<Record<string, number>>): Record<string, number> {
+  return { ...Object.fromEntries(plugin.params.map((param) => [param.name, param.default])), ...given };
+}
