@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { PrefillTask } from '../../src/handoff/prefill-task.js';
 import { RequestError } from '../../src/http/node-server.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -321,6 +322,16 @@ describe('PrefillError.retryable, from the cause chain', () => {
   it('a library error that says nothing of retries is read like any other: by its status, before its causes', () => {
     const refused = new RequestError(400, 'bad body', { cause: withCode('ECONNRESET') });
     expect(PrefillError.from(refused).retryable).toBe(false);
+  });
+
+  it("a library error's own verdict comes before its causes: a stream broken after the worker answered is not retried, though its socket was reset", () => {
+    const broken = UpstreamError.fromFailure('http://p0/v1/completions', withCode('ECONNRESET'), {
+      afterResponse: true,
+    });
+    expect(broken.retryable).toBe(false);
+    expect(PrefillError.from(broken).retryable).toBe(false);
+    const unreachable = UpstreamError.fromFailure('http://p0/v1/completions', withCode('ECONNREFUSED'));
+    expect(PrefillError.from(unreachable).retryable).toBe(true);
   });
 
   it('a cycle in the cause chain ends the search', () => {
