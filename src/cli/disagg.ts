@@ -41,11 +41,7 @@ async function main(argv: string[]): Promise<number> {
     config = loadServeConfig(rest);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    // The problems, one line each, and where to read more: not the whole help, which is what
-    // `kubectl logs` would show of a crash loop otherwise.
-    for (const problem of error.problems) console.error(`disagg serve: ${problem}`);
-    console.error("See 'disagg serve --help' for every setting.");
-    return 2;
+    return configProblems(error);
   }
   if (config === 'help') {
     console.log(SERVE_USAGE);
@@ -54,12 +50,24 @@ async function main(argv: string[]): Promise<number> {
   try {
     await serve(config);
   } catch (error) {
+    // A combination only the proxy's checks see (a policy and the data it reads): the same lines.
+    if (error instanceof ConfigError) return configProblems(error);
     const line = startupFailure(error, config);
     if (line === undefined) throw error;
     console.error(`disagg serve: ${line}`);
     return 1;
   }
   return 0;
+}
+
+/**
+ * The problems, one line each, and where to read more: not the whole help, nor a stack trace,
+ * which is what `kubectl logs` would show of a crash loop otherwise. Exit status 2.
+ */
+function configProblems(error: ConfigError): number {
+  for (const problem of error.problems) console.error(`disagg serve: ${problem}`);
+  console.error("See 'disagg serve --help' for every setting.");
+  return 2;
 }
 
 /** JSON lines to stdout; or, with --log-format pretty, pino-pretty's lines (an optional dependency). */

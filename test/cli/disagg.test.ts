@@ -41,6 +41,31 @@ describe('the disagg command (built)', () => {
         '',
       ].join('\n'),
     );
+    // A combination only the proxy's own checks see (a policy and the data it reads): the same.
+    const unfed = spawnSync(
+      process.execPath,
+      [
+        bin,
+        'serve',
+        '--connector',
+        'vllm',
+        '--prefill',
+        'http://p',
+        '--decode',
+        'http://d',
+        '--decode-policy',
+        'precise-prefix',
+      ],
+      { encoding: 'utf8' },
+    );
+    expect(unfed.status).toBe(2);
+    expect(unfed.stderr).toBe(
+      [
+        "disagg serve: decodePolicy 'precise-prefix' routes on the engines' KV cache events: set kvEvents.port (--kv-events-port, the port of the workers' --kv-events-config endpoint) or give the workers kvEvents endpoints",
+        "See 'disagg serve --help' for every setting.",
+        '',
+      ].join('\n'),
+    );
     const unknown = spawnSync(process.execPath, [bin, 'foo'], { encoding: 'utf8' });
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toMatch(/^disagg: unknown command "foo"\n/);
