@@ -45,3 +45,47 @@ describe('no leaks', () => {
     }
   });
 });
+
+describe('layout', () => {
+  const src = fileURLToPath(new URL('../src/', import.meta.url));
+  const files = readdirSync(src, { recursive: true })
+    .map((file) => String(file).replaceAll('\\', '/'))
+    .filter((file) => file.endsWith('.ts'));
+  /** The top-level folder of a path under src/ (a file at the top is its own). */
+  const folderOf = (file: string) => file.split('/')[0] as string;
+
+  it('no import loop between the folders of src/: each layer imports only those below it', () => {
+    const edges = new Map<string, Set<string>>();
+    for (const file of files) {
+      for (const [, target] of readFileSync(`${src}${file}`, 'utf8').matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
+        const resolved = new URL(target as string, `file:///${file}`).pathname.slice(1);
+        const [from, to] = [folderOf(file), folderOf(resolved)];
+        if (from !== to) edges.set(from, (edges.get(from) ?? new Set()).add(to));
+      }
+    }
+    // Each folder that can reach itself again, with the way it does.
+    const loops: string[] = [];
+    for (const start of edges.keys()) {
+      const seen = new Set<string>();
+      const stack: string[][] = [[start]];
+      while (stack.length > 0) {
+        const path = stack.pop() as string[];
+        for (const next of edges.get(path.at(-1) as string) ?? []) {
+          if (next === start) loops.push([...path, next].join(' -> '));
+          else if (!seen.has(next)) {
+            seen.add(next);
+            stack.push([...path, next]);
+          }
+        }
+      }
+    }
+    expect(loops).toEqual([]);
+  });
+
+  it('no file of src/ over 500 lines but the decode guard', () => {
+    const long = files.filter(
+      (file) => file !== 'handoff/decode-guard.ts' && readFileSync(`${src}${file}`, 'utf8').split('\n').length > 501,
+    );
+    expect(long).toEqual([]);
+  });
+});

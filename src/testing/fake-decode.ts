@@ -3,14 +3,14 @@
 // than the client reads, or answers it whole. Apart from the HTTP dispatch of `fake-worker.ts`,
 // which hands each decode call here with the engine's protocol and the fault it drew.
 import type { ServerResponse } from 'node:http';
+import { answerShapeAt, formatFor } from '../fakes/fake-formats.js';
+import { planAnswer, promptTokens, usageOf, wantsUsage } from '../fakes/fake-plan.js';
+import type { FakeProtocol, WorkerSide } from '../fakes/fake-protocol.js';
+import type { FakeRequest, Fault } from '../fakes/fake-types.js';
 import { stringifyJson } from '../http/json.js';
 import { drained } from '../http/node-server.js';
 import { request } from '../http/undici-parts.js';
 import { breakingFault, breakStream, errorChunk } from './fake-faults.js';
-import { answerShapeAt, formatFor } from './kit/fake-formats.js';
-import { planAnswer, promptTokens, usageOf, wantsUsage } from './kit/fake-plan.js';
-import type { FakeProtocol, WorkerSide } from './kit/fake-protocol.js';
-import type { FakeRequest, Fault } from './kit/fake-types.js';
 
 /** What a decode call uses of its worker: the protocol modules' side, and the engine it answers as. */
 export interface DecodeSide extends WorkerSide {

@@ -3,9 +3,9 @@
 // stream, and the injected faults that cut a stream short. Apart from the HTTP dispatch so that
 // a new check or fault is read in one place.
 import type { ServerResponse } from 'node:http';
-import { endpointAt } from './kit/fake-formats.js';
-import { promptTokens } from './kit/fake-plan.js';
-import type { FakeRequest, FakeWorkerOptions, Fault } from './kit/fake-types.js';
+import { endpointAt } from '../fakes/fake-formats.js';
+import { promptTokens } from '../fakes/fake-plan.js';
+import type { FakeRequest, FakeWorkerOptions, Fault } from '../fakes/fake-types.js';
 
 /** A refusal: the HTTP status and the message of its OpenAI-style error. */
 export interface Refusal {

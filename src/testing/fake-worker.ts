@@ -5,21 +5,21 @@ import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js'
 import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
+import { POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
+import { FakeKvCache } from '../fakes/fake-kv-cache.js';
+import { FakeKvPublisher } from '../fakes/fake-kv-publisher.js';
+import { type FakeAnswer, promptTokens } from '../fakes/fake-plan.js';
+import { FakePrefixCache } from '../fakes/fake-prefix-cache.js';
+import type { FakeProtocol, WorkerSide } from '../fakes/fake-protocol.js';
+import type { FakeRequest, FakeWorkerOptions } from '../fakes/fake-types.js';
+import { KvLedger } from '../fakes/kv-ledger.js';
 import { parseJson } from '../http/json.js';
 import { answerJson, headerValue, pathOf, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
 import { answerDecode } from './fake-decode.js';
 import { faultFor, type Refusal, refuseBudget, refuseContext, requiredField } from './fake-faults.js';
-import { POOLING_PATHS, poolingAnswer } from './kit/fake-formats.js';
-import { FakeKvCache } from './kit/fake-kv-cache.js';
-import { FakeKvPublisher } from './kit/fake-kv-publisher.js';
-import { type FakeAnswer, promptTokens } from './kit/fake-plan.js';
-import { FakePrefixCache } from './kit/fake-prefix-cache.js';
-import type { FakeProtocol, WorkerSide } from './kit/fake-protocol.js';
-import type { FakeRequest, FakeWorkerOptions } from './kit/fake-types.js';
-import { KvLedger } from './kit/kv-ledger.js';
 
-export type { FakeRequest, FakeWorkerOptions, Fault } from './kit/fake-types.js';
+export type { FakeRequest, FakeWorkerOptions, Fault } from '../fakes/fake-types.js';
 
 /** A running fake worker. */
 export interface FakeWorker {

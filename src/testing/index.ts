@@ -3,6 +3,11 @@
 // a fake Kubernetes API that serves them as pods for label discovery, and a KV event publisher
 // that speaks vLLM's ZMQ frames.
 
+export { FakeKvCache, type FakeKvCacheOptions } from '../fakes/fake-kv-cache.js';
+export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from '../fakes/fake-kv-publisher.js';
+export type { FakeAnswer } from '../fakes/fake-plan.js';
+export { FakePrefixCache, type FakePrefixCacheOptions } from '../fakes/fake-prefix-cache.js';
+export { type KvHandoff, KvLedger, type KvRead } from '../fakes/kv-ledger.js';
 export {
   type FakeKubernetesApi,
   type FakePod,
@@ -16,8 +21,3 @@ export {
   type Fault,
   startFakeWorker,
 } from './fake-worker.js';
-export { FakeKvCache, type FakeKvCacheOptions } from './kit/fake-kv-cache.js';
-export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from './kit/fake-kv-publisher.js';
-export type { FakeAnswer } from './kit/fake-plan.js';
-export { FakePrefixCache, type FakePrefixCacheOptions } from './kit/fake-prefix-cache.js';
-export { type KvHandoff, KvLedger, type KvRead } from './kit/kv-ledger.js';

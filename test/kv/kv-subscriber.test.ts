@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { type FakeKvEvent, FakeKvPublisher } from '../../src/fakes/fake-kv-publisher.js';
 import type { KvEventBatch } from '../../src/kv/kv-events.js';
 import { KvEventSubscriber, type KvEventSubscriberOptions } from '../../src/kv/kv-subscriber.js';
-import { type FakeKvEvent, FakeKvPublisher } from '../../src/testing/kit/fake-kv-publisher.js';
 import { recordingLogger } from '../support/async.js';
 
 const open: Array<{ close(): unknown }> = [];

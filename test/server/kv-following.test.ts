@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { FakeKvEvent } from '../../src/fakes/fake-kv-publisher.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { precisePrefix } from '../../src/routing/kv-prefix.js';
 import { RoutingInput } from '../../src/routing/routing-input.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import type { ResolvedProxyOptions } from '../../src/server/options.js';
-import type { FakeKvEvent } from '../../src/testing/kit/fake-kv-publisher.js';
 import { flush, recordingLogger } from '../support/async.js';
 import { FakeKvEngine } from '../support/fake-zeromq.js';
 

@@ -1,9 +1,9 @@
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { FakeKvEvent } from '../../src/fakes/fake-kv-publisher.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
-import type { FakeKvEvent } from '../../src/testing/kit/fake-kv-publisher.js';
 import { flush, recordingLogger } from '../support/async.js';
 import { FakeKvEngine } from '../support/fake-zeromq.js';
 

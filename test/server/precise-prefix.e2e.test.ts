@@ -5,9 +5,9 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeKvPublisher } from '../../src/fakes/fake-kv-publisher.js';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorker } from '../../src/testing/fake-worker.js';
-import { FakeKvPublisher } from '../../src/testing/kit/fake-kv-publisher.js';
 import { eventuallyAsync, fakeWorkers, postRaw } from '../support/http.js';
 
 // Qwen3's real tokenizer and chat template, for the router and the fake engines alike.

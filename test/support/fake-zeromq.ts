@@ -4,7 +4,7 @@
 // background, which a unit test can only wait for with timeouts. Here an engine is bound at
 // its endpoints first, and what it publishes reaches the subscribers connected to it within
 // the current turn (await `flush()` from ./async.js), so tests stay deterministic.
-import type { FakeKvEvent } from '../../src/testing/kit/fake-kv-publisher.js';
+import type { FakeKvEvent } from '../../src/fakes/fake-kv-publisher.js';
 import { msgpack } from '../../src/util/msgpack.js';
 
 const bound = new Map<string, FakeKvEngine>();

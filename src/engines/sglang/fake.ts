@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { oneTokenAnswer } from '../../testing/kit/fake-formats.js';
-import type { FakeProtocol } from '../../testing/kit/fake-protocol.js';
+import { oneTokenAnswer } from '../../fakes/fake-formats.js';
+import type { FakeProtocol } from '../../fakes/fake-protocol.js';
 
 /**
  * SGLang's bootstrap handoff: a prefill call with `bootstrap_room` computes, commits the

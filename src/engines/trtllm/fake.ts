@@ -1,5 +1,5 @@
-import { oneTokenAnswer } from '../../testing/kit/fake-formats.js';
-import type { FakeProtocol } from '../../testing/kit/fake-protocol.js';
+import { oneTokenAnswer } from '../../fakes/fake-formats.js';
+import type { FakeProtocol } from '../../fakes/fake-protocol.js';
 
 /** The request fields TensorRT-LLM's OpenAI server knows, per route; it refuses any other. */
 const COMMON = [

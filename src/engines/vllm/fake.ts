@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { oneTokenAnswer } from '../../fakes/fake-formats.js';
+import { type FakeProtocol, kvKey } from '../../fakes/fake-protocol.js';
 import { request } from '../../http/undici-parts.js';
-import { oneTokenAnswer } from '../../testing/kit/fake-formats.js';
-import { type FakeProtocol, kvKey } from '../../testing/kit/fake-protocol.js';
 
 /**
  * vLLM (0.22 and later) with the NIXL connector, as a router meets it:

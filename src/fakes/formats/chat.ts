@@ -1,7 +1,7 @@
 // OpenAI chat completions as vLLM and SGLang answer them: streamed chunks (the role first,
 // reasoning, content, tool calls, the finish), the usage chunk and the whole answer.
 
-import { OPENAI_OBJECTS } from '../../../endpoints/openai-shapes.js';
+import { OPENAI_OBJECTS } from '../../endpoints/openai-shapes.js';
 import { OUTPUT_LOGPROB } from '../fake-plan.js';
 import type { Format } from './format.js';
 import { allIds, interleave, stepIds, vllmPromptLogprobs } from './format.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FakePrefixCache } from '../../src/testing/kit/fake-prefix-cache.js';
+import { FakePrefixCache } from '../../src/fakes/fake-prefix-cache.js';
 
 const tokens = (text: string) => Math.ceil(text.length / 4);
 const compute = (cache: FakePrefixCache, prompt: string) => cache.compute({ prompt }, tokens(prompt));

@@ -2,7 +2,7 @@
 // and how one is started. Their own module, so that the protocols need not import the worker
 // that imports them.
 import type { IncomingHttpHeaders } from 'node:http';
-import type { EngineName } from '../../protocol/engines/wires.js';
+import type { EngineName } from '../protocol/engines/wires.js';
 import type { FakeKvCacheOptions } from './fake-kv-cache.js';
 import type { FakeAnswer } from './fake-plan.js';
 import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';

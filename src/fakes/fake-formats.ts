@@ -3,8 +3,8 @@
 // there without its fake format does not compile. A new endpoint is one module in `formats/`
 // and one entry here; the route a request came in on says which format answers it.
 import { randomUUID } from 'node:crypto';
-import type { Endpoint, EndpointBody } from '../../endpoints/endpoint.js';
-import { ENDPOINTS } from '../../endpoints/registry.js';
+import type { Endpoint, EndpointBody } from '../endpoints/endpoint.js';
+import { ENDPOINTS } from '../endpoints/registry.js';
 import { type Engine, type FakeAnswer, planAnswer, promptTokens, usageOf } from './fake-plan.js';
 import { chatFormat } from './formats/chat.js';
 import { completionFormat } from './formats/completions.js';

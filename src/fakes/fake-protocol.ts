@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { EngineName } from '../../protocol/engines/wires.js';
+import type { EngineName } from '../protocol/engines/wires.js';
 import type { FakeAnswer } from './fake-plan.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
 import type { KvLedger } from './kv-ledger.js';

@@ -1,6 +1,6 @@
 // OpenAI completions as vLLM and SGLang answer them: streamed chunks (an echo first, logprobs
 // with their text offsets), the usage chunk and the whole answer.
-import { OPENAI_OBJECTS } from '../../../endpoints/openai-shapes.js';
+import { OPENAI_OBJECTS } from '../../endpoints/openai-shapes.js';
 import type { AnswerPlan, Choice, Engine } from '../fake-plan.js';
 import { OUTPUT_LOGPROB, PROMPT_LOGPROB } from '../fake-plan.js';
 import type { Format } from './format.js';

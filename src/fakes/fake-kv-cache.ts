@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { endpointOf } from '../../endpoints/registry.js';
-import { RoutingInput } from '../../routing/routing-input.js';
-import { TokenizerPool } from '../../tokenize/tokenizer-pool.js';
+import { endpointOf } from '../endpoints/registry.js';
+import { RoutingInput } from '../routing/routing-input.js';
+import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { endpointAt } from './fake-formats.js';
 import type { FakeKvEvent, FakeKvPublisher } from './fake-kv-publisher.js';
 

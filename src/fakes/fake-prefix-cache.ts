@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { routingText } from '../../routing/routing-input.js';
+import { routingText } from '../routing/routing-input.js';
 
 /** Options of a fake worker's prefix cache (`FakeWorkerOptions.prefixCache`). */
 export interface FakePrefixCacheOptions {

@@ -3,9 +3,9 @@
 // engines' differences in what they say of a prompt. The JSON shapes each route gives a plan
 // are the formats' (`formats/`); keeping the plan apart lets a new route add its shape alone.
 import { randomUUID } from 'node:crypto';
-import type { AnswerShape } from '../../endpoints/endpoint.js';
-import type { EngineName } from '../../protocol/engines/wires.js';
-import { elementsOf, samplesOf } from '../../protocol/request-counts.js';
+import type { AnswerShape } from '../endpoints/endpoint.js';
+import type { EngineName } from '../protocol/engines/wires.js';
+import { elementsOf, samplesOf } from '../protocol/request-counts.js';
 
 /** The logprob of every (fake) output token. */
 export const OUTPUT_LOGPROB = -0.25;

@@ -1,5 +1,5 @@
 import type * as Zmq from 'zeromq';
-import { msgpack } from '../../util/msgpack.js';
+import { msgpack } from '../util/msgpack.js';
 
 /** An event as a fake publisher sends it: the engines' field names. */
 export type FakeKvEvent =
