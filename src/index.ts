@@ -138,7 +138,16 @@ export {
   pickerPlugin,
   readPicker,
 } from './routing/picker-plugins.js';
-export { type NamedPlugin, type PluginKind, pluginNamed, readParams, withDefaults } from './routing/plugin-params.js';
+export {
+  type NamedPlugin,
+  type PluginKind,
+  type PluginSetting,
+  pluginNamed,
+  type RoutingPlugin,
+  readParams,
+  readPluginEntry,
+  withDefaults,
+} from './routing/plugin-params.js';
 export {
   DEFAULT_SCORERS,
   type PluginParam,

@@ -102,6 +102,7 @@ const EXPORTS = [
   'readFilters',
   'readParams',
   'readPicker',
+  'readPluginEntry',
   'readScorers',
   'reconcile',
   'refusePromptSide',

@@ -5,33 +5,25 @@
 import { describeValue } from '../util/describe-value.js';
 import type { EngineLoadSource } from './kv-prefix.js';
 import { lowKvUsageFilter, lowQueueFilter } from './load-filters.js';
-import { type PluginParam, pluginNamed, readParams } from './plugin-params.js';
+import { type PluginSetting, pluginNamed, type RoutingPlugin, readPluginEntry } from './plugin-params.js';
 import type { Filter } from './scoring.js';
-import type { Consumption, RoutingServices } from './services.js';
+import type { RoutingServices } from './services.js';
 
 /**
  * A filter as a plugin: its name (what `routing.filters` names), what it keeps (for the docs),
  * its parameters, the data it reads, and its factory, called once per pool.
  */
-export interface FilterPlugin {
-  readonly name: string;
-  readonly help: string;
-  readonly params: readonly PluginParam[];
-  readonly consumes: Consumption;
+export interface FilterPlugin extends RoutingPlugin {
   create<W extends { url: string }>(params: Readonly<Record<string, number>>, services: RoutingServices<W>): Filter<W>;
 }
 
 /**
- * One filter of a `scored` policy as the settings give it: its plugin's name and the
- * parameters given (the rest at their defaults).
+ * One filter of a `scored` policy as the settings give it.
  *
  * @example
  * const filters: FilterSetting[] = [{ name: 'low-kv-usage', params: { maxKvUsage: 0.9 } }, { name: 'low-queue' }];
  */
-export interface FilterSetting {
-  readonly name: string;
-  readonly params?: Readonly<Record<string, number>> | undefined;
-}
+export type FilterSetting = PluginSetting;
 
 /** The engines' load, or a TypeError naming the filter and the setting that provides it. */
 function engineLoad<W>(services: RoutingServices<W>, name: string): EngineLoadSource<W> {
@@ -107,20 +99,10 @@ export function readFilters(value: unknown): FilterSetting[] {
   if (!Array.isArray(items)) {
     throw new RangeError(`must list filters (${FILTER_NAMES.join(', ')}), got ${describeValue(value)}`);
   }
-  const filters = items.map(readFilter);
+  const filters = items.map((item) =>
+    readPluginEntry('filter', FILTERS, item, 'a filter is a name or { name, params? }'),
+  );
   const twice = filters.find((filter, i) => filters.findIndex((other) => other.name === filter.name) !== i);
   if (twice !== undefined) throw new RangeError(`names filter ${twice.name} twice`);
   return filters;
-}
-
-function readFilter(item: unknown): FilterSetting {
-  const given = typeof item === 'string' ? { name: item.trim() } : item;
-  if (typeof given !== 'object' || given === null || typeof (given as { name?: unknown }).name !== 'string') {
-    throw new RangeError(`has ${describeValue(item)}: a filter is a name or { name, params? }`);
-  }
-  const { name, params, ...extra } = given as { name: string; params?: unknown };
-  const plugin = filterPlugin(name);
-  const stray = Object.keys(extra)[0];
-  if (stray !== undefined) throw new RangeError(`has filter ${name} with ${stray}: an entry takes name and params`);
-  return params === undefined ? { name } : { name, params: readParams('filter', plugin, params) };
 }

@@ -1,33 +1,24 @@
 // Pickers as registered plugins: the last step of a `scored` policy, choosing among the scored
 // candidates (`routing.picker`, `--picker`). A new picker is its function and one entry below.
-import { describeValue } from '../util/describe-value.js';
-import { type PluginParam, pluginNamed, readParams } from './plugin-params.js';
+import { type PluginSetting, pluginNamed, type RoutingPlugin, readPluginEntry } from './plugin-params.js';
 import { maxScorePicker, type Picker, weightedRandomPicker } from './scoring.js';
-import type { Consumption, RoutingServices } from './services.js';
+import type { RoutingServices } from './services.js';
 
 /**
  * A picker as a plugin: its name (what `routing.picker` names), how it chooses (for the docs),
  * its parameters, the data it reads, and its factory, called once per pool.
  */
-export interface PickerPlugin {
-  readonly name: string;
-  readonly help: string;
-  readonly params: readonly PluginParam[];
-  readonly consumes: Consumption;
+export interface PickerPlugin extends RoutingPlugin {
   create<W extends { url: string }>(params: Readonly<Record<string, number>>, services: RoutingServices<W>): Picker<W>;
 }
 
 /**
- * The picker of a `scored` policy as the settings give it: its plugin's name and the
- * parameters given.
+ * The picker of a `scored` policy as the settings give it.
  *
  * @example
  * const picker: PickerSetting = { name: 'weighted-random' };
  */
-export interface PickerSetting {
-  readonly name: string;
-  readonly params?: Readonly<Record<string, number>> | undefined;
-}
+export type PickerSetting = PluginSetting;
 
 /** Every built-in picker, once: the settings' choices, the help and the `scored` policy read this list. */
 export const PICKERS: readonly PickerPlugin[] = [
@@ -74,13 +65,10 @@ export function pickerPlugin(name: string): PickerPlugin {
  * @throws {RangeError} with one line naming the picker and what is wrong with it.
  */
 export function readPicker(value: unknown): PickerSetting {
-  const given = typeof value === 'string' ? { name: value.trim() } : value;
-  if (typeof given !== 'object' || given === null || typeof (given as { name?: unknown }).name !== 'string') {
-    throw new RangeError(`must name a picker (${PICKER_NAMES.join(', ')}), got ${describeValue(value)}`);
-  }
-  const { name, params, ...extra } = given as { name: string; params?: unknown };
-  const plugin = pickerPlugin(name);
-  const stray = Object.keys(extra)[0];
-  if (stray !== undefined) throw new RangeError(`has picker ${name} with ${stray}: it takes name and params`);
-  return params === undefined ? { name } : { name, params: readParams('picker', plugin, params) };
+  return readPluginEntry(
+    'picker',
+    PICKERS,
+    value,
+    `a picker is one of ${PICKER_NAMES.join(', ')}, or { name, params? }`,
+  );
 }

@@ -2,6 +2,7 @@
 // per plugin, and the lookup of a plugin by name with a suggestion for a misspelt one.
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
+import type { Consumption } from './services.js';
 
 /** One parameter of a plugin: its name in the settings, its default and the values it takes. */
 export interface PluginParam {
@@ -21,6 +22,53 @@ export interface NamedPlugin {
 
 /** The kinds of routing plugin, as the settings and their messages name them. */
 export type PluginKind = 'scorer' | 'filter' | 'picker';
+
+/**
+ * What a plugin of every kind declares besides its factory: its name (what the settings name),
+ * what it does (for `--help` and the docs), its parameters and the data it reads.
+ */
+export interface RoutingPlugin extends NamedPlugin {
+  readonly help: string;
+  readonly consumes: Consumption;
+}
+
+/**
+ * One filter or picker as the settings give it: its plugin's name and the parameters given
+ * (the rest at their defaults).
+ *
+ * @example
+ * const setting: PluginSetting = { name: 'low-kv-usage', params: { maxKvUsage: 0.9 } };
+ */
+export interface PluginSetting {
+  readonly name: string;
+  readonly params?: Readonly<Record<string, number>> | undefined;
+}
+
+/**
+ * One entry of the settings for a plugin of `plugins`: its name, or `{ name, params? }`, each
+ * checked (`shape` says what an entry is, for the error that refuses something else).
+ *
+ * @example
+ * readPluginEntry('filter', FILTERS, 'low-queue', 'a filter is a name or { name, params? }'); // { name: 'low-queue' }
+ *
+ * @throws {RangeError} with one line naming the plugin and what is wrong with the entry.
+ */
+export function readPluginEntry(
+  kind: PluginKind,
+  plugins: readonly NamedPlugin[],
+  item: unknown,
+  shape: string,
+): PluginSetting {
+  const given = typeof item === 'string' ? { name: item.trim() } : item;
+  if (typeof given !== 'object' || given === null || typeof (given as { name?: unknown }).name !== 'string') {
+    throw new RangeError(`has ${describeValue(item)}: ${shape}`);
+  }
+  const { name, params, ...extra } = given as { name: string; params?: unknown };
+  const plugin = pluginNamed(kind, plugins, name);
+  const stray = Object.keys(extra)[0];
+  if (stray !== undefined) throw new RangeError(`has ${kind} ${name} with ${stray}: an entry takes name and params`);
+  return params === undefined ? { name } : { name, params: readParams(kind, plugin, params) };
+}
 
 /**
  * The plugin named `name` in `plugins`.

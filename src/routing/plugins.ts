@@ -6,7 +6,7 @@ import { describeValue } from '../util/describe-value.js';
 import { type FilterSetting, filterPlugin } from './filter-plugins.js';
 import { engineQueueScorer, kvPrefixScorer, kvUsageScorer } from './kv-prefix.js';
 import { type PickerSetting, pickerPlugin } from './picker-plugins.js';
-import { type PluginParam, pluginNamed, readParams, withDefaults } from './plugin-params.js';
+import { pluginNamed, type RoutingPlugin, readParams, withDefaults } from './plugin-params.js';
 import type { RoutingPolicy } from './routing-policy.js';
 import { loadScorer, prefixScorer, type Scorer, scoredPolicy } from './scoring.js';
 import { type Consumption, mergeConsumption, type RoutingServices } from './services.js';
@@ -18,11 +18,7 @@ export type { PluginParam } from './plugin-params.js';
  * docs), its parameters, the data it reads, and its factory, called once per pool (a scorer's
  * state, such as a prefix tree, describes one pool). `params` holds every parameter, defaults filled.
  */
-export interface ScorerPlugin {
-  readonly name: string;
-  readonly help: string;
-  readonly params: readonly PluginParam[];
-  readonly consumes: Consumption;
+export interface ScorerPlugin extends RoutingPlugin {
   create<W extends { url: string }>(params: Readonly<Record<string, number>>, services: RoutingServices<W>): Scorer<W>;
 }
 

@@ -25,6 +25,18 @@ async function kvUsageOf(worker: FakeWorker): Promise<number> {
   return Number(line?.split(' ').at(-1));
 }
 
+/** Which decode worker served one short completion through the proxy at `url` (the response's header). */
+async function decodedBy(url: string, prompt: string): Promise<string | null> {
+  const response = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'fake-model', prompt, max_tokens: 2 }),
+  });
+  expect(response.status).toBe(200);
+  await response.text();
+  return response.headers.get('x-disagg-decode-worker');
+}
+
 describe('disagg serve with a scored policy from its settings file', () => {
   it('decodePolicy scored with kv-usage sends requests to the decode worker reporting the lower KV usage', async () => {
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
@@ -54,28 +66,14 @@ describe('disagg serve with a scored policy from its settings file', () => {
     );
     const served = await serveBin(['--config', config], { cleanups });
     const decoded: Array<string | null> = [];
-    for (let i = 0; i < 4; i++) {
-      const response = await fetch(`${served.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'fake-model', prompt: `question ${i}`, max_tokens: 2 }),
-      });
-      expect(response.status).toBe(200);
-      await response.text();
-      decoded.push(response.headers.get('x-disagg-decode-worker'));
-    }
+    for (let i = 0; i < 4; i++) decoded.push(await decodedBy(served.url, `question ${i}`));
     expect(decoded).toEqual(['empty', 'empty', 'empty', 'empty']);
     // And the proxy read that from the engines: it follows when the usage turns.
     await (empty as FakeWorker).kvCache?.compute({ prompt: ids(60 * 16, 100_000) });
-    await eventuallyAsync(async () => {
-      const response = await fetch(`${served.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'fake-model', prompt: 'again', max_tokens: 2 }),
-      });
-      await response.text();
-      return response.headers.get('x-disagg-decode-worker') === 'full';
-    }, 'the proxy sending to the worker whose engine now reports the lower usage');
+    await eventuallyAsync(
+      async () => (await decodedBy(served.url, 'again')) === 'full',
+      'the proxy sending to the worker whose engine now reports the lower usage',
+    );
   }, 30_000);
 
   it('a low-kv-usage filter and the weighted-random picker from the file: the full worker is passed over whatever the load says', async () => {
@@ -108,26 +106,12 @@ describe('disagg serve with a scored policy from its settings file', () => {
     );
     const served = await serveBin(['--config', config], { cleanups });
     // Once the first scrape is in, every request goes to the worker under the threshold.
-    await eventuallyAsync(async () => {
-      const response = await fetch(`${served.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'fake-model', prompt: 'warm', max_tokens: 2 }),
-      });
-      await response.text();
-      return response.headers.get('x-disagg-decode-worker') === 'empty';
-    }, 'the first reading of the engines');
+    await eventuallyAsync(
+      async () => (await decodedBy(served.url, 'warm')) === 'empty',
+      'the first reading of the engines',
+    );
     const decoded: Array<string | null> = [];
-    for (let i = 0; i < 6; i++) {
-      const response = await fetch(`${served.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'fake-model', prompt: `question ${i}`, max_tokens: 2 }),
-      });
-      expect(response.status).toBe(200);
-      await response.text();
-      decoded.push(response.headers.get('x-disagg-decode-worker'));
-    }
+    for (let i = 0; i < 6; i++) decoded.push(await decodedBy(served.url, `question ${i}`));
     expect(decoded).toEqual(Array(6).fill('empty'));
   }, 30_000);
 });

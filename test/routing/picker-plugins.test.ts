@@ -23,9 +23,9 @@ describe('readPicker', () => {
       'has picker max-score with no parameter ties (it takes none)',
     );
     expect(() => readPicker({ name: 'max-score', weight: 1 })).toThrow(
-      'has picker max-score with weight: it takes name and params',
+      'has picker max-score with weight: an entry takes name and params',
     );
-    expect(() => readPicker(3)).toThrow(`must name a picker (${PICKER_NAMES.join(', ')}), got 3`);
+    expect(() => readPicker(3)).toThrow(`has 3: a picker is one of ${PICKER_NAMES.join(', ')}, or { name, params? }`);
     expect(pickerPlugin('max-score').consumes).toEqual({});
   });
 });
