@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { promptDetailsOf, withPromptDetails } from '../../src/flow/usage.js';
+import { endpointNamed } from '../../src/endpoints/registry.js';
+import { promptDetailsOf, withoutUsageChunks, withPromptDetails, withUsageAsked } from '../../src/flow/usage.js';
 import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -99,5 +100,71 @@ describe('through the flow', () => {
     const decode = engine(() => new ScriptedSource([token(1), last]).end());
     const items = await collect(await runFlow({ decode: decode.run }));
     expect(items[1]).toBe(last);
+  });
+});
+
+describe('withUsageAsked: usage asked of the workers on behalf of a streamed OpenAI request', () => {
+  const chat = { model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true };
+
+  it('a streamed chat or completion gets stream_options.include_usage, keeping the options it gave', () => {
+    expect(withUsageAsked(chat)).toEqual({ ...chat, stream_options: { include_usage: true } });
+    expect(withUsageAsked({ model: 'm', prompt: 'Hi', stream: true })?.stream_options).toEqual({ include_usage: true });
+    expect(withUsageAsked({ ...chat, stream_options: { continuous_usage_stats: true } })?.stream_options).toEqual({
+      continuous_usage_stats: true,
+      include_usage: true,
+    });
+    for (const options of [null, 'yes', 3]) {
+      expect(withUsageAsked({ ...chat, stream_options: options })?.stream_options).toEqual({ include_usage: true });
+    }
+  });
+
+  it('nothing for a whole request, SGLang /generate, or one that asked for usage itself', () => {
+    expect(withUsageAsked({ ...chat, stream: false })).toBeUndefined();
+    expect(withUsageAsked({ model: 'm', prompt: 'Hi' })).toBeUndefined();
+    expect(withUsageAsked({ text: 'Hi', stream: true }, endpointNamed('generate'))).toBeUndefined();
+    expect(withUsageAsked({ ...chat, stream_options: { include_usage: true } })).toBeUndefined();
+    expect(withUsageAsked({ ...chat, stream_options: { include_usage: false } })?.stream_options).toEqual({
+      include_usage: true,
+    });
+  });
+});
+
+describe('withoutUsageChunks: only a chunk with no choices and a usage object is taken off', () => {
+  const event = (json: Record<string, unknown>) => ({ form: 'event' as const, text: JSON.stringify(json), json });
+  const item = (chunks: Array<Record<string, unknown>>) =>
+    Annotated.withWire(Annotated.fromData<LLMEngineOutput>(LLMEngineOutput.stop()), chunks.map(event));
+
+  it('keeps a chunk with choices and usage, one without usage, one whose usage is null, one without choices', () => {
+    const kept = item([
+      { choices: [{ index: 0, text: 'a' }], usage: usage() },
+      { choices: [] },
+      { choices: [], usage: null },
+      { usage: usage() },
+    ]);
+    expect(withoutUsageChunks(kept)).toBe(kept);
+    const dropped = withoutUsageChunks(item([{ choices: [{ index: 0, text: 'a' }] }, { choices: [], usage: usage() }]));
+    expect(Annotated.wire(dropped)?.map((chunk) => chunk.json)).toEqual([{ choices: [{ index: 0, text: 'a' }] }]);
+    const bare = finish(usage());
+    expect(withoutUsageChunks(bare)).toBe(bare);
+  });
+});
+
+describe('withPromptDetails on items without data or wire', () => {
+  it('an item without data, or without usage, is the same item; one without a wire gets the details in its data alone', () => {
+    const empty = Annotated.fromData<LLMEngineOutput>(undefined as never);
+    expect(withPromptDetails(empty, { cached_tokens: 1 })).toBe(empty);
+    const patched = withPromptDetails(finish(usage({ cached_tokens: 0, audio_tokens: 2 })), { cached_tokens: 4 });
+    expect(patched.data?.completion_usage?.prompt_tokens_details).toEqual({ cached_tokens: 4, audio_tokens: 2 });
+    expect(Annotated.wire(patched)).toBeUndefined();
+  });
+
+  it("an SGLang chunk's meta_info is patched only when prefill reported cached tokens", () => {
+    const meta = { text: 'a', meta_info: { cached_tokens: 0, prompt_tokens: 10 } };
+    const withMeta = Annotated.withWire(finish(usage()), [{ form: 'event', text: JSON.stringify(meta), json: meta }]);
+    expect(Annotated.wire(withPromptDetails(withMeta, { audio_tokens: 1 }))?.[0]?.json).toEqual(meta);
+    expect(Annotated.wire(withPromptDetails(withMeta, { cached_tokens: 6 }))?.[0]?.json).toEqual({
+      text: 'a',
+      meta_info: { cached_tokens: 6, prompt_tokens: 10 },
+    });
   });
 });
