@@ -87,3 +87,27 @@ describe('the filter plugins', () => {
     for (let i = 0; i < 3; i++) expect(both.select([a, b], idle, undefined)).toBe(a);
   });
 });
+
+describe("the filters' parameters, at their edges", () => {
+  const params = (name: string, value: unknown) =>
+    readFilters([{ name, params: { [name === 'low-queue' ? 'maxWaiting' : 'maxKvUsage']: value } }]);
+
+  it('maxWaiting takes 0 and any whole number above; maxKvUsage takes above 0 up to 1', () => {
+    expect(params('low-queue', 0)[0]?.params).toEqual({ maxWaiting: 0 });
+    for (const bad of [-1, 1.5, Number.NaN])
+      expect(() => params('low-queue', bad)).toThrow(/it must be a whole number/);
+    expect(params('low-kv-usage', 1)[0]?.params).toEqual({ maxKvUsage: 1 });
+    for (const bad of [0, 1.01, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(() => params('low-kv-usage', bad)).toThrow(/it must be a number above 0 and at most 1/);
+    }
+  });
+
+  it('a parameter written as blank text is not a number; a filter entry that is null or unnamed is refused', () => {
+    expect(() => params('low-queue', ' ')).toThrow(
+      'has filter low-queue with maxWaiting " ": it must be a whole number of 0 or more',
+    );
+    expect(() => readFilters([null])).toThrow('has null: a filter is a name or { name, params? }');
+    expect(() => readFilters([{ name: 3 }])).toThrow('has {"name":3}: a filter is a name or { name, params? }');
+    expect(readFilters(' low-queue ,, ')).toEqual([{ name: 'low-queue' }]);
+  });
+});

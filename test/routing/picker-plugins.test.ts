@@ -75,3 +75,20 @@ describe('weightedRandomPicker', () => {
     }
   });
 });
+
+describe('weightedRandomPicker, at the edges', () => {
+  it('is named, and a draw past every total lands on the last candidate with a score', () => {
+    expect(weightedRandomPicker<W>().name).toBe('weighted-random');
+    // A source that returns 1 (past [0, 1)) goes through every total without landing.
+    const picker = weightedRandomPicker<W>(() => 1);
+    expect(picker.pick([a, b, c], [0.1, 0.2, 0], idle)).toBe(b);
+    expect(picker.pick([a, b, c], [0.5, 0, 0], idle)).toBe(a);
+    expect(picker.pick([a, b, c], [0, 0, 0.5], idle)).toBe(c);
+  });
+
+  it('readPicker trims a flag value, and refuses null or a name that is no string', () => {
+    expect(readPicker(' weighted-random ')).toEqual({ name: 'weighted-random' });
+    expect(() => readPicker(null)).toThrow(/^has null: a picker is/);
+    expect(() => readPicker({ name: 3 })).toThrow(/^has \{"name":3\}: a picker is/);
+  });
+});

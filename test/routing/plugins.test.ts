@@ -11,6 +11,7 @@ import {
   scorersConsume,
 } from '../../src/routing/plugins.js';
 import { POLICIES, policyConsumes } from '../../src/routing/registry.js';
+import { prefixScorer } from '../../src/routing/scoring.js';
 import { mergeConsumption } from '../../src/routing/services.js';
 
 type W = { url: string };
@@ -160,6 +161,16 @@ describe('scorer settings: each plugin checks its own parameters', () => {
       /speculativeTtlMs -1: it must be/,
     );
     expect(refusal([{ name: 'kv-prefix', params: { speculativeTtlMs: Number.NaN } }])).toMatch(/speculativeTtlMs NaN/);
+  });
+});
+
+describe('the prefix scorer without a routing text', () => {
+  it('scores every candidate 0 and learns nothing from a request without one', () => {
+    const scorer = prefixScorer<W>();
+    scorer.completed?.(b, undefined, 'success');
+    scorer.completed?.(b, { text: '' } as never, 'success');
+    expect(scorer.score([a, b], idle, undefined)).toEqual([0, 0]);
+    expect(scorer.score([a, b], idle, { text: 'Stryker was here!' } as never)).toEqual([0, 0]);
   });
 });
 
