@@ -408,6 +408,22 @@ describe('events a router acts on come when it has what they speak of', () => {
     await iterator.return?.();
   });
 
+  it('an answer that ends on a role-only chunk (its finish in the data alone, from an engine of your own) has its first token at its end, once', async () => {
+    const ending = Annotated.withWire(
+      Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: '', finish_reason: 'stop' }),
+      [{ form: 'event' as const, text: undefined, json: { choices: [{ index: 0, delta: role }] } }],
+    );
+    const decodeSource = new ScriptedSource([opening({}, [{ choices: [{ index: 0, delta: role }] }]), ending]).end();
+    const log = eventLog();
+    const stream = await run({ decode: engine(() => decodeSource).run, onEvent: log.onEvent });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    expect(log.of('firstToken')).toHaveLength(0);
+    await iterator.next();
+    expect(log.of('firstToken')).toHaveLength(1);
+    await iterator.return?.();
+  });
+
   it('finished (and settled) come once the reader has the last item: at its next call, or its close', async () => {
     const log = eventLog();
     const stream = await run({ onEvent: log.onEvent });
