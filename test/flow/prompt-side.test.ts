@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { endpointNamed } from '../../src/endpoints/registry.js';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
 import { promptSideOf, refusePromptSide } from '../../src/flow/prompt-side.js';
 import type { EngineItem } from '../../src/protocol/annotated.js';
@@ -623,5 +624,15 @@ describe("prefill's answer merged, where only part of an answer has something of
     );
     expect(merged?.[0]).toEqual([first, { text: 'Y', meta_info: { input_token_logprobs: lists } }]);
     expect((merged?.[0] as unknown[] | undefined)?.[0]).toBe(first);
+  });
+});
+
+describe('the prompt side of a pooling request', () => {
+  it('is none: an embeddings or rerank request is passed through, whatever it asks', () => {
+    const body = { model: 'm', input: 'Hi', prompt_logprobs: 1, echo: true, logprobs: 1 };
+    for (const engine of ['vllm', 'sglang'] as const) {
+      expect(promptSideOf(engine, body, endpointNamed('embeddings'))).toBeUndefined();
+      expect(promptSideOf(engine, { ...body, query: 'q', documents: ['d'] }, endpointNamed('rerank'))).toBeUndefined();
+    }
   });
 });
