@@ -70,6 +70,7 @@ describe('the filter plugins', () => {
       "The low-queue filter reads the engines' load (routing.engineLoadIntervalMs, --engine-load-interval-ms), which this router does not have",
     );
     expect(() => filterPlugin('low-kv-usage').create({ maxKvUsage: 1 }, {})).toThrow(/^The low-kv-usage filter/);
+    expect(() => filterPlugin('none')).toThrow(`names no filter "none": the filters are ${FILTER_NAMES.join(', ')}`);
   });
 
   it('a scored policy applies them with their parameters, the rest at their defaults', () => {

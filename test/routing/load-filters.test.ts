@@ -53,3 +53,10 @@ describe('lowKvUsageFilter', () => {
     expect(strict.select([a, b], inFlight, undefined)).toBe(a);
   });
 });
+
+describe('the load filters by name', () => {
+  it('are named as their plugins', () => {
+    expect(lowQueueFilter(() => undefined, 1).name).toBe('low-queue');
+    expect(lowKvUsageFilter(() => undefined, 1).name).toBe('low-kv-usage');
+  });
+});

@@ -27,6 +27,7 @@ describe('readPicker', () => {
     );
     expect(() => readPicker(3)).toThrow(`has 3: a picker is one of ${PICKER_NAMES.join(', ')}, or { name, params? }`);
     expect(pickerPlugin('max-score').consumes).toEqual({});
+    expect(() => pickerPlugin('none')).toThrow(`names no picker "none": the pickers are ${PICKER_NAMES.join(', ')}`);
   });
 });
 

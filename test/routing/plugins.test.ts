@@ -171,6 +171,10 @@ describe('the prefix scorer without a routing text', () => {
     scorer.completed?.(b, { text: '' } as never, 'success');
     expect(scorer.score([a, b], idle, undefined)).toEqual([0, 0]);
     expect(scorer.score([a, b], idle, { text: 'Stryker was here!' } as never)).toEqual([0, 0]);
+    // And a request without one matches nothing, whatever the tree holds.
+    scorer.completed?.(b, { text: 'Stryker was here!' } as never, 'success');
+    expect(scorer.score([a, b], idle, undefined)).toEqual([0, 0]);
+    expect(policyConsumes('no-such-policy' as never)).toEqual({});
   });
 });
 

@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { endpointNamed } from '../../src/endpoints/registry.js';
 import { RoutingInput, routingText } from '../../src/routing/routing-input.js';
 import { propertyOptions } from '../support/property.js';
 
@@ -162,5 +163,30 @@ describe('RoutingInput: token ids', () => {
   it('the body is the one the client sent', () => {
     const body = { model: 'm', prompt: 'Hi' };
     expect(new RoutingInput(body).body).toBe(body);
+  });
+});
+
+describe('RoutingInput: the endpoint and the tokenizer', () => {
+  it('names the API the request came in on: the one given, else the body says', () => {
+    expect(new RoutingInput({ prompt: 'Hi' }).endpoint).toBe(endpointNamed('completions'));
+    expect(new RoutingInput({ messages: [] }).endpoint).toBe(endpointNamed('chat'));
+    expect(new RoutingInput({ text: 'Hi' }, undefined, undefined, endpointNamed('generate')).endpoint).toBe(
+      endpointNamed('generate'),
+    );
+  });
+
+  it("takes the tokenizer's ids once they are known, unless the body or an earlier call gave some", () => {
+    const input = new RoutingInput({ prompt: 'Hi' });
+    expect(input.tokenIds).toBeUndefined();
+    input.tokenized([1, 2]);
+    expect(input.tokenIds).toEqual([1, 2]);
+    input.tokenized([3]);
+    expect(input.tokenIds).toEqual([1, 2]);
+    const given = new RoutingInput({ prompt: 'Hi' }, undefined, [7]);
+    given.tokenized([8]);
+    expect(given.tokenIds).toEqual([7]);
+    const fromBody = new RoutingInput({ prompt: [5, 6] });
+    fromBody.tokenized([9]);
+    expect(fromBody.tokenIds).toEqual([5, 6]);
   });
 });
