@@ -398,6 +398,15 @@ describe('events a router acts on come when it has what they speak of', () => {
     ['a choice without a delta', opening({}, [{ choices: [{ index: 0, delta: null }] }]), 'is'],
     ['an empty item from an engine of your own (no wire)', opening({}, undefined), 'is'],
     ['an empty item with nothing on the wire', opening({}, []), 'is'],
+    ['a chunk without choices (as SGLang /generate writes)', opening({}, [{ text: '', meta_info: {} }]), 'is'],
+    ['a chunk whose choices are empty', opening({}, [{ choices: [] }]), 'is'],
+    [
+      'a role chunk with no data read from it',
+      Annotated.withWire(Annotated.fromData<LLMEngineOutput>(undefined as never), [
+        { form: 'event' as const, text: undefined, json: { choices: [{ index: 0, delta: role }] } },
+      ]),
+      'is',
+    ],
   ])('an opening item: %s %s the first token', async (_, first, token) => {
     const decodeSource = new ScriptedSource([first, chatChunk({ content: 'Hi' }), chatChunk({}, 'stop')]).end();
     const log = eventLog();

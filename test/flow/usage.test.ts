@@ -141,7 +141,8 @@ describe('withoutUsageChunks: only a chunk with no choices and a usage object is
       { choices: [], usage: null },
       { usage: usage() },
     ]);
-    expect(withoutUsageChunks(kept)).toBe(kept);
+    // withWire may re-use the item: what it carries is the check.
+    expect(Annotated.wire(withoutUsageChunks(kept))).toHaveLength(4);
     const dropped = withoutUsageChunks(item([{ choices: [{ index: 0, text: 'a' }] }, { choices: [], usage: usage() }]));
     expect(Annotated.wire(dropped)?.map((chunk) => chunk.json)).toEqual([{ choices: [{ index: 0, text: 'a' }] }]);
     const bare = finish(usage());
@@ -156,6 +157,20 @@ describe('withPromptDetails on items without data or wire', () => {
     const patched = withPromptDetails(finish(usage({ cached_tokens: 0, audio_tokens: 2 })), { cached_tokens: 4 });
     expect(patched.data?.completion_usage?.prompt_tokens_details).toEqual({ cached_tokens: 4, audio_tokens: 2 });
     expect(Annotated.wire(patched)).toBeUndefined();
+  });
+
+  it('a usage or meta_info that is null is left as it is, in the data and on the wire', () => {
+    const nullUsage = finish(null as never);
+    expect(withPromptDetails(nullUsage, { cached_tokens: 4 })).toBe(nullUsage);
+    const chunks = [
+      { choices: [], usage: null },
+      { text: 'a', meta_info: null },
+    ];
+    const item = Annotated.withWire(
+      finish(usage()),
+      chunks.map((json) => ({ form: 'event' as const, text: JSON.stringify(json), json })),
+    );
+    expect(Annotated.wire(withPromptDetails(item, { cached_tokens: 4 }))?.map((chunk) => chunk.json)).toEqual(chunks);
   });
 
   it("an SGLang chunk's meta_info is patched only when prefill reported cached tokens", () => {
