@@ -2,6 +2,7 @@
 // (its low-queue and KV-cache filters): a worker past a threshold is passed over while another
 // is under it. A worker whose load is not known (not scraped yet, or stale) is kept: nothing
 // says it is busy, and dropping it would empty the pool whenever scraping lags.
+import type { EngineLoad } from '../protocol/engines/load-metrics.js';
 import type { EngineLoadSource } from './kv-prefix.js';
 import type { Filter } from './scoring.js';
 
@@ -14,15 +15,7 @@ import type { Filter } from './scoring.js';
  * scoredPolicy({ filters: [lowQueueFilter((w) => loads.get(w), 8)], scorers: [{ scorer: loadScorer(), weight: 1 }] });
  */
 export function lowQueueFilter<W>(loadOf: EngineLoadSource<W>, maxWaiting: number): Filter<W> {
-  return {
-    name: 'low-queue',
-    filter(candidates: readonly W[]): readonly W[] {
-      return candidates.filter((worker) => {
-        const load = loadOf(worker);
-        return load === undefined || load.waiting <= maxWaiting;
-      });
-    },
-  };
+  return loadFilter('low-queue', loadOf, (load) => load.waiting <= maxWaiting);
 }
 
 /**
@@ -33,12 +26,17 @@ export function lowQueueFilter<W>(loadOf: EngineLoadSource<W>, maxWaiting: numbe
  * scoredPolicy({ filters: [lowKvUsageFilter((w) => loads.get(w), 0.8)], scorers: [{ scorer: loadScorer(), weight: 1 }] });
  */
 export function lowKvUsageFilter<W>(loadOf: EngineLoadSource<W>, maxKvUsage: number): Filter<W> {
+  return loadFilter('low-kv-usage', loadOf, (load) => load.kvUsage <= maxKvUsage);
+}
+
+/** A filter keeping the candidates whose reading `keeps` accepts, and those without one. */
+function loadFilter<W>(name: string, loadOf: EngineLoadSource<W>, keeps: (load: EngineLoad) => boolean): Filter<W> {
   return {
-    name: 'low-kv-usage',
+    name,
     filter(candidates: readonly W[]): readonly W[] {
       return candidates.filter((worker) => {
         const load = loadOf(worker);
-        return load === undefined || load.kvUsage <= maxKvUsage;
+        return load === undefined || keeps(load);
       });
     },
   };

@@ -37,81 +37,70 @@ async function decodedBy(url: string, prompt: string): Promise<string | null> {
   return response.headers.get('x-disagg-decode-worker');
 }
 
+/**
+ * One prefill and two decode fakes (`full`, listed first, with half its KV cache in use, and
+ * `empty`), and `disagg serve` started from a settings file with those workers, `decodePolicy`
+ * scored and `routing` as given.
+ */
+async function scoredFleet(routing: Record<string, unknown>) {
+  const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+  const [full, empty] = (await Promise.all(
+    [0, 1].map(() =>
+      fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, kvCache: { blockSize: 16, capacityBlocks: 64 } }),
+    ),
+  )) as [FakeWorker, FakeWorker];
+  // Half of one engine's cache in use before the proxy starts: its /metrics says 0.5.
+  await full.kvCache?.compute({ prompt: ids(32 * 16, 1) });
+  const config = join(mkdtempSync(join(tmpdir(), 'disagg-scored-')), 'disagg.yaml');
+  writeFileSync(
+    config,
+    stringify({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      // The full one first: a pick by order or in turn would reach it.
+      decode: [
+        { url: full.url, name: 'full' },
+        { url: empty.url, name: 'empty' },
+      ],
+      decodePolicy: 'scored',
+      routing,
+    }),
+  );
+  const served = await serveBin(['--config', config], { cleanups });
+  return { full, empty, url: served.url };
+}
+
 describe('disagg serve with a scored policy from its settings file', () => {
   it('decodePolicy scored with kv-usage sends requests to the decode worker reporting the lower KV usage', async () => {
-    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
-    const [full, empty] = await Promise.all(
-      [0, 1].map(() =>
-        fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, kvCache: { blockSize: 16, capacityBlocks: 64 } }),
-      ),
-    );
-    // Half of one engine's cache in use before the proxy starts: its /metrics says 0.5.
-    await (full as FakeWorker).kvCache?.compute({ prompt: ids(32 * 16, 1) });
-    expect(await kvUsageOf(full as FakeWorker)).toBe(0.5);
-    expect(await kvUsageOf(empty as FakeWorker)).toBe(0);
-    const config = join(mkdtempSync(join(tmpdir(), 'disagg-scored-')), 'disagg.yaml');
-    writeFileSync(
-      config,
-      stringify({
-        connector: 'vllm',
-        prefill: [{ url: prefill.url }],
-        // The full one first: a pick by order or in turn would reach it.
-        decode: [
-          { url: (full as FakeWorker).url, name: 'full' },
-          { url: (empty as FakeWorker).url, name: 'empty' },
-        ],
-        decodePolicy: 'scored',
-        routing: { scorers: [{ name: 'kv-usage', weight: 2 }], engineLoadIntervalMs: 50 },
-      }),
-    );
-    const served = await serveBin(['--config', config], { cleanups });
+    const { full, empty, url } = await scoredFleet({
+      scorers: [{ name: 'kv-usage', weight: 2 }],
+      engineLoadIntervalMs: 50,
+    });
+    expect(await kvUsageOf(full)).toBe(0.5);
+    expect(await kvUsageOf(empty)).toBe(0);
     const decoded: Array<string | null> = [];
-    for (let i = 0; i < 4; i++) decoded.push(await decodedBy(served.url, `question ${i}`));
+    for (let i = 0; i < 4; i++) decoded.push(await decodedBy(url, `question ${i}`));
     expect(decoded).toEqual(['empty', 'empty', 'empty', 'empty']);
     // And the proxy read that from the engines: it follows when the usage turns.
-    await (empty as FakeWorker).kvCache?.compute({ prompt: ids(60 * 16, 100_000) });
+    await empty.kvCache?.compute({ prompt: ids(60 * 16, 100_000) });
     await eventuallyAsync(
-      async () => (await decodedBy(served.url, 'again')) === 'full',
+      async () => (await decodedBy(url, 'again')) === 'full',
       'the proxy sending to the worker whose engine now reports the lower usage',
     );
   }, 30_000);
 
   it('a low-kv-usage filter and the weighted-random picker from the file: the full worker is passed over whatever the load says', async () => {
-    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
-    const [full, empty] = await Promise.all(
-      [0, 1].map(() =>
-        fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, kvCache: { blockSize: 16, capacityBlocks: 64 } }),
-      ),
-    );
-    await (full as FakeWorker).kvCache?.compute({ prompt: ids(32 * 16, 1) });
-    const config = join(mkdtempSync(join(tmpdir(), 'disagg-scored-')), 'disagg.yaml');
-    writeFileSync(
-      config,
-      stringify({
-        connector: 'vllm',
-        prefill: [{ url: prefill.url }],
-        decode: [
-          { url: (full as FakeWorker).url, name: 'full' },
-          { url: (empty as FakeWorker).url, name: 'empty' },
-        ],
-        decodePolicy: 'scored',
-        // The load scorer alone would send every other request to the full one.
-        routing: {
-          scorers: [{ name: 'load' }],
-          filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0.4 } }],
-          picker: { name: 'weighted-random' },
-          engineLoadIntervalMs: 50,
-        },
-      }),
-    );
-    const served = await serveBin(['--config', config], { cleanups });
+    // The load scorer alone would send every other request to the full one.
+    const { url } = await scoredFleet({
+      scorers: [{ name: 'load' }],
+      filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0.4 } }],
+      picker: { name: 'weighted-random' },
+      engineLoadIntervalMs: 50,
+    });
     // Once the first scrape is in, every request goes to the worker under the threshold.
-    await eventuallyAsync(
-      async () => (await decodedBy(served.url, 'warm')) === 'empty',
-      'the first reading of the engines',
-    );
+    await eventuallyAsync(async () => (await decodedBy(url, 'warm')) === 'empty', 'the first reading of the engines');
     const decoded: Array<string | null> = [];
-    for (let i = 0; i < 6; i++) decoded.push(await decodedBy(served.url, `question ${i}`));
+    for (let i = 0; i < 6; i++) decoded.push(await decodedBy(url, `question ${i}`));
     expect(decoded).toEqual(Array(6).fill('empty'));
   }, 30_000);
 });
