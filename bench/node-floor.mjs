@@ -10,13 +10,18 @@
 // the image's node flags (bench/proxy.mjs passes them) and the V8 flag disagg's command sets, so
 // that what lies between it and disagg serve is disagg's own cost.
 // Prints one JSON line with its URL, runs until stdin ends.
-//   node bench/node-floor.mjs sglang <prefillUrl> <decodeUrl> <bootstrapPort>
-//   node bench/node-floor.mjs vllm <prefillUrl> <decodeUrl>
+// Each request goes to a prefill and a decode worker chosen at random, as mini_lb chooses.
+//   node bench/node-floor.mjs sglang <prefillUrl,...> <decodeUrl,...> <bootstrapPort,...>
+//   node bench/node-floor.mjs vllm <prefillUrl,...> <decodeUrl,...>
 import { Agent, createServer, request } from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 
 setFlagsFromString('--heap-growing-percent=50');
-const [protocol, prefillUrl, decodeUrl, bootstrapPort] = process.argv.slice(2);
+const [protocol, prefillList, decodeList, portList = ''] = process.argv.slice(2);
+const prefillUrls = prefillList.split(',');
+const decodeUrls = decodeList.split(',');
+const bootstrapPorts = portList.split(',');
+const any = (list) => Math.floor(Math.random() * list.length);
 const agent = new Agent({ keepAlive: true });
 
 function post(base, path, body, answered) {
@@ -38,13 +43,18 @@ function pipeBack(res) {
 
 const relays = {
   sglang(path, body, res) {
+    const prefill = any(prefillUrls);
+    const prefillUrl = prefillUrls[prefill];
+    const decodeUrl = decodeUrls[any(decodeUrls)];
     body.bootstrap_host = new URL(prefillUrl).hostname;
-    body.bootstrap_port = Number(bootstrapPort);
+    body.bootstrap_port = Number(bootstrapPorts[prefill]);
     body.bootstrap_room = Math.floor(Math.random() * Number.MAX_SAFE_INTEGER);
     post(prefillUrl, path, body, (answer) => answer.resume());
     post(decodeUrl, path, body, pipeBack(res));
   },
   vllm(path, body, res) {
+    const prefillUrl = prefillUrls[any(prefillUrls)];
+    const decodeUrl = decodeUrls[any(decodeUrls)];
     const { stream_options: _, ...rest } = body;
     const kv_transfer_params = { do_remote_decode: true, do_remote_prefill: false };
     post(prefillUrl, path, { ...rest, kv_transfer_params, stream: false, max_tokens: 1 }, (answer) => {

@@ -1,8 +1,8 @@
 // Child processes of bench/proxy.mjs, so that the workers and the relays do not share an
 // event loop with what is measured. Prints one JSON line with the URLs, runs until stdin ends.
 //   node bench/proxy-fixtures.mjs workers <vllm|sglang> <tokens> <intervalMs>
-//   node bench/proxy-fixtures.mjs relays <decodeUrl> <tokens>
-//   node bench/proxy-fixtures.mjs handler <prefillUrl> <decodeUrl>
+//   node bench/proxy-fixtures.mjs relays <decodeUrl,...> <tokens>
+//   node bench/proxy-fixtures.mjs handler <prefillUrl,...> <decodeUrl,...>
 import { createServer } from 'node:http';
 import { pipeline, Readable } from 'node:stream';
 import { createHandler } from 'disagg/server';
@@ -32,11 +32,11 @@ if (kind === 'workers') {
 } else if (kind === 'handler') {
   // createHandler in a node:http server, glued as the README's Embedding example does, logging
   // every request at info as the bin does.
-  const [prefillUrl, decodeUrl] = rest;
+  const [prefillUrls, decodeUrls] = rest.map((list) => list.split(','));
   const disagg = createHandler({
     connector: 'vllm',
-    prefill: [{ url: prefillUrl }],
-    decode: [{ url: decodeUrl }],
+    prefill: prefillUrls.map((url) => ({ url })),
+    decode: decodeUrls.map((url) => ({ url })),
     logger: pino({ level: 'info' }),
   });
   await disagg.start();
@@ -63,11 +63,13 @@ if (kind === 'workers') {
   );
   console.log(JSON.stringify({ url: `http://127.0.0.1:${server.address().port}` }));
 } else {
-  const [decodeUrl, tokens] = rest;
+  const [decodeList, tokens] = rest;
+  const decodeUrls = decodeList.split(',');
+  let turn = 0;
   const dispatcher = new Agent({ connections: 128 });
   const body = JSON.stringify({ model: 'm', prompt: 'Benchmark prompt', max_tokens: Number(tokens), stream: true });
   const upstream = () =>
-    request(`${decodeUrl}/v1/completions`, {
+    request(`${decodeUrls[turn++ % decodeUrls.length]}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body,

@@ -2,8 +2,9 @@
 // stream saw (time to the first token, the gaps between tokens) and what the proxy process
 // spent on them (its CPU time, read from /proc before and after the run; its resident set,
 // sampled during the run; a disagg proxy's event loop delay, from its /metrics).
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { Agent, request } from 'undici';
 
 export const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
@@ -20,6 +21,30 @@ export function imageNode() {
     flags: JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1] ?? '[]').slice(1, -1),
     options: /^ENV NODE_OPTIONS=(.+)$/m.exec(dockerfile)?.[1] ?? '',
   };
+}
+
+/**
+ * Where each process of a run goes: the proxy measured on a CPU of its own (the first), the
+ * workers, the peers' interpreters and the load generator on the others, so that a proxy's
+ * figures are its own and not the sum of whatever shared its core. Undefined (nothing pinned)
+ * when `wanted` is false, the machine has one CPU, or `taskset` (util-linux) is missing.
+ */
+export function cpuPlan(wanted) {
+  const cpus = availableParallelism();
+  if (!wanted || cpus < 2 || spawnSync('taskset', ['-c', '0', 'true']).status !== 0) return undefined;
+  return { cpus, proxy: '0', others: cpus === 2 ? '1' : `1-${cpus - 1}` };
+}
+
+/** Moves this process (every thread) onto the plan's other CPUs; its children inherit them. */
+export function pinSelf(plan) {
+  if (plan === undefined) return;
+  const moved = spawnSync('taskset', ['-a', '-p', '-c', plan.others, String(process.pid)]);
+  if (moved.status !== 0) throw new Error(`taskset could not move the benchmark: ${moved.stderr}`);
+}
+
+/** The command and arguments that run `command` on the plan's proxy CPU (as it is, unpinned). */
+export function onProxyCpu(plan, command, args) {
+  return plan === undefined ? [command, args] : ['taskset', ['-c', plan.proxy, command, ...args]];
 }
 
 /** CPU time (user + system) a process has used, in ms; undefined where /proc is missing. */
@@ -47,16 +72,36 @@ export function rssMb(pid) {
 const PROBE_MS = 10;
 
 /**
- * The event loop's delay p99 of a disagg proxy, in ms, since the last time its /metrics was
- * read (prom-client resets the delay histogram on every read), or NaN: how much later than
- * due its 10 ms probe ran (prom-client's figure is the whole interval, the 10 ms included).
+ * What a disagg proxy's /metrics says since the last time it was read (prom-client resets its
+ * event loop histogram on every read): the loop's delay p99 in ms (how much later than due its
+ * 10 ms probe ran; prom-client's figure is the whole interval, the 10 ms included), and the
+ * garbage collector's pauses so far by kind (prom-client's `nodejs_gc_duration_seconds`, from
+ * Node's own GC observer: young-generation scavenges are `minor`). NaN and nothing for a proxy
+ * without one.
  */
-export async function eventLoopP99(metricsUrl) {
-  if (metricsUrl === undefined) return Number.NaN;
+export async function proxyMetrics(metricsUrl) {
+  if (metricsUrl === undefined) return { loopP99: Number.NaN, gc: {} };
   const answer = await request(metricsUrl);
   const text = await answer.body.text();
   const line = text.split('\n').find((l) => l.startsWith('nodejs_eventloop_lag_p99_seconds '));
-  return line === undefined ? Number.NaN : Math.max(0, Number(line.split(' ')[1]) * 1000 - PROBE_MS);
+  const gc = {};
+  for (const match of text.matchAll(/^nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
+    gc[match[2]] ??= { sum: 0, count: 0 };
+    gc[match[2]][match[1]] = Number(match[3]);
+  }
+  return {
+    loopP99: line === undefined ? Number.NaN : Math.max(0, Number(line.split(' ')[1]) * 1000 - PROBE_MS),
+    gc,
+  };
+}
+
+/** The pauses of one GC kind between two readings: their count and total ms. */
+function gcBetween(before, after, kind) {
+  const a = before.gc[kind] ?? { sum: 0, count: 0 };
+  const b = after.gc[kind];
+  return b === undefined
+    ? { count: Number.NaN, ms: Number.NaN }
+    : { count: b.count - a.count, ms: (b.sum - a.sum) * 1000 };
 }
 
 /** Counts the SSE events (`data:` lines) in a chunk of bytes. */
@@ -83,7 +128,12 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
   const perToken = [];
   const gaps = [];
   let next = 0;
-  await eventLoopP99(metricsUrl); // resets the proxy's histogram: what follows is this run's
+  let reads = 0;
+  let bursts = 0;
+  // Several URLs (the workers of several processes, called directly): one after the other.
+  const urls = Array.isArray(url) ? url : [url];
+  let sent = 0;
+  const metricsBefore = await proxyMetrics(metricsUrl); // resets the loop histogram: what follows is this run's
   // The proxy's resident set, sampled every 20 ms: its peak under this load.
   let peakRss = pid === undefined ? Number.NaN : (rssMb(pid) ?? Number.NaN);
   const sampler = setInterval(() => {
@@ -100,7 +150,7 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
     });
   const stream = async () => {
     const begin = performance.now();
-    const answer = await request(url, {
+    const answer = await request(urls[sent++ % urls.length], {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: payload,
@@ -112,12 +162,14 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
       const now = performance.now();
       const count = events(chunk);
       if (count === 0) continue;
+      reads++;
+      if (count > 1) bursts++;
       if (first === undefined) first = now - begin;
       else gaps.push(now - last);
       for (let i = 1; i < count; i++) gaps.push(0);
       last = now;
     }
-    if (answer.statusCode !== 200) throw new Error(`${url}: status ${answer.statusCode}`);
+    if (answer.statusCode !== 200) throw new Error(`${urls[0]}: status ${answer.statusCode}`);
     const total = performance.now() - begin;
     ttft.push(first ?? Number.NaN);
     perToken.push((total - (first ?? 0)) / tokens);
@@ -159,7 +211,10 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
   const seconds = (performance.now() - start) / 1000;
   const cpuAfter = pid === undefined ? undefined : cpuMs(pid);
   clearInterval(sampler);
-  const eventLoopDelayP99 = await eventLoopP99(metricsUrl);
+  const metricsAfter = await proxyMetrics(metricsUrl);
+  const minor = gcBetween(metricsBefore, metricsAfter, 'minor');
+  const major = gcBetween(metricsBefore, metricsAfter, 'major');
+  const incremental = gcBetween(metricsBefore, metricsAfter, 'incremental');
   await dispatcher.close();
   return {
     ttft: median(ttft),
@@ -170,7 +225,12 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
     rps: requests / seconds,
     cpuPerRequest: cpuBefore === undefined || cpuAfter === undefined ? Number.NaN : (cpuAfter - cpuBefore) / requests,
     peakRss,
-    eventLoopDelayP99,
+    eventLoopDelayP99: metricsAfter.loopP99,
+    // The collector's share: its pause ms per request, and a scavenge's mean pause.
+    gcMsPerRequest: (minor.ms + major.ms + incremental.ms) / requests,
+    scavengeMs: minor.ms / minor.count,
+    // How often the client got more than one event in one read: writes gathered on the way.
+    burstShare: reads === 0 ? Number.NaN : bursts / reads,
     failed: failures.length,
     failures: [...new Set(failures)],
   };

@@ -23,10 +23,14 @@
 //    node:http handler and by a fastify route doing the same, in requests per second.
 // The workers, the proxies and the two relays each run in their own process
 // (bench/proxy-fixtures.mjs); this process only sends requests.
+
+import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { child, imageNode, load, median, rssMb } from './proxy-load.mjs';
+import { child, cpuPlan, imageNode, load, median, onProxyCpu, pinSelf, rssMb } from './proxy-load.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -49,8 +53,31 @@ const { values: args } = parseArgs({
     // Requests (at --concurrency) every proxy serves before its first measured pass: past the
     // JIT's warm-up, so that every figure is what a long-running proxy spends.
     warmup: { type: 'string', default: '4000' },
+    // Every proxy on the first CPU, alone; this process, the workers and the peers'
+    // interpreters on the others (taskset). --no-pin leaves them all where the kernel puts them.
+    'no-pin': { type: 'boolean', default: false },
+    // Processes of fake workers, each with its own prefill and decode worker: enough that the
+    // workers are never what is measured (one process saturates at 200 in flight on a fast core).
+    'worker-procs': { type: 'string' },
+    // The Node that runs the proxies (the image's Node 24, say); this one by default.
+    node: { type: 'string', default: process.execPath },
+    // The section `flags`: disagg with the image's node flags beside disagg with each of these
+    // sets (';' between sets, ' ' between flags, `none` for Node's defaults), and the peer when
+    // --mini-lb is given, in one closed loop at --concurrency.
+    'flag-sets': { type: 'string', default: 'none' },
+    // The section `flags`: another build of the bin beside this one, both with the image's
+    // flags (a change measured against the build before it).
+    'compare-cli': { type: 'string' },
+    // The prompt's size in KB (0: a short one): large bodies, as agents send them.
+    'prompt-kb': { type: 'string', default: '0' },
+    // The section `knee`: these numbers in flight, one closed loop each, for disagg, Node's
+    // floor and mini_lb when given.
+    knee: { type: 'string', default: '25,50,100,200,400' },
   },
 });
+const plan = cpuPlan(!args['no-pin']);
+pinSelf(plan);
+const WORKER_PROCS = Number(args['worker-procs'] ?? Math.min(4, Math.max(1, (plan?.cpus ?? 2) - 2)));
 const shape = {
   requests: Number(args.requests),
   concurrency: Number(args.concurrency),
@@ -60,7 +87,15 @@ const shape = {
 const PASSES = Number(args.passes);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const node = (script, extra, ready) => child(process.execPath, [script, ...extra], { cwd: root, ready });
-const body = { model: 'm', prompt: 'Benchmark prompt', max_tokens: shape.tokens, stream: true };
+/** A prompt of --prompt-kb KB of words (a long agent context, say), or a short one. */
+function promptOf(kb) {
+  if (kb === 0) return 'Benchmark prompt';
+  const words = ['the', 'router', 'reads', 'a', 'long', 'prompt', 'once,', 'then', 'passes', 'it', 'on.\n'];
+  let text = '';
+  for (let i = 0; text.length < kb * 1024; i++) text += `${words[(i * 7) % words.length]} `;
+  return text.slice(0, kb * 1024);
+}
+const body = { model: 'm', prompt: promptOf(Number(args['prompt-kb'])), max_tokens: shape.tokens, stream: true };
 const closers = [];
 
 /** A free port on loopback, for the peers, which take one on their command line. */
@@ -73,46 +108,55 @@ function freePort() {
   });
 }
 
+/**
+ * --worker-procs processes of fake workers, each with a paced prefill and decode worker and an
+ * unpaced decode worker: their URLs as lists, one entry per process.
+ */
 async function workers(protocol) {
-  const { proc, info } = await node('bench/proxy-fixtures.mjs', [
-    'workers',
-    protocol,
-    String(shape.tokens),
-    args.interval,
-  ]);
-  closers.push(() => proc.stdin.end());
-  return info;
+  const procs = await Promise.all(
+    Array.from({ length: WORKER_PROCS }, () =>
+      node('bench/proxy-fixtures.mjs', ['workers', protocol, String(shape.tokens), args.interval]),
+    ),
+  );
+  for (const { proc } of procs) closers.push(() => proc.stdin.end());
+  const list = (key) => procs.map(({ info }) => info[key]);
+  return {
+    prefill: list('prefill'),
+    decode: list('decode'),
+    fast: list('fast'),
+    bootstrapPorts: list('bootstrapPort'),
+  };
 }
 
 const { flags: imageNodeFlags, options: imageNodeOptions } = imageNode();
 
-/** The proxy as it is deployed: the disagg bin, logging every request at info, with the image's node flags and NODE_OPTIONS. */
-async function disagg(connector, urls) {
-  const bootstrap = connector === 'sglang' ? ['--bootstrap-port', String(urls.bootstrapPort)] : [];
-  const { proc, info } = await child(
-    process.execPath,
-    [
-      ...imageNodeFlags,
-      args.cli,
-      'serve',
-      '--connector',
-      connector,
-      '--prefill',
-      urls.prefill,
-      '--decode',
-      urls.decode,
-      ...bootstrap,
-      '--port',
-      '0',
-      '--host',
-      '127.0.0.1',
-    ],
-    {
-      cwd: root,
-      env: { NODE_OPTIONS: imageNodeOptions },
-      ready: (line) => line.includes('disagg serve listening'),
-    },
+/**
+ * The proxy as it is deployed: the disagg bin, logging every request at info, with the image's
+ * node flags and NODE_OPTIONS (or `flags` and no NODE_OPTIONS), on the proxy's CPU. The workers
+ * go in a settings file: SGLang prefill workers each name their own bootstrap port there.
+ */
+async function disagg(connector, urls, flags, cli = args.cli) {
+  const config = join(tmpdir(), `disagg-bench-${process.pid}-${closers.length}.yaml`);
+  const prefill = urls.prefill.map((url, i) =>
+    connector === 'sglang' ? { url, bootstrapPort: urls.bootstrapPorts[i] } : url,
   );
+  writeFileSync(config, JSON.stringify({ connector, prefill, decode: urls.decode }));
+  const [command, argv] = onProxyCpu(plan, args.node, [
+    ...(flags ?? imageNodeFlags),
+    cli,
+    'serve',
+    '--config',
+    config,
+    '--port',
+    '0',
+    '--host',
+    '127.0.0.1',
+  ]);
+  const { proc, info } = await child(command, argv, {
+    cwd: root,
+    env: { NODE_OPTIONS: flags === undefined ? imageNodeOptions : '' },
+    ready: (line) => line.includes('disagg serve listening'),
+  });
   closers.push(() => proc.kill('SIGTERM'));
   return { url: `${info.url}/v1/completions`, pid: proc.pid, metricsUrl: `${info.url}/metrics` };
 }
@@ -122,11 +166,15 @@ async function disagg(connector, urls) {
  * peer does and nothing else, with the image's node flags and NODE_OPTIONS.
  */
 async function floor(protocol, urls) {
-  const { proc, info } = await child(
-    process.execPath,
-    [...imageNodeFlags, 'bench/node-floor.mjs', protocol, urls.prefill, urls.decode, String(urls.bootstrapPort ?? '')],
-    { cwd: root, env: { NODE_OPTIONS: imageNodeOptions } },
-  );
+  const [command, argv] = onProxyCpu(plan, args.node, [
+    ...imageNodeFlags,
+    'bench/node-floor.mjs',
+    protocol,
+    urls.prefill.join(','),
+    urls.decode.join(','),
+    urls.bootstrapPorts.join(','),
+  ]);
+  const { proc, info } = await child(command, argv, { cwd: root, env: { NODE_OPTIONS: imageNodeOptions } });
   closers.push(() => proc.stdin.end());
   return { url: `${info.url}/v1/completions`, pid: proc.pid };
 }
@@ -134,13 +182,33 @@ async function floor(protocol, urls) {
 /** A peer proxy script, run as its authors document it (uvicorn, its default logging). */
 async function peer(script, argv) {
   const port = await freePort();
-  const { proc } = await child(
-    args.python,
-    [`${root}bench/peers/run.py`, script, '--host', '127.0.0.1', '--port', String(port), ...argv(port)],
-    { cwd: root, ready: (line) => line.includes('Uvicorn running') },
-  );
+  const [command, pinnedArgv] = onProxyCpu(plan, args.python, [
+    `${root}bench/peers/run.py`,
+    script,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    ...argv(port),
+  ]);
+  const { proc } = await child(command, pinnedArgv, {
+    cwd: root,
+    ready: (line) => line.includes('Uvicorn running'),
+  });
   closers.push(() => proc.kill('SIGTERM'));
   return { url: `http://127.0.0.1:${port}/v1/completions`, pid: proc.pid };
+}
+
+/** SGLang's mini_lb in front of the workers, as its README runs it. */
+function miniLb(urls) {
+  return peer(args['mini-lb'], () => [
+    '--prefill',
+    ...urls.prefill,
+    '--decode',
+    ...urls.decode,
+    '--prefill-bootstrap-ports',
+    ...urls.bootstrapPorts.map(String),
+  ]);
 }
 
 /**
@@ -183,29 +251,40 @@ async function passes(targets, of = shape) {
     }),
     mid: (name, field) => median(runs[name].map((run) => run[field])),
     ratio: (a, b, field) => median(runs[a].map((run, i) => run[field] / runs[b][i][field])),
+    /** The lowest and highest per-pass ratio: how far one pass may be from the median. */
+    spread: (a, b, field) => {
+      const each = runs[a].map((run, i) => run[field] / runs[b][i][field]).filter(Number.isFinite);
+      return each.length === 0 ? [Number.NaN, Number.NaN] : [Math.min(...each), Math.max(...each)];
+    },
   };
 }
 
-/** The median of the per-pass ratios `a` / `b` of `field`, as a table's cell. */
+/** The median of the per-pass ratios `a` / `b` of `field` and their spread, as a table's cell. */
 function ratioCell(result, a, b, field) {
   const ratio = result.ratio(a, b, field);
-  return Number.isFinite(ratio) ? `${ratio.toFixed(2)} x` : '-';
+  if (!Number.isFinite(ratio)) return '-';
+  const [low, high] = result.spread(a, b, field);
+  return PASSES > 1 ? `${ratio.toFixed(2)} x (${low.toFixed(2)}-${high.toFixed(2)})` : `${ratio.toFixed(2)} x`;
 }
 
 /** `paced: false` for unpaced decode, whose tokens arrive in one burst: no time per token to show. */
 function table(result, rows, { paced = true } = {}) {
   console.log(
-    '| path | TTFT ms (median) | TTFT ms (p99) | ms per token | inter-token gap ms (p50 / p99) | proxy CPU ms per request | proxy peak RSS MB | event loop delay p99 ms | requests/s |',
+    '| path | TTFT ms (median) | TTFT ms (p99) | ms per token | inter-token gap ms (p50 / p99) | proxy CPU ms per request | proxy peak RSS MB | event loop delay p99 ms | GC pause ms per request / mean scavenge ms | reads with 2+ events | requests/s |',
   );
-  console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+  console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const [name, label] of rows) {
     const cpu = result.mid(name, 'cpuPerRequest');
     const perToken = paced ? result.mid(name, 'perToken').toFixed(3) : '-';
     const gaps = paced ? `${result.mid(name, 'gapP50').toFixed(2)} / ${result.mid(name, 'gapP99').toFixed(2)}` : '-';
     const rss = result.mid(name, 'peakRss');
     const loop = result.mid(name, 'eventLoopDelayP99');
+    const gc = result.mid(name, 'gcMsPerRequest');
+    const scavenge = result.mid(name, 'scavengeMs');
+    const gcCell = Number.isNaN(gc) ? '-' : `${gc.toFixed(3)} / ${Number.isNaN(scavenge) ? '-' : scavenge.toFixed(2)}`;
+    const bursts = `${(result.mid(name, 'burstShare') * 100).toFixed(1)} %`;
     console.log(
-      `| ${label} | ${result.mid(name, 'ttft').toFixed(2)} | ${result.mid(name, 'ttftP99').toFixed(2)} | ${perToken} | ${gaps} | ${Number.isNaN(cpu) ? '-' : cpu.toFixed(3)} | ${Number.isNaN(rss) ? '-' : rss.toFixed(1)} | ${Number.isNaN(loop) ? '-' : loop.toFixed(2)} | ${Math.round(result.mid(name, 'rps'))} |`,
+      `| ${label} | ${result.mid(name, 'ttft').toFixed(2)} | ${result.mid(name, 'ttftP99').toFixed(2)} | ${perToken} | ${gaps} | ${Number.isNaN(cpu) ? '-' : cpu.toFixed(3)} | ${Number.isNaN(rss) ? '-' : rss.toFixed(1)} | ${Number.isNaN(loop) ? '-' : loop.toFixed(2)} | ${gcCell} | ${bursts} | ${Math.round(result.mid(name, 'rps'))} |`,
     );
   }
   console.log('');
@@ -219,12 +298,19 @@ function table(result, rows, { paced = true } = {}) {
   }
 }
 
+const proxyNode = (await child(args.node, ['-p', 'process.version'], { ready: (line) => line.startsWith('v') })).info;
 console.log(
-  `disagg serve runs with the image's node flags (${imageNodeFlags.join(' ') || 'none'}) and NODE_OPTIONS (${imageNodeOptions || 'none'}), as deploy/Dockerfile sets them`,
+  plan === undefined
+    ? `Nothing pinned (${args['no-pin'] ? '--no-pin' : 'one CPU, or no taskset'}): every proxy shares the CPUs with ${WORKER_PROCS} process(es) of workers and the load generator`
+    : `Every proxy pinned to CPU ${plan.proxy} alone (taskset); the load generator and ${WORKER_PROCS} process(es) of workers on CPUs ${plan.others} of ${plan.cpus}`,
 );
 console.log('');
 console.log(
-  `Node ${process.version}, ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians, after ${args.warmup} requests of warm-up per proxy; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
+  `The proxies run on Node ${proxyNode}; disagg serve runs with the image's node flags (${imageNodeFlags.join(' ') || 'none'}) and NODE_OPTIONS (${imageNodeOptions || 'none'}), as deploy/Dockerfile sets them`,
+);
+console.log('');
+console.log(
+  `Load from Node ${process.version}: ${shape.requests} streamed requests of ${shape.tokens} tokens per run, ${shape.rate === undefined ? `${shape.concurrency} at a time` : `${shape.rate} per second`}, ${PASSES} passes, medians, after ${args.warmup} requests of warm-up per proxy; decode paced at ${args.interval} ms per token (the relays' decode unpaced)`,
 );
 console.log('');
 const sections = new Set((args.only ?? 'direct,handler,peers,relays').split(','));
@@ -232,7 +318,7 @@ const sections = new Set((args.only ?? 'direct,handler,peers,relays').split(',')
 if (sections.has('direct')) {
   const urls = await workers('vllm');
   const proxy = await disagg('vllm', urls);
-  const result = await passes({ direct: { url: `${urls.decode}/v1/completions` }, proxy });
+  const result = await passes({ direct: { url: urls.decode.map((url) => `${url}/v1/completions`) }, proxy });
   table(result, [
     ['direct', 'client -> decode worker (no prefill)'],
     ['proxy', 'client -> disagg proxy -> prefill, then decode'],
@@ -248,8 +334,10 @@ if (sections.has('handler')) {
   // node:http glue around it): what the standard handler costs against the bin's own writer.
   const urls = await workers('vllm');
   const serve = await disagg('vllm', urls);
-  const { proc, info } = await node('bench/proxy-fixtures.mjs', ['handler', urls.prefill, urls.decode], (line) =>
-    line.startsWith('{"url"'),
+  const { proc, info } = await node(
+    'bench/proxy-fixtures.mjs',
+    ['handler', urls.prefill.join(','), urls.decode.join(',')],
+    (line) => line.startsWith('{"url"'),
   );
   closers.push(() => proc.stdin.end());
   const result = await passes({ serve, handler: { url: `${info.url}/v1/completions`, pid: proc.pid } });
@@ -296,15 +384,7 @@ if (sections.has('peers')) {
       name: 'mini_lb',
       label: "SGLang's mini_lb",
       protocol: 'sglang',
-      start: (urls) =>
-        peer(args['mini-lb'], () => [
-          '--prefill',
-          urls.prefill,
-          '--decode',
-          urls.decode,
-          '--prefill-bootstrap-ports',
-          String(urls.bootstrapPort),
-        ]),
+      start: miniLb,
     });
   }
   if (args['toy-proxy'] !== undefined) {
@@ -316,13 +396,13 @@ if (sections.has('peers')) {
       start: (urls) =>
         peer(args['toy-proxy'], () => [
           '--prefiller-hosts',
-          hostPort(urls.prefill).hostname,
+          ...urls.prefill.map((url) => hostPort(url).hostname),
           '--prefiller-ports',
-          hostPort(urls.prefill).port,
+          ...urls.prefill.map((url) => hostPort(url).port),
           '--decoder-hosts',
-          hostPort(urls.decode).hostname,
+          ...urls.decode.map((url) => hostPort(url).hostname),
           '--decoder-ports',
-          hostPort(urls.decode).port,
+          ...urls.decode.map((url) => hostPort(url).port),
         ]),
     });
   }
@@ -432,9 +512,97 @@ if (sections.has('peers')) {
   }
 }
 
+if (sections.has('flags')) {
+  // Which node flags the image should ship: disagg with the image's own beside disagg with each
+  // of --flag-sets, and SGLang's mini_lb when given, in front of the same fake SGLang workers, in
+  // one closed loop at --concurrency; every figure then as a ratio to the image's flags (and to
+  // mini_lb's), per pass.
+  const urls = await workers('sglang');
+  const sets = args['flag-sets']
+    .split(';')
+    .map((set) => set.trim())
+    .filter((set) => set !== '');
+  const targets = { image: await disagg('sglang', urls) };
+  const rows = [['image', `disagg, the image's flags (${[...imageNodeFlags, imageNodeOptions].join(' ') || 'none'})`]];
+  for (const [i, set] of sets.entries()) {
+    targets[`set ${i}`] = await disagg('sglang', urls, set === 'none' ? [] : set.split(/\s+/));
+    rows.push([`set ${i}`, `disagg, ${set === 'none' ? "Node's defaults" : set}`]);
+  }
+  if (args['compare-cli'] !== undefined) {
+    targets.other = await disagg('sglang', urls, undefined, args['compare-cli']);
+    rows.push(['other', `disagg, ${args['compare-cli']}, the image's flags`]);
+  }
+  if (args['mini-lb'] !== undefined) {
+    targets.peer = await miniLb(urls);
+    rows.push(['peer', "SGLang's mini_lb"]);
+  }
+  const result = await passes(targets);
+  table(result, rows);
+  const figures = [
+    ['proxy CPU per request', 'cpuPerRequest'],
+    ['inter-token gap p50', 'gapP50'],
+    ['inter-token gap p99', 'gapP99'],
+    ['TTFT p50', 'ttft'],
+    ['peak RSS', 'peakRss'],
+  ];
+  const against = targets.peer === undefined ? ['image'] : ['image', 'peer'];
+  const columns = rows.flatMap(([name, label]) =>
+    (name === 'peer' ? [] : against)
+      .filter((base) => base !== name)
+      .map((base) => ({ name, base, label: `${label} / ${base === 'peer' ? 'mini_lb' : "the image's"}` })),
+  );
+  console.log(
+    `| ratio (median of ${PASSES} passes, lowest-highest) | ${columns.map(({ label }) => label).join(' | ')} |`,
+  );
+  console.log(`|---|${columns.map(() => '---:').join('|')}|`);
+  for (const [label, field] of figures) {
+    console.log(`| ${label} | ${columns.map(({ name, base }) => ratioCell(result, name, base, field)).join(' | ')} |`);
+  }
+  console.log('');
+}
+
+if (sections.has('knee')) {
+  // How far one process goes: closed loops at rising numbers in flight, each proxy on its own
+  // CPU; the knee is the first load whose inter-token p99 is twice the lightest load's.
+  const urls = await workers('sglang');
+  const targets = { disagg: await disagg('sglang', urls), floor: await floor('sglang', urls) };
+  if (args['mini-lb'] !== undefined) targets.peer = await miniLb(urls);
+  const levels = args.knee.split(',').map(Number);
+  const perLevel = [];
+  for (const concurrency of levels) {
+    const of = { ...shape, concurrency, requests: Math.max(shape.requests, concurrency * 10), rate: undefined };
+    perLevel.push(await passes(targets, of));
+    process.stderr.write(`knee: ${concurrency} in flight done\n`);
+  }
+  const names = Object.keys(targets);
+  const label = { disagg: 'disagg serve', floor: "Node's floor", peer: 'mini_lb' };
+  console.log(
+    `| in flight | ${names.map((name) => `${label[name]}: requests/s, tokens/s, inter-token p99 ms, CPU ms/request`).join(' | ')} |`,
+  );
+  console.log(`|---:|${names.map(() => '---:').join('|')}|`);
+  for (const [i, concurrency] of levels.entries()) {
+    const cells = names.map((name) => {
+      const rps = perLevel[i].mid(name, 'rps');
+      return `${Math.round(rps)}, ${Math.round(rps * shape.tokens)}, ${perLevel[i].mid(name, 'gapP99').toFixed(2)}, ${perLevel[i].mid(name, 'cpuPerRequest').toFixed(2)}`;
+    });
+    console.log(`| ${concurrency} | ${cells.join(' | ')} |`);
+  }
+  console.log('');
+  for (const name of names) {
+    const base = perLevel[0].mid(name, 'gapP99');
+    const at = levels.findIndex((_, i) => perLevel[i].mid(name, 'gapP99') >= 2 * base);
+    console.log(
+      at === -1
+        ? `${label[name]}: no knee up to ${levels.at(-1)} in flight (inter-token p99 below twice ${base.toFixed(2)} ms); ${Math.round(perLevel.at(-1).mid(name, 'rps'))} requests/s there`
+        : `${label[name]}: the knee at ${levels[at]} in flight, ${Math.round(perLevel[at].mid(name, 'rps'))} requests/s, ${Math.round(perLevel[at].mid(name, 'rps') * shape.tokens)} tokens/s (inter-token p99 ${perLevel[at].mid(name, 'gapP99').toFixed(2)} ms, twice ${base.toFixed(2)} or more)`,
+    );
+  }
+  console.log('');
+}
+
 if (sections.has('relays')) {
   const urls = await workers('vllm');
-  const { proc, info } = await node('bench/proxy-fixtures.mjs', ['relays', urls.fast, String(shape.tokens)]);
+  const { proc, info } = await node('bench/proxy-fixtures.mjs', ['relays', urls.fast.join(','), String(shape.tokens)]);
   closers.push(() => proc.stdin.end());
   const result = await passes({
     bare: { url: `${info.bare}/v1/completions`, pid: proc.pid },

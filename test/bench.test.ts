@@ -76,6 +76,35 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
     expect(run.stdout).toMatch(/handler \/ serve: proxy CPU per request \d+\.\d+ x/);
     expect(run.stdout).not.toMatch(/NaN|Infinity/);
   }, 130_000);
+
+  it("--only flags,knee: disagg under other node flags beside the image's, and the knee of rising loads", () => {
+    const run = spawnSync(
+      process.execPath,
+      [
+        'bench/proxy.mjs',
+        '--only=flags,knee',
+        '--flag-sets=none;--max-semi-space-size=8',
+        '--knee=2,4',
+        '--requests=30',
+        '--tokens=8',
+        '--passes=2',
+        '--interval=1',
+        '--warmup=10',
+        '--prompt-kb=4',
+      ],
+      { cwd: root, encoding: 'utf8', timeout: 120_000 },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    // Where the processes ran: pinned with taskset where there is more than one CPU.
+    expect(run.stdout).toMatch(/Every proxy pinned to CPU 0 alone|Nothing pinned/);
+    expect(run.stdout).toContain("| disagg, Node's defaults |");
+    expect(run.stdout).toContain('| disagg, --max-semi-space-size=8 |');
+    // Each ratio with its spread over the passes.
+    expect(run.stdout).toMatch(/\| inter-token gap p99 \| \d+\.\d\d x \(\d+\.\d\d-\d+\.\d\d\) \|/);
+    expect(run.stdout).toMatch(/^\| 4 \| \d+, \d+, \d+\.\d\d, \d+\.\d\d \| \d+, \d+, \d+\.\d\d, \d+\.\d\d \|$/m);
+    expect(run.stdout).toMatch(/disagg serve: (the knee at|no knee up to)/);
+    expect(run.stdout).not.toMatch(/NaN|Infinity/);
+  }, 130_000);
 });
 
 describe('bench/worker-client.mjs (smoke run, small N)', () => {
