@@ -16,6 +16,8 @@ export class RoutingInput {
   readonly #body: Readonly<Record<string, unknown>>;
   readonly #endpoint: Endpoint;
   readonly #sessionKey: string | undefined;
+  readonly #prefixKey: string | undefined;
+  #promptText: string | undefined;
   #text: string | undefined;
   #tokenIds: readonly number[] | null | undefined;
   #predicted: Map<unknown, number> | undefined;
@@ -28,23 +30,38 @@ export class RoutingInput {
    *   prompt); read from the body when omitted.
    * @param endpoint the API the request came in on (where its prompt is); by the body's shape
    *   when omitted ({@link endpointOf}).
+   * @param prefixKey what the client names its prompt's prefix with (a header such as
+   *   `x-prefix-key`): the routing text is then the key, and the body's prompt is not read for it.
    */
   constructor(
     body: Readonly<Record<string, unknown>>,
     sessionKey?: string,
     tokenIds?: readonly number[],
     endpoint: Endpoint = endpointOf(body),
+    prefixKey?: string,
   ) {
     this.#body = body;
     this.#endpoint = endpoint;
     this.#sessionKey = sessionKey;
+    this.#prefixKey = prefixKey === '' ? undefined : prefixKey;
     if (tokenIds !== undefined) this.#tokenIds = tokenIds;
   }
 
-  /** The text whose prefix a worker's cache would hold (see {@link routingText}). */
+  /**
+   * The text whose prefix a worker's cache would hold (see {@link routingText}); for a request
+   * whose client named its prefix, that key (after a character no rendered prompt starts with,
+   * so that a key never matches a prompt's text).
+   */
   get text(): string {
-    this.#text ??= this.#endpoint.routingText(this.#body, ROUTING_TEXT_MAX_CHARS);
+    this.#text ??=
+      this.#prefixKey === undefined ? this.promptText : `\u0002${this.#prefixKey.slice(0, ROUTING_TEXT_MAX_CHARS - 1)}`;
     return this.#text;
+  }
+
+  /** The prompt's own text (see {@link routingText}) whatever key the client named: what its size is read from. */
+  get promptText(): string {
+    this.#promptText ??= this.#endpoint.routingText(this.#body, ROUTING_TEXT_MAX_CHARS);
+    return this.#promptText;
   }
 
   /** The API the request came in on. */

@@ -73,13 +73,18 @@ export class RequestContext {
     return this.#pool.of;
   }
 
-  /** The request as routing policies see it (its text, session key and token ids): built once. */
+  /**
+   * The request as routing policies see it (its text, session key and token ids): built once;
+   * a prefix key header stands in for the prompt's text.
+   */
   get input(): RoutingInput {
+    const { sessionHeader, prefixKeyHeader } = this.proxy.options.routing;
     this.#input ??= new RoutingInput(
       this.body,
-      headerValue(this.req.headers[this.proxy.options.routing.sessionHeader]),
+      headerValue(this.req.headers[sessionHeader]),
       undefined,
       this.endpoint,
+      headerValue(this.req.headers[prefixKeyHeader]),
     );
     return this.#input;
   }
@@ -103,6 +108,6 @@ export class RequestContext {
   /** The request's tokens before it is served: its prompt's by the tokenizer, else a quarter of its text. */
   async estimatedTokens(): Promise<number> {
     const ids = await this.promptTokenIds();
-    return ids?.length ?? Math.ceil(this.input.text.length / 4);
+    return ids?.length ?? Math.ceil(this.input.promptText.length / 4);
   }
 }

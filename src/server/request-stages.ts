@@ -187,7 +187,7 @@ export const admissionStage: RequestStage = {
 /** A request's tokens without the tokenizer: its prompt's token ids, or a quarter of its text. */
 function estimateOf(request: RequestContext): number {
   const { input } = request;
-  return input.tokenIds?.length ?? Math.ceil(input.text.length / 4);
+  return input.tokenIds?.length ?? Math.ceil(input.promptText.length / 4);
 }
 
 /**

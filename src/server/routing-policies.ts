@@ -98,7 +98,7 @@ export function conditionalAggregation<W>(
   return (request, given) => {
     // The flow's own input: its token ids too, when the proxy's tokenizer made them.
     const input = given ?? new RoutingInput(request);
-    const text = input.text;
+    const text = input.promptText;
     if (text.length < aggregateBelowChars) return 'short-prompt';
     if (
       cachedShare !== undefined &&

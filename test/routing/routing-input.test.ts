@@ -115,6 +115,21 @@ describe('RoutingInput', () => {
 
   it('the text is the routing text of the body', () => {
     expect(new RoutingInput({ prompt: 'Hello' }).text).toBe('Hello');
+    expect(new RoutingInput({ prompt: 'Hello' }).promptText).toBe('Hello');
+  });
+
+  it("a prefix key the client named is the text prefix routing reads, never equal to a prompt's; the prompt's size is still its own", () => {
+    const endpoint = endpointNamed('completions');
+    const keyed = new RoutingInput({ prompt: 'a long prompt' }, undefined, undefined, endpoint, 'conv-1');
+    expect(keyed.text).toBe('\u0002conv-1');
+    expect(keyed.promptText).toBe('a long prompt');
+    // A prompt that is the key's own text does not share its prefix.
+    expect(new RoutingInput({ prompt: 'conv-1' }).text.startsWith(keyed.text)).toBe(false);
+    // Empty is none; a key past the routing text's limit is cut to it.
+    expect(new RoutingInput({ prompt: 'p' }, undefined, undefined, endpoint, '').text).toBe('p');
+    expect(new RoutingInput({ prompt: 'p' }, undefined, undefined, endpoint, 'k'.repeat(70_000)).text).toHaveLength(
+      65_536,
+    );
   });
 });
 

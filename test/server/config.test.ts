@@ -61,6 +61,7 @@ describe('disagg serve configuration', () => {
         balanceRelThreshold: 1.1,
         maxTreeChars: 8 * 1024 * 1024,
         sessionHeader: 'x-session-id',
+        prefixKeyHeader: 'x-prefix-key',
         prefixWeight: 2,
         speculativeTtlMs: 2000,
         scorers: [{ name: 'load', weight: 1 }],

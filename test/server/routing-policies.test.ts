@@ -26,6 +26,7 @@ const routing: ResolvedProxyOptions['routing'] = {
   aggregateBelowChars: 0,
   aggregateCachedRatio: 0,
   sessionHeader: 'x-session-id',
+  prefixKeyHeader: 'x-prefix-key',
 };
 
 describe('selectionFor', () => {

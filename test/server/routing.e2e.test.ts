@@ -54,6 +54,29 @@ describe('routing by cache and session through the proxy', () => {
     expect(new Set(prefillOf.map((workers) => [...workers][0])).size).toBe(3);
   });
 
+  it('a prefix key header stands for the prompt: cache-aware keeps requests with one key together, whatever their text, and apart from other keys', async () => {
+    const { client } = await cluster({ prefillPolicy: 'cache-aware', decodePolicy: 'cache-aware' });
+    const routedFor = async (key: string, prompts: string[]) => {
+      const workers = new Set<string | null>();
+      for (const prompt of prompts) {
+        const { response } = await client.completions
+          .create({ model: 'fake-model', prompt, max_tokens: 2 }, { headers: { 'x-prefix-key': key } })
+          .withResponse();
+        workers.add(
+          `${response.headers.get('x-disagg-prefill-worker')}|${response.headers.get('x-disagg-decode-worker')}`,
+        );
+      }
+      return [...workers];
+    };
+    // Prompts that share nothing, under one key: one prefill and one decode worker for all.
+    const alpha = await routedFor('tenant-a/system-prompt-7', ['first', 'a different text', 'and a third one']);
+    expect(alpha).toHaveLength(1);
+    // Another key is another prefix: cold, it goes to a worker holding least, not alpha's.
+    const beta = await routedFor('tenant-b/system-prompt-1', ['first', 'a different text']);
+    expect(beta).toHaveLength(1);
+    expect(beta[0]?.split('|')[0]).not.toBe(alpha[0]?.split('|')[0]);
+  });
+
   it('every policy serves both legs end to end', async () => {
     for (const policy of POLICY_NAMES) {
       // precise-prefix follows KV events: a publisher that is not there only leaves it to load.

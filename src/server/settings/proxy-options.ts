@@ -138,6 +138,13 @@ export interface ProxyOptions {
         balanceRelThreshold?: number | undefined;
         maxTreeChars?: number | undefined;
         sessionHeader?: string | undefined;
+        /**
+         * The request header a client that knows its prompt's prefix names it with (a
+         * conversation's id, a shared system prompt's name): where a request carries it,
+         * cache-aware and consistent-hash routing read its value as the prompt, not the body;
+         * `x-prefix-key` by default.
+         */
+        prefixKeyHeader?: string | undefined;
         /** precise-prefix: the weight of KV prefix overlap against load (whose weight is 1); 2 by default. */
         prefixWeight?: number | undefined;
         /**

@@ -166,4 +166,12 @@ export const ROUTING_ROWS = inGroup('Routing', [
     default: 'x-session-id',
     parse: headerName,
   },
+  {
+    key: 'routing.prefixKeyHeader',
+    flag: 'prefix-key-header',
+    arg: 'NAME',
+    help: 'the request header whose value stands for the prompt in prefix routing (the body unread for it)',
+    default: 'x-prefix-key',
+    parse: headerName,
+  },
 ]);
