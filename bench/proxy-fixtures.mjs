@@ -17,10 +17,12 @@ const closers = [];
 if (kind === 'workers') {
   const protocol = rest[0];
   const [tokens, interval] = rest.slice(1).map(Number);
-  const prefill = await startFakeWorker({ role: 'prefill', protocol });
+  // A context long enough for any prompt the benchmark sends (--prompt-kb).
+  const maxModelLen = 1 << 20;
+  const prefill = await startFakeWorker({ role: 'prefill', protocol, maxModelLen });
   // Paced, as a GPU streams tokens; and unpaced, for the relays' throughput.
-  const decode = await startFakeWorker({ role: 'decode', protocol, tokens, tokenIntervalMs: interval });
-  const fast = await startFakeWorker({ role: 'decode', protocol, tokens });
+  const decode = await startFakeWorker({ role: 'decode', protocol, tokens, tokenIntervalMs: interval, maxModelLen });
+  const fast = await startFakeWorker({ role: 'decode', protocol, tokens, maxModelLen });
   closers.push(
     () => prefill.close(),
     () => decode.close(),

@@ -7,8 +7,9 @@ import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { Agent, request } from 'undici';
 
-export const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
-export const p99 = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)];
+// NaN for no values (every request of a run failed): the table says so instead of crashing.
+export const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? Number.NaN;
+export const p99 = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)] ?? Number.NaN;
 
 /**
  * The node flags of the image's entry point (`ENTRYPOINT ["node", ...flags, "dist/cli.js"]`)

@@ -70,6 +70,9 @@ const { values: args } = parseArgs({
     'compare-cli': { type: 'string' },
     // The prompt's size in KB (0: a short one): large bodies, as agents send them.
     'prompt-kb': { type: 'string', default: '0' },
+    // The section `direct`: the engine of the workers (vllm: prefill, then decode; sglang: both
+    // at once, so that the proxy's TTFT is decode's plus what the proxy adds).
+    'direct-connector': { type: 'string', default: 'vllm' },
     // The section `knee`: these numbers in flight, one closed loop each, for disagg, Node's
     // floor and mini_lb when given.
     knee: { type: 'string', default: '25,50,100,200,400' },
@@ -316,12 +319,18 @@ console.log('');
 const sections = new Set((args.only ?? 'direct,handler,peers,relays').split(','));
 
 if (sections.has('direct')) {
-  const urls = await workers('vllm');
-  const proxy = await disagg('vllm', urls);
+  const connector = args['direct-connector'];
+  const urls = await workers(connector);
+  const proxy = await disagg(connector, urls);
   const result = await passes({ direct: { url: urls.decode.map((url) => `${url}/v1/completions`) }, proxy });
   table(result, [
     ['direct', 'client -> decode worker (no prefill)'],
-    ['proxy', 'client -> disagg proxy -> prefill, then decode'],
+    [
+      'proxy',
+      connector === 'sglang'
+        ? 'client -> disagg proxy -> prefill and decode at once'
+        : 'client -> disagg proxy -> prefill, then decode',
+    ],
   ]);
   console.log(
     `proxy / direct: TTFT ${result.ratio('proxy', 'direct', 'ttft').toFixed(2)} x, per token ${result.ratio('proxy', 'direct', 'perToken').toFixed(2)} x, inter-token p99 ${result.ratio('proxy', 'direct', 'gapP99').toFixed(2)} x, requests/s ${result.ratio('proxy', 'direct', 'rps').toFixed(2)} x`,

@@ -132,18 +132,37 @@ function unmark(root: unknown): unknown {
  * and every part without one is written by `JSON.stringify` whole.
  */
 export function stringifyJson(value: unknown): string {
-  if (!holdsBigInt(value, 0)) return JSON.stringify(value);
+  if (!writtenHere(value, 0)) return JSON.stringify(value);
   return exactJson(value, 0) as string;
+}
+
+/**
+ * A string this long (a long prompt, an agent's context) is written once for the calls that
+ * send it on: both legs of a request carry the client's prompt, and escaping 220 KB of text
+ * was a tenth of the proxy's CPU per such request. The last one is kept (with its JSON) until
+ * another replaces it.
+ */
+const LONG_STRING = 16_384;
+let lastLong: { text: string; json: string } | undefined;
+
+/** `JSON.stringify(text)` of a long string, written once while it is the last one seen. */
+function longStringJson(text: string): string {
+  // The same string object compares at once; another of equal length, by its characters.
+  if (lastLong !== undefined && lastLong.text === text) return lastLong.json;
+  const json = JSON.stringify(text);
+  lastLong = { text, json };
+  return json;
 }
 
 /** Like `JSON.stringify(value)` (undefined where it gives undefined), with exact bigints. */
 function exactJson(value: unknown, depth: number): string | undefined {
   if (typeof value === 'bigint') return value.toString();
+  if (typeof value === 'string' && value.length >= LONG_STRING) return longStringJson(value);
   if (
     typeof value !== 'object' ||
     value === null ||
     typeof (value as { toJSON?: unknown }).toJSON === 'function' ||
-    (depth > 0 && !holdsBigInt(value, depth))
+    (depth > 0 && !writtenHere(value, depth))
   ) {
     return JSON.stringify(value);
   }
@@ -158,20 +177,24 @@ function exactJson(value: unknown, depth: number): string | undefined {
   return `{${parts.join(',')}}`;
 }
 
-/** Whether a `bigint` is anywhere in `value` (as deep as JSON.stringify goes before its stack gives out). */
-function holdsBigInt(value: unknown, depth: number): boolean {
+/**
+ * Whether a `bigint` or a long string is anywhere in `value` (as deep as JSON.stringify goes
+ * before its stack gives out): what this module writes itself.
+ */
+function writtenHere(value: unknown, depth: number): boolean {
   if (typeof value === 'bigint') return true;
+  if (typeof value === 'string') return value.length >= LONG_STRING;
   if (typeof value !== 'object' || value === null || depth > 1000) return false;
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
   if (Array.isArray(value)) {
     for (const item of value) {
-      if ((typeof item === 'object' || typeof item === 'bigint') && holdsBigInt(item, depth + 1)) return true;
+      if (typeof item !== 'number' && writtenHere(item, depth + 1)) return true;
     }
     return false;
   }
   for (const key of Object.keys(value)) {
     const item = (value as Record<string, unknown>)[key];
-    if ((typeof item === 'object' || typeof item === 'bigint') && holdsBigInt(item, depth + 1)) return true;
+    if (typeof item !== 'number' && writtenHere(item, depth + 1)) return true;
   }
   return false;
 }

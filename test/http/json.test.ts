@@ -40,6 +40,25 @@ describe('lossless JSON', () => {
     );
   });
 
+  it('long strings (a prompt both legs carry) are written as JSON.stringify writes them, the same one twice, another of the same length as itself', () => {
+    const prompt = `"quoted" \\ \n ${'é中 '.repeat(8000)}`;
+    const other = `${prompt.slice(0, -1)}!`;
+    expect(other.length).toBe(prompt.length);
+    const prefill = { prompt, max_tokens: 1, bootstrap_room: 2n ** 63n - 1n };
+    const decode = { prompt, max_tokens: 64, bootstrap_room: 2n ** 63n - 1n };
+    for (const body of [
+      prefill,
+      decode,
+      { ...decode, prompt: other },
+      { messages: [{ content: [{ text: other }] }] },
+    ]) {
+      expect(stringifyJson(body)).toBe(reference(body));
+    }
+    expect(stringifyJson(prompt)).toBe(JSON.stringify(prompt));
+    expect(stringifyJson({ prompt: other })).toBe(JSON.stringify({ prompt: other }));
+    expect(stringifyJson([prompt, 1, other])).toBe(JSON.stringify([prompt, 1, other]));
+  });
+
   it('integers above 2^53 - 1 are read as exact bigints; everything else as JSON.parse reads it', () => {
     expect(
       parseJson('{"room":9007199254740993,"max":18446744073709551615,"n":12,"x":1.5,"s":"9007199254740993"}'),
