@@ -159,6 +159,11 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
     });
     let first;
     let last;
+    if (answer.statusCode !== 200) {
+      // The answer's own words say why (shed, no worker ready, a worker's error): kept, short.
+      const said = (await answer.body.text()).replace(/\s+/g, ' ').slice(0, 160);
+      throw new Error(`${urls[0]}: status ${answer.statusCode}: ${said}`);
+    }
     for await (const chunk of answer.body) {
       const now = performance.now();
       const count = events(chunk);
@@ -170,7 +175,6 @@ export async function load(url, body, { requests, concurrency, tokens, pid, rate
       for (let i = 1; i < count; i++) gaps.push(0);
       last = now;
     }
-    if (answer.statusCode !== 200) throw new Error(`${urls[0]}: status ${answer.statusCode}`);
     const total = performance.now() - begin;
     ttft.push(first ?? Number.NaN);
     perToken.push((total - (first ?? 0)) / tokens);

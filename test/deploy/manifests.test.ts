@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -159,6 +159,28 @@ describe('the Dockerfile', () => {
     const pod = container.env.find((each: { name: string }) => each.name === 'NODE_OPTIONS')?.value ?? '';
     expect(pod).toContain(`--max-semi-space-size=${semi}`);
   });
+
+  // The image is Debian's (glibc) Linux: the step is run where its binary would load.
+  it.runIf(process.platform === 'linux')(
+    "keeps the native tokenizer's binary for its own platform only, and the tokenizer still loads",
+    () => {
+      // The build stage's step, run as the image runs it on a copy of the installed package.
+      const step = /^RUN (keep=.*\\\n.*)$/m.exec(dockerfile)?.[1]?.replace(/\\\n/g, ' ');
+      expect(step).toBeDefined();
+      const dir = mkdtempSync(join(tmpdir(), 'disagg-image-'));
+      cpSync(join(root, 'node_modules/tokenizers'), join(dir, 'node_modules/tokenizers'), { recursive: true });
+      const run = spawnSync('sh', ['-c', step as string], { cwd: dir, encoding: 'utf8' });
+      expect(run.status, run.stderr).toBe(0);
+      const binaries = readdirSync(join(dir, 'node_modules/tokenizers')).filter((name) => name.endsWith('.node'));
+      expect(binaries).toEqual([`tokenizers.linux-${process.arch}-gnu.node`]);
+      const load = spawnSync(process.execPath, ['-e', 'console.log(typeof require("tokenizers").Tokenizer.fromFile)'], {
+        cwd: dir,
+        encoding: 'utf8',
+      });
+      expect(load.stdout.trim()).toBe('function');
+      rmSync(dir, { recursive: true, force: true });
+    },
+  );
 
   it('builds in a stage of its own and ships only the production dependencies and the build', () => {
     expect(dockerfile.match(/^FROM /gm)).toHaveLength(2);
