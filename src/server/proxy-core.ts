@@ -355,7 +355,12 @@ export class ProxyCore implements ProxyState {
             { tokenizer: dir, why: encoder.why },
             "The router's tokenizer runs on the JavaScript port: Hugging Face's native tokenizer (the optional package `tokenizers`) did not load; prompts are tokenized 2 to 3.5 times slower",
           );
-        } else this.logger.info({ tokenizer: dir, ...encoder }, "The router's tokenizer is loaded");
+        } else {
+          this.logger.info(
+            { tokenizer: dir, encoder: encoder.kind, parts: encoder.parts },
+            "The router's tokenizer is loaded",
+          );
+        }
       }
       this.health.start();
     })();

@@ -174,5 +174,8 @@ describe("precise-prefix on the engines' KV events, through disagg serve", () =>
     expect(response.status).toBe(200);
     await response.text();
     expect(response.headers.get('x-disagg-prefill-worker')).toBe('p1');
+    // The start says which encoder the threads loaded: Hugging Face's native one here.
+    const loaded = served.output.out.split('\n').find((line) => line.includes("The router's tokenizer is loaded"));
+    expect(JSON.parse(loaded ?? '{}')).toMatchObject({ level: 30, encoder: 'native', parts: true });
   });
 });
