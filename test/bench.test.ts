@@ -240,8 +240,13 @@ describe("bench:proxy's load: a rate held to a number in flight", () => {
       req.resume();
       const fails = failEvery > 0 && count % failEvery === 0;
       setTimeout(() => {
-        res.writeHead(fails ? 500 : 200, { 'content-type': 'text/event-stream' });
-        res.end('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
+        if (fails) {
+          res.writeHead(500, { 'content-type': 'application/json' });
+          res.end('{"error":{"message":"the engine\nfailed"}}');
+        } else {
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.end('data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
+        }
         now--;
         seen.served++;
       }, 20);
@@ -299,7 +304,8 @@ describe("bench:proxy's load: a rate held to a number in flight", () => {
           failures: string[];
         };
         expect(result.failed).toBe(3);
-        expect(result.failures).toEqual([`${worker.url}: status 500`]);
+        // The reason with the answer's own words, on one line.
+        expect(result.failures).toEqual([`${worker.url}: status 500: {"error":{"message":"the engine failed"}}`]);
       }
       expect(worker.seen.served).toBe(18);
     } finally {
