@@ -205,7 +205,12 @@ export {
 export { type AsyncEngineContext, Controller } from './runtime/controller.js';
 export type { Logger, LogMethod } from './runtime/logger.js';
 export { ResponseStream } from './runtime/response-stream.js';
-export { TokenizerError, TokenizerPool, type TokenizerPoolOptions } from './tokenize/tokenizer-pool.js';
+export {
+  type TokenizerEncoder,
+  TokenizerError,
+  TokenizerPool,
+  type TokenizerPoolOptions,
+} from './tokenize/tokenizer-pool.js';
 export { type BrandCheck, branded, DisaggError } from './util/disagg-error.js';
 export type { ErrorCode } from './util/error-codes.js';
 export { workerRedactor } from './util/url.js';
