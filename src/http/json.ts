@@ -139,18 +139,27 @@ export function stringifyJson(value: unknown): string {
 /**
  * A string this long (a long prompt, an agent's context) is written once for the calls that
  * send it on: both legs of a request carry the client's prompt, and escaping 220 KB of text
- * was a tenth of the proxy's CPU per such request. The last one is kept (with its JSON) until
- * another replaces it.
+ * was a tenth of the proxy's CPU per such request. The last few are kept with their JSON (a
+ * chat may hold several), at most LONG_KEPT_CHARS of them, the oldest dropped first.
  */
 const LONG_STRING = 16_384;
-let lastLong: { text: string; json: string } | undefined;
+const LONG_KEPT = 8;
+const LONG_KEPT_CHARS = 2 * 1024 * 1024;
+const longJson = new Map<string, string>();
+let longKeptChars = 0;
 
-/** `JSON.stringify(text)` of a long string, written once while it is the last one seen. */
+/** `JSON.stringify(text)` of a long string, written once while it is among the last ones seen. */
 function longStringJson(text: string): string {
-  // The same string object compares at once; another of equal length, by its characters.
-  if (lastLong !== undefined && lastLong.text === text) return lastLong.json;
+  const known = longJson.get(text);
+  if (known !== undefined) return known;
   const json = JSON.stringify(text);
-  lastLong = { text, json };
+  longJson.set(text, json);
+  longKeptChars += text.length;
+  for (const [oldest] of longJson) {
+    if (longJson.size <= LONG_KEPT && longKeptChars <= LONG_KEPT_CHARS) break;
+    longJson.delete(oldest);
+    longKeptChars -= oldest.length;
+  }
   return json;
 }
 

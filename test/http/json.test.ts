@@ -57,6 +57,14 @@ describe('lossless JSON', () => {
     expect(stringifyJson(prompt)).toBe(JSON.stringify(prompt));
     expect(stringifyJson({ prompt: other })).toBe(JSON.stringify({ prompt: other }));
     expect(stringifyJson([prompt, 1, other])).toBe(JSON.stringify([prompt, 1, other]));
+    // A chat with several long messages, written for two legs; and more long strings than are
+    // kept, each still written as JSON.stringify writes it.
+    const chat = { messages: [prompt, other, `${other}?`].map((content) => ({ role: 'user', content })) };
+    for (let leg = 0; leg < 2; leg++)
+      expect(stringifyJson({ ...chat, room: 1n })).toBe(reference({ ...chat, room: 1n }));
+    const many = Array.from({ length: 12 }, (_, i) => `${i}${'x'.repeat(300_000)}`);
+    expect(stringifyJson(many)).toBe(JSON.stringify(many));
+    expect(stringifyJson(many.slice(0, 3))).toBe(JSON.stringify(many.slice(0, 3)));
   });
 
   it('integers above 2^53 - 1 are read as exact bigints; everything else as JSON.parse reads it', () => {
