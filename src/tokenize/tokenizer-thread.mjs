@@ -76,11 +76,15 @@ const splitter =
 const cache = new Map();
 let cachedChars = 0;
 
+// Short pieces too: a template's role headers and line ends come back in every request, and
+// each one not encoded is a call to the encoder fewer (a next turn is then one call, for what
+// is new). Bounded in pieces as well as in characters.
+const CACHE_PIECES = 65_536;
+
 function remember(piece, ids) {
-  if (piece.length < 64) return;
   cache.set(piece, ids);
   cachedChars += piece.length;
-  while (cachedChars > cacheChars && cache.size > 0) {
+  while ((cachedChars > cacheChars || cache.size > CACHE_PIECES) && cache.size > 0) {
     const [oldest] = cache.keys();
     cachedChars -= oldest.length;
     cache.delete(oldest);
