@@ -197,15 +197,22 @@ function writtenHere(value: unknown, depth: number): boolean {
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
   if (Array.isArray(value)) {
     for (const item of value) {
-      if (typeof item !== 'number' && writtenHere(item, depth + 1)) return true;
+      if (mayHoldOwn(item) && writtenHere(item, depth + 1)) return true;
     }
     return false;
   }
   for (const key of Object.keys(value)) {
     const item = (value as Record<string, unknown>)[key];
-    if (typeof item !== 'number' && writtenHere(item, depth + 1)) return true;
+    if (mayHoldOwn(item) && writtenHere(item, depth + 1)) return true;
   }
   return false;
+}
+
+/** Whether a value may be or hold what this module writes itself, tested without a call per short string (a streamed chunk's fields). */
+function mayHoldOwn(item: unknown): boolean {
+  return (
+    typeof item === 'object' || typeof item === 'bigint' || (typeof item === 'string' && item.length >= LONG_STRING)
+  );
 }
 
 /**
