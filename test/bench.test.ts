@@ -39,21 +39,19 @@ describe('npm run bench (smoke run, small N)', () => {
 });
 
 describe('npm run bench:proxy (smoke run, small N)', () => {
-  it('runs every path through real processes and prints the table and the ratios', () => {
-    const run = spawnSync(
-      process.execPath,
-      [
-        'bench/proxy.mjs',
-        '--requests=40',
-        '--concurrency=4',
-        '--tokens=8',
-        '--passes=1',
-        '--interval=1',
-        '--warmup=20',
-      ],
-      { cwd: root, encoding: 'utf8', timeout: 120_000 },
-    );
+  /** bench/proxy.mjs with small N (8 tokens at 1 ms) and `options`; it exits 0. */
+  const benchProxy = (options: string[]) => {
+    const run = spawnSync(process.execPath, ['bench/proxy.mjs', '--tokens=8', '--interval=1', ...options], {
+      cwd: root,
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
     expect(run.status, run.stderr).toBe(0);
+    return run;
+  };
+
+  it('runs every path through real processes and prints the table and the ratios', () => {
+    const run = benchProxy(['--requests=40', '--concurrency=4', '--passes=1', '--warmup=20']);
     for (const label of [
       'client -> decode worker (no prefill)',
       'client -> disagg proxy -> prefill, then decode',
@@ -78,23 +76,15 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
   }, 130_000);
 
   it("--only flags,knee: disagg under other node flags beside the image's, and the knee of rising loads", () => {
-    const run = spawnSync(
-      process.execPath,
-      [
-        'bench/proxy.mjs',
-        '--only=flags,knee',
-        '--flag-sets=none;--max-semi-space-size=8',
-        '--knee=2,4',
-        '--requests=30',
-        '--tokens=8',
-        '--passes=2',
-        '--interval=1',
-        '--warmup=10',
-        '--prompt-kb=4',
-      ],
-      { cwd: root, encoding: 'utf8', timeout: 120_000 },
-    );
-    expect(run.status, run.stderr).toBe(0);
+    const run = benchProxy([
+      '--only=flags,knee',
+      '--flag-sets=none;--max-semi-space-size=8',
+      '--knee=2,4',
+      '--requests=30',
+      '--passes=2',
+      '--warmup=10',
+      '--prompt-kb=4',
+    ]);
     // Where the processes ran: pinned with taskset where there is more than one CPU.
     expect(run.stdout).toMatch(/Every proxy pinned to CPU 0 alone|Nothing pinned/);
     expect(run.stdout).toContain("| disagg, Node's defaults |");
