@@ -48,7 +48,10 @@ const flow = {
   // A stream whose decode worker dies after its first token goes on on another one, as one stream.
   migration: { limit: Number(process.env.MIGRATION_LIMIT ?? 2) },
 };
-const routes: Record<string, Route> = { '/v1/completions': 'completions', '/v1/chat/completions': 'chat' };
+const routes: Record<string, Extract<Route, 'completions' | 'chat'>> = {
+  '/v1/completions': 'completions',
+  '/v1/chat/completions': 'chat',
+};
 
 const server = createServer((req, res) => {
   const route = routes[req.url ?? ''];

@@ -21,9 +21,12 @@ export type Serving = 'disaggregated' | 'passthrough';
  * - `chat`: OpenAI chat completions (`choices[i].delta` / `.message`, `chat.completion.chunk`);
  * - `text`: OpenAI completions (`choices[i].text`, `text_completion`);
  * - `generate`: SGLang's native `/generate` (`text` and `meta_info` per element);
- * - `json`: one JSON body, relayed as it is (a passthrough).
+ * - `json`: one JSON body, relayed as it is (a passthrough);
+ * - `responses`: OpenAI's Responses (typed events `response.*`, no `[DONE]`; a `response` object);
+ * - `messages`: Anthropic's Messages (typed events `message_start` ... `message_stop`, no
+ *   `[DONE]`; a `message` object; errors in Anthropic's shape).
  */
-export type AnswerShape = 'chat' | 'text' | 'generate' | 'json';
+export type AnswerShape = 'chat' | 'text' | 'generate' | 'json' | 'responses' | 'messages';
 
 /** What a body that does not fit an endpoint gets told: the field, and what to send instead. */
 export interface Misfit {
@@ -68,8 +71,9 @@ export interface Endpoint {
    */
   readonly budgetFields: readonly string[];
   /**
-   * The fields of a one-token prefill leg: the output cap at 1 (both OpenAI names, as every
-   * engine reads one of them).
+   * The fields of a one-token prefill leg: the output cap at 1 under the API's own name (both
+   * OpenAI names for completions and chat, as every engine reads one of them), one answer
+   * (`n: 1` where the API has `n`), nothing kept of it (Responses' `store: false`).
    */
   readonly oneToken: Readonly<Record<string, unknown>>;
   /** The prompt's token ids when the body gives them (a token-id prompt; a batch's first). */
@@ -89,6 +93,17 @@ export interface Endpoint {
    * chat template), `prompt` (the first prompt's text), or undefined (nothing to tokenize).
    */
   readonly tokenize: 'chat' | 'prompt' | 'text' | undefined;
+  /**
+   * The body as a chat completions body (`messages`, `tools`, `chat_template_kwargs`), for an
+   * API the engines render through the chat template after converting it (Responses, Anthropic
+   * Messages); undefined where the body is chat's own or no chat at all.
+   */
+  chatForm?(body: EndpointBody): EndpointBody;
+  /**
+   * The shape of its error bodies: OpenAI's (`{error: {message, type, param, code}}`) unless
+   * `anthropic` (`{type: 'error', error: {type, message}}`, what Anthropic's SDK reads).
+   */
+  readonly errorShape?: 'anthropic' | undefined;
   /**
    * Whether a broken stream of it can be resumed as a token-id completion (decode migration):
    * OpenAI's completions and chat can; SGLang's native `/generate` is not continued.

@@ -2,10 +2,14 @@ import { chat } from './chat.js';
 import { completions } from './completions.js';
 import type { Endpoint, EndpointBody } from './endpoint.js';
 import { generate } from './generate.js';
+import { countTokens, messages } from './messages.js';
 import { embeddings, rerank, score } from './passthrough.js';
+import { responses } from './responses.js';
 
 /**
- * Every API the router serves, one entry each (`completions`, `chat`, `generate`, disaggregated;
+ * Every API the router serves, one entry each (`completions`, `chat`, `generate`, `responses`
+ * (OpenAI's Responses), `messages` (Anthropic's Messages), disaggregated; `count_tokens`
+ * (Anthropic's, answered by the router's tokenizer where it has one),
  * `embeddings`, `rerank`, `score`, passed through to a decode worker). The proxy's routes, the body schemas, the
  * HTTP engine's paths and the fake workers' answers are all read from this list: a new API is
  * its module plus one line here.
@@ -14,9 +18,19 @@ import { embeddings, rerank, score } from './passthrough.js';
  * ENDPOINTS.filter((each) => each.serving === 'passthrough').map((each) => each.path);
  * // ['/v1/embeddings', '/v1/rerank', '/v1/score']
  */
-export const ENDPOINTS = [completions, chat, generate, embeddings, rerank, score] as const;
+export const ENDPOINTS = [
+  completions,
+  chat,
+  generate,
+  responses,
+  messages,
+  embeddings,
+  rerank,
+  score,
+  countTokens,
+] as const;
 
-/** The name of an endpoint the router serves: `completions`, `chat`, `generate`, `embeddings`, `rerank`, `score`. */
+/** The name of an endpoint the router serves: `completions`, `chat`, `generate`, `responses`, `messages`, `embeddings`, `rerank`, `score`, `count_tokens`. */
 export type EndpointName = (typeof ENDPOINTS)[number]['name'];
 
 /** The names of the disaggregated (generation) endpoints. */
@@ -51,8 +65,10 @@ export function isEndpointName(name: unknown): name is EndpointName {
 
 /**
  * The generation endpoint a body is for, by its shape, for a caller that has only a body (a
- * library user's `disaggregate({ request })`): chat for `messages`, SGLang's `/generate` for
- * a `text`, `input_ids` or `input_embeds` without a `prompt`, else completions. The proxy
+ * library user's `disaggregate({ request })`): chat for `messages`, Responses for an `input`
+ * without a `prompt`, SGLang's `/generate` for a `text`, `input_ids` or `input_embeds` without
+ * a `prompt`, else completions (an Anthropic Messages body looks like chat's: name
+ * `endpointNamed('messages')` for it). The proxy
  * never asks: it knows the route a request came in on. This is the one place the shape is read.
  *
  * @example
@@ -61,6 +77,7 @@ export function isEndpointName(name: unknown): name is EndpointName {
 export function endpointOf(body: EndpointBody): Endpoint {
   if (Array.isArray(body.messages)) return chat;
   const given = (value: unknown) => value !== undefined && value !== null;
+  if (body.prompt === undefined && given(body.input)) return responses;
   if (body.prompt === undefined && (given(body.text) || given(body.input_ids) || given(body.input_embeds))) {
     return generate;
   }

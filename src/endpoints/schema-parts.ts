@@ -40,5 +40,5 @@ export const sampling = {
 export const has = (body: Readonly<Record<string, unknown>>, field: string) =>
   body[field] !== undefined && body[field] !== null;
 
-/** The output cap of a one-token prefill leg, under both OpenAI names (every engine reads one). */
-export const ONE_TOKEN = Object.freeze({ max_tokens: 1, max_completion_tokens: 1 });
+/** The output cap of a one-token prefill leg, under both OpenAI names (every engine reads one), and one answer. */
+export const ONE_TOKEN = Object.freeze({ max_tokens: 1, max_completion_tokens: 1, n: 1 });

@@ -3,14 +3,18 @@
 // there without its fake format does not compile. A new endpoint is one module in `formats/`
 // and one entry here; the route a request came in on says which format answers it.
 import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
 import type { Endpoint, EndpointBody } from '../endpoints/endpoint.js';
 import { ENDPOINTS } from '../endpoints/registry.js';
 import { type Engine, type FakeAnswer, planAnswer, promptTokens, usageOf } from './fake-plan.js';
+import type { WorkerSide } from './fake-protocol.js';
 import { chatFormat } from './formats/chat.js';
 import { completionFormat } from './formats/completions.js';
 import type { Format, FormatOf } from './formats/format.js';
 import { generateFormat } from './formats/generate.js';
+import { countTokensAnswer, messagesFormat } from './formats/messages.js';
 import { embeddingsAnswer, type PoolingAnswer, rerankAnswer, scoreAnswer } from './formats/pooling.js';
+import { responsesFormat } from './formats/responses.js';
 
 export type { Format } from './formats/format.js';
 export type { PoolingAnswer } from './formats/pooling.js';
@@ -30,9 +34,12 @@ const FORMATS: { readonly [E in Registered as E['name']]: Extract<FakeFormat, { 
   completions: { serving: 'disaggregated', format: completionFormat },
   chat: { serving: 'disaggregated', format: chatFormat },
   generate: { serving: 'disaggregated', format: (id) => generateFormat(id) },
+  responses: { serving: 'disaggregated', format: responsesFormat },
+  messages: { serving: 'disaggregated', format: messagesFormat },
   embeddings: { serving: 'passthrough', answer: embeddingsAnswer },
   rerank: { serving: 'passthrough', answer: rerankAnswer },
   score: { serving: 'passthrough', answer: scoreAnswer },
+  count_tokens: { serving: 'passthrough', answer: countTokensAnswer },
 };
 
 const AT_PATH: ReadonlyMap<string, Registered> = new Map(ENDPOINTS.map((endpoint) => [endpoint.path, endpoint]));
@@ -50,7 +57,8 @@ export function fakeFormatAt(path: string): FakeFormat | undefined {
 
 /**
  * The JSON shapes of the answers of the generation endpoint at `path` (OpenAI completions, chat
- * completions, SGLang's /generate); completions' for a path that is no generation endpoint.
+ * completions, SGLang's /generate, OpenAI Responses, Anthropic Messages); completions' for a
+ * path that is no generation endpoint.
  */
 export function formatFor(path: string, model = 'fake-model'): Format {
   const found = fakeFormatAt(path);
@@ -69,7 +77,10 @@ export function poolingAnswer(path: string, body: EndpointBody, model: string): 
   return found?.serving === 'passthrough' ? found.answer(body, model) : undefined;
 }
 
-/** The paths of the pooling APIs a fake worker answers (vLLM serves all three with a pooling model). */
+/**
+ * The paths of the passthrough APIs a fake worker answers whole: the pooling ones (vLLM serves
+ * all three with a pooling model) and Anthropic's `count_tokens`.
+ */
 export const POOLING_PATHS: readonly string[] = ENDPOINTS.filter((each) => each.serving === 'passthrough').map(
   (each) => each.path,
 );
@@ -77,7 +88,8 @@ export const POOLING_PATHS: readonly string[] = ENDPOINTS.filter((each) => each.
 /**
  * The one-token answer of a prefill call, in the shape of its route (with `cachedTokens` of
  * its prompt cached: half of it when not given); `abort` (a prefill the engine dropped) or `stop` (its one token ended the
- * answer) when the answer it was given says so.
+ * answer) when the answer it was given says so. Capped by its length, a Responses answer is
+ * `incomplete` (`max_output_tokens`) and a Messages one stops at `max_tokens`.
  */
 export function oneTokenAnswer(
   record: { path: string; body: Record<string, unknown> },
@@ -90,12 +102,42 @@ export function oneTokenAnswer(
   // A prefill whose one token ends the answer (an end of sequence) says so; otherwise `length`.
   const finishReason =
     answer?.finishReason === 'abort' || answer?.finishReason === 'stop' ? answer.finishReason : 'length';
+  const shape = answerShapeAt(record.path);
+  // One token under every name a route reads its cap by (Responses echoes its own).
+  const capped = shape === 'responses' ? { max_output_tokens: 1 } : {};
   const plan = planAnswer(
-    { ...record.body, n: 1, max_tokens: 1 },
+    { ...record.body, n: 1, max_tokens: 1, ...capped },
     { content: ['tok0 '], finishReason },
     1,
     engine,
-    answerShapeAt(record.path),
+    shape,
   );
   return formatFor(record.path, model).whole(plan, usageOf(record.body, 1, cachedTokens ?? Math.floor(prompt / 2)));
+}
+
+/** vLLM's error `type` names by status, which its Anthropic layer passes on unchanged. */
+function vllmErrorType(status: number): string {
+  if (status === 404) return 'NotFoundError';
+  return status >= 500 ? 'InternalServerError' : 'BadRequestError';
+}
+
+/**
+ * An error answer of vLLM's request handler on `path`: on the Anthropic routes
+ * (`/v1/messages`, its `count_tokens`) in Anthropic's shape
+ * (`{"type":"error","error":{"type":"NotFoundError",...}}`, vLLM's type names, not
+ * Anthropic's), elsewhere OpenAI's. Body validation keeps OpenAI's shape on every route, as
+ * vLLM's global handler answers it: use `answerError` for that.
+ */
+export function answerHandlerError(
+  worker: Pick<WorkerSide, 'answerError' | 'answerJson'>,
+  res: ServerResponse,
+  path: string,
+  status: number,
+  message: string,
+): void {
+  if (endpointAt(path)?.errorShape === 'anthropic') {
+    worker.answerJson(res, status, { type: 'error', error: { type: vllmErrorType(status), message } });
+  } else {
+    worker.answerError(res, status, message);
+  }
 }

@@ -23,13 +23,17 @@ export const outputId = (at: number): number => OUTPUT_ID_BASE + at;
  * streamed one piece per chunk.
  */
 export interface FakeAnswer {
-  /** Reasoning pieces (`reasoning_content`, before the content; chat). */
+  /**
+   * Reasoning pieces, before the content: chat's `reasoning_content`, a Responses reasoning
+   * item, a Messages thinking block.
+   */
   reasoning?: string[] | undefined;
   /** Content pieces; by default `tok0 `, `tok1 `, ... up to the token budget. */
   content?: string[] | undefined;
   /**
-   * Tool calls (chat): each streamed as vLLM does, a first delta with its `id`, `type` and
-   * function `name`, then its `arguments` in pieces. The finish reason is then `tool_calls`.
+   * Tool calls: each streamed as vLLM does, a first delta with its `id`, `type` and function
+   * `name`, then its `arguments` in pieces (a Responses `function_call` item, a Messages
+   * `tool_use` block). The finish reason is then `tool_calls`.
    */
   toolCalls?: Array<{ name: string; arguments: string[] }> | undefined;
   /**
@@ -39,8 +43,10 @@ export interface FakeAnswer {
    */
   finishReason?: 'stop' | 'length' | 'tool_calls' | 'abort' | undefined;
   /**
-   * Instead of the finish, an error chunk inside the 200 stream, as vLLM sends it
-   * (`data: {"error": {..., "code": 400}}`, then `[DONE]`); a whole answer is that status.
+   * Instead of the finish, an error inside the 200 stream, as vLLM sends it: an error chunk
+   * (`data: {"error": {..., "code": 400}}`, then `[DONE]`); on Responses the stream cut short
+   * (no `response.completed`); on Messages an Anthropic `error` event (no `message_stop`). A
+   * whole answer is that status.
    */
   error?: { code: number; message: string } | undefined;
 }
@@ -50,12 +56,26 @@ export function wantsUsage(body: Record<string, unknown>): boolean {
   return (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
 }
 
+/**
+ * The text of a conversation's prompt, rendered as JSON: chat's `messages`, Anthropic's
+ * `system` then `messages`, Responses' `instructions` then `input`; undefined for a body of
+ * none of them. The system prompt counts too, as the engines' chat template renders it.
+ */
+function conversationText(body: Record<string, unknown>): string | undefined {
+  const head = (value: unknown) => (value === undefined || value === null ? '' : JSON.stringify(value));
+  if (body.messages !== undefined) return `${head(body.system)}${JSON.stringify(body.messages)}`;
+  if (body.input !== undefined) return `${head(body.instructions)}${JSON.stringify(body.input)}`;
+  return undefined;
+}
+
 /** The prompt's length in (fake) tokens: a quarter of its characters. */
 export function promptTokens(body: Record<string, unknown>): number {
   const ids = body.prompt ?? body.input_ids;
   if (Array.isArray(ids) && ids.length > 0 && ids.every((id) => typeof id === 'number')) return ids.length;
   const text =
-    typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.messages ?? body.text ?? body.prompt ?? '');
+    typeof body.prompt === 'string'
+      ? body.prompt
+      : (conversationText(body) ?? JSON.stringify(body.text ?? body.prompt ?? ''));
   return Math.max(1, Math.ceil(text.length / 4));
 }
 
@@ -116,6 +136,8 @@ export interface AnswerPlan {
   logprobs: boolean;
   prompt: PromptPlan;
   engine: Engine;
+  /** The request it answers: what Responses echoes of it (`instructions`, `tools`, its cap, ...). */
+  request: Record<string, unknown>;
   /**
    * With `return_token_ids`: the prompt's ids and the id of the answer's first token (each step
    * one more), which the answer carries as vLLM's does (`prompt_token_ids`, `token_ids`).
@@ -140,17 +162,32 @@ function promptPieces(body: Record<string, unknown>, index = 0): string[] {
         ? body.prompt
         : typeof body.text === 'string'
           ? body.text
-          : JSON.stringify(body.messages ?? body.prompt ?? '');
+          : (conversationText(body) ?? JSON.stringify(body.prompt ?? ''));
   const pieces: string[] = [];
   const chars = [...text];
   for (let at = 0; at < chars.length; at += 4) pieces.push(chars.slice(at, at + 4).join(''));
   return pieces.length === 0 ? [''] : pieces;
 }
 
+/** The typed-event APIs (Responses, Anthropic Messages): one answer, none of the prompt's logprobs or echo. */
+const agentShape = (shape: AnswerShape): boolean => shape === 'responses' || shape === 'messages';
+
 function planPrompt(body: Record<string, unknown>, engine: Engine, shape: AnswerShape): PromptPlan {
   // Choice i answers prompt floor(i / n): the engines give each prompt its n choices in a row.
   const n = samplesOf(body).n;
   const pieces = (index: number) => promptPieces(body, Math.floor(index / n));
+  if (agentShape(shape)) {
+    // Neither API has an echo or prompt logprobs (vLLM ignores such keys there).
+    const none = () => undefined;
+    return {
+      pieces,
+      echo: none,
+      echoLogprobs: false,
+      promptLogprobs: false,
+      inputLogprobsFrom: undefined,
+      asked: false,
+    };
+  }
   // The route says what the request is (its endpoint's answer shape), not the body's fields.
   const chat = shape === 'chat';
   const generate = shape === 'generate';
@@ -201,7 +238,11 @@ export function planAnswer(
 ): AnswerPlan {
   const sampling = body.sampling_params as { max_new_tokens?: unknown } | undefined;
   const limit = Number(
-    body.max_tokens ?? body.max_completion_tokens ?? sampling?.max_new_tokens ?? Number.POSITIVE_INFINITY,
+    body.max_tokens ??
+      body.max_completion_tokens ??
+      body.max_output_tokens ??
+      sampling?.max_new_tokens ??
+      Number.POSITIVE_INFINITY,
   );
   // A continuation (a token-id prompt ending in ids this fake generated) goes on from there.
   const generated = generatedBefore(body);
@@ -211,7 +252,8 @@ export function planAnswer(
   const finish =
     answer?.finishReason ??
     (tools.length > 0 ? 'tool_calls' : answer?.content === undefined && count === limit ? 'length' : 'stop');
-  const choices: Choice[] = Array.from({ length: choiceCount(body) }, (_, index) => ({
+  // Responses and Messages have no `n` (vLLM ignores the key there): always one answer.
+  const choices: Choice[] = Array.from({ length: agentShape(shape) ? 1 : choiceCount(body) }, (_, index) => ({
     index,
     finish,
     steps: [
@@ -224,10 +266,11 @@ export function planAnswer(
     ],
   }));
   const logprobs =
-    body.logprobs === true ||
-    typeof body.logprobs === 'number' ||
-    typeof body.top_logprobs === 'number' ||
-    body.return_logprob === true;
+    !agentShape(shape) &&
+    (body.logprobs === true ||
+      typeof body.logprobs === 'number' ||
+      typeof body.top_logprobs === 'number' ||
+      body.return_logprob === true);
   return {
     choices,
     completionTokens: choices[0]?.steps.length ?? 0,
@@ -235,7 +278,11 @@ export function planAnswer(
     logprobs,
     prompt: planPrompt(body, engine, shape),
     engine,
-    tokenIds: body.return_token_ids === true ? { prompt: fakePromptIds(body), first: outputId(generated) } : undefined,
+    request: body,
+    tokenIds:
+      body.return_token_ids === true && !agentShape(shape)
+        ? { prompt: fakePromptIds(body), first: outputId(generated) }
+        : undefined,
   };
 }
 

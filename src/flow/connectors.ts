@@ -42,6 +42,11 @@ export interface Connector {
    */
   refuse?(request: RequestBody, endpoint?: Endpoint): { param: string; message: string } | undefined;
   /**
+   * The APIs the engine cannot serve disaggregated, each with why (and what to do instead):
+   * a request of one is refused before any worker (`UnsupportedRouteError`, a 501).
+   */
+  readonly unsupported?: Readonly<Partial<Record<EndpointName, string>>> | undefined;
+  /**
    * The body of a call to a decode worker that frees the KV `params` name, for a prefill that
    * finished the request itself (its first token was the end) while its worker still holds
    * that KV for a decode; undefined when there is nothing to free. Sent by the flow in the

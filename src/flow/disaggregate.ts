@@ -1,5 +1,5 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
-import { endpointOf } from '../endpoints/registry.js';
+import { type EndpointName, endpointOf } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { type Decision, Scheduler } from '../routing/scheduler.js';
@@ -17,7 +17,7 @@ import type { EngineCall, FlowMigration } from './flow-setup.js';
 import { sanitizeClientRequest } from './handoff-fields.js';
 import type { ContinuationStart } from './migrating-stream.js';
 import { migrationPlan } from './migration.js';
-import { type RequestBody, UnsupportedRequestError } from './request-shaping.js';
+import { type RequestBody, UnsupportedRequestError, UnsupportedRouteError } from './request-shaping.js';
 import { withUsageAsked } from './usage.js';
 
 // An engine leg's type lives with the runtime, below both the flow and the transport.
@@ -78,6 +78,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const asked = options.usage === 'always' ? withUsageAsked(sanitized, endpoint) : undefined;
   const askUsage = asked !== undefined;
   const request = asked ?? sanitized;
+  const unsupported = connector.unsupported?.[endpoint.name as EndpointName];
+  if (unsupported !== undefined) throw new UnsupportedRouteError(endpoint.path, unsupported);
   const refused = connector.refuse?.(request, endpoint);
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);

@@ -29,15 +29,35 @@ export class UnsupportedRequestError extends DisaggError {
 }
 
 /**
+ * An API the fleet's engine cannot serve disaggregated (SGLang's `/v1/messages`, which drops
+ * the bootstrap fields; TensorRT-LLM's agents' APIs, which drop `disaggregated_params`):
+ * refused before any worker is called rather than sent where it would hang or recompute.
+ * `code`: `DISAGG_ROUTE_UNSUPPORTED` (the proxy answers 501).
+ */
+export class UnsupportedRouteError extends DisaggError {
+  static override readonly is = branded<UnsupportedRouteError>('UnsupportedRouteError');
+  declare readonly code: 'DISAGG_ROUTE_UNSUPPORTED';
+  /** The route refused. */
+  readonly path: string;
+
+  constructor(path: string, message: string) {
+    super('DISAGG_ROUTE_UNSUPPORTED', message);
+    this.path = path;
+  }
+}
+
+/**
  * The prefill leg's body: a copy of `request` that can produce exactly one token and answers
  * in one piece.
  *
- * - the endpoint's output cap becomes 1 (OpenAI's: `max_tokens` and `max_completion_tokens`,
- *   both, as servers differ in which they read; `endpoint` is the body's by its shape when omitted);
+ * - the endpoint's output cap becomes 1 under its own name (OpenAI's: `max_tokens` and
+ *   `max_completion_tokens`, both, as servers differ in which they read; Responses'
+ *   `max_output_tokens`; Anthropic's `max_tokens`), and its other one-token fields are set
+ *   (see `Endpoint.oneToken`; `endpoint` is the body's by its shape when omitted);
  * - `min_tokens` is removed: with a budget of one token, a minimum above one is a contradiction
  *   that some engines reject and others honour by ignoring the budget;
  * - `stream` becomes false and `stream_options` is removed;
- * - `n` becomes 1 (and `best_of` is removed): prefill computes the prompt once.
+ * - `n` becomes 1 where the API has it (and `best_of` is removed): prefill computes the prompt once.
  *
  * The client's object is not changed.
  *
@@ -47,7 +67,7 @@ export class UnsupportedRequestError extends DisaggError {
  */
 export function prefillRequest(request: RequestBody, endpoint?: Endpoint): RequestBody {
   const { min_tokens: _min, stream_options: _options, best_of: _bestOf, ...rest } = checkBody(request);
-  return { ...rest, ...(endpoint ?? endpointOf(request)).oneToken, stream: false, n: 1 };
+  return { ...rest, ...(endpoint ?? endpointOf(request)).oneToken, stream: false };
 }
 
 /**

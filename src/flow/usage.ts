@@ -20,7 +20,8 @@ export function promptDetailsOf(item: EngineItem | undefined): PromptTokensDetai
 /**
  * `item` with the prefill leg's `prompt_tokens_details` in the usage it reports, in its data and
  * in what the worker sent for it (the `usage` of an OpenAI chunk or body, SGLang's
- * `meta_info.cached_tokens`), so that a relay of the worker's own JSON says the same. Decode's
+ * `meta_info.cached_tokens`, Responses' `input_tokens_details.cached_tokens`, Anthropic's
+ * `cache_read_input_tokens`), so that a relay of the worker's own JSON says the same. Decode's
  * own figure for the prompt is wrong: decode did not compute it. An item without usage is
  * returned as it is.
  */
@@ -43,9 +44,52 @@ export function withPromptDetails(item: EngineItem, details: PromptTokensDetails
       );
 }
 
+type Json = Record<string, unknown>;
+
+const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null;
+
+/**
+ * The usage of the agents' APIs with prefill's cached tokens: Responses'
+ * `input_tokens_details.cached_tokens`; Anthropic's `cache_read_input_tokens`, where the worker
+ * reports the cache at all (vLLM with `--enable-prompt-tokens-details`), with its
+ * `input_tokens` then the rest of the prompt, as Anthropic counts. Undefined for a usage in
+ * OpenAI's completion names.
+ */
+function agentUsage(usage: Json, details: PromptTokensDetails): Json | undefined {
+  if (usage.input_tokens === undefined) return undefined;
+  const cached = details.cached_tokens;
+  if (typeof cached !== 'number') return usage;
+  if (isObject(usage.input_tokens_details) || usage.output_tokens_details !== undefined) {
+    return {
+      ...usage,
+      input_tokens_details: { ...(usage.input_tokens_details as Json | undefined), cached_tokens: cached },
+    };
+  }
+  if (typeof usage.cache_read_input_tokens !== 'number') return usage;
+  const prompt =
+    Number(usage.input_tokens) + usage.cache_read_input_tokens + Number(usage.cache_creation_input_tokens ?? 0);
+  return {
+    ...usage,
+    input_tokens: Math.max(0, prompt - cached - Number(usage.cache_creation_input_tokens ?? 0)),
+    cache_read_input_tokens: cached,
+  };
+}
+
 function patchChunk(chunk: WireChunk, details: PromptTokensDetails): WireChunk {
   const { json } = chunk;
+  // Responses' final event: the usage is the response's.
+  const response = json.response;
+  if (isObject(response) && isObject(response.usage)) {
+    const patched = agentUsage(response.usage, details);
+    if (patched === undefined || patched === response.usage) return chunk;
+    return { ...chunk, text: undefined, json: { ...json, response: { ...response, usage: patched } } };
+  }
   const usage = json.usage as Record<string, unknown> | undefined | null;
+  if (isObject(usage)) {
+    const patched = agentUsage(usage, details);
+    if (patched === usage) return chunk;
+    if (patched !== undefined) return { ...chunk, text: undefined, json: { ...json, usage: patched } };
+  }
   if (typeof usage === 'object' && usage !== null) {
     const prompt = (usage.prompt_tokens_details ?? {}) as Record<string, unknown>;
     return {

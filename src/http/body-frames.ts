@@ -3,8 +3,8 @@ import { createParser, type EventSourceParser } from 'eventsource-parser';
 
 /** Where the framing stage puts what it finds in a body: documents, the SSE end, error events. */
 export interface FrameSink {
-  /** One JSON document: an SSE event's data (`event`) or a whole body (`body`). */
-  frame(text: string, form: 'event' | 'body'): void;
+  /** One JSON document: an SSE event's data (`event`, with the event's name if it has one) or a whole body (`body`). */
+  frame(text: string, form: 'event' | 'body', event?: string): void;
   /** The SSE stream's `data: [DONE]`. */
   done(): void;
   /** An SSE event named `error` (SGLang's and vLLM's way to fail a stream already under way). */
@@ -39,7 +39,7 @@ export class BodyFrames {
             onEvent: (event) => {
               if (event.data === '[DONE]') sink.done();
               else if (event.event === 'error') sink.errorEvent(event.data);
-              else sink.frame(event.data, 'event');
+              else sink.frame(event.data, 'event', event.event);
             },
           })
         : undefined;

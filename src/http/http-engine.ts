@@ -3,6 +3,7 @@ import { chat } from '../endpoints/chat.js';
 import { completions } from '../endpoints/completions.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS, endpointNamed, type GenerationName } from '../endpoints/registry.js';
+import { responses } from '../endpoints/responses.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
@@ -10,11 +11,11 @@ import type { Engine } from '../runtime/engine.js';
 import { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
 import { joinUrl } from '../util/url.js';
+import { type AnswerReading, readingOf } from './answer-readings.js';
 import { BodyFrames } from './body-frames.js';
 import { ItemQueue } from './item-queue.js';
 import { stringifyJson } from './json.js';
 import { OpenAIAnswer } from './openai-answer.js';
-import { generateReader, outputFromOpenAI } from './openai-output.js';
 import { type BodySink, UpstreamCall, type UpstreamHead } from './upstream-call.js';
 import { UpstreamError } from './upstream-error.js';
 
@@ -22,8 +23,8 @@ type Step = IteratorResult<EngineItem, undefined>;
 
 /**
  * Which HTTP API an engine calls: a generation endpoint by name, or `auto` (OpenAI's: chat
- * completions for a body with `messages`, else completions; SGLang's `/generate` is asked for
- * by name).
+ * completions for a body with `messages`, Responses for an `input` without a `prompt`, else
+ * completions; SGLang's `/generate` and Anthropic's `/v1/messages` are asked for by name).
  */
 export type HttpApi = 'auto' | GenerationName;
 
@@ -125,9 +126,10 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
       throw UpstreamError.fromStatus(url, response.statusCode, text);
     }
     const contentType = String(response.headers['content-type'] ?? '');
-    const convert = endpoint.answer === 'generate' ? generateReader() : outputFromOpenAI;
     const mode = contentType.includes('text/event-stream') ? 'sse' : 'json';
-    return new ResponseStream(new BodyItems(call, url, mode, convert, context, elementsOf(body)), context);
+    const reading = readingOf(endpoint);
+    const choices = reading.single === true ? 1 : elementsOf(body);
+    return new ResponseStream(new BodyItems(call, url, mode, reading, context, choices), context);
   };
 }
 
@@ -136,7 +138,10 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
  * continues a migrated chat stream (a `prompt` without `messages`), which is a completion.
  */
 function endpointFor(fixed: Endpoint | undefined, body: Readonly<Record<string, unknown>>): Endpoint {
-  if (fixed === undefined) return Array.isArray(body.messages) ? chat : completions;
+  if (fixed === undefined) {
+    if (Array.isArray(body.messages)) return chat;
+    return body.prompt === undefined && body.input !== undefined && body.input !== null ? responses : completions;
+  }
   return fixed.answer === 'chat' && !Array.isArray(body.messages) && body.prompt !== undefined ? completions : fixed;
 }
 
@@ -179,14 +184,22 @@ class BodyItems implements AsyncIterableIterator<EngineItem>, BodySink {
     call: UpstreamCall,
     url: string,
     mode: 'sse' | 'json',
-    convert: (json: unknown) => EngineItem,
+    reading: AnswerReading,
     context: AsyncEngineContext,
     choices: number,
   ) {
     this.#call = call;
     this.#mode = mode;
     this.#queue = new ItemQueue<EngineItem>({ demand: () => call.resume(), lowWater: READ_AHEAD / 2 });
-    this.#answer = new OpenAIAnswer({ url, convert, context, choices, queue: this.#queue, abort: () => call.abort() });
+    this.#answer = new OpenAIAnswer({
+      url,
+      convert: reading.convert,
+      ends: reading.ends,
+      context,
+      choices,
+      queue: this.#queue,
+      abort: () => call.abort(),
+    });
     this.#frames = new BodyFrames(mode, this.#answer);
     call.attach(this);
   }

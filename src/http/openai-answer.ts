@@ -1,5 +1,5 @@
 import type { EngineItem } from '../protocol/annotated.js';
-import { Annotated, wiredData } from '../protocol/annotated.js';
+import { Annotated, type WireChunk, wiredData } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
@@ -8,6 +8,12 @@ import type { ItemQueue } from './item-queue.js';
 import { parseJson } from './json.js';
 import { errorText } from './openai-output.js';
 import { UpstreamError } from './upstream-error.js';
+
+/** Where a typed-event answer ends: the events that end it, and the name its failure gives. */
+export interface AnswerEnd {
+  readonly events: ReadonlySet<string>;
+  readonly name: string;
+}
 
 /**
  * The last stage of reading a worker's answer: frames to the library's items, with what an
@@ -23,7 +29,14 @@ import { UpstreamError } from './upstream-error.js';
 export class OpenAIAnswer implements FrameSink {
   readonly #url: string;
   /** A document as an item: an error item, or `{ data }` (the item sent on is made here, with its chunk). */
-  readonly #convert: (json: unknown) => EngineItem;
+  readonly #convert: (json: unknown, event?: string) => EngineItem;
+  /**
+   * The events that end a typed-event answer (Responses' `response.completed`, Anthropic's
+   * `message_stop`), which sends no `[DONE]`; undefined for OpenAI's chat and completions.
+   */
+  readonly #ends: AnswerEnd | undefined;
+  /** The end event was read: the answer is whole. */
+  #complete = false;
   readonly #context: AsyncEngineContext;
   readonly #queue: ItemQueue<EngineItem>;
   readonly #abort: () => void;
@@ -41,7 +54,8 @@ export class OpenAIAnswer implements FrameSink {
 
   constructor(options: {
     url: string;
-    convert: (json: unknown) => EngineItem;
+    convert: (json: unknown, event?: string) => EngineItem;
+    ends?: AnswerEnd | undefined;
     context: AsyncEngineContext;
     choices: number;
     queue: ItemQueue<EngineItem>;
@@ -49,6 +63,7 @@ export class OpenAIAnswer implements FrameSink {
   }) {
     this.#url = options.url;
     this.#convert = options.convert;
+    this.#ends = options.ends;
     this.#context = options.context;
     this.#choices = options.choices;
     this.#queue = options.queue;
@@ -89,8 +104,8 @@ export class OpenAIAnswer implements FrameSink {
     this.#fail(new UpstreamError('protocol', `${this.#url} answered an empty body`, { url: this.#url }));
   }
 
-  /** One JSON document of the answer. Nothing is added once the answer has finished. */
-  frame(text: string, form: 'event' | 'body'): void {
+  /** One JSON document of the answer (`event`: its SSE event's name). Nothing is added once the answer has finished. */
+  frame(text: string, form: 'event' | 'body', event?: string): void {
     if (this.#queue.finished) return;
     let json: unknown;
     try {
@@ -99,7 +114,7 @@ export class OpenAIAnswer implements FrameSink {
       this.#fail(UpstreamError.fromFailure(this.#url, error, { afterResponse: true }));
       return;
     }
-    const item = this.#convert(json);
+    const item = this.#convert(json, event);
     if (Annotated.isError(item)) {
       // The worker's own error chunk: its text and its status (a 400 in a 200 stream is still
       // the client's mistake), as an UpstreamError the caller can inspect.
@@ -121,17 +136,24 @@ export class OpenAIAnswer implements FrameSink {
       this.#fail(new UpstreamError('status', `${this.#url} ${why}`, { url: this.#url, body: text, ...statusOf(json) }));
       return;
     }
-    const chunk = { form, text, json: json as Record<string, unknown> };
+    const chunk: WireChunk =
+      event === undefined
+        ? { form, text, json: json as Record<string, unknown> }
+        : { form, text, json: json as Record<string, unknown>, event };
     const held = this.#held;
-    if (held !== undefined && isUsageOnly(output)) {
-      // vLLM's usage chunk after the finish chunk: one item, both chunks on the wire.
+    const ends = this.#ends !== undefined && form === 'event' && this.#ends.events.has(event ?? '');
+    if (held !== undefined && (isUsageOnly(output) || ends)) {
+      // vLLM's usage chunk after the finish chunk, Anthropic's message_stop after the
+      // message_delta: one item, both chunks on the wire.
       this.#held = undefined;
+      const usage = output?.completion_usage ?? (held.data as LLMEngineOutput).completion_usage;
       this.#queue.push(
-        Annotated.withWire(
-          { ...held, data: { ...(held.data as LLMEngineOutput), completion_usage: output?.completion_usage } },
-          [...(Annotated.wire(held) ?? []), chunk],
-        ),
+        Annotated.withWire({ ...held, data: { ...(held.data as LLMEngineOutput), completion_usage: usage } }, [
+          ...(Annotated.wire(held) ?? []),
+          chunk,
+        ]),
       );
+      if (ends) this.#completed();
       return;
     }
     this.#release();
@@ -144,9 +166,24 @@ export class OpenAIAnswer implements FrameSink {
     } else if (reason !== undefined && reason !== null) {
       this.#terminal = true;
       this.#held = wired;
+      // Responses' response.completed is both the finish and the end.
+      if (ends) this.#completed();
       return;
     }
     this.#queue.push(wired);
+    if (ends) {
+      // An end event before any finish: relaying this as the end would be an empty success.
+      this.#fail(
+        new UpstreamError('protocol', `${this.#url} sent ${event} before its answer finished`, { url: this.#url }),
+      );
+    }
+  }
+
+  /** A typed-event answer's end event was read: the answer is whole, the rest of the body says nothing. */
+  #completed(): void {
+    this.#complete = true;
+    this.#release();
+    this.#queue.finish();
   }
 
   /**
@@ -156,9 +193,9 @@ export class OpenAIAnswer implements FrameSink {
   bodyEnded(mode: 'sse' | 'json'): void {
     if (this.#queue.finished) return;
     this.#release();
-    if (mode === 'sse' && !this.#terminal) {
+    if (mode === 'sse' && !(this.#ends === undefined ? this.#terminal : this.#complete)) {
       this.#fail(
-        new UpstreamError('connection', `${this.#url} ended its event stream before [DONE]`, {
+        new UpstreamError('connection', `${this.#url} ended its event stream before ${this.#ends?.name ?? '[DONE]'}`, {
           url: this.#url,
           networkCode: 'ECONNRESET',
           afterResponse: true,

@@ -19,16 +19,17 @@ function finishReason(value: unknown, detail?: unknown): LLMEngineOutput['finish
   return FinishReason.tryParse(value) ?? 'stop';
 }
 
-/** An error the worker put in a JSON body or chunk (`{error: {message}}`, `{object: 'error'}`). */
+/** An error the worker put in a JSON body or chunk (`{error: {message}}`, `{object: 'error'}`, `{type: 'error'}`). */
 export function errorText(json: unknown): string | undefined {
   if (typeof json !== 'object' || json === null) return undefined;
-  const { error, object, message } = json as Json;
+  const { error, object, message, type } = json as Json;
   if (typeof error === 'string') return error;
   if (typeof error === 'object' && error !== null) {
     const text = (error as Json).message;
     return typeof text === 'string' ? text : JSON.stringify(error);
   }
-  if (object === 'error') return typeof message === 'string' ? message : 'error';
+  // OpenAI's `{object: 'error'}`; the Responses API's error event, `{type: 'error', message}`.
+  if (object === 'error' || type === 'error') return typeof message === 'string' ? message : 'error';
   return undefined;
 }
 

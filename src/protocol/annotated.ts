@@ -111,12 +111,14 @@ function err(item: unknown): Error | undefined {
 }
 
 /**
- * One piece of what a worker sent for an item, as it sent it: an SSE event's data (`event`)
- * or a whole JSON body (`body`). `text` is the exact text when the JSON is unchanged; a relay
+ * One piece of what a worker sent for an item, as it sent it: an SSE event's data (`event`,
+ * with its name where it had one) or a whole JSON body (`body`). `text` is the exact text when the JSON is unchanged; a relay
  * that had to change `json` leaves it undefined and serialises `json` instead.
  */
 export interface WireChunk {
   readonly form: 'event' | 'body';
+  /** The SSE event's name (`event: response.completed`), for an event that had one. */
+  readonly event?: string | undefined;
   readonly text: string | undefined;
   readonly json: Record<string, unknown>;
 }

@@ -1,10 +1,10 @@
 import type { ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { MigrationOptions } from '../flow/migration.js';
-import { answerJson } from '../http/node-server.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import type { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import { answerApiError } from './api-errors.js';
 import { hookedEngine } from './custom-parts.js';
 import { type ErrorAnswer, errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
@@ -69,6 +69,10 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
     answerFor,
     engines,
   });
+  const decodeWorker = events.routed?.decodeWorker;
+  if (endpoint.name === 'responses' && writer?.answerId !== undefined && decodeWorker !== undefined) {
+    proxy.responseHomes.remember(writer.answerId, decodeWorker);
+  }
   if (writer?.usage !== undefined) {
     request.usage = writer.usage;
     proxy.metrics.tokens(route, typeof body.model === 'string' ? body.model : '', writer.usage);
@@ -102,7 +106,7 @@ async function serve(proxy: ProxyState, request: ServeRequest): Promise<Response
   const flow = await startFlow(proxy, request);
   setRouteHeaders(proxy, res, events.routed);
   if (!flow.ok) {
-    answer(res, answerFor(flow.error));
+    answerApiError(res, request.request.endpoint, answerFor(flow.error));
     return undefined;
   }
   const writer = new ResponseWriter(request.request.endpoint, body);
@@ -193,8 +197,4 @@ function setRouteHeaders(proxy: ProxyState, res: ServerResponse, routed: Routed 
   res.setHeader('x-disagg-strategy', STRATEGY_HEADER[routed.strategy]);
   if (routed.prefillWorker !== undefined) res.setHeader('x-disagg-prefill-worker', proxy.nameOf(routed.prefillWorker));
   if (routed.decodeWorker !== undefined) res.setHeader('x-disagg-decode-worker', proxy.nameOf(routed.decodeWorker));
-}
-
-function answer(res: ServerResponse, error: ErrorAnswer): void {
-  answerJson(res, error.status, error.body);
 }

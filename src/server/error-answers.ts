@@ -59,6 +59,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   DISAGG_OVERLOADED: { status: 429, type: 'rate_limit_exceeded' },
   DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
+  DISAGG_ROUTE_UNSUPPORTED: { status: 501, type: 'not_implemented' },
   DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
   DISAGG_LIMITS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   DISAGG_DEADLINE_EXCEEDED: { status: 504, type: 'timeout' },

@@ -13,6 +13,8 @@ import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage } from '../protocol/llm-engine-output.js';
+import type { ErrorAnswer } from './error-answers.js';
+import { type StreamEnding, streamEnding } from './stream-endings.js';
 
 /** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate` (the disaggregated endpoints). */
 export type Route = GenerationName;
@@ -23,62 +25,95 @@ export function endpointFor(route: Route | Endpoint): Endpoint {
 }
 
 /**
- * What the client gets of a request's items. An item read from a worker carries what the
- * worker sent for it (`Annotated.wire`): that goes on as it was sent, byte for byte, and only
- * where the flow changed the item (the usage's `prompt_tokens_details`, from prefill) as the
- * changed JSON. Everything else a worker says (roles, reasoning, tool calls, logprobs, finish
- * and stop reasons, ids, fields this proxy does not know) reaches the client unchanged. An
- * item that did not come from a worker is written as OpenAI JSON ({@link OpenAIWriter}).
+ * What the client gets of a request's items, as SSE text or a whole answer. An item read from
+ * a worker carries what the worker sent for it (`Annotated.wire`): that goes on as it was
+ * sent, byte for byte (with its `event:` name, for the typed-event APIs), and only where the
+ * flow changed the item (the usage's cached tokens, from prefill) as the changed JSON.
+ * Everything else a worker says (roles, reasoning, tool calls, logprobs, finish and stop
+ * reasons, ids, fields this proxy does not know) reaches the client unchanged. An item that
+ * did not come from a worker is written as OpenAI JSON ({@link OpenAIWriter}) for OpenAI's
+ * completions and chat; the typed-event APIs (Responses, Anthropic Messages) write only what
+ * a worker sent. How a stream ends, and how a failure after its first byte is told, is the
+ * API's own ({@link StreamEnding}).
  *
  * @internal
  */
 export class ResponseWriter {
   readonly #recreate: OpenAIWriter;
+  readonly #ending: StreamEnding;
   /** Some item went on as the worker sent it: its usage chunk, if any, went with it. */
   #relayed = false;
+  /** The id of a whole answer the worker sent (its body's `id`). */
+  #wholeId: string | undefined;
   #usage: CompletionUsage | undefined;
 
   constructor(route: Route | Endpoint, body: Record<string, unknown>) {
-    this.#recreate = new OpenAIWriter(route, body);
+    const endpoint = endpointFor(route);
+    this.#recreate = new OpenAIWriter(endpoint, body);
+    this.#ending = streamEnding(endpoint);
   }
 
-  /** The SSE `data:` payloads of one item (none for an item that says nothing). */
-  chunks(item: EngineItem): string[] {
+  /** The SSE text of one item: `data:` lines (with `event:` names where the worker gave them); empty for an item that says nothing. */
+  sse(item: EngineItem): string {
     this.#noteUsage(item);
     const wire = Annotated.wire(item);
-    // Per token: a loop, not every() and map() with a closure each (one array, no more).
+    // Per token: a loop, not every() and map() with a closure each.
     if (wire !== undefined && allEvents(wire)) {
       this.#relayed = true;
-      const texts = new Array<string>(wire.length);
-      for (let i = 0; i < wire.length; i++) {
-        const chunk = wire[i] as WireChunk;
-        texts[i] = chunk.text ?? stringifyJson(chunk.json);
-      }
-      return texts;
+      if (wire.length === 1) return this.#frame(wire[0] as WireChunk);
+      let text = '';
+      for (const chunk of wire) text += this.#frame(chunk);
+      return text;
     }
+    if (!this.#ending.recreates) return '';
     const data = this.#recreate.chunk(item);
-    return data === undefined ? [] : [data];
+    return data === undefined ? '' : `data: ${data}\n\n`;
   }
 
-  /** What ends a stream before `[DONE]`: a re-created usage chunk, if one is due. */
-  closing(): string[] {
-    if (this.#relayed) return [];
-    const usage = this.#recreate.usageChunk();
-    return usage === undefined ? [] : [usage];
+  /** What ends a stream that finished: OpenAI's re-created usage chunk if one is due, and `[DONE]`; nothing for the typed-event APIs. */
+  end(): string {
+    if (!this.#ending.recreates) return '';
+    const usage = this.#relayed ? undefined : this.#recreate.usageChunk();
+    return `${usage === undefined ? '' : `data: ${usage}\n\n`}data: [DONE]\n\n`;
+  }
+
+  /** What ends a stream that failed after its first byte: the API's error event(s). */
+  failure(answer: ErrorAnswer): string {
+    return this.#ending.failure(answer);
+  }
+
+  /** The body of a failure answered before the first byte, in the API's error shape. */
+  errorBody(answer: ErrorAnswer): unknown {
+    return this.#ending.errorBody(answer);
   }
 
   /** The whole answer of a non-streamed request: the worker's own body, if it was one item. */
   whole(items: readonly EngineItem[]): unknown {
     for (const item of items) this.#noteUsage(item);
     const wire = items.length === 1 ? Annotated.wire(items[0]) : undefined;
-    if (wire !== undefined && wire.length === 1 && wire[0]?.form === 'body') return wire[0].json;
+    if (wire !== undefined && wire.length === 1 && wire[0]?.form === 'body') {
+      const { id } = wire[0].json;
+      if (typeof id === 'string') this.#wholeId = id;
+      return wire[0].json;
+    }
     for (const item of items) this.#recreate.add(item);
     return this.#recreate.whole();
+  }
+
+  /** The id of the answer, where the worker named it and the API lets a client ask for it again (Responses'). */
+  get answerId(): string | undefined {
+    return this.#ending.answerId?.() ?? this.#wholeId;
   }
 
   /** The last usage a worker reported for this request (token counts for traces), if any. */
   get usage(): CompletionUsage | undefined {
     return this.#usage;
+  }
+
+  #frame(chunk: WireChunk): string {
+    this.#ending.saw?.(chunk);
+    const data = chunk.text ?? stringifyJson(chunk.json);
+    return chunk.event === undefined ? `data: ${data}\n\n` : `event: ${chunk.event}\ndata: ${data}\n\n`;
   }
 
   #noteUsage(item: EngineItem): void {

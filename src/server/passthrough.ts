@@ -7,6 +7,7 @@ import type { CompletionUsage } from '../protocol/llm-engine-output.js';
 import type { Lease } from '../routing/worker-pool.js';
 import type { Controller } from '../runtime/controller.js';
 import { joinUrl } from '../util/url.js';
+import { answerApiError } from './api-errors.js';
 import { errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
 import type { ModelPool } from './pool-set.js';
@@ -23,7 +24,8 @@ interface WorkerAnswer {
 }
 
 /**
- * One request of a passthrough endpoint (`/v1/embeddings`, `/v1/rerank`, `/v1/score`) once its
+ * One request of a passthrough endpoint (`/v1/embeddings`, `/v1/rerank`, `/v1/score`, Anthropic's
+ * `/v1/messages/count_tokens` where the router has no tokenizer to count with) once its
  * stages let it on (open, body, admission, tracking): sent to a decode worker the pool's
  * policy chooses (a lease, released by the outcome), with the request id, the worker key or
  * the client's `Authorization`, and the trace context. What the worker answers reaches the
@@ -37,6 +39,7 @@ interface WorkerAnswer {
  */
 export async function servePassthrough(request: RequestContext): Promise<void> {
   const { proxy, res } = request;
+  if (request.endpoint.name === 'count_tokens' && (await countedHere(request))) return;
   const events = request.events as RequestEvents;
   const context = request.context as Controller;
   const begun = performance.now();
@@ -88,8 +91,7 @@ export async function servePassthrough(request: RequestContext): Promise<void> {
     });
     if (answer.status >= 500) {
       request.failure = failed;
-      const { status, body } = errorToResponse(failed, { redact: (text) => proxy.redact(text) });
-      return answerJson(res, status, body);
+      return answerApiError(res, request.endpoint, errorToResponse(failed, { redact: (text) => proxy.redact(text) }));
     }
     if (failed !== undefined) request.failure = failed;
     else request.usage = usageOf(answer.text, request.usageNeeded);
@@ -97,6 +99,19 @@ export async function servePassthrough(request: RequestContext): Promise<void> {
     res.end(answer.text);
     return;
   }
+}
+
+/**
+ * Anthropic's token count answered by the router's own tokenizer, as vLLM counts it (the body
+ * rendered through the chat template): `{ input_tokens }`, no worker called. False without a
+ * tokenizer (or when tokenizing failed, logged): a worker answers then.
+ */
+async function countedHere(request: RequestContext): Promise<boolean> {
+  const ids = await request.proxy.tokenize(request.body, request.endpoint);
+  if (ids === undefined) return false;
+  request.res.setHeader('x-disagg-strategy', 'router');
+  answerJson(request.res, 200, { input_tokens: ids.length });
+  return true;
 }
 
 /** The failure of a request no worker answered: charged (by the events), answered in the API's shape. */
@@ -116,8 +131,7 @@ function fail(
     decodeWorker: worker,
   });
   if (res.headersSent || res.destroyed) return;
-  const { status, body } = errorToResponse(error, { redact: (text) => proxy.redact(text) });
-  answerJson(res, status, body);
+  answerApiError(res, request.endpoint, errorToResponse(error, { redact: (text) => proxy.redact(text) }));
 }
 
 /**

@@ -29,6 +29,7 @@ import { ServedModels } from './model-limits.js';
 import type { Route } from './openai-format.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
+import { ResponseHomes } from './response-homes.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { conditionalAggregation, consumedBy, poolSelection, routingServices } from './routing-policies.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
@@ -85,6 +86,8 @@ export class ProxyCore implements ProxyState {
    * forgotten once, when it has left.
    */
   readonly records = new WorkerRecords<ProxyPrefillWorker | ProxyDecodeWorker>();
+  /** Which decode worker served each Responses answer. */
+  readonly responseHomes = new ResponseHomes<{ url: string }>();
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */

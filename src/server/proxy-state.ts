@@ -12,6 +12,7 @@ import type { ProxyMetrics } from './metrics.js';
 import type { Route } from './openai-format.js';
 import type { PoolSet } from './pool-set.js';
 import type { ModelLimits } from './request-schemas.js';
+import type { ResponseHomes } from './response-homes.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 import type { Tracing } from './tracing.js';
 
@@ -74,6 +75,8 @@ export interface ProxyState {
   tokenize(body: Record<string, unknown>, endpoint: Endpoint): Promise<readonly number[] | undefined>;
   /** Whether a routing policy reads the prompt's tokens (the engines' KV blocks): then every request is tokenized. */
   readonly routesOnTokens: boolean;
+  /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */
+  readonly responseHomes: ResponseHomes<{ url: string }>;
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
   /** True from the start of shutdown, before requests are refused: `/ready` fails first. */

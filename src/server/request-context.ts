@@ -11,6 +11,38 @@ import type { ProxyState } from './proxy-state.js';
 import type { RequestEvents } from './request-events.js';
 import type { RequestTrace } from './tracing.js';
 
+/** The session header a proxy reads unless told another (`--session-header`). */
+const DEFAULT_SESSION_HEADER = 'x-session-id';
+
+/**
+ * The headers coding agents name their session with, in the order they are read when the
+ * session header is not set (`--session-header` left at `x-session-id`) and a request does not
+ * carry it: Claude Code's `x-claude-code-session-id`, OpenCode's `x-session-affinity`, Codex's
+ * `session-id` (and `session_id` before Codex 0.131). Each turn of an agent's session then goes
+ * where the turn before it left its prefix, whichever API it speaks.
+ */
+export const AGENT_SESSION_HEADERS: readonly string[] = Object.freeze([
+  'x-claude-code-session-id',
+  'x-session-affinity',
+  'session-id',
+  'session_id',
+]);
+
+/**
+ * The session key of a request: its `sessionHeader`'s value; with the default header, the
+ * first agent session header it carries when it has none.
+ */
+function sessionKeyOf(headers: IncomingMessage['headers'], sessionHeader: string): string | undefined {
+  const own = headerValue(headers[sessionHeader]);
+  if (own !== undefined && own !== '') return own;
+  if (sessionHeader !== DEFAULT_SESSION_HEADER) return own;
+  for (const name of AGENT_SESSION_HEADERS) {
+    const value = headerValue(headers[name]);
+    if (value !== undefined && value !== '') return value;
+  }
+  return own;
+}
+
 /**
  * One request as the proxy's stages see it: who sent it for which endpoint, its body once
  * read, whose it is, and what serving it found out (the usage the answer reported, the failure
@@ -75,13 +107,14 @@ export class RequestContext {
 
   /**
    * The request as routing policies see it (its text, session key and token ids): built once;
-   * a prefix key header stands in for the prompt's text.
+   * a prefix key header stands in for the prompt's text; the session key is the session
+   * header's, or an agent's own (see {@link AGENT_SESSION_HEADERS}).
    */
   get input(): RoutingInput {
     const { sessionHeader, prefixKeyHeader } = this.proxy.options.routing;
     this.#input ??= new RoutingInput(
       this.body,
-      headerValue(this.req.headers[sessionHeader]),
+      sessionKeyOf(this.req.headers, sessionHeader),
       undefined,
       this.endpoint,
       headerValue(this.req.headers[prefixKeyHeader]),

@@ -1,9 +1,9 @@
-import type { ServerResponse } from 'node:http';
-import { answerJson, RequestError } from '../http/node-server.js';
+import { RequestError } from '../http/node-server.js';
 import { Controller } from '../runtime/controller.js';
 import type { OverLimit } from '../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
 import { OverloadedError } from './admission.js';
+import { answerApiError } from './api-errors.js';
 import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
 import { readRequestBody } from './request-body.js';
 import type { RequestContext } from './request-context.js';
@@ -29,7 +29,8 @@ export interface RequestStage {
 
 /**
  * Runs `stages` in order, then `handler`; once it is over (or a stage refused), each stage's
- * clean-up, last stage first. A refusal is answered with its status and the API's error body.
+ * clean-up, last stage first. A refusal is answered with its status and the API's error body
+ * (OpenAI's, or Anthropic's for Messages).
  *
  * @internal
  */
@@ -42,7 +43,9 @@ export async function runStages(
   try {
     for (const stage of stages) {
       const outcome = await stage.run(request);
-      if (outcome !== undefined && 'refused' in outcome) return answer(request.res, outcome.refused);
+      if (outcome !== undefined && 'refused' in outcome) {
+        return answerApiError(request.res, request.endpoint, outcome.refused);
+      }
       if (outcome?.after !== undefined) afters.push(outcome.after);
     }
     await handler(request);
@@ -208,7 +211,7 @@ export const trackingStage: RequestStage = {
       res,
       shutdown: () => {
         context.stopGenerating();
-        answer(res, errorAnswer(new ShutdownError()));
+        answerApiError(res, request.endpoint, errorAnswer(new ShutdownError()));
       },
     };
     request.entry = entry;
@@ -267,7 +270,3 @@ function traceOf(request: RequestContext): RequestTrace | undefined {
  * admitted, the request is tracked. Every endpoint of `ENDPOINTS` lists these.
  */
 export const API_STAGES: readonly RequestStage[] = [openStage, bodyStage, admissionStage, trackingStage];
-
-function answer(res: ServerResponse, error: ErrorAnswer): void {
-  answerJson(res, error.status, error.body);
-}

@@ -16,6 +16,7 @@ import { servePassthrough } from './passthrough.js';
 import type { ProxyState } from './proxy-state.js';
 import { RequestContext } from './request-context.js';
 import { API_STAGES, modelNotFound, runStages } from './request-stages.js';
+import { serveStoredResponse } from './response-homes.js';
 import type { RouteEntry } from './route-entry.js';
 
 const READ = ['GET', 'HEAD'] as const;
@@ -54,6 +55,21 @@ export const ROUTES: readonly RouteEntry[] = [
     label: 'models',
     auth: 'api',
     handle: (proxy, _req, res, call) => models(proxy, res, call.rest),
+  },
+  // A Responses answer kept by the worker that served it (vLLM's response store).
+  {
+    path: '/v1/responses/*/cancel',
+    methods: ['POST'],
+    label: 'responses',
+    auth: 'api',
+    handle: (proxy, req, res, call) => serveStoredResponse(proxy, req, res, call.rest, '/cancel'),
+  },
+  {
+    path: '/v1/responses/*',
+    methods: ['GET'],
+    label: 'responses',
+    auth: 'api',
+    handle: (proxy, req, res, call) => serveStoredResponse(proxy, req, res, call.rest, ''),
   },
   {
     path: '/health',

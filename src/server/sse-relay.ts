@@ -28,9 +28,9 @@ export interface RelayHooks {
  * `slowClientTimeoutMs` is given up: the request is stopped (the flow still lets decode take
  * the KV) and the connection closed.
  *
- * The error contract: a failure before the first byte is a real HTTP status with an
- * OpenAI-style body; after streaming started, one SSE `error` event, then the end. A
- * shutdown ends the stream the same way. The stream is closed (without waiting) when the
+ * The error contract: a failure before the first byte is a real HTTP status with the API's
+ * error body; after streaming started, the API's error event(s), then the end (see
+ * `stream-endings.ts`). A shutdown ends the stream the same way. The stream is closed (without waiting) when the
  * relay ends, whatever ended it.
  *
  * @internal
@@ -55,8 +55,8 @@ export async function relaySse(
   const fail = (error: unknown) => {
     const answer = hooks.answerFor(error);
     if (res.writableEnded || res.destroyed) return;
-    if (!started) answerJson(res, answer.status, answer.body);
-    else res.end(`event: error\ndata: ${JSON.stringify(answer.body)}\n\n`);
+    if (!started) answerJson(res, answer.status, writer.errorBody(answer));
+    else res.end(writer.failure(answer));
   };
   entry.shutdown = () => {
     entry.context.stopGenerating();
@@ -78,13 +78,12 @@ export async function relaySse(
         fail(error);
         return;
       }
-      const chunks = writer.chunks(step.value);
-      if (chunks.length === 0) continue;
+      const text = writer.sse(step.value);
+      if (text === '') continue;
       if (!started) start();
       const now = performance.now();
       if (lastWrite !== undefined) hooks.interToken((now - lastWrite) / 1000);
       lastWrite = now;
-      const text = chunks.length === 1 ? `data: ${chunks[0]}\n\n` : chunks.map((data) => `data: ${data}\n\n`).join('');
       if (!body.write(text) && !(await drainedWithin(res, body, hooks.slowClientTimeoutMs))) {
         // The client has not read for too long (the wait destroyed the response) or has gone:
         // give the request up rather than buffer.
@@ -93,8 +92,7 @@ export async function relaySse(
       }
     }
     if (!started) start();
-    for (const data of writer.closing()) body.write(`data: ${data}\n\n`);
-    res.end('data: [DONE]\n\n');
+    res.end(writer.end());
   } finally {
     closeQuietly(iterator);
   }

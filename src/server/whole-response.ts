@@ -29,7 +29,7 @@ export async function answerWhole(
   } catch (error) {
     const answer = answerFor(error);
     // answerJson leaves an answer already sent alone (a shutdown answered it meanwhile).
-    answerJson(res, answer.status, answer.body);
+    answerJson(res, answer.status, writer.errorBody(answer));
     return;
   }
   answerJson(res, 200, writer.whole(items));

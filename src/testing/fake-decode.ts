@@ -3,14 +3,15 @@
 // than the client reads, or answers it whole. Apart from the HTTP dispatch of `fake-worker.ts`,
 // which hands each decode call here with the engine's protocol and the fault it drew.
 import type { ServerResponse } from 'node:http';
-import { answerShapeAt, formatFor } from '../fakes/fake-formats.js';
+import type { AnswerShape } from '../endpoints/endpoint.js';
+import { answerHandlerError, answerShapeAt, formatFor } from '../fakes/fake-formats.js';
 import { planAnswer, promptTokens, usageOf, wantsUsage } from '../fakes/fake-plan.js';
 import type { FakeProtocol, WorkerSide } from '../fakes/fake-protocol.js';
 import type { FakeRequest, Fault } from '../fakes/fake-types.js';
 import { stringifyJson } from '../http/json.js';
 import { drained } from '../http/node-server.js';
 import { request } from '../http/undici-parts.js';
-import { breakingFault, breakStream, errorChunk } from './fake-faults.js';
+import { breakingFault, breakStream, errorChunk, typedEvent, typedEvents, typedFailure } from './fake-faults.js';
 
 /** What a decode call uses of its worker: the protocol modules' side, and the engine it answers as. */
 export interface DecodeSide extends WorkerSide {
@@ -49,10 +50,13 @@ export async function answerDecode(
       if (failed !== 'recompute') {
         record.kv = 'failed';
         if (res.destroyed) return;
-        if (!failed.inStream || body.stream !== true) return worker.answerError(res, failed.status, failed.message);
+        if (!failed.inStream || body.stream !== true) {
+          return answerHandlerError(worker, res, record.path, failed.status, failed.message);
+        }
         res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-        res.write(`data: ${JSON.stringify(errorChunk(failed.status, failed.message))}\n\n`);
         record.completed = true;
+        if (typedEvents(answerShapeAt(record.path))) return failTyped(worker, res, record, failed);
+        res.write(`data: ${JSON.stringify(errorChunk(failed.status, failed.message))}\n\n`);
         res.end('data: [DONE]\n\n');
         return;
       }
@@ -63,17 +67,19 @@ export async function answerDecode(
       if (taken !== 'none') record.kv = taken;
     }
   }
+  const shape = answerShapeAt(record.path);
+  const typed = typedEvents(shape);
   if (fault?.type === 'empty') {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     record.completed = true;
-    res.end('data: [DONE]\n\n');
+    // The typed APIs have no `[DONE]`: their empty stream has nothing at all.
+    res.end(typed ? '' : 'data: [DONE]\n\n');
     return;
   }
   const tokens = worker.options.tokens ?? 8;
   // Computed on blocks that were not this request's: what comes out is not its answer.
   const answer = read === 'stale' ? { content: Array.from({ length: tokens }, (_, i) => `stale${i} `) } : undefined;
   const remote = read !== 'none';
-  const shape = answerShapeAt(record.path);
   const plan = planAnswer(body, answer ?? worker.answerFor(record), tokens, { name: worker.protocol, remote }, shape);
   if (remote && plan.prompt.asked && engine.recomputesPrompt === true) {
     // The transferred KV is not used: the prompt is computed again, here.
@@ -89,23 +95,37 @@ export async function answerDecode(
     await worker.pause(interval * plan.completionTokens);
     if (res.destroyed) return;
     record.completed = true;
-    if (plan.error !== undefined) return worker.answerError(res, plan.error.code, plan.error.message);
+    if (plan.error !== undefined)
+      return answerHandlerError(worker, res, record.path, plan.error.code, plan.error.message);
     return worker.answerJson(res, 200, format.whole(plan, usage));
   }
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-  const chunks = format.streamed(plan);
+  const chunks = format.streamed(plan, usage);
   const breaking = breakingFault(fault);
-  // Counted in tokens: chat's opening chunk (the role) comes before the first.
-  const opening = shape === 'chat' ? plan.choices.length : 0;
-  const breakAt = breaking === undefined ? -1 : opening + (breaking.afterTokens ?? 1);
+  const tokenAt = tokenChunks(shape, chunks, plan.choices.length);
+  const breakAt = breaking === undefined ? -1 : breakIndex(tokenAt, chunks.length, breaking.afterTokens ?? 1);
+  const broken = (sent: number) =>
+    breakStream(
+      res,
+      breaking as NonNullable<typeof breaking>,
+      (ms) => worker.pause(ms),
+      typed ? { shape, sent } : undefined,
+    );
   for (const [i, chunk] of chunks.entries()) {
-    if (breaking !== undefined && i === breakAt) return breakStream(res, breaking, (ms) => worker.pause(ms));
-    if (i >= opening) await worker.pause(interval);
+    if (breaking !== undefined && i === breakAt) return broken(i);
+    if (tokenAt.has(i)) await worker.pause(interval);
     if (res.destroyed) return;
+    const json = stringifyJson(chunk);
     // As a real server does: no faster than the client reads.
-    if (!res.write(`data: ${stringifyJson(chunk)}\n\n`) && !(await drained(res))) return;
+    if (!res.write(typed ? typedEvent(chunk, json) : `data: ${json}\n\n`) && !(await drained(res))) return;
   }
-  if (breaking !== undefined && breakAt >= chunks.length) return breakStream(res, breaking, (ms) => worker.pause(ms));
+  if (breaking !== undefined && breakAt >= chunks.length) return broken(chunks.length);
+  if (typed) {
+    // No `[DONE]` and no usage chunk: the last event says it all (or, broken, nothing does).
+    record.completed = true;
+    res.end(plan.error === undefined ? '' : typedFailure(shape, plan.error.message));
+    return;
+  }
   if (plan.error !== undefined) {
     // As vLLM does: the error as a chunk of the 200 stream, then the end.
     res.write(`data: ${JSON.stringify(errorChunk(plan.error.code, plan.error.message))}\n\n`);
@@ -116,6 +136,56 @@ export async function answerDecode(
   res.write('data: [DONE]\n\n');
   record.completed = true;
   res.end();
+}
+
+/**
+ * The chunks that carry a token, which the stream paces and a breaking fault counts: the typed
+ * APIs' delta events (Responses' `*.delta`, Messages' `content_block_delta`); with the OpenAI
+ * chunks, all but the opening (chat's role chunk per choice).
+ */
+function tokenChunks(shape: AnswerShape, chunks: object[], choices: number): Set<number> {
+  const at = new Set<number>();
+  const opening = shape === 'chat' ? choices : 0;
+  for (const [i, chunk] of chunks.entries()) {
+    const type = (chunk as { type?: unknown }).type;
+    const token = typedEvents(shape)
+      ? typeof type === 'string' && (type.endsWith('.delta') || type === 'content_block_delta')
+      : i >= opening;
+    if (token) at.add(i);
+  }
+  return at;
+}
+
+/**
+ * Where a stream breaks after `tokens` tokens: before the chunk of the next token; after the
+ * last token (before what closes the answer) when that was the last; otherwise past the end.
+ */
+function breakIndex(tokenAt: Set<number>, length: number, tokens: number): number {
+  const at = [...tokenAt];
+  if (tokens < at.length) return at[tokens] as number;
+  const last = at.at(-1);
+  return tokens === at.length && last !== undefined ? last + 1 : length + tokens - at.length;
+}
+
+/**
+ * A typed stream that failed before its first token (a failed KV transfer), as vLLM's: its
+ * opening events (Responses' `response.created` and `response.in_progress`, Messages'
+ * `message_start`), then the failure (`typedFailure`).
+ */
+function failTyped(
+  worker: DecodeSide,
+  res: ServerResponse,
+  record: FakeRequest,
+  failed: { status: number; message: string },
+): void {
+  const shape = answerShapeAt(record.path);
+  const error = { code: failed.status, message: failed.message };
+  const plan = planAnswer(record.body, { content: [], error }, 0, { name: worker.protocol }, shape);
+  const format = formatFor(record.path, worker.options.model);
+  const opening = format
+    .streamed(plan, usageOf(record.body, 0))
+    .map((chunk) => typedEvent(chunk, stringifyJson(chunk)));
+  res.end(`${opening.join('')}${typedFailure(shape, failed.message)}`);
 }
 
 /**

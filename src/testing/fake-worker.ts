@@ -5,7 +5,7 @@ import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js'
 import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
-import { POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
+import { answerHandlerError, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
 import { FakeKvCache } from '../fakes/fake-kv-cache.js';
 import { FakeKvPublisher } from '../fakes/fake-kv-publisher.js';
 import { type FakeAnswer, promptTokens } from '../fakes/fake-plan.js';
@@ -245,8 +245,13 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     if (endpoint !== undefined) return endpoint(this, res, body);
     if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
     if (POOLING_PATHS.includes(path)) return this.#pool(req, res, path, body);
-    // Refused as the body is read (field checks), before the engine's request handler.
-    const invalid = requiredField(path, body) ?? this.#engine.refuse?.(path, body) ?? refuseBudget(path, body);
+    // Refused as the body is read (field checks), before the engine's request handler: in
+    // OpenAI's shape on every route; the engine's own refusals in its route's shape.
+    const missing = requiredField(path, body);
+    if (missing !== undefined) return this.answerError(res, 400, missing);
+    const refused = this.#engine.refuse?.(path, body);
+    if (refused !== undefined) return answerHandlerError(this, res, path, 400, refused);
+    const invalid = refuseBudget(path, body);
     if (invalid !== undefined) return this.answerError(res, 400, invalid);
     const record = this.#record(req, res, path, body);
     this.#running++;
@@ -311,7 +316,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   /** An error answer from the engine's request handler; a decode call gives up its handoff first. */
   async #refuse(res: ServerResponse, record: FakeRequest, prefill: boolean, refusal: Refusal): Promise<void> {
     if (!prefill) await this.#engine.gaveUp?.(this, record.body, 'refused');
-    this.answerError(res, refusal.status, refusal.message);
+    answerHandlerError(this, res, record.path, refusal.status, refusal.message);
   }
 
   // WorkerSide: what the protocol modules use.

@@ -18,6 +18,7 @@
  * - `DISAGG_OVERLOADED`: admission's slots and queue full, or a limit of the tenant's hit (429).
  * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
  * - `DISAGG_SHUTTING_DOWN`: the proxy stopped before the request ended (503).
+ * - `DISAGG_ROUTE_UNSUPPORTED`: an API the fleet's engine cannot serve disaggregated (501).
  * - `DISAGG_STREAM_ERROR`: an error item that carried only its text.
  * - `DISAGG_TENANTS_FILE`: a tenants file that does not check.
  * - `DISAGG_TOKENIZER`: the router's tokenizer failed.
@@ -44,6 +45,7 @@ export type ErrorCode =
   | 'DISAGG_PREFILL_FAILED'
   | 'DISAGG_PREFILL_NOT_ACTIVATED'
   | 'DISAGG_PREFILL_NO_HANDOFF_PARAMS'
+  | 'DISAGG_ROUTE_UNSUPPORTED'
   | 'DISAGG_SHUTTING_DOWN'
   | 'DISAGG_STREAM_ERROR'
   | 'DISAGG_TENANTS_FILE'

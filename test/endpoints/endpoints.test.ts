@@ -8,21 +8,24 @@ describe('the endpoints: each API the router serves, declared once', () => {
       ['completions', '/v1/completions', 'disaggregated'],
       ['chat', '/v1/chat/completions', 'disaggregated'],
       ['generate', '/generate', 'disaggregated'],
+      ['responses', '/v1/responses', 'disaggregated'],
+      ['messages', '/v1/messages', 'disaggregated'],
       ['embeddings', '/v1/embeddings', 'passthrough'],
       ['rerank', '/v1/rerank', 'passthrough'],
       ['score', '/v1/score', 'passthrough'],
+      ['count_tokens', '/v1/messages/count_tokens', 'passthrough'],
     ]);
     expect(new Set(ENDPOINTS.map((each) => each.path)).size).toBe(ENDPOINTS.length);
   });
 
   it("a name no endpoint has is the program's mistake: a TypeError listing those there are", () => {
-    expect(() => endpointNamed('responses')).toThrow(
+    expect(() => endpointNamed('conversations')).toThrow(
       new TypeError(
-        "Unknown endpoint 'responses': expected one of completions, chat, generate, embeddings, rerank, score",
+        "Unknown endpoint 'conversations': expected one of completions, chat, generate, responses, messages, embeddings, rerank, score, count_tokens",
       ),
     );
     expect(isEndpointName('rerank')).toBe(true);
-    expect(isEndpointName('responses')).toBe(false);
+    expect(isEndpointName('conversations')).toBe(false);
     expect(isEndpointName(3)).toBe(false);
   });
 
@@ -94,10 +97,12 @@ describe('the endpoints: each API the router serves, declared once', () => {
     expect(endpointNamed('chat').promptLength({ messages: [] })).toBeUndefined();
   });
 
-  it("a one-token prefill caps both OpenAI names; only OpenAI's completions and chat resume a broken stream", () => {
+  it("a one-token prefill caps each API's own output field (both OpenAI names where OpenAI's); only OpenAI's completions and chat resume a broken stream", () => {
     for (const name of ['completions', 'chat', 'generate'] as const) {
-      expect(endpointNamed(name).oneToken).toEqual({ max_tokens: 1, max_completion_tokens: 1 });
+      expect(endpointNamed(name).oneToken).toEqual({ max_tokens: 1, max_completion_tokens: 1, n: 1 });
     }
+    expect(endpointNamed('responses').oneToken).toEqual({ max_output_tokens: 1, store: false });
+    expect(endpointNamed('messages').oneToken).toEqual({ max_tokens: 1 });
     expect(ENDPOINTS.filter((each) => each.resumable).map((each) => each.name)).toEqual(['completions', 'chat']);
   });
 });

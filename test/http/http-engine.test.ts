@@ -429,8 +429,8 @@ describe('httpEngine', () => {
     await expect(byField({ prompt: 'p' }, new Controller(), { url: '' })).rejects.toThrow(
       "httpEngine needs the worker's base URL",
     );
-    expect(() => httpEngine({ api: 'responses' as never })).toThrow(
-      "expected 'auto', 'completions', 'chat' or 'generate'",
+    expect(() => httpEngine({ api: 'embeddings' as never })).toThrow(
+      "expected 'auto', 'completions', 'chat', 'generate', 'responses' or 'messages'",
     );
   });
 });

@@ -178,6 +178,15 @@ describe('OpenAIWriter, the fields a client reads', () => {
   });
 });
 
+/** The `data:` payloads of SSE text. */
+const datas = (text: string) => [...text.matchAll(/^data: (.*)$/gm)].map((match) => match[1] as string);
+/** What ends a stream before `[DONE]`: its payloads but the last, which must be `[DONE]`. */
+const closings = (text: string) => {
+  const all = datas(text);
+  expect(all.at(-1)).toBe('[DONE]');
+  return all.slice(0, -1);
+};
+
 describe('ResponseWriter', () => {
   const relayed = (json: Record<string, unknown>, textOf?: string, form: 'event' | 'body' = 'event') =>
     Annotated.withWire(Annotated.fromData<LLMEngineOutput>({ token_ids: [], text: String(json.t ?? '') }), [
@@ -186,42 +195,44 @@ describe('ResponseWriter', () => {
 
   it('an item from a worker goes on byte for byte; one the flow changed goes on as its JSON', () => {
     const writer = new ResponseWriter('completions', { model: 'm' });
-    expect(writer.chunks(relayed({ t: 'a' }, '{"t":  "a"}'))).toEqual(['{"t":  "a"}']);
-    expect(writer.chunks(relayed({ t: 'b', extra: [1] }))).toEqual(['{"t":"b","extra":[1]}']);
+    expect(datas(writer.sse(relayed({ t: 'a' }, '{"t":  "a"}')))).toEqual(['{"t":  "a"}']);
+    expect(datas(writer.sse(relayed({ t: 'b', extra: [1] })))).toEqual(['{"t":"b","extra":[1]}']);
   });
 
   it('an item that did not come from a worker is written as OpenAI JSON, one that says nothing as no chunk', () => {
     const writer = new ResponseWriter('chat', { model: 'm' });
-    const [chunk, ...rest] = writer.chunks(text('hi'));
+    const [chunk, ...rest] = datas(writer.sse(text('hi')));
     expect(rest).toEqual([]);
     expect(JSON.parse(chunk as string).choices[0].delta).toEqual({ role: 'assistant', content: 'hi' });
-    expect(writer.chunks(text(''))).toEqual([]);
+    expect(datas(writer.sse(text('')))).toEqual([]);
   });
 
   it('a whole body in the wire of a streamed item is not an event: the item is re-created', () => {
     const writer = new ResponseWriter('completions', { model: 'm' });
-    const [chunk] = writer.chunks(relayed({ t: 'z' }, '{"t":"z"}', 'body'));
+    const [chunk] = datas(writer.sse(relayed({ t: 'z' }, '{"t":"z"}', 'body')));
     expect(JSON.parse(chunk as string)).toMatchObject({ object: 'text_completion', choices: [{ text: 'z' }] });
   });
 
   it('closing: no usage chunk after a relayed stream (the worker sent its own), a re-created one otherwise', () => {
     const body = { model: 'm', stream_options: { include_usage: true } };
     const relay = new ResponseWriter('completions', body);
-    relay.chunks(
-      Annotated.withWire(Annotated.fromData({ token_ids: [], completion_usage: usage }), [
-        { form: 'event', text: '{"usage":{}}', json: { usage: {} } },
-      ]),
+    datas(
+      relay.sse(
+        Annotated.withWire(Annotated.fromData({ token_ids: [], completion_usage: usage }), [
+          { form: 'event', text: '{"usage":{}}', json: { usage: {} } },
+        ]),
+      ),
     );
-    expect(relay.closing()).toEqual([]);
+    expect(closings(relay.end())).toEqual([]);
     // An item the flow made after relayed ones (a usage of its own) does not add a second usage chunk.
-    relay.chunks(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
-    expect(relay.closing()).toEqual([]);
+    datas(relay.sse(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage })));
+    expect(closings(relay.end())).toEqual([]);
     const recreate = new ResponseWriter('completions', body);
-    recreate.chunks(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage }));
-    const [closing, ...rest] = recreate.closing();
+    datas(recreate.sse(Annotated.fromData({ ...LLMEngineOutput.length(), completion_usage: usage })));
+    const [closing, ...rest] = closings(recreate.end());
     expect(rest).toEqual([]);
     expect(JSON.parse(closing as string)).toMatchObject({ choices: [], usage });
-    expect(new ResponseWriter('completions', { model: 'm' }).closing()).toEqual([]);
+    expect(closings(new ResponseWriter('completions', { model: 'm' }).end())).toEqual([]);
   });
 
   it('an item whose wire mixes an event with a body is re-created whole, not relayed in part', () => {
@@ -230,7 +241,7 @@ describe('ResponseWriter', () => {
       { form: 'event', text: '{"e":1}', json: { e: 1 } },
       { form: 'body', text: '{"b":1}', json: { b: 1 } },
     ]);
-    const [chunk, ...rest] = writer.chunks(mixed);
+    const [chunk, ...rest] = datas(writer.sse(mixed));
     expect(rest).toEqual([]);
     expect(JSON.parse(chunk as string)).toMatchObject({ choices: [{ text: 'q' }] });
   });
@@ -259,8 +270,10 @@ describe('ResponseWriter', () => {
   it('usage: the last one a worker reported, streamed or whole, none before', () => {
     const writer = new ResponseWriter('chat', { model: 'm' });
     expect(writer.usage).toBeUndefined();
-    writer.chunks(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: { ...usage, total_tokens: 1 } }));
-    writer.chunks(Annotated.fromData({ token_ids: [], text: 'b', completion_usage: null } as never));
+    datas(
+      writer.sse(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: { ...usage, total_tokens: 1 } })),
+    );
+    datas(writer.sse(Annotated.fromData({ token_ids: [], text: 'b', completion_usage: null } as never)));
     expect(writer.usage).toEqual({ ...usage, total_tokens: 1 });
     const whole = new ResponseWriter('chat', { model: 'm' });
     whole.whole([Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage })]);
@@ -297,9 +310,9 @@ describe('what an item without a field leaves as it was', () => {
 
   it('ResponseWriter: an item without data adds nothing and keeps the usage', () => {
     const writer = new ResponseWriter('chat', { model: 'm' });
-    writer.chunks(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage }));
-    expect(writer.chunks({ event: 'ping' } as never)).toEqual([]);
-    writer.chunks(Annotated.fromData({ token_ids: [], text: 'b' }));
+    datas(writer.sse(Annotated.fromData({ token_ids: [], text: 'a', completion_usage: usage })));
+    expect(datas(writer.sse({ event: 'ping' } as never))).toEqual([]);
+    datas(writer.sse(Annotated.fromData({ token_ids: [], text: 'b' })));
     expect(writer.usage).toEqual(usage);
     const whole = new ResponseWriter('chat', { model: 'm' });
     whole.whole([

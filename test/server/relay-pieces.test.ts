@@ -106,9 +106,9 @@ describe('errorToResponse: a failure as a router answers it', () => {
 
 describe('validateRequest: before any worker', () => {
   it("a route it does not know is the program's mistake: a TypeError naming the routes, not a crash inside", () => {
-    expect(() => validateRequest('responses' as never, { input: 'hi' })).toThrow(
+    expect(() => validateRequest('conversations' as never, { input: 'hi' })).toThrow(
       new TypeError(
-        'validateRequest: route must be one of completions, chat, generate, embeddings, rerank, score, got "responses"',
+        'validateRequest: route must be one of completions, chat, generate, responses, messages, embeddings, rerank, score, count_tokens, got "conversations"',
       ),
     );
   });

@@ -20,6 +20,13 @@ export const sglangBootstrap: Connector = Object.freeze({
   family: 'concurrent',
   // SGLang's streamed chat refuses return_token_ids (serving_chat.py); its completions take it.
   tokenIds: ['completions'] as const,
+  // Its /v1/responses carries the bootstrap fields since sglang#35503 (2026-08); its Anthropic
+  // route converts to chat keeping only Anthropic's fields, so a decode worker refuses it
+  // ("Disaggregated request received without bootstrap room id") while prefill waits.
+  unsupported: {
+    messages:
+      "SGLang's /v1/messages drops the bootstrap fields disaggregation needs (sglang#35229, not fixed in any release yet): serve Anthropic clients from an aggregated pool, or send them to /v1/chat/completions",
+  },
   prefillBody: (request: RequestBody, bootstrap?: BootstrapInfo, endpoint?: Endpoint) => {
     if (bootstrap === undefined) throw new TypeError('The sglang-bootstrap connector needs the rendezvous for prefill');
     return { ...prefillRequest(request, endpoint), ...bootstrap };

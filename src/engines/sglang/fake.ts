@@ -8,17 +8,33 @@ import type { FakeProtocol } from '../../fakes/fake-protocol.js';
  * (this worker's port), then answers; a decode call connects there for its room first. Aborts
  * are seen as SGLang sees them: a prefill aborted while it computes commits nothing, one
  * aborted while it waits for decode frees its KV at once (stranded: computed, never taken),
- * and a decode that leaves the rendezvous takes nothing.
+ * and a decode that leaves the rendezvous takes nothing. `/v1/responses` carries the bootstrap
+ * fields (since sglang#35503); `/v1/messages` answers only aggregated calls (see `refuse`).
  */
 export const fakeSglang: FakeProtocol = {
   name: 'sglang',
-  routes: ['/v1/completions', '/v1/chat/completions', '/generate', '/v1/embeddings', '/v1/rerank'],
+  routes: [
+    '/v1/completions',
+    '/v1/chat/completions',
+    '/generate',
+    '/v1/responses',
+    '/v1/messages',
+    '/v1/embeddings',
+    '/v1/rerank',
+  ],
   isPrefillCall: (body) => body.bootstrap_room !== undefined,
-  // As SGLang's serving_chat does: a streamed chat cannot return token ids (its completions can).
-  refuse: (path, body) =>
-    path === '/v1/chat/completions' && body.stream === true && body.return_token_ids === true
-      ? 'return_token_ids is not supported with streaming on /v1/chat/completions'
-      : undefined,
+  refuse(path, body) {
+    // As SGLang's serving_chat does: a streamed chat cannot return token ids (its completions can).
+    if (path === '/v1/chat/completions' && body.stream === true && body.return_token_ids === true) {
+      return 'return_token_ids is not supported with streaming on /v1/chat/completions';
+    }
+    // Its Anthropic adapter drops the bootstrap fields as it converts the body, so a
+    // disaggregated server finds no room: a 400 (in Anthropic's shape, on that route).
+    if (path === '/v1/messages' && body.bootstrap_room !== undefined) {
+      return 'Invalid request: Disaggregated request received without bootstrap room id.';
+    }
+    return undefined;
+  },
 
   async prefill(worker, res, record, fault) {
     const requestId = record.requestId ?? randomUUID();

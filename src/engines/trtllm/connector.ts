@@ -13,6 +13,14 @@ export const trtllmContextFirst: Connector = Object.freeze({
   family: 'sequential',
   // trtllm-serve's streams are not relied on for token ids: a broken stream is replayed.
   tokenIds: [],
+  // Its workers translate these APIs to chat from their named fields only, so the
+  // `disaggregated_params` of a context or generation request would be dropped (TRT-LLM #18289).
+  unsupported: {
+    messages:
+      "TensorRT-LLM's /v1/messages drops disaggregated_params on its workers: use trtllm-serve's own disaggregated server for Anthropic clients, or /v1/chat/completions",
+    responses:
+      "TensorRT-LLM's /v1/responses does not take disaggregated_params on its workers: use trtllm-serve's own disaggregated server for it, or /v1/chat/completions",
+  },
   prefillBody: (request: RequestBody) => {
     const { stream_options: _options, ...rest } = request;
     return {

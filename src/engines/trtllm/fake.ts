@@ -46,7 +46,8 @@ let nextRequestId = 1;
  */
 export const fakeTrtllm: FakeProtocol = {
   name: 'trtllm',
-  routes: ['/v1/completions', '/v1/chat/completions'],
+  // Anthropic's Messages too, which it serves by translating them to chat (no Responses).
+  routes: ['/v1/completions', '/v1/chat/completions', '/v1/messages'],
   isPrefillCall: (body) =>
     (body.disaggregated_params as { request_type?: unknown } | undefined)?.request_type === 'context_only',
 
@@ -69,8 +70,10 @@ export const fakeTrtllm: FakeProtocol = {
     const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached, {
       name: 'trtllm',
     }) as {
-      choices: Array<Record<string, unknown>>;
+      choices?: Array<Record<string, unknown>>;
     };
+    // A translated route's answer has no choice to carry the handoff: answered as it is.
+    if (answer.choices === undefined) return worker.answerJson(res, 200, answer);
     const [choice] = answer.choices;
     worker.answerJson(res, 200, {
       ...answer,

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { oneTokenAnswer } from '../../fakes/fake-formats.js';
+import { answerHandlerError, oneTokenAnswer } from '../../fakes/fake-formats.js';
 import { type FakeProtocol, kvKey } from '../../fakes/fake-protocol.js';
 import { request } from '../../http/undici-parts.js';
 
@@ -22,14 +22,27 @@ import { request } from '../../http/undici-parts.js';
  *   at once: `_with_kv_transfer_rejection_cleanup` in `vllm/entrypoints/generate/base/serving.py`
  *   and `notify_kv_transfer_request_rejected` (vLLM 0.21 and later);
  * - a request naming a model other than the worker's `model` (when it was given one) is a 404
- *   from the handler, as vLLM's `_check_model`.
+ *   from the handler, as vLLM's `_check_model`;
+ * - OpenAI's Responses (`/v1/responses`) and Anthropic's Messages (`/v1/messages`, with
+ *   `/v1/messages/count_tokens`) take `kv_transfer_params` at the top of the body as chat
+ *   does, and a prefill answers its whole body (one token: an `incomplete` response, a message
+ *   stopped at `max_tokens`) with them at its top.
  *
  * Decode's lease heartbeats are not modelled: a fake decode pulls as soon as it is called, and
  * a wedged one (`never-bootstrap`) would send none.
  */
 export const fakeVllm: FakeProtocol = {
   name: 'vllm',
-  routes: ['/v1/completions', '/v1/chat/completions', '/v1/embeddings', '/v1/rerank', '/v1/score'],
+  routes: [
+    '/v1/completions',
+    '/v1/chat/completions',
+    '/v1/responses',
+    '/v1/messages',
+    '/v1/messages/count_tokens',
+    '/v1/embeddings',
+    '/v1/rerank',
+    '/v1/score',
+  ],
   // The default of vLLM's `kv_connector_extra_config.kv_lease_duration` (30 s).
   kvTimeoutMs: 30_000,
   recomputesPrompt: true,
@@ -48,7 +61,7 @@ export const fakeVllm: FakeProtocol = {
     const requestId = record.requestId ?? randomUUID();
     const cached = await worker.computePrompt(record);
     if (fault?.type === 'late-failure') {
-      return worker.answerError(res, 500, fault.message ?? 'prefill failed after computing');
+      return answerHandlerError(worker, res, record.path, 500, fault.message ?? 'prefill failed after computing');
     }
     const answer = worker.answerFor(record);
     const body = oneTokenAnswer(record, worker.options.model, answer, cached, { name: 'vllm' });

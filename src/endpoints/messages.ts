@@ -1,0 +1,84 @@
+import * as z from 'zod/mini';
+import { anthropicAsChat, anthropicMessages } from './chat-form.js';
+import { defineEndpoint } from './endpoint.js';
+import { messagesText } from './prompt-text.js';
+import { has, int, number } from './schema-parts.js';
+
+/**
+ * Anthropic's Messages API (`POST /v1/messages`), as vLLM serves it: `system` and `messages`
+ * of content blocks, capped by the required `max_tokens`, answered as typed events
+ * (`message_start` ... `message_stop`) or one `message`, errors in Anthropic's shape.
+ * Disaggregated on vLLM (`kv_transfer_params` in the request and at the top of a whole
+ * answer); a broken stream is not continued (its events carry no token ids).
+ */
+export const messages = defineEndpoint({
+  name: 'messages',
+  path: '/v1/messages',
+  serving: 'disaggregated',
+  answer: 'messages',
+  schema: z.looseObject({
+    model: z.string().check(z.minLength(1)),
+    max_tokens: int(1),
+    messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
+    system: z.nullish(z.union([z.string(), z.array(z.looseObject({ type: z.string() }))])),
+    stream: z.nullish(z.boolean()),
+    temperature: z.nullish(number(z.minimum(0))),
+    top_p: z.nullish(number(z.gt(0), z.maximum(1))),
+    top_k: z.nullish(int(-1)),
+    stop_sequences: z.nullish(z.array(z.string())),
+    tools: z.nullish(z.array(z.looseObject({ name: z.string() }))),
+  }),
+  misfit: (body) => {
+    if (!Array.isArray(body.messages) || body.messages.length === 0) {
+      return {
+        param: 'messages',
+        message: has(body, 'input')
+          ? 'The Messages API takes messages, not input: send input to /v1/responses'
+          : 'The Messages API needs messages: a non-empty list',
+      };
+    }
+    if (!has(body, 'max_tokens')) return { param: 'max_tokens', message: 'The Messages API needs max_tokens' };
+    return undefined;
+  },
+  budgetFields: ['max_tokens'],
+  oneToken: Object.freeze({ max_tokens: 1 }),
+  promptIds: () => undefined,
+  promptLength: () => undefined,
+  routingText: (body, maxChars) => messagesText(anthropicMessages(body), maxChars),
+  tokenize: 'chat',
+  chatForm: anthropicAsChat,
+  errorShape: 'anthropic',
+  resumable: false,
+});
+
+/**
+ * Anthropic's token count (`POST /v1/messages/count_tokens`, which vLLM, SGLang and
+ * TensorRT-LLM serve): a Messages body without `max_tokens`, answered `{ input_tokens }`. The
+ * router answers it with its own tokenizer where it has one (the body rendered as vLLM renders
+ * it, through the chat template), else passes it to a decode worker.
+ */
+export const countTokens = defineEndpoint({
+  name: 'count_tokens',
+  path: '/v1/messages/count_tokens',
+  serving: 'passthrough',
+  answer: 'json',
+  schema: z.looseObject({
+    model: z.nullish(z.string().check(z.minLength(1))),
+    messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
+    system: z.nullish(z.union([z.string(), z.array(z.looseObject({ type: z.string() }))])),
+    tools: z.nullish(z.array(z.looseObject({ name: z.string() }))),
+  }),
+  misfit: (body) =>
+    Array.isArray(body.messages) && body.messages.length > 0
+      ? undefined
+      : { param: 'messages', message: 'count_tokens needs messages: a non-empty list' },
+  budgetFields: [],
+  oneToken: {},
+  promptIds: () => undefined,
+  promptLength: () => undefined,
+  routingText: (body, maxChars) => messagesText(anthropicMessages(body), maxChars),
+  tokenize: 'chat',
+  chatForm: anthropicAsChat,
+  errorShape: 'anthropic',
+  resumable: false,
+});

@@ -1,0 +1,86 @@
+import * as z from 'zod/mini';
+import { responsesAsChat, responsesMessages } from './chat-form.js';
+import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
+import { messagesText } from './prompt-text.js';
+import { has, int, samplingRanges } from './schema-parts.js';
+
+/**
+ * The fields that make a Responses request depend on what a worker keeps between requests
+ * (its response store, a background task, a conversation): under P/D each turn runs on the
+ * workers chosen for it, so none of them would find what an earlier turn left elsewhere.
+ */
+const STATEFUL: ReadonlyArray<{ field: string; applies: (value: unknown) => boolean; why: string }> = [
+  {
+    field: 'previous_response_id',
+    applies: (value) => value !== undefined && value !== null,
+    why: 'needs the response store of the worker that answered it',
+  },
+  {
+    field: 'conversation',
+    applies: (value) => value !== undefined && value !== null,
+    why: 'needs a conversation store, which the workers do not share',
+  },
+  { field: 'store', applies: (value) => value === true, why: 'would keep the response on one decode worker only' },
+  { field: 'background', applies: (value) => value === true, why: 'needs the response store of one worker' },
+];
+
+/**
+ * The stateful field of a Responses body, if it has one: a clear refusal naming it, never a
+ * turn answered without the context the client meant it to have.
+ */
+export function statefulMisfit(body: EndpointBody): Misfit | undefined {
+  for (const { field, applies, why } of STATEFUL) {
+    if (!applies(body[field])) continue;
+    return {
+      param: field,
+      message: `${field} ${why}; a disaggregated router runs each turn on the workers chosen for it: send the whole conversation in input, with store: false`,
+    };
+  }
+  return undefined;
+}
+
+/**
+ * OpenAI's Responses API (`POST /v1/responses`), as vLLM serves it: `input` (a text or a list
+ * of items) and `instructions`, capped by `max_output_tokens`, answered as typed events
+ * (`response.created` ... `response.completed`) or one `response` object. Disaggregated on
+ * vLLM (its `kv_transfer_params` ride in the request and at the top of the answer); stateless
+ * only (see {@link statefulMisfit}); a broken stream is not continued (its events carry no
+ * token ids).
+ */
+export const responses = defineEndpoint({
+  name: 'responses',
+  path: '/v1/responses',
+  serving: 'disaggregated',
+  answer: 'responses',
+  schema: z.looseObject({
+    ...samplingRanges,
+    model: z.nullish(z.string().check(z.minLength(1))),
+    input: z.union([z.string(), z.array(z.unknown()).check(z.minLength(1))]),
+    instructions: z.nullish(z.string()),
+    max_output_tokens: z.nullish(int(1)),
+    stream: z.nullish(z.boolean()),
+    tools: z.nullish(z.array(z.looseObject({ type: z.string() }))),
+    previous_response_id: z.nullish(z.string()),
+    store: z.nullish(z.boolean()),
+    background: z.nullish(z.boolean()),
+  }),
+  misfit: (body) => {
+    if (has(body, 'input')) return undefined;
+    return {
+      param: 'input',
+      message: has(body, 'messages')
+        ? 'The Responses API takes input, not messages: send messages to /v1/chat/completions'
+        : 'The Responses API needs an input: a text or a list of items',
+    };
+  },
+  combination: statefulMisfit,
+  budgetFields: ['max_output_tokens'],
+  // Its one output cap, one answer whatever the body says, and nothing stored of a prefill.
+  oneToken: Object.freeze({ max_output_tokens: 1, store: false }),
+  promptIds: () => undefined,
+  promptLength: () => undefined,
+  routingText: (body, maxChars) => messagesText(responsesMessages(body), maxChars),
+  tokenize: 'chat',
+  chatForm: responsesAsChat,
+  resumable: false,
+});

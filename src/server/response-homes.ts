@@ -1,0 +1,88 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { answerJson } from '../http/node-server.js';
+import { request as callWorker } from '../http/undici-parts.js';
+import { UpstreamError } from '../http/upstream-error.js';
+import { joinUrl } from '../util/url.js';
+import { errorAnswer } from './error-answers.js';
+import type { ProxyState } from './proxy-state.js';
+
+/** How many answers' decode workers are remembered: the last 65,536 (a few MB at most). */
+const REMEMBERED = 65_536;
+
+/**
+ * Which decode worker served each Responses answer, by the answer's id: where its
+ * `GET /v1/responses/{id}` and `cancel` must go, since only that worker's store can hold it
+ * (vLLM's, with `VLLM_ENABLE_RESPONSES_API_STORE`). The last {@link REMEMBERED} answers, oldest
+ * forgotten first.
+ *
+ * @internal
+ */
+export class ResponseHomes<W> {
+  readonly #homes = new Map<string, W>();
+
+  /** Remembers that `worker` served the answer `id`. */
+  remember(id: string, worker: W): void {
+    this.#homes.delete(id);
+    this.#homes.set(id, worker);
+    if (this.#homes.size > REMEMBERED) {
+      const oldest = this.#homes.keys().next();
+      if (oldest.done !== true) this.#homes.delete(oldest.value);
+    }
+  }
+
+  /** The worker that served `id`, if it is remembered. */
+  homeOf(id: string): W | undefined {
+    return this.#homes.get(id);
+  }
+}
+
+/**
+ * `GET /v1/responses/{id}` (`cancel`: `POST /v1/responses/{id}/cancel`): passed to the decode
+ * worker that served that answer, its answer relayed as it came (status, type, body; a
+ * replayed stream too); a 404 in OpenAI's shape for an id this router did not serve (or has
+ * forgotten), never a guess at another worker.
+ *
+ * @internal
+ */
+export async function serveStoredResponse(
+  proxy: ProxyState,
+  req: IncomingMessage,
+  res: ServerResponse,
+  id: string | undefined,
+  action: '' | '/cancel',
+): Promise<void> {
+  const worker = id === undefined ? undefined : proxy.responseHomes.homeOf(id);
+  if (worker === undefined || !proxy.pools.all().some((pool) => pool.decode.workers.includes(worker as never))) {
+    return answerJson(res, 404, {
+      error: {
+        message: `Response with id '${id ?? ''}' not found: this router did not serve it, or has forgotten it (it remembers the last ${REMEMBERED}), or its worker has left`,
+        type: 'invalid_request_error',
+        param: 'response_id',
+        code: 404,
+      },
+    });
+  }
+  const query = (req.url ?? '').includes('?') ? (req.url ?? '').slice((req.url ?? '').indexOf('?')) : '';
+  const url = joinUrl(worker.url, `/v1/responses/${encodeURIComponent(id as string)}${action}${query}`);
+  try {
+    const answer = await callWorker(url, {
+      method: action === '' ? 'GET' : 'POST',
+      headers: {
+        ...(proxy.options.workerApiKey === undefined && req.headers.authorization !== undefined
+          ? { authorization: req.headers.authorization }
+          : proxy.workerHeaders),
+      },
+      dispatcher: proxy.dispatcher,
+    });
+    res.writeHead(answer.statusCode, { 'content-type': String(answer.headers['content-type'] ?? 'application/json') });
+    for await (const chunk of answer.body) res.write(chunk);
+    res.end();
+  } catch (error) {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const answer = errorAnswer(UpstreamError.fromFailure(worker.url, error), 'decode', (text) => proxy.redact(text));
+    answerJson(res, answer.status, answer.body);
+  }
+}
