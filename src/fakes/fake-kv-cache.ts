@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { endpointOf } from '../endpoints/registry.js';
+import type { Endpoint } from '../endpoints/endpoint.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { endpointAt } from './fake-formats.js';
@@ -81,7 +82,9 @@ export class FakeKvCache {
     body: Record<string, unknown>,
     path?: string,
   ): Promise<{ cachedTokens: number; computeMs: number; promptTokens: number }> {
-    const tokens = (await this.#tokens(body, path)) ?? tokensOf(body);
+    // The endpoint of the route the request came in on; only a bare body is read for its shape.
+    const endpoint = (path === undefined ? undefined : endpointAt(path)) ?? endpointOf(body);
+    const tokens = (await this.#tokens(body, endpoint)) ?? tokensOf(body, endpoint);
     const size = this.#blockSize;
     const events: FakeKvEvent[] = [];
     let parent: bigint | null = null;
@@ -144,12 +147,13 @@ export class FakeKvCache {
     await this.publisher.publish([{ type: 'AllBlocksCleared' }]);
   }
 
-  async #tokens(body: Record<string, unknown>, path: string | undefined): Promise<number[] | undefined> {
-    if (this.#tokenizer === undefined || new RoutingInput(body).tokenIds !== undefined) return undefined;
-    // The endpoint of the route the request came in on; only a bare body is read for its shape.
-    const endpoint = (path === undefined ? undefined : endpointAt(path)) ?? endpointOf(body);
-    const route = endpoint.answer === 'chat' ? 'chat' : endpoint.answer === 'generate' ? 'generate' : 'completions';
-    return (await this.#tokenizer).tokenize(body, route);
+  async #tokens(body: Record<string, unknown>, endpoint: Endpoint): Promise<number[] | undefined> {
+    if (this.#tokenizer === undefined || new RoutingInput(body, undefined, undefined, endpoint).tokenIds !== undefined) {
+      return undefined;
+    }
+    // As the engine renders it: chat through the template (Responses and Messages converted to chat first).
+    const route = endpoint.tokenize === 'chat' ? 'chat' : endpoint.answer === 'generate' ? 'generate' : 'completions';
+    return (await this.#tokenizer).tokenize(endpoint.chatForm?.(body) ?? body, route);
   }
 
   #hash(parent: bigint | null, block: readonly number[]): bigint {
@@ -163,8 +167,8 @@ export class FakeKvCache {
 }
 
 /** A request's prompt tokens: its ids, else its text cut into fake tokens of four characters. */
-function tokensOf(body: Record<string, unknown>): number[] {
-  const input = new RoutingInput(body);
+function tokensOf(body: Record<string, unknown>, endpoint: Endpoint): number[] {
+  const input = new RoutingInput(body, undefined, undefined, endpoint);
   const ids = input.tokenIds;
   if (ids !== undefined) return [...ids];
   const text = input.text;

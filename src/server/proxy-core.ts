@@ -407,7 +407,8 @@ export class ProxyCore implements ProxyState {
     const render = endpoint.tokenize;
     if (tokenizer === undefined || render === undefined) return undefined;
     try {
-      return await tokenizer.tokenize(body, TOKENIZER_ROUTES[render]);
+      // Responses and Anthropic Messages as the engine renders them: converted to chat first.
+      return await tokenizer.tokenize(endpoint.chatForm?.(body) ?? body, TOKENIZER_ROUTES[render]);
     } catch (error) {
       this.logger.warn(
         { err: error },

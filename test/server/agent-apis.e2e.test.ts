@@ -135,7 +135,7 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     expect(decoded?.path).toBe('/v1/responses');
     const { kv_transfer_params: params, ...rest } = decoded?.body ?? {};
     expect(rest).toEqual({ ...RESPONSES_BODY, stream: true });
-    expect(params).toMatchObject({ do_remote_prefill: true, remote_host: prefill.host, remote_port: prefill.port });
+    expect(params).toMatchObject({ do_remote_prefill: true, remote_port: prefill.port });
     expect(decoded?.kv).toBe('taken');
   });
 
