@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { endpointOf } from '../endpoints/registry.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
+import { endpointOf } from '../endpoints/registry.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { endpointAt } from './fake-formats.js';
@@ -148,7 +148,10 @@ export class FakeKvCache {
   }
 
   async #tokens(body: Record<string, unknown>, endpoint: Endpoint): Promise<number[] | undefined> {
-    if (this.#tokenizer === undefined || new RoutingInput(body, undefined, undefined, endpoint).tokenIds !== undefined) {
+    if (
+      this.#tokenizer === undefined ||
+      new RoutingInput(body, undefined, undefined, endpoint).tokenIds !== undefined
+    ) {
       return undefined;
     }
     // As the engine renders it: chat through the template (Responses and Messages converted to chat first).

@@ -181,7 +181,11 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
       .responses.stream({ ...RESPONSES_BODY, tools: [] })
       .finalResponse()
       .catch((e: unknown) => e);
-    expect(error).toMatchObject({ type: 'error', code: 'server_error', message: expect.stringContaining('decode OOM') });
+    expect(error).toMatchObject({
+      type: 'error',
+      code: 'server_error',
+      message: expect.stringContaining('decode OOM'),
+    });
   });
   it("SGLang: a prefill that fails after decode began streaming ends the stream with the API's error (never response.completed)", async () => {
     const { url } = await setup('sglang', {
