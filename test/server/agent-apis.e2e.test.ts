@@ -83,7 +83,7 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     });
     // Decode took the prompt from prefill, which found half of it cached; decode says all.
     const cached = (seen: typeof proxied) =>
-      (seen.at(-1)?.response as OpenAI.Responses.Response).usage?.input_tokens_details.cached_tokens;
+      (seen.at(-1) as { response: OpenAI.Responses.Response }).response.usage?.input_tokens_details.cached_tokens;
     expect(cached(proxied)).toBeLessThan(cached(direct) as number);
   });
 
