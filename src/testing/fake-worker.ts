@@ -233,6 +233,20 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
         data: [{ id, object: 'model', owned_by: 'disagg-fake', max_model_len }],
       });
     }
+    if (path.startsWith('/v1/responses/') && this.#engine.routes.includes('/v1/responses')) {
+      // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response: its GET and cancel of
+      // one answer 404 (serving.py); recorded, so that a test sees which worker was asked.
+      this.#record(req, res, path, {}).completed = true;
+      const id = decodeURIComponent(path.slice('/v1/responses/'.length).replace(/\/cancel$/, ''));
+      return this.answerJson(res, 404, {
+        error: {
+          message: `Response with id '${id}' not found.`,
+          type: 'invalid_request_error',
+          param: 'response_id',
+          code: 404,
+        },
+      });
+    }
     if (req.method !== 'POST') return this.answerError(res, 404, `no route ${req.method} ${path}`);
     const text = await readBody(req);
     let body: Record<string, unknown>;

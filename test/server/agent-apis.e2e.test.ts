@@ -343,3 +343,43 @@ describe("an agent's session", () => {
     }
   });
 });
+
+describe('what the agents ask of the router besides a generation', () => {
+  it('GET /v1/responses/{id} and its cancel go to the decode worker that served that answer; an id the router did not serve is a 404', async () => {
+    const { url, decode } = await cluster('vllm', { prefill: [{}], decode: [{}, {}, {}] });
+    const client = openai(url);
+    const clear = () => {
+      for (const worker of decode) worker.requests.splice(0);
+    };
+    const servedBy = () => decode.findIndex((worker) => worker.requests.length > 0);
+    // Whole answers and a streamed one (its id from response.created), each where it was served.
+    const homes = new Map<string, number>();
+    for (let i = 0; i < 3; i++) {
+      const answer = await client.responses.create({ ...RESPONSES_BODY, tools: [] });
+      homes.set(answer.id, servedBy());
+      clear();
+    }
+    let streamedId = '';
+    for await (const event of await client.responses.create({ ...RESPONSES_BODY, tools: [], stream: true })) {
+      if (event.type === 'response.created') streamedId = event.response.id;
+    }
+    homes.set(streamedId, servedBy());
+    clear();
+    expect(new Set(homes.values()).size).toBeGreaterThan(1);
+    for (const [id, home] of homes) {
+      // The worker's own answer, relayed: vLLM without its response store answers 404.
+      const error = await client.responses.retrieve(id).catch((e: unknown) => e);
+      expect((error as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);
+      expect((error as Error).message).toContain(`Response with id '${id}' not found.`);
+      await client.responses.cancel(id).catch(() => undefined);
+      expect(decode.map((worker) => worker.requests.map((record) => record.path))).toEqual(
+        decode.map((_, i) => (i === home ? [`/v1/responses/${id}`, `/v1/responses/${id}/cancel`] : [])),
+      );
+      clear();
+    }
+    const unknown = await client.responses.retrieve('resp_never').catch((e: unknown) => e);
+    expect((unknown as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);
+    expect((unknown as Error).message).toContain('this router did not serve it');
+    expect(decode.every((worker) => worker.requests.length === 0)).toBe(true);
+  });
+});

