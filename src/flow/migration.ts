@@ -82,7 +82,8 @@ export const COMPLETION_DEFAULT_MAX_TOKENS = 16;
  * (a grammar's state is not in the tokens: ai-dynamo/dynamo #7930), tools (the chat server
  * parses tool calls from the whole output), logprobs (a continuation's come in another shape),
  * an echo or a suffix, presence and frequency penalties (an engine applies them to generated
- * tokens only, which a continuation sends as prompt), SGLang's native `/generate`, a request
+ * tokens only, which a continuation sends as prompt), SGLang's native `/generate` and the agents'
+ * APIs (Responses, Anthropic Messages: their events carry no token ids), a request
  * that is not streamed, and a replay the client asked token ids of (they would repeat).
  *
  * @example
@@ -95,7 +96,9 @@ export function migrationPlan(request: RequestBody, known: PlanInputs = {}): Mig
   const refused = (why: string): MigrationPlan => ({ kind: 'refused', why });
   if (request.stream !== true) return refused('the request is not streamed');
   const chat = endpoint.answer === 'chat';
-  if (!endpoint.resumable) return refused(`a native ${endpoint.path} request is not continued`);
+  if (!endpoint.resumable) {
+    return refused(`a ${endpoint.path} stream is not continued: only OpenAI's completions and chat resume as a token-id completion`);
+  }
   if (elementsOf(request) > 1) return refused('n > 1 or several prompts: each choice would need its own continuation');
   if (typeof request.best_of === 'number' && request.best_of > 1) return refused('best_of > 1');
   const guided = GUIDED_FIELDS.find((field) => present(request[field]));

@@ -257,3 +257,47 @@ describe('a decode worker that dies mid-stream', () => {
     expect(await migrations(url)).toEqual([]);
   });
 });
+
+describe("the agents' APIs: a broken stream is not continued (their events carry no token ids)", () => {
+  const why = (path: string) =>
+    `a ${path} stream is not continued: only OpenAI's completions and chat resume as a token-id completion`;
+  const post = (url: string, path: string, body: object) =>
+    request(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+
+  it("Responses: refused, counted and logged as today; the client reads the API's error, never response.completed", async () => {
+    const { url, logs } = await fleet('vllm', { type: 'reset', afterTokens: 3 });
+    const answer = await post(url, '/v1/responses', {
+      model: 'fake-model',
+      input: 'Tell me a long story',
+      max_output_tokens: 20,
+      stream: true,
+    });
+    const events = (await answer.body.text()).split('\n\n').filter((event) => event !== '');
+    expect(events.slice(-2).map((event) => event.split('\n')[0])).toEqual(['event: error', 'event: response.failed']);
+    expect(events.some((event) => event.startsWith('event: response.completed'))).toBe(false);
+    const refused = logs.filter((log) => log.message === 'Decode stream broke; not migrated');
+    expect(refused.map((log) => (log.fields as { why?: string }).why)).toEqual([why('/v1/responses')]);
+    expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="stream_error",outcome="refused"} 1']);
+  });
+
+  it("Messages: refused, counted and logged as today; the client reads Anthropic's error event, never message_stop", async () => {
+    const { url, logs } = await fleet('vllm', { type: 'reset', afterTokens: 3 });
+    const answer = await post(url, '/v1/messages', {
+      model: 'fake-model',
+      max_tokens: 20,
+      messages: [{ role: 'user', content: 'Tell me a long story' }],
+      stream: true,
+    });
+    const text = await answer.body.text();
+    const last = text.trim().split('\n\n').at(-1) as string;
+    expect(last).toMatch(/^event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":/);
+    expect(text).not.toContain('message_stop');
+    const refused = logs.filter((log) => log.message === 'Decode stream broke; not migrated');
+    expect(refused.map((log) => (log.fields as { why?: string }).why)).toEqual([why('/v1/messages')]);
+    expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="stream_error",outcome="refused"} 1']);
+  });
+});
