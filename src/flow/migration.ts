@@ -97,7 +97,9 @@ export function migrationPlan(request: RequestBody, known: PlanInputs = {}): Mig
   if (request.stream !== true) return refused('the request is not streamed');
   const chat = endpoint.answer === 'chat';
   if (!endpoint.resumable) {
-    return refused(`a ${endpoint.path} stream is not continued: only OpenAI's completions and chat resume as a token-id completion`);
+    return refused(
+      `a ${endpoint.path} stream is not continued: only OpenAI's completions and chat resume as a token-id completion`,
+    );
   }
   if (elementsOf(request) > 1) return refused('n > 1 or several prompts: each choice would need its own continuation');
   if (typeof request.best_of === 'number' && request.best_of > 1) return refused('best_of > 1');
