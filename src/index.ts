@@ -68,6 +68,7 @@ export {
   prefillRequest,
   type RequestBody,
   UnsupportedRequestError,
+  UnsupportedRouteError,
 } from './flow/request-shaping.js';
 export { PrefillError, type PrefillErrorKind } from './handoff/prefill-error.js';
 export {

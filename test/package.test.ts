@@ -56,6 +56,7 @@ const EXPORTS = [
   'TokenizerError',
   'TokenizerPool',
   'UnsupportedRequestError',
+  'UnsupportedRouteError',
   'UpstreamError',
   'VLLM_LOAD_METRICS',
   'WORKER_PORTS_ANNOTATION',

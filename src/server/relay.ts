@@ -31,9 +31,11 @@ export interface RelayOptions {
    */
   request?: Record<string, unknown> | undefined;
   /**
-   * The route answered, for what the relay writes itself (an item that came from no worker):
-   * chat chunks, completions, or SGLang's `/generate`. By default `chat` for a request with
-   * `messages`, else `completions`.
+   * The route answered, for what the relay writes itself (an item that came from no worker,
+   * the end of a stream, a failure): chat chunks, completions, SGLang's `/generate`, or the
+   * typed events and error shapes of `responses` and `messages` (Anthropic's). By default by
+   * the request's shape (`endpointOf`): chat for `messages`, Responses for an `input`, else
+   * completions; name `messages` for an Anthropic body, which looks like chat's.
    */
   route?: Route | undefined;
   /**
@@ -90,6 +92,7 @@ async function streamOf(
   source: RelaySource,
   res: ServerResponse,
   answerFor: (error: unknown) => ErrorAnswer,
+  writer: ResponseWriter,
 ): Promise<ResponseStream<EngineItem> | undefined> {
   let stream: unknown;
   let failure: unknown;
@@ -106,7 +109,7 @@ async function streamOf(
     failure = error;
   }
   const answer = answerFor(failure);
-  answerJson(res, answer.status, answer.body);
+  answerJson(res, answer.status, writer.errorBody(answer));
   return undefined;
 }
 
@@ -139,7 +142,7 @@ export async function writeSse(
   if (wantsWhole(options)) return writeJson(source, res, options);
   const writer = writerFor(options);
   const answerFor = options.answer ?? errorToResponse;
-  const stream = await streamOf(source, res, answerFor);
+  const stream = await streamOf(source, res, answerFor, writer);
   if (stream === undefined) return { usage: undefined };
   const entry: InFlightRequest = {
     context: (options.context as Controller | undefined) ?? new Controller(),
@@ -181,7 +184,7 @@ export async function writeJson(
 ): Promise<RelayResult> {
   const writer = writerFor(options);
   const answerFor = options.answer ?? errorToResponse;
-  const stream = await streamOf(source, res, answerFor);
+  const stream = await streamOf(source, res, answerFor, writer);
   if (stream === undefined) return { usage: undefined };
   await answerWhole(stream, res, writer, answerFor);
   return { usage: writer.usage };

@@ -16,7 +16,8 @@ describe('which requests migrate, and how', () => {
       return plan.kind === 'refused' ? plan.why : plan.kind;
     };
     expect(why({ ...streamed, stream: false })).toBe('the request is not streamed');
-    expect(why({ model: 'm', text: 'Hi', stream: true })).toMatch(/native \/generate/);
+    expect(why({ model: 'm', text: 'Hi', stream: true })).toMatch(/a \/generate stream is not continued/);
+    expect(why({ model: 'm', input: 'Hi', stream: true })).toMatch(/a \/v1\/responses stream is not continued/);
     expect(why({ ...streamed, n: 2 })).toMatch(/^n > 1/);
     expect(why({ ...streamed, prompt: ['a', 'b'] })).toMatch(/several prompts/);
     expect(why({ ...streamed, best_of: 3 })).toBe('best_of > 1');
