@@ -78,8 +78,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const asked = options.usage === 'always' ? withUsageAsked(sanitized, endpoint) : undefined;
   const askUsage = asked !== undefined;
   const request = asked ?? sanitized;
+  // What the engine cannot serve disaggregated it may still serve on decode alone.
   const unsupported = connector.unsupported?.[endpoint.name as EndpointName];
-  if (unsupported !== undefined) throw new UnsupportedRouteError(endpoint.path, unsupported);
   const refused = connector.refuse?.(request, endpoint);
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);
@@ -116,6 +116,14 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     const prefillLease =
       decision.strategy === 'disaggregated' ? (decision.prefill as Lease<unknown> | undefined) : undefined;
     const decodeLease = decision.decode as Lease<unknown> | undefined;
+    if (unsupported !== undefined && decision.strategy === 'disaggregated') {
+      // Refused before either leg is called: the workers chosen are given back untouched.
+      prefillLease?.release();
+      decodeLease?.release();
+      const error = new UnsupportedRouteError(endpoint.path, unsupported);
+      if (attempt > 0) recorder.finish('error', undefined, error);
+      throw error;
+    }
     // With retries each attempt has a context of its own (a failed attempt stops its own, as
     // a prefill failure does), which the client's stops in turn.
     let client = context;

@@ -294,11 +294,80 @@ describe("Anthropic's Messages through the proxy, read by @anthropic-ai/sdk", ()
     expect(prefill.requests.length + decode.requests.length).toBe(0);
   });
 
+  it('SGLang serves Messages that the router sends to decode alone (here: short prompts, --aggregate-below-chars)', async () => {
+    const { url, decode, prefill } = await cluster(
+      'sglang',
+      { prefill: [{}], decode: [{}] },
+      { routing: { aggregateBelowChars: 10_000 } },
+    );
+    const answer = await anthropic(url).messages.create({ ...MESSAGES_BODY, tools: [] });
+    expect(answer.content).toEqual([{ type: 'text', text: 'tok0 tok1 tok2 tok3 ' }]);
+    expect(decode[0]?.requests.map((record) => record.path)).toEqual(['/v1/messages']);
+    expect(prefill[0]?.requests).toEqual([]);
+  });
+
   it('count_tokens without a tokenizer of the router is answered by a decode worker', async () => {
     const { url, decode } = await setup('vllm');
     const counted = await anthropic(url).messages.countTokens({ model: 'm', messages: MESSAGES_BODY.messages });
     expect(counted.input_tokens).toBeGreaterThan(0);
     expect(decode.requests.map((record) => record.path)).toEqual(['/v1/messages/count_tokens']);
+  });
+});
+
+describe("an agent's conversation without a tokenizer: its text routes by prefix (cache-aware)", () => {
+  it("each conversation's next turn goes to the prefill worker that computed its first; distinct conversations spread, on each API", async () => {
+    const { url, prefill } = await cluster(
+      'vllm',
+      { prefill: [{}, {}, {}], decode: [{}] },
+      { prefillPolicy: 'cache-aware' },
+    );
+    const servedBy = () => prefill.findIndex((worker) => worker.requests.length > 0);
+    const clear = () => {
+      for (const worker of prefill) worker.requests.splice(0);
+    };
+    const firsts = { messages: new Set<number>(), responses: new Set<number>() };
+    const topics = ['the build', 'the tests', 'the docs'];
+    // A conversation of its own from its first character: nothing in common with the others.
+    const systemOf = (topic: string) =>
+      `${topic}: you are a coding agent in a large repository. ${'Follow the style guide. '.repeat(40)}`;
+    for (const topic of topics) {
+      const system = systemOf(topic);
+      const history = [{ role: 'user' as const, content: `Look at ${topic}.` }];
+      await anthropic(url).messages.create({ ...MESSAGES_BODY, system, messages: history, tools: [] });
+      const first = servedBy();
+      firsts.messages.add(first);
+      clear();
+      await anthropic(url).messages.create({
+        ...MESSAGES_BODY,
+        system,
+        messages: [...history, { role: 'assistant', content: 'Done.' }, { role: 'user', content: 'Now fix it.' }],
+        tools: [],
+      });
+      expect(servedBy()).toBe(first);
+      clear();
+    }
+    for (const topic of topics) {
+      const instructions = `Codex on ${systemOf(topic)}`;
+      await openai(url).responses.create({ ...RESPONSES_BODY, instructions, input: `Look at ${topic}.`, tools: [] });
+      const first = servedBy();
+      firsts.responses.add(first);
+      clear();
+      await openai(url).responses.create({
+        ...RESPONSES_BODY,
+        instructions,
+        input: [
+          { role: 'user', content: `Look at ${topic}.` },
+          { role: 'assistant', content: 'Done.' },
+          { role: 'user', content: 'Now fix it.' },
+        ],
+        tools: [],
+      });
+      expect(servedBy()).toBe(first);
+      clear();
+    }
+    // Had routing not read these bodies, every conversation would look alike (and go to one worker).
+    expect(firsts.messages.size).toBeGreaterThan(1);
+    expect(firsts.responses.size).toBeGreaterThan(1);
   });
 });
 
@@ -320,9 +389,11 @@ describe("an agent's session", () => {
       new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, defaultHeaders: { session_id: session } });
     const servedBy = () => prefill.findIndex((worker) => worker.requests.length > 0);
     const sessions = ['a', 'b', 'c', 'd', 'e', 'f'];
+    const homes = { claude: new Set<number>(), codex: new Set<number>() };
     for (const session of sessions) {
       await claude(session).messages.create(MESSAGES_BODY);
       const first = servedBy();
+      homes.claude.add(first);
       for (const worker of prefill) worker.requests.splice(0);
       await claude(session).messages.create({
         ...MESSAGES_BODY,
@@ -339,8 +410,12 @@ describe("an agent's session", () => {
       for (const worker of prefill) worker.requests.splice(0);
       await codex(session).responses.create({ ...RESPONSES_BODY, input: 'And Rome?' });
       expect(servedBy()).toBe(firstCodex);
+      homes.codex.add(firstCodex);
       for (const worker of prefill) worker.requests.splice(0);
     }
+    // Keyed by session: the sessions spread over the workers (without a key, all would go to one).
+    expect(homes.claude.size).toBeGreaterThan(1);
+    expect(homes.codex.size).toBeGreaterThan(1);
   });
 });
 
