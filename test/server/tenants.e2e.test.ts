@@ -248,6 +248,46 @@ describe('tenants sharing one fleet', () => {
     ]);
   }, 30_000);
 
+  it("the agents' APIs count against a tenant's tokens per minute what their answers used, in OpenAI's names", async () => {
+    const { url } = await setup({ adminKey: 'sk-admin-000001' });
+    const post = async (path: string, body: object) => {
+      const answer = await request(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer sk-small-0000001' },
+        body: JSON.stringify(body),
+      });
+      return { status: answer.statusCode, body: (await answer.body.json()) as Record<string, unknown> };
+    };
+    const tokens = async () => {
+      const answer = await request(`${url}/admin/tenants`, { headers: { authorization: 'Bearer sk-admin-000001' } });
+      const { tenants } = (await answer.body.json()) as {
+        tenants: Array<{ name: string; lastMinute: { tokens: number } }>;
+      };
+      return tenants.find((tenant) => tenant.name === 'small')?.lastMinute.tokens;
+    };
+    const messages = await post('/v1/messages', {
+      model: 'fake-model',
+      max_tokens: 2,
+      messages: [{ role: 'user', content: 'Hi' }],
+    });
+    expect(messages.status).toBe(200);
+    const usage = messages.body.usage as { input_tokens: number; output_tokens: number };
+    expect(await tokens()).toBe(usage.input_tokens + usage.output_tokens);
+    const responses = await post('/v1/responses', { model: 'fake-model', max_output_tokens: 2, input: 'Hi' });
+    expect(responses.status).toBe(200);
+    const used = responses.body.usage as { input_tokens: number; output_tokens: number };
+    expect(await tokens()).toBe(usage.input_tokens + usage.output_tokens + used.input_tokens + used.output_tokens);
+    // Over its 40 a minute: refused in each API's shape before any worker.
+    const long = 'word '.repeat(60);
+    const refused = await post('/v1/messages', {
+      model: 'fake-model',
+      max_tokens: 2,
+      messages: [{ role: 'user', content: long }],
+    });
+    expect(refused.status).toBe(429);
+    expect(refused.body).toMatchObject({ type: 'error', error: { type: 'rate_limit_error' } });
+  });
+
   it('the admin API lists the tenants, their limits and what they use, never their keys', async () => {
     const { url } = await setup({ adminKey: 'sk-admin-000001' });
     await ask(url, 'sk-batch-0000001', 'hello there');
