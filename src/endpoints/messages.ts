@@ -1,8 +1,26 @@
 import * as z from 'zod/mini';
 import { anthropicAsChat, anthropicMessages } from './chat-form.js';
-import { defineEndpoint } from './endpoint.js';
+import { defineEndpoint, type EndpointBody } from './endpoint.js';
 import { messagesText } from './prompt-text.js';
 import { has, int, number } from './schema-parts.js';
+
+/** The prompt of an Anthropic body, the same for a message and its token count. */
+const prompt = {
+  messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
+  system: z.nullish(z.union([z.string(), z.array(z.looseObject({ type: z.string() }))])),
+  tools: z.nullish(z.array(z.looseObject({ name: z.string() }))),
+};
+
+/** What an Anthropic body is to routing and the tokenizer: its chat form, as vLLM converts it. */
+const asChat = {
+  promptIds: () => undefined,
+  promptLength: () => undefined,
+  routingText: (body: EndpointBody, maxChars: number) => messagesText(anthropicMessages(body), maxChars),
+  tokenize: 'chat',
+  chatForm: anthropicAsChat,
+  errorShape: 'anthropic',
+  resumable: false,
+} as const;
 
 /**
  * Anthropic's Messages API (`POST /v1/messages`), as vLLM serves it: `system` and `messages`
@@ -17,16 +35,14 @@ export const messages = defineEndpoint({
   serving: 'disaggregated',
   answer: 'messages',
   schema: z.looseObject({
+    ...prompt,
     model: z.string().check(z.minLength(1)),
     max_tokens: int(1),
-    messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
-    system: z.nullish(z.union([z.string(), z.array(z.looseObject({ type: z.string() }))])),
     stream: z.nullish(z.boolean()),
     temperature: z.nullish(number(z.minimum(0))),
     top_p: z.nullish(number(z.gt(0), z.maximum(1))),
     top_k: z.nullish(int(-1)),
     stop_sequences: z.nullish(z.array(z.string())),
-    tools: z.nullish(z.array(z.looseObject({ name: z.string() }))),
   }),
   misfit: (body) => {
     if (!Array.isArray(body.messages) || body.messages.length === 0) {
@@ -42,13 +58,7 @@ export const messages = defineEndpoint({
   },
   budgetFields: ['max_tokens'],
   oneToken: Object.freeze({ max_tokens: 1 }),
-  promptIds: () => undefined,
-  promptLength: () => undefined,
-  routingText: (body, maxChars) => messagesText(anthropicMessages(body), maxChars),
-  tokenize: 'chat',
-  chatForm: anthropicAsChat,
-  errorShape: 'anthropic',
-  resumable: false,
+  ...asChat,
 });
 
 /**
@@ -62,23 +72,12 @@ export const countTokens = defineEndpoint({
   path: '/v1/messages/count_tokens',
   serving: 'passthrough',
   answer: 'json',
-  schema: z.looseObject({
-    model: z.nullish(z.string().check(z.minLength(1))),
-    messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
-    system: z.nullish(z.union([z.string(), z.array(z.looseObject({ type: z.string() }))])),
-    tools: z.nullish(z.array(z.looseObject({ name: z.string() }))),
-  }),
+  schema: z.looseObject({ ...prompt, model: z.nullish(z.string().check(z.minLength(1))) }),
   misfit: (body) =>
     Array.isArray(body.messages) && body.messages.length > 0
       ? undefined
       : { param: 'messages', message: 'count_tokens needs messages: a non-empty list' },
   budgetFields: [],
   oneToken: {},
-  promptIds: () => undefined,
-  promptLength: () => undefined,
-  routingText: (body, maxChars) => messagesText(anthropicMessages(body), maxChars),
-  tokenize: 'chat',
-  chatForm: anthropicAsChat,
-  errorShape: 'anthropic',
-  resumable: false,
+  ...asChat,
 });
