@@ -5,6 +5,7 @@ import type { EngineItem } from '../protocol/annotated.js';
 import type { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { answerApiError } from './api-errors.js';
+import { clientAuthorization } from './bearer-auth.js';
 import { hookedEngine } from './custom-parts.js';
 import { type ErrorAnswer, errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
@@ -39,7 +40,7 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
   };
   const route = endpoint.name as Route;
   // Passed on to the workers unless a worker key replaces it (engineFor decides).
-  const authorization = req.headers.authorization;
+  const authorization = clientAuthorization(req.headers);
   const { trace } = request;
   // Traced: each leg's calls carry their own trace context; else one engine for both legs.
   const shared = trace === undefined ? proxy.engineFor(route, authorization) : undefined;

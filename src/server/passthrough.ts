@@ -8,6 +8,7 @@ import type { Lease } from '../routing/worker-pool.js';
 import type { Controller } from '../runtime/controller.js';
 import { joinUrl } from '../util/url.js';
 import { answerApiError } from './api-errors.js';
+import { clientAuthorization } from './bearer-auth.js';
 import { errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
 import type { ModelPool } from './pool-set.js';
@@ -152,8 +153,8 @@ async function call(request: RequestContext, worker: ProxyDecodeWorker, context:
   });
   // The client's key goes on unless a worker key replaces it, as for generation.
   const authorization =
-    proxy.options.workerApiKey === undefined && req.headers.authorization !== undefined
-      ? { authorization: req.headers.authorization }
+    proxy.options.workerApiKey === undefined && clientAuthorization(req.headers) !== undefined
+      ? { authorization: clientAuthorization(req.headers) as string }
       : proxy.workerHeaders;
   try {
     const answer = await callWorker(url, {

@@ -3,6 +3,7 @@ import { answerJson } from '../http/node-server.js';
 import { request as callWorker } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { joinUrl } from '../util/url.js';
+import { clientAuthorization } from './bearer-auth.js';
 import { errorAnswer } from './error-answers.js';
 import type { ProxyState } from './proxy-state.js';
 
@@ -68,8 +69,8 @@ export async function serveStoredResponse(
     const answer = await callWorker(url, {
       method: action === '' ? 'GET' : 'POST',
       headers: {
-        ...(proxy.options.workerApiKey === undefined && req.headers.authorization !== undefined
-          ? { authorization: req.headers.authorization }
+        ...(proxy.options.workerApiKey === undefined && clientAuthorization(req.headers) !== undefined
+          ? { authorization: clientAuthorization(req.headers) as string }
           : proxy.workerHeaders),
       },
       dispatcher: proxy.dispatcher,

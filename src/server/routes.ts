@@ -6,7 +6,7 @@ import { answerJson, decodePathPart, pathOf, RequestError } from '../http/node-s
 import { request } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { NoWorkerError } from '../routing/worker-pool.js';
-import { bearerKey } from '../tenancy/tenants.js';
+import { clientKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';
 import { ADMIN_ROUTES } from './admin-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
@@ -181,13 +181,14 @@ export async function handleRequest(
   if (route.auth !== 'none') {
     const key = route.auth === 'api' ? proxy.options.apiKey : proxy.options.adminKey;
     // A tenant's key opens the API as the API key does (and says whose the request is).
-    const tenantKey = route.auth === 'api' && proxy.tenants.isTenantKey(bearerKey(req.headers.authorization));
+    const tenantKey = route.auth === 'api' && proxy.tenants.isTenantKey(clientKey(req.headers));
     if (!tenantKey && !bearerMatches(req, key)) {
-      return answerUnauthorized(res, route.auth === 'api' ? 'API key' : 'admin key', {
-        req,
-        path,
-        logger: proxy.logger,
-      });
+      return answerUnauthorized(
+        res,
+        route.auth === 'api' ? 'API key' : 'admin key',
+        { req, path, logger: proxy.logger },
+        (ENDPOINTS as readonly Endpoint[]).find((endpoint) => endpoint.path === route.path),
+      );
     }
   }
   return route.handle(proxy, req, res, { path, body: given.body, rest });

@@ -133,6 +133,20 @@ export function bearerKey(authorization: string | undefined): string | undefined
   return key === undefined || key === '' ? undefined : key;
 }
 
+/**
+ * The key a client sent: `Authorization: Bearer <key>` (OpenAI's clients), else `x-api-key`
+ * (Anthropic's: Claude Code with an API key sends only that); undefined for none.
+ *
+ * @example
+ * clientKey({ 'x-api-key': 'sk-1' }); // 'sk-1'
+ */
+export function clientKey(headers: Readonly<Record<string, string | string[] | undefined>>): string | undefined {
+  const bearer = bearerKey(typeof headers.authorization === 'string' ? headers.authorization : undefined);
+  if (bearer !== undefined) return bearer;
+  const key = typeof headers['x-api-key'] === 'string' ? headers['x-api-key'].trim() : '';
+  return key === '' ? undefined : key;
+}
+
 const digest = (text: string) => createHash('sha256').update(text).digest();
 
 /** Options of {@link TenantDirectory}. */
@@ -201,7 +215,7 @@ export class TenantDirectory {
    * request's key may name one; else the default tenant.
    */
   tenantOf(headers: Readonly<Record<string, string | string[] | undefined>>): Tenant {
-    const key = bearerKey(typeof headers.authorization === 'string' ? headers.authorization : undefined);
+    const key = clientKey(headers);
     const owner = key === undefined ? undefined : this.#table.byKey.get(key);
     if (owner !== undefined) return owner;
     const header = this.#options.header;

@@ -419,6 +419,37 @@ describe("an agent's session", () => {
   });
 });
 
+describe("the router's API key, as each agent sends it", () => {
+  it("Anthropic's x-api-key opens the API as a bearer does, and goes on to the workers as one; a wrong key is a 401 in Anthropic's shape", async () => {
+    const { url, prefill, decode } = await setup('vllm', {}, { apiKey: 'sk-router-0001' });
+    const claude = (apiKey: string) => new Anthropic({ baseURL: url, apiKey, maxRetries: 0 });
+    const answer = await claude('sk-router-0001').messages.create({ ...MESSAGES_BODY, tools: [] });
+    expect(answer.type).toBe('message');
+    // vLLM reads a bearer only: the client's key is passed on as one (no worker key is set).
+    expect(prefill.requests[0]?.headers.authorization).toBe('Bearer sk-router-0001');
+    expect(decode.requests[0]?.headers.authorization).toBe('Bearer sk-router-0001');
+    const refused = await claude('sk-wrong')
+      .messages.create({ ...MESSAGES_BODY, tools: [] })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(Anthropic.AuthenticationError);
+    expect((refused as InstanceType<typeof Anthropic.APIError>).error).toEqual({
+      type: 'error',
+      error: {
+        type: 'authentication_error',
+        message: 'Incorrect or missing API key: send it as "Authorization: Bearer <key>" (or "x-api-key: <key>")',
+      },
+    });
+    // OpenAI's clients send a bearer, as before.
+    expect(
+      (await openai(url)
+        .responses.create({ ...RESPONSES_BODY, tools: [] })
+        .catch((e: unknown) => e)) instanceof OpenAI.AuthenticationError,
+    ).toBe(true);
+    const codex = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'sk-router-0001', maxRetries: 0 });
+    expect((await codex.responses.create({ ...RESPONSES_BODY, tools: [] })).status).toBe('completed');
+  });
+});
+
 describe('what the agents ask of the router besides a generation', () => {
   it('GET /v1/responses/{id} and its cancel go to the decode worker that served that answer; an id the router did not serve is a 404', async () => {
     const { url, decode } = await cluster('vllm', { prefill: [{}], decode: [{}, {}, {}] });

@@ -121,7 +121,7 @@ describe('answerUnauthorized', () => {
       expect(status || (res as { statusCode: number }).statusCode).toBe(401);
       expect(JSON.parse(body)).toEqual({
         error: {
-          message: `Incorrect or missing ${which}: send it as "Authorization: Bearer <key>"`,
+          message: `Incorrect or missing ${which}: send it as "Authorization: Bearer <key>" (or "x-api-key: <key>")`,
           type: 'invalid_request_error',
           code: 'invalid_api_key',
           param: null,
