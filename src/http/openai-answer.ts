@@ -142,18 +142,23 @@ export class OpenAIAnswer implements FrameSink {
         : { form, text, json: json as Record<string, unknown>, event };
     const held = this.#held;
     const ends = this.#ends !== undefined && form === 'event' && this.#ends.events.has(event ?? '');
-    if (held !== undefined && (isUsageOnly(output) || ends)) {
-      // vLLM's usage chunk after the finish chunk, Anthropic's message_stop after the
-      // message_delta: one item, both chunks on the wire.
-      this.#held = undefined;
+    if (held !== undefined && (isUsageOnly(output) || this.#ends !== undefined)) {
+      // vLLM's usage chunk after the finish chunk; whatever a typed-event answer sends after
+      // its finish up to its end (Anthropic's message_stop after the message_delta, a ping):
+      // one item, every chunk on the wire.
       const usage = output?.completion_usage ?? (held.data as LLMEngineOutput).completion_usage;
-      this.#queue.push(
-        Annotated.withWire({ ...held, data: { ...(held.data as LLMEngineOutput), completion_usage: usage } }, [
-          ...(Annotated.wire(held) ?? []),
-          chunk,
-        ]),
+      const folded = Annotated.withWire(
+        { ...held, data: { ...(held.data as LLMEngineOutput), completion_usage: usage } },
+        [...(Annotated.wire(held) ?? []), chunk],
       );
-      if (ends) this.#completed();
+      if (this.#ends === undefined) {
+        this.#held = undefined;
+        this.#queue.push(folded);
+      } else {
+        // Still held until the end event.
+        this.#held = folded;
+        if (ends) this.#completed();
+      }
       return;
     }
     this.#release();

@@ -180,6 +180,17 @@ describe("reading the agents' APIs from a worker", () => {
     expect(Annotated.wire(last)?.map((chunk) => chunk.event)).toEqual(['message_delta', 'message_stop']);
   });
 
+  it('Messages: an event between message_delta and message_stop (a ping) goes with the terminal, not after it', async () => {
+    const { url } = await worker(MESSAGES_STREAM.join('') + event({ type: 'ping' }) + event({ type: 'message_stop' }));
+    const items = await read(url, { model: 'm', max_tokens: 8, messages: [], stream: true }, 'messages');
+    expect(items.some((item) => Annotated.isError(item))).toBe(false);
+    expect(Annotated.wire(items.at(-1))?.map((chunk) => chunk.event)).toEqual([
+      'message_delta',
+      'ping',
+      'message_stop',
+    ]);
+  });
+
   it('Messages: a stream cut before message_stop, or an error event, is a failure', async () => {
     const cut = await worker(MESSAGES_STREAM.join(''));
     const items = await read(cut.url, { model: 'm', max_tokens: 8, messages: [], stream: true }, 'messages');
