@@ -2,6 +2,9 @@ import { hash32, workerId } from './hash.js';
 import type { RoutingInput } from './routing-input.js';
 import { type LoadView, leastLoaded, type RoutingPolicy } from './routing-policy.js';
 
+/** The request header a proxy reads a session key from unless told another (`--session-header`). */
+export const DEFAULT_SESSION_HEADER = 'x-session-id';
+
 /** Options of {@link sessionAffinity}. */
 export interface SessionAffinityOptions<W> {
   /** For requests without a session key; least in flight by default. */

@@ -71,7 +71,7 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
     engines,
   });
   const decodeWorker = events.routed?.decodeWorker;
-  if (endpoint.name === 'responses' && writer?.answerId !== undefined && decodeWorker !== undefined) {
+  if (writer?.answerId !== undefined && decodeWorker !== undefined) {
     proxy.responseHomes.remember(writer.answerId, decodeWorker);
   }
   if (writer?.usage !== undefined) {

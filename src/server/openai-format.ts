@@ -102,7 +102,8 @@ export class ResponseWriter {
 
   /** The id of the answer, where the worker named it and the API lets a client ask for it again (Responses'). */
   get answerId(): string | undefined {
-    return this.#ending.answerId?.() ?? this.#wholeId;
+    const streamed = this.#ending.answerId;
+    return streamed === undefined ? undefined : (streamed() ?? this.#wholeId);
   }
 
   /** The last usage a worker reported for this request (token counts for traces), if any. */

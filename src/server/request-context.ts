@@ -4,15 +4,13 @@ import type { Endpoint } from '../endpoints/endpoint.js';
 import { headerValue } from '../http/node-server.js';
 import type { CompletionUsage } from '../protocol/llm-engine-output.js';
 import { RoutingInput } from '../routing/routing-input.js';
+import { DEFAULT_SESSION_HEADER } from '../routing/session-affinity.js';
 import type { Controller } from '../runtime/controller.js';
 import type { InFlightRequest } from './in-flight.js';
 import type { ModelPool } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestEvents } from './request-events.js';
 import type { RequestTrace } from './tracing.js';
-
-/** The session header a proxy reads unless told another (`--session-header`). */
-const DEFAULT_SESSION_HEADER = 'x-session-id';
 
 /**
  * The headers coding agents name their session with, in the order they are read when the

@@ -5,6 +5,7 @@ import { FILTER_NAMES } from '../../routing/filter-plugins.js';
 import { DEFAULT_PICKER, PICKER_NAMES } from '../../routing/picker-plugins.js';
 import { DEFAULT_SCORERS, SCORER_NAMES } from '../../routing/plugins.js';
 import { POLICY_NAMES } from '../../routing/registry.js';
+import { DEFAULT_SESSION_HEADER } from '../../routing/session-affinity.js';
 import {
   atLeastOne,
   filterList,
@@ -163,7 +164,7 @@ export const ROUTING_ROWS = inGroup('Routing', [
     flag: 'session-header',
     arg: 'NAME',
     help: "session: the request header with the session key (else the body's user)",
-    default: 'x-session-id',
+    default: DEFAULT_SESSION_HEADER,
     parse: headerName,
   },
   {
