@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
 import { answerJson } from '../http/node-server.js';
 import { request as callWorker } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
@@ -76,8 +77,8 @@ export async function serveStoredResponse(
       dispatcher: proxy.dispatcher,
     });
     res.writeHead(answer.statusCode, { 'content-type': String(answer.headers['content-type'] ?? 'application/json') });
-    for await (const chunk of answer.body) res.write(chunk);
-    res.end();
+    // No faster than the client reads (a replayed stream may be long).
+    await pipeline(answer.body, res);
   } catch (error) {
     if (res.headersSent) {
       res.destroy();
