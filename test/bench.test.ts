@@ -101,6 +101,31 @@ describe('npm run bench:proxy (smoke run, small N)', () => {
   }, 130_000);
 });
 
+describe('npm run bench:agents (smoke run, small N)', () => {
+  it("prints each agents' API beside chat through one pinned proxy, with ratios and their spreads", () => {
+    const run = spawnSync(
+      process.execPath,
+      [
+        'bench/agent-apis.mjs',
+        '--tokens=8',
+        '--interval=1',
+        '--requests=30',
+        '--warmup=10',
+        '--concurrency=4',
+        '--passes=2',
+      ],
+      { cwd: root, encoding: 'utf8', timeout: 120_000 },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    for (const name of ['chat', 'responses', 'messages']) {
+      expect(run.stdout).toMatch(new RegExp(`^\\| ${name} \\| \\d+\\.\\d{3} \\| \\d+\\.\\d{3} \\|`, 'm'));
+    }
+    expect(run.stdout).toMatch(
+      /^\| proxy CPU per request \| \d+\.\d\d x \(\d+\.\d\d-\d+\.\d\d\) \| \d+\.\d\d x \(\d+\.\d\d-\d+\.\d\d\) \|$/m,
+    );
+  }, 130_000);
+});
+
 describe('bench/worker-client.mjs (smoke run, small N)', () => {
   it('runs both worker clients in their own processes and prints the table and the ratio', () => {
     const run = spawnSync(

@@ -11,7 +11,7 @@ describe('bearerMatches', () => {
     expect(bearerMatches(asking('Bearer anything'), undefined)).toBe(true);
   });
 
-  it('with a key only "Bearer <key>" passes: any case of Bearer, any spacing, nothing else', () => {
+  it('with a key only "Bearer <key>" passes in Authorization: any case of Bearer, any spacing, nothing else', () => {
     for (const header of ['Bearer s3cret', 'bearer s3cret', 'BEARER   s3cret', 'Bearer s3cret  ', 'Bearer\ts3cret']) {
       expect(bearerMatches(asking(header), 's3cret'), header).toBe(true);
     }
@@ -27,6 +27,15 @@ describe('bearerMatches', () => {
     ]) {
       expect(bearerMatches(asking(header), 's3cret'), String(header)).toBe(false);
     }
+  });
+
+  it("Anthropic's x-api-key passes as a bearer does, where no Authorization says otherwise", () => {
+    const withKey = (headers: Record<string, string>) => ({ headers }) as unknown as IncomingMessage;
+    expect(bearerMatches(withKey({ 'x-api-key': 's3cret' }), 's3cret')).toBe(true);
+    expect(bearerMatches(withKey({ 'x-api-key': 'wrong' }), 's3cret')).toBe(false);
+    expect(bearerMatches(withKey({ 'x-api-key': '' }), 's3cret')).toBe(false);
+    // A bearer, when sent, is the key: a right x-api-key does not make up for a wrong bearer.
+    expect(bearerMatches(withKey({ authorization: 'Bearer wrong', 'x-api-key': 's3cret' }), 's3cret')).toBe(false);
   });
 });
 

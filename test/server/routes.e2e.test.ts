@@ -135,7 +135,11 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
     await metrics.body.dump();
     expect(await json('/v1/models')).toMatchObject({
       status: 401,
-      body: { error: { message: 'Incorrect or missing API key: send it as "Authorization: Bearer <key>"' } },
+      body: {
+        error: {
+          message: 'Incorrect or missing API key: send it as "Authorization: Bearer <key>" (or "x-api-key: <key>")',
+        },
+      },
     });
     // The key guards the API, not an unknown path: that is a 404 with or without it.
     expect((await json('/v2/nothing')).status).toBe(404);
