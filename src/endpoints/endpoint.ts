@@ -50,6 +50,8 @@ export interface Endpoint {
   readonly name: string;
   /** Its path, on the router and on the workers. */
   readonly path: string;
+  /** Other paths the router serves it at (vLLM's unversioned `/rerank`), called at `path` on the workers. */
+  readonly aliases?: readonly string[] | undefined;
   readonly serving: Serving;
   readonly answer: AnswerShape;
   /**

@@ -49,16 +49,55 @@ export const embeddings = defineEndpoint({
 });
 
 /**
- * A rerank (`POST /v1/rerank`, the Jina and Cohere shape vLLM and SGLang serve): a `query` and
- * its `documents`. Passed through to a decode worker.
+ * A rerank (`POST /v1/rerank`, the Jina and Cohere shape vLLM and SGLang serve; also at `/rerank`
+ * and `/v2/rerank`, as vLLM serves it): a `query` and its `documents`. Passed through to a
+ * decode worker.
  */
 export const rerank = defineEndpoint({
   ...passthrough,
   name: 'rerank',
   path: '/v1/rerank',
+  aliases: ['/rerank', '/v2/rerank'],
   misfit: needs('/v1/rerank', 'query', 'documents'),
   promptIds: () => undefined,
   routingText: (body, maxChars) => clip(promptText(body.query), maxChars),
+  tokenize: undefined,
+});
+
+/**
+ * vLLM's classification (`POST /v1/classify`, also `/classify`): an `input` (text, texts, token
+ * ids) or chat `messages`, one label and its probabilities each. Passed through to a decode worker.
+ */
+export const classify = defineEndpoint({
+  ...passthrough,
+  name: 'classify',
+  path: '/v1/classify',
+  aliases: ['/classify'],
+  misfit: (body) =>
+    has(body, 'input') || Array.isArray(body.messages)
+      ? undefined
+      : { param: 'input', message: '/v1/classify needs an input (or messages)' },
+  promptIds: (body) => idsAt(body, 'input'),
+  routingText: (body, maxChars) =>
+    Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
+  tokenize: undefined,
+});
+
+/**
+ * vLLM's raw pooling (`POST /pooling`): an `input` (or chat `messages`), the model's pooled
+ * hidden states back. Passed through to a decode worker.
+ */
+export const pooling = defineEndpoint({
+  ...passthrough,
+  name: 'pooling',
+  path: '/pooling',
+  misfit: (body) =>
+    has(body, 'input') || Array.isArray(body.messages)
+      ? undefined
+      : { param: 'input', message: '/pooling needs an input (or messages)' },
+  promptIds: (body) => idsAt(body, 'input'),
+  routingText: (body, maxChars) =>
+    Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
   tokenize: undefined,
 });
 

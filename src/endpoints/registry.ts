@@ -3,20 +3,22 @@ import { completions } from './completions.js';
 import type { Endpoint, EndpointBody } from './endpoint.js';
 import { generate } from './generate.js';
 import { countTokens, messages } from './messages.js';
-import { embeddings, rerank, score } from './passthrough.js';
+import { classify, embeddings, pooling, rerank, score } from './passthrough.js';
 import { responses } from './responses.js';
+import { detokenize, tokenize } from './tokenization.js';
 
 /**
- * Every API the router serves, one entry each (`completions`, `chat`, `generate`, `responses`
- * (OpenAI's Responses), `messages` (Anthropic's Messages), disaggregated; `count_tokens`
- * (Anthropic's, answered by the router's tokenizer where it has one),
- * `embeddings`, `rerank`, `score`, passed through to a decode worker). The proxy's routes, the body schemas, the
- * HTTP engine's paths and the fake workers' answers are all read from this list: a new API is
- * its module plus one line here.
+ * Every API the router serves, one entry each: `completions`, `chat`, `generate`, `responses`
+ * (OpenAI's Responses) and `messages` (Anthropic's Messages), disaggregated; `embeddings`,
+ * `rerank`, `score`, `classify` and `pooling`, passed through to a decode worker; and
+ * `count_tokens` (Anthropic's), `tokenize` and `detokenize`, answered by the router's tokenizer
+ * where it has one, else by a decode worker. The proxy's routes, the body schemas, the HTTP
+ * engine's paths and the fake workers' answers are all read from this list: a new API is its
+ * module plus one line here.
  *
  * @example
  * ENDPOINTS.filter((each) => each.serving === 'passthrough').map((each) => each.path);
- * // ['/v1/embeddings', '/v1/rerank', '/v1/score']
+ * // ['/v1/embeddings', '/v1/rerank', '/v1/score', '/v1/classify', '/pooling', '/v1/messages/count_tokens', '/tokenize', '/detokenize']
  */
 export const ENDPOINTS = [
   completions,
@@ -27,10 +29,18 @@ export const ENDPOINTS = [
   embeddings,
   rerank,
   score,
+  classify,
+  pooling,
   countTokens,
+  tokenize,
+  detokenize,
 ] as const;
 
-/** The name of an endpoint the router serves: `completions`, `chat`, `generate`, `responses`, `messages`, `embeddings`, `rerank`, `score`, `count_tokens`. */
+/**
+ * The name of an endpoint the router serves: `completions`, `chat`, `generate`, `responses`,
+ * `messages`, `embeddings`, `rerank`, `score`, `classify`, `pooling`, `count_tokens`,
+ * `tokenize`, `detokenize`.
+ */
 export type EndpointName = (typeof ENDPOINTS)[number]['name'];
 
 /** The names of the disaggregated (generation) endpoints. */

@@ -13,7 +13,16 @@ import { completionFormat } from './formats/completions.js';
 import type { Format, FormatOf } from './formats/format.js';
 import { generateFormat } from './formats/generate.js';
 import { countTokensAnswer, messagesFormat } from './formats/messages.js';
-import { embeddingsAnswer, type PoolingAnswer, rerankAnswer, scoreAnswer } from './formats/pooling.js';
+import {
+  classifyAnswer,
+  detokenizeAnswer,
+  embeddingsAnswer,
+  type PoolingAnswer,
+  poolingDataAnswer,
+  rerankAnswer,
+  scoreAnswer,
+  tokenizeAnswer,
+} from './formats/pooling.js';
 import { responsesFormat } from './formats/responses.js';
 
 export type { Format } from './formats/format.js';
@@ -39,7 +48,11 @@ const FORMATS: { readonly [E in Registered as E['name']]: Extract<FakeFormat, { 
   embeddings: { serving: 'passthrough', answer: embeddingsAnswer },
   rerank: { serving: 'passthrough', answer: rerankAnswer },
   score: { serving: 'passthrough', answer: scoreAnswer },
+  classify: { serving: 'passthrough', answer: classifyAnswer },
+  pooling: { serving: 'passthrough', answer: poolingDataAnswer },
   count_tokens: { serving: 'passthrough', answer: countTokensAnswer },
+  tokenize: { serving: 'passthrough', answer: tokenizeAnswer },
+  detokenize: { serving: 'passthrough', answer: detokenizeAnswer },
 };
 
 const AT_PATH: ReadonlyMap<string, Registered> = new Map(ENDPOINTS.map((endpoint) => [endpoint.path, endpoint]));
@@ -79,7 +92,7 @@ export function poolingAnswer(path: string, body: EndpointBody, model: string): 
 
 /**
  * The paths of the passthrough APIs a fake worker answers whole: the pooling ones (vLLM serves
- * all three with a pooling model) and Anthropic's `count_tokens`.
+ * them with a pooling model), Anthropic's `count_tokens`, `/tokenize` and `/detokenize`.
  */
 export const POOLING_PATHS: readonly string[] = ENDPOINTS.filter((each) => each.serving === 'passthrough').map(
   (each) => each.path,

@@ -1,4 +1,6 @@
+import { multimodalPart, tokenizedAs } from '../endpoints/tokenization.js';
 import { DeadlineError, pause, startTimer } from '../flow/deadlines.js';
+import { UnsupportedRouteError } from '../flow/request-shaping.js';
 import { parseJson, stringifyJson } from '../http/json.js';
 import { answerJson } from '../http/node-server.js';
 import { request as callWorker } from '../http/undici-parts.js';
@@ -40,7 +42,8 @@ interface WorkerAnswer {
  */
 export async function servePassthrough(request: RequestContext): Promise<void> {
   const { proxy, res } = request;
-  if (request.endpoint.name === 'count_tokens' && (await countedHere(request))) return;
+  const here = ANSWERED_HERE[request.endpoint.name];
+  if (here !== undefined && (await here(request))) return;
   const events = request.events as RequestEvents;
   const context = request.context as Controller;
   const begun = performance.now();
@@ -102,17 +105,68 @@ export async function servePassthrough(request: RequestContext): Promise<void> {
   }
 }
 
-/**
- * Anthropic's token count answered by the router's own tokenizer, as vLLM counts it (the body
- * rendered through the chat template): `{ input_tokens }`, no worker called. False without a
- * tokenizer (or when tokenizing failed, logged): a worker answers then.
- */
-async function countedHere(request: RequestContext): Promise<boolean> {
-  const ids = await request.proxy.tokenize(request.body, request.endpoint);
-  if (ids === undefined) return false;
+/** An answer of the router's own, no worker called. */
+function answerHere(request: RequestContext, body: unknown): true {
   request.res.setHeader('x-disagg-strategy', 'router');
-  answerJson(request.res, 200, { input_tokens: ids.length });
+  answerJson(request.res, 200, body);
   return true;
+}
+
+/**
+ * The passthrough endpoints the router answers itself where its tokenizer can (`--tokenizer`),
+ * each resolving true once answered; false sends the request on to a decode worker (no
+ * tokenizer, what it cannot answer, or a tokenizer that failed: logged).
+ */
+const ANSWERED_HERE: Readonly<Partial<Record<string, (request: RequestContext) => Promise<boolean>>>> = {
+  // Anthropic's count, as vLLM counts it: the body rendered through the chat template.
+  count_tokens: async (request) => {
+    const ids = await request.proxy.tokenize(request.body, request.endpoint);
+    return ids !== undefined && answerHere(request, { input_tokens: ids.length });
+  },
+  // vLLM's /tokenize: a prompt with special tokens, messages through the template.
+  tokenize: async (request) => {
+    const { proxy, body } = request;
+    const tokenizer = proxy.tokenizer;
+    // Token strings need the vocabulary's pieces, which a worker gives.
+    if (tokenizer === undefined || body.return_token_strs === true) return false;
+    const other = multimodalPart(body);
+    if (other !== undefined) {
+      // As Dynamo answers it: a 501, never a count that leaves the image out.
+      const error = new UnsupportedRouteError(
+        request.endpoint.path,
+        `/tokenize of a message part of type ${other}: the router's tokenizer counts text only, and an undercount would be worse than no answer`,
+      );
+      request.failure = error;
+      answerApiError(request.res, request.endpoint, errorToResponse(error));
+      return true;
+    }
+    const ids = await tolerant(proxy, () => tokenizer.tokenize(body, tokenizedAs(body)));
+    if (ids === undefined) return false;
+    const maxModelLen = proxy.models.maxModelLen(body.model);
+    return answerHere(request, {
+      count: ids.length,
+      max_model_len: maxModelLen ?? null,
+      tokens: ids,
+      token_strs: null,
+    });
+  },
+  detokenize: async (request) => {
+    const { proxy, body } = request;
+    const tokenizer = proxy.tokenizer;
+    if (tokenizer === undefined) return false;
+    const text = await tolerant(proxy, () => tokenizer.detokenize(body.tokens as number[]));
+    return text !== undefined && answerHere(request, { prompt: text });
+  },
+};
+
+/** What the tokenizer answers, or undefined (logged) when it fails: a worker answers then. */
+async function tolerant<T>(proxy: RequestContext['proxy'], ask: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await ask();
+  } catch (error) {
+    proxy.logger.warn({ err: error }, "The router's tokenizer failed; a worker answers instead");
+    return undefined;
+  }
 }
 
 /** The failure of a request no worker answered: charged (by the events), answered in the API's shape. */

@@ -398,6 +398,11 @@ export class ProxyCore implements ProxyState {
     return this.tenants.tenants.some((known) => known.name === tenant) ? tenant : 'other';
   }
 
+  /** The router's tokenizer (`--tokenizer`), once started; undefined without one. */
+  get tokenizer(): TokenizerPool | undefined {
+    return this.#tokenizer;
+  }
+
   get routesOnTokens(): boolean {
     return this.#routesOnBlocks;
   }

@@ -4,6 +4,7 @@ import type { Engine } from '../flow/disaggregate.js';
 import type { Logger } from '../runtime/logger.js';
 import type { MinuteWindows, TenantLimits } from '../tenancy/rate-window.js';
 import type { TenantDirectory } from '../tenancy/tenants.js';
+import type { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import type { Admission } from './admission.js';
 import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
@@ -73,6 +74,8 @@ export interface ProxyState {
    * context (`RequestContext.promptTokenIds`), which tokenizes once per request.
    */
   tokenize(body: Record<string, unknown>, endpoint: Endpoint): Promise<readonly number[] | undefined>;
+  /** The router's tokenizer (`--tokenizer`), once started (`/tokenize`, `/detokenize` answered with it); undefined without one. */
+  readonly tokenizer: TokenizerPool | undefined;
   /** Whether a routing policy reads the prompt's tokens (the engines' KV blocks): then every request is tokenized. */
   readonly routesOnTokens: boolean;
   /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */

@@ -24,9 +24,9 @@ const READ = ['GET', 'HEAD'] as const;
 /** How each kind of endpoint is served once its stages let a request on. */
 const SERVE = { disaggregated: serveGeneration, passthrough: servePassthrough } as const;
 
-/** The route of an API endpoint: `POST` at its path, its stages, then its serving. */
-const endpointRoute = (endpoint: Endpoint): RouteEntry => ({
-  path: endpoint.path,
+/** The route of an API endpoint: `POST` at its path (or one of its aliases), its stages, then its serving. */
+const endpointRoute = (endpoint: Endpoint, path = endpoint.path): RouteEntry => ({
+  path,
   methods: ['POST'],
   label: endpoint.name,
   auth: 'api',
@@ -46,7 +46,10 @@ const endpointRoute = (endpoint: Endpoint): RouteEntry => ({
  * @internal
  */
 export const ROUTES: readonly RouteEntry[] = [
-  ...ENDPOINTS.map(endpointRoute),
+  ...(ENDPOINTS as readonly Endpoint[]).flatMap((endpoint) => [
+    endpointRoute(endpoint),
+    ...(endpoint.aliases ?? []).map((alias) => endpointRoute(endpoint, alias)),
+  ]),
   { path: '/v1/models', methods: READ, label: 'models', auth: 'api', handle: (proxy, _req, res) => models(proxy, res) },
   // One model: its id is the rest of the path, never a label.
   {

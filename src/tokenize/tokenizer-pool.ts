@@ -39,7 +39,7 @@ export interface TokenizerPoolOptions {
  */
 export type TokenizerEncoder = { kind: 'native'; parts: boolean } | { kind: 'js'; why: string };
 
-type Pending = { resolve: (ids: number[] | undefined) => void; reject: (error: Error) => void };
+type Pending = { resolve: (answer: number[] | string | undefined) => void; reject: (error: Error) => void };
 
 /**
  * The router's own tokenizer, off the event loop: worker threads that each load a Hugging Face
@@ -67,12 +67,13 @@ export class TokenizerPool {
     this.encoder = encoder;
     this.#threads = threads.map((worker) => ({ worker, inFlight: 0 }));
     for (const thread of this.#threads) {
-      thread.worker.on('message', (message: { id: number; ids?: Uint32Array; error?: string }) => {
+      thread.worker.on('message', (message: { id: number; ids?: Uint32Array; text?: string; error?: string }) => {
         const pending = this.#pending.get(message.id);
         if (pending === undefined) return;
         this.#pending.delete(message.id);
         thread.inFlight--;
         if (message.error !== undefined) pending.reject(new TokenizerError(`Tokenizing failed: ${message.error}`));
+        else if (message.text !== undefined) pending.resolve(message.text);
         else pending.resolve(message.ids === undefined ? undefined : Array.from(message.ids));
       });
       // A thread that dies takes its answers with it: nothing waits for them forever.
@@ -153,6 +154,22 @@ export class TokenizerPool {
     body: Readonly<Record<string, unknown>>,
     route: 'chat' | 'completions' | 'generate',
   ): Promise<number[] | undefined> {
+    return this.#ask({ body, route }) as Promise<number[] | undefined>;
+  }
+
+  /**
+   * The text of token ids, special tokens kept, as vLLM's `/detokenize` answers.
+   *
+   * @example
+   * await tokenizer.detokenize([9707, 11]); // 'Hello,'
+   * @throws {TokenizerError} for ids the tokenizer cannot decode, or once closed.
+   */
+  detokenize(ids: readonly number[]): Promise<string> {
+    return this.#ask({ decode: [...ids] }) as Promise<string>;
+  }
+
+  /** Sends a question to the thread with the fewest in flight. */
+  #ask(question: Record<string, unknown>): Promise<number[] | string | undefined> {
     if (this.#closed) return Promise.reject(new TokenizerError('The tokenizer is closed'));
     let thread = this.#threads[0] as { worker: Worker; inFlight: number };
     for (const each of this.#threads) if (each.inFlight < thread.inFlight) thread = each;
@@ -160,7 +177,7 @@ export class TokenizerPool {
     thread.inFlight++;
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
-      thread.worker.postMessage({ id, body, route });
+      thread.worker.postMessage({ id, ...question });
     });
   }
 

@@ -1,6 +1,6 @@
 // A tokenizer worker thread of disagg's router (see tokenizer-pool.ts): loads a Hugging Face
 // tokenizer.json and the chat template of tokenizer_config.json once, then answers
-// {id, body, route} with {id, ids} (or {id, error}). Plain JavaScript so that Node runs it as
+// {id, body, route} with {id, ids}, and {id, decode: ids} with {id, text} (or {id, error}). Plain JavaScript so that Node runs it as
 // it is, from the sources and from dist/ alike.
 //
 // The encoder is Hugging Face's own Rust tokenizer (the `tokenizers` package, a prebuilt
@@ -45,6 +45,8 @@ async function loadEncoder() {
               : await tokenizer.encodeBatch(texts, options);
           return encodings.map((encoding) => encoding.getIds());
         },
+        // As vLLM's /detokenize: the special tokens kept.
+        decode: (ids) => tokenizer.decode(ids, false),
       };
     } catch (error) {
       why = error instanceof Error ? error.message.split('\n')[0] : String(error);
@@ -58,6 +60,7 @@ async function loadEncoder() {
     async encode(texts, add_special_tokens) {
       return texts.map((text) => tokenizer.encode(text, { add_special_tokens }).ids);
     },
+    decode: async (ids) => (ids.length === 0 ? '' : tokenizer.decode(ids, { skip_special_tokens: false })),
   };
 }
 
@@ -232,7 +235,14 @@ async function tokenize(body, route) {
   return encode(prompt, body.add_special_tokens !== false);
 }
 
-parentPort.on('message', ({ id, body, route }) => {
+parentPort.on('message', ({ id, body, route, decode }) => {
+  if (decode !== undefined) {
+    encoder.decode(decode).then(
+      (text) => parentPort.postMessage({ id, text }),
+      (error) => parentPort.postMessage({ id, error: error instanceof Error ? error.message : String(error) }),
+    );
+    return;
+  }
   tokenize(body, route).then(
     (ids) => parentPort.postMessage({ id, ids }, ids === undefined ? [] : [ids.buffer]),
     (error) => parentPort.postMessage({ id, error: error instanceof Error ? error.message : String(error) }),

@@ -13,7 +13,11 @@ describe('the endpoints: each API the router serves, declared once', () => {
       ['embeddings', '/v1/embeddings', 'passthrough'],
       ['rerank', '/v1/rerank', 'passthrough'],
       ['score', '/v1/score', 'passthrough'],
+      ['classify', '/v1/classify', 'passthrough'],
+      ['pooling', '/pooling', 'passthrough'],
       ['count_tokens', '/v1/messages/count_tokens', 'passthrough'],
+      ['tokenize', '/tokenize', 'passthrough'],
+      ['detokenize', '/detokenize', 'passthrough'],
     ]);
     expect(new Set(ENDPOINTS.map((each) => each.path)).size).toBe(ENDPOINTS.length);
   });
@@ -21,7 +25,7 @@ describe('the endpoints: each API the router serves, declared once', () => {
   it("a name no endpoint has is the program's mistake: a TypeError listing those there are", () => {
     expect(() => endpointNamed('conversations')).toThrow(
       new TypeError(
-        "Unknown endpoint 'conversations': expected one of completions, chat, generate, responses, messages, embeddings, rerank, score, count_tokens",
+        "Unknown endpoint 'conversations': expected one of completions, chat, generate, responses, messages, embeddings, rerank, score, classify, pooling, count_tokens, tokenize, detokenize",
       ),
     );
     expect(isEndpointName('rerank')).toBe(true);

@@ -108,7 +108,7 @@ describe('validateRequest: before any worker', () => {
   it("a route it does not know is the program's mistake: a TypeError naming the routes, not a crash inside", () => {
     expect(() => validateRequest('conversations' as never, { input: 'hi' })).toThrow(
       new TypeError(
-        'validateRequest: route must be one of completions, chat, generate, responses, messages, embeddings, rerank, score, count_tokens, got "conversations"',
+        'validateRequest: route must be one of completions, chat, generate, responses, messages, embeddings, rerank, score, classify, pooling, count_tokens, tokenize, detokenize, got "conversations"',
       ),
     );
   });

@@ -42,6 +42,10 @@ export const fakeVllm: FakeProtocol = {
     '/v1/embeddings',
     '/v1/rerank',
     '/v1/score',
+    '/v1/classify',
+    '/pooling',
+    '/tokenize',
+    '/detokenize',
   ],
   // The default of vLLM's `kv_connector_extra_config.kv_lease_duration` (30 s).
   kvTimeoutMs: 30_000,

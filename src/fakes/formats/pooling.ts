@@ -103,3 +103,78 @@ export function scoreAnswer(body: Body, model: string): PoolingAnswer {
     },
   };
 }
+
+/** `/v1/classify`: a label and its probabilities per input, as vLLM answers it. */
+export function classifyAnswer(body: Body, model: string): PoolingAnswer {
+  const texts = Array.isArray(body.messages) ? [JSON.stringify(body.messages)] : textsOf(body.input);
+  if (texts.length === 0) return { status: 400, message: 'input: Field required' };
+  return {
+    status: 200,
+    body: {
+      id: `classify-${randomUUID()}`,
+      object: 'list',
+      created: Math.floor(Date.now() / 1000),
+      model,
+      data: texts.map((text, index) => {
+        const positive = unit(text, 'label');
+        return {
+          index,
+          label: positive >= 0.5 ? 'positive' : 'negative',
+          probs: [1 - positive, positive],
+          num_classes: 2,
+        };
+      }),
+      usage: usage(tokensOf(texts)),
+    },
+  };
+}
+
+/** `/pooling`: the pooled hidden states per input (a short vector here), as vLLM answers it. */
+export function poolingDataAnswer(body: Body, model: string): PoolingAnswer {
+  const texts = Array.isArray(body.messages) ? [JSON.stringify(body.messages)] : textsOf(body.input);
+  if (texts.length === 0) return { status: 400, message: 'input: Field required' };
+  return {
+    status: 200,
+    body: {
+      id: `pool-${randomUUID()}`,
+      object: 'list',
+      created: Math.floor(Date.now() / 1000),
+      model,
+      data: texts.map((text, index) => ({
+        index,
+        object: 'pooling',
+        data: Array.from({ length: 4 }, (_, k) => unit(text, `p${k}`)),
+      })),
+      usage: usage(tokensOf(texts)),
+    },
+  };
+}
+
+/** `/tokenize`: a fake worker's tokens (four characters each, ids from 1,000), as vLLM shapes the answer. */
+export function tokenizeAnswer(body: Body): PoolingAnswer {
+  const text =
+    typeof body.prompt === 'string'
+      ? body.prompt
+      : Array.isArray(body.messages)
+        ? JSON.stringify(body.messages)
+        : undefined;
+  if (text === undefined) return { status: 400, message: 'prompt: Field required' };
+  const pieces: string[] = [];
+  for (let at = 0; at < text.length; at += 4) pieces.push(text.slice(at, at + 4));
+  const tokens = pieces.map((piece) => 1000 + (Math.floor(unit(piece) * 1000) % 1000));
+  return {
+    status: 200,
+    body: {
+      count: tokens.length,
+      max_model_len: 4096,
+      tokens,
+      token_strs: body.return_token_strs === true ? pieces : null,
+    },
+  };
+}
+
+/** `/detokenize`: a fake worker's text of token ids (`<id>` each), as vLLM shapes the answer. */
+export function detokenizeAnswer(body: Body): PoolingAnswer {
+  if (!Array.isArray(body.tokens)) return { status: 400, message: 'tokens: Field required' };
+  return { status: 200, body: { prompt: body.tokens.map((id) => `<${String(id)}>`).join('') } };
+}
