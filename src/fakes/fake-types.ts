@@ -129,4 +129,10 @@ export interface FakeWorkerOptions {
    * `prefixCache`. Needs the optional dependency `zeromq`.
    */
   kvCache?: FakeKvCacheOptions | undefined;
+  /**
+   * The LoRA adapters its `/metrics` reports, as vLLM with `--enable-lora` does
+   * (`vllm:lora_requests_info`): at most `max` in a batch, those `running` and `waiting`. Any
+   * adapter named in `model` is served all the same (a fake has no weights to load).
+   */
+  lora?: { max: number; running?: readonly string[]; waiting?: readonly string[] } | undefined;
 }

@@ -5,6 +5,7 @@
 import { describeValue } from '../util/describe-value.js';
 import { type FilterSetting, filterPlugin } from './filter-plugins.js';
 import { engineQueueScorer, kvPrefixScorer, kvUsageScorer } from './kv-prefix.js';
+import { loraAffinityScorer } from './lora-affinity.js';
 import { type PickerSetting, pickerPlugin } from './picker-plugins.js';
 import { pluginNamed, type RoutingPlugin, readParams, withDefaults } from './plugin-params.js';
 import type { RoutingPolicy } from './routing-policy.js';
@@ -98,6 +99,13 @@ export const SCORERS: readonly ScorerPlugin[] = [
     params: [],
     consumes: { 'engine-load': 'required' },
     create: (_params, services) => kvUsageScorer(needed(services.engineLoad, 'kv-usage', ENGINE_LOAD)),
+  },
+  {
+    name: 'lora-affinity',
+    help: "the worker running the request's LoRA adapter (its model), else one with room to load it (vLLM's vllm:lora_requests_info)",
+    params: [],
+    consumes: { 'engine-load': 'required' },
+    create: (_params, services) => loraAffinityScorer(needed(services.engineLoad, 'lora-affinity', ENGINE_LOAD)),
   },
 ];
 

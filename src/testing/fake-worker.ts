@@ -389,6 +389,12 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       `# TYPE ${names.kvUsage} gauge`,
       `${names.kvUsage}{${model}} ${usage}`,
     ];
+    const { lora } = this.options;
+    if (lora !== undefined && names.loraInfo !== undefined) {
+      // As vLLM: the value is when the series was set (the latest one wins).
+      const labels = `max_lora="${lora.max}",running_lora_adapters="${(lora.running ?? []).join(',')}",waiting_lora_adapters="${(lora.waiting ?? []).join(',')}"`;
+      lines.push(`# TYPE ${names.loraInfo} gauge`, `${names.loraInfo}{${labels}} ${Date.now() / 1000}`);
+    }
     res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
     res.end(`${lines.join('\n')}\n`);
   }

@@ -211,6 +211,7 @@ describe('what plugins consume, declared', () => {
       'kv-prefix': { 'kv-index': 'required', tokens: 'optional' },
       queue: { 'engine-load': 'required' },
       'kv-usage': { 'engine-load': 'required' },
+      'lora-affinity': { 'engine-load': 'required' },
     });
   });
 

@@ -20,6 +20,7 @@ export const VLLM_LOAD_METRICS: EngineLoadMetrics = Object.freeze({
   waiting: 'vllm:num_requests_waiting',
   running: 'vllm:num_requests_running',
   kvUsage: 'vllm:kv_cache_usage_perc',
+  loraInfo: 'vllm:lora_requests_info',
 });
 
 /** vLLM on the wire: its name (what `--connector` takes), handoff and load metrics. */
