@@ -40,6 +40,8 @@ export interface PoolPair {
 export interface ModelPool extends PoolPair {
   /** The model (the body's `model`) this pool serves; undefined: any model no other pool names. */
   readonly model: string | undefined;
+  /** Every model name this pool serves, when more than `model` (its aliases, an embedding model beside a chat model). */
+  readonly models?: readonly string[] | undefined;
   /** The engine its workers run (`--connector`). */
   readonly engine: EngineName;
   /** How a request crosses from this pool's prefill to its decode workers. */
@@ -76,9 +78,12 @@ export class PoolSet {
       if (pool.model === undefined) {
         if (fallback !== undefined) throw new TypeError('Two pools serve any model: at most one may leave model out');
         fallback = pool;
-      } else if (this.#byModel.has(pool.model)) {
-        throw new TypeError(`Two pools serve the model ${JSON.stringify(pool.model)}`);
-      } else this.#byModel.set(pool.model, pool);
+      } else {
+        for (const model of pool.models ?? [pool.model]) {
+          if (this.#byModel.has(model)) throw new TypeError(`Two pools serve the model ${JSON.stringify(model)}`);
+          this.#byModel.set(model, pool);
+        }
+      }
     }
     this.#pools = Object.freeze([...pools]);
     this.#fallback = fallback;
@@ -91,6 +96,16 @@ export class PoolSet {
    */
   poolFor(model: unknown): ModelPool | undefined {
     return (typeof model === 'string' ? this.#byModel.get(model) : undefined) ?? this.#fallback;
+  }
+
+  /** The models pools are named for, in the order they were given (a pool that serves any model names none). */
+  named(): string[] {
+    return [...this.#byModel.keys()];
+  }
+
+  /** Whether some pool serves a model no other pool names. */
+  get servesAny(): boolean {
+    return this.#fallback !== undefined;
   }
 
   /** Every pool, in the order they were given. */

@@ -4,13 +4,12 @@ import type { Dispatcher } from 'undici';
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
-import { engineOf } from '../engines/registry.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
-import { Scheduler } from '../routing/scheduler.js';
-import { WorkerPool } from '../routing/worker-pool.js';
+import { mergeConsumption } from '../routing/services.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
 import { RedisWindows } from '../tenancy/redis-windows.js';
@@ -26,12 +25,13 @@ import { registerKvMetrics } from './kv-metrics.js';
 import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
+import { modelPool, policiesOf } from './model-pools.js';
 import type { Route } from './openai-format.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
 import { ResponseHomes } from './response-homes.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
-import { conditionalAggregation, consumedBy, poolSelection, routingServices } from './routing-policies.js';
+import { consumedBy, routingServices } from './routing-policies.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import { checkWorker } from './settings/workers.js';
@@ -116,10 +116,14 @@ export class ProxyCore implements ProxyState {
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
     const { dispatcher } = this;
-    const { workerApiKey, routing } = options;
+    const { workerApiKey } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    // The proxy feeds what the configured policies declare they read, never by their names.
-    const consumed = consumedBy(options);
+    // The proxy feeds what the configured policies declare they read, never by their names:
+    // the top level's and every pool's own.
+    const consumed = mergeConsumption([
+      consumedBy(options),
+      ...options.pools.map((pool) => consumedBy(policiesOf(options, pool))),
+    ]);
     this.#routesOnBlocks = consumed.tokens !== undefined;
     this.kv = new KvFollower({
       ...options.kvEvents,
@@ -129,24 +133,17 @@ export class ProxyCore implements ProxyState {
     });
     this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher, this.records);
     const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);
-    const prefill = new WorkerPool(options.prefill, { selection: poolSelection('prefill', options, services) });
-    const decodeSelection = poolSelection<ProxyDecodeWorker>('decode', options, services);
-    const decode = new WorkerPool(options.decode, { selection: decodeSelection });
-    // One pool that serves any model: the fleet of before, as the set's only entry.
-    const pool: ModelPool = {
-      model: undefined,
-      engine: options.connector,
-      connector: engineOf(options.connector).connector,
-      prefill,
-      decode,
-      scheduler: new Scheduler({
-        prefillWorkers: prefill,
-        decodeWorkers: decode,
-        noPrefillWorker: options.requireDisaggregation ? 'fail' : 'aggregate',
-      }),
-      skipPrefill: conditionalAggregation(routing, decode, decodeSelection),
-    };
-    this.pools = new PoolSet([pool]);
+    // The pools named for their models, then the top-level workers, the pool of every other
+    // model (the one pool of a proxy without `pools`); none without top-level workers.
+    const topLevel =
+      options.pools.length === 0 ||
+      options.decode.length > 0 ||
+      options.discovery.decodeDns !== undefined ||
+      options.discovery.decodeSelector !== undefined;
+    this.pools = new PoolSet([
+      ...options.pools.map((pool) => modelPool(options, services, pool)),
+      ...(topLevel ? [modelPool(options, services)] : []),
+    ]);
     this.tenants = new TenantDirectory({
       file: options.tenantsFile,
       header: options.tenantHeader,
@@ -228,9 +225,9 @@ export class ProxyCore implements ProxyState {
     return this.#onlyPool.decode;
   }
 
-  /** The pool the options built: the public API's two pools are its sides until it has several. */
+  /** The pool of every other model (the top-level workers), else the first: the public API's two pools are its sides. */
   get #onlyPool(): ModelPool {
-    return this.pools.all()[0] as ModelPool;
+    return this.pools.poolFor(undefined) ?? (this.pools.all()[0] as ModelPool);
   }
 
   /** The metrics port: `GET`/`HEAD /metrics` and nothing else (a 404 for any other path). */

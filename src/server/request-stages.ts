@@ -74,7 +74,7 @@ export const bodyStage: RequestStage = {
       request.body = await readRequestBody(req, proxy.options.maxBodyBytes, request.bodyText);
       validateRequest(endpoint, request.body, proxy.models);
       // The pool of the body's model, before any worker: a model no pool serves is a 404.
-      if (request.pool === undefined) return { refused: modelNotFound(request.body.model) };
+      if (request.pool === undefined) return { refused: modelNotFound(request.body.model, proxy.pools.named()) };
       return undefined;
     } catch (error) {
       if (RequestError.is(error) && error.status === 413) res.setHeader('connection', 'close');
@@ -95,17 +95,19 @@ export const bodyStage: RequestStage = {
 };
 
 /**
- * The 404 of a model no pool serves, in OpenAI's shape (its `model_not_found`). Only possible
- * once every pool names its model: a pool that serves any model answers the rest.
+ * The 404 of a model no pool serves, in OpenAI's shape (its `model_not_found`), naming the
+ * models served when given. Only possible once every pool names its model: a pool that serves
+ * any model answers the rest.
  *
  * @internal
  */
-export function modelNotFound(model: unknown): ErrorAnswer {
+export function modelNotFound(model: unknown, served: readonly string[] = []): ErrorAnswer {
+  const which = typeof model === 'string' ? `The model '${model}' does not exist` : 'The request names no model';
   return {
     status: 404,
     body: {
       error: {
-        message: typeof model === 'string' ? `The model '${model}' does not exist` : 'The request names no model',
+        message: served.length === 0 ? which : `${which}: this router serves ${served.join(', ')}`,
         type: 'invalid_request_error',
         param: 'model',
         code: 'model_not_found',

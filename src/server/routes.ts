@@ -11,7 +11,7 @@ import { joinUrl } from '../util/url.js';
 import { ADMIN_ROUTES } from './admin-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
 import { serveGeneration } from './completion.js';
-import { errorAnswer } from './error-answers.js';
+import { type ErrorAnswer, errorAnswer } from './error-answers.js';
 import { servePassthrough } from './passthrough.js';
 import type { ProxyState } from './proxy-state.js';
 import { RequestContext } from './request-context.js';
@@ -271,43 +271,64 @@ export async function answerMetrics(proxy: ProxyState, res: ServerResponse): Pro
 }
 
 /**
- * The model list (or one model, `GET /v1/models/{id}`) of a decode worker in rotation, passed
- * through as it answered: one model is asked of the pool that serves it; the list of the first
- * pool with a decode worker in rotation (the one pool today; merging several pools' lists is
- * the multi-model issue's).
+ * The model list of the decode workers in rotation (`GET /v1/models`), or one model of it
+ * (`GET /v1/models/{id}`, asked of the pool that serves it). With one pool, its first decode
+ * worker's answer as it came; with several, each pool's first decode worker in rotation asked,
+ * their lists merged (each model once, the first pool's entry; an adapter keeps its `parent`),
+ * a pool that cannot answer left out unless none can.
  */
 async function models(proxy: ProxyState, res: ServerResponse, id?: string): Promise<void> {
   const pools = id === undefined ? proxy.pools.all() : [proxy.pools.poolFor(id)].filter((pool) => pool !== undefined);
   if (pools.length === 0) {
-    const answer = modelNotFound(id);
+    const answer = modelNotFound(id, proxy.pools.named());
     return answerJson(res, answer.status, answer.body);
   }
-  const worker = pools.find((pool) => pool.decode.available.length > 0)?.decode.available[0];
-  if (worker === undefined) {
+  const workers = pools.flatMap((pool) => pool.decode.available.slice(0, 1));
+  if (workers.length === 0) {
     const known = pools.reduce((sum, pool) => sum + pool.decode.workers.length, 0);
     const answer = errorAnswer(new NoWorkerError(known));
     return answerJson(res, answer.status, answer.body);
   }
+  const asked = await Promise.all(workers.map((worker) => modelsOf(proxy, worker)));
+  const [first] = asked;
+  if (workers.length === 1 && first !== undefined && 'text' in first && (id === undefined || first.status !== 200)) {
+    res.writeHead(first.status, { 'content-type': 'application/json' });
+    res.end(first.text);
+    return;
+  }
+  const lists = asked.flatMap((each) => ('data' in each ? [each.data] : []));
+  if (lists.length === 0) {
+    const failed = asked.find((each) => 'error' in each) as { error: ErrorAnswer } | undefined;
+    const answer = failed?.error ?? errorAnswer(new NoWorkerError(workers.length));
+    return answerJson(res, answer.status, answer.body);
+  }
+  const merged = new Map<unknown, { id?: unknown }>();
+  for (const list of lists) for (const model of list) if (!merged.has(model.id)) merged.set(model.id, model);
+  if (id === undefined) return answerJson(res, 200, { object: 'list', data: [...merged.values()] });
+  // One model (the SDKs' models.retrieve), from the list: not every engine has the route.
+  const found = merged.get(id);
+  if (found !== undefined) return answerJson(res, 200, found);
+  const notFound = modelNotFound(id, proxy.pools.named());
+  answerJson(res, notFound.status, notFound.body);
+}
+
+/** What one worker says of its models: its list, its answer as it came when that is no list, or the failure to reach it. */
+async function modelsOf(
+  proxy: ProxyState,
+  worker: { url: string },
+): Promise<{ data: Array<{ id?: unknown }> } | { status: number; text: string } | { error: ErrorAnswer }> {
   try {
     const answer = await request(joinUrl(worker.url, '/v1/models'), {
       headers: proxy.workerHeaders,
       dispatcher: proxy.dispatcher,
     });
     const text = await answer.body.text();
-    if (id === undefined || answer.statusCode !== 200) {
-      res.writeHead(answer.statusCode, { 'content-type': 'application/json' });
-      res.end(text);
-      return;
-    }
-    // One model (the SDKs' models.retrieve), from the list: not every engine has the route.
-    const found = ((parseJson(text) as { data?: unknown })?.data as Array<{ id?: unknown }> | undefined)?.find(
-      (model) => model?.id === id,
-    );
-    if (found !== undefined) return answerJson(res, 200, found);
-    const notFound = modelNotFound(id);
-    answerJson(res, notFound.status, notFound.body);
+    const data = answer.statusCode === 200 ? (parseJson(text) as { data?: unknown } | undefined)?.data : undefined;
+    // With one pool its answer goes on as it came; the list is read for a model or a merge.
+    return Array.isArray(data)
+      ? Object.assign({ data: data as Array<{ id?: unknown }> }, { status: 200, text })
+      : { status: answer.statusCode, text };
   } catch (error) {
-    const answer = errorAnswer(UpstreamError.fromFailure(worker.url, error), 'decode', (text) => proxy.redact(text));
-    answerJson(res, answer.status, answer.body);
+    return { error: errorAnswer(UpstreamError.fromFailure(worker.url, error), 'decode', (text) => proxy.redact(text)) };
   }
 }

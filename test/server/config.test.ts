@@ -30,6 +30,7 @@ describe('disagg serve configuration', () => {
       connector: 'vllm',
       prefill: [{ url: 'http://p0:8100' }, { url: 'http://p1:8100' }],
       decode: [{ url: 'http://d0:8200' }, { url: 'http://d1:8200' }],
+      pools: [],
       bootstrapPort: 8998,
       adminKey: undefined,
       apiKey: undefined,

@@ -116,7 +116,7 @@ describe('a model no pool serves', () => {
         status: 404,
         body: {
           error: {
-            message: "The model 'mistral' does not exist",
+            message: "The model 'mistral' does not exist: this router serves llama, qwen",
             type: 'invalid_request_error',
             param: 'model',
             code: 'model_not_found',

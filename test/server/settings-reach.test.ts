@@ -39,6 +39,7 @@ function sample(setting: Setting): string {
     'abc',
     'prefix:2',
     'low-queue',
+    '[{"model":"small","decode":["http://s.example:8000"]}]',
   ]) {
     try {
       if (!isDeepStrictEqual(setting.parse(text), setting.default)) return text;

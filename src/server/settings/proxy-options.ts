@@ -12,6 +12,7 @@ import type { ScorerSetting } from '../../routing/plugins.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyOption } from '../custom-parts.js';
 import type { TracerLike } from '../tracing.js';
+import type { ProxyPoolOption } from './pool-entries.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 
 /**
@@ -25,10 +26,20 @@ export interface ProxyOptions {
    * TensorRT-LLM context first (sequential).
    */
   connector: EngineName;
-  /** The prefill workers at start; may be empty when `discovery` finds them. */
-  prefill: readonly ProxyPrefillWorker[];
-  /** The decode workers at start; may be empty when `discovery` finds them. */
-  decode: readonly ProxyDecodeWorker[];
+  /**
+   * The prefill workers at start; may be empty when `discovery` finds them. With `pools`, the
+   * top-level workers (if any) are the pool of every model no pool names.
+   */
+  prefill?: readonly ProxyPrefillWorker[] | undefined;
+  /** The decode workers at start; may be empty when `discovery` finds them, or with `pools`. */
+  decode?: readonly ProxyDecodeWorker[] | undefined;
+  /**
+   * More pools, one per model: each with the model names its clients send, its own workers,
+   * and its engine and policies where they differ from the top level's. A request goes to the
+   * pool of its `model`; a model no pool names to the top-level workers, or, without them, is a
+   * 404 naming the models served. None by default.
+   */
+  pools?: readonly ProxyPoolOption[] | undefined;
   /**
    * Workers found at run time. `prefillDns`/`decodeDns`: a URL whose host name (a Kubernetes
    * headless Service, say) is resolved every `dnsIntervalMs` (10,000 by default); each address

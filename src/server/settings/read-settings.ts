@@ -1,5 +1,7 @@
 // The core both resolvers share: every row read from a source, parsed, defaulted, and the
 // rules between rows that no one row can check; then the groups shaped as the options hold them.
+
+import type { ResolvedPool } from './pool-entries.js';
 import { SETTINGS } from './rows.js';
 import { Problems, parseSetting, type Setting, type Source, setAt, valueAt } from './setting.js';
 import type { ResolvedProxyOptions } from './types.js';
@@ -25,10 +27,13 @@ export function readSettings(
     if (problems.count > before) refused.add(setting.key);
     if (value !== undefined) setAt(values, setting.key, value);
   }
-  // A worker's name is one worker, across both pools (the admin API and answers name it).
-  const named = (['prefill', 'decode'] as const).flatMap((role) =>
-    ((values[role] ?? []) as Array<{ name?: string }>).flatMap((worker) =>
-      worker.name === undefined ? [] : [worker.name],
+  // A worker's name is one worker, across every pool (the admin API and answers name it).
+  const pools = (values.pools ?? []) as ResolvedPool[];
+  const named = [values as { prefill?: unknown; decode?: unknown }, ...pools].flatMap((pool) =>
+    (['prefill', 'decode'] as const).flatMap((role) =>
+      ((pool[role] ?? []) as Array<{ name?: string }>).flatMap((worker) =>
+        worker.name === undefined ? [] : [worker.name],
+      ),
     ),
   );
   const twice = named.find((name, i) => named.indexOf(name) !== i);
@@ -40,8 +45,9 @@ export function readSettings(
     const list = (values[role] ?? []) as unknown[];
     values[role] = list;
     const found = valueAt(values, `discovery.${role}Dns`) ?? valueAt(values, `discovery.${role}Selector`);
-    // A list that was refused has said so already.
-    if (list.length === 0 && found === undefined && !refused.has(role)) {
+    // A list that was refused has said so already; with pools, the top level may have none.
+    const pooled = pools.length > 0 && (role === 'prefill' || (values.prefill as unknown[]).length === 0);
+    if (list.length === 0 && found === undefined && !refused.has(role) && !pooled) {
       problems.add(
         `--${role} is required: at least one worker URL (or --${role}-dns or --${role}-selector to find them)`,
       );

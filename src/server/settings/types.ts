@@ -1,5 +1,6 @@
 // The option types after resolution: every default applied (what the proxy reads), and what
 // `disagg serve` reads (the proxy's settings and its own).
+
 import type { Dispatcher } from 'undici';
 import type { Lookup } from '../../discovery/dns-discovery.js';
 import type { EngineName } from '../../engines/registry.js';
@@ -8,6 +9,7 @@ import type { PolicyName } from '../../routing/registry.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyFactory } from '../custom-parts.js';
 import type { TracerLike } from '../tracing.js';
+import type { ResolvedPool } from './pool-entries.js';
 import type { ProxyOptions } from './proxy-options.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 
@@ -43,8 +45,15 @@ export interface ResolvedProxyOptions
       | 'tokenizer'
       | 'migration'
       | 'engine'
+      | 'prefill'
+      | 'decode'
+      | 'pools'
     >
   > {
+  prefill: readonly ProxyPrefillWorker[];
+  decode: readonly ProxyDecodeWorker[];
+  /** More pools, one per model, as read (see `ProxyOptions.pools`). */
+  pools: readonly ResolvedPool[];
   /** As given, else `selection` (the name in force when a policy of your own replaces it). */
   prefillPolicy: PolicyName;
   decodePolicy: PolicyName;
@@ -98,6 +107,8 @@ export interface ServeConfig {
   connector: EngineName;
   prefill: ProxyPrefillWorker[];
   decode: ProxyDecodeWorker[];
+  /** More pools, one per model (see `ProxyOptions.pools`). */
+  pools: ResolvedPool[];
   bootstrapPort: number;
   host: string;
   port: number;

@@ -1,6 +1,7 @@
 // The workers at start: the engine, the two lists, SGLang's bootstrap port.
 import { ENGINE_NAMES, ENGINES } from '../../engines/registry.js';
 import { oneOf, port } from './parsers.js';
+import { parsePools } from './pool-entries.js';
 import { inGroup } from './setting.js';
 import { parseDecodeWorkers, parsePrefillWorkers } from './worker-entries.js';
 
@@ -30,6 +31,15 @@ export const WORKER_ROWS = inGroup('Workers', [
     help: 'decode workers (repeatable)',
     multiple: true,
     parse: parseDecodeWorkers,
+  },
+  {
+    key: 'pools',
+    flag: 'pools',
+    arg: 'JSON',
+    help: 'more pools, one per model: [{ model, decode, prefill?, connector?, prefillPolicy?, decodePolicy? }] (a file gives a list); the top-level workers serve every other model',
+    default: [],
+    shownDefault: 'none',
+    parse: parsePools,
   },
   {
     key: 'bootstrapPort',

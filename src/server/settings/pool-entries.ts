@@ -1,0 +1,120 @@
+// More pools, one per model (`pools:` in a settings file, `--pools` as JSON): each names the
+// models its clients ask for and its own workers, and may run another engine or other policies;
+// what a pool does not give comes from the top level. The top-level workers, when there are
+// any, are the pool of every other model.
+import { ENGINE_NAMES, type EngineName } from '../../engines/registry.js';
+import { POLICY_NAMES, type PolicyName } from '../../routing/registry.js';
+import { describeValue } from '../../util/describe-value.js';
+import { Invalid, withHint } from './setting.js';
+import {
+  type ProxyDecodeWorker,
+  type ProxyPrefillWorker,
+  parseDecodeWorkers,
+  parsePrefillWorkers,
+} from './worker-entries.js';
+
+/**
+ * One more pool of the fleet, as a program or a settings file writes it: the model names its
+ * clients use (`model`: one, or a list: an embedding model beside its chat model, a model's
+ * aliases), its decode workers and, for disaggregation, its prefill workers (none: every
+ * request served on decode alone, as for an embedding or a small model), its engine and its
+ * policies (the top level's by default).
+ *
+ * @example
+ * const pools: ProxyPoolOption[] = [
+ *   { model: 'big', prefill: ['http://p0:8100'], decode: ['http://d0:8200'] },
+ *   { model: ['small', 'embed'], decode: ['http://s0:8000'] },
+ * ];
+ */
+export interface ProxyPoolOption {
+  model: string | readonly string[];
+  decode: string | ReadonlyArray<string | ProxyDecodeWorker>;
+  prefill?: string | ReadonlyArray<string | ProxyPrefillWorker> | undefined;
+  connector?: EngineName | undefined;
+  prefillPolicy?: PolicyName | undefined;
+  decodePolicy?: PolicyName | undefined;
+}
+
+/** A pool as the proxy builds it: its models, its workers, and what it gives of its own. */
+export interface ResolvedPool {
+  /** Every model name the pool serves. */
+  readonly model: readonly string[];
+  readonly prefill: ProxyPrefillWorker[];
+  readonly decode: ProxyDecodeWorker[];
+  readonly connector: EngineName | undefined;
+  readonly prefillPolicy: PolicyName | undefined;
+  readonly decodePolicy: PolicyName | undefined;
+}
+
+const FIELDS = ['model', 'decode', 'prefill', 'connector', 'prefillPolicy', 'decodePolicy'];
+
+function oneOf<T extends string>(value: unknown, names: readonly T[], what: string, at: string): T | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === 'string' && (names as readonly string[]).includes(value)) return value as T;
+  throw new Invalid(
+    withHint(
+      `has a pool (${at}) whose ${what} is ${describeValue(value)}: expected one of ${names.join(', ')}`,
+      String(value),
+      names,
+    ),
+  );
+}
+
+/** The models a pool names: one name or a non-empty list of them, none empty. */
+function modelsOf(value: unknown, at: string): string[] {
+  const list = typeof value === 'string' ? [value] : Array.isArray(value) ? value : undefined;
+  if (list === undefined || list.length === 0 || !list.every((name) => typeof name === 'string' && name !== '')) {
+    throw new Invalid(
+      `has a pool (${at}) whose model is ${describeValue(value)}: give the model name its clients send, or a list of them`,
+    );
+  }
+  return list as string[];
+}
+
+/**
+ * The pools of a settings file's list (a flag's or variable's JSON): each checked, its workers
+ * read as `--prefill`/`--decode` read theirs; a model named by two pools is refused.
+ *
+ * @throws {Invalid} saying which pool and field is wrong, and what is expected.
+ */
+export function parsePools(value: unknown): ResolvedPool[] {
+  let list = value;
+  if (typeof value === 'string') {
+    try {
+      list = JSON.parse(value);
+    } catch {
+      throw new Invalid(`is not JSON: give a list of pools, [{"model": "...", "decode": ["http://..."]}]`);
+    }
+  }
+  if (!Array.isArray(list)) throw new Invalid(`takes a list of pools, got ${describeValue(list)}`);
+  const seen = new Map<string, number>();
+  return list.map((entry: unknown, index): ResolvedPool => {
+    const at = `#${index + 1}`;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
+      throw new Invalid(`has a pool (${at}) that is not an object: ${describeValue(entry)}`);
+    }
+    const pool = entry as Record<string, unknown>;
+    for (const field of Object.keys(pool)) {
+      if (!FIELDS.includes(field))
+        throw new Invalid(withHint(`has a pool (${at}) with an unknown field ${JSON.stringify(field)}`, field, FIELDS));
+    }
+    const models = modelsOf(pool.model, at);
+    for (const model of models) {
+      const other = seen.get(model);
+      if (other !== undefined)
+        throw new Invalid(`names the model ${JSON.stringify(model)} in two pools (#${other} and ${at})`);
+      seen.set(model, index + 1);
+    }
+    const decode = parseDecodeWorkers(pool.decode);
+    if (decode.length === 0)
+      throw new Invalid(`has a pool (${models[0]}) without decode workers: give it at least one`);
+    return {
+      model: models,
+      prefill: pool.prefill === undefined ? [] : parsePrefillWorkers(pool.prefill),
+      decode,
+      connector: oneOf(pool.connector, ENGINE_NAMES, 'connector', models[0] as string),
+      prefillPolicy: oneOf(pool.prefillPolicy, POLICY_NAMES, 'prefillPolicy', models[0] as string),
+      decodePolicy: oneOf(pool.decodePolicy, POLICY_NAMES, 'decodePolicy', models[0] as string),
+    };
+  });
+}

@@ -1,0 +1,122 @@
+// Many models behind one router: `pools`, one per model, through `disagg serve`'s core and the
+// openai client. Each model's requests reach only its pool's workers; /v1/models lists every
+// pool's; a model no pool serves is a 404 naming those served, before any worker.
+import OpenAI from 'openai';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ConfigError } from '../../src/server/options.js';
+import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
+import type { FakeWorker } from '../../src/testing/fake-worker.js';
+import { fakeWorkers } from '../support/http.js';
+
+const fakes = fakeWorkers();
+let proxies: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(proxies.map((proxy) => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 })));
+  proxies = [];
+});
+
+/** Three pools: `big` disaggregated on vLLM, `small` and `embed` each on one worker alone. */
+async function fleet() {
+  const bigPrefill = await fakes.start({ role: 'prefill', protocol: 'vllm', model: 'big' });
+  const bigDecode = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'big', tokens: 3 });
+  const small = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'small', tokens: 2 });
+  const embed = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'embed' });
+  const proxy = createProxy({
+    connector: 'vllm',
+    pools: [
+      { model: 'big', prefill: [bigPrefill.url], decode: [bigDecode.url] },
+      { model: 'small', decode: [small.url], decodePolicy: 'round-robin' },
+      { model: ['embed'], decode: [{ url: embed.url, name: 'embedder' }] },
+    ],
+  });
+  proxies.push(proxy);
+  const url = await proxy.listen(0, '127.0.0.1');
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const paths = (worker: FakeWorker) => worker.requests.map((record) => `${record.path} ${String(record.body.model)}`);
+  return { url, client, bigPrefill, bigDecode, small, embed, paths };
+}
+
+describe('pools per model: one router in front of several models', () => {
+  it("each model's chat, completions and embeddings reach only its pool's workers, disaggregated where the pool has prefill workers", async () => {
+    const { client, bigPrefill, bigDecode, small, embed, paths } = await fleet();
+    const bigChat = await client.chat.completions
+      .create({ model: 'big', messages: [{ role: 'user', content: 'Hi' }] })
+      .withResponse();
+    expect(bigChat.data.choices[0]?.message.content).toBe('tok0 tok1 tok2 ');
+    expect(bigChat.response.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
+    await client.completions.create({ model: 'big', prompt: 'Hi', max_tokens: 2 });
+    const smallChat = await client.chat.completions
+      .create({ model: 'small', messages: [{ role: 'user', content: 'Hi' }] })
+      .withResponse();
+    expect(smallChat.response.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+    await client.completions.create({ model: 'small', prompt: 'Hi', max_tokens: 2 });
+    const vectors = await client.embeddings.create({ model: 'embed', input: ['one', 'two'] });
+    expect(vectors.data).toHaveLength(2);
+    expect(paths(bigPrefill)).toEqual(['/v1/chat/completions big', '/v1/completions big']);
+    expect(paths(bigDecode)).toEqual(['/v1/chat/completions big', '/v1/completions big']);
+    expect(paths(small)).toEqual(['/v1/chat/completions small', '/v1/completions small']);
+    expect(paths(embed)).toEqual(['/v1/embeddings embed']);
+  });
+
+  it("/v1/models lists every pool's models; one model is asked of its pool", async () => {
+    const { client } = await fleet();
+    const listed = await client.models.list();
+    expect(listed.data.map((model) => model.id).sort()).toEqual(['big', 'embed', 'small']);
+    expect((await client.models.retrieve('small')).id).toBe('small');
+  });
+
+  it('a model no pool serves is a 404 naming those served, before any worker', async () => {
+    const { client, bigPrefill, bigDecode, small, embed } = await fleet();
+    const error = await client.chat.completions
+      .create({ model: 'huge', messages: [{ role: 'user', content: 'Hi' }] })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((error as Error).message).toContain("The model 'huge' does not exist: this router serves big, small, embed");
+    expect((error as InstanceType<typeof OpenAI.NotFoundError>).code).toBe('model_not_found');
+    const retrieved = await client.models.retrieve('huge').catch((e: unknown) => e);
+    expect(retrieved).toBeInstanceOf(OpenAI.NotFoundError);
+    for (const worker of [bigPrefill, bigDecode, small, embed]) expect(worker.requests).toEqual([]);
+  });
+
+  it('the top-level workers serve every model no pool names', async () => {
+    const other = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 1 });
+    const otherPrefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const small = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'small', tokens: 1 });
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: otherPrefill.url }],
+      decode: [{ url: other.url }],
+      pools: [{ model: 'small', decode: [small.url] }],
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    await client.completions.create({ model: 'anything', prompt: 'Hi', max_tokens: 1 });
+    await client.completions.create({ model: 'small', prompt: 'Hi', max_tokens: 1 });
+    expect(other.requests.map((record) => record.body.model)).toEqual(['anything']);
+    expect(small.requests.map((record) => record.body.model)).toEqual(['small']);
+  });
+
+  it('a pool that does not check is one line naming it: no model, no decode worker, an unknown field, a model twice', () => {
+    const refusal = (pools: unknown) => {
+      try {
+        createProxy({ connector: 'vllm', pools: pools as never });
+        return undefined;
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigError);
+        return (error as Error).message;
+      }
+    };
+    expect(refusal([{ decode: ['http://d:8000'] }])).toContain('has a pool (#1) whose model is undefined');
+    expect(refusal([{ model: 'm', decode: [] }])).toContain('has a pool (m) without decode workers');
+    expect(refusal([{ model: 'm', decode: ['http://d:8000'], decodePolicey: 'x' }])).toContain(
+      'unknown field "decodePolicey"; did you mean "decodePolicy"?',
+    );
+    expect(
+      refusal([
+        { model: 'm', decode: ['http://d:8000'] },
+        { model: ['n', 'm'], decode: ['http://e:8000'] },
+      ]),
+    ).toContain('names the model "m" in two pools (#1 and #2)');
+  });
+});
