@@ -1,4 +1,4 @@
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Registry } from 'prom-client';
 import type { FlowEvent } from '../flow/events.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { type CircuitState, FleetMetrics, type Named } from './fleet-metrics.js';
@@ -23,6 +23,7 @@ export class ProxyMetrics {
   readonly #tenancy: TenancyMetrics;
   readonly #fleet: FleetMetrics;
   readonly #kvPrediction: KvPredictionMetrics;
+  readonly #rewrites: Counter;
 
   constructor(
     /** The fleet, or one pool's two sides. */
@@ -49,6 +50,17 @@ export class ProxyMetrics {
       circuitOf,
     });
     this.#kvPrediction = new KvPredictionMetrics(registers);
+    this.#rewrites = new Counter({
+      name: 'disagg_model_rewrites_total',
+      help: 'Requests whose model a rewrite rule sent as one of its targets (a canary), by the model asked for and the target chosen (the configured names only)',
+      labelNames: ['model', 'target'],
+      registers,
+    });
+  }
+
+  /** A request for `model` was sent as `target` by a rewrite rule. */
+  modelRewritten(model: string, target: string): void {
+    this.#rewrites.inc({ model, target });
   }
 
   /** See {@link RequestMetrics.tokens}. */

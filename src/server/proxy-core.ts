@@ -26,6 +26,7 @@ import { Membership } from './membership.js';
 import { ProxyMetrics } from './metrics.js';
 import { ServedModels } from './model-limits.js';
 import { modelPool, policiesOf } from './model-pools.js';
+import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
@@ -86,6 +87,7 @@ export class ProxyCore implements ProxyState {
    * forgotten once, when it has left.
    */
   readonly records = new WorkerRecords<ProxyPrefillWorker | ProxyDecodeWorker>();
+  readonly rewrites: ModelRewrites;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
@@ -140,6 +142,7 @@ export class ProxyCore implements ProxyState {
       options.decode.length > 0 ||
       options.discovery.decodeDns !== undefined ||
       options.discovery.decodeSelector !== undefined;
+    this.rewrites = new ModelRewrites(options.rewrites);
     this.pools = new PoolSet([
       ...options.pools.map((pool) => modelPool(options, services, pool)),
       ...(topLevel ? [modelPool(options, services)] : []),

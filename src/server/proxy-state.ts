@@ -10,6 +10,7 @@ import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
 import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
+import type { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
 import type { PoolSet } from './pool-set.js';
 import type { ModelLimits } from './request-schemas.js';
@@ -78,6 +79,8 @@ export interface ProxyState {
   readonly tokenizer: TokenizerPool | undefined;
   /** Whether a routing policy reads the prompt's tokens (the engines' KV blocks): then every request is tokenized. */
   readonly routesOnTokens: boolean;
+  /** Models served as weighted targets (`rewrites`): applied in the body stage, before the pool is chosen. */
+  readonly rewrites: ModelRewrites;
   /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */
   readonly responseHomes: ResponseHomes<{ url: string }>;
   /** True once shutdown has begun: new requests are refused. */

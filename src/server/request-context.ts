@@ -103,6 +103,14 @@ export class RequestContext {
     return this.#pool.of;
   }
 
+  /** The request's session key, as routing reads it (its session header, an agent's, or the body's `user`), without building the routing input. */
+  get sessionKey(): string | undefined {
+    const own = sessionKeyOf(this.req.headers, this.proxy.options.routing.sessionHeader);
+    if (own !== undefined && own !== '') return own;
+    const { user } = this.body;
+    return typeof user === 'string' && user !== '' ? user : undefined;
+  }
+
   /**
    * The request as routing policies see it (its text, session key and token ids): built once;
    * a prefix key header stands in for the prompt's text; the session key is the session

@@ -73,6 +73,7 @@ export const bodyStage: RequestStage = {
     try {
       request.body = await readRequestBody(req, proxy.options.maxBodyBytes, request.bodyText);
       validateRequest(endpoint, request.body, proxy.models);
+      rewriteModel(request);
       // The pool of the body's model, before any worker: a model no pool serves is a 404.
       if (request.pool === undefined) return { refused: modelNotFound(request.body.model, proxy.pools.named()) };
       return undefined;
@@ -93,6 +94,22 @@ export const bodyStage: RequestStage = {
     }
   },
 };
+
+/**
+ * A rewrite rule's model sent as one of its targets (the body's `model` rewritten, nothing
+ * else), the session's own target where the request names its session; counted.
+ */
+function rewriteModel(request: RequestContext): void {
+  const { proxy, body } = request;
+  if (!proxy.rewrites.any) return;
+  const target = proxy.rewrites.targetFor(body.model, request.sessionKey);
+  if (target === undefined || target === body.model) {
+    if (target !== undefined) proxy.metrics.modelRewritten(body.model as string, target);
+    return;
+  }
+  proxy.metrics.modelRewritten(body.model as string, target);
+  request.body = { ...body, model: target };
+}
 
 /**
  * The 404 of a model no pool serves, in OpenAI's shape (its `model_not_found`), naming the

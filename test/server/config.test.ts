@@ -31,6 +31,7 @@ describe('disagg serve configuration', () => {
       prefill: [{ url: 'http://p0:8100' }, { url: 'http://p1:8100' }],
       decode: [{ url: 'http://d0:8200' }, { url: 'http://d1:8200' }],
       pools: [],
+      rewrites: [],
       bootstrapPort: 8998,
       adminKey: undefined,
       apiKey: undefined,

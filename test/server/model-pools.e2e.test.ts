@@ -97,6 +97,60 @@ describe('pools per model: one router in front of several models', () => {
     expect(small.requests.map((record) => record.body.model)).toEqual(['small']);
   });
 
+  it("a weighted canary splits sessions by its weights, each session on one target, the body's model rewritten and counted", async () => {
+    const stable = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v1', tokens: 1 });
+    const next = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v2', tokens: 1 });
+    const proxy = createProxy({
+      connector: 'vllm',
+      pools: [
+        { model: 'chat-v1', decode: [stable.url] },
+        { model: 'chat-v2', decode: [next.url] },
+      ],
+      rewrites: [
+        {
+          model: 'chat',
+          targets: [
+            { model: 'chat-v1', weight: 80 },
+            { model: 'chat-v2', weight: 20 },
+          ],
+        },
+      ],
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const sessions = 300;
+    const targetOf = new Map<string, Set<string>>();
+    for (let turn = 0; turn < 2; turn++) {
+      for (let i = 0; i < sessions; i++) {
+        const answer = await fetch(`${url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-session-id': `s${i}` },
+          body: JSON.stringify({ model: 'chat', prompt: 'Hi', max_tokens: 1 }),
+        });
+        const body = (await answer.json()) as { model: string };
+        const seen = targetOf.get(`s${i}`) ?? new Set();
+        seen.add(body.model);
+        targetOf.set(`s${i}`, seen);
+      }
+    }
+    // Each session on one target, both turns.
+    expect([...targetOf.values()].every((seen) => seen.size === 1)).toBe(true);
+    const onNext = [...targetOf.values()].filter((seen) => seen.has('chat-v2')).length;
+    expect(Math.abs(onNext / sessions - 0.2)).toBeLessThan(0.06);
+    // The workers were asked for their own model: the body's model rewritten, nothing else.
+    expect(next.requests.every((record) => record.body.model === 'chat-v2' && record.body.prompt === 'Hi')).toBe(true);
+    expect(stable.requests.length + next.requests.length).toBe(2 * sessions);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toContain(`disagg_model_rewrites_total{model="chat",target="chat-v2"} ${2 * onNext}`);
+    // A model no rule names goes as asked.
+    const direct = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-v2', prompt: 'Hi', max_tokens: 1 }),
+    });
+    expect(((await direct.json()) as { model: string }).model).toBe('chat-v2');
+  });
+
   it('a pool that does not check is one line naming it: no model, no decode worker, an unknown field, a model twice', () => {
     const refusal = (pools: unknown) => {
       try {

@@ -7,6 +7,7 @@ import { WorkerPool } from '../../src/routing/worker-pool.js';
 import type { HealthChecker } from '../../src/server/health.js';
 import { Membership } from '../../src/server/membership.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
+import { ModelRewrites } from '../../src/server/model-rewrites.js';
 import { type ModelPool, PoolSet } from '../../src/server/pool-set.js';
 import type { ProxyState } from '../../src/server/proxy-state.js';
 import { RequestContext } from '../../src/server/request-context.js';
@@ -95,6 +96,7 @@ describe('a model no pool serves', () => {
     const proxy = {
       options: { maxBodyBytes: 1 << 20, routing: { sessionHeader: 'x-session-id' } },
       models: { maxModelLen: () => undefined },
+      rewrites: new ModelRewrites([]),
       pools,
       logger,
     } as unknown as ProxyState;

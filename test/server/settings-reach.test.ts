@@ -40,6 +40,7 @@ function sample(setting: Setting): string {
     'prefix:2',
     'low-queue',
     '[{"model":"small","decode":["http://s.example:8000"]}]',
+    '[{"model":"chat","targets":[{"model":"chat-v2","weight":10}]}]',
   ]) {
     try {
       if (!isDeepStrictEqual(setting.parse(text), setting.default)) return text;

@@ -13,6 +13,7 @@ import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyOption } from '../custom-parts.js';
 import type { TracerLike } from '../tracing.js';
 import type { ProxyPoolOption } from './pool-entries.js';
+import type { ProxyRewriteOption } from './rewrite-entries.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 
 /**
@@ -40,6 +41,13 @@ export interface ProxyOptions {
    * 404 naming the models served. None by default.
    */
   pools?: readonly ProxyPoolOption[] | undefined;
+  /**
+   * Models served as weighted targets (a canary beside the stable version): a request for a
+   * rule's `model` is sent as one of its targets (the body's `model` rewritten), in proportion
+   * to their weights, the same session always to the same target; counted in
+   * `disagg_model_rewrites_total`. None by default.
+   */
+  rewrites?: readonly ProxyRewriteOption[] | undefined;
   /**
    * Workers found at run time. `prefillDns`/`decodeDns`: a URL whose host name (a Kubernetes
    * headless Service, say) is resolved every `dnsIntervalMs` (10,000 by default); each address

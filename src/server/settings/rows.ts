@@ -117,7 +117,9 @@ export type SettingRowsMatch = [
   Expect<Same<Misfits<ServeConfig, Row>, never>>,
   Expect<Same<Misfits<ResolvedProxyOptions, ProxyRow>, never>>,
   // A program may give more than a source can: read-only lists, policies of its own.
-  Expect<Same<Wider<ProxyOptions, ProxyRow>, 'prefill' | 'decode' | 'pools' | 'prefillPolicy' | 'decodePolicy'>>,
+  Expect<
+    Same<Wider<ProxyOptions, ProxyRow>, 'prefill' | 'decode' | 'pools' | 'rewrites' | 'prefillPolicy' | 'decodePolicy'>
+  >,
   // ServeConfig is public and says `string`, though the row takes pino's levels only.
   Expect<Same<Wider<ServeConfig, Row>, 'logLevel'>>,
   Expect<Same<DefaultedButOptional<ServeConfig, Row>, DeadlineKey>>,

@@ -11,6 +11,7 @@ import type { EngineHook, PolicyFactory } from '../custom-parts.js';
 import type { TracerLike } from '../tracing.js';
 import type { ResolvedPool } from './pool-entries.js';
 import type { ProxyOptions } from './proxy-options.js';
+import type { ProxyRewriteOption } from './rewrite-entries.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 
 /** {@link ProxyOptions} checked, with every default applied. */
@@ -48,8 +49,11 @@ export interface ResolvedProxyOptions
       | 'prefill'
       | 'decode'
       | 'pools'
+      | 'rewrites'
     >
   > {
+  /** Models served as weighted targets (see `ProxyOptions.rewrites`). */
+  rewrites: readonly ProxyRewriteOption[];
   prefill: readonly ProxyPrefillWorker[];
   decode: readonly ProxyDecodeWorker[];
   /** More pools, one per model, as read (see `ProxyOptions.pools`). */
@@ -109,6 +113,8 @@ export interface ServeConfig {
   decode: ProxyDecodeWorker[];
   /** More pools, one per model (see `ProxyOptions.pools`). */
   pools: ResolvedPool[];
+  /** Models served as weighted targets (see `ProxyOptions.rewrites`). */
+  rewrites: ProxyRewriteOption[];
   bootstrapPort: number;
   host: string;
   port: number;

@@ -2,6 +2,7 @@
 import { ENGINE_NAMES, ENGINES } from '../../engines/registry.js';
 import { oneOf, port } from './parsers.js';
 import { parsePools } from './pool-entries.js';
+import { parseRewrites } from './rewrite-entries.js';
 import { inGroup } from './setting.js';
 import { parseDecodeWorkers, parsePrefillWorkers } from './worker-entries.js';
 
@@ -40,6 +41,15 @@ export const WORKER_ROWS = inGroup('Workers', [
     default: [],
     shownDefault: 'none',
     parse: parsePools,
+  },
+  {
+    key: 'rewrites',
+    flag: 'rewrites',
+    arg: 'JSON',
+    help: 'models served as weighted targets (canaries): [{ model, targets: [{ model, weight }] }] (a file gives a list); a session stays on one target',
+    default: [],
+    shownDefault: 'none',
+    parse: parseRewrites,
   },
   {
     key: 'bootstrapPort',
