@@ -6,7 +6,8 @@ import { joinUrl } from '../util/url.js';
 import type { ModelLimits } from './request-schemas.js';
 
 /**
- * The context length of each model the decode workers serve, read from their `/v1/models`
+ * The context length of each model the decode workers serve, and the base of each LoRA adapter
+ * they list (`parent`), read from their `/v1/models`
  * (vLLM and SGLang report `max_model_len` per model): the smallest any worker reports, since a
  * request may land on any of them. Refreshed by `refresh()` (at start and on every round of
  * health probes); a worker that does not answer, or a model without the field, adds nothing,
@@ -16,6 +17,8 @@ import type { ModelLimits } from './request-schemas.js';
  */
 export class ServedModels implements ModelLimits {
   #limits = new Map<string, number>();
+  /** Each LoRA adapter the workers list, and its base model (vLLM's `parent`). */
+  #parents = new Map<string, string>();
   readonly #options: { headers: Record<string, string>; dispatcher: Dispatcher; logger: Logger };
 
   constructor(options: { headers: Record<string, string>; dispatcher: Dispatcher; logger: Logger }) {
@@ -31,9 +34,15 @@ export class ServedModels implements ModelLimits {
     return undefined;
   }
 
+  /** The base model of the LoRA adapter `model`, as the workers list it (`parent`); undefined for any other. */
+  baseOf(model: unknown): string | undefined {
+    return typeof model === 'string' ? this.#parents.get(model) : undefined;
+  }
+
   /** Asks each worker for its models, within `timeoutMs` each. */
   async refresh(workers: readonly { url: string }[], timeoutMs = 2000): Promise<void> {
     const limits = new Map<string, number>();
+    const parents = new Map<string, string>();
     await Promise.all(
       workers.map(async (worker) => {
         try {
@@ -46,8 +55,10 @@ export class ServedModels implements ModelLimits {
           if (answer.statusCode !== 200) return;
           const data = (parseJson(text) as { data?: unknown })?.data;
           if (!Array.isArray(data)) return;
-          for (const entry of data as Array<{ id?: unknown; max_model_len?: unknown }>) {
-            const { id, max_model_len: length } = entry ?? {};
+          for (const entry of data as Array<{ id?: unknown; max_model_len?: unknown; parent?: unknown }>) {
+            const { id, max_model_len: length, parent } = entry ?? {};
+            if (typeof id === 'string' && typeof parent === 'string' && parent !== '' && parent !== id)
+              parents.set(id, parent);
             if (typeof id !== 'string' || typeof length !== 'number' || !(length > 0)) continue;
             limits.set(id, Math.min(limits.get(id) ?? length, length));
           }
@@ -58,5 +69,6 @@ export class ServedModels implements ModelLimits {
     );
     // Kept when no worker answered: the last known limits stay better than none.
     if (limits.size > 0) this.#limits = limits;
+    if (limits.size > 0 || parents.size > 0) this.#parents = parents;
   }
 }

@@ -108,6 +108,11 @@ export class PoolSet {
     return this.#fallback !== undefined;
   }
 
+  /** The pool named for `model`, if one is (never the pool that serves any model). */
+  namedFor(model: unknown): ModelPool | undefined {
+    return typeof model === 'string' ? this.#byModel.get(model) : undefined;
+  }
+
   /** Every pool, in the order they were given. */
   all(): readonly ModelPool[] {
     return this.#pools;

@@ -99,7 +99,10 @@ export class RequestContext {
    * a handler past it always has one).
    */
   get pool(): ModelPool | undefined {
-    this.#pool ??= { of: this.proxy.pools.poolFor(this.body.model) };
+    const { pools, models } = this.proxy;
+    const { model } = this.body;
+    // A LoRA adapter no pool names is served by the pool of its base model.
+    this.#pool ??= { of: pools.namedFor(model) ?? pools.namedFor(models.baseOf?.(model)) ?? pools.poolFor(model) };
     return this.#pool.of;
   }
 

@@ -15,6 +15,8 @@ import { describeValue } from '../util/describe-value.js';
 export interface ModelLimits {
   /** The context length of `model` (or of the only model served, when the request names none). */
   maxModelLen(model: unknown): number | undefined;
+  /** The base model of the LoRA adapter `model`, where the workers say (their `/v1/models`' `parent`). */
+  baseOf?(model: unknown): string | undefined;
 }
 
 /**

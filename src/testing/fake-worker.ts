@@ -228,9 +228,18 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     if (req.method === 'GET' && path === '/v1/models') {
       const id = this.options.model ?? 'fake-model';
       const max_model_len = this.options.maxModelLen ?? 4096;
+      // As vLLM lists them: the base model, then each LoRA adapter with its `parent`.
+      const adapters = (this.options.lora?.running ?? []).map((name) => ({
+        id: name,
+        object: 'model',
+        owned_by: 'disagg-fake',
+        root: `/adapters/${name}`,
+        parent: id,
+        max_model_len,
+      }));
       return this.answerJson(res, 200, {
         object: 'list',
-        data: [{ id, object: 'model', owned_by: 'disagg-fake', max_model_len }],
+        data: [{ id, object: 'model', owned_by: 'disagg-fake', max_model_len }, ...adapters],
       });
     }
     if (path.startsWith('/v1/responses/') && this.#engine.routes.includes('/v1/responses')) {

@@ -65,6 +65,31 @@ describe('pools per model: one router in front of several models', () => {
     expect((await client.models.retrieve('small')).id).toBe('small');
   });
 
+  it("a LoRA adapter is served by the pool of its base, as the workers' /v1/models list it (parent)", async () => {
+    const base = await fakes.start({
+      role: 'decode',
+      protocol: 'vllm',
+      model: 'big',
+      lora: { max: 2, running: ['big-sql'] },
+    });
+    const other = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'small' });
+    const proxy = createProxy({
+      connector: 'vllm',
+      pools: [
+        { model: 'small', decode: [other.url] },
+        { model: 'big', decode: [base.url] },
+      ],
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const listed = await client.models.list();
+    expect(listed.data.find((model) => model.id === 'big-sql')).toMatchObject({ parent: 'big' });
+    await client.completions.create({ model: 'big-sql', prompt: 'SELECT', max_tokens: 1 });
+    expect(base.requests.map((record) => record.body.model)).toEqual(['big-sql']);
+    expect(other.requests).toEqual([]);
+  });
+
   it('a model no pool serves is a 404 naming those served, before any worker', async () => {
     const { client, bigPrefill, bigDecode, small, embed } = await fleet();
     const error = await client.chat.completions

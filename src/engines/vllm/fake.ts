@@ -120,6 +120,8 @@ export const fakeVllm: FakeProtocol = {
   handlerRefusal(worker, body) {
     const served = worker.options.model;
     if (served === undefined || body.model === undefined || body.model === served) return undefined;
+    // A LoRA adapter it lists is served too (vLLM's --lora-modules, or one loaded at run time).
+    if ((worker.options.lora?.running ?? []).includes(body.model as string)) return undefined;
     return { status: 404, message: `The model \`${String(body.model)}\` does not exist.` };
   },
 
