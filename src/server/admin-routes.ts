@@ -83,11 +83,20 @@ async function add(proxy: ProxyState, req: IncomingMessage, res: ServerResponse,
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new RequestError(400, `The body must be an object with role and url, got ${describeValue(body)}`);
   }
-  const { role, ...spec } = body as Record<string, unknown>;
+  const { role, model, ...spec } = body as Record<string, unknown>;
   if (role !== 'prefill' && role !== 'decode') {
     throw new RequestError(400, `role must be 'prefill' or 'decode', got ${describeValue(role)}`);
   }
+  // With pools, `model` says which pool the worker joins (any of the pool's model names).
+  const pool = model === undefined ? undefined : proxy.pools.namedFor(model);
+  if (model !== undefined && pool === undefined) {
+    const named = proxy.pools.named();
+    throw new RequestError(
+      400,
+      `No pool serves the model ${describeValue(model)}${named.length === 0 ? '' : `: pools serve ${named.join(', ')}`}`,
+    );
+  }
   const worker = checkWorker(role as Role, spec, proxy.options);
-  const view = await proxy.membership.add(role as Role, worker, 'admin');
+  const view = await proxy.membership.add(role as Role, worker, 'admin', pool);
   answerJson(res, 201, view);
 }

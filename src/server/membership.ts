@@ -4,7 +4,7 @@ import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { addressForms, trimSlash } from '../util/url.js';
 import type { HealthChecker } from './health.js';
-import { type AnyWorker, type Fleet, type PoolPair, pairsOf, type Role } from './pool-set.js';
+import { type AnyWorker, type Fleet, type PoolPair, PoolSet, pairsOf, type Role } from './pool-set.js';
 import type { ProxyPrefillWorker } from './settings/worker-entries.js';
 import { inFlightOf, type MembershipSource, stateOf, WorkerRecords } from './worker-records.js';
 
@@ -58,8 +58,10 @@ export class MembershipError extends DisaggError {
  * @internal
  */
 export class Membership {
-  /** The fleet's pools; the first is where added workers join. */
+  /** The fleet's pools; the first is where added workers join unless one serves any model. */
   readonly #pools: readonly PoolPair[];
+  /** The pool of every model no other pool names, if the fleet has one. */
+  readonly #anyModel: PoolPair | undefined;
   readonly #health: HealthChecker;
   readonly #logger: Logger;
   readonly #onChange: (role: Role, change: MembershipChange, source: MembershipSource) => void;
@@ -81,6 +83,7 @@ export class Membership {
   ) {
     this.#records = records;
     this.#pools = pairsOf(pools);
+    this.#anyModel = pools instanceof PoolSet ? pools.poolFor(undefined) : undefined;
     this.#health = health;
     this.#logger = logger;
     this.#onChange = onChange;
@@ -175,9 +178,10 @@ export class Membership {
    *
    * @throws {MembershipError} when its URL is already in the pool or its name is taken.
    */
-  async add(role: Role, worker: AnyWorker, source: MembershipSource): Promise<WorkerView> {
-    // The fleet's first pool: the only one until the admin API and discovery name a pool.
-    const joined = this.#pools[0] as PoolPair;
+  async add(role: Role, worker: AnyWorker, source: MembershipSource, into?: PoolPair): Promise<WorkerView> {
+    // The pool given (the admin API's `model`), else the one of every model no pool names (the
+    // top-level workers', where discovery finds them), else the fleet's first.
+    const joined = into ?? this.#anyModel ?? (this.#pools[0] as PoolPair);
     const pool = joined[role] as WorkerPool<AnyWorker>;
     const url = trimSlash(worker.url);
     const same = pool.workers.find((candidate) => trimSlash(candidate.url) === url);

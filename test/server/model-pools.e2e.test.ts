@@ -90,6 +90,38 @@ describe('pools per model: one router in front of several models', () => {
     expect(other.requests).toEqual([]);
   });
 
+  it('the admin API adds a worker to the pool of the model it names; a model no pool serves is a 400 listing them', async () => {
+    const small = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'small', tokens: 1 });
+    const big = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'big', tokens: 1 });
+    const more = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'small', tokens: 1 });
+    const proxy = createProxy({
+      connector: 'vllm',
+      adminKey: 'sk-admin-0001',
+      pools: [
+        { model: 'big', decode: [big.url] },
+        { model: 'small', decode: [small.url], decodePolicy: 'round-robin' },
+      ],
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const admin = (body: object) =>
+      fetch(`${url}/admin/workers`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer sk-admin-0001' },
+        body: JSON.stringify(body),
+      });
+    const added = await admin({ role: 'decode', url: more.url, model: 'small' });
+    expect(added.status).toBe(201);
+    const refused = await admin({ role: 'decode', url: 'http://127.0.0.1:1', model: 'huge' });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toBe(
+      'No pool serves the model "huge": pools serve big, small',
+    );
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    for (let i = 0; i < 4; i++) await client.completions.create({ model: 'small', prompt: 'Hi', max_tokens: 1 });
+    expect([small.requests.length, more.requests.length, big.requests.length]).toEqual([2, 2, 0]);
+  });
+
   it('a model no pool serves is a 404 naming those served, before any worker', async () => {
     const { client, bigPrefill, bigDecode, small, embed } = await fleet();
     const error = await client.chat.completions
