@@ -220,10 +220,11 @@ function ready(proxy: ProxyState, res: ServerResponse): void {
   const pools = proxy.pools.all().map((pool) => {
     const prefill = pool.prefill.available.length;
     const decode = pool.decode.available.length;
+    // A pool named for its models without prefill workers serves on decode alone by design.
     const reason =
       decode === 0
         ? 'no decode worker in rotation'
-        : prefill === 0 && required
+        : prefill === 0 && required && (pool.models === undefined || pool.prefill.workers.length > 0)
           ? 'no prefill worker in rotation (--require-disaggregation)'
           : undefined;
     return { model: pool.model ?? null, ready: reason === undefined, reason, prefill, decode };
