@@ -47,6 +47,11 @@ export class ModelRewrites {
     return [...this.#rules.entries()].flatMap(([model, rule]) => [model, ...rule.targets]);
   }
 
+  /** The targets of the rule of `model`, if a rule names it. */
+  targetsOf(model: unknown): readonly string[] | undefined {
+    return typeof model === 'string' ? this.#rules.get(model)?.targets : undefined;
+  }
+
   /** The target `model` is sent as for the session `sessionKey`; undefined when no rule names `model`. */
   targetFor(model: unknown, sessionKey: string | undefined): string | undefined {
     if (typeof model !== 'string') return undefined;

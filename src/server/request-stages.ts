@@ -1,4 +1,5 @@
-import { RequestError } from '../http/node-server.js';
+import { UnsupportedRequestError } from '../flow/request-shaping.js';
+import { headerValue, RequestError } from '../http/node-server.js';
 import { Controller } from '../runtime/controller.js';
 import type { OverLimit } from '../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
@@ -97,18 +98,46 @@ export const bodyStage: RequestStage = {
 
 /**
  * A rewrite rule's model sent as one of its targets (the body's `model` rewritten, nothing
- * else), the session's own target where the request names its session; counted.
+ * else): the one a trusted caller picked ({@link MODEL_REWRITE_HEADER}), else the session's own
+ * where the request names its session, else a draw; counted.
  */
 function rewriteModel(request: RequestContext): void {
   const { proxy, body } = request;
   if (!proxy.rewrites.any) return;
-  const target = proxy.rewrites.targetFor(body.model, request.sessionKey);
+  const target = chosenTarget(request) ?? proxy.rewrites.targetFor(body.model, request.sessionKey);
   if (target === undefined || target === body.model) {
     if (target !== undefined) proxy.metrics.modelRewritten(body.model as string, target);
     return;
   }
   proxy.metrics.modelRewritten(body.model as string, target);
   request.body = { ...body, model: target };
+}
+
+/**
+ * The header by which a trusted caller (a gateway, a test harness) picks a rewrite's target
+ * itself: honored from callers that may name a tenant (`--tenant-header-keys`; every caller
+ * without it), and only for one of the rule's targets.
+ */
+export const MODEL_REWRITE_HEADER = 'x-disagg-model-rewrite';
+
+/**
+ * The target the request's trusted caller picked, if it picked one.
+ *
+ * @throws {UnsupportedRequestError} for a target the rule of the body's model does not have.
+ */
+function chosenTarget(request: RequestContext): string | undefined {
+  const { proxy, body, req } = request;
+  const asked = headerValue(req.headers[MODEL_REWRITE_HEADER]);
+  if (asked === undefined || asked === '' || !proxy.tenants.trusts(req.headers)) return undefined;
+  const targets = proxy.rewrites.targetsOf(body.model);
+  if (targets === undefined) return undefined;
+  if (!targets.includes(asked)) {
+    throw new UnsupportedRequestError(
+      MODEL_REWRITE_HEADER,
+      `${MODEL_REWRITE_HEADER} names ${JSON.stringify(asked)}, which is no target of ${String(body.model)}: ${targets.join(', ')}`,
+    );
+  }
+  return asked;
 }
 
 /**

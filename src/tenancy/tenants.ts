@@ -229,6 +229,14 @@ export class TenantDirectory {
     return this.#table.defaultTenant;
   }
 
+  /**
+   * Whether the request comes from a trusted caller: one whose key may name a tenant
+   * (`--tenant-header-keys`; every caller when no such key is set), as a gateway in front does.
+   */
+  trusts(headers: Readonly<Record<string, string | string[] | undefined>>): boolean {
+    return this.#mayName(clientKey(headers));
+  }
+
   /** Stops looking at the file for changes. */
   close(): void {
     this.#stopWatch?.();

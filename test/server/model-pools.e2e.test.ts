@@ -208,6 +208,53 @@ describe('pools per model: one router in front of several models', () => {
     expect(((await direct.json()) as { model: string }).model).toBe('chat-v2');
   });
 
+  it("a trusted caller picks a rewrite's target with x-disagg-model-rewrite; an untrusted one's header is ignored", async () => {
+    const stable = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v1', tokens: 1 });
+    const next = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v2', tokens: 1 });
+    const proxy = createProxy({
+      connector: 'vllm',
+      // Only the gateway's key may name a tenant: it is the trusted caller.
+      tenantHeaderKeys: ['sk-gateway-0001'],
+      pools: [
+        { model: 'chat-v1', decode: [stable.url] },
+        { model: 'chat-v2', decode: [next.url] },
+      ],
+      rewrites: [
+        {
+          model: 'chat',
+          targets: [
+            { model: 'chat-v1', weight: 1 },
+            { model: 'chat-v2', weight: 0.000001 },
+          ],
+        },
+      ],
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const ask = async (headers: Record<string, string>) => {
+      const answer = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-session-id': 's1', ...headers },
+        body: JSON.stringify({ model: 'chat', prompt: 'Hi', max_tokens: 1 }),
+      });
+      return {
+        status: answer.status,
+        body: (await answer.json()) as { model?: string; error?: { message: string; param: string } },
+      };
+    };
+    expect((await ask({})).body.model).toBe('chat-v1');
+    const picked = await ask({ 'x-disagg-model-rewrite': 'chat-v2', authorization: 'Bearer sk-gateway-0001' });
+    expect(picked.body.model).toBe('chat-v2');
+    // Not the gateway: the header is not its to give.
+    expect((await ask({ 'x-disagg-model-rewrite': 'chat-v2', authorization: 'Bearer sk-other' })).body.model).toBe(
+      'chat-v1',
+    );
+    const wrong = await ask({ 'x-disagg-model-rewrite': 'gpt-9', authorization: 'Bearer sk-gateway-0001' });
+    expect(wrong.status).toBe(400);
+    expect(wrong.body.error).toMatchObject({ param: 'x-disagg-model-rewrite' });
+    expect(wrong.body.error?.message).toContain('"gpt-9", which is no target of chat: chat-v1, chat-v2');
+  });
+
   it('a pool that does not check is one line naming it: no model, no decode worker, an unknown field, a model twice', () => {
     const refusal = (pools: unknown) => {
       try {
