@@ -103,7 +103,12 @@ export {
   type EngineItem,
   type WireChunk,
 } from './protocol/annotated.js';
-export { type EngineLoad, type EngineLoadMetrics, readEngineLoad } from './protocol/engines/load-metrics.js';
+export {
+  type EngineLoad,
+  type EngineLoadMetrics,
+  type LoraState,
+  readEngineLoad,
+} from './protocol/engines/load-metrics.js';
 export { SGLANG_LOAD_METRICS } from './protocol/engines/sglang.js';
 export { VLLM_LOAD_METRICS } from './protocol/engines/vllm.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';

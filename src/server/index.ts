@@ -31,7 +31,9 @@ export {
   writeSse,
 } from './relay.js';
 export { type ModelLimits, validateRequest } from './request-schemas.js';
+export type { ProxyPoolOption, ResolvedPool } from './settings/pool-entries.js';
 export type { HandlerOptions, ProxyOptions } from './settings/proxy-options.js';
+export type { ProxyRewriteOption, RewriteTarget } from './settings/rewrite-entries.js';
 export type { ServeConfig } from './settings/types.js';
 export type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 export type { TracerLike } from './tracing.js';
