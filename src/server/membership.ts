@@ -140,18 +140,26 @@ export class Membership {
    * This membership as a discovery source changes it: what `source` put in each pool, adds
    * checked by `check` (the options module's rules), drains by URL.
    */
-  targetFor(source: MembershipSource, check: (role: Role, worker: DiscoveredWorker) => AnyWorker): MembershipTarget {
+  targetFor(
+    source: MembershipSource,
+    check: (role: Role, worker: DiscoveredWorker) => AnyWorker,
+    into?: PoolPair,
+  ): MembershipTarget {
+    // One source per pool: each sees, adds and drains its own pool's workers only.
+    const pool = into ?? this.#anyModel ?? (this.#pools[0] as PoolPair);
+    const mine = (role: Role) =>
+      this.workersFrom(role, source).filter((worker) => this.#records.get(worker)?.member?.pool === pool);
     return {
       current: (role) =>
-        this.workersFrom(role, source).map((worker) => ({
+        mine(role).map((worker) => ({
           url: worker.url,
           draining: this.#poolOf(role, worker).stateOf(worker) === 'draining',
         })),
       // A found worker's name is a wish: a pod re-created under its name while the old one
       // drains must still join (as `<name>-2`), not wait for the next change to the pods.
-      add: (role, worker) => this.add(role, check(role, this.#freeName(worker)), source),
+      add: (role, worker) => this.add(role, check(role, this.#freeName(worker)), source, pool),
       drain: (role, url) => {
-        const worker = this.workersFrom(role, source).find((candidate) => candidate.url === url);
+        const worker = mine(role).find((candidate) => candidate.url === url);
         if (worker !== undefined) this.drain(role, worker, source);
       },
     };

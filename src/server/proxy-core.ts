@@ -269,15 +269,34 @@ export class ProxyCore implements ProxyState {
     });
   }
 
-  /** The discovery sources the options ask for; started by `start()`. */
+  /** The discovery sources the options ask for, the top level's and each pool's; started by `start()`. */
   #discover(options: ResolvedProxyOptions): void {
+    const { discovery } = options;
+    this.#discoverInto(options, undefined, discovery);
+    for (const pool of options.pools) {
+      const into = this.pools.namedFor(pool.model[0]);
+      this.#discoverInto(options, into, {
+        prefillDns: pool.prefillDns,
+        decodeDns: pool.decodeDns,
+        prefillSelector: pool.prefillSelector,
+        decodeSelector: pool.decodeSelector,
+      });
+    }
+  }
+
+  /** The DNS and Kubernetes sources of one pool (`into`; the top level's when undefined). */
+  #discoverInto(
+    options: ResolvedProxyOptions,
+    into: ModelPool | undefined,
+    sources: Pick<ResolvedProxyOptions['discovery'], 'prefillDns' | 'decodeDns' | 'prefillSelector' | 'decodeSelector'>,
+  ): void {
     const { discovery } = options;
     const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number; name?: string }) =>
       checkWorker(role, worker.bootstrapPort === undefined && worker.name === undefined ? worker.url : worker, options);
-    const dnsTarget = this.membership.targetFor('dns', check);
-    const kubernetesTarget = this.membership.targetFor('kubernetes', check);
+    const dnsTarget = this.membership.targetFor('dns', check, into);
+    const kubernetesTarget = this.membership.targetFor('kubernetes', check, into);
     for (const role of ['prefill', 'decode'] as const) {
-      const url = discovery[`${role}Dns`];
+      const url = sources[`${role}Dns`];
       if (url !== undefined) {
         const lookup = options.dnsLookup;
         this.#discoveries.push(
@@ -291,7 +310,7 @@ export class ProxyCore implements ProxyState {
           }),
         );
       }
-      const selector = discovery[`${role}Selector`];
+      const selector = sources[`${role}Selector`];
       if (selector !== undefined) {
         this.#discoveries.push(
           new KubernetesDiscovery({

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/server/options.js';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorker } from '../../src/testing/fake-worker.js';
-import { fakeWorkers } from '../support/http.js';
+import { eventuallyAsync, fakeWorkers } from '../support/http.js';
 
 const fakes = fakeWorkers();
 let proxies: ProxyServer[] = [];
@@ -255,6 +255,44 @@ describe('pools per model: one router in front of several models', () => {
     expect(wrong.body.error?.message).toContain('"gpt-9", which is no target of chat: chat-v1, chat-v2');
   });
 
+  it("each pool finds its own workers (decodeDns per pool), and no pool's source drains another's", async () => {
+    let lookups = 0;
+    const big = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'big', tokens: 1 });
+    const small = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'small', tokens: 1 });
+    const proxy = createProxy({
+      connector: 'vllm',
+      discovery: { dnsIntervalMs: 10 },
+      pools: [
+        { model: 'big', decodeDns: `http://big-decode.llm.svc:${big.port}` },
+        { model: 'small', decodeDns: `http://small-decode.llm.svc:${small.port}` },
+      ],
+      // Both names resolve to loopback: each pool's port tells its worker apart.
+      dnsLookup: async () => {
+        lookups++;
+        return [{ address: '127.0.0.1' }];
+      },
+      adminKey: 'sk-admin-0001',
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const listed = async () => {
+      const answer = await fetch(`${url}/admin/workers`, { headers: { authorization: 'Bearer sk-admin-0001' } });
+      const { decode } = (await answer.json()) as { decode: Array<{ url: string; state: string }> };
+      return JSON.stringify(decode.map((worker) => `${worker.url} ${worker.state}`).sort());
+    };
+    const both = JSON.stringify([`${big.url} ready`, `${small.url} ready`].sort());
+    await eventuallyAsync(async () => (await listed()) === both, 'each pool found its worker');
+    // Many rounds of both sources later, each worker is still in its own pool, in rotation.
+    const after = lookups;
+    await eventuallyAsync(async () => lookups > after + 20, 'more rounds of both sources');
+    expect(await listed()).toBe(both);
+    await client.completions.create({ model: 'big', prompt: 'Hi', max_tokens: 1 });
+    await client.completions.create({ model: 'small', prompt: 'Hi', max_tokens: 1 });
+    expect(big.requests.map((record) => record.body.model)).toEqual(['big']);
+    expect(small.requests.map((record) => record.body.model)).toEqual(['small']);
+  });
+
   it('a pool that does not check is one line naming it: no model, no decode worker, an unknown field, a model twice', () => {
     const refusal = (pools: unknown) => {
       try {
@@ -266,7 +304,9 @@ describe('pools per model: one router in front of several models', () => {
       }
     };
     expect(refusal([{ decode: ['http://d:8000'] }])).toContain('has a pool (#1) whose model is undefined');
-    expect(refusal([{ model: 'm', decode: [] }])).toContain('has a pool (m) without decode workers');
+    expect(refusal([{ model: 'm', decode: [] }])).toContain(
+      'has a pool (m) without decode workers: give it at least one (or decodeDns or decodeSelector to find them)',
+    );
     expect(refusal([{ model: 'm', decode: ['http://d:8000'], decodePolicey: 'x' }])).toContain(
       'unknown field "decodePolicey"; did you mean "decodePolicy"?',
     );

@@ -28,8 +28,15 @@ import {
  */
 export interface ProxyPoolOption {
   model: string | readonly string[];
-  decode: string | ReadonlyArray<string | ProxyDecodeWorker>;
+  /** Its decode workers at start; may be empty when `decodeDns` or `decodeSelector` finds them. */
+  decode?: string | ReadonlyArray<string | ProxyDecodeWorker> | undefined;
   prefill?: string | ReadonlyArray<string | ProxyPrefillWorker> | undefined;
+  /** Its workers found by DNS, as `discovery.prefillDns`/`decodeDns` find the top level's. */
+  prefillDns?: string | undefined;
+  decodeDns?: string | undefined;
+  /** Its pods found by label (Kubernetes), as `discovery.prefillSelector`/`decodeSelector`, in the top level's namespace and ports. */
+  prefillSelector?: string | undefined;
+  decodeSelector?: string | undefined;
   connector?: EngineName | undefined;
   prefillPolicy?: PolicyName | undefined;
   decodePolicy?: PolicyName | undefined;
@@ -41,12 +48,34 @@ export interface ResolvedPool {
   readonly model: readonly string[];
   readonly prefill: ProxyPrefillWorker[];
   readonly decode: ProxyDecodeWorker[];
+  readonly prefillDns: string | undefined;
+  readonly decodeDns: string | undefined;
+  readonly prefillSelector: string | undefined;
+  readonly decodeSelector: string | undefined;
   readonly connector: EngineName | undefined;
   readonly prefillPolicy: PolicyName | undefined;
   readonly decodePolicy: PolicyName | undefined;
 }
 
-const FIELDS = ['model', 'decode', 'prefill', 'connector', 'prefillPolicy', 'decodePolicy'];
+const FIELDS = [
+  'model',
+  'decode',
+  'prefill',
+  'prefillDns',
+  'decodeDns',
+  'prefillSelector',
+  'decodeSelector',
+  'connector',
+  'prefillPolicy',
+  'decodePolicy',
+];
+
+/** A pool's discovery field: a non-empty string, or absent. */
+function sourceOf(value: unknown, field: string, at: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === 'string' && value !== '') return value;
+  throw new Invalid(`has a pool (${at}) whose ${field} is ${describeValue(value)}: a non-empty string`);
+}
 
 function oneOf<T extends string>(value: unknown, names: readonly T[], what: string, at: string): T | undefined {
   if (value === undefined) return undefined;
@@ -105,13 +134,23 @@ export function parsePools(value: unknown): ResolvedPool[] {
         throw new Invalid(`names the model ${JSON.stringify(model)} in two pools (#${other} and ${at})`);
       seen.set(model, index + 1);
     }
-    const decode = parseDecodeWorkers(pool.decode);
-    if (decode.length === 0)
-      throw new Invalid(`has a pool (${models[0]}) without decode workers: give it at least one`);
+    const name = models[0] as string;
+    const decode = pool.decode === undefined ? [] : parseDecodeWorkers(pool.decode);
+    const decodeDns = sourceOf(pool.decodeDns, 'decodeDns', name);
+    const decodeSelector = sourceOf(pool.decodeSelector, 'decodeSelector', name);
+    if (decode.length === 0 && decodeDns === undefined && decodeSelector === undefined) {
+      throw new Invalid(
+        `has a pool (${name}) without decode workers: give it at least one (or decodeDns or decodeSelector to find them)`,
+      );
+    }
     return {
       model: models,
       prefill: pool.prefill === undefined ? [] : parsePrefillWorkers(pool.prefill),
       decode,
+      prefillDns: sourceOf(pool.prefillDns, 'prefillDns', name),
+      decodeDns,
+      prefillSelector: sourceOf(pool.prefillSelector, 'prefillSelector', name),
+      decodeSelector,
       connector: oneOf(pool.connector, ENGINE_NAMES, 'connector', models[0] as string),
       prefillPolicy: oneOf(pool.prefillPolicy, POLICY_NAMES, 'prefillPolicy', models[0] as string),
       decodePolicy: oneOf(pool.decodePolicy, POLICY_NAMES, 'decodePolicy', models[0] as string),

@@ -37,7 +37,7 @@ export const WORKER_ROWS = inGroup('Workers', [
     key: 'pools',
     flag: 'pools',
     arg: 'JSON',
-    help: 'more pools, one per model: [{ model, decode, prefill?, connector?, prefillPolicy?, decodePolicy? }] (a file gives a list); the top-level workers serve every other model',
+    help: 'more pools, one per model: [{ model, decode, prefill?, decodeDns?, decodeSelector?, prefillDns?, prefillSelector?, connector?, prefillPolicy?, decodePolicy? }] (a file gives a list); the top-level workers serve every other model',
     default: [],
     shownDefault: 'none',
     parse: parsePools,
