@@ -108,4 +108,32 @@ describe('Kubernetes discovery from the built bin', () => {
     await expectServedCompletion(url);
     expect([prefill.requests.length, decode.requests.length]).toEqual([1, 1]);
   }, 60_000);
+
+  it("a pool's own selector finds its model's pods, beside the main pods, each model served by its own", async () => {
+    const api = await startKubernetesApi();
+    cleanups.push(() => api.close());
+    const port = await freePort();
+    await fakes.start({ role: 'prefill', protocol: 'vllm', host: '127.0.0.2', port });
+    const main = await fakes.start({ role: 'decode', protocol: 'vllm', host: '127.0.0.3', port, tokens: 2 });
+    const small = await fakes.start({ role: 'decode', protocol: 'vllm', host: '127.0.0.4', port, model: 'small' });
+    const pools = JSON.stringify([{ model: 'small', decodeSelector: 'app=vllm,role=decode-small' }]);
+    const { url, output, ready } = await serve(api, ['--k8s-port', String(port), '--pools', pools]);
+    api.apply(pod('prefill-a', 'prefill', '127.0.0.2'));
+    api.apply(pod('decode-a', 'decode', '127.0.0.3'));
+    api.apply({ ...pod('small-a', 'decode', '127.0.0.4'), labels: { app: 'vllm', role: 'decode-small' } });
+    await eventuallyAsync(
+      async () => (await ready()).decode_workers === 2,
+      `both decode pods found: ${output.out}${output.err}`,
+    );
+    await expectServedCompletion(url);
+    const answer = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'small', prompt: 'x', max_tokens: 1 }),
+    });
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+    expect(small.requests.map((record) => record.body.model)).toEqual(['small']);
+    expect(main.requests.every((record) => record.body.model === 'm')).toBe(true);
+  });
 });

@@ -38,6 +38,14 @@ describe('the Kubernetes manifests agree with the proxy', () => {
   writeFileSync(join(dir, fileName), text);
   const config = loadServeConfig(['--config', join(dir, fileName)], {}) as ServeConfig;
 
+  it("fronts more than one model: the main pods serve every model but the pools', each pool found by its own labels", () => {
+    expect(config.discovery.decodeSelector).toBe('app=vllm,role=decode');
+    expect(config.pools.map((pool) => [pool.model, pool.decodeSelector, pool.prefill])).toEqual([
+      [['qwen3-1.7b'], 'app=vllm,role=decode-small', []],
+      [['bge-m3'], 'app=vllm,role=embed', []],
+    ]);
+  });
+
   it('the container runs the config file it mounts, on the port it exposes', () => {
     const configArg = container.args[container.args.indexOf('--config') + 1];
     expect(configArg).toBe(`${mount.mountPath}/${fileName}`);
