@@ -128,6 +128,24 @@ function registerPoolGauges(registers: Registry[], { pools, nameOf, circuitOf }:
     },
   });
   new Gauge({
+    name: 'disagg_pool_workers',
+    help: "Workers per pool (its first model's name; default: the pool of every other model), role and state (ready, down, draining)",
+    labelNames: ['pool', 'role', 'state'],
+    registers,
+    collect() {
+      this.reset();
+      for (const pool of pools) {
+        const name = (pool as { model?: unknown }).model;
+        const label = typeof name === 'string' ? name : 'default';
+        for (const role of ['prefill', 'decode'] as const) {
+          const counts = { ready: 0, down: 0, draining: 0 };
+          for (const worker of pool[role].workers) counts[pool[role].stateOf(worker) as keyof typeof counts] += 1;
+          for (const [state, count] of Object.entries(counts)) this.set({ pool: label, role, state }, count);
+        }
+      }
+    },
+  });
+  new Gauge({
     name: 'disagg_in_flight_requests',
     help: 'Requests under way per worker',
     labelNames: ['role', 'worker'],

@@ -58,6 +58,20 @@ describe('pools per model: one router in front of several models', () => {
     expect(paths(embed)).toEqual(['/v1/embeddings embed']);
   });
 
+  it("the workers of each pool in /metrics, labelled by the pool's model", async () => {
+    const { url } = await fleet();
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    for (const line of [
+      'disagg_pool_workers{pool="big",role="prefill",state="ready"} 1',
+      'disagg_pool_workers{pool="big",role="decode",state="ready"} 1',
+      'disagg_pool_workers{pool="small",role="prefill",state="ready"} 0',
+      'disagg_pool_workers{pool="small",role="decode",state="ready"} 1',
+      'disagg_pool_workers{pool="embed",role="decode",state="ready"} 1',
+    ]) {
+      expect(metrics).toContain(line);
+    }
+  });
+
   it("/v1/models lists every pool's models; one model is asked of its pool", async () => {
     const { client } = await fleet();
     const listed = await client.models.list();
