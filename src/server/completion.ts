@@ -170,9 +170,9 @@ async function startFlow(
       usage: request.request.usageNeeded ? 'always' : 'as-asked',
       onEvent: events.onEvent,
       logger: proxy.logger,
-      deadlines: proxy.options.deadlines,
+      deadlines: { ...proxy.options.deadlines, ...pool.deadlines },
       cleanupBudgetMs: proxy.options.cleanupBudgetMs,
-      ...(proxy.options.migration.limit === 0 ? {} : { migration: migrationOf(proxy, body) }),
+      ...(migrationOf(proxy, body, pool) ?? {}),
     });
     return { ok: true, stream };
   } catch (error) {
@@ -180,15 +180,25 @@ async function startFlow(
   }
 }
 
-/** The flow's migration settings for `body`: the proxy's, and its model's context length as the decode workers say it. */
-function migrationOf(proxy: ProxyState, body: Record<string, unknown>): MigrationOptions {
-  const { limit, via, maxSeqLen } = proxy.options.migration;
+/**
+ * The flow's migration settings for `body`: its pool's over the proxy's, and its model's
+ * context length as the decode workers say it; undefined when the limit is 0 (no migration).
+ */
+function migrationOf(
+  proxy: ProxyState,
+  body: Record<string, unknown>,
+  pool: ModelPool,
+): { migration: MigrationOptions } | undefined {
+  const { limit, via, maxSeqLen } = { ...proxy.options.migration, ...pool.migration } as typeof proxy.options.migration;
+  if (limit === 0) return undefined;
   const maxModelLen = proxy.models.maxModelLen(body.model);
   return {
-    limit,
-    via,
-    ...(maxSeqLen === undefined ? {} : { maxSeqLen }),
-    ...(maxModelLen === undefined ? {} : { maxModelLen }),
+    migration: {
+      limit,
+      via,
+      ...(maxSeqLen === undefined ? {} : { maxSeqLen }),
+      ...(maxModelLen === undefined ? {} : { maxModelLen }),
+    },
   };
 }
 

@@ -19,6 +19,7 @@ import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-en
 export function policiesOf(options: ResolvedProxyOptions, pool: ResolvedPool): ResolvedProxyOptions {
   return {
     ...options,
+    routing: { ...options.routing, ...(pool.routing as Partial<ResolvedProxyOptions['routing']> | undefined) },
     prefillPolicy: pool.prefillPolicy ?? options.prefillPolicy,
     decodePolicy: pool.decodePolicy ?? options.decodePolicy,
     // A pool's policy of its own (a program's) is the top level's only where the pool names none.
@@ -68,7 +69,9 @@ export function modelPool(
       noPrefillWorker:
         options.requireDisaggregation && (pool === undefined || pool.prefill.length > 0) ? 'fail' : 'aggregate',
     }),
-    skipPrefill: conditionalAggregation(options.routing, decode, decodeSelection),
+    skipPrefill: conditionalAggregation(own.routing, decode, decodeSelection),
+    ...(pool?.deadlines === undefined ? {} : { deadlines: pool.deadlines }),
+    ...(pool?.migration === undefined ? {} : { migration: pool.migration }),
   };
 }
 

@@ -197,7 +197,7 @@ function fail(
 async function call(request: RequestContext, worker: ProxyDecodeWorker, context: Controller): Promise<WorkerAnswer> {
   const { proxy, req, endpoint } = request;
   const url = joinUrl(worker.url, endpoint.path);
-  const { decodeFirstTokenMs, totalMs } = proxy.options.deadlines;
+  const { decodeFirstTokenMs, totalMs } = { ...proxy.options.deadlines, ...(request.pool as ModelPool).deadlines };
   const budget = Math.min(decodeFirstTokenMs ?? Number.POSITIVE_INFINITY, totalMs ?? Number.POSITIVE_INFINITY);
   const abort = new AbortController();
   let late: DeadlineError | undefined;

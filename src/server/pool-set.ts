@@ -48,6 +48,10 @@ export interface ModelPool extends PoolPair {
   readonly connector: Connector;
   /** Which of this pool's workers serve an attempt, and how (the P/D decision). */
   readonly scheduler: Scheduler<ProxyPrefillWorker, ProxyDecodeWorker>;
+  /** This pool's own deadlines, over the top level's (a `pools` entry's `deadlines`). */
+  readonly deadlines?: Readonly<Record<string, number>> | undefined;
+  /** This pool's own migration settings, over the top level's. */
+  readonly migration?: Readonly<Record<string, unknown>> | undefined;
   /** Conditional disaggregation over this pool's decode side: why to serve a request on decode alone. */
   readonly skipPrefill: ((request: Record<string, unknown>, given?: RoutingInput) => string | undefined) | undefined;
 }

@@ -307,6 +307,62 @@ describe('pools per model: one router in front of several models', () => {
     expect(small.requests.map((record) => record.body.model)).toEqual(['small']);
   });
 
+  it("a pool's own deadlines and routing parameters, over the top level's", async () => {
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const slowPrefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const slow = await fakes.start({
+      role: 'decode',
+      protocol: 'vllm',
+      model: 'slow',
+      tokens: 50,
+      tokenIntervalMs: 20,
+    });
+    const quick = await fakes.start({
+      role: 'decode',
+      protocol: 'vllm',
+      model: 'quick',
+      tokens: 50,
+      tokenIntervalMs: 20,
+    });
+    const proxy = createProxy({
+      connector: 'vllm',
+      pools: [
+        // Its requests have 100 ms in all; short prompts are served on decode alone.
+        {
+          model: 'quick',
+          prefill: [prefill.url],
+          decode: [quick.url],
+          deadlines: { totalMs: 100 },
+          routing: { aggregateBelowChars: 1000 },
+        },
+        { model: 'slow', prefill: [slowPrefill.url], decode: [slow.url] },
+      ],
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0, '127.0.0.1');
+    const ask = (model: string) =>
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt: 'Hi', max_tokens: 50 }),
+      });
+    const cut = await ask('quick');
+    expect(cut.status).toBe(504);
+    expect(cut.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+    const whole = await ask('slow');
+    expect(whole.status).toBe(200);
+    expect(whole.headers.get('x-disagg-strategy')).toBe('disaggregated-sequential');
+    expect(() =>
+      createProxy({ connector: 'vllm', pools: [{ model: 'm', decode: ['http://d:8000'], deadlines: { totalMS: 5 } }] }),
+    ).toThrow('unknown deadlines setting "totalMS"; did you mean "totalMs"?');
+    expect(() =>
+      createProxy({
+        connector: 'vllm',
+        pools: [{ model: 'm', decode: ['http://d:8000'], routing: { sessionHeader: 'x' } }],
+      }),
+    ).toThrow('unknown routing setting "sessionHeader"');
+  });
+
   it('a pool that does not check is one line naming it: no model, no decode worker, an unknown field, a model twice', () => {
     const refusal = (pools: unknown) => {
       try {

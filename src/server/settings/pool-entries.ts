@@ -5,6 +5,7 @@
 import { ENGINE_NAMES, type EngineName } from '../../engines/registry.js';
 import { POLICY_NAMES, type PolicyName } from '../../routing/registry.js';
 import { describeValue } from '../../util/describe-value.js';
+import { SETTINGS } from './rows.js';
 import { Invalid, withHint } from './setting.js';
 import {
   type ProxyDecodeWorker,
@@ -40,6 +41,12 @@ export interface ProxyPoolOption {
   connector?: EngineName | undefined;
   prefillPolicy?: PolicyName | undefined;
   decodePolicy?: PolicyName | undefined;
+  /** Its own deadlines, where they differ from the top level's (`totalMs`, `idleMs`, ...). */
+  deadlines?: Readonly<Record<string, number>> | undefined;
+  /** Its own migration settings (`limit`, `via`, `maxSeqLen`), where they differ. */
+  migration?: Readonly<Record<string, unknown>> | undefined;
+  /** Its own routing parameters (`aggregateBelowChars`, `cacheThreshold`, `scorers`, ...), where they differ. */
+  routing?: Readonly<Record<string, unknown>> | undefined;
 }
 
 /** A pool as the proxy builds it: its models, its workers, and what it gives of its own. */
@@ -55,6 +62,9 @@ export interface ResolvedPool {
   readonly connector: EngineName | undefined;
   readonly prefillPolicy: PolicyName | undefined;
   readonly decodePolicy: PolicyName | undefined;
+  readonly deadlines: Readonly<Record<string, number>> | undefined;
+  readonly migration: Readonly<Record<string, unknown>> | undefined;
+  readonly routing: Readonly<Record<string, unknown>> | undefined;
 }
 
 const FIELDS = [
@@ -68,7 +78,51 @@ const FIELDS = [
   'connector',
   'prefillPolicy',
   'decodePolicy',
+  'deadlines',
+  'migration',
+  'routing',
 ];
+
+/**
+ * The routing parameters that are the router's, not a pool's: the headers it reads and how
+ * often it reads the engines' load.
+ */
+const PROCESS_WIDE = new Set(['sessionHeader', 'prefixKeyHeader', 'engineLoadIntervalMs', 'engineLoadStaleMs']);
+
+/**
+ * A pool's own settings of a group (`deadlines`, `migration`, `routing`): each key read by the
+ * top-level row of the same key, so that a pool's value checks as the top level's does.
+ */
+function groupOf(
+  value: unknown,
+  group: 'deadlines' | 'migration' | 'routing',
+  at: string,
+): Readonly<Record<string, unknown>> | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new Invalid(`has a pool (${at}) whose ${group} is ${describeValue(value)}: an object of ${group} settings`);
+  }
+  // Read when a pool is checked, after the rows have loaded (the rows' table lists this module's parser).
+  const rows = SETTINGS.filter(
+    (setting) => setting.key.startsWith(`${group}.`) && !PROCESS_WIDE.has(setting.key.slice(group.length + 1)),
+  );
+  const known = rows.map((setting) => setting.key.slice(group.length + 1));
+  const out: Record<string, unknown> = {};
+  for (const [key, given] of Object.entries(value)) {
+    const setting = rows.find((each) => each.key === `${group}.${key}`);
+    if (setting === undefined) {
+      throw new Invalid(
+        withHint(`has a pool (${at}) with an unknown ${group} setting ${JSON.stringify(key)}`, key, known),
+      );
+    }
+    try {
+      out[key] = setting.parse(given);
+    } catch (error) {
+      throw new Invalid(`has a pool (${at}) whose ${group}.${key} ${(error as Error).message}`);
+    }
+  }
+  return out;
+}
 
 /** A pool's discovery field: a non-empty string, or absent. */
 function sourceOf(value: unknown, field: string, at: string): string | undefined {
@@ -154,6 +208,9 @@ export function parsePools(value: unknown): ResolvedPool[] {
       connector: oneOf(pool.connector, ENGINE_NAMES, 'connector', models[0] as string),
       prefillPolicy: oneOf(pool.prefillPolicy, POLICY_NAMES, 'prefillPolicy', models[0] as string),
       decodePolicy: oneOf(pool.decodePolicy, POLICY_NAMES, 'decodePolicy', models[0] as string),
+      deadlines: groupOf(pool.deadlines, 'deadlines', name) as Readonly<Record<string, number>> | undefined,
+      migration: groupOf(pool.migration, 'migration', name),
+      routing: groupOf(pool.routing, 'routing', name),
     };
   });
 }
