@@ -18,7 +18,8 @@ type Worker = { url: string };
  * @internal
  */
 export class EngineLoadScraper {
-  readonly #metrics: EngineLoadMetrics;
+  /** The engines' names for their load, tried in order: each pool's engine may be another. */
+  readonly #metrics: readonly EngineLoadMetrics[];
   #pools: ReadonlyArray<WorkerPool<Worker>>;
   readonly #intervalMs: number;
   readonly #staleMs: number;
@@ -30,7 +31,8 @@ export class EngineLoadScraper {
   #timer: NodeJS.Timeout | undefined;
 
   constructor(options: {
-    metrics: EngineLoadMetrics;
+    /** The names of the load metrics, or several engines' (the first that a worker's text has is its). */
+    metrics: EngineLoadMetrics | readonly EngineLoadMetrics[];
     pools: ReadonlyArray<WorkerPool<Worker>>;
     intervalMs: number;
     staleMs: number;
@@ -41,7 +43,9 @@ export class EngineLoadScraper {
     records?: WorkerRecords<Worker>;
   }) {
     this.#records = options.records ?? new WorkerRecords();
-    this.#metrics = options.metrics;
+    this.#metrics = Array.isArray(options.metrics)
+      ? (options.metrics as readonly EngineLoadMetrics[])
+      : [options.metrics as EngineLoadMetrics];
     this.#pools = options.pools;
     this.#intervalMs = options.intervalMs;
     this.#staleMs = options.staleMs;
@@ -99,8 +103,12 @@ export class EngineLoadScraper {
       });
       const text = await answer.body.text();
       if (answer.statusCode !== 200) return;
-      const load = readEngineLoad(text, this.#metrics);
-      if (load !== undefined) record.load = { reading: load, at: this.#now() };
+      for (const metrics of this.#metrics) {
+        const load = readEngineLoad(text, metrics);
+        if (load === undefined) continue;
+        record.load = { reading: load, at: this.#now() };
+        break;
+      }
     } catch {
       // Unreachable now: its last reading ages into unknown; health checks say why.
     } finally {
@@ -117,14 +125,20 @@ export class EngineLoadScraper {
  */
 export function engineLoadScraper(
   consumed: Consumption,
-  options: { connector: EngineName; routing: { engineLoadIntervalMs: number; engineLoadStaleMs: number } },
+  options: {
+    connector: EngineName;
+    pools?: ReadonlyArray<{ connector?: EngineName | undefined }> | undefined;
+    routing: { engineLoadIntervalMs: number; engineLoadStaleMs: number };
+  },
   headers: Record<string, string>,
   dispatcher: Dispatcher,
   records?: WorkerRecords<Worker>,
 ): EngineLoadScraper | undefined {
-  const metrics = engineOf(options.connector).loadMetrics;
+  // The top level's engine first, then each pool's own.
+  const engines = new Set([options.connector, ...(options.pools ?? []).flatMap((pool) => pool.connector ?? [])]);
+  const metrics = [...engines].flatMap((engine) => engineOf(engine).loadMetrics ?? []);
   const { engineLoadIntervalMs, engineLoadStaleMs } = options.routing;
-  if (consumed['engine-load'] === undefined || engineLoadIntervalMs === 0 || metrics === undefined) return undefined;
+  if (consumed['engine-load'] === undefined || engineLoadIntervalMs === 0 || metrics.length === 0) return undefined;
   // The pools are given at start, once they exist.
   return new EngineLoadScraper({
     metrics,

@@ -133,6 +133,20 @@ describe('EngineLoadScraper: what a scrape reads', () => {
     expect(scraping.loadOf(served.worker)).toMatchObject({ waiting: 1 });
   });
 
+  it("with pools of two engines, each worker's load is read by its own engine's names", async () => {
+    const onVllm = await engine(vllm({ waiting: 3, running: 1, kvUsage: 0.1 }));
+    const onSglang = await engine(exposition(SGLANG_LOAD_METRICS, { waiting: 5, running: 2, kvUsage: 0.4 }));
+    const scraping = new EngineLoadScraper({
+      metrics: [VLLM_LOAD_METRICS, SGLANG_LOAD_METRICS],
+      pools: [new WorkerPool([onVllm.worker]), new WorkerPool([onSglang.worker])],
+      intervalMs: 10_000,
+      staleMs: 10_000,
+    });
+    await scraping.scrape();
+    expect(scraping.loadOf(onVllm.worker)).toEqual({ waiting: 3, running: 1, kvUsage: 0.1 });
+    expect(scraping.loadOf(onSglang.worker)).toEqual({ waiting: 5, running: 2, kvUsage: 0.4 });
+  });
+
   it('a worker never read has no load; a reading is good for staleMs and unknown after', async () => {
     const served = await engine(vllm({ waiting: 3, running: 1, kvUsage: 0.1 }));
     const { scraping, clock } = scraper([new WorkerPool([served.worker])], { staleMs: 500 });
