@@ -36,6 +36,31 @@ async function fleet() {
   return { url, client, bigPrefill, bigDecode, small, embed, paths };
 }
 
+/** Two pools, `chat-v1` and `chat-v2`, and a rewrite of `chat` to them by `weights`. */
+async function canary(weights: [number, number], options: Partial<Parameters<typeof createProxy>[0]> = {}) {
+  const stable = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v1', tokens: 1 });
+  const next = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v2', tokens: 1 });
+  const proxy = createProxy({
+    connector: 'vllm',
+    pools: [
+      { model: 'chat-v1', decode: [stable.url] },
+      { model: 'chat-v2', decode: [next.url] },
+    ],
+    rewrites: [
+      {
+        model: 'chat',
+        targets: [
+          { model: 'chat-v1', weight: weights[0] },
+          { model: 'chat-v2', weight: weights[1] },
+        ],
+      },
+    ],
+    ...options,
+  });
+  proxies.push(proxy);
+  return { url: await proxy.listen(0, '127.0.0.1'), stable, next };
+}
+
 describe('pools per model: one router in front of several models', () => {
   it("each model's chat, completions and embeddings reach only its pool's workers, disaggregated where the pool has prefill workers", async () => {
     const { client, bigPrefill, bigDecode, small, embed, paths } = await fleet();
@@ -169,26 +194,7 @@ describe('pools per model: one router in front of several models', () => {
   });
 
   it("a weighted canary splits sessions by its weights, each session on one target, the body's model rewritten and counted", async () => {
-    const stable = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v1', tokens: 1 });
-    const next = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v2', tokens: 1 });
-    const proxy = createProxy({
-      connector: 'vllm',
-      pools: [
-        { model: 'chat-v1', decode: [stable.url] },
-        { model: 'chat-v2', decode: [next.url] },
-      ],
-      rewrites: [
-        {
-          model: 'chat',
-          targets: [
-            { model: 'chat-v1', weight: 80 },
-            { model: 'chat-v2', weight: 20 },
-          ],
-        },
-      ],
-    });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
+    const { url, stable, next } = await canary([80, 20]);
     const sessions = 300;
     const targetOf = new Map<string, Set<string>>();
     for (let turn = 0; turn < 2; turn++) {
@@ -223,28 +229,8 @@ describe('pools per model: one router in front of several models', () => {
   });
 
   it("a trusted caller picks a rewrite's target with x-disagg-model-rewrite; an untrusted one's header is ignored", async () => {
-    const stable = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v1', tokens: 1 });
-    const next = await fakes.start({ role: 'decode', protocol: 'vllm', model: 'chat-v2', tokens: 1 });
-    const proxy = createProxy({
-      connector: 'vllm',
-      // Only the gateway's key may name a tenant: it is the trusted caller.
-      tenantHeaderKeys: ['sk-gateway-0001'],
-      pools: [
-        { model: 'chat-v1', decode: [stable.url] },
-        { model: 'chat-v2', decode: [next.url] },
-      ],
-      rewrites: [
-        {
-          model: 'chat',
-          targets: [
-            { model: 'chat-v1', weight: 1 },
-            { model: 'chat-v2', weight: 0.000001 },
-          ],
-        },
-      ],
-    });
-    proxies.push(proxy);
-    const url = await proxy.listen(0, '127.0.0.1');
+    // Only the gateway's key may name a tenant: it is the trusted caller.
+    const { url } = await canary([1, 0.000001], { tenantHeaderKeys: ['sk-gateway-0001'] });
     const ask = async (headers: Record<string, string>) => {
       const answer = await fetch(`${url}/v1/completions`, {
         method: 'POST',
