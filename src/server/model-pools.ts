@@ -67,7 +67,13 @@ export function modelPool(
       decodeWorkers: decode,
       // A pool named for its models may have no prefill worker at all: served on decode alone.
       noPrefillWorker:
-        options.requireDisaggregation && (pool === undefined || pool.prefill.length > 0) ? 'fail' : 'aggregate',
+        options.requireDisaggregation &&
+        (pool === undefined ||
+          pool.prefill.length > 0 ||
+          pool.prefillDns !== undefined ||
+          pool.prefillSelector !== undefined)
+          ? 'fail'
+          : 'aggregate',
     }),
     skipPrefill: conditionalAggregation(own.routing, decode, decodeSelection),
     ...(pool?.deadlines === undefined ? {} : { deadlines: pool.deadlines }),
