@@ -13,6 +13,8 @@ const USAGE = `Usage: disagg <command>
 
 Commands:
   serve         run the OpenAI-compatible disaggregating proxy (disagg serve --help)
+  sidecar       run on a decode pod behind a Gateway API endpoint picker: prefill where its
+                x-prefiller-host-port header says, then decode locally (disagg sidecar --help)
   fake-workers  start fake prefill and decode workers to try it without a GPU (--help)
 
 Options:
@@ -28,7 +30,7 @@ async function main(argv: string[]): Promise<number> {
   }
   // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.
   if (command === 'fake-workers') return (await import('./fake-workers-command.js')).fakeWorkers(rest);
-  if (command !== 'serve') {
+  if (command !== 'serve' && command !== 'sidecar') {
     if (command === undefined || command === '--help' || command === '-h') {
       console.log(USAGE);
       return 0;
@@ -38,35 +40,50 @@ async function main(argv: string[]): Promise<number> {
   }
   let config: ReturnType<typeof loadServeConfig>;
   try {
-    config = loadServeConfig(rest);
+    // A sidecar is the proxy with each request's prefill worker named by its header.
+    config = loadServeConfig(command === 'sidecar' ? ['--prefill-from', 'header', ...rest] : rest);
+    if (config !== 'help' && command === 'sidecar' && config.sidecar.prefillFrom !== 'header') {
+      throw new ConfigError('disagg sidecar takes each prefill worker from the request: drop --prefill-from');
+    }
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    return configProblems(error);
+    return configProblems(error, command);
   }
   if (config === 'help') {
-    console.log(SERVE_USAGE);
+    console.log(command === 'sidecar' ? `${SIDECAR_USAGE}\n${SERVE_USAGE}` : SERVE_USAGE);
     return 0;
   }
   try {
-    await serve(config);
+    await serve(config, command);
   } catch (error) {
     // A combination only the proxy's checks see (a policy and the data it reads): the same lines.
-    if (error instanceof ConfigError) return configProblems(error);
+    if (error instanceof ConfigError) return configProblems(error, command);
     const line = startupFailure(error, config);
     if (line === undefined) throw error;
-    console.error(`disagg serve: ${line}`);
+    console.error(`disagg ${command}: ${line}`);
     return 1;
   }
   return 0;
 }
 
+const SIDECAR_USAGE = `disagg sidecar: the decode pod's side of the Gateway API's P/D protocol (llm-d's routing
+sidecar). An endpoint picker sent the request to this pod and named its prefill worker in
+x-prefiller-host-port: the sidecar checks it against --prefill-allow (and the prefill workers
+given or discovered), runs the prefill leg there and decodes on --decode. A request without the
+header is served by --decode alone; a prefill worker outside the allow-list is a 403.
+
+  disagg sidecar --decode http://127.0.0.1:8200 --port 8000 --prefill-allow 10.0.0.0/8 --connector vllm
+
+It takes every setting of disagg serve (--prefill-from is set to header):
+`;
+
 /**
  * The problems, one line each, and where to read more: not the whole help, nor a stack trace,
  * which is what `kubectl logs` would show of a crash loop otherwise. Exit status 2.
  */
-function configProblems(error: ConfigError): number {
-  for (const problem of error.problems) console.error(`disagg serve: ${problem}`);
-  console.error("See 'disagg serve --help' for every setting.");
+function configProblems(error: ConfigError, command = 'serve'): number {
+  for (const problem of error.problems) console.error(`disagg ${command}: ${problem}`);
+  console.error(`See 'disagg ${command} --help' for every setting.`);
   return 2;
 }
 
@@ -133,7 +150,7 @@ function discoveryOf(config: ServeConfig): { discovery?: Record<string, unknown>
  * Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period, and then the
  * span exporter (its buffered spans sent, for 5 s at most).
  */
-async function serve(config: ServeConfig): Promise<void> {
+async function serve(config: ServeConfig, command: string): Promise<void> {
   const logger = await createLogger(config);
   // Everything but where and how the process runs is an option of the proxy (one table of both).
   const { host: _host, port: _port, logLevel: _level, logFormat: _format, tracing: traceConfig, ...settings } = config;
@@ -160,11 +177,12 @@ async function serve(config: ServeConfig): Promise<void> {
       prefill: proxy.prefillWorkers.workers.map((w) => w.url),
       decode: proxy.decodeWorkers.workers.map((w) => w.url),
       ...discoveryOf(config),
+      ...(config.sidecar.prefillFrom === 'header' ? { prefillAllow: config.sidecar.prefillAllow } : {}),
       admin: config.adminKey !== undefined,
       metrics: proxy.metricsUrl === undefined ? `${url}/metrics` : `${proxy.metricsUrl}/metrics`,
       ...(tracing === undefined ? {} : { traces: tracing.url }),
     },
-    'disagg serve listening',
+    `disagg ${command} listening`,
   );
   await new Promise<void>((resolve) => {
     const stop = (signal: NodeJS.Signals) => {

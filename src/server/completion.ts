@@ -144,6 +144,17 @@ async function startFlow(
     if (delayMs !== undefined) events.retries++;
     return delayMs;
   };
+  // A sidecar retries on the prefill worker(s) its request named, as often as
+  // --prefill-max-retries says (llm-d's sidecar's flag; none by default).
+  const targets = proxy.prefillTargets;
+  const retryFromPrefill =
+    targets === undefined
+      ? retry
+      : (error: unknown): number | undefined => {
+          const delayMs = retryDelay({ ...proxy.options.retry, maxRetries: targets.maxRetries }, error, events.retries);
+          if (delayMs !== undefined) events.retries++;
+          return delayMs;
+        };
   try {
     // A policy that routes on the engines' KV blocks needs the prompt's tokens: tokenized once
     // per request (the tenant's count may have done it), held by the one routing input.
@@ -162,7 +173,7 @@ async function startFlow(
       ...(pool.skipPrefill === undefined ? {} : { skipPrefill: pool.skipPrefill }),
       retryDecode: retry,
       // Not once the proxy is shutting down: the request is ended then, not started again.
-      retryPrefill: (error) => (proxy.closing ? undefined : retry(error)),
+      retryPrefill: (error) => (proxy.closing ? undefined : retryFromPrefill(error)),
       reuseHandoff: proxy.options.retry.reuseHandoff,
       // A tenant's token limit needs what the answer used, whether or not its client asked (it
       // gets no usage chunk then); asked only there, since the extra chunk costs every stream

@@ -52,6 +52,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_HANDOFF_FIELD: { status: 400, type: 'invalid_request_error' },
   DISAGG_UNSUPPORTED_REQUEST: { status: 400, type: 'invalid_request_error' },
   DISAGG_CONFIG: { status: 400, type: 'invalid_request_error' },
+  DISAGG_PREFILL_TARGET_REFUSED: { status: 403, type: 'permission_denied' },
   DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
   DISAGG_WORKER_UNKNOWN: { status: 404, type: 'not_found' },
   DISAGG_WORKER_EXISTS: { status: 409, type: 'conflict' },

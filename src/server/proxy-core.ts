@@ -15,6 +15,7 @@ import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
 import { RedisWindows } from '../tenancy/redis-windows.js';
 import { TenantDirectory } from '../tenancy/tenants.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
+import { redactAddresses } from '../util/url.js';
 import { Admission } from './admission.js';
 import { type EngineLoadScraper, engineLoadScraper } from './engine-load.js';
 import { errorAnswer } from './error-answers.js';
@@ -29,6 +30,7 @@ import { modelPool, policiesOf } from './model-pools.js';
 import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
+import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
 import { ResponseHomes } from './response-homes.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
@@ -88,6 +90,7 @@ export class ProxyCore implements ProxyState {
    */
   readonly records = new WorkerRecords<ProxyPrefillWorker | ProxyDecodeWorker>();
   readonly rewrites: ModelRewrites;
+  readonly prefillTargets: PrefillTargets | undefined;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
@@ -127,6 +130,16 @@ export class ProxyCore implements ProxyState {
       ...options.pools.map((pool) => consumedBy(policiesOf(options, pool))),
     ]);
     this.#routesOnBlocks = consumed.tokens !== undefined;
+    const { sidecar } = options;
+    this.prefillTargets =
+      sidecar.prefillFrom === 'header'
+        ? new PrefillTargets({
+            allow: sidecar.prefillAllow,
+            engine: options.connector,
+            bootstrapPort: options.bootstrapPort,
+            maxRetries: sidecar.prefillMaxRetries,
+          })
+        : undefined;
     this.kv = new KvFollower({
       ...options.kvEvents,
       logger: this.logger,
@@ -352,7 +365,10 @@ export class ProxyCore implements ProxyState {
   }
 
   redact(text: string): string {
-    return this.membership.redact(text);
+    const named = this.membership.redact(text);
+    // A sidecar calls prefill workers no pool lists (a request's header named them): any
+    // address left is one of theirs.
+    return this.prefillTargets === undefined ? named : redactAddresses(named);
   }
 
   /**

@@ -13,6 +13,7 @@ import type { ProxyMetrics } from './metrics.js';
 import type { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
 import type { PoolSet } from './pool-set.js';
+import type { PrefillTargets } from './prefill-targets.js';
 import type { ModelLimits } from './request-schemas.js';
 import type { ResponseHomes } from './response-homes.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
@@ -79,6 +80,11 @@ export interface ProxyState {
   readonly tokenizer: TokenizerPool | undefined;
   /** Whether a routing policy reads the prompt's tokens (the engines' KV blocks): then every request is tokenized. */
   readonly routesOnTokens: boolean;
+  /**
+   * A sidecar's prefill targets (`--prefill-from header`): each request's prefill worker is the
+   * one its endpoint picker named, checked against the allow-list; undefined for a proxy.
+   */
+  readonly prefillTargets: PrefillTargets | undefined;
   /** Models served as weighted targets (`rewrites`): applied in the body stage, before the pool is chosen. */
   readonly rewrites: ModelRewrites;
   /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */

@@ -96,13 +96,21 @@ export class RequestContext {
   /**
    * The pool that serves the body's `model` (its engine, workers and scheduler), chosen once;
    * undefined when no pool serves it (the body stage answers a 404 `model_not_found` then, so
-   * a handler past it always has one).
+   * a handler past it always has one). A sidecar's generation request has a pool of its own:
+   * the prefill worker its header names and the model's decode workers.
+   *
+   * @throws {PrefillTargetError} (once, from the body stage) for a sidecar's request whose
+   *   header names a prefill worker outside the allow-list.
    */
   get pool(): ModelPool | undefined {
-    const { pools, models } = this.proxy;
-    const { model } = this.body;
-    // A LoRA adapter no pool names is served by the pool of its base model.
-    this.#pool ??= { of: pools.namedFor(model) ?? pools.namedFor(models.baseOf?.(model)) ?? pools.poolFor(model) };
+    if (this.#pool === undefined) {
+      const { pools, models, prefillTargets } = this.proxy;
+      const { model } = this.body;
+      // A LoRA adapter no pool names is served by the pool of its base model.
+      const pool = pools.namedFor(model) ?? pools.namedFor(models.baseOf?.(model)) ?? pools.poolFor(model);
+      const own = pool !== undefined && prefillTargets !== undefined && this.endpoint.serving === 'disaggregated';
+      this.#pool = { of: own ? prefillTargets.poolFor(pool, this.req.headers) : pool };
+    }
     return this.#pool.of;
   }
 

@@ -16,6 +16,7 @@
  * - `DISAGG_METHOD_NOT_ALLOWED`, `DISAGG_NOT_FOUND`: a route's method, or a path, the router does not serve.
  * - `DISAGG_NO_WORKER`: no worker of a pool in rotation (503).
  * - `DISAGG_OVERLOADED`: admission's slots and queue full, or a limit of the tenant's hit (429).
+ * - `DISAGG_PREFILL_TARGET_REFUSED`: a sidecar's request named a prefill worker outside its allow-list (403).
  * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
  * - `DISAGG_SHUTTING_DOWN`: the proxy stopped before the request ended (503).
  * - `DISAGG_ROUTE_UNSUPPORTED`: an API the fleet's engine cannot serve disaggregated (501).
@@ -45,6 +46,7 @@ export type ErrorCode =
   | 'DISAGG_PREFILL_FAILED'
   | 'DISAGG_PREFILL_NOT_ACTIVATED'
   | 'DISAGG_PREFILL_NO_HANDOFF_PARAMS'
+  | 'DISAGG_PREFILL_TARGET_REFUSED'
   | 'DISAGG_ROUTE_UNSUPPORTED'
   | 'DISAGG_SHUTTING_DOWN'
   | 'DISAGG_STREAM_ERROR'

@@ -83,6 +83,7 @@ describe('disagg serve configuration', () => {
       slowClientTimeoutMs: 30_000,
       retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, reuseHandoff: 'unreached', disabled: false },
       migration: { limit: 0, via: 'decode' },
+      sidecar: { prefillFrom: 'pool', prefillAllow: [], prefillMaxRetries: 0 },
       redisFailure: 'open',
       breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },
       maxConcurrentRequests: 1024,

@@ -19,6 +19,8 @@ const BASE: Record<string, string> = {
 /** Rows that are only accepted beside another setting. */
 const WITH: Record<string, Record<string, string>> = {
   'routing.aggregateCachedRatio': { decodePolicy: 'cache-aware' },
+  'sidecar.prefillAllow': { 'sidecar.prefillFrom': 'header' },
+  'sidecar.prefillMaxRetries': { 'sidecar.prefillFrom': 'header' },
 };
 
 /** A text value the row accepts that is not its default, so that arriving proves something. */
@@ -39,6 +41,7 @@ function sample(setting: Setting): string {
     'abc',
     'prefix:2',
     'low-queue',
+    '10.0.0.0/8',
     '[{"model":"small","decode":["http://s.example:8000"]}]',
     '[{"model":"chat","targets":[{"model":"chat-v2","weight":10}]}]',
   ]) {

@@ -29,14 +29,17 @@ export async function serveBin(
     /** Node's own flags, before the script (the image's entry point passes some). */
     nodeArgs?: string[];
     cleanups: Array<() => Promise<unknown> | unknown>;
+    /** The command: `serve` by default, or `sidecar` (the same proxy, its prefill named by a header). */
+    command?: 'serve' | 'sidecar';
   },
 ): Promise<ServedBin> {
+  const command = options.command ?? 'serve';
   const child = spawn(
     process.execPath,
     [
       ...(options.nodeArgs ?? []),
       `${root}/dist/cli.js`,
-      'serve',
+      command,
       '--port',
       '0',
       '--host',
@@ -56,7 +59,7 @@ export async function serveBin(
   options.cleanups.push(stop);
   const listening = await new Promise<Record<string, unknown>>((resolve, reject) => {
     const look = () => {
-      const line = output.out.split('\n').find((entry) => entry.includes('disagg serve listening'));
+      const line = output.out.split('\n').find((entry) => entry.includes(`disagg ${command} listening`));
       if (line !== undefined) resolve(JSON.parse(line));
       else if (output.out.includes('"level":50'))
         reject(new Error(`the proxy failed to start: ${output.out}${output.err}`));

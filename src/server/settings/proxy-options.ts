@@ -316,6 +316,22 @@ export interface ProxyOptions {
     | { limit?: number | undefined; via?: 'decode' | 'prefill' | undefined; maxSeqLen?: number | undefined }
     | undefined;
   /**
+   * The decode-pod sidecar of the Gateway API's P/D protocol (`disagg sidecar`): with
+   * `prefillFrom: 'header'` a request's prefill worker is the one its endpoint picker named in
+   * `x-prefiller-host-port` (the first of a list; the others are retried), which must be a
+   * prefill worker given or discovered, or in one of `prefillAllow`'s networks (CIDRs): any
+   * other is a 403 before any call. A request without the header is served by the decode
+   * worker alone. `prefillMaxRetries` (0 by default, as llm-d's sidecar) retries a request
+   * whose prefill failed before its first byte. `'pool'`, the default, chooses from the pools.
+   */
+  sidecar?:
+    | {
+        prefillFrom?: 'pool' | 'header' | undefined;
+        prefillAllow?: string[] | undefined;
+        prefillMaxRetries?: number | undefined;
+      }
+    | undefined;
+  /**
    * The circuit breaker of each worker: `failureThreshold` requests in a row that failed on it
    * (5xx, broken stream) take it out of rotation for `openMs`, then it is on trial until
    * `successThreshold` successes in a row. 5, 2 and 10,000 ms by default.

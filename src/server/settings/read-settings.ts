@@ -47,14 +47,38 @@ export function readSettings(
     const found = valueAt(values, `discovery.${role}Dns`) ?? valueAt(values, `discovery.${role}Selector`);
     // A list that was refused has said so already; with pools, the top level may have none.
     const pooled = pools.length > 0 && (role === 'prefill' || (values.prefill as unknown[]).length === 0);
-    if (list.length === 0 && found === undefined && !refused.has(role) && !pooled) {
+    // A sidecar's prefill workers are named by each request's header.
+    const named = role === 'prefill' && valueAt(values, 'sidecar.prefillFrom') === 'header';
+    if (list.length === 0 && found === undefined && !refused.has(role) && !pooled && !named) {
       problems.add(
         `--${role} is required: at least one worker URL (or --${role}-dns or --${role}-selector to find them)`,
       );
     }
   }
+  if (!refused.has('sidecar.prefillAllow')) sidecarRules(values, problems);
   problems.throwIfAny();
   return values;
+}
+
+/** The sidecar's settings go together: an allow-list read only by a sidecar, a sidecar that allows something. */
+function sidecarRules(values: Record<string, unknown>, problems: Problems): void {
+  const fromHeader = valueAt(values, 'sidecar.prefillFrom') === 'header';
+  const allowed = ((valueAt(values, 'sidecar.prefillAllow') ?? []) as unknown[]).length > 0;
+  if (!fromHeader && allowed) {
+    problems.add('--prefill-allow is read only with --prefill-from header (disagg sidecar): drop it, or add that');
+  }
+  if (!fromHeader && valueAt(values, 'sidecar.prefillMaxRetries') !== 0) {
+    problems.add(
+      '--prefill-max-retries is read only with --prefill-from header (disagg sidecar); a proxy retries with --retry-max-retries',
+    );
+  }
+  const listed = (values.prefill as unknown[]).length > 0;
+  const found = valueAt(values, 'discovery.prefillDns') ?? valueAt(values, 'discovery.prefillSelector');
+  if (fromHeader && !allowed && !listed && found === undefined) {
+    problems.add(
+      '--prefill-from header needs --prefill-allow (the networks of the prefill pods, such as 10.0.0.0/8) or the prefill workers (--prefill, --prefill-selector): without them every request that names a prefill worker is refused',
+    );
+  }
 }
 
 /** The tokenizer group with its default thread count. */

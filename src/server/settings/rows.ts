@@ -13,6 +13,7 @@ import type { ProxyOptions } from './proxy-options.js';
 import { RETRY_ROWS } from './retry-rows.js';
 import { ROUTING_ROWS } from './routing-rows.js';
 import type { Setting } from './setting.js';
+import { SIDECAR_ROWS } from './sidecar-rows.js';
 import type { ResolvedProxyOptions, ServeConfig } from './types.js';
 import { WORKER_ROWS } from './worker-rows.js';
 
@@ -29,6 +30,7 @@ const SETTING_ROWS = [
   ...KEY_ROWS,
   ...KV_EVENT_ROWS,
   ...DISCOVERY_ROWS,
+  ...SIDECAR_ROWS,
   ...LOG_ROWS,
 ] as const;
 
@@ -113,6 +115,7 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'kvEvents'>>,
   Expect<NestedOf<'tokenizer'>>,
   Expect<NestedOf<'migration'>>,
+  Expect<NestedOf<'sidecar'>>,
   Expect<Same<Misfits<ProxyOptions, ProxyRow>, never>>,
   Expect<Same<Misfits<ServeConfig, Row>, never>>,
   Expect<Same<Misfits<ResolvedProxyOptions, ProxyRow>, never>>,

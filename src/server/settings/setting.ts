@@ -50,6 +50,7 @@ export type SettingGroup =
   | 'Keys'
   | 'KV events'
   | 'Discovery'
+  | 'Sidecar'
   | 'Logs and traces';
 
 /** The environment variable of a flag: `--kv-events-port` is `DISAGG_KV_EVENTS_PORT`. */

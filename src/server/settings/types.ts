@@ -45,6 +45,7 @@ export interface ResolvedProxyOptions
       | 'kvEvents'
       | 'tokenizer'
       | 'migration'
+      | 'sidecar'
       | 'engine'
       | 'prefill'
       | 'decode'
@@ -104,6 +105,7 @@ export interface ResolvedProxyOptions
   kvEvents: { port: number | undefined; replayPort: number | undefined; topic: string | undefined };
   tokenizer: { dir: string | undefined; threads: number };
   migration: { limit: number; via: 'decode' | 'prefill'; maxSeqLen: number | undefined };
+  sidecar: { prefillFrom: 'pool' | 'header'; prefillAllow: string[]; prefillMaxRetries: number };
 }
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
@@ -157,6 +159,7 @@ export interface ServeConfig {
   kvEvents: ResolvedProxyOptions['kvEvents'];
   tokenizer: ResolvedProxyOptions['tokenizer'];
   migration: ResolvedProxyOptions['migration'];
+  sidecar: ResolvedProxyOptions['sidecar'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
   tracing: { otlpEndpoint?: string | undefined; sampleRatio: number; serviceName: string };
