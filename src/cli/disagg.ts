@@ -2,12 +2,10 @@
 // The `disagg` command. The only module that writes to the console: a command-line tool.
 import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
-import { type Logger, pino } from 'pino';
-import { DiscoveryUnavailableError } from '../discovery/kubernetes-discovery.js';
-import { KvEventsUnavailableError } from '../kv/kv-subscriber.js';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
-import { startOtlpTracing, TracingUnavailableError } from './otlp-tracing.js';
+import { startOtlpTracing } from './otlp-tracing.js';
+import { configProblems, createLogger, discoveryOf, dropUndefined, startupFailure } from './serve-parts.js';
 
 const USAGE = `Usage: disagg <command>
 
@@ -15,6 +13,8 @@ Commands:
   serve         run the OpenAI-compatible disaggregating proxy (disagg serve --help)
   sidecar       run on a decode pod behind a Gateway API endpoint picker: prefill where its
                 x-prefiller-host-port header says, then decode locally (disagg sidecar --help)
+  epp           run a Gateway API endpoint picker (Envoy ext_proc) over disagg's scheduling
+                (disagg epp --help)
   fake-workers  start fake prefill and decode workers to try it without a GPU (--help)
 
 Options:
@@ -30,6 +30,7 @@ async function main(argv: string[]): Promise<number> {
   }
   // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.
   if (command === 'fake-workers') return (await import('./fake-workers-command.js')).fakeWorkers(rest);
+  if (command === 'epp') return (await import('./epp-command.js')).epp(rest);
   if (command !== 'serve' && command !== 'sidecar') {
     if (command === undefined || command === '--help' || command === '-h') {
       console.log(USAGE);
@@ -58,7 +59,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (error) {
     // A combination only the proxy's checks see (a policy and the data it reads): the same lines.
     if (error instanceof ConfigError) return configProblems(error, command);
-    const line = startupFailure(error, config);
+    const line = startupFailure(error, `${config.host}:${config.port}`, command);
     if (line === undefined) throw error;
     console.error(`disagg ${command}: ${line}`);
     return 1;
@@ -76,75 +77,6 @@ header is served by --decode alone; a prefill worker outside the allow-list is a
 
 It takes every setting of disagg serve (--prefill-from is set to header):
 `;
-
-/**
- * The problems, one line each, and where to read more: not the whole help, nor a stack trace,
- * which is what `kubectl logs` would show of a crash loop otherwise. Exit status 2.
- */
-function configProblems(error: ConfigError, command = 'serve'): number {
-  for (const problem of error.problems) console.error(`disagg ${command}: ${problem}`);
-  console.error(`See 'disagg ${command} --help' for every setting.`);
-  return 2;
-}
-
-/** JSON lines to stdout; or, with --log-format pretty, pino-pretty's lines (an optional dependency). */
-async function createLogger(config: ServeConfig): Promise<Logger> {
-  // An error's own message, its causes nested (pino's default joins every cause's message
-  // into it, and the library's errors already hold their cause's text).
-  const serializers = { err: pino.stdSerializers.errWithCause };
-  if (config.logFormat !== 'pretty') return pino({ level: config.logLevel, serializers }, logDestination());
-  let pretty: (options: object) => NodeJS.WritableStream;
-  try {
-    pretty = ((await import('pino-pretty')) as unknown as { default: typeof pretty }).default;
-  } catch {
-    throw new PrettyMissing();
-  }
-  return pino({ level: config.logLevel, serializers }, pretty({ colorize: process.stdout.isTTY, sync: true }));
-}
-
-/**
- * Standard output, written off the event loop and gathered: pino's default writes each line
- * with a blocking write(2) of its own, and the request log is a line per request. Measured by
- * bench/proxy.mjs at 50 streams in flight, that write was the proxy's costliest call after the
- * sockets' own (a sixth of its CPU on one core), and it stalls every stream while a slow log
- * reader keeps the pipe full. Lines wait at most LOG_FLUSH_MS, or until 4 KB gather; pino
- * writes what is left when the process exits (a crash included; SIGKILL loses that much).
- */
-function logDestination() {
-  return pino.destination({ dest: 1, sync: false, minLength: 4096, periodicFlush: LOG_FLUSH_MS });
-}
-
-/** The longest a log line waits to be written, in ms. */
-const LOG_FLUSH_MS = 100;
-
-class PrettyMissing extends Error {
-  readonly code = 'PRETTY_MISSING';
-}
-
-/** One line for the failures of starting that have a usual cause (no stack trace for them). */
-function startupFailure(error: unknown, config: ServeConfig): string | undefined {
-  const code = (error as { code?: unknown })?.code;
-  const where = `${config.host}:${config.port}`;
-  if (code === 'PRETTY_MISSING') return '--log-format pretty needs pino-pretty: npm install pino-pretty';
-  // An optional dependency the settings need and the install left out: what to install, one line.
-  if (TracingUnavailableError.is(error)) return error.message;
-  if (DiscoveryUnavailableError.is(error)) return error.message;
-  if (KvEventsUnavailableError.is(error)) return error.message;
-  if (code === 'EADDRINUSE') return `cannot listen on ${where}: the port is in use (another disagg serve?)`;
-  if (code === 'EACCES') return `cannot listen on ${where}: permission denied (ports below 1024 need privileges)`;
-  if (code === 'EADDRNOTAVAIL') return `cannot listen on ${where}: no such address on this machine`;
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot listen on ${where}: the host name does not resolve`;
-  return undefined;
-}
-
-/** Where the pools are found at run time, for the start-up line (what is set only). */
-function discoveryOf(config: ServeConfig): { discovery?: Record<string, unknown> } {
-  const { prefillDns, decodeDns, prefillSelector, decodeSelector, namespace } = config.discovery;
-  const found = Object.entries({ prefillDns, decodeDns, prefillSelector, decodeSelector, namespace }).filter(
-    ([, value]) => value !== undefined,
-  );
-  return found.length === 0 ? {} : { discovery: Object.fromEntries(found) };
-}
 
 /**
  * Runs the proxy until SIGTERM or SIGINT, then stops it within its grace period, and then the
@@ -225,7 +157,3 @@ main(process.argv.slice(2)).then(
     process.exitCode = 1;
   },
 );
-
-function dropUndefined<T extends object>(value: T): T {
-  return Object.fromEntries(Object.entries(value).filter(([, entry]) => entry !== undefined)) as T;
-}

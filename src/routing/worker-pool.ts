@@ -364,6 +364,22 @@ export class WorkerPool<W> {
     if (!candidates.includes(worker)) {
       throw new TypeError(`The worker selection returned ${describeValue(worker)}, which is not a worker of this pool`);
     }
+    return this.#lease(worker, input);
+  }
+
+  /**
+   * Counts one more request on `worker` itself, chosen elsewhere, until the lease is released:
+   * the pod a gateway reports having served a request its endpoint picker had sent to another
+   * (Envoy went down its fallback list). The policy hears of it as of a choice of its own.
+   *
+   * @throws {TypeError} for a worker that is not in this pool.
+   */
+  lease(worker: W, input?: RoutingInput): Lease<W> {
+    if (!this.has(worker)) throw new TypeError(`${describeValue(worker)} is not a worker of this pool`);
+    return this.#lease(worker, input);
+  }
+
+  #lease(worker: W, input: RoutingInput | undefined): Lease<W> {
     // The record stays while a lease is out (settleIfIdle waits for zero), so it is this one's.
     const record = this.#records.get(worker) as PoolRecord;
     record.inFlight++;

@@ -76,6 +76,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_CLEANUP_EXPIRED: BY_CAUSE,
   // Failures of the router's own parts, not of a request: the router's fault if one reaches a client.
   DISAGG_DISCOVERY_UNAVAILABLE: BY_CAUSE,
+  DISAGG_EPP_UNAVAILABLE: BY_CAUSE,
   DISAGG_KV_EVENTS_UNAVAILABLE: BY_CAUSE,
   DISAGG_KV_EVENT_FORMAT: BY_CAUSE,
   DISAGG_TENANTS_FILE: BY_CAUSE,

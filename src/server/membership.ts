@@ -102,7 +102,8 @@ export class Membership {
 
   /** How clients, logs and headers name a worker; `worker` for one the proxy never had. */
   nameOf(worker: { url: string }): string {
-    return this.#records.get(worker as AnyWorker)?.member?.name ?? 'worker';
+    // A worker of no pool (a sidecar's prefill target) may still carry its name.
+    return this.#records.get(worker as AnyWorker)?.member?.name ?? (worker as { name?: string }).name ?? 'worker';
   }
 
   /** `text` with every worker address replaced by the worker's name. */

@@ -30,7 +30,7 @@ export const AGENT_SESSION_HEADERS: readonly string[] = Object.freeze([
  * The session key of a request: its `sessionHeader`'s value; with the default header, the
  * first agent session header it carries when it has none.
  */
-function sessionKeyOf(headers: IncomingMessage['headers'], sessionHeader: string): string | undefined {
+export function sessionKeyOf(headers: IncomingMessage['headers'], sessionHeader: string): string | undefined {
   const own = headerValue(headers[sessionHeader]);
   if (own !== undefined && own !== '') return own;
   if (sessionHeader !== DEFAULT_SESSION_HEADER) return own;

@@ -14,6 +14,7 @@ import { serveGeneration } from './completion.js';
 import { type ErrorAnswer, errorAnswer } from './error-answers.js';
 import { servePassthrough } from './passthrough.js';
 import type { ProxyState } from './proxy-state.js';
+import { readiness } from './readiness.js';
 import { RequestContext } from './request-context.js';
 import { API_STAGES, modelNotFound, runStages } from './request-stages.js';
 import { serveStoredResponse } from './response-homes.js';
@@ -210,35 +211,15 @@ export function routeLabel(req: IncomingMessage, path = pathOf(req)): string {
 }
 
 /**
- * Whether requests can be served now: some pool with a decode worker in rotation (without a
- * prefill worker they are served by decode alone) and not draining for shutdown. The body says
+ * `/ready`: 200 when requests can be served now ({@link readiness}), else 503; the body says
  * why not; the worker counts are summed over the pools, and with several pools each pool's
  * readiness is listed too (one pool: the body of before).
  */
 function ready(proxy: ProxyState, res: ServerResponse): void {
   const required = proxy.options.requireDisaggregation;
-  const pools = proxy.pools.all().map((pool) => {
-    const prefill = pool.prefill.available.length;
-    const decode = pool.decode.available.length;
-    // A pool named for its models without prefill workers serves on decode alone by design.
-    const reason =
-      decode === 0
-        ? 'no decode worker in rotation'
-        : prefill === 0 && required && (pool.models === undefined || pool.prefill.workers.length > 0)
-          ? 'no prefill worker in rotation (--require-disaggregation)'
-          : undefined;
-    return { model: pool.model ?? null, ready: reason === undefined, reason, prefill, decode };
-  });
+  const { ready: isReady, reason, pools } = readiness(proxy);
   const prefill = pools.reduce((sum, pool) => sum + pool.prefill, 0);
   const decode = pools.reduce((sum, pool) => sum + pool.decode, 0);
-  const isReady = !proxy.draining && pools.some((pool) => pool.ready);
-  const reason = proxy.draining
-    ? 'shutting down'
-    : isReady
-      ? undefined
-      : pools.length === 1
-        ? pools[0]?.reason
-        : `no pool can serve a request (${pools.map((pool) => `${pool.model ?? 'any model'}: ${pool.reason}`).join('; ')})`;
   answerJson(res, isReady ? 200 : 503, {
     ready: isReady,
     ...(reason === undefined ? {} : { reason }),

@@ -9,6 +9,7 @@
  * - `DISAGG_CONFIG`: a setting, or a worker given to the admin API, that does not check.
  * - `DISAGG_DEADLINE_EXCEEDED`: one of the request's deadlines passed (504).
  * - `DISAGG_DISCOVERY_UNAVAILABLE`: Kubernetes discovery asked for without `@kubernetes/client-node`.
+ * - `DISAGG_EPP_UNAVAILABLE`: `disagg epp` asked for without `@grpc/grpc-js`, `@grpc/proto-loader` and `grpc-health-check`.
  * - `DISAGG_HANDOFF_FIELD`: a client sent a field only the router may set (400).
  * - `DISAGG_KV_EVENTS_UNAVAILABLE`: KV events asked for without `zeromq`.
  * - `DISAGG_KV_EVENT_FORMAT`: a KV event message in no form the engines send.
@@ -35,6 +36,7 @@ export type ErrorCode =
   | 'DISAGG_CONFIG'
   | 'DISAGG_DEADLINE_EXCEEDED'
   | 'DISAGG_DISCOVERY_UNAVAILABLE'
+  | 'DISAGG_EPP_UNAVAILABLE'
   | 'DISAGG_HANDOFF_FIELD'
   | 'DISAGG_KV_EVENTS_UNAVAILABLE'
   | 'DISAGG_KV_EVENT_FORMAT'
