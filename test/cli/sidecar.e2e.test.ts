@@ -28,10 +28,14 @@ describe('disagg sidecar', () => {
   it('runs the prefill leg where x-prefiller-host-port says, capped at one token, then decodes locally: the openai client reads the stream and no KV is left', async () => {
     const { prefill, decode, sidecar, target } = await sidecarPod();
     const client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    const stream = await client.chat.completions.create(
-      { model: 'fake-model', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4, stream: true },
-      { headers: { 'x-prefiller-host-port': target, 'x-data-parallel-host-port': '10.9.9.9:8000' } },
-    );
+    const { data: stream, response } = await client.chat.completions
+      .create(
+        { model: 'fake-model', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4, stream: true },
+        { headers: { 'x-prefiller-host-port': target, 'x-data-parallel-host-port': '10.9.9.9:8000' } },
+      )
+      .withResponse();
+    // Named, never by its address.
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-target');
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
     expect(text).toBe('tok0 tok1 tok2 tok3 ');
