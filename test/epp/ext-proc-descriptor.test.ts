@@ -9,6 +9,7 @@ describe('the ext_proc descriptor the picker loads', () => {
   });
 
   it("keeps Envoy's field numbers where the picker reads and writes", () => {
+    // biome-ignore lint/suspicious/noExplicitAny: the descriptor's nested JSON, read by name
     const v3 = (EXT_PROC_DESCRIPTOR as any).nested.envoy.nested.service.nested.ext_proc.nested.v3.nested;
     const ids = (message: string) =>
       Object.fromEntries(
