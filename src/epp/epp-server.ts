@@ -134,6 +134,8 @@ export async function startEndpointPicker(
     Object.fromEntries(HEALTH_SERVICES.map((name) => [name, 'NOT_SERVING'])),
   );
   healthService.addToServer(healthServer);
+  // On the ext_proc port too: Envoy's cluster health check asks there, as llm-d's picker answers.
+  healthService.addToServer(extProc);
   const report = () => {
     const ready = readiness(core).ready ? 'SERVING' : 'NOT_SERVING';
     healthService.setStatus('liveness', 'SERVING');

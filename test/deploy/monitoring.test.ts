@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
+import { EppMetrics } from '../../src/epp/epp-metrics.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
@@ -39,6 +40,8 @@ async function exported(): Promise<Map<string, string[]>> {
   // The KV event metrics proxy-core registers beside them.
   const kv = new KvFollower({ logger: recordingLogger().logger });
   registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
+  // And disagg epp's, beside the proxy's own.
+  new EppMetrics(metrics.registers);
   const names = new Map<string, string[]>();
   for (const metric of await metrics.registry.getMetricsAsJSON()) {
     const single = metrics.registry.getSingleMetric(metric.name) as unknown as { labelNames?: string[] };

@@ -253,6 +253,17 @@ describe('disagg epp through a scripted Envoy', () => {
       await Promise.all(['liveness', 'readiness', 'envoy.service.ext_proc.v3.ExternalProcessor', ''].map(check)),
     ).toEqual(['SERVING', 'SERVING', 'SERVING', 'SERVING']);
     expect(await check('nonsense')).toBe(`error ${grpc.status.NOT_FOUND}`);
+    // Envoy's cluster health check asks the ext_proc port itself.
+    const onExtProc = new Health(`127.0.0.1:${epp.ports.extProc}`, grpc.credentials.createInsecure());
+    cleanups.push(() => onExtProc.close());
+    const extProcStatus = await new Promise<string>((resolve) =>
+      onExtProc.Check(
+        { service: 'envoy.service.ext_proc.v3.ExternalProcessor' },
+        (error: grpc.ServiceError | null, reply: { status: string }) =>
+          resolve(error === null ? reply.status : `error ${error.code}`),
+      ),
+    );
+    expect(extProcStatus).toBe('SERVING');
     const closing = epp.close({ drainDelayMs: 200, gracePeriodMs: 0 });
     expect(await check('readiness')).toBe('NOT_SERVING');
     expect(await check('envoy.service.ext_proc.v3.ExternalProcessor')).toBe('NOT_SERVING');
