@@ -68,6 +68,9 @@ export interface PickedAnswer {
   finished(end: 'complete' | 'broken', usage?: { promptTokens: number; completionTokens: number }): void;
 }
 
+/** A request admitted (its slot and tokens given back by `release`), or refused. */
+type Admitted = { refused: Pick } | { release: (used: number | undefined) => void };
+
 /** The `ip:port` of a worker's URL (how Envoy's original-destination cluster names a pod). */
 export function endpointOf(url: string): string {
   return new URL(url).host;
@@ -121,8 +124,12 @@ export class EndpointPicker {
       }
     }
     const { model } = body;
+    // A path no endpoint has (GET /v1/models, a probe) names no model: any pool's decode pod serves it.
     const pool =
-      core.pools.namedFor(model) ?? core.pools.namedFor(core.models.baseOf?.(model)) ?? core.pools.poolFor(model);
+      core.pools.namedFor(model) ??
+      core.pools.namedFor(core.models.baseOf?.(model)) ??
+      core.pools.poolFor(model) ??
+      (endpoint === undefined ? core.pools.all()[0] : undefined);
     if (pool === undefined) return refusal(endpoint, modelNotFound(model, core.pools.named()), undefined);
     // Decode pods the gateway did not list are passed over; none listed in rotation: a 503.
     const decodeAvoid =
@@ -135,7 +142,9 @@ export class EndpointPicker {
         `None of the gateway's ${request.subset.length} endpoint(s) is a decode pod in rotation`,
       );
     }
-    const admitted = await this.#admit(request, endpoint, body);
+    // Admission and tenants' limits are the API's, as in the proxy: not a probe's or a listing's.
+    const admitted: Admitted =
+      endpoint === undefined ? { release: () => {} } : await this.#admit(request, endpoint, body);
     if ('refused' in admitted) return admitted.refused;
     let decision: Decision<ProxyPrefillWorker, ProxyDecodeWorker>;
     try {
@@ -164,18 +173,11 @@ export class EndpointPicker {
    * tenants; a wait while slots are full): the proxy's own admission stage, for a request the
    * gateway will send. Gives back a release that corrects the tenant's tokens by the answer's.
    */
-  async #admit(
-    request: PickRequest,
-    endpoint: Endpoint | undefined,
-    body: Record<string, unknown>,
-  ): Promise<{ refused: Pick } | { release: (used: number | undefined) => void }> {
+  async #admit(request: PickRequest, endpoint: Endpoint, body: Record<string, unknown>): Promise<Admitted> {
     const core = this.#core;
     const tenant = core.tenants.tenantOf(request.headers);
     const label = core.tenantLabel(tenant.name);
-    const estimate =
-      endpoint === undefined
-        ? 0
-        : Math.ceil(new RoutingInput(body, undefined, undefined, endpoint).promptText.length / 4);
+    const estimate = Math.ceil(new RoutingInput(body, undefined, undefined, endpoint).promptText.length / 4);
     try {
       const over = await core.limits.take(tenant, estimate);
       if (over !== undefined) {

@@ -27,7 +27,7 @@ export class EppMetrics {
     });
     this.streams = new Gauge({
       name: 'disagg_epp_streams',
-      help: 'ext_proc streams open: requests between their headers and the end of their answer',
+      help: 'Envoy ext_proc streams open: requests between their headers and the end of their answer',
       registers,
     });
   }

@@ -225,6 +225,17 @@ describe('disagg epp through a scripted Envoy', () => {
     injected.cancel();
   });
 
+  it('answers a body past --max-body-bytes with a 413, without holding it', async () => {
+    const { envoy } = await picker({ maxBodyBytes: 1000 });
+    const call = envoy.open();
+    call.send(requestHeaders('/v1/completions'));
+    for (let i = 0; i < 5; i++) call.send(requestBody('x'.repeat(1000), i === 4));
+    const refused = (await call.next()).immediate_response;
+    expect(refused.status.code).toBe('PayloadTooLarge');
+    expect(JSON.parse(Buffer.from(refused.body).toString()).error.message).toMatch(/larger than 1000 bytes/);
+    call.cancel();
+  });
+
   it('answers a request without a body (headers that end the stream) with a decode pod at once', async () => {
     const { envoy, decode } = await picker();
     const call = envoy.open();
