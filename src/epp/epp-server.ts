@@ -15,7 +15,7 @@ import { EndpointPicker, type Pick } from './endpoint-picker.js';
 import { EppMetrics } from './epp-metrics.js';
 import EXT_PROC_DESCRIPTOR from './ext-proc-descriptor.json' with { type: 'json' };
 import { ExtProcStream } from './ext-proc-stream.js';
-import { EXT_PROC_SERVICE, type ProcessingRequest } from './ext-proc-wire.js';
+import { EXT_PROC_SERVICE, LOADER_OPTIONS, type ProcessingRequest } from './ext-proc-wire.js';
 
 /** The ports Envoy and Kubernetes expect (llm-d's charts). */
 export const EPP_DEFAULTS = { port: 9002, healthPort: 9003, metricsPort: 9090 } as const;
@@ -90,13 +90,10 @@ export async function startEndpointPicker(
   const picker = new EndpointPicker(core);
   const metrics = new EppMetrics(core.metrics.registers);
   const extProc = new grpc.Server();
-  const definition = protoLoader.fromJSON(EXT_PROC_DESCRIPTOR as Parameters<typeof protoLoader.fromJSON>[0], {
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: false,
-    oneofs: true,
-  });
+  const definition = protoLoader.fromJSON(
+    EXT_PROC_DESCRIPTOR as Parameters<typeof protoLoader.fromJSON>[0],
+    LOADER_OPTIONS,
+  );
   const loaded = grpc.loadPackageDefinition(definition) as unknown as {
     envoy: { service: { ext_proc: { v3: { ExternalProcessor: { service: GrpcJs.ServiceDefinition } } } } };
   };

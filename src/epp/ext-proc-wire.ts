@@ -6,6 +6,12 @@
 /** The service and method Envoy calls: a stream of ProcessingRequest each way. */
 export const EXT_PROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';
 
+/**
+ * How @grpc/proto-loader reads the protos for these messages: field names as in the .proto,
+ * enums by name, bytes as Buffers, only the fields sent, the name of each oneof's arm given.
+ */
+export const LOADER_OPTIONS = { keepCase: true, longs: String, enums: String, defaults: false, oneofs: true } as const;
+
 /** The largest body chunk sent back to Envoy (llm-d's: some Envoys cap a chunk at 64 KiB). */
 export const MAX_CHUNK_BYTES = 62_000;
 

@@ -58,6 +58,9 @@ async function startEpp(args: string[]) {
 
 const portOf = (address: string) => Number(address.split(':').at(-1));
 
+/** The workers every refusal case names (nothing listens there: the command stops before calling them). */
+const WORKERS = ['--connector', 'vllm', '--decode', 'http://127.0.0.1:2', '--prefill', 'http://127.0.0.1:1'];
+
 describe('disagg epp', () => {
   it('picks a decode pod and its prefill pod for a request through Envoy, serves metrics, and stops cleanly on SIGTERM', async () => {
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
@@ -92,24 +95,10 @@ describe('disagg epp', () => {
     [['--prefill-from', 'header'], "disagg epp: --prefill-from header is a sidecar's"],
     [['--health-port', 'nine'], 'disagg epp: --health-port must be a port number'],
   ])('refuses %j in one line, exit 2', (flags, said) => {
-    const run = spawnSync(
-      process.execPath,
-      [
-        bin,
-        'epp',
-        '--connector',
-        'vllm',
-        '--decode',
-        'http://127.0.0.1:2',
-        '--prefill',
-        'http://127.0.0.1:1',
-        ...flags,
-      ],
-      {
-        encoding: 'utf8',
-        timeout: 20_000,
-      },
-    );
+    const run = spawnSync(process.execPath, [bin, 'epp', ...WORKERS, ...flags], {
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
     expect(run.status).toBe(2);
     expect(run.stderr.split('\n')[0]).toContain(said);
     expect(run.stderr).not.toMatch(/\n\s+at /);
@@ -123,12 +112,7 @@ describe('disagg epp', () => {
         `${root}/test/support/without-packages.mjs`,
         bin,
         'epp',
-        '--connector',
-        'vllm',
-        '--decode',
-        'http://127.0.0.1:2',
-        '--prefill',
-        'http://127.0.0.1:1',
+        ...WORKERS,
         '--port',
         '0',
         '--health-port',

@@ -7,18 +7,15 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { request as httpRequest } from 'undici';
 import EXT_PROC_DESCRIPTOR from '../../src/epp/ext-proc-descriptor.json' with { type: 'json' };
-import { type ProcessingRequest, wireStruct } from '../../src/epp/ext-proc-wire.js';
+import { LOADER_OPTIONS, type ProcessingRequest, wireStruct } from '../../src/epp/ext-proc-wire.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: Envoy's messages as the loader gives them, read field by field
 export type Message = Record<string, any>;
 
-const definition = protoLoader.fromJSON(EXT_PROC_DESCRIPTOR as Parameters<typeof protoLoader.fromJSON>[0], {
-  keepCase: true,
-  longs: String,
-  enums: String,
-  defaults: false,
-  oneofs: true,
-});
+const definition = protoLoader.fromJSON(
+  EXT_PROC_DESCRIPTOR as Parameters<typeof protoLoader.fromJSON>[0],
+  LOADER_OPTIONS,
+);
 const Client = (grpc.loadPackageDefinition(definition) as Message).envoy.service.ext_proc.v3.ExternalProcessor;
 
 /** One ext_proc stream, as Envoy holds it: send messages, read the picker's answers in order. */
