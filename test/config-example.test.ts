@@ -35,6 +35,7 @@ describe('disagg.example.yaml', () => {
       'discovery.decodeDns',
       'discovery.prefillSelector',
       'discovery.decodeSelector',
+      'discovery.inferencePool',
       'discovery.namespace',
       'discovery.prefillPort',
       'discovery.decodePort',

@@ -34,6 +34,11 @@ export interface KubernetesDiscoveryOptions {
   namespace?: string | undefined;
   /** The port of the workers' HTTP server on each pod. */
   port: number;
+  /**
+   * Every pod's worker ports, one worker each (an InferencePool's target ports: its
+   * data-parallel ranks), unless the pod's own annotation lists them; `[port]` by default.
+   */
+  ports?: readonly number[] | undefined;
   /** `http` (the default) or `https`. */
   scheme?: 'http' | 'https' | undefined;
   /** The annotation with a prefill pod's SGLang bootstrap port; {@link BOOTSTRAP_PORT_ANNOTATION} by default. */
@@ -168,7 +173,7 @@ export class KubernetesDiscovery {
       if (!isServing(pod)) continue;
       const ip = pod.status?.podIP as string;
       const annotations = pod.metadata?.annotations ?? {};
-      const ports = this.#workerPorts(pod, annotations[portsKey], portsKey) ?? [port];
+      const ports = this.#workerPorts(pod, annotations[portsKey], portsKey) ?? this.#options.ports ?? [port];
       const bootstraps =
         role === 'prefill' ? this.#portsPerWorker(pod, annotations[bootstrapKey], bootstrapKey, ports.length) : [];
       const kvPorts = this.#portsPerWorker(

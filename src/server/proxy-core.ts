@@ -1,8 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import type { Dispatcher } from 'undici';
-import { DnsDiscovery } from '../discovery/dns-discovery.js';
-import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { httpEngine } from '../http/http-engine.js';
@@ -17,6 +15,7 @@ import { TenantDirectory } from '../tenancy/tenants.js';
 import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { redactAddresses } from '../util/url.js';
 import { Admission } from './admission.js';
+import { type DiscoverySource, discoverySources } from './discovery-sources.js';
 import { type EngineLoadScraper, engineLoadScraper } from './engine-load.js';
 import { errorAnswer } from './error-answers.js';
 import { HealthChecker } from './health.js';
@@ -37,7 +36,6 @@ import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { consumedBy, routingServices } from './routing-policies.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
-import { checkWorker } from './settings/workers.js';
 import { Tracing } from './tracing.js';
 import { WorkerRecords } from './worker-records.js';
 
@@ -104,7 +102,7 @@ export class ProxyCore implements ProxyState {
   /** Spans, once `listen` found `@opentelemetry/api` (undefined without it). */
   tracing: Tracing | undefined;
   /** Discovery per role: DNS (`--prefill-dns`), Kubernetes (`--prefill-selector`). */
-  readonly #discoveries: Array<DnsDiscovery | KubernetesDiscovery> = [];
+  readonly #discoveries: DiscoverySource[] = [];
   /** Engines with fixed headers (the worker key, or none), one per route. */
   readonly #engines = new Map<Route, Engine<{ url: string }>>();
 
@@ -228,7 +226,7 @@ export class ProxyCore implements ProxyState {
       (role, change, source) => this.metrics.membershipChanged(role, change, source),
       this.records,
     );
-    this.#discover(options);
+    this.#discoveries.push(...discoverySources(options, this.membership, this.pools, this.logger));
   }
 
   /** The prefill side of the one pool (`proxy.prefillWorkers`, the public API's). */
@@ -280,66 +278,6 @@ export class ProxyCore implements ProxyState {
         answerJson(res, answer.status, answer.body);
       }
     });
-  }
-
-  /** The discovery sources the options ask for, the top level's and each pool's; started by `start()`. */
-  #discover(options: ResolvedProxyOptions): void {
-    const { discovery } = options;
-    this.#discoverInto(options, undefined, discovery);
-    for (const pool of options.pools) {
-      const into = this.pools.namedFor(pool.model[0]);
-      this.#discoverInto(options, into, {
-        prefillDns: pool.prefillDns,
-        decodeDns: pool.decodeDns,
-        prefillSelector: pool.prefillSelector,
-        decodeSelector: pool.decodeSelector,
-      });
-    }
-  }
-
-  /** The DNS and Kubernetes sources of one pool (`into`; the top level's when undefined). */
-  #discoverInto(
-    options: ResolvedProxyOptions,
-    into: ModelPool | undefined,
-    sources: Pick<ResolvedProxyOptions['discovery'], 'prefillDns' | 'decodeDns' | 'prefillSelector' | 'decodeSelector'>,
-  ): void {
-    const { discovery } = options;
-    const check = (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number; name?: string }) =>
-      checkWorker(role, worker.bootstrapPort === undefined && worker.name === undefined ? worker.url : worker, options);
-    const dnsTarget = this.membership.targetFor('dns', check, into);
-    const kubernetesTarget = this.membership.targetFor('kubernetes', check, into);
-    for (const role of ['prefill', 'decode'] as const) {
-      const url = sources[`${role}Dns`];
-      if (url !== undefined) {
-        const lookup = options.dnsLookup;
-        this.#discoveries.push(
-          new DnsDiscovery({
-            role,
-            url,
-            intervalMs: discovery.dnsIntervalMs,
-            target: dnsTarget,
-            logger: this.logger,
-            ...(lookup === undefined ? {} : { lookup }),
-          }),
-        );
-      }
-      const selector = sources[`${role}Selector`];
-      if (selector !== undefined) {
-        this.#discoveries.push(
-          new KubernetesDiscovery({
-            role,
-            selector,
-            ...(discovery.namespace === undefined ? {} : { namespace: discovery.namespace }),
-            port: discovery[`${role}Port`] ?? discovery.port,
-            bootstrapPortAnnotation: discovery.bootstrapPortAnnotation,
-            workerPortsAnnotation: discovery.workerPortsAnnotation,
-            target: kubernetesTarget,
-            logger: this.logger,
-            ...(options.kubeConfig === undefined ? {} : { kubeConfig: options.kubeConfig }),
-          }),
-        );
-      }
-    }
   }
 
   engineFor(

@@ -28,6 +28,21 @@ export interface FakePod {
   terminating?: boolean | undefined;
 }
 
+/**
+ * A Gateway API Inference Extension `InferencePool` (`inference.networking.k8s.io/v1`) as the
+ * fake API serves it: the pods it selects and their ports.
+ */
+export interface FakeInferencePool {
+  name: string;
+  namespace?: string | undefined;
+  /** `spec.selector.matchLabels`. */
+  matchLabels: Record<string, string>;
+  /** `spec.targetPorts[].number`: several are one pod's data-parallel ranks. */
+  targetPorts: number[];
+  /** `spec.endpointPickerRef.name`. */
+  endpointPicker?: string | undefined;
+}
+
 /** A running fake Kubernetes API: its URL, the pods it serves, and faults to give it. */
 export interface FakeKubernetesApi {
   /** Where it listens (plain HTTP). */
@@ -36,6 +51,8 @@ export interface FakeKubernetesApi {
   readonly requests: string[];
   /** Adds a pod, or changes one (same namespace and name): a watch sees ADDED or MODIFIED. */
   apply(pod: FakePod): void;
+  /** Adds or replaces an InferencePool (`GET /apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools/{name}`). */
+  applyInferencePool(pool: FakeInferencePool): void;
   /** Deletes a pod: a watch sees DELETED. */
   remove(name: string, namespace?: string): void;
   /** How many watches are open now. */
@@ -67,6 +84,7 @@ export async function startFakeKubernetesApi(
   const history: Array<{ version: number; type: string; pod: FakePod }> = [];
   const watches = new Set<{ res: ServerResponse; namespace: string | undefined; selector: Record<string, string> }>();
   const requests: string[] = [];
+  const inferencePools = new Map<string, FakeInferencePool>();
   let version = 100;
 
   const key = (pod: FakePod) => `${pod.namespace ?? 'default'}/${pod.name}`;
@@ -108,6 +126,21 @@ export async function startFakeKubernetesApi(
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', 'http://api');
     requests.push(`${req.method} ${url.pathname}${url.search}`);
+    const poolPath = /^\/apis\/inference\.networking\.k8s\.io\/v1\/namespaces\/([^/]+)\/inferencepools\/([^/]+)$/.exec(
+      url.pathname,
+    );
+    if (req.method === 'GET' && poolPath !== null) {
+      const pool = inferencePools.get(`${poolPath[1]}/${poolPath[2]}`);
+      res.writeHead(pool === undefined ? 404 : 200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify(
+          pool === undefined
+            ? { kind: 'Status', status: 'Failure', reason: 'NotFound', code: 404 }
+            : inferencePoolObject(pool),
+        ),
+      );
+      return;
+    }
     const path = /^\/api\/v1(?:\/namespaces\/([^/]+))?\/pods$/.exec(url.pathname);
     if (req.method !== 'GET' || path === null) {
       res.writeHead(404, { 'content-type': 'application/json' });
@@ -153,6 +186,9 @@ export async function startFakeKubernetesApi(
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     requests,
+    applyInferencePool(pool: FakeInferencePool): void {
+      inferencePools.set(`${pool.namespace ?? 'default'}/${pool.name}`, pool);
+    },
     apply(pod: FakePod): void {
       const existed = pods.has(key(pod));
       pods.set(key(pod), { pod, version: version + 1 });
@@ -174,6 +210,22 @@ export async function startFakeKubernetesApi(
       for (const watch of watches) watch.res.socket?.destroy();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** An InferencePool as the API server returns it. */
+function inferencePoolObject(pool: FakeInferencePool) {
+  return {
+    apiVersion: 'inference.networking.k8s.io/v1',
+    kind: 'InferencePool',
+    metadata: { name: pool.name, namespace: pool.namespace ?? 'default', resourceVersion: '1' },
+    spec: {
+      selector: { matchLabels: pool.matchLabels },
+      targetPorts: pool.targetPorts.map((number) => ({ number })),
+      ...(pool.endpointPicker === undefined
+        ? {}
+        : { endpointPickerRef: { name: pool.endpointPicker, port: { number: 9002 }, failureMode: 'FailClose' } }),
     },
   };
 }

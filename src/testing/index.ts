@@ -9,6 +9,7 @@ export type { FakeAnswer } from '../fakes/fake-plan.js';
 export { FakePrefixCache, type FakePrefixCacheOptions } from '../fakes/fake-prefix-cache.js';
 export { type KvHandoff, KvLedger, type KvRead } from '../fakes/kv-ledger.js';
 export {
+  type FakeInferencePool,
   type FakeKubernetesApi,
   type FakePod,
   fakeKubeconfig,

@@ -39,12 +39,15 @@ describe.skipIf(kubectl.skip)(`deploy/kubernetes/gateway-api (${kubectl.why})`, 
     expect(eppConfig.discovery.namespace).toBe('llm');
   });
 
-  it('the InferencePool selects the pods the picker calls decode pods, on the sidecars’ port, and names the picker’s Service and port', () => {
-    const labels = Object.entries(pool.spec.selector.matchLabels)
-      .map(([k, v]) => `${k}=${v}`)
-      .join(',');
-    expect(labels).toBe(eppConfig.discovery.decodeSelector);
+  it("the picker finds its decode pods as the InferencePool's, which selects the sidecars' pods on their port and names the picker's Service and port", () => {
+    expect(eppConfig.discovery.inferencePool).toBe(pool.metadata.name);
+    expect(pool.spec.selector.matchLabels).toEqual(decode.spec.template.metadata.labels);
     expect(pool.spec.targetPorts).toEqual([{ number: sidecarConfig.port }]);
+    expect(find('Role', 'disagg-epp').rules).toContainEqual({
+      apiGroups: ['inference.networking.k8s.io'],
+      resources: ['inferencepools'],
+      verbs: ['get', 'list', 'watch'],
+    });
     expect(eppConfig.discovery.port).toBe(sidecarConfig.port);
     const service = find('Service', pool.spec.endpointPickerRef.name);
     const grpcPort = service.spec.ports.find((p: Manifest) => p.port === pool.spec.endpointPickerRef.port.number);

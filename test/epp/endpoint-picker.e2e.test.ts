@@ -19,6 +19,7 @@ import {
   setHeader,
 } from '../support/envoy-stand-in.js';
 import { eventually, eventuallyAsync, fakeWorkers } from '../support/http.js';
+import { kubeConfigFor, startKubernetesApi } from '../support/kubernetes-api.js';
 
 const fakes = fakeWorkers();
 const cleanups: Array<() => unknown> = [];
@@ -280,6 +281,32 @@ describe('disagg epp through a scripted Envoy', () => {
     expect(await check('envoy.service.ext_proc.v3.ExternalProcessor')).toBe('NOT_SERVING');
     expect(await check('liveness')).toBe('SERVING');
     await closing;
+  });
+
+  it("finds the decode pods as an InferencePool's, by its selector and target port", async () => {
+    const api = await startKubernetesApi();
+    cleanups.push(() => api.close());
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm' });
+    const port = Number(new URL(decode.url).port);
+    api.applyInferencePool({
+      name: 'vllm-decode',
+      namespace: 'llm',
+      matchLabels: { app: 'vllm', role: 'decode' },
+      targetPorts: [port],
+    });
+    api.apply({ name: 'decode-0', namespace: 'llm', labels: { app: 'vllm', role: 'decode' }, ip: '127.0.0.1' });
+    const { epp, envoy } = await picker({
+      decodePods: 0,
+      decode: [],
+      discovery: { inferencePool: 'vllm-decode', namespace: 'llm' },
+      kubeConfig: kubeConfigFor(api.url),
+    });
+    expect(epp.core.pools.workers('decode').map((worker) => worker.url)).toEqual([`http://127.0.0.1:${port}`]);
+    const call = envoy.open();
+    call.send(requestHeaders('/v1/completions'));
+    call.send(requestBody(completion(), true));
+    expect(lbDestination(await call.next())).toBe(`127.0.0.1:${port}`);
+    call.cancel();
   });
 
   it('is not ready, and answers 503, while no decode pod is in rotation', async () => {

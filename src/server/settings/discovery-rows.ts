@@ -24,6 +24,14 @@ export const DISCOVERY_ROWS = inGroup('Discovery', [
     }),
   ),
   {
+    key: 'discovery.inferencePool',
+    flag: 'inference-pool',
+    arg: 'NAME',
+    help: "the decode pods are this Gateway API InferencePool's (inference.networking.k8s.io/v1, in --k8s-namespace): its selector, and its target ports as each pod's workers (several: data-parallel ranks); read when discovery starts",
+    shownDefault: 'none',
+    parse: text,
+  },
+  {
     key: 'discovery.namespace',
     flag: 'k8s-namespace',
     arg: 'NAME',

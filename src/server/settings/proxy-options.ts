@@ -62,6 +62,13 @@ export interface ProxyOptions {
         prefillSelector?: string | undefined;
         /** Kubernetes: the label selector of decode pods. */
         decodeSelector?: string | undefined;
+        /**
+         * Kubernetes: the decode pods are those of this Gateway API `InferencePool`
+         * (`inference.networking.k8s.io/v1`, in `namespace`, `default` without one): its label
+         * selector, and its target ports as each pod's workers (several: its data-parallel
+         * ranks). Read when discovery starts (again after a failure); instead of `decodeSelector`.
+         */
+        inferencePool?: string | undefined;
         /** Kubernetes: the namespace watched; every namespace when omitted. */
         namespace?: string | undefined;
         /** Kubernetes: the workers' HTTP port on each pod; 8000 by default. */

@@ -44,7 +44,10 @@ export function readSettings(
   for (const role of ['prefill', 'decode'] as const) {
     const list = (values[role] ?? []) as unknown[];
     values[role] = list;
-    const found = valueAt(values, `discovery.${role}Dns`) ?? valueAt(values, `discovery.${role}Selector`);
+    const found =
+      valueAt(values, `discovery.${role}Dns`) ??
+      valueAt(values, `discovery.${role}Selector`) ??
+      (role === 'decode' ? valueAt(values, 'discovery.inferencePool') : undefined);
     // A list that was refused has said so already; with pools, the top level may have none.
     const pooled = pools.length > 0 && (role === 'prefill' || (values.prefill as unknown[]).length === 0);
     // A sidecar's prefill workers are named by each request's header.
@@ -56,6 +59,14 @@ export function readSettings(
     }
   }
   if (!refused.has('sidecar.prefillAllow')) sidecarRules(values, problems);
+  if (
+    valueAt(values, 'discovery.inferencePool') !== undefined &&
+    valueAt(values, 'discovery.decodeSelector') !== undefined
+  ) {
+    problems.add(
+      "--inference-pool names the decode pods by the pool's own selector: drop --decode-selector, or the pool",
+    );
+  }
   problems.throwIfAny();
   return values;
 }
@@ -102,6 +113,7 @@ export function discoveryOf(values: Record<string, unknown>): ResolvedProxyOptio
     dnsIntervalMs: discovery.dnsIntervalMs as number,
     prefillSelector: discovery.prefillSelector,
     decodeSelector: discovery.decodeSelector,
+    inferencePool: discovery.inferencePool,
     namespace: discovery.namespace,
     port: discovery.port as number,
     prefillPort: discovery.prefillPort,

@@ -85,6 +85,7 @@ export interface ResolvedProxyOptions
     dnsIntervalMs: number;
     prefillSelector: string | undefined;
     decodeSelector: string | undefined;
+    inferencePool: string | undefined;
     namespace: string | undefined;
     port: number;
     prefillPort: number | undefined;
