@@ -162,6 +162,25 @@ describe('disagg epp through a scripted Envoy', () => {
     await call.closed;
   });
 
+  it("routes by the request's headers as the proxy does: one session's requests on one prefill pod", async () => {
+    const { envoy, prefill } = await picker({ prefillPods: 3, prefillPolicy: 'session' });
+    const prefillerOf = async (session: string) => {
+      const call = envoy.open();
+      call.send(requestHeaders('/v1/completions', { 'x-session-id': session }));
+      call.send(requestBody(completion(), true));
+      const chosen = setHeader((await call.next()).request_headers.response.header_mutation, 'x-prefiller-host-port');
+      call.cancel();
+      await call.closed;
+      return chosen;
+    };
+    const first = await prefillerOf('conversation-a');
+    for (let i = 0; i < 3; i++) expect(await prefillerOf('conversation-a')).toBe(first);
+    const others = new Set<string | undefined>();
+    for (let i = 0; i < 12; i++) others.add(await prefillerOf(`conversation-${i}`));
+    expect(others.size).toBeGreaterThan(1);
+    expect([...others].every((host) => prefill.map(hostOf).includes(host as string))).toBe(true);
+  });
+
   it('gives the leases back when Envoy gives a stream up midway', async () => {
     const { epp, envoy } = await picker();
     const call = envoy.open();
