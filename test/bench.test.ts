@@ -126,6 +126,22 @@ describe('npm run bench:agents (smoke run, small N)', () => {
   }, 130_000);
 });
 
+describe('npm run bench:epp (smoke run, small N)', () => {
+  it('prints the picker beside the proxy for the same request, pinned, with the ratio and its spread', () => {
+    const run = spawnSync(
+      process.execPath,
+      ['bench/epp.mjs', '--tokens=8', '--requests=30', '--warmup=10', '--concurrency=4', '--passes=2'],
+      { cwd: root, encoding: 'utf8', timeout: 120_000 },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^\| disagg serve \(the whole relay\) \| \d+\.\d{3} \|/m);
+    expect(run.stdout).toMatch(
+      /^\| disagg epp \(the decision and the echo\) \| \d+\.\d{3} \| \d+\.\d\d \/ \d+\.\d\d \| \d+ \|$/m,
+    );
+    expect(run.stdout).toMatch(/^picker CPU per request \/ proxy's: \d+\.\d\d x \(\d+\.\d\d-\d+\.\d\d\)$/m);
+  }, 130_000);
+});
+
 describe('bench/worker-client.mjs (smoke run, small N)', () => {
   it('runs both worker clients in their own processes and prints the table and the ratio', () => {
     const run = spawnSync(
