@@ -55,6 +55,18 @@ describe('a sidecar', () => {
     expect(prefill.requests).toHaveLength(2);
   });
 
+  it('retries on the next prefill worker of a list the header named, in its order', async () => {
+    const failing = await fakes.start({ role: 'prefill', protocol: 'vllm', fault: { type: 'status', status: 503 } });
+    const { client, prefill } = await sidecar('vllm', {}, { prefillMaxRetries: 1 });
+    const listed = `${new URL(failing.url).host},${new URL(prefill.url).host}`;
+    const { data, response } = await client.completions
+      .create({ model: 'fake-model', prompt: 'Hi', max_tokens: 3 }, { headers: { 'x-prefiller-host-port': listed } })
+      .withResponse();
+    expect(data.choices[0]?.text).toBe('tok0 tok1 tok2 ');
+    expect(response.headers.get('x-disagg-prefill-worker')).toBe('prefill-target');
+    expect([failing.requests.length, prefill.requests.length]).toEqual([1, 1]);
+  });
+
   it("does not retry by default (llm-d's sidecar's default): the worker's failure reaches the client as a 502-class answer", async () => {
     const { client, prefill, decode } = await sidecar('vllm', failingFirst(1));
     const failure = await client.completions
