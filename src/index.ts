@@ -113,6 +113,7 @@ export { SGLANG_LOAD_METRICS } from './protocol/engines/sglang.js';
 export { VLLM_LOAD_METRICS } from './protocol/engines/vllm.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-output.js';
+export { SharedInFlight, type SharedInFlightOptions } from './replicas/shared-in-flight.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
 export {

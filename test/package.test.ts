@@ -53,6 +53,7 @@ const EXPORTS = [
   'SCORER_NAMES',
   'SGLANG_LOAD_METRICS',
   'Scheduler',
+  'SharedInFlight',
   'TokenizerError',
   'TokenizerPool',
   'UnsupportedRequestError',

@@ -4,7 +4,7 @@ import { branded, DisaggError } from '../util/disagg-error.js';
 import { leastInFlight } from './least-in-flight.js';
 import { roundRobin } from './round-robin.js';
 import type { RoutingInput } from './routing-input.js';
-import type { RoutingPolicy } from './routing-policy.js';
+import type { LoadView, RoutingPolicy } from './routing-policy.js';
 
 /**
  * Picks one worker for a request. Built in: `'round-robin'` (each worker in turn) and
@@ -23,6 +23,13 @@ export type Selection<W> =
 export interface WorkerPoolOptions<W> {
   /** How a worker is chosen; `'round-robin'` when omitted. */
   selection?: Selection<W> | undefined;
+  /**
+   * What other replicas of the router have in flight on each worker (`sharedInFlight`'s view,
+   * or your own): a routing policy then sees this pool's own count plus theirs, so that
+   * replicas balance as one. The pool's own `inFlight`, its gauges and its drain count only
+   * its own leases. None by default.
+   */
+  peerLoad?: LoadView<W> | undefined;
 }
 
 /**
@@ -145,10 +152,14 @@ export class WorkerPool<W> {
     const given = options.selection ?? 'round-robin';
     const selection =
       given === 'round-robin' ? roundRobin<W>() : given === 'least-in-flight' ? leastInFlight<W>() : given;
+    // What a policy sees: this pool's own leases, and the other replicas' where they are shared.
+    const peers = options.peerLoad;
+    const load: LoadView<W> =
+      peers === undefined ? this : { inFlight: (worker) => this.inFlight(worker) + peers.inFlight(worker) };
     if (typeof selection === 'function') this.#select = selection;
     else if (isPolicy<W>(selection)) {
       this.#policy = selection;
-      this.#select = (candidates, pool, input) => selection.select(candidates, pool, input);
+      this.#select = (candidates, _pool, input) => selection.select(candidates, load, input);
     } else {
       throw new TypeError(
         `Unknown worker selection ${describeValue(selection)}: expected 'round-robin', 'least-in-flight', a routing policy (such as cacheAware()) or a function`,

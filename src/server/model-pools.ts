@@ -2,6 +2,7 @@
 // policies, the rest the top level's), and the top-level workers as the pool of every other
 // model. Apart from the proxy's core so that a pool is built in one place.
 import { type EngineName, engineOf } from '../engines/registry.js';
+import type { LoadView } from '../routing/routing-policy.js';
 import { Scheduler } from '../routing/scheduler.js';
 import type { RoutingServices } from '../routing/services.js';
 import { WorkerPool } from '../routing/worker-pool.js';
@@ -41,6 +42,7 @@ export function modelPool(
   options: ResolvedProxyOptions,
   services: RoutingServices<ProxyPrefillWorker | ProxyDecodeWorker>,
   pool?: ResolvedPool,
+  peers?: { prefill: LoadView<ProxyPrefillWorker>; decode: LoadView<ProxyDecodeWorker> },
 ): ModelPool {
   const own = pool === undefined ? options : policiesOf(options, pool);
   const engine = pool?.connector ?? options.connector;
@@ -48,13 +50,17 @@ export function modelPool(
     pool === undefined ? options.prefill : withBootstrapPort(pool.prefill, engine, options.bootstrapPort);
   const prefill = new WorkerPool(prefillWorkers, {
     selection: poolSelection<ProxyPrefillWorker>('prefill', own, services as RoutingServices<ProxyPrefillWorker>),
+    peerLoad: peers?.prefill,
   });
   const decodeSelection = poolSelection<ProxyDecodeWorker>(
     'decode',
     own,
     services as RoutingServices<ProxyDecodeWorker>,
   );
-  const decode = new WorkerPool(pool?.decode ?? options.decode, { selection: decodeSelection });
+  const decode = new WorkerPool(pool?.decode ?? options.decode, {
+    selection: decodeSelection,
+    peerLoad: peers?.decode,
+  });
   return {
     model: pool?.model[0],
     ...(pool === undefined ? {} : { models: pool.model }),

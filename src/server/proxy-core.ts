@@ -6,6 +6,7 @@ import type { Engine } from '../flow/disaggregate.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
+import { SharedInFlight } from '../replicas/shared-in-flight.js';
 import { mergeConsumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
@@ -28,9 +29,11 @@ import { ServedModels } from './model-limits.js';
 import { modelPool, policiesOf } from './model-pools.js';
 import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
+import { localInFlight, peerLoadOf } from './peer-load.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
+import { registerReplicaMetrics } from './replica-metrics.js';
 import { ResponseHomes } from './response-homes.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { consumedBy, routingServices } from './routing-policies.js';
@@ -89,6 +92,9 @@ export class ProxyCore implements ProxyState {
   readonly records = new WorkerRecords<ProxyPrefillWorker | ProxyDecodeWorker>();
   readonly rewrites: ModelRewrites;
   readonly prefillTargets: PrefillTargets | undefined;
+  /** The replicas' requests in flight per worker, shared through `--redis-url`; undefined without it. */
+  readonly sharedInFlight: SharedInFlight | undefined;
+  #replicaSynced: ((outcome: 'synced' | 'failed') => void) | undefined;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
@@ -146,17 +152,31 @@ export class ProxyCore implements ProxyState {
     });
     this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher, this.records);
     const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);
+    // Replicas that share a Redis balance as one: each policy sees the others' requests in
+    // flight beside its own pool's.
+    this.sharedInFlight =
+      options.redisUrl === undefined
+        ? undefined
+        : new SharedInFlight({
+            url: options.redisUrl,
+            intervalMs: options.replicaSyncMs,
+            local: () => localInFlight(this.pools),
+            logger: this.logger,
+            onSync: (outcome) => this.#replicaSynced?.(outcome),
+          });
+    const peers = peerLoadOf(this.sharedInFlight);
     // The pools named for their models, then the top-level workers, the pool of every other
     // model (the one pool of a proxy without `pools`); none without top-level workers.
     const topLevel =
       options.pools.length === 0 ||
       options.decode.length > 0 ||
       options.discovery.decodeDns !== undefined ||
-      options.discovery.decodeSelector !== undefined;
+      options.discovery.decodeSelector !== undefined ||
+      options.discovery.inferencePool !== undefined;
     this.rewrites = new ModelRewrites(options.rewrites);
     this.pools = new PoolSet([
-      ...options.pools.map((pool) => modelPool(options, services, pool)),
-      ...(topLevel ? [modelPool(options, services)] : []),
+      ...options.pools.map((pool) => modelPool(options, services, pool, peers)),
+      ...(topLevel ? [modelPool(options, services, undefined, peers)] : []),
     ]);
     this.tenants = new TenantDirectory({
       file: options.tenantsFile,
@@ -202,6 +222,7 @@ export class ProxyCore implements ProxyState {
       (worker) => this.health.circuit(worker),
     );
     registerKvMetrics(this.metrics.registers, this.kv, (worker) => this.membership.nameOf(worker));
+    this.#replicaSynced = registerReplicaMetrics(this.metrics.registers, this.sharedInFlight);
     this.models = new ServedModels({
       headers: this.workerHeaders,
       dispatcher,
@@ -320,6 +341,7 @@ export class ProxyCore implements ProxyState {
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
       await this.kv.start(this.pools.workerPools());
+      this.sharedInFlight?.start();
       await this.#engineLoad?.start(this.pools.workerPools());
       const { dir, threads } = this.options.tokenizer;
       if (dir !== undefined) {
@@ -421,6 +443,7 @@ export class ProxyCore implements ProxyState {
     // workers do: shutdown is bounded by the grace period.
     if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
     await this.#tokenizer?.close();
+    await this.sharedInFlight?.close();
     this.tenants.close();
     if (this.limits !== this.minuteWindows) await (this.limits as RedisWindows).close();
   }

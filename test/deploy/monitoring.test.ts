@@ -12,6 +12,7 @@ import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
+import { registerReplicaMetrics } from '../../src/server/replica-metrics.js';
 import { recordingLogger } from '../support/async.js';
 import { run, tool } from '../support/tools.js';
 
@@ -42,6 +43,7 @@ async function exported(): Promise<Map<string, string[]>> {
   registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
   // And disagg epp's, beside the proxy's own.
   new EppMetrics(metrics.registers);
+  registerReplicaMetrics(metrics.registers, undefined);
   const names = new Map<string, string[]>();
   for (const metric of await metrics.registry.getMetricsAsJSON()) {
     const single = metrics.registry.getSingleMetric(metric.name) as unknown as { labelNames?: string[] };

@@ -85,6 +85,7 @@ describe('disagg serve configuration', () => {
       migration: { limit: 0, via: 'decode' },
       sidecar: { prefillFrom: 'pool', prefillAllow: [], prefillMaxRetries: 0 },
       redisFailure: 'open',
+      replicaSyncMs: 250,
       breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },
       maxConcurrentRequests: 1024,
       queueSize: 1024,

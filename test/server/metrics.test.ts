@@ -7,6 +7,7 @@ import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { KvFollower } from '../../src/server/kv-following.js';
 import { registerKvMetrics } from '../../src/server/kv-metrics.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
+import { registerReplicaMetrics } from '../../src/server/replica-metrics.js';
 import { recordingLogger } from '../support/async.js';
 
 type Named = { url: string };
@@ -45,6 +46,7 @@ describe('ProxyMetrics: what /metrics says', () => {
     // The KV event metrics the proxy adds beside these (proxy-core registers them on the same registry).
     const kv = new KvFollower({ logger: recordingLogger().logger });
     registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
+    registerReplicaMetrics(metrics.registers, undefined);
     const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
     const documented = [...readme.matchAll(/^\| `(disagg_(?!epp_)\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
       ([, name, type, labels]) => ({

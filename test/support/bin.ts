@@ -13,6 +13,8 @@ export interface ServedBin {
   output: { out: string; err: string };
   /** SIGTERM, then its exit code. */
   stop(): Promise<number | null>;
+  /** SIGKILL: gone at once, without a word to anyone. */
+  kill(): void;
 }
 
 /**
@@ -73,5 +75,5 @@ export async function serveBin(
     });
     exited.then((code) => reject(new Error(`the proxy exited ${code} before listening: ${output.out}${output.err}`)));
   });
-  return { url: listening.url as string, listening, output, stop };
+  return { url: listening.url as string, listening, output, stop, kill: () => child.kill('SIGKILL') };
 }

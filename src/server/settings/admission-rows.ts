@@ -77,6 +77,14 @@ export const ADMISSION_ROWS = inGroup('Admission', [
     parse: oneOf(['open', 'closed']),
   },
   {
+    key: 'replicaSyncMs',
+    flag: 'replica-sync-ms',
+    arg: 'N',
+    help: "with --redis-url: how often each replica shares its requests in flight per worker through Redis and reads the others', so that replicas balance as one (another replica's request shows within two of these; a replica silent for eight ages out)",
+    default: 250,
+    parse: positiveMs,
+  },
+  {
     key: 'maxBodyBytes',
     flag: 'max-body-bytes',
     arg: 'N',

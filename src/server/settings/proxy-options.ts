@@ -289,6 +289,13 @@ export interface ProxyOptions {
   redisUrl?: string | undefined;
   redisFailure?: 'open' | 'closed' | undefined;
   /**
+   * With `redisUrl`: how often each replica writes its requests in flight per worker to Redis
+   * and reads the other replicas' (`SharedInFlight`), so that their policies balance the whole
+   * fleet's load; 250 ms by default. Another replica's request shows within two of these; a
+   * replica silent for eight ages out.
+   */
+  replicaSyncMs?: number | undefined;
+  /**
    * Retries of a request that failed before its first byte on a worker failure that another
    * worker may not have (refused or reset before an answer, a 5xx, a 429), on another worker
    * where there is one, after a backoff with full jitter: the request again with a fresh

@@ -143,6 +143,7 @@ export interface ServeConfig {
   tenantHeaderKeys: string[] | undefined;
   redisUrl: string | undefined;
   redisFailure: 'open' | 'closed';
+  replicaSyncMs: number;
   queueSize: number;
   queueTimeoutMs: number;
   gracePeriodMs: number;

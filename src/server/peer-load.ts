@@ -1,0 +1,37 @@
+// The pools' side of the replicas' shared load: what this replica has in flight on each worker
+// (written to Redis), and the other replicas' (read from it) as each pool's `peerLoad`. A
+// worker's key is its role and URL, which every replica gives it alike.
+import type { SharedInFlight } from '../replicas/shared-in-flight.js';
+import type { LoadView } from '../routing/routing-policy.js';
+import type { Fleet } from './pool-set.js';
+import { pairsOf } from './pool-set.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
+
+/** The key of a worker in the shared counts: its role and URL. */
+export function peerKey(role: 'prefill' | 'decode', worker: { url: string }): string {
+  return `${role} ${worker.url}`;
+}
+
+/** This replica's leases on each worker of the fleet, by {@link peerKey} (only the workers with some). */
+export function* localInFlight(fleet: Fleet): Generator<readonly [string, number]> {
+  for (const pool of pairsOf(fleet)) {
+    for (const role of ['prefill', 'decode'] as const) {
+      const side = pool[role];
+      for (const worker of side.workers) {
+        const count = side.inFlight(worker as never);
+        if (count > 0) yield [peerKey(role, worker), count];
+      }
+    }
+  }
+}
+
+/** Each side's view of the other replicas' leases; none without sharing. */
+export function peerLoadOf(
+  shared: SharedInFlight | undefined,
+): { prefill: LoadView<ProxyPrefillWorker>; decode: LoadView<ProxyDecodeWorker> } | undefined {
+  if (shared === undefined) return undefined;
+  return {
+    prefill: shared.viewOf((worker: ProxyPrefillWorker) => peerKey('prefill', worker)),
+    decode: shared.viewOf((worker: ProxyDecodeWorker) => peerKey('decode', worker)),
+  };
+}

@@ -1,0 +1,151 @@
+// Replicas that balance as one: two proxies sharing their requests in flight through one real
+// redis-server (--redis-url), a replica killed mid-run, and a Redis that goes away and comes back.
+import OpenAI from 'openai';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
+import type { ProxyCore } from '../../src/server/proxy-core.js';
+import type { FakeWorker } from '../../src/testing/index.js';
+import { recordingLogger } from '../support/async.js';
+import { serveBin } from '../support/bin.js';
+import { eventually, fakeWorkers } from '../support/http.js';
+import { startRedis } from '../support/redis.js';
+import { tool } from '../support/tools.js';
+
+const redisServer = tool('redis-server', 'redis-server');
+const fakes = fakeWorkers();
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** One prefill worker and four decode workers whose streams last while the test looks. */
+async function fleet() {
+  const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+  const decode: FakeWorker[] = [];
+  for (let i = 0; i < 4; i++)
+    decode.push(await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 400, tokenIntervalMs: 10 }));
+  return { prefill, decode };
+}
+
+async function replica(workers: Awaited<ReturnType<typeof fleet>>, options: Partial<ProxyOptions>) {
+  const proxy: ProxyServer = createProxy({
+    connector: 'vllm',
+    prefill: [{ url: workers.prefill.url }],
+    decode: workers.decode.map((worker) => ({ url: worker.url })),
+    selection: 'least-in-flight',
+    replicaSyncMs: 20,
+    logger: recordingLogger().logger,
+    ...options,
+  });
+  cleanups.push(() => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }));
+  const url = await proxy.listen(0);
+  const core = (proxy as unknown as { core: ProxyCore }).core;
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+  return { proxy, core, client, url };
+}
+
+/** The decode requests in flight a replica's policy sees: its own leases and the others' it was told of. */
+function seen(core: ProxyCore): number {
+  const pool = core.pools.all()[0];
+  const view = core.sharedInFlight?.viewOf((worker: { url: string }) => `decode ${worker.url}`);
+  return (pool?.decode.workers ?? []).reduce(
+    (sum, worker) => sum + (pool?.decode.inFlight(worker) ?? 0) + (view?.inFlight(worker) ?? 0),
+    0,
+  );
+}
+
+/** Starts a long stream and waits for its first chunk (its decode worker leased). */
+async function startStream(client: OpenAI, controller: AbortController) {
+  const stream = await client.completions.create(
+    { model: 'fake-model', prompt: 'Tell me a long story', max_tokens: 400, stream: true },
+    { signal: controller.signal },
+  );
+  const reader = stream[Symbol.asyncIterator]();
+  await reader.next();
+  return reader;
+}
+
+const decodeCalls = (worker: FakeWorker) => worker.requests.filter((call) => call.path === '/v1/completions').length;
+
+describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${redisServer.why})`, () => {
+  it('two replicas sending 20 long streams alternately spread them over 4 decode workers within one of even', async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const workers = await fleet();
+    const replicas = [await replica(workers, { redisUrl: redis.url }), await replica(workers, { redisUrl: redis.url })];
+    const controller = new AbortController();
+    cleanups.push(() => controller.abort());
+    for (let i = 0; i < 20; i++) {
+      const { client } = replicas[i % 2] as (typeof replicas)[number];
+      await startStream(client, controller);
+      // Both replicas know of every stream before the next one is routed (two sync rounds at most).
+      await eventually(() => replicas.every(({ core }) => seen(core) === i + 1), `stream ${i} seen by both replicas`);
+    }
+    const spread = workers.decode.map(decodeCalls);
+    expect(spread.reduce((a, b) => a + b, 0)).toBe(20);
+    expect(Math.max(...spread) - Math.min(...spread)).toBeLessThanOrEqual(1);
+    expect(replicas.map(({ core }) => core.sharedInFlight?.replicas)).toEqual([2, 2]);
+  });
+
+  it('a replica killed mid-run ages out of the others’ sums within eight sync rounds', async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const workers = await fleet();
+    const local = await replica(workers, { redisUrl: redis.url });
+    const other = await serveBin(
+      [
+        '--connector',
+        'vllm',
+        '--prefill',
+        workers.prefill.url,
+        '--decode',
+        workers.decode.map((worker) => worker.url).join(','),
+        '--selection',
+        'least-in-flight',
+        '--redis-url',
+        redis.url,
+        '--replica-sync-ms',
+        '20',
+      ],
+      { cleanups },
+    );
+    const client = new OpenAI({ baseURL: `${other.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const controller = new AbortController();
+    cleanups.push(() => controller.abort());
+    for (let i = 0; i < 3; i++) await startStream(client, controller);
+    await eventually(() => seen(local.core) === 3, "the other replica's streams seen");
+    expect(local.core.sharedInFlight?.replicas).toBe(2);
+    // SIGKILL: no goodbye, its entry stays in Redis until it expires.
+    const killedAt = Date.now();
+    other.kill();
+    await eventually(
+      () => seen(local.core) === 0 && local.core.sharedInFlight?.replicas === 1,
+      'the killed replica aged out',
+      2000,
+    );
+    // Eight rounds of 20 ms, and one more to read it: no faster than the bound says, and not much slower.
+    expect(Date.now() - killedAt).toBeGreaterThanOrEqual(100);
+    controller.abort();
+  });
+
+  it('loses no request while Redis goes away and comes back: each replica balances alone meanwhile', async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const workers = await fleet();
+    const replicas = [await replica(workers, { redisUrl: redis.url }), await replica(workers, { redisUrl: redis.url })];
+    const ask = (i: number) =>
+      (replicas[i % 2] as (typeof replicas)[number]).client.completions.create({
+        model: 'fake-model',
+        prompt: 'Hi',
+        max_tokens: 2,
+      });
+    const answers = [];
+    for (let i = 0; i < 4; i++) answers.push(await ask(i));
+    await redis.stop();
+    for (let i = 0; i < 4; i++) answers.push(await ask(i));
+    await redis.start();
+    await eventually(() => replicas.every(({ core }) => core.sharedInFlight?.replicas === 2), 'sharing again');
+    for (let i = 0; i < 4; i++) answers.push(await ask(i));
+    expect(answers.map((answer) => answer.choices[0]?.text)).toEqual(Array(12).fill('tok0 tok1 '));
+  });
+});
