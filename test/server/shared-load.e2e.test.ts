@@ -87,6 +87,41 @@ describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${re
     expect(replicas.map(({ core }) => core.sharedInFlight?.replicas)).toEqual([2, 2]);
   });
 
+  it("an agent session's turns, alternating between replicas, all land on one prefill worker", async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const prefill = [];
+    for (let i = 0; i < 4; i++) prefill.push(await fakes.start({ role: 'prefill', protocol: 'vllm' }));
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const replicas = [];
+    for (let i = 0; i < 2; i++) {
+      const proxy = createProxy({
+        connector: 'vllm',
+        prefill: prefill.map((worker, n) => ({ url: worker.url, name: `p${n}` })),
+        decode: [{ url: decode.url }],
+        prefillPolicy: 'session',
+        redisUrl: redis.url,
+        replicaSyncMs: 20,
+        logger: recordingLogger().logger,
+      });
+      cleanups.push(() => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }));
+      replicas.push(new OpenAI({ baseURL: `${await proxy.listen(0)}/v1`, apiKey: 'x', maxRetries: 0 }));
+    }
+    for (const session of ['claude-1', 'claude-2', 'claude-3']) {
+      const workers = new Set<string | null>();
+      for (let turn = 0; turn < 6; turn++) {
+        const { response } = await (replicas[turn % 2] as OpenAI).chat.completions
+          .create(
+            { model: 'fake-model', messages: [{ role: 'user', content: `turn ${turn}` }], max_tokens: 2 },
+            { headers: { 'x-claude-code-session-id': session } },
+          )
+          .withResponse();
+        workers.add(response.headers.get('x-disagg-prefill-worker'));
+      }
+      expect(workers.size, session).toBe(1);
+    }
+  });
+
   it('a replica killed mid-run ages out of the others’ sums within eight sync rounds', async () => {
     const redis = await startRedis();
     cleanups.push(redis.close);
