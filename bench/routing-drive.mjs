@@ -21,9 +21,11 @@ export const percentile = (values, p) => {
 
 /**
  * Plays `sessions` (lists of turns sent one after another) with `concurrency` clients, each
- * taking the next session; `send(turn, dispatcher)` makes one streamed request (undici's
- * `request`). Returns the TTFTs, the cached share of prompt tokens the workers reported, the
- * imbalance over `prefill` workers (by `x-disagg-prefill-worker`), and the failures.
+ * taking the next session; `send(turn, dispatcher, session)` makes one streamed request
+ * (undici's `request`; `session` the session's index). Returns the TTFTs, the cached share of
+ * prompt tokens the workers reported, the imbalance over `prefill` workers (by
+ * `x-disagg-prefill-worker`), the stickiness (the share of turns after a session's first on the
+ * prefill worker of its turn before) and the failures.
  */
 export async function driveSessions({ sessions, concurrency, prefill, send }) {
   const dispatcher = new Agent({ connections: concurrency * 2 });
@@ -33,9 +35,11 @@ export async function driveSessions({ sessions, concurrency, prefill, send }) {
   let prompt = 0;
   let failures = 0;
   let next = 0;
-  const one = async (turn) => {
+  let followed = 0;
+  let stayed = 0;
+  const one = async (turn, session, previous) => {
     const started = performance.now();
-    const { statusCode, headers, body } = await send(turn, dispatcher);
+    const { statusCode, headers, body } = await send(turn, dispatcher, session);
     let first;
     let text = '';
     for await (const chunk of body) {
@@ -44,20 +48,26 @@ export async function driveSessions({ sessions, concurrency, prefill, send }) {
     }
     if (statusCode !== 200) {
       failures++;
-      return;
+      return previous;
     }
     ttft.push(first - started);
     const worker = String(headers['x-disagg-prefill-worker']);
+    if (previous !== undefined) {
+      followed++;
+      if (worker === previous) stayed++;
+    }
     byWorker.set(worker, (byWorker.get(worker) ?? 0) + 1);
     const usageLine = text.split('\n').findLast((line) => line.includes('"usage"'));
     const usage = usageLine === undefined ? undefined : JSON.parse(usageLine.slice(6)).usage;
     prompt += usage?.prompt_tokens ?? 0;
     cached += usage?.prompt_tokens_details?.cached_tokens ?? 0;
+    return worker;
   };
   const client = async () => {
     while (next < sessions.length) {
-      const turns = sessions[next++];
-      for (const turn of turns) await one(turn);
+      const session = next++;
+      let previous;
+      for (const turn of sessions[session]) previous = await one(turn, session, previous);
     }
   };
   await Promise.all(Array.from({ length: concurrency }, client));
@@ -65,5 +75,12 @@ export async function driveSessions({ sessions, concurrency, prefill, send }) {
   const counts = [...byWorker.values()];
   while (counts.length < prefill) counts.push(0);
   const mean = counts.reduce((a, b) => a + b, 0) / prefill;
-  return { ttft, hit: cached / prompt, imbalance: Math.max(...counts) / mean, requests: ttft.length, failures };
+  return {
+    ttft,
+    hit: cached / prompt,
+    imbalance: Math.max(...counts) / mean,
+    stickiness: followed === 0 ? Number.NaN : stayed / followed,
+    requests: ttft.length,
+    failures,
+  };
 }

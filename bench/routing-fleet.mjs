@@ -3,19 +3,24 @@
 // tokens, small enough to evict) publish their KV events; the client spreads requests across
 // the replicas one by one, as a Service does; half way through, one prefill worker's engine
 // restarts (its cache empty). Multi-turn sessions of token-id prompts, so that both policies
-// see the same prompts the engines do.
+// see the same prompts the engines do, each with its session header. At 2 and 4 replicas each
+// policy runs twice: alone, and sharing requests in flight through a redis-server of the
+// bench's own (--redis-url; skipped without redis-server).
 //   hit      cached / prompt tokens as the workers report them; oracle: one unbounded cache
 //            that saw every request in order (an upper bound, restart not counted)
 //   TTFT     p50 and p99 as the client reads it
 //   imbal.   requests on the busiest prefill worker / the mean
+//   sticky   turns after a session's first on the prefill worker of its turn before
 //   CPU/req  CPU time of all replicas per request (from /proc)
 // Then, in this process: the routing decision for a chat request of 1, 16 and 128 KB with the
 // router's tokenizer (Qwen3's, from a dev dependency), and the event loop's delay p99 while
 // 128 KB prompts are tokenized.
 // Options: --quick, --concurrency N (16), --ms-per-token M (0.2), --capacity B (600 blocks).
 
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -79,7 +84,32 @@ function oracle(all) {
   return cached / total;
 }
 
-async function fleet(policy, replicas) {
+/** A redis-server of the bench's own on a free port; undefined without one installed. */
+async function startRedis() {
+  if (spawnSync('redis-server', ['--version']).status !== 0) return undefined;
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  const proc = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    },
+  );
+  await new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdout.on('data', (chunk) => {
+      out += chunk;
+      if (out.includes('Ready to accept connections')) resolve();
+    });
+    proc.on('exit', (code) => reject(new Error(`redis-server exited ${code}`)));
+  });
+  return { url: `redis://127.0.0.1:${port}`, close: () => proc.kill('SIGKILL') };
+}
+
+async function fleet(policy, replicas, redisUrl) {
   const workers = await child(
     process.execPath,
     ['bench/fleet-workers.mjs', PREFILL, DECODE, args.capacity, args['ms-per-token']].map(String),
@@ -94,6 +124,7 @@ async function fleet(policy, replicas) {
       decode: workers.info.decode,
       prefillPolicy: policy,
       logLevel: 'warn',
+      ...(redisUrl === undefined ? {} : { redisUrl, replicaSyncMs: 100 }),
     }),
   );
   const serves = await Promise.all(
@@ -127,7 +158,7 @@ function drive(stack, all) {
     sessions: all,
     concurrency: CONCURRENCY,
     prefill: PREFILL,
-    send: (ids, dispatcher) => {
+    send: (ids, dispatcher, session) => {
       // Request by request across the replicas, as a Service without affinity spreads them.
       const url = stack.urls[sent++ % stack.urls.length];
       if (!restarted && sent > total / 2) {
@@ -137,7 +168,7 @@ function drive(stack, all) {
       return request(`${url}/v1/completions`, {
         method: 'POST',
         dispatcher,
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', 'x-session-id': `session-${session}` },
         body: JSON.stringify({
           model: 'fake-model',
           prompt: ids,
@@ -213,27 +244,42 @@ const bound = oracle(all);
 console.log(
   `Fleet: ${PREFILL} prefill + ${DECODE} decode fake vLLM workers publishing KV events (blocks of ${BLOCK} tokens, ${args.capacity} per worker, ${args['ms-per-token']} ms per uncached token), ${all.length} sessions x 6 turns of token-id prompts, ${CONCURRENCY} clients spread across the replicas request by request; prefill worker 0 restarts half way\n`,
 );
-console.log('  replicas | policy          |   hit  | of oracle | TTFT p50 | TTFT p99 | imbal. | CPU/req ms | failed');
 console.log(
-  `           | oracle          | ${(bound * 100).toFixed(1).padStart(5)}% |           |          |          |        |            |`,
+  '  replicas | shared | policy          |   hit  | of oracle | TTFT p50 | TTFT p99 | imbal. | sticky | CPU/req ms | failed',
+);
+console.log(
+  `           |        | oracle          | ${(bound * 100).toFixed(1).padStart(5)}% |           |          |          |        |        |            |`,
 );
 const summary = {};
-for (const replicas of args['decision-only'] ? [] : [1, 2, 4]) {
-  for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix']) {
-    const stack = await fleet(policy, replicas);
-    try {
-      const before = stack.pids.map(cpuMs);
-      const result = await drive(stack, all);
-      const cpu = stack.pids.map(cpuMs).reduce((sum, each, i) => sum + each - before[i], 0);
-      const p50 = percentile(result.ttft, 50);
-      summary[`${replicas}/${policy}`] = { ...result, p50 };
-      console.log(
-        `  ${String(replicas).padStart(8)} | ${policy.padEnd(15)} | ${(result.hit * 100).toFixed(1).padStart(5)}% | ${`${((result.hit / bound) * 100).toFixed(0)}%`.padStart(9)} | ${ms(p50)}  | ${ms(percentile(result.ttft, 99))}  | ${result.imbalance.toFixed(2).padStart(6)} | ${(cpu / result.requests).toFixed(3).padStart(10)} | ${result.failures}`,
-      );
-    } finally {
-      stack.close();
+const redis = args['decision-only'] ? undefined : await startRedis();
+try {
+  for (const replicas of args['decision-only'] ? [] : [1, 2, 4]) {
+    for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix', 'session']) {
+      for (const shared of replicas === 1 || redis === undefined ? [false] : [false, true]) {
+        const stack = await fleet(policy, replicas, shared ? redis.url : undefined);
+        try {
+          const before = stack.pids.map(cpuMs);
+          const result = await drive(stack, all);
+          const cpu = stack.pids.map(cpuMs).reduce((sum, each, i) => sum + each - before[i], 0);
+          const p50 = percentile(result.ttft, 50);
+          summary[`${replicas}/${policy}${shared ? '/shared' : ''}`] = { ...result, p50 };
+          console.log(
+            `  ${String(replicas).padStart(8)} | ${shared ? 'redis ' : 'no    '} | ${policy.padEnd(15)} | ${(result.hit * 100).toFixed(1).padStart(5)}% | ${`${((result.hit / bound) * 100).toFixed(0)}%`.padStart(9)} | ${ms(p50)}  | ${ms(percentile(result.ttft, 99))}  | ${result.imbalance.toFixed(2).padStart(6)} | ${`${(result.stickiness * 100).toFixed(0)}%`.padStart(6)} | ${(cpu / result.requests).toFixed(3).padStart(10)} | ${result.failures}`,
+          );
+        } finally {
+          stack.close();
+        }
+      }
     }
   }
+} finally {
+  redis?.close();
+}
+if (redis !== undefined && summary['4/session/shared'] !== undefined) {
+  const of = (key, field) => summary[key][field] / summary[`1/${key.split('/')[1]}`][field];
+  console.log(
+    `\n4 replicas sharing through Redis against 1 replica: least-in-flight imbalance ${of('4/least-in-flight/shared', 'imbalance').toFixed(2)} x (alone ${of('4/least-in-flight', 'imbalance').toFixed(2)} x), session stickiness ${of('4/session/shared', 'stickiness').toFixed(2)} x (alone ${of('4/session', 'stickiness').toFixed(2)} x)`,
+  );
 }
 const ratio = (replicas) =>
   summary[`${replicas}/cache-aware`] === undefined

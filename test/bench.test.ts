@@ -6,6 +6,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { startFakeWorker } from '../src/testing/index.js';
+import { tool } from './support/tools.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -192,19 +193,30 @@ describe('npm run bench:routing (smoke run, small N)', () => {
 });
 
 describe('npm run bench:routing, its fleet part (smoke run, small N)', () => {
-  it('runs 1, 2 and 4 replicas of each policy over workers that publish KV events, then the decision with tokenization', () => {
+  it('runs 1, 2 and 4 replicas of each policy (alone and sharing through Redis) over workers that publish KV events, then the decision with tokenization', () => {
     const run = spawnSync(
       process.execPath,
       ['bench/routing-fleet.mjs', '--quick', '--ms-per-token=0.01', '--concurrency=4'],
       { cwd: root, encoding: 'utf8', timeout: 240_000 },
     );
     expect(run.status, run.stderr).toBe(0);
+    const shared = tool('redis-server', 'redis-server').present;
     for (const replicas of [1, 2, 4]) {
-      for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix']) {
-        expect(run.stdout).toMatch(
-          new RegExp(`^ +${replicas} \\| ${policy} +\\| +[\\d.]+% \\| +\\d+% \\|( +[\\d.]+ +\\|){4} 0$`, 'm'),
-        );
+      for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix', 'session']) {
+        for (const how of replicas === 1 || !shared ? ['no    '] : ['no    ', 'redis ']) {
+          expect(run.stdout).toMatch(
+            new RegExp(
+              `^ +${replicas} \\| ${how} \\| ${policy} +\\| +[\\d.]+% \\| +\\d+% \\|( +[\\d.]+ +\\|){3} +\\d+% \\| +[\\d.]+ \\| 0$`,
+              'm',
+            ),
+          );
+        }
       }
+    }
+    if (shared) {
+      expect(run.stdout).toMatch(
+        /^4 replicas sharing through Redis against 1 replica: least-in-flight imbalance \d+\.\d\d x \(alone \d+\.\d\d x\), session stickiness \d+\.\d\d x \(alone \d+\.\d\d x\)$/m,
+      );
     }
     expect(run.stdout).toMatch(/precise-prefix against cache-aware, TTFT p50: 1 replica \d+\.\d+ x/);
     expect(run.stdout).toMatch(/a next turn \(history cached, 1 KB new\): [\d.]+ \/ [\d.]+ \/ [\d.]+/);
