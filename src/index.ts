@@ -113,6 +113,11 @@ export { SGLANG_LOAD_METRICS } from './protocol/engines/sglang.js';
 export { VLLM_LOAD_METRICS } from './protocol/engines/vllm.js';
 export { FinishReason, type OpenAIFinishReason } from './protocol/finish-reason.js';
 export { type CompletionUsage, LLMEngineOutput } from './protocol/llm-engine-output.js';
+export {
+  RedisSessionBindings,
+  type RedisSessionBindingsOptions,
+  SESSION_BINDING_TTL_MS,
+} from './replicas/redis-session-bindings.js';
 export { SharedInFlight, type SharedInFlightOptions } from './replicas/shared-in-flight.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
@@ -200,6 +205,12 @@ export {
 } from './routing/scoring.js';
 export { type Consumption, mergeConsumption, ROUTING_DATA, type RoutingData } from './routing/services.js';
 export { type SessionAffinityOptions, sessionAffinity } from './routing/session-affinity.js';
+export type {
+  BindingRole,
+  SessionBinding,
+  SessionBindingStore,
+  SessionBindingView,
+} from './routing/session-bindings.js';
 export {
   type Lease,
   type LegOutcome,

@@ -12,6 +12,7 @@ import { type Lease, NoWorkerError, type WorkerPool } from '../routing/worker-po
 import { OverloadedError } from '../server/admission.js';
 import { apiErrorBody } from '../server/api-errors.js';
 import { errorAnswer, ShutdownError } from '../server/error-answers.js';
+import { lookUpBindings } from '../server/peer-load.js';
 import type { ModelPool } from '../server/pool-set.js';
 import { PD_HEADERS, PREFILLER_HEADER } from '../server/prefill-targets.js';
 import type { ProxyCore } from '../server/proxy-core.js';
@@ -234,6 +235,7 @@ export class EndpointPicker {
       const ids = await core.tokenize(body, endpoint);
       if (ids !== undefined) input.tokenized(ids);
     }
+    await lookUpBindings(core.sessionBindings, input);
     const skipped = pool.skipPrefill?.(body, input);
     return pool.scheduler.decide(input, { decode: decodeAvoid }, skipped);
   }

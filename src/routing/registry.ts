@@ -97,7 +97,8 @@ export const POLICIES = [
     help: "a session (--session-header, else the body's user) stays on one worker (rendezvous hashing); least in flight without one",
     params: [],
     consumes: {},
-    create: () => sessionAffinity(),
+    create: <W extends { url: string }>(_params: RoutingParams, services: RoutingServices<W>) =>
+      sessionAffinity<W>(services.sessionBindings === undefined ? {} : { bindings: services.sessionBindings }),
   }),
   plugin({ name: 'random', help: 'a worker at random', params: [], consumes: {}, create: () => random() }),
   plugin({

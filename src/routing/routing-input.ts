@@ -1,5 +1,6 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { endpointOf } from '../endpoints/registry.js';
+import type { SessionBinding } from './session-bindings.js';
 
 /**
  * What a routing policy may look at in one request: its routing text (the prompt, or the chat
@@ -15,6 +16,11 @@ import { endpointOf } from '../endpoints/registry.js';
 export class RoutingInput {
   readonly #body: Readonly<Record<string, unknown>>;
   readonly #endpoint: Endpoint;
+  /**
+   * The workers this request's session is bound to, by pool side, as the router looked them up
+   * before routing it (replicas sharing session bindings); undefined when none were looked up.
+   */
+  sessionBindings: SessionBinding | undefined;
   readonly #sessionKey: string | undefined;
   readonly #prefixKey: string | undefined;
   #promptText: string | undefined;

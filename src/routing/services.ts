@@ -1,6 +1,7 @@
 // What routing plugins read beyond a pool's own counts, and how they declare it: the proxy
 // feeds a kind of data only when a configured plugin declares it (llm-d's `Consumes()`).
 import type { EngineLoadSource, KvIndexSource } from './kv-prefix.js';
+import type { SessionBindingView } from './session-bindings.js';
 
 /**
  * The data a routing plugin may read besides the pool's requests in flight and the request's
@@ -48,4 +49,6 @@ export interface RoutingServices<W> {
   kvIndex?: KvIndexSource<W> | undefined;
   /** The engines' own load from their `/metrics`, when the proxy scrapes it. */
   engineLoad?: EngineLoadSource<W> | undefined;
+  /** The pool side's session bindings shared by the replicas (`session` keeps a session on its bound worker). */
+  sessionBindings?: SessionBindingView<W> | undefined;
 }

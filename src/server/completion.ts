@@ -11,6 +11,7 @@ import { type ErrorAnswer, errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
+import { lookUpBindings } from './peer-load.js';
 import type { ModelPool } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestContext } from './request-context.js';
@@ -159,6 +160,8 @@ async function startFlow(
     // A policy that routes on the engines' KV blocks needs the prompt's tokens: tokenized once
     // per request (the tenant's count may have done it), held by the one routing input.
     if (proxy.routesOnTokens) await request.request.promptTokenIds();
+    // A session's bound workers, shared by the replicas, looked up once before it is routed.
+    await lookUpBindings(proxy.sessionBindings, request.request.input);
     const stream = await disaggregate({
       request: body,
       endpoint,

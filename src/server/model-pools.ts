@@ -5,6 +5,7 @@ import { type EngineName, engineOf } from '../engines/registry.js';
 import type { LoadView } from '../routing/routing-policy.js';
 import { Scheduler } from '../routing/scheduler.js';
 import type { RoutingServices } from '../routing/services.js';
+import type { SessionBindingStore } from '../routing/session-bindings.js';
 import { WorkerPool } from '../routing/worker-pool.js';
 import type { ModelPool } from './pool-set.js';
 import { conditionalAggregation, poolSelection } from './routing-policies.js';
@@ -42,20 +43,24 @@ export function modelPool(
   options: ResolvedProxyOptions,
   services: RoutingServices<ProxyPrefillWorker | ProxyDecodeWorker>,
   pool?: ResolvedPool,
-  peers?: { prefill: LoadView<ProxyPrefillWorker>; decode: LoadView<ProxyDecodeWorker> },
+  peers?: {
+    prefill: LoadView<ProxyPrefillWorker>;
+    decode: LoadView<ProxyDecodeWorker>;
+    bindings?: SessionBindingStore | undefined;
+  },
 ): ModelPool {
   const own = pool === undefined ? options : policiesOf(options, pool);
   const engine = pool?.connector ?? options.connector;
   const prefillWorkers =
     pool === undefined ? options.prefill : withBootstrapPort(pool.prefill, engine, options.bootstrapPort);
   const prefill = new WorkerPool(prefillWorkers, {
-    selection: poolSelection<ProxyPrefillWorker>('prefill', own, services as RoutingServices<ProxyPrefillWorker>),
+    selection: poolSelection<ProxyPrefillWorker>('prefill', own, withBindings('prefill', services, peers?.bindings)),
     peerLoad: peers?.prefill,
   });
   const decodeSelection = poolSelection<ProxyDecodeWorker>(
     'decode',
     own,
-    services as RoutingServices<ProxyDecodeWorker>,
+    withBindings('decode', services, peers?.bindings),
   );
   const decode = new WorkerPool(pool?.decode ?? options.decode, {
     selection: decodeSelection,
@@ -85,6 +90,16 @@ export function modelPool(
     ...(pool?.deadlines === undefined ? {} : { deadlines: pool.deadlines }),
     ...(pool?.migration === undefined ? {} : { migration: pool.migration }),
   };
+}
+
+/** A pool side's routing services with the replicas' session bindings, where they are shared. */
+function withBindings<W extends { url: string }>(
+  role: 'prefill' | 'decode',
+  services: RoutingServices<ProxyPrefillWorker | ProxyDecodeWorker>,
+  store: SessionBindingStore | undefined,
+): RoutingServices<W> {
+  const own = services as unknown as RoutingServices<W>;
+  return store === undefined ? own : { ...own, sessionBindings: { role, store, keyOf: (worker: W) => worker.url } };
 }
 
 /** SGLang's prefill workers of a pool with the proxy's bootstrap port, unless they name their own. */

@@ -6,6 +6,7 @@ import type { Engine } from '../flow/disaggregate.js';
 import { httpEngine } from '../http/http-engine.js';
 import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
+import { RedisSessionBindings } from '../replicas/redis-session-bindings.js';
 import { SharedInFlight } from '../replicas/shared-in-flight.js';
 import { mergeConsumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
@@ -29,7 +30,7 @@ import { ServedModels } from './model-limits.js';
 import { modelPool, policiesOf } from './model-pools.js';
 import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
-import { localInFlight, peerLoadOf } from './peer-load.js';
+import { localInFlight, peerLoadOf, usesSessionPolicy } from './peer-load.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
@@ -94,6 +95,8 @@ export class ProxyCore implements ProxyState {
   readonly prefillTargets: PrefillTargets | undefined;
   /** The replicas' requests in flight per worker, shared through `--redis-url`; undefined without it. */
   readonly sharedInFlight: SharedInFlight | undefined;
+  /** Sessions' bound workers, shared through `--redis-url` when a pool routes by session; undefined otherwise. */
+  readonly sessionBindings: RedisSessionBindings | undefined;
   #replicaSynced: ((outcome: 'synced' | 'failed') => void) | undefined;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
@@ -164,7 +167,13 @@ export class ProxyCore implements ProxyState {
             logger: this.logger,
             onSync: (outcome) => this.#replicaSynced?.(outcome),
           });
-    const peers = peerLoadOf(this.sharedInFlight);
+    // And sessions bound to their workers where every replica reads them (the session policy).
+    this.sessionBindings =
+      options.redisUrl === undefined || !usesSessionPolicy(options)
+        ? undefined
+        : new RedisSessionBindings({ url: options.redisUrl, logger: this.logger });
+    const shared = peerLoadOf(this.sharedInFlight);
+    const peers = shared === undefined ? undefined : { ...shared, bindings: this.sessionBindings };
     // The pools named for their models, then the top-level workers, the pool of every other
     // model (the one pool of a proxy without `pools`); none without top-level workers.
     const topLevel =
@@ -444,6 +453,7 @@ export class ProxyCore implements ProxyState {
     if (this.#ownDispatcher !== undefined && !this.#ownDispatcher.destroyed) await this.#ownDispatcher.destroy();
     await this.#tokenizer?.close();
     await this.sharedInFlight?.close();
+    await this.sessionBindings?.close();
     this.tenants.close();
     if (this.limits !== this.minuteWindows) await (this.limits as RedisWindows).close();
   }

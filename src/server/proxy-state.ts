@@ -1,6 +1,7 @@
 import type { Dispatcher } from 'undici';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import type { Engine } from '../flow/disaggregate.js';
+import type { SessionBindingStore } from '../routing/session-bindings.js';
 import type { Logger } from '../runtime/logger.js';
 import type { MinuteWindows, TenantLimits } from '../tenancy/rate-window.js';
 import type { TenantDirectory } from '../tenancy/tenants.js';
@@ -85,6 +86,8 @@ export interface ProxyState {
    * one its endpoint picker named, checked against the allow-list; undefined for a proxy.
    */
   readonly prefillTargets: PrefillTargets | undefined;
+  /** Sessions' bound workers shared by the replicas (`--redis-url` with the session policy); undefined otherwise. */
+  readonly sessionBindings: SessionBindingStore | undefined;
   /** Models served as weighted targets (`rewrites`): applied in the body stage, before the pool is chosen. */
   readonly rewrites: ModelRewrites;
   /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */

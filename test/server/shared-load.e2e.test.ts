@@ -7,7 +7,7 @@ import type { ProxyCore } from '../../src/server/proxy-core.js';
 import type { FakeWorker } from '../../src/testing/index.js';
 import { recordingLogger } from '../support/async.js';
 import { serveBin } from '../support/bin.js';
-import { eventually, fakeWorkers } from '../support/http.js';
+import { eventually, eventuallyAsync, fakeWorkers } from '../support/http.js';
 import { startRedis } from '../support/redis.js';
 import { tool } from '../support/tools.js';
 
@@ -120,6 +120,54 @@ describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${re
       }
       expect(workers.size, session).toBe(1);
     }
+  });
+
+  it('keeps each session on its bound prefill worker when a worker joins, on every replica (first binding wins)', async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const prefill = [];
+    for (let i = 0; i < 4; i++) prefill.push(await fakes.start({ role: 'prefill', protocol: 'vllm' }));
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+    const replicas: Array<{ core: ProxyCore; client: OpenAI }> = [];
+    for (let i = 0; i < 2; i++) {
+      const proxy = createProxy({
+        connector: 'vllm',
+        // The fourth worker joins later.
+        prefill: prefill.slice(0, 3).map((worker, n) => ({ url: worker.url, name: `p${n}` })),
+        decode: [{ url: decode.url }],
+        prefillPolicy: 'session',
+        redisUrl: redis.url,
+        replicaSyncMs: 20,
+        logger: recordingLogger().logger,
+      });
+      cleanups.push(() => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }));
+      const url = await proxy.listen(0);
+      replicas.push({
+        core: (proxy as unknown as { core: ProxyCore }).core,
+        client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }),
+      });
+    }
+    const turn = async (replica: number, session: string) => {
+      const { response } = await (replicas[replica] as (typeof replicas)[number]).client.completions
+        .create({ model: 'fake-model', prompt: 'next turn', max_tokens: 2 }, { headers: { 'x-session-id': session } })
+        .withResponse();
+      return response.headers.get('x-disagg-prefill-worker');
+    };
+    const sessions = Array.from({ length: 24 }, (_, i) => `agent-${i}`);
+    const first = new Map<string, string | null>();
+    for (const session of sessions) first.set(session, await turn(0, session));
+    const store = replicas[0]?.core.sessionBindings;
+    for (const session of sessions) {
+      await eventuallyAsync(async () => (await store?.lookup(session))?.prefill !== undefined, `${session} bound`);
+    }
+    // A fourth prefill worker joins both replicas: by hashing alone about a quarter of the sessions would move to it.
+    for (const { core } of replicas)
+      core.pools.all()[0]?.prefill.add({ url: (prefill[3] as FakeWorker).url, name: 'p3' });
+    for (const [i, session] of sessions.entries()) expect(await turn(i % 2, session), session).toBe(first.get(session));
+    // A session new since the join may go to it, and binds there for every replica.
+    const fresh = new Set<string | null>();
+    for (let i = 0; i < 12; i++) fresh.add(await turn(0, `new-${i}`));
+    expect(fresh.has('worker') || fresh.has('p3')).toBe(true);
   });
 
   it('a replica killed mid-run ages out of the others’ sums within eight sync rounds', async () => {

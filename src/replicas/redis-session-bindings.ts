@@ -1,0 +1,138 @@
+// Session bindings in the Redis the replicas share: a session's worker per pool side, the first
+// binding winning, refreshed on use, replaced only when it names a worker that left.
+import type { Redis, RedisOptions } from 'ioredis';
+import type { BindingRole, SessionBinding, SessionBindingStore } from '../routing/session-bindings.js';
+import type { Logger } from '../runtime/logger.js';
+
+// KEYS[1]: the binding. ARGV: the worker chosen, the worker it may replace ('' for none), the
+// time to live (ms). Binds when unbound, or when still bound to the worker it replaces;
+// otherwise keeps (and refreshes) what is there. Answers the binding now.
+const BIND = `
+local current = redis.call('GET', KEYS[1])
+if current == false or (ARGV[2] ~= '' and current == ARGV[2]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+  return ARGV[1]
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return current
+`;
+
+/** How long an unused session keeps its binding: half an hour, refreshed by each of its requests. */
+export const SESSION_BINDING_TTL_MS = 30 * 60 * 1000;
+
+/** Options of {@link RedisSessionBindings}. */
+export interface RedisSessionBindingsOptions {
+  url: string;
+  /** The keys' prefix; `disagg:sessions` by default. */
+  prefix?: string | undefined;
+  /** How long an unused binding lasts; {@link SESSION_BINDING_TTL_MS} by default. */
+  ttlMs?: number | undefined;
+  /** How long a lookup may take before the request is routed without it, in ms; 100 by default. */
+  timeoutMs?: number | undefined;
+  logger?: Logger | undefined;
+  /** A lookup or bind that did not reach Redis (for a metric). */
+  onFailure?: (() => void) | undefined;
+}
+
+/**
+ * {@link SessionBindingStore} in one Redis: a session bound to a worker per side (`GETEX` with
+ * its time to live refreshed on each lookup; `SET` only when unbound, or still bound to a
+ * worker that left, in one script). A lookup that fails or takes past `timeoutMs` answers no
+ * binding (the request is routed by hashing, as every replica would), logged once until Redis
+ * answers again.
+ *
+ * @example
+ * const store = new RedisSessionBindings({ url: 'redis://redis:6379' });
+ * const pool = new WorkerPool(workers, { selection: sessionAffinity({ bindings: { role: 'prefill', store, keyOf: (w: { url: string }) => w.url } }) });
+ */
+export class RedisSessionBindings implements SessionBindingStore {
+  readonly #options: RedisSessionBindingsOptions;
+  readonly #prefix: string;
+  readonly #ttlMs: number;
+  readonly #redis: Promise<Redis>;
+  #firstConnect: Promise<void> | undefined;
+  #down = false;
+
+  constructor(options: RedisSessionBindingsOptions) {
+    this.#options = options;
+    this.#prefix = options.prefix ?? 'disagg:sessions';
+    this.#ttlMs = options.ttlMs ?? SESSION_BINDING_TTL_MS;
+    const timeoutMs = options.timeoutMs ?? 100;
+    this.#redis = import('ioredis').then(({ Redis: Client }) => {
+      const settings: RedisOptions = {
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        commandTimeout: timeoutMs,
+        connectTimeout: Math.max(timeoutMs, 250),
+        retryStrategy: (times) => Math.min(50 * times, 1000),
+      };
+      const redis = new Client(options.url, settings);
+      redis.on('error', () => {});
+      this.#firstConnect = redis.connect().catch(() => {});
+      redis.defineCommand('disaggBindSession', { numberOfKeys: 1, lua: BIND });
+      return redis;
+    });
+  }
+
+  async lookup(sessionKey: string): Promise<SessionBinding> {
+    try {
+      const redis = await this.#redis;
+      await this.#firstConnect;
+      const keys = (['prefill', 'decode'] as const).map((role) => this.#key(sessionKey, role));
+      const answers = await redis.pipeline(keys.map((key) => ['getex', key, 'PX', String(this.#ttlMs)])).exec();
+      const binding: SessionBinding = {};
+      (['prefill', 'decode'] as const).forEach((role, i) => {
+        const [error, value] = answers?.[i] ?? [new Error('no answer'), undefined];
+        if (error !== null) throw error;
+        if (typeof value === 'string') binding[role] = value;
+      });
+      this.#recovered();
+      return binding;
+    } catch (error) {
+      this.#failed(error);
+      return {};
+    }
+  }
+
+  bind(sessionKey: string, role: BindingRole, worker: string, replacing: string | undefined): void {
+    void (async () => {
+      try {
+        const redis = await this.#redis;
+        await this.#firstConnect;
+        const bind = (redis as unknown as { disaggBindSession: (...args: unknown[]) => Promise<unknown> })
+          .disaggBindSession;
+        await bind.call(redis, this.#key(sessionKey, role), worker, replacing ?? '', this.#ttlMs);
+        this.#recovered();
+      } catch (error) {
+        this.#failed(error);
+      }
+    })();
+  }
+
+  /** Disconnects. */
+  async close(): Promise<void> {
+    (await this.#redis).disconnect();
+  }
+
+  // A hash tag of the session, so that its two sides would share a slot.
+  #key(sessionKey: string, role: BindingRole): string {
+    return `${this.#prefix}:{${sessionKey}}:${role}`;
+  }
+
+  #failed(error: unknown): void {
+    this.#options.onFailure?.();
+    if (this.#down) return;
+    this.#down = true;
+    this.#options.logger?.error(
+      { err: error },
+      'Cannot read or write session bindings (Redis is unreachable): sessions go by hashing until Redis answers',
+    );
+  }
+
+  #recovered(): void {
+    if (!this.#down) return;
+    this.#down = false;
+    this.#options.logger?.info({}, 'Session bindings are shared again: Redis answers');
+  }
+}
