@@ -9,8 +9,9 @@ describe('no leaks', () => {
     const dir = fileURLToPath(new URL('../src', import.meta.url));
     // The library a router embeds. Left out: the fake workers (src/testing, test tooling that
     // paces tokens), the proxy server (src/server: health probes, a client's drain limit, the
-    // shutdown grace) and discovery (src/discovery: the re-resolve interval, the backoff of a
-    // failed watch), which own their timers and clear them (checked below for discovery).
+    // shutdown grace), discovery (src/discovery: the re-resolve interval, the backoff of a
+    // failed watch) and the replicas' sharing (src/replicas: its sync round), which own their
+    // timers and clear them (checked below).
     const files = readdirSync(dir, { recursive: true }).filter((f) => {
       const path = String(f).replaceAll('\\', '/');
       return (
@@ -18,7 +19,8 @@ describe('no leaks', () => {
         !path.startsWith('testing/') &&
         !path.startsWith('server/') &&
         !path.startsWith('cli/') &&
-        !path.startsWith('discovery/')
+        !path.startsWith('discovery/') &&
+        !path.startsWith('replicas/')
       );
     });
     expect(files.length).toBeGreaterThan(5);
@@ -32,8 +34,13 @@ describe('no leaks', () => {
     const deadlines = readFileSync(`${dir}/flow/deadlines.ts`, 'utf8');
     expect(deadlines.match(/\bset(Timeout|Interval|Immediate)\s*\(/g)).toEqual(['setTimeout(']);
     expect(deadlines).toMatch(/if \(!keepsAlive\) timer\.unref\?\.\(\);\s+return \(\) => clearTimeout\(timer\);/);
-    // Discovery's timers never keep a process alive, and stop() clears them.
-    for (const file of ['discovery/dns-discovery.ts', 'discovery/kubernetes-discovery.ts']) {
+    // Discovery's and the replicas' timers never keep a process alive, and stop() or close() clears them.
+    for (const file of [
+      'discovery/dns-discovery.ts',
+      'discovery/kubernetes-discovery.ts',
+      'discovery/inference-pool-discovery.ts',
+      'replicas/shared-in-flight.ts',
+    ]) {
       const text = readFileSync(`${dir}/${file}`, 'utf8');
       const set = text.match(/this\.#(\w+) = set(Timeout|Interval)\(/g) ?? [];
       expect(set.length, file).toBeGreaterThan(0);

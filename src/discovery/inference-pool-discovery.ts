@@ -126,7 +126,7 @@ export class InferencePoolDiscovery {
         `Cannot read the ${where}; trying again`,
       );
       this.#retry = setTimeout(() => void this.#read(k8s), this.#delayMs);
-      this.#retry.unref?.();
+      this.#retry.unref();
       this.#delayMs = Math.min(this.#delayMs * 2, 30_000);
       return;
     }
