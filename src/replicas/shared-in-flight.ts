@@ -36,12 +36,28 @@ end
 return out
 `;
 
+/**
+ * How many requests in flight a worker another replica found down counts as here: enough that
+ * load-balancing policies pass over it while any other worker is within that many requests,
+ * not so many that it is never tried (this replica's own probes decide whether it is in rotation).
+ */
+export const SUSPECT_LOAD = 64;
+
+/** A worker reported down, as the script stores it beside the counts (a key no worker key starts with). */
+const DOWN = '!down ';
+
 /** Options of {@link SharedInFlight}. */
 export interface SharedInFlightOptions {
   /** The Redis every replica shares (`redis://host:port/db`). */
   url: string;
   /** This replica's counts now, by worker key (a key every replica gives the same worker). */
   local(): Iterable<readonly [string, number]>;
+  /**
+   * The workers this replica's health checks took out of rotation now, by the same keys: the
+   * other replicas count each as {@link SUSPECT_LOAD} more requests in flight until their own
+   * probes say, so that they try it less meanwhile. None by default.
+   */
+  down?: (() => Iterable<string>) | undefined;
   /** This replica's name in Redis; its host name, process id and a random part by default. */
   replicaId?: string | undefined;
   /** The keys' prefix; `disagg:in-flight` by default (replicas that balance together share it). */
@@ -62,7 +78,9 @@ export interface SharedInFlightOptions {
  * replica writes its counts (`local()`) and reads the others', in one atomic round trip on
  * Redis's clock. {@link viewOf} gives a `WorkerPool` the others' counts (`peerLoad`), so that its
  * policies (least-in-flight, the load scorers, cache-aware's balance) see the whole fleet's
- * load. Staleness: another replica's lease shows here within two intervals (500 ms by default);
+ * load. The workers a replica's health checks took out (`down`) go along: the others count each
+ * as {@link SUSPECT_LOAD} more requests until their own probes decide. Staleness: another
+ * replica's lease or verdict shows here within two intervals (500 ms by default);
  * a replica that stops (killed, partitioned) ages out within `ttlMs` plus an interval. While
  * Redis cannot be reached, or answers slower than `timeoutMs`, the others' counts are dropped
  * (each replica routes on its own view, as without Redis), logged once until a round succeeds,
@@ -164,6 +182,7 @@ export class SharedInFlight {
   async sync(): Promise<void> {
     const pairs: string[] = [];
     for (const [key, count] of this.#options.local()) if (count > 0) pairs.push(key, String(count));
+    for (const key of this.#options.down?.() ?? []) pairs.push(`${DOWN}${key}`, '1');
     let answer: Array<string | number>;
     try {
       const redis = await this.#redis;
@@ -177,8 +196,13 @@ export class SharedInFlight {
     }
     const others = new Map<string, number>();
     for (let i = 1; i + 1 < answer.length; i += 2) {
-      const key = String(answer[i]);
-      others.set(key, (others.get(key) ?? 0) + Number(answer[i + 1]));
+      const field = String(answer[i]);
+      // A worker some other replica found down counts as busy here, once however many said so.
+      const [key, count] = field.startsWith(DOWN)
+        ? [field.slice(DOWN.length), SUSPECT_LOAD]
+        : [field, Number(answer[i + 1])];
+      if (field.startsWith(DOWN) && this.#suspect(others, key)) continue;
+      others.set(key, (others.get(key) ?? 0) + count);
     }
     this.#others = others;
     this.#replicas = Math.max(1, Number(answer[0]));
@@ -204,6 +228,14 @@ export class SharedInFlight {
       redis.multi().del(`${this.#prefix}:replica:${this.#id}`).zrem(`${this.#prefix}:replicas`, this.#id).exec(),
     ).catch(() => {});
     redis.disconnect();
+  }
+
+  /** Whether `key` was already counted as down in this round's `others` (marked by a sentinel entry). */
+  #suspect(others: Map<string, number>, key: string): boolean {
+    const mark = `${DOWN}${key}`;
+    if (others.has(mark)) return true;
+    others.set(mark, 0);
+    return false;
   }
 
   #failed(error: unknown): void {

@@ -28,6 +28,16 @@ export function* localInFlight(fleet: Fleet): Generator<readonly [string, number
   }
 }
 
+/** The workers this replica's health checks hold out of rotation (down, not draining), by {@link peerKey}. */
+export function* downWorkers(fleet: Fleet): Generator<string> {
+  for (const pool of pairsOf(fleet)) {
+    for (const role of ['prefill', 'decode'] as const) {
+      const side = pool[role];
+      for (const worker of side.workers) if (side.stateOf(worker as never) === 'down') yield peerKey(role, worker);
+    }
+  }
+}
+
 /** Each side's view of the other replicas' leases; none without sharing. */
 export function peerLoadOf(
   shared: SharedInFlight | undefined,

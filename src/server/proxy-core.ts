@@ -30,7 +30,7 @@ import { ServedModels } from './model-limits.js';
 import { modelPool, policiesOf } from './model-pools.js';
 import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
-import { localInFlight, peerLoadOf, usesSessionPolicy } from './peer-load.js';
+import { downWorkers, localInFlight, peerLoadOf, usesSessionPolicy } from './peer-load.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
@@ -164,6 +164,7 @@ export class ProxyCore implements ProxyState {
             url: options.redisUrl,
             intervalMs: options.replicaSyncMs,
             local: () => localInFlight(this.pools),
+            down: () => downWorkers(this.pools),
             logger: this.logger,
             onSync: (outcome) => this.#replicaSynced?.(outcome),
           });

@@ -1,6 +1,6 @@
 // Replicas' requests in flight shared through one real redis-server.
 import { afterEach, describe, expect, it } from 'vitest';
-import { SharedInFlight } from '../../src/replicas/shared-in-flight.js';
+import { SharedInFlight, SUSPECT_LOAD } from '../../src/replicas/shared-in-flight.js';
 import { recordingLogger } from '../support/async.js';
 import { eventuallyAsync } from '../support/http.js';
 import { startRedis } from '../support/redis.js';
@@ -15,12 +15,14 @@ afterEach(async () => {
 /** A replica: its own counts (set by the test) and its share of the others'. */
 function replica(url: string, id: string, options: { ttlMs?: number } = {}) {
   const counts = new Map<string, number>();
+  const down = new Set<string>();
   const logger = recordingLogger();
   const outcomes: string[] = [];
   const shared = new SharedInFlight({
     url,
     replicaId: id,
     local: () => counts,
+    down: () => down,
     intervalMs: 50,
     ...(options.ttlMs === undefined ? {} : { ttlMs: options.ttlMs }),
     logger: logger.logger,
@@ -28,7 +30,7 @@ function replica(url: string, id: string, options: { ttlMs?: number } = {}) {
   });
   cleanups.push(() => shared.close());
   const view = shared.viewOf((worker: string) => worker);
-  return { shared, counts, view, logs: logger.records, outcomes };
+  return { shared, counts, down, view, logs: logger.records, outcomes };
 }
 
 describe.skipIf(redisServer.skip)(`SharedInFlight (${redisServer.why})`, () => {
@@ -50,6 +52,21 @@ describe.skipIf(redisServer.skip)(`SharedInFlight (${redisServer.why})`, () => {
     await b.shared.sync();
     await a.shared.sync();
     expect([a.view.inFlight('decode-0'), a.view.inFlight('decode-1')]).toEqual([0, 4]);
+  });
+
+  it("counts a worker another replica's health found down as SUSPECT_LOAD busier, once however many said so, until they take it back", async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const [a, b, c] = [replica(redis.url, 'a'), replica(redis.url, 'b'), replica(redis.url, 'c')];
+    b.down.add('decode-1');
+    c.down.add('decode-1');
+    c.counts.set('decode-1', 2);
+    for (const each of [b, c, a]) await each.shared.sync();
+    expect([a.view.inFlight('decode-0'), a.view.inFlight('decode-1')]).toEqual([0, SUSPECT_LOAD + 2]);
+    b.down.clear();
+    c.down.clear();
+    for (const each of [b, c, a]) await each.shared.sync();
+    expect(a.view.inFlight('decode-1')).toBe(2);
   });
 
   it('forgets a replica that stops writing within its time to live', async () => {

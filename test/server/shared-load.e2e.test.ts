@@ -170,6 +170,33 @@ describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${re
     expect(fresh.has('worker') || fresh.has('p3')).toBe(true);
   });
 
+  it('a worker one replica found down is passed over by the others until their own probes say', async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const workers = await fleet();
+    const [finder, other] = [
+      await replica(workers, { redisUrl: redis.url }),
+      await replica(workers, { redisUrl: redis.url }),
+    ];
+    // The finder's health checks took decode worker 0 out (the other's probes still reach it).
+    const suspect = finder.core.pools.workers('decode')[0] as { url: string };
+    finder.core.pools.all()[0]?.decode.setAvailable(suspect as never, false);
+    const view = other.core.sharedInFlight?.viewOf((worker: { url: string }) => `decode ${worker.url}`);
+    await eventually(() => (view?.inFlight(suspect) ?? 0) >= 64, 'the verdict shared');
+    for (let i = 0; i < 8; i++)
+      await other.client.completions.create({ model: 'fake-model', prompt: 'Hi', max_tokens: 2 });
+    expect(decodeCalls(workers.decode[0] as FakeWorker)).toBe(0);
+    expect(
+      workers.decode
+        .slice(1)
+        .map(decodeCalls)
+        .reduce((a, b) => a + b, 0),
+    ).toBe(8);
+    // Back in the finder's rotation: the others try it again.
+    finder.core.pools.all()[0]?.decode.setAvailable(suspect as never, true);
+    await eventually(() => view?.inFlight(suspect) === 0, 'the verdict taken back');
+  });
+
   it('a replica killed mid-run ages out of the others’ sums within eight sync rounds', async () => {
     const redis = await startRedis();
     cleanups.push(redis.close);
