@@ -1,10 +1,6 @@
 import type * as K8s from '@kubernetes/client-node';
 import type { Logger } from '../runtime/logger.js';
-import {
-  DiscoveryUnavailableError,
-  KubernetesDiscovery,
-  type KubernetesDiscoveryOptions,
-} from './kubernetes-discovery.js';
+import { KubernetesDiscovery, type KubernetesDiscoveryOptions, kubernetesClient } from './kubernetes-discovery.js';
 
 /** The Gateway API Inference Extension's group and version of `InferencePool`. */
 const GROUP = 'inference.networking.k8s.io';
@@ -82,14 +78,9 @@ export class InferencePoolDiscovery {
    * @throws {DiscoveryUnavailableError} without `@kubernetes/client-node`.
    */
   async start(): Promise<void> {
-    let k8s: typeof K8s;
-    try {
-      k8s = await import('@kubernetes/client-node');
-    } catch (error) {
-      throw new DiscoveryUnavailableError(error);
-    }
+    const { k8s, config } = await kubernetesClient(this.#options.kubeConfig);
     this.#stopped = false;
-    await this.#read(k8s);
+    await this.#read(k8s, config);
   }
 
   /** Stops reading the pool and watching its pods; the workers found stay. */
@@ -100,12 +91,11 @@ export class InferencePoolDiscovery {
     await this.#pods?.stop();
   }
 
-  async #read(k8s: typeof K8s): Promise<void> {
+  async #read(k8s: typeof K8s, config: K8s.KubeConfig): Promise<void> {
     const { name, namespace, logger } = this.#options;
     const where = `InferencePool ${namespace}/${name}`;
     let targets: InferencePoolTargets;
     try {
-      const config = (this.#options.kubeConfig as K8s.KubeConfig | undefined) ?? defaultConfig(k8s);
       const api = config.makeApiClient(k8s.CustomObjectsApi);
       const pool: unknown = await api.getNamespacedCustomObject({
         group: GROUP,
@@ -125,7 +115,7 @@ export class InferencePoolDiscovery {
         { err: error, inferencePool: `${namespace}/${name}`, retryInMs: this.#delayMs },
         `Cannot read the ${where}; trying again`,
       );
-      this.#retry = setTimeout(() => void this.#read(k8s), this.#delayMs);
+      this.#retry = setTimeout(() => void this.#read(k8s, config), this.#delayMs);
       this.#retry.unref();
       this.#delayMs = Math.min(this.#delayMs * 2, 30_000);
       return;
@@ -144,10 +134,4 @@ export class InferencePoolDiscovery {
     });
     await this.#pods.start();
   }
-}
-
-function defaultConfig(k8s: typeof K8s): K8s.KubeConfig {
-  const config = new k8s.KubeConfig();
-  config.loadFromDefault();
-  return config;
 }

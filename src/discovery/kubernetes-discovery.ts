@@ -123,14 +123,8 @@ export class KubernetesDiscovery {
    * @throws {DiscoveryUnavailableError} without `@kubernetes/client-node`.
    */
   async start(): Promise<void> {
-    let k8s: typeof K8s;
-    try {
-      k8s = await import('@kubernetes/client-node');
-    } catch (error) {
-      throw new DiscoveryUnavailableError(error);
-    }
+    const { k8s, config } = await kubernetesClient(this.#options.kubeConfig);
     const { namespace, selector } = this.#options;
-    const config = (this.#options.kubeConfig as K8s.KubeConfig | undefined) ?? defaultConfig(k8s);
     const api = config.makeApiClient(k8s.CoreV1Api);
     const path = namespace === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods`;
     const list = () =>
@@ -319,8 +313,24 @@ function portList(raw: string): number[] | undefined {
   return numbers.every((port) => port >= 1 && port <= 65_535) ? numbers : undefined;
 }
 
-function defaultConfig(k8s: typeof K8s): K8s.KubeConfig {
-  const config = new k8s.KubeConfig();
-  config.loadFromDefault();
-  return config;
+/**
+ * `@kubernetes/client-node`, loaded on first use, and the `KubeConfig` to use: the one given,
+ * else the pod's service account in a cluster, `KUBECONFIG` or `~/.kube/config`.
+ *
+ * @throws {DiscoveryUnavailableError} without the package.
+ * @internal
+ */
+export async function kubernetesClient(given: unknown): Promise<{ k8s: typeof K8s; config: K8s.KubeConfig }> {
+  let k8s: typeof K8s;
+  try {
+    k8s = await import('@kubernetes/client-node');
+  } catch (error) {
+    throw new DiscoveryUnavailableError(error);
+  }
+  let config = given as K8s.KubeConfig | undefined;
+  if (config === undefined) {
+    config = new k8s.KubeConfig();
+    config.loadFromDefault();
+  }
+  return { k8s, config };
 }

@@ -1,8 +1,9 @@
 // Session bindings in the Redis the replicas share: a session's worker per pool side, the first
 // binding winning, refreshed on use, replaced only when it names a worker that left.
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { BindingRole, SessionBinding, SessionBindingStore } from '../routing/session-bindings.js';
 import type { Logger } from '../runtime/logger.js';
+import { sharedRedis } from './redis-client.js';
 
 // KEYS[1]: the binding. ARGV: the worker chosen, the worker it may replace ('' for none), the
 // time to live (ms). Binds when unbound, or when still bound to the worker it replaces;
@@ -58,21 +59,9 @@ export class RedisSessionBindings implements SessionBindingStore {
     this.#prefix = options.prefix ?? 'disagg:sessions';
     this.#ttlMs = options.ttlMs ?? SESSION_BINDING_TTL_MS;
     const timeoutMs = options.timeoutMs ?? 100;
-    this.#redis = import('ioredis').then(({ Redis: Client }) => {
-      const settings: RedisOptions = {
-        lazyConnect: true,
-        enableOfflineQueue: false,
-        maxRetriesPerRequest: 0,
-        commandTimeout: timeoutMs,
-        connectTimeout: Math.max(timeoutMs, 250),
-        retryStrategy: (times) => Math.min(50 * times, 1000),
-      };
-      const redis = new Client(options.url, settings);
-      redis.on('error', () => {});
-      this.#firstConnect = redis.connect().catch(() => {});
-      redis.defineCommand('disaggBindSession', { numberOfKeys: 1, lua: BIND });
-      return redis;
-    });
+    const client = sharedRedis(options.url, timeoutMs, { disaggBindSession: { keys: 1, lua: BIND } });
+    this.#redis = client.redis;
+    this.#firstConnect = client.connected;
   }
 
   async lookup(sessionKey: string): Promise<SessionBinding> {

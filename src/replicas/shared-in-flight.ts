@@ -3,9 +3,10 @@
 // writes its own counts as an entry of its own that expires (a replica that dies ages out)
 // and reads the others' in the same round trip; policies see their own leases plus the sum.
 import { hostname } from 'node:os';
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { LoadView } from '../routing/routing-policy.js';
 import type { Logger } from '../runtime/logger.js';
+import { sharedRedis } from './redis-client.js';
 
 // KEYS[1]: the prefix. ARGV: this replica's id, the entries' time to live (ms), then its counts
 // as key, count pairs. Replaces this replica's entry, marks it alive (on Redis's clock, so that
@@ -126,22 +127,9 @@ export class SharedInFlight {
     this.#intervalMs = options.intervalMs ?? 250;
     this.#ttlMs = options.ttlMs ?? this.#intervalMs * 8;
     const timeoutMs = options.timeoutMs ?? this.#intervalMs;
-    this.#redis = import('ioredis').then(({ Redis: Client }) => {
-      const settings: RedisOptions = {
-        lazyConnect: true,
-        enableOfflineQueue: false,
-        maxRetriesPerRequest: 0,
-        commandTimeout: timeoutMs,
-        connectTimeout: timeoutMs,
-        retryStrategy: (times) => Math.min(50 * times, 1000),
-      };
-      const redis = new Client(options.url, settings);
-      // Reported per round (and logged once), not as the client's own unhandled errors.
-      redis.on('error', () => {});
-      this.#firstConnect = redis.connect().catch(() => {});
-      redis.defineCommand('disaggSyncInFlight', { numberOfKeys: 1, lua: SYNC });
-      return redis;
-    });
+    const client = sharedRedis(options.url, timeoutMs, { disaggSyncInFlight: { keys: 1, lua: SYNC } });
+    this.#redis = client.redis;
+    this.#firstConnect = client.connected;
   }
 
   /** This replica's name in Redis. */
