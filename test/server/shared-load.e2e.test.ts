@@ -65,6 +65,37 @@ async function startStream(client: OpenAI, controller: AbortController) {
   return reader;
 }
 
+/**
+ * Two replicas routing prefill by session, sharing one Redis, over 4 prefill workers of which
+ * the first `listed` are theirs at start (`p0`...), and one decode worker.
+ */
+async function sessionReplicas(listed: number) {
+  const redis = await startRedis();
+  cleanups.push(redis.close);
+  const prefill: FakeWorker[] = [];
+  for (let i = 0; i < 4; i++) prefill.push(await fakes.start({ role: 'prefill', protocol: 'vllm' }));
+  const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
+  const replicas: Array<{ core: ProxyCore; client: OpenAI }> = [];
+  for (let i = 0; i < 2; i++) {
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: prefill.slice(0, listed).map((worker, n) => ({ url: worker.url, name: `p${n}` })),
+      decode: [{ url: decode.url }],
+      prefillPolicy: 'session',
+      redisUrl: redis.url,
+      replicaSyncMs: 20,
+      logger: recordingLogger().logger,
+    });
+    cleanups.push(() => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }));
+    const url = await proxy.listen(0);
+    replicas.push({
+      core: (proxy as unknown as { core: ProxyCore }).core,
+      client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }),
+    });
+  }
+  return { prefill, replicas };
+}
+
 const decodeCalls = (worker: FakeWorker) => worker.requests.filter((call) => call.path === '/v1/completions').length;
 
 describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${redisServer.why})`, () => {
@@ -88,29 +119,11 @@ describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${re
   });
 
   it("an agent session's turns, alternating between replicas, all land on one prefill worker", async () => {
-    const redis = await startRedis();
-    cleanups.push(redis.close);
-    const prefill = [];
-    for (let i = 0; i < 4; i++) prefill.push(await fakes.start({ role: 'prefill', protocol: 'vllm' }));
-    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
-    const replicas = [];
-    for (let i = 0; i < 2; i++) {
-      const proxy = createProxy({
-        connector: 'vllm',
-        prefill: prefill.map((worker, n) => ({ url: worker.url, name: `p${n}` })),
-        decode: [{ url: decode.url }],
-        prefillPolicy: 'session',
-        redisUrl: redis.url,
-        replicaSyncMs: 20,
-        logger: recordingLogger().logger,
-      });
-      cleanups.push(() => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }));
-      replicas.push(new OpenAI({ baseURL: `${await proxy.listen(0)}/v1`, apiKey: 'x', maxRetries: 0 }));
-    }
+    const { replicas } = await sessionReplicas(4);
     for (const session of ['claude-1', 'claude-2', 'claude-3']) {
       const workers = new Set<string | null>();
       for (let turn = 0; turn < 6; turn++) {
-        const { response } = await (replicas[turn % 2] as OpenAI).chat.completions
+        const { response } = await (replicas[turn % 2] as (typeof replicas)[number]).client.chat.completions
           .create(
             { model: 'fake-model', messages: [{ role: 'user', content: `turn ${turn}` }], max_tokens: 2 },
             { headers: { 'x-claude-code-session-id': session } },
@@ -123,30 +136,8 @@ describe.skipIf(redisServer.skip)(`requests in flight shared through Redis (${re
   });
 
   it('keeps each session on its bound prefill worker when a worker joins, on every replica (first binding wins)', async () => {
-    const redis = await startRedis();
-    cleanups.push(redis.close);
-    const prefill = [];
-    for (let i = 0; i < 4; i++) prefill.push(await fakes.start({ role: 'prefill', protocol: 'vllm' }));
-    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 });
-    const replicas: Array<{ core: ProxyCore; client: OpenAI }> = [];
-    for (let i = 0; i < 2; i++) {
-      const proxy = createProxy({
-        connector: 'vllm',
-        // The fourth worker joins later.
-        prefill: prefill.slice(0, 3).map((worker, n) => ({ url: worker.url, name: `p${n}` })),
-        decode: [{ url: decode.url }],
-        prefillPolicy: 'session',
-        redisUrl: redis.url,
-        replicaSyncMs: 20,
-        logger: recordingLogger().logger,
-      });
-      cleanups.push(() => proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 }));
-      const url = await proxy.listen(0);
-      replicas.push({
-        core: (proxy as unknown as { core: ProxyCore }).core,
-        client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 }),
-      });
-    }
+    // The fourth worker joins later.
+    const { prefill, replicas } = await sessionReplicas(3);
     const turn = async (replica: number, session: string) => {
       const { response } = await (replicas[replica] as (typeof replicas)[number]).client.completions
         .create({ model: 'fake-model', prompt: 'next turn', max_tokens: 2 }, { headers: { 'x-session-id': session } })
