@@ -118,7 +118,7 @@ export {
   type RedisSessionBindingsOptions,
   SESSION_BINDING_TTL_MS,
 } from './replicas/redis-session-bindings.js';
-export { SharedInFlight, type SharedInFlightOptions } from './replicas/shared-in-flight.js';
+export { SharedInFlight, type SharedInFlightOptions, SUSPECT_LOAD } from './replicas/shared-in-flight.js';
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
 export {

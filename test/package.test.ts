@@ -54,6 +54,7 @@ const EXPORTS = [
   'SCORER_NAMES',
   'SESSION_BINDING_TTL_MS',
   'SGLANG_LOAD_METRICS',
+  'SUSPECT_LOAD',
   'Scheduler',
   'SharedInFlight',
   'TokenizerError',
