@@ -20,6 +20,7 @@ import { parseRequestBody } from '../server/request-body.js';
 import { sessionKeyOf } from '../server/request-context.js';
 import { validateRequest } from '../server/request-schemas.js';
 import { modelNotFound } from '../server/request-stages.js';
+import { poolLabel } from '../server/scaling-metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../server/settings/worker-entries.js';
 
 /** A request as Envoy handed it over: its headers (pseudo-headers included), whole body and the gateway's subset hint. */
@@ -145,16 +146,24 @@ export class EndpointPicker {
     }
     // Admission and tenants' limits are the API's, as in the proxy: not a probe's or a listing's.
     const admitted: Admitted =
-      endpoint === undefined ? { release: () => {} } : await this.#admit(request, endpoint, body);
+      endpoint === undefined ? { release: () => {} } : await this.#admit(request, endpoint, body, poolLabel(pool));
     if ('refused' in admitted) return admitted.refused;
     let decision: Decision<ProxyPrefillWorker, ProxyDecodeWorker>;
     try {
       decision = await this.#decide(pool, endpoint, body, request.headers, decodeAvoid);
     } catch (error) {
       admitted.release(undefined);
-      if (NoWorkerError.is(error)) return noEndpoint(endpoint, error.message);
+      if (NoWorkerError.is(error)) {
+        core.metrics.refused(poolLabel(pool), 'no-worker');
+        return noEndpoint(endpoint, error.message);
+      }
       return refusal(endpoint, errorAnswer(error), undefined);
     }
+    core.metrics.decided(
+      poolLabel(pool),
+      decision.strategy,
+      decision.strategy === 'aggregated' ? decision.reason : undefined,
+    );
     const decode = decision.decode as Lease<ProxyDecodeWorker>;
     const prefill = decision.strategy === 'disaggregated' ? decision.prefill : undefined;
     const set: Record<string, string> = {};
@@ -174,11 +183,16 @@ export class EndpointPicker {
    * tenants; a wait while slots are full): the proxy's own admission stage, for a request the
    * gateway will send. Gives back a release that corrects the tenant's tokens by the answer's.
    */
-  async #admit(request: PickRequest, endpoint: Endpoint, body: Record<string, unknown>): Promise<Admitted> {
+  async #admit(
+    request: PickRequest,
+    endpoint: Endpoint,
+    body: Record<string, unknown>,
+    pool: string,
+  ): Promise<Admitted> {
     const core = this.#core;
     const tenant = core.tenants.tenantOf(request.headers);
     const label = core.tenantLabel(tenant.name);
-    const estimate = Math.ceil(new RoutingInput(body, undefined, undefined, endpoint).promptText.length / 4);
+    const estimate = new RoutingInput(body, undefined, undefined, endpoint).promptTokens;
     try {
       const over = await core.limits.take(tenant, estimate);
       if (over !== undefined) {
@@ -203,7 +217,10 @@ export class EndpointPicker {
         },
       };
     } catch (error) {
-      if (OverloadedError.is(error)) core.metrics.tenantRequest(label, error.limit);
+      if (OverloadedError.is(error)) {
+        core.metrics.tenantRequest(label, error.limit);
+        core.metrics.refused(pool, error.limit);
+      }
       core.logger.info({ tenant: tenant.name, err: error, path: request.headers[':path'] }, 'request rejected');
       return {
         refused: refusal(endpoint, errorAnswer(error), OverloadedError.is(error) ? 'rejected-saturated' : undefined),

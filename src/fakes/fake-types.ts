@@ -66,6 +66,12 @@ export interface FakeRequest {
 export interface FakeWorkerOptions {
   role: 'prefill' | 'decode';
   protocol: EngineName;
+  /**
+   * Decode requests it runs at once, as vLLM's `--max-num-seqs` (SGLang's
+   * `--max-running-requests`): the rest wait in its queue (`num_requests_waiting` in `/metrics`)
+   * and answer nothing, taking no KV, until a running one ends. Unlimited by default.
+   */
+  maxRunning?: number | undefined;
   /** Tokens a decode answers at most (fewer if the request's max_tokens says so); 8 by default. */
   tokens?: number | undefined;
   /** Milliseconds between streamed tokens; 0 by default. */

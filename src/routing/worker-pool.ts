@@ -30,6 +30,13 @@ export interface WorkerPoolOptions<W> {
    * its own leases. None by default.
    */
   peerLoad?: LoadView<W> | undefined;
+  /**
+   * How many prompt tokens a lease carries (its request's), counted in
+   * {@link WorkerPool.promptTokensInFlight} until it is released: the backlog a scaling signal
+   * reads (the proxy gives the tokenizer's count, else a quarter of the prompt's text). None
+   * counted by default.
+   */
+  promptTokens?: ((input: RoutingInput | undefined) => number) | undefined;
 }
 
 /**
@@ -131,6 +138,11 @@ export class WorkerPool<W> {
   #available: readonly W[];
   readonly #select: (candidates: readonly W[], pool: WorkerPool<W>, input: RoutingInput | undefined) => W;
   readonly #policy: RoutingPolicy<W> | undefined;
+  readonly #load: LoadView<W>;
+  readonly #promptTokens: ((input: RoutingInput | undefined) => number) | undefined;
+  /** Leases not yet released, over every worker (removed ones' included), and their prompt tokens. */
+  #leasesOut = 0;
+  #tokensOut = 0;
 
   /**
    * `workers` may be empty for a pool filled at run time ({@link add}, discovery): until then
@@ -156,6 +168,8 @@ export class WorkerPool<W> {
     const peers = options.peerLoad;
     const load: LoadView<W> =
       peers === undefined ? this : { inFlight: (worker) => this.inFlight(worker) + peers.inFlight(worker) };
+    this.#load = load;
+    this.#promptTokens = options.promptTokens;
     if (typeof selection === 'function') this.#select = selection;
     else if (isPolicy<W>(selection)) {
       this.#policy = selection;
@@ -358,6 +372,24 @@ export class WorkerPool<W> {
     return this.#records.get(worker)?.inFlight ?? 0;
   }
 
+  /** Leases not yet released, over every worker (those removed with leases out too): this router's requests under way here. */
+  get requestsInFlight(): number {
+    return this.#leasesOut;
+  }
+
+  /** The prompt tokens of the leases not yet released, as the `promptTokens` option counts them (0 without it). */
+  get promptTokensInFlight(): number {
+    return this.#tokensOut;
+  }
+
+  /**
+   * What the pool's routing policy sees of the load on its workers: its own leases, plus the
+   * other replicas' where `peerLoad` shares them; so every replica reads the same.
+   */
+  get load(): LoadView<W> {
+    return this.#load;
+  }
+
   /**
    * Chooses a worker in rotation and counts one more request on it until the lease is released.
    * Workers in `avoid` (those a retry of the same request just failed on) are passed over while
@@ -394,6 +426,10 @@ export class WorkerPool<W> {
     // The record stays while a lease is out (settleIfIdle waits for zero), so it is this one's.
     const record = this.#records.get(worker) as PoolRecord;
     record.inFlight++;
+    // Counted once at the lease and given back the same at its release, whatever the input becomes.
+    const tokens = this.#promptTokens?.(input) ?? 0;
+    this.#leasesOut++;
+    this.#tokensOut += tokens;
     this.#policy?.routed?.(worker, input);
     let released = false;
     return {
@@ -402,6 +438,8 @@ export class WorkerPool<W> {
         if (released) return;
         released = true;
         record.inFlight--;
+        this.#leasesOut--;
+        this.#tokensOut -= tokens;
         this.#settleIfIdle(worker);
         if (outcome !== undefined) this.#policy?.completed?.(worker, input, outcome);
       },

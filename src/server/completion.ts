@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import { disaggregate, type Engine } from '../flow/disaggregate.js';
 import type { MigrationOptions } from '../flow/migration.js';
 import type { EngineItem } from '../protocol/annotated.js';
+import { NoWorkerError } from '../routing/worker-pool.js';
 import type { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { answerApiError } from './api-errors.js';
@@ -17,6 +18,7 @@ import type { ProxyState } from './proxy-state.js';
 import type { RequestContext } from './request-context.js';
 import { countFailure, type RequestEvents, type Routed } from './request-events.js';
 import { STRATEGY_HEADER } from './request-log.js';
+import { poolLabel } from './scaling-metrics.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
 
@@ -35,6 +37,8 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
   const answerFor = (error: unknown): ErrorAnswer => {
     const routed = events.routed;
     countFailure(proxy, error, { prefill: routed?.prefillWorker, decode: routed?.decodeWorker });
+    // No worker in rotation to decide for: refused, as the scaling signals count it.
+    if (routed === undefined && NoWorkerError.is(error)) proxy.metrics.refused(poolLabel(request.pool), 'no-worker');
     request.failure = error;
     // The client gets the worker's words without its address; the log keeps them whole.
     return errorToResponse(error, { redact: (text) => proxy.redact(text) });
@@ -78,6 +82,7 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
   if (writer?.usage !== undefined) {
     request.usage = writer.usage;
     proxy.metrics.tokens(route, typeof body.model === 'string' ? body.model : '', writer.usage);
+    proxy.metrics.lengths(poolLabel(request.pool), writer.usage);
     const predicted = events.routed?.predictedCachedTokens;
     const reported = writer.usage.prompt_tokens_details?.cached_tokens;
     const worker = events.routed?.prefillWorker;

@@ -118,8 +118,9 @@ export class EngineLoadScraper {
 }
 
 /**
- * The proxy's scraper, when a configured policy reads the engines' load (`consumed`), its
- * interval is set and the engine names its load metrics; else undefined (no scrape at all).
+ * The proxy's scraper, when a configured policy reads the engines' load (`consumed`) or the
+ * stages' saturation is to be read from them (`--saturation-source engine`), its interval is
+ * set and the engine names its load metrics; else undefined (no scrape at all).
  *
  * @internal
  */
@@ -129,6 +130,7 @@ export function engineLoadScraper(
     connector: EngineName;
     pools?: ReadonlyArray<{ connector?: EngineName | undefined }> | undefined;
     routing: { engineLoadIntervalMs: number; engineLoadStaleMs: number };
+    scaling?: { saturationSource: 'auto' | 'engine' | 'in-flight' } | undefined;
   },
   headers: Record<string, string>,
   dispatcher: Dispatcher,
@@ -138,7 +140,8 @@ export function engineLoadScraper(
   const engines = new Set([options.connector, ...(options.pools ?? []).flatMap((pool) => pool.connector ?? [])]);
   const metrics = [...engines].flatMap((engine) => engineOf(engine).loadMetrics ?? []);
   const { engineLoadIntervalMs, engineLoadStaleMs } = options.routing;
-  if (consumed['engine-load'] === undefined || engineLoadIntervalMs === 0 || metrics.length === 0) return undefined;
+  const wanted = consumed['engine-load'] !== undefined || options.scaling?.saturationSource === 'engine';
+  if (!wanted || engineLoadIntervalMs === 0 || metrics.length === 0) return undefined;
   // The pools are given at start, once they exist.
   return new EngineLoadScraper({
     metrics,

@@ -5,6 +5,7 @@ import { type CircuitState, FleetMetrics, type Named } from './fleet-metrics.js'
 import { KvPredictionMetrics } from './kv-metrics.js';
 import { PoolSet } from './pool-set.js';
 import { RequestMetrics } from './request-metrics.js';
+import { type SaturationReadings, ScalingMetrics } from './scaling-metrics.js';
 import { type Admitting, TenancyMetrics } from './tenancy-metrics.js';
 
 /**
@@ -23,6 +24,7 @@ export class ProxyMetrics {
   readonly #tenancy: TenancyMetrics;
   readonly #fleet: FleetMetrics;
   readonly #kvPrediction: KvPredictionMetrics;
+  readonly #scaling: ScalingMetrics;
   readonly #rewrites: Counter;
 
   constructor(
@@ -38,18 +40,22 @@ export class ProxyMetrics {
     nameOf: (worker: Named) => string = (worker) => worker.url,
     /** The state of a worker's circuit breaker, read at each scrape; every circuit closed when omitted. */
     circuitOf: (worker: Named) => CircuitState = () => 'closed',
+    /** What the stages' saturation reads: the engines' load where scraped, and the limits of 1.0. */
+    saturation: SaturationReadings = {},
   ) {
     const registers = shared === undefined ? [this.registry] : [this.registry, shared];
     this.registers = registers;
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new RequestMetrics(registers);
     this.#tenancy = new TenancyMetrics(registers, admission);
+    const all = pools instanceof PoolSet ? pools.all() : [pools];
     this.#fleet = new FleetMetrics(registers, {
-      pools: pools instanceof PoolSet ? pools.all() : [pools],
+      pools: all,
       nameOf,
       circuitOf,
     });
     this.#kvPrediction = new KvPredictionMetrics(registers);
+    this.#scaling = new ScalingMetrics(registers, all, saturation);
     this.#rewrites = new Counter({
       name: 'disagg_model_rewrites_total',
       help: 'Requests whose model a rewrite rule sent as one of its targets (a canary), by the model asked for and the target chosen (the configured names only)',
@@ -68,9 +74,32 @@ export class ProxyMetrics {
     this.#requests.tokens(route, model, usage);
   }
 
-  /** See {@link RequestMetrics.listener}. */
-  listener(): (event: FlowEvent) => void {
-    return this.#requests.listener();
+  /**
+   * An event listener that feeds the metrics of one request of `pool` (its label, see
+   * `poolLabel`) with a prompt of `tokens`: {@link RequestMetrics.listener}'s and {@link ScalingMetrics.listener}'s.
+   */
+  listener(pool = 'default', tokens?: () => number): (event: FlowEvent) => void {
+    const requests = this.#requests.listener();
+    const scaling = this.#scaling.listener(pool, tokens);
+    return (event) => {
+      requests(event);
+      scaling(event);
+    };
+  }
+
+  /** See {@link ScalingMetrics.decided}. */
+  decided(pool: string, strategy: string, reason: string | undefined): void {
+    this.#scaling.decided(pool, strategy, reason);
+  }
+
+  /** See {@link ScalingMetrics.refused}. */
+  refused(pool: string, reason: string): void {
+    this.#scaling.refused(pool, reason);
+  }
+
+  /** See {@link ScalingMetrics.lengths}. */
+  lengths(pool: string, usage: Parameters<ScalingMetrics['lengths']>[1]): void {
+    this.#scaling.lengths(pool, usage);
   }
 
   /** See {@link RequestMetrics.verdict}. */

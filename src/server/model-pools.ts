@@ -2,6 +2,7 @@
 // policies, the rest the top level's), and the top-level workers as the pool of every other
 // model. Apart from the proxy's core so that a pool is built in one place.
 import { type EngineName, engineOf } from '../engines/registry.js';
+import type { RoutingInput } from '../routing/routing-input.js';
 import type { LoadView } from '../routing/routing-policy.js';
 import { Scheduler } from '../routing/scheduler.js';
 import type { RoutingServices } from '../routing/services.js';
@@ -56,6 +57,7 @@ export function modelPool(
   const prefill = new WorkerPool(prefillWorkers, {
     selection: poolSelection<ProxyPrefillWorker>('prefill', own, withBindings('prefill', services, peers?.bindings)),
     peerLoad: peers?.prefill,
+    promptTokens: tokensOf,
   });
   const decodeSelection = poolSelection<ProxyDecodeWorker>(
     'decode',
@@ -65,6 +67,7 @@ export function modelPool(
   const decode = new WorkerPool(pool?.decode ?? options.decode, {
     selection: decodeSelection,
     peerLoad: peers?.decode,
+    promptTokens: tokensOf,
   });
   return {
     model: pool?.model[0],
@@ -107,3 +110,6 @@ function withBootstrapPort(workers: ProxyPrefillWorker[], engine: EngineName, po
   if (!engineOf(engine).prefillBootstrap) return workers;
   return workers.map((worker) => ({ ...worker, bootstrapPort: worker.bootstrapPort ?? port }));
 }
+
+/** A lease's prompt tokens, for the scaling signal of the backlog (`disagg_inflight_prompt_tokens`). */
+const tokensOf = (input: RoutingInput | undefined): number => input?.promptTokens ?? 0;

@@ -230,6 +230,12 @@ export class ProxyCore implements ProxyState {
       (worker) => this.membership.nameOf(worker),
       // Read at a scrape, after the constructor made the checker.
       (worker) => this.health.circuit(worker),
+      {
+        limits: options.scaling,
+        ...(options.scaling.saturationSource === 'in-flight' || this.#engineLoad === undefined
+          ? {}
+          : { engineOf: (worker) => this.#engineLoad?.loadOf(worker) }),
+      },
     );
     registerKvMetrics(this.metrics.registers, this.kv, (worker) => this.membership.nameOf(worker));
     this.#replicaSynced = registerReplicaMetrics(this.metrics.registers, this.sharedInFlight);

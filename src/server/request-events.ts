@@ -11,11 +11,11 @@ export type Routed = FlowEventOf<'routed', ProxyPrefillWorker, ProxyDecodeWorker
 export type RequestEvents = ReturnType<typeof requestEvents>;
 
 /**
- * The request's events: fed to the metrics and to the embedding application's tap (whose
+ * The request's events (a request of `pool`, by its label, with a prompt of `tokens`): fed to the metrics and to the embedding application's tap (whose
  * errors are logged and ignored), and the two the handler reads (`routed`, `finished`) kept.
  */
-export function requestEvents(proxy: ProxyState) {
-  const observe = proxy.metrics.listener();
+export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => number) {
+  const observe = proxy.metrics.listener(pool, tokens);
   const tap = proxy.options.onEvent;
   const seen: {
     routed: Routed | undefined;

@@ -11,6 +11,7 @@ import type { RequestContext } from './request-context.js';
 import { requestEvents } from './request-events.js';
 import { logRequest } from './request-log.js';
 import { validateRequest } from './request-schemas.js';
+import { poolLabel } from './scaling-metrics.js';
 import { incomingTrace, RequestTrace } from './tracing.js';
 
 // The stages a request goes through before and after its handler, as fastify's route hooks:
@@ -203,10 +204,15 @@ export const admissionStage: RequestStage = {
       });
       release = () => ticket.release();
     } catch (error) {
+      const pool = poolLabel(request.pool);
       if (OverloadedError.is(error)) {
         res.setHeader('retry-after', String(error.retryAfterS));
         proxy.metrics.tenantRequest(label, error.limit);
-      } else if (LimitsUnavailableError.is(error)) proxy.metrics.tenantRequest(label, 'limits_unavailable');
+        proxy.metrics.refused(pool, error.limit);
+      } else if (LimitsUnavailableError.is(error)) {
+        proxy.metrics.tenantRequest(label, 'limits_unavailable');
+        proxy.metrics.refused(pool, 'limits_unavailable');
+      }
       const refusal = errorAnswer(error);
       proxy.logger.info(
         {
@@ -237,8 +243,7 @@ export const admissionStage: RequestStage = {
 
 /** A request's tokens without the tokenizer: its prompt's token ids, or a quarter of its text. */
 function estimateOf(request: RequestContext): number {
-  const { input } = request;
-  return input.tokenIds?.length ?? Math.ceil(input.promptText.length / 4);
+  return request.input.promptTokens;
 }
 
 /**
@@ -268,7 +273,7 @@ export const trackingStage: RequestStage = {
     res.on('close', () => {
       if (!res.writableFinished) context.stopGenerating();
     });
-    const events = requestEvents(proxy);
+    const events = requestEvents(proxy, poolLabel(request.pool), () => request.input.promptTokens);
     request.events = events;
     request.trace = traceOf(request);
     events.trace = request.trace;

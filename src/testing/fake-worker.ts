@@ -5,6 +5,7 @@ import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js'
 import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
+import { BatchSeats } from '../fakes/fake-batch.js';
 import { answerHandlerError, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
 import { FakeKvCache } from '../fakes/fake-kv-cache.js';
 import { FakeKvPublisher } from '../fakes/fake-kv-publisher.js';
@@ -145,9 +146,12 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   #running = 0;
   /** Prefills waiting for the ones before them to be computed. */
   #waiting = 0;
+  /** A decode's batch (`maxRunning`), and those waiting for a seat in it. */
+  readonly #batch: BatchSeats;
 
   constructor(options: FakeWorkerOptions, publisher?: FakeKvPublisher) {
     this.options = options;
+    this.#batch = new BatchSeats(options.maxRunning);
     this.host = options.host ?? HOST;
     this.bootstrapHost = this.host;
     this.role = options.role;
@@ -296,6 +300,8 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       return;
     }
     if (prefill) return this.#engine.prefill(this, res, record, fault);
+    // Past its batch, a decode waits in the engine's queue before anything of it happens.
+    if (!(await this.#batch.seat(res))) return;
     return answerDecode(this, this.#engine, res, record, fault);
   }
 
@@ -392,9 +398,9 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     const model = `model_name="${this.options.model ?? 'fake-model'}"`;
     const lines = [
       `# TYPE ${names.running} gauge`,
-      `${names.running}{${model}} ${this.#running}`,
+      `${names.running}{${model}} ${this.#running - this.#batch.waiting}`,
       `# TYPE ${names.waiting} gauge`,
-      `${names.waiting}{${model}} ${this.#waiting}`,
+      `${names.waiting}{${model}} ${this.#waiting + this.#batch.waiting}`,
       `# TYPE ${names.kvUsage} gauge`,
       `${names.kvUsage}{${model}} ${usage}`,
     ];

@@ -84,6 +84,7 @@ describe('disagg serve configuration', () => {
       retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, reuseHandoff: 'unreached', disabled: false },
       migration: { limit: 0, via: 'decode' },
       sidecar: { prefillFrom: 'pool', prefillAllow: [], prefillMaxRetries: 0 },
+      scaling: { saturationSource: 'auto', queueDepth: 5, kvUsage: 0.8, prefillRequests: 8, decodeRequests: 256 },
       redisFailure: 'open',
       replicaSyncMs: 250,
       breaker: { failureThreshold: 5, successThreshold: 2, openMs: 10_000 },

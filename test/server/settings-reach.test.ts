@@ -21,6 +21,7 @@ const WITH: Record<string, Record<string, string>> = {
   'routing.aggregateCachedRatio': { decodePolicy: 'cache-aware' },
   'sidecar.prefillAllow': { 'sidecar.prefillFrom': 'header' },
   'sidecar.prefillMaxRetries': { 'sidecar.prefillFrom': 'header' },
+  'scaling.saturationSource': { 'routing.engineLoadIntervalMs': '50' },
 };
 
 /** A text value the row accepts that is not its default, so that arriving proves something. */

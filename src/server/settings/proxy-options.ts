@@ -346,6 +346,23 @@ export interface ProxyOptions {
       }
     | undefined;
   /**
+   * What makes a stage of a pool saturated, for `disagg_stage_saturation` (1.0 its set point,
+   * what an autoscaler holds and an alert compares): a worker's engine queue against
+   * `queueDepth` (5) and KV cache against `kvUsage` (0.8), read where `saturationSource` is
+   * `'auto'` (the default) and a routing policy has the engines' load scraped, or `'engine'`
+   * (scraped for this too); else its requests in flight against `prefillRequests` (8) or
+   * `decodeRequests` (256). `'in-flight'` never reads the engines.
+   */
+  scaling?:
+    | {
+        saturationSource?: 'auto' | 'engine' | 'in-flight' | undefined;
+        queueDepth?: number | undefined;
+        kvUsage?: number | undefined;
+        prefillRequests?: number | undefined;
+        decodeRequests?: number | undefined;
+      }
+    | undefined;
+  /**
    * The circuit breaker of each worker: `failureThreshold` requests in a row that failed on it
    * (5xx, broken stream) take it out of rotation for `openMs`, then it is on trial until
    * `successThreshold` successes in a row. 5, 2 and 10,000 ms by default.

@@ -60,6 +60,14 @@ export function readSettings(
   }
   if (!refused.has('sidecar.prefillAllow')) sidecarRules(values, problems);
   if (
+    valueAt(values, 'scaling.saturationSource') === 'engine' &&
+    valueAt(values, 'routing.engineLoadIntervalMs') === 0
+  ) {
+    problems.add(
+      '--saturation-source engine reads the engines every --engine-load-interval-ms, which is 0 (off): give it an interval, or choose auto or in-flight',
+    );
+  }
+  if (
     valueAt(values, 'discovery.inferencePool') !== undefined &&
     valueAt(values, 'discovery.decodeSelector') !== undefined
   ) {

@@ -147,7 +147,7 @@ export const ROUTING_ROWS = inGroup('Routing', [
     key: 'routing.engineLoadIntervalMs',
     flag: 'engine-load-interval-ms',
     arg: 'N',
-    help: "read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, for precise-prefix and the queue, kv-usage and lora-affinity scorers (0: off)",
+    help: "read each worker's own load from its /metrics (vLLM's and SGLang's queue and KV usage) this often, for precise-prefix, the queue, kv-usage and lora-affinity scorers and --saturation-source (0: off)",
     default: 0,
     parse: nonNegativeMs,
   },

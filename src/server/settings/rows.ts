@@ -12,6 +12,7 @@ import { LOG_ROWS } from './log-rows.js';
 import type { ProxyOptions } from './proxy-options.js';
 import { RETRY_ROWS } from './retry-rows.js';
 import { ROUTING_ROWS } from './routing-rows.js';
+import { SCALING_ROWS } from './scaling-rows.js';
 import type { Setting } from './setting.js';
 import { SIDECAR_ROWS } from './sidecar-rows.js';
 import type { ResolvedProxyOptions, ServeConfig } from './types.js';
@@ -31,6 +32,7 @@ const SETTING_ROWS = [
   ...KV_EVENT_ROWS,
   ...DISCOVERY_ROWS,
   ...SIDECAR_ROWS,
+  ...SCALING_ROWS,
   ...LOG_ROWS,
 ] as const;
 
@@ -116,6 +118,7 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'tokenizer'>>,
   Expect<NestedOf<'migration'>>,
   Expect<NestedOf<'sidecar'>>,
+  Expect<NestedOf<'scaling'>>,
   Expect<Same<Misfits<ProxyOptions, ProxyRow>, never>>,
   Expect<Same<Misfits<ServeConfig, Row>, never>>,
   Expect<Same<Misfits<ResolvedProxyOptions, ProxyRow>, never>>,

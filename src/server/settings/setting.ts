@@ -51,6 +51,7 @@ export type SettingGroup =
   | 'KV events'
   | 'Discovery'
   | 'Sidecar'
+  | 'Scaling'
   | 'Logs and traces';
 
 /** The environment variable of a flag: `--kv-events-port` is `DISAGG_KV_EVENTS_PORT`. */

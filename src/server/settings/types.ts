@@ -46,6 +46,7 @@ export interface ResolvedProxyOptions
       | 'tokenizer'
       | 'migration'
       | 'sidecar'
+      | 'scaling'
       | 'engine'
       | 'prefill'
       | 'decode'
@@ -107,6 +108,13 @@ export interface ResolvedProxyOptions
   tokenizer: { dir: string | undefined; threads: number };
   migration: { limit: number; via: 'decode' | 'prefill'; maxSeqLen: number | undefined };
   sidecar: { prefillFrom: 'pool' | 'header'; prefillAllow: string[]; prefillMaxRetries: number };
+  scaling: {
+    saturationSource: 'auto' | 'engine' | 'in-flight';
+    queueDepth: number;
+    kvUsage: number;
+    prefillRequests: number;
+    decodeRequests: number;
+  };
 }
 
 /** Everything `disagg serve` needs: the proxy's options, and where and how it runs. */
@@ -162,6 +170,7 @@ export interface ServeConfig {
   tokenizer: ResolvedProxyOptions['tokenizer'];
   migration: ResolvedProxyOptions['migration'];
   sidecar: ResolvedProxyOptions['sidecar'];
+  scaling: ResolvedProxyOptions['scaling'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
   tracing: { otlpEndpoint?: string | undefined; sampleRatio: number; serviceName: string };
