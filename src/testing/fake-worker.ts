@@ -301,7 +301,11 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     }
     if (prefill) return this.#engine.prefill(this, res, record, fault);
     // Past its batch, a decode waits in the engine's queue before anything of it happens.
-    if (!(await this.#batch.seat(res))) return;
+    if (!(await this.#batch.seat(res))) {
+      // As vLLM frees the KV a request still waiting in its queue would have pulled.
+      void this.#engine.gaveUp?.(this, body, 'aborted');
+      return;
+    }
     return answerDecode(this, this.#engine, res, record, fault);
   }
 

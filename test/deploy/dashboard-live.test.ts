@@ -1,15 +1,13 @@
 // The dashboard against a real Prometheus scraping a proxy that served requests: every query
 // runs without an error, and the panels an operator reads first show data. What
 // monitoring.test.ts checks by reading, this checks by running.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyServer } from '../../src/server/proxy.js';
 import { expectServedCompletion, fakeWorkers } from '../support/http.js';
+import { type LivePrometheus, startPrometheus, until } from '../support/prometheus.js';
 import { tool } from '../support/tools.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -20,35 +18,14 @@ const fakes = fakeWorkers();
 type Panel = { title: string; targets?: Array<{ expr: string }> };
 const panels: Panel[] = dashboard.panels.filter((panel: Panel) => panel.targets !== undefined);
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-/** Polls `check` every 100 ms for up to 30 s: Prometheus starts, then scrapes every second. */
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  for (let i = 0; i < 300; i++) {
-    if (await check().catch(() => false)) return;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`never happened: ${what}`);
-}
-
 /** A dashboard query as Grafana sends it, for a 1 s scrape: its variables filled in. */
 const asSent = (expr: string) =>
   expr.replaceAll('$__rate_interval', '1m').replaceAll('$__range', '1m').replaceAll('$instance', '.*');
 
 describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prometheusTool.why})`, () => {
   let proxy: ProxyServer;
-  let prometheus: ReturnType<typeof spawn>;
-  let api = '';
-  const query = async (expr: string) => {
-    const answer = await fetch(`${api}/api/v1/query?query=${encodeURIComponent(expr)}`);
-    return (await answer.json()) as { status: string; error?: string; data?: { result: unknown[] } };
-  };
+  let prometheus: LivePrometheus;
+  const query = (expr: string) => prometheus.query(expr);
 
   beforeAll(async () => {
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
@@ -60,27 +37,7 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
       metricsPort: 0,
     });
     const url = await proxy.listen(0, '127.0.0.1');
-    const dir = mkdtempSync(join(tmpdir(), 'disagg-prometheus-'));
-    writeFileSync(
-      join(dir, 'prometheus.yml'),
-      [
-        'global: { scrape_interval: 1s, evaluation_interval: 1s }',
-        'scrape_configs:',
-        `  - job_name: disagg`,
-        `    static_configs: [{ targets: ["${new URL(proxy.metricsUrl as string).host}"] }]`,
-      ].join('\n'),
-    );
-    const port = await freePort();
-    api = `http://127.0.0.1:${port}`;
-    prometheus = spawn(
-      'prometheus',
-      [
-        `--config.file=${join(dir, 'prometheus.yml')}`,
-        `--storage.tsdb.path=${join(dir, 'data')}`,
-        `--web.listen-address=127.0.0.1:${port}`,
-      ],
-      { stdio: 'ignore' },
-    );
+    prometheus = await startPrometheus([new URL(proxy.metricsUrl as string).host]);
     // Requests before, between and after the scrapes: rates need two samples apart.
     await expectServedCompletion(url);
     await until(
@@ -95,7 +52,7 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
   }, 60_000);
 
   afterAll(async () => {
-    prometheus?.kill('SIGTERM');
+    prometheus?.stop();
     await proxy?.close({ gracePeriodMs: 0, drainDelayMs: 0 });
   });
 
@@ -133,6 +90,14 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
         'Memory',
         'CPU',
         'Event loop lag',
+        'Stage saturation',
+        'In flight per stage',
+        'Prompt tokens in flight',
+        'Handoffs outstanding',
+        'Handoff age',
+        'P/D decisions',
+        'Prompt and answer lengths',
+        'Saturation read from',
       ]),
     );
   });

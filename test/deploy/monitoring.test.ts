@@ -7,13 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
-import { EppMetrics } from '../../src/epp/epp-metrics.js';
-import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollower } from '../../src/server/kv-following.js';
-import { registerKvMetrics } from '../../src/server/kv-metrics.js';
-import { ProxyMetrics } from '../../src/server/metrics.js';
-import { registerReplicaMetrics } from '../../src/server/replica-metrics.js';
-import { recordingLogger } from '../support/async.js';
+import { exported, problems } from '../support/exported-metrics.js';
 import { run, tool } from '../support/tools.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -33,68 +27,6 @@ type Rule = {
   annotations: Record<string, string>;
 };
 const rules: Rule[] = rule.spec.groups.flatMap((group: { rules: Rule[] }) => group.rules);
-
-/** Every metric /metrics exports, with its label names (a histogram as its three series). */
-async function exported(): Promise<Map<string, string[]>> {
-  const pools = { prefill: new WorkerPool([{ url: 'http://p0' }]), decode: new WorkerPool([{ url: 'http://d0' }]) };
-  const metrics = new ProxyMetrics(pools, { active: 0, queued: 0, limits: { maxConcurrent: 8, queueSize: 8 } });
-  // The KV event metrics proxy-core registers beside them.
-  const kv = new KvFollower({ logger: recordingLogger().logger });
-  registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
-  // And disagg epp's, beside the proxy's own.
-  new EppMetrics(metrics.registers);
-  registerReplicaMetrics(metrics.registers, undefined);
-  const names = new Map<string, string[]>();
-  for (const metric of await metrics.registry.getMetricsAsJSON()) {
-    const single = metrics.registry.getSingleMetric(metric.name) as unknown as { labelNames?: string[] };
-    const labels = [...(single.labelNames ?? [])];
-    if (String(metric.type) === 'histogram') {
-      names.set(`${metric.name}_bucket`, [...labels, 'le']);
-      names.set(`${metric.name}_sum`, labels);
-      names.set(`${metric.name}_count`, labels);
-    } else {
-      // Some default metrics label their series without declaring names (nodejs_heap_space_*).
-      names.set(metric.name, labels);
-    }
-  }
-  return names;
-}
-
-/** Labels every scraped series carries besides its own. */
-const TARGET_LABELS = ['instance', 'job', 'namespace', 'pod'];
-
-/**
- * The problems of a PromQL expression against the exported metrics: a metric the proxy does not
- * export, or a label (in a selector, a `by`, an `ignoring`) none of its metrics has.
- */
-function problems(expr: string, names: Map<string, string[]>): string[] {
-  const found: string[] = [];
-  const used = new Set<string>();
-  for (const [, metric, selector] of expr.matchAll(/\b([a-z_][a-z0-9_]*)\s*\{([^}]*)\}/g)) {
-    used.add(metric as string);
-    const labels = names.get(metric as string);
-    if (labels === undefined) {
-      found.push(`${metric} is not exported`);
-      continue;
-    }
-    for (const [, label] of (selector as string).matchAll(/([a-z_]+)\s*(?:=~|!=|!~|=)/g)) {
-      if (!labels.includes(label as string) && !TARGET_LABELS.includes(label as string))
-        found.push(`${metric} has no label ${label}`);
-    }
-  }
-  // A metric named bare (without a selector) counts too.
-  for (const [name] of expr.matchAll(/\b(?:disagg|process|nodejs)_[a-z0-9_]+\b/g)) {
-    if (!names.has(name)) found.push(`${name} is not exported`);
-    used.add(name);
-  }
-  const labelsOfUsed = new Set([...used].flatMap((name) => names.get(name) ?? []));
-  for (const [, list] of expr.matchAll(/\b(?:by|ignoring|on)\s*\(([^)]*)\)/g)) {
-    for (const label of (list as string).split(',').map((each) => each.trim())) {
-      if (!labelsOfUsed.has(label) && !TARGET_LABELS.includes(label)) found.push(`no metric of "${expr}" has ${label}`);
-    }
-  }
-  return found;
-}
 
 /** A dashboard query as Prometheus would get it from Grafana (its variables filled in). */
 const asSent = (expr: string) =>
@@ -148,7 +80,7 @@ describe('the Grafana dashboard reads the proxy in its own terms', () => {
 });
 
 describe('the alert rules', () => {
-  it('cover what an operator must hear of: no prefill or decode in rotation, an open breaker, errors, stranded KV, a full queue', () => {
+  it('cover what an operator must hear of: no prefill or decode in rotation, an open breaker, errors, stranded KV, a full queue, a saturated stage, aging handoffs', () => {
     expect(rules.map((each) => each.alert)).toEqual([
       'DisaggNoPrefillInRotation',
       'DisaggNoDecodeInRotation',
@@ -157,6 +89,8 @@ describe('the alert rules', () => {
       'DisaggKvStranded',
       'DisaggQueueFull',
       'DisaggShedding',
+      'DisaggStageSaturated',
+      'DisaggHandoffsAging',
     ]);
     for (const each of rules) {
       expect(each.labels.severity, each.alert).toMatch(/^(critical|warning)$/);
@@ -313,6 +247,47 @@ describe('the alert rules', () => {
             alertname: 'DisaggShedding',
             exp_alerts: [
               fired('DisaggShedding', { instance: 'b', severity: 'warning' }, 'disagg b answers 429 to some requests'),
+            ],
+          },
+        ],
+      },
+      {
+        // Pool chat's prefill runs at 1.5 from the start; its decode and the default pool's
+        // empty prefill side (1.0) stay at or under the set point. Chat's decode leaves a
+        // handoff outstanding from 2m, aging.
+        interval: '1m',
+        input_series: [
+          { series: 'disagg_stage_saturation{instance="a",pool="chat",stage="prefill"}', values: '1.5x20' },
+          { series: 'disagg_stage_saturation{instance="b",pool="chat",stage="prefill"}', values: '1.4x20' },
+          { series: 'disagg_stage_saturation{instance="a",pool="chat",stage="decode"}', values: '0.5x20' },
+          { series: 'disagg_stage_saturation{instance="a",pool="chat",stage="effective"}', values: '1.5x20' },
+          { series: 'disagg_stage_saturation{instance="a",pool="default",stage="prefill"}', values: '1x20' },
+          { series: 'disagg_handoff_oldest_seconds{instance="a",pool="chat"}', values: '0 0 60+60x18' },
+          { series: 'disagg_handoff_oldest_seconds{instance="a",pool="default"}', values: '0x20' },
+        ],
+        alert_rule_test: [
+          { eval_time: '5m', alertname: 'DisaggStageSaturated', exp_alerts: [] },
+          {
+            eval_time: '12m',
+            alertname: 'DisaggStageSaturated',
+            exp_alerts: [
+              fired(
+                'DisaggStageSaturated',
+                { pool: 'chat', stage: 'prefill', severity: 'warning' },
+                'pool chat: prefill is past its set point (saturation 1.50)',
+              ),
+            ],
+          },
+          { eval_time: '4m', alertname: 'DisaggHandoffsAging', exp_alerts: [] },
+          {
+            eval_time: '8m',
+            alertname: 'DisaggHandoffsAging',
+            exp_alerts: [
+              fired(
+                'DisaggHandoffsAging',
+                { pool: 'chat', severity: 'warning' },
+                'pool chat: handoffs wait for decode to take their KV',
+              ),
             ],
           },
         ],
