@@ -12,7 +12,7 @@ import type { FakeWorker } from '../../src/testing/index.js';
 import { recordingLogger } from '../support/async.js';
 import { kedaQueries } from '../support/exported-metrics.js';
 import { eventually, fakeWorkers } from '../support/http.js';
-import { type LivePrometheus, startPrometheus, until } from '../support/prometheus.js';
+import { type LivePrometheus, type QueryAnswer, startPrometheus, until } from '../support/prometheus.js';
 import { tool } from '../support/tools.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -74,6 +74,10 @@ async function poolBehindProxy(model: string, slow: 'prefill' | 'decode'): Promi
   return { url, metrics: new URL(proxy.metricsUrl as string).host };
 }
 
+/** The first value an instant query answered; NaN for none. */
+const valueOf = (answer: QueryAnswer): number =>
+  Number((answer.data?.result[0] as { value?: [number, string] } | undefined)?.value?.[1]);
+
 /** The label sets a query answers, as `a=b,c=d` (sorted, `instance` and `job` left out). */
 async function seriesOf(expr: string): Promise<string[]> {
   const answer = await (prometheus as LivePrometheus).query(expr);
@@ -113,16 +117,13 @@ describe.skipIf(prometheusTool.skip)(`the scaling signals on a live Prometheus (
     for (const { name, query } of kedaQueries()) {
       const pool = name.startsWith('prefill') ? 'slow-prefill' : 'slow-decode';
       const answer = await prometheus.query(asHere(query, pool));
-      const value = Number((answer.data?.result[0] as { value?: [number, string] } | undefined)?.value?.[1]);
+      const value = valueOf(answer);
       if (name === 'prefill-backlog') expect(value, name).toBeGreaterThan(0);
       else expect(value, name).toBeGreaterThan(1);
       // And the other pool's stage is under its set point.
       const other = await prometheus.query(asHere(query, pool === 'slow-prefill' ? 'slow-decode' : 'slow-prefill'));
       if (name !== 'prefill-backlog') {
-        expect(
-          Number((other.data?.result[0] as { value?: [number, string] }).value?.[1]),
-          `${name} elsewhere`,
-        ).toBeLessThan(1);
+        expect(valueOf(other), `${name} elsewhere`).toBeLessThan(1);
       }
     }
   }, 90_000);
