@@ -75,7 +75,7 @@ async function poolBehindProxy(model: string, slow: 'prefill' | 'decode'): Promi
 }
 
 /** The first value an instant query answered; NaN for none. */
-const valueOf = (answer: QueryAnswer): number =>
+const firstValue = (answer: QueryAnswer): number =>
   Number((answer.data?.result[0] as { value?: [number, string] } | undefined)?.value?.[1]);
 
 /** The label sets a query answers, as `a=b,c=d` (sorted, `instance` and `job` left out). */
@@ -117,13 +117,13 @@ describe.skipIf(prometheusTool.skip)(`the scaling signals on a live Prometheus (
     for (const { name, query } of kedaQueries()) {
       const pool = name.startsWith('prefill') ? 'slow-prefill' : 'slow-decode';
       const answer = await prometheus.query(asHere(query, pool));
-      const value = valueOf(answer);
+      const value = firstValue(answer);
       if (name === 'prefill-backlog') expect(value, name).toBeGreaterThan(0);
       else expect(value, name).toBeGreaterThan(1);
       // And the other pool's stage is under its set point.
       const other = await prometheus.query(asHere(query, pool === 'slow-prefill' ? 'slow-decode' : 'slow-prefill'));
       if (name !== 'prefill-backlog') {
-        expect(valueOf(other), `${name} elsewhere`).toBeLessThan(1);
+        expect(firstValue(other), `${name} elsewhere`).toBeLessThan(1);
       }
     }
   }, 90_000);
