@@ -72,8 +72,8 @@ export class RoutingInput {
 
   /**
    * The prompt's length in tokens, as well as the router knows it: its token ids (the body's, or
-   * the tokenizer's once given), else a quarter of its text (read up to
-   * {@link ROUTING_TEXT_MAX_CHARS}, so at most 16,384 without ids).
+   * the tokenizer's once given), else a quarter of its text (read up to its first 64 Ki
+   * characters, so at most 16,384 without ids).
    */
   get promptTokens(): number {
     return this.tokenIds?.length ?? Math.ceil(this.promptText.length / 4);

@@ -216,26 +216,31 @@ function registerScalingGauges(
       }
     },
   });
-  new Gauge({
-    name: 'disagg_handoffs_outstanding',
-    help: "This replica's handoffs outstanding per pool: prefill done and holding the KV, decode not yet taking it (KV waiting on decode). Sum over replicas",
-    labelNames: ['pool'],
-    registers,
-    collect() {
-      this.reset();
-      for (const pool of namesOf(pools, handoffs)) this.set({ pool }, handoffs.outstanding(pool));
+  // The handoffs: one series per pool, whatever the book holds of it now.
+  const handoffGauges = [
+    {
+      name: 'disagg_handoffs_outstanding',
+      help: "This replica's handoffs outstanding per pool: prefill done and holding the KV, decode not yet taking it (KV waiting on decode). Sum over replicas",
+      read: (pool: string) => handoffs.outstanding(pool),
     },
-  });
-  new Gauge({
-    name: 'disagg_handoff_oldest_seconds',
-    help: "The age of this replica's oldest outstanding handoff per pool, 0 with none: a handoff aging now, before the histogram hears of it",
-    labelNames: ['pool'],
-    registers,
-    collect() {
-      this.reset();
-      for (const pool of namesOf(pools, handoffs)) this.set({ pool }, handoffs.oldestSeconds(pool));
+    {
+      name: 'disagg_handoff_oldest_seconds',
+      help: "The age of this replica's oldest outstanding handoff per pool, 0 with none: a handoff aging now, before the histogram hears of it",
+      read: (pool: string) => handoffs.oldestSeconds(pool),
     },
-  });
+  ];
+  for (const { name, help, read } of handoffGauges) {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const pool of namesOf(pools, handoffs)) this.set({ pool }, read(pool));
+      },
+    });
+  }
 }
 
 /** Every pool's label, and any other a handoff was booked under. */
