@@ -18,7 +18,8 @@ class PoolHandoffs {
  *
  * @example
  * const book = new HandoffBook();
- * const listen = book.listener('default', (age, end) => console.log(age, end));
+ * const ages: number[] = [];
+ * const listen = book.listener('default', (age) => ages.push(age));
  * // feed it a request's flow events: prefillCompleted, handoff, then kvClaimed closes it.
  */
 export class HandoffBook {

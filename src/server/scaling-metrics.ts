@@ -188,34 +188,37 @@ function registerScalingGauges(
       }
     },
   });
-  new Gauge({
-    name: 'disagg_inflight_requests',
-    help: "This replica's requests under way per pool and role: a prefill leg until prefill completes, a decode leg from its dispatch until its stream ends. Sum over replicas",
-    labelNames: ['pool', 'role'],
-    registers,
-    collect() {
-      this.reset();
-      for (const pool of pools) {
-        const label = poolLabel(pool);
-        this.set({ pool: label, role: 'prefill' }, pool.prefill.requestsInFlight);
-        this.set({ pool: label, role: 'decode' }, pool.decode.requestsInFlight - reserved.of(label).requests);
-      }
+  // In flight per role: the pools' leases, less the decode legs still waiting for their prefill.
+  const inFlightGauges = [
+    {
+      name: 'disagg_inflight_requests',
+      help: "This replica's requests under way per pool and role: a prefill leg until prefill completes, a decode leg from its dispatch until its stream ends. Sum over replicas",
+      read: (side: WorkerPool<Worker>) => side.requestsInFlight,
+      reservedOf: (label: string) => reserved.of(label).requests,
     },
-  });
-  new Gauge({
-    name: 'disagg_inflight_prompt_tokens',
-    help: "Prompt tokens of this replica's requests under way per pool and role (by the router's tokenizer, else a quarter of the prompt's text): the backlog that, divided by a worker's measured prompt tokens per second, says how long a new prompt waits. Sum over replicas",
-    labelNames: ['pool', 'role'],
-    registers,
-    collect() {
-      this.reset();
-      for (const pool of pools) {
-        const label = poolLabel(pool);
-        this.set({ pool: label, role: 'prefill' }, pool.prefill.promptTokensInFlight);
-        this.set({ pool: label, role: 'decode' }, pool.decode.promptTokensInFlight - reserved.of(label).tokens);
-      }
+    {
+      name: 'disagg_inflight_prompt_tokens',
+      help: "Prompt tokens of this replica's requests under way per pool and role (by the router's tokenizer, else a quarter of the prompt's text): the backlog that, divided by a worker's measured prompt tokens per second, says how long a new prompt waits. Sum over replicas",
+      read: (side: WorkerPool<Worker>) => side.promptTokensInFlight,
+      reservedOf: (label: string) => reserved.of(label).tokens,
     },
-  });
+  ];
+  for (const { name, help, read, reservedOf } of inFlightGauges) {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['pool', 'role'],
+      registers,
+      collect() {
+        this.reset();
+        for (const pool of pools) {
+          const label = poolLabel(pool);
+          this.set({ pool: label, role: 'prefill' }, read(pool.prefill));
+          this.set({ pool: label, role: 'decode' }, read(pool.decode) - reservedOf(label));
+        }
+      },
+    });
+  }
   // The handoffs: one series per pool, whatever the book holds of it now.
   const handoffGauges = [
     {
