@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,22 +21,21 @@ type Manifest = {
   data?: Record<string, string>;
   [field: string]: Parsed;
 };
-const manifests = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/disagg.yaml'), 'utf8')).map(
+const manifests = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/proxy/disagg.yaml'), 'utf8')).map(
   (document) => document.toJSON() as Manifest,
 );
+// The ConfigMap, as kustomization.yaml's configMapGenerator makes it of the configuration file.
+const configFile = join(root, 'deploy/kubernetes/proxy/config/disagg.yaml');
 const of = (kind: string) => manifests.find((manifest) => manifest.kind === kind) as Manifest;
 
 describe('the Kubernetes manifests agree with the proxy', () => {
   const deployment = of('Deployment');
   const pod = deployment.spec.template.spec;
   const container = pod.containers[0];
-  const configMap = of('ConfigMap');
   // The configuration the pod mounts, as disagg serve reads it.
-  const dir = mkdtempSync(join(tmpdir(), 'disagg-deploy-'));
   const mount = container.volumeMounts.find((volume: { name: string }) => volume.name === 'config');
-  const [fileName, text] = Object.entries(configMap.data ?? {})[0] as [string, string];
-  writeFileSync(join(dir, fileName), text);
-  const config = loadServeConfig(['--config', join(dir, fileName)], {}) as ServeConfig;
+  const fileName = 'disagg.yaml';
+  const config = loadServeConfig(['--config', configFile], {}) as ServeConfig;
 
   it("fronts more than one model: the main pods serve every model but the pools', each pool found by its own labels", () => {
     expect(config.discovery.decodeSelector).toBe('app=vllm,role=decode');
