@@ -304,14 +304,26 @@ describe('the Kustomize bases render as kubectl apply -k would', () => {
     parseAllDocuments(run('kubectl', ['kustomize', join(root, dir)])).map((document) => document.toJSON());
   const key = (object: { kind: string; metadata: { name: string } }) => `${object.kind}/${object.metadata.name}`;
 
-  it.skipIf(kubectl.skip)(`deploy/kubernetes is the one-file manifest (${kubectl.why})`, () => {
-    const manifest = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/disagg.yaml'), 'utf8')).map(
-      (document) => document.toJSON(),
-    );
-    const sorted = (objects: Array<{ kind: string; metadata: { name: string } }>) =>
-      [...objects].sort((a, b) => key(a).localeCompare(key(b)));
-    expect(sorted(render('deploy/kubernetes'))).toEqual(sorted(manifest));
-  });
+  it.skipIf(kubectl.skip)(
+    `deploy/kubernetes is the proxy's manifest and its configuration file, named by its content (${kubectl.why})`,
+    () => {
+      const manifest = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/proxy/disagg.yaml'), 'utf8')).map(
+        (document) => document.toJSON(),
+      );
+      const sorted = (objects: Array<{ kind: string; metadata: { name: string } }>) =>
+        [...objects].sort((a, b) => key(a).localeCompare(key(b)));
+      const rendered = render('deploy/kubernetes');
+      const configMap = rendered.find((object) => object.kind === 'ConfigMap');
+      expect(configMap.data).toEqual({
+        'disagg.yaml': readFileSync(join(root, 'deploy/kubernetes/proxy/config/disagg.yaml'), 'utf8'),
+      });
+      // The Deployment mounts the ConfigMap by its hashed name; the rest is the file as written.
+      const named = rendered
+        .filter((object) => object !== configMap)
+        .map((object) => JSON.parse(JSON.stringify(object).replaceAll(`"${configMap.metadata.name}"`, '"disagg"')));
+      expect(sorted(named)).toEqual(sorted(manifest));
+    },
+  );
 
   it.skipIf(kubectl.skip)(
     `deploy/kubernetes/monitoring scrapes the proxy's pods on their metrics port and ships the dashboard and rules (${kubectl.why})`,
@@ -322,7 +334,7 @@ describe('the Kustomize bases render as kubectl apply -k would', () => {
         'PodMonitor/disagg',
         'PrometheusRule/disagg',
       ]);
-      const deployment = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/disagg.yaml'), 'utf8'))
+      const deployment = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/proxy/disagg.yaml'), 'utf8'))
         .map((document) => document.toJSON())
         .find((object) => object.kind === 'Deployment');
       const pod = deployment.spec.template;
