@@ -6,12 +6,32 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
-import { firing, promtoolCheck, promtoolTest, ruleGroups, rules } from '../support/alert-rules.js';
+import type { OverloadedError } from '../../src/server/admission.js';
+import { firing, promtoolCheck, promtoolTest, ruleGroups, ruleNamed, rules } from '../support/alert-rules.js';
 import { exported, problems } from '../support/exported-metrics.js';
 import { tool } from '../support/tools.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const promtool = tool('promtool', 'prometheus');
+
+/**
+ * Each limit a refusal names (the outcome of disagg_tenant_requests_total), as the proxy's lack
+ * of room or the tenant's own limit. A new limit fails to compile here until it is placed.
+ */
+const REFUSED_FOR: Record<OverloadedError['limit'], 'capacity' | 'own limit'> = {
+  capacity: 'capacity',
+  shed: 'capacity',
+  queue_timeout: 'capacity',
+  max_concurrent: 'own limit',
+  requests_per_minute: 'own limit',
+  tokens_per_minute: 'own limit',
+};
+
+/** The outcomes a rule's `outcome=~"..."` matches. */
+function outcomesOf(alert: string): string[] {
+  const matcher = /outcome=~"([^"]+)"/.exec(ruleNamed(alert).expr);
+  return (matcher?.[1] ?? '').split('|').sort();
+}
 
 describe('the alert rules', () => {
   it('cover what an operator must hear of, each with a severity, a summary, a description and its runbook', () => {
@@ -43,6 +63,16 @@ describe('the alert rules', () => {
   it('name only metrics the proxy exports (or the up series Prometheus makes), with labels they have', async () => {
     const names = await exported();
     expect(rules.flatMap((each) => problems(each.expr, names))).toEqual([]);
+  });
+
+  it('tell capacity refusals (DisaggShedding) from a tenant held to its own limits (DisaggTenantOverLimit), every limit one or the other', () => {
+    const limits = (kind: string) =>
+      Object.entries(REFUSED_FOR)
+        .filter(([, each]) => each === kind)
+        .map(([limit]) => limit)
+        .sort();
+    expect(outcomesOf('DisaggShedding')).toEqual(limits('capacity'));
+    expect(outcomesOf('DisaggTenantOverLimit')).toEqual(limits('own limit'));
   });
 
   it("select the proxy's own scrape job: the one the PodMonitor names by the pods' label", () => {
