@@ -20,7 +20,7 @@ const blocks = [...page.matchAll(/^```(.*)\n([\s\S]*?)^```$/gm)].map(([, lang, t
   text: text as string,
 }));
 const promql = blocks.filter((block) => block.lang === 'promql').map((block) => block.text.trim());
-/** GitHub's anchor of a heading made of one word: the word in lower case. */
+/** The page's sections: an alert's name each, whose anchor (GitHub's) is the name in lower case. */
 const sections = [...page.matchAll(/^## (.+)$/gm)].map(([, heading]) => heading as string);
 
 describe('docs/alerts.md, the runbook of the alerts', () => {
