@@ -42,16 +42,19 @@ export async function exported(): Promise<Map<string, string[]>> {
 /** Labels every scraped series carries besides its own. */
 const TARGET_LABELS = ['instance', 'job', 'namespace', 'pod'];
 
+/** Series Prometheus itself writes for every target it scrapes (their labels: the target's). */
+const SCRAPE_SERIES = new Map<string, string[]>([['up', []]]);
+
 /**
  * The problems of a PromQL expression against the exported metrics: a metric the proxy does not
- * export, or a label (in a selector, a `by`, an `ignoring`) none of its metrics has.
+ * export (nor Prometheus write for its scrape, as `up`), or a label (in a selector, a `by`, an `ignoring`) none of its metrics has.
  */
 export function problems(expr: string, names: Map<string, string[]>): string[] {
   const found: string[] = [];
   const used = new Set<string>();
   for (const [, metric, selector] of expr.matchAll(/\b([a-z_][a-z0-9_]*)\s*\{([^}]*)\}/g)) {
     used.add(metric as string);
-    const labels = names.get(metric as string);
+    const labels = names.get(metric as string) ?? SCRAPE_SERIES.get(metric as string);
     if (labels === undefined) {
       found.push(`${metric} is not exported`);
       continue;
