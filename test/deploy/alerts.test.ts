@@ -77,7 +77,7 @@ describe('the alert rules', () => {
 
   it("select the proxy's own scrape job: the one the PodMonitor names by the pods' label", () => {
     const monitor = parse(readFileSync(join(root, 'deploy/kubernetes/monitoring/pod-monitor.yaml'), 'utf8'));
-    const pod = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/disagg.yaml'), 'utf8'))
+    const pod = parseAllDocuments(readFileSync(join(root, 'deploy/kubernetes/proxy/disagg.yaml'), 'utf8'))
       .map((document) => document.toJSON())
       .find((object) => object.kind === 'Deployment').spec.template;
     // Without jobLabel the operator would name the job <namespace>/disagg, which an overlay changes.
