@@ -1,7 +1,7 @@
-// The README's TypeScript, compiled as a router author compiles it: strict, with
+// The TypeScript of README.md and docs/, compiled as a router author compiles it: strict, with
 // exactOptionalPropertyTypes, against the built package (its own exports and declarations,
 // not src/), with @types/node 20.
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { compileModules, contextOf } from './support/snippets.js';
@@ -21,8 +21,15 @@ const CONTEXT: Record<string, string> = {
 };
 
 function blocks(): string[] {
-  const readme = readFileSync(`${root}README.md`, 'utf8');
-  return [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((match) => match[1] as string);
+  const pages = [
+    'README.md',
+    ...readdirSync(`${root}docs`)
+      .filter((name) => name.endsWith('.md'))
+      .map((name) => `docs/${name}`),
+  ];
+  return pages.flatMap((page) =>
+    [...readFileSync(`${root}${page}`, 'utf8').matchAll(/```ts\n([\s\S]*?)```/g)].map((match) => match[1] as string),
+  );
 }
 
 describe("the README's TypeScript", () => {
