@@ -68,8 +68,8 @@ function pipelines(commands: ShellCommand[]): ShellCommand[] {
   let piped: ShellCommand | undefined;
   for (const command of commands) {
     const whole =
-      piped === undefined ? command : { ...piped, text: `${piped.text} | ${command.text}`, then: command.then };
-    piped = command.then === '|' ? whole : undefined;
+      piped === undefined ? command : { ...piped, text: `${piped.text} | ${command.text}`, operator: command.operator };
+    piped = command.operator === '|' ? whole : undefined;
     if (piped === undefined) joined.push(whole);
   }
   return joined;

@@ -65,7 +65,7 @@ export interface ShellCommand {
   argv: string[];
   env: Record<string, string>;
   /** The operator that ended it (`|` for the left side of a pipe), or '' at a line's end. */
-  then: string;
+  operator: string;
   /** The command as the block spells it (continuations joined), for messages. */
   text: string;
 }
@@ -85,7 +85,7 @@ export function shellCommands(code: string): ShellCommand[] {
     if (word !== undefined) words.push(word);
     word = undefined;
   };
-  const endCommand = (then: string, at: number) => {
+  const endCommand = (operator: string, at: number) => {
     endWord();
     if (words.length > 0) {
       const env: Record<string, string> = {};
@@ -97,10 +97,10 @@ export function shellCommands(code: string): ShellCommand[] {
         .slice(start, at)
         .replace(/\\\n\s*/g, '')
         .trim();
-      if (words.length > 0) commands.push({ argv: words, env, then, text });
+      if (words.length > 0) commands.push({ argv: words, env, operator, text });
     }
     words = [];
-    start = at + then.length;
+    start = at + operator.length;
   };
   for (let i = 0; i < code.length; i++) {
     const c = code[i] as string;
