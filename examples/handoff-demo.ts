@@ -82,4 +82,4 @@ async function scenario(title: string, prefillMs: number, decodeIntervalMs: numb
 await scenario('1. Tokens flow while prefill is still running; the terminal waits for prefill', 700, 60);
 await scenario('2. A late prefill failure replaces the decode success', 700, 60, 'KV transfer timed out (NIXL)');
 await scenario('3. A prefill failure mid-stream stops decode at once', 250, 60, 'prefill worker 2 lost');
-console.log('\nSee README.md for the rules behind each line.');
+console.log('\nSee docs/library.md (The rules) for the rules behind each line.');

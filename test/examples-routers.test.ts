@@ -1,4 +1,4 @@
-// The routers of examples/ (the README's "Build your own router"), each in a process of its
+// The routers of examples/ (docs/library.md's "Build your own router"), each in a process of its
 // own against the built package, driven by the official openai client through fake workers.
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -76,7 +76,7 @@ async function read(stream: AsyncIterable<OpenAI.Completions.Completion | OpenAI
   return { text, finish };
 }
 
-describe.each(['router-hono', 'router-express'])('examples/%s.ts: a router from the README alone', (name) => {
+describe.each(['router-hono', 'router-express'])('examples/%s.ts: a router from the library guide alone', (name) => {
   it.each(['vllm', 'sglang'] as const)(
     '%s: streamed and whole answers; a decode worker that dies costs no client an error; bad requests and failures answered cleanly; no KV held',
     async (protocol) => {

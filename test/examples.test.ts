@@ -6,10 +6,10 @@ import { describe, expect, it } from 'vitest';
 const root = fileURLToPath(new URL('..', import.meta.url));
 const read = (path: string) => readFileSync(`${root}/${path}`, 'utf8');
 
-describe('the README stays true', () => {
-  it("the README's API example is examples/quick-start.ts, word for word", () => {
-    const readme = read('README.md');
-    const block = /## API\n\n```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+describe('the library guide and the README stay true', () => {
+  it("the library guide's first example is examples/quick-start.ts, word for word", () => {
+    const guide = read('docs/library.md');
+    const block = /## The handoff in one example\n\n```ts\n([\s\S]*?)```/.exec(guide)?.[1];
     expect(block).toBe(read('examples/quick-start.ts'));
   });
 
@@ -22,8 +22,8 @@ describe('the README stays true', () => {
     expect(run.stdout).toBe('Hello\n world\nlength\n');
   });
 
-  it("the README's flow example is examples/flow.ts, word for word, and it runs", () => {
-    const block = /### The flow: `disaggregate`\n\n[\s\S]*?```ts\n([\s\S]*?)```/.exec(read('README.md'))?.[1];
+  it("the library guide's flow example is examples/flow.ts, word for word, and it runs", () => {
+    const block = /## The flow: `disaggregate`\n\n[\s\S]*?```ts\n([\s\S]*?)```/.exec(read('docs/library.md'))?.[1];
     expect(block).toBe(read('examples/flow.ts'));
     const run = spawnSync(process.execPath, ['--import', 'tsx', 'examples/flow.ts'], { cwd: root, encoding: 'utf8' });
     expect(run.stderr).toBe('');
@@ -39,8 +39,8 @@ describe('the README stays true', () => {
     );
   });
 
-  it("the README's router is examples/router-hono.ts, word for word, and its Express router the end of examples/router-express.ts", () => {
-    const section = /### Build your own router\n([\s\S]*?)\n### /.exec(read('README.md'))?.[1] ?? '';
+  it("the library guide's router is examples/router-hono.ts, word for word, and its Express router the end of examples/router-express.ts", () => {
+    const section = /## Build your own router\n([\s\S]*?)\n## /.exec(read('docs/library.md'))?.[1] ?? '';
     const [hono, express] = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((match) => match[1] as string);
     expect(hono).toBe(read('examples/router-hono.ts'));
     const expressFile = read('examples/router-express.ts');

@@ -138,7 +138,7 @@ async function serve(config: ServeConfig, command: string): Promise<void> {
 // and a client parsing 160,000 streamed events spent the same CPU within noise. V8 reads the
 // flag after start on Node 20 only; the image passes it to node, as Node 24 needs (92 -> 83 MB
 // idle there). Only the command sets it: the process is its own, while the library leaves V8's
-// flags to whoever embeds it (README, `disagg serve`, the paragraph on memory).
+// flags to whoever embeds it (docs/performance.md, `disagg serve`, the paragraph on memory).
 setFlagsFromString('--liftoff-only');
 // A proxy's old generation is mostly garbage between full collections: what a stream holds
 // while it lasts is promoted, then dies with it. With V8's own growing factor the old

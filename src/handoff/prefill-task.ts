@@ -69,7 +69,7 @@ export interface FlowGuardHooks extends GuardHooks {
  * In concurrent (bootstrap) handoffs the router sends prefill and decode at once; decode
  * tokens may flow before prefill has finished, but success may only be reported once prefill
  * has succeeded, and a prefill failure must end the request. `PrefillTask` does exactly that,
- * following the reference router's rules (see the README's rule table).
+ * following the reference router's rules (see the rule table in docs/library.md).
  *
  * @example
  * const prefillContext = new Controller(context.id); // its own: the client cannot cancel it

@@ -6,11 +6,11 @@ import type { Pick } from '../../src/epp/endpoint-picker.js';
 import { EppMetrics } from '../../src/epp/epp-metrics.js';
 
 describe("the endpoint picker's metrics", () => {
-  it("are the README's table of them, with their types and labels, each explaining itself", async () => {
+  it("are docs/monitoring.md's table of them, with their types and labels, each explaining itself", async () => {
     const registry = new Registry();
     new EppMetrics([registry]);
-    const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
-    const documented = [...readme.matchAll(/^\| `(disagg_epp_\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
+    const page = readFileSync(fileURLToPath(new URL('../../docs/monitoring.md', import.meta.url)), 'utf8');
+    const documented = [...page.matchAll(/^\| `(disagg_epp_\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
       ([, name, type, labels]) => ({
         name,
         type,

@@ -1,4 +1,4 @@
-// The README's "Embedding" examples, run: the handler in a Hono app and in a plain node:http
+// The examples of docs/embedding.md, run: the handler in a Hono app and in a plain node:http
 // server, the fastify plugin beside the app's own route and behind its auth hook; each driven by
 // the official openai client through a whole streamed request, a client that leaves mid-stream,
 // and a prefill failure mid-stream.

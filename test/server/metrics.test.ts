@@ -41,14 +41,14 @@ const event = (type: string, elapsedMs: number, fields: Record<string, unknown> 
   ({ type, requestId: 'r', elapsedMs, late: false, ...fields }) as FlowEvent;
 
 describe('ProxyMetrics: what /metrics says', () => {
-  it("every disagg_ metric is in the README's table with its type and labels, and explains itself", async () => {
+  it("every disagg_ metric is in docs/monitoring.md's table with its type and labels, and explains itself", async () => {
     const { metrics } = setup();
     // The KV event metrics the proxy adds beside these (proxy-core registers them on the same registry).
     const kv = new KvFollower({ logger: recordingLogger().logger });
     registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
     registerReplicaMetrics(metrics.registers, undefined);
-    const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
-    const documented = [...readme.matchAll(/^\| `(disagg_(?!epp_)\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
+    const page = readFileSync(fileURLToPath(new URL('../../docs/monitoring.md', import.meta.url)), 'utf8');
+    const documented = [...page.matchAll(/^\| `(disagg_(?!epp_)\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
       ([, name, type, labels]) => ({
         name,
         type,

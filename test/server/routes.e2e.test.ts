@@ -329,14 +329,14 @@ describe('a request as /metrics measures it', () => {
   });
 });
 
-describe('the README documents every metric', () => {
-  it("the README's metrics table lists exactly the disagg_ metrics /metrics exposes", async () => {
+describe('docs/monitoring.md documents every metric', () => {
+  it("docs/monitoring.md's metrics table lists exactly the disagg_ metrics /metrics exposes", async () => {
     const { url } = await setup('vllm');
     const exposed = new Set(
       [...(await (await request(`${url}/metrics`)).body.text()).matchAll(/^# TYPE (disagg_\w+) /gm)].map((m) => m[1]),
     );
-    const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
-    const documented = new Set([...readme.matchAll(/^\| `(disagg_(?!epp_)\w+)` \|/gm)].map((m) => m[1]));
+    const page = readFileSync(fileURLToPath(new URL('../../docs/monitoring.md', import.meta.url)), 'utf8');
+    const documented = new Set([...page.matchAll(/^\| `(disagg_(?!epp_)\w+)` \|/gm)].map((m) => m[1]));
     expect([...documented].sort()).toEqual([...exposed].sort());
   });
 });

@@ -1,4 +1,4 @@
-// Snippets of documentation (the README's blocks, the typings' @example) compiled as a router
+// Snippets of documentation (the blocks of README.md and docs/, the typings' @example) compiled as a router
 // author compiles them: strict, exactOptionalPropertyTypes and noUncheckedIndexedAccess, each a
 // module of its own (top-level await, its own imports), against the built package.
 import { spawnSync } from 'node:child_process';
