@@ -68,19 +68,23 @@ export interface ShellCommand {
   operator: string;
   /** The command as the block spells it (continuations joined), for messages. */
   text: string;
+  /** The text of its here-document (`cat > f <<'EOF'` ... `EOF`), if it has one. */
+  heredoc?: string;
 }
 
 /**
  * The commands of a shell block, split as sh splits them: single and double quotes (which may
  * span lines), a backslash before a newline joining lines, `#` starting a comment at a word's
- * start, and `;`, `&&`, `||`, `|`, `&` and newlines ending a command. Variables are kept as
- * written (`$KEY`): nothing is expanded.
+ * start, and `;`, `&&`, `||`, `|`, `&` and newlines ending a command. A here-document
+ * (`<<'EOF'` up to the line `EOF`) is the command's `heredoc`, not commands of its own.
+ * Variables are kept as written (`$KEY`): nothing is expanded.
  */
 export function shellCommands(code: string): ShellCommand[] {
   const commands: ShellCommand[] = [];
   let words: string[] = [];
   let word: string | undefined;
   let start = 0;
+  let heredoc: { delimiter: string; body?: string } | undefined;
   const endWord = () => {
     if (word !== undefined) words.push(word);
     word = undefined;
@@ -97,7 +101,15 @@ export function shellCommands(code: string): ShellCommand[] {
         .slice(start, at)
         .replace(/\\\n\s*/g, '')
         .trim();
-      if (words.length > 0) commands.push({ argv: words, env, operator, text });
+      if (words.length > 0)
+        commands.push({
+          argv: words,
+          env,
+          operator,
+          text,
+          ...(heredoc?.body === undefined ? {} : { heredoc: heredoc.body }),
+        });
+      heredoc = undefined;
     }
     words = [];
     start = at + operator.length;
@@ -106,6 +118,24 @@ export function shellCommands(code: string): ShellCommand[] {
     const c = code[i] as string;
     if (c === '\\' && code[i + 1] === '\n') {
       i++;
+      continue;
+    }
+    if (c === '<' && code[i + 1] === '<' && word === undefined) {
+      // The delimiter, quoted or not; the body starts on the next line and ends at its own line.
+      const match = /^<<-?\s*(['"]?)(\w+)\1/.exec(code.slice(i));
+      if (match === null) throw new Error(`a here-document without a delimiter in:\n${code}`);
+      heredoc = { delimiter: match[2] as string };
+      i += match[0].length - 1;
+      continue;
+    }
+    if (c === '\n' && heredoc !== undefined && heredoc.body === undefined) {
+      const lines = code.slice(i + 1).split('\n');
+      const end = lines.findIndex((line) => line.trim() === heredoc?.delimiter);
+      if (end < 0) throw new Error(`a here-document never closed (${heredoc.delimiter}) in:\n${code}`);
+      heredoc.body = `${lines.slice(0, end).join('\n')}\n`;
+      endCommand('', i);
+      // On to the delimiter's last character: the newline after it ends nothing but that line.
+      i += lines.slice(0, end + 1).join('\n').length;
       continue;
     }
     if (c === '\\') {
