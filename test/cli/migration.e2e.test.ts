@@ -69,6 +69,27 @@ describe('disagg serve --migration-limit', () => {
         'disagg_migrations_total{reason="stream_error",outcome="migrated"} 2',
       ]);
       expect(proxy.output.out).toContain('continued on another worker');
+      // Each request is logged with its migration and the worker it ended on; the broken legs
+      // are counted on the worker that broke, not as its successes.
+      const finished = proxy.output.out
+        .split('\n')
+        .filter((line) => line.includes('"request finished"'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      expect(
+        finished.map((line) => [line.migrations, line.brokenDecodeWorkers, String(line.decodeWorker).split(' ')[0]]),
+      ).toEqual([
+        [1, ['decode-0'], 'decode-1'],
+        [1, ['decode-0'], 'decode-1'],
+      ]);
+      expect(
+        metrics
+          .split('\n')
+          .filter((line) => line.startsWith('disagg_worker_legs_total{role="decode"'))
+          .sort(),
+      ).toEqual([
+        'disagg_worker_legs_total{role="decode",worker="decode-0",outcome="migrated"} 2',
+        'disagg_worker_legs_total{role="decode",worker="decode-1",outcome="success"} 2',
+      ]);
     });
   }
 });
