@@ -48,7 +48,7 @@ export class FleetMetrics {
     });
     this.#workerFailures = new Counter({
       name: 'disagg_worker_failures_total',
-      help: 'Failed calls to each worker, retried or answered, by pool, worker name and class: unreachable, broken-off (after it answered), worker-error (5xx), overloaded (429), refused (another 4xx), protocol (an answer that could not be read)',
+      help: 'Failed calls to each worker, retried or answered, by pool, worker name and class: unreachable, broken-off (after it answered), worker-error (5xx, or a 404 or 405 from no handler of the engine: a path it does not serve), overloaded (429), refused (another 4xx), protocol (an answer that could not be read)',
       labelNames: ['role', 'worker', 'class'],
       registers,
     });
