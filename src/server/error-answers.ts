@@ -57,6 +57,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
   DISAGG_WORKER_UNKNOWN: { status: 404, type: 'not_found' },
   DISAGG_WORKER_EXISTS: { status: 409, type: 'conflict' },
+  DISAGG_WORKER_LEAVING: { status: 409, type: 'conflict' },
   DISAGG_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   DISAGG_OVERLOADED: { status: 429, type: 'rate_limit_exceeded' },

@@ -83,6 +83,8 @@ export class HealthChecker {
   readonly #records: WorkerRecords<Named>;
   /** The workers probed at least once: a worker's first probe decides at once, whatever the thresholds. */
   readonly #probed = new WeakSet<Named>();
+  /** The workers held out of rotation (an admin drain of a discovered worker), whatever probes and circuits say. */
+  readonly #held = new WeakSet<Named>();
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
@@ -131,13 +133,34 @@ export class HealthChecker {
   }
 
   /**
+   * Holds `worker` out of rotation until {@link release}: its probes go on (the admin API shows
+   * why they fail) but bring it back no more, nor does its circuit's trial.
+   */
+  hold(role: string, worker: Named): void {
+    this.#held.add(worker);
+    const entry = this.#entryOf(role, worker);
+    if (entry?.pool.has(worker)) entry.pool.setAvailable(worker, false);
+  }
+
+  /** Ends a hold: one probe now, back in rotation if it answers (as {@link admit}). */
+  release(role: string, worker: Named): Promise<boolean> {
+    this.#held.delete(worker);
+    return this.admit(role, worker);
+  }
+
+  /** Whether `worker` is held out of rotation (see {@link hold}). */
+  isHeld(worker: Named): boolean {
+    return this.#held.has(worker);
+  }
+
+  /**
    * A worker joining at run time: one probe now, into rotation if it answers 200 (the
    * thresholds count from there); otherwise it stays out until a later round finds it.
    * Resolves with whether it is in rotation.
    */
   async admit(role: string, worker: Named): Promise<boolean> {
     const entry = this.#entryOf(role, worker);
-    if (entry === undefined || !entry.pool.has(worker)) return false;
+    if (entry === undefined || !entry.pool.has(worker) || this.#held.has(worker)) return false;
     if (entry.pool.isAvailable(worker)) return true;
     // Unreachable for now or not ready: the regular rounds keep trying.
     const { status, failure } = await this.#ask(worker);
@@ -145,7 +168,9 @@ export class HealthChecker {
     if (!entry.pool.has(worker)) return false;
     this.#probed.add(worker);
     this.#note(worker, status, failure);
-    if (status !== 200 || entry.pool.stateOf(worker) !== 'down') return entry.pool.isAvailable(worker);
+    if (status !== 200 || entry.pool.stateOf(worker) !== 'down' || this.#held.has(worker)) {
+      return entry.pool.isAvailable(worker);
+    }
     entry.pool.setAvailable(worker, true);
     return true;
   }
@@ -260,7 +285,7 @@ export class HealthChecker {
     open.timer = setTimeout(() => {
       open.state = 'half-open';
       open.failures = 0;
-      if (!entry.pool.has(worker)) return;
+      if (!entry.pool.has(worker) || this.#held.has(worker)) return;
       entry.pool.setAvailable(worker, true);
       this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit half-open: back in rotation on trial');
     }, breaker.openMs);
@@ -333,7 +358,8 @@ export class HealthChecker {
     const first = !this.#probed.has(worker);
     this.#probed.add(worker);
     this.#note(worker, status, failure);
-    // An open circuit keeps its worker out whatever /health says, until its trial.
+    // An open circuit keeps its worker out whatever /health says, until its trial; a hold, until released.
+    if (this.#held.has(worker)) return;
     if (healthy && this.#records.get(worker)?.circuit?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) {
       const record = this.#records.get(worker);

@@ -94,6 +94,7 @@ describe('errorAnswer: every code of the table', () => {
     ['DISAGG_NOT_FOUND', 404, 'not_found'],
     ['DISAGG_WORKER_UNKNOWN', 404, 'not_found'],
     ['DISAGG_WORKER_EXISTS', 409, 'conflict'],
+    ['DISAGG_WORKER_LEAVING', 409, 'conflict'],
     ['DISAGG_METHOD_NOT_ALLOWED', 405, 'invalid_request_error'],
     ['DISAGG_BODY_TOO_LARGE', 413, 'invalid_request_error'],
     ['DISAGG_OVERLOADED', 429, 'rate_limit_exceeded'],
