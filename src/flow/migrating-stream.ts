@@ -176,7 +176,7 @@ export async function* migratingStream(
           // Every token of the budget came; only the finish was lost with the worker.
           const why = 'the token budget was all generated: finished with length';
           setup.recorder.emit({ type: 'migration', ...base, outcome: 'migrated', mode: kind, why });
-          setup.logger().info({ requestId: setup.client.id, err: error, reason }, `Decode stream broke; ${why}`);
+          setup.logger().info({ requestId: setup.client.id, ...briefly(error), reason }, `Decode stream broke; ${why}`);
           const wantsUsage =
             (request.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
           yield record.lengthFinish(wantsUsage);
@@ -196,7 +196,7 @@ export async function* migratingStream(
       setup.logger().info(
         {
           requestId: setup.client.id,
-          err: error,
+          ...briefly(error),
           reason,
           attempt,
           mode: kind,
@@ -215,6 +215,15 @@ export async function* migratingStream(
     watch.cancel();
     closeQuietly(source);
   }
+}
+
+/**
+ * A break the stream recovered from, as an info line carries it: its words and its code, not
+ * the stack (a warn line, for a break that reached the client, keeps the whole error).
+ */
+function briefly(error: Error): { error: string; code?: string } {
+  const code = (error as { code?: unknown }).code;
+  return { error: error.message, ...(typeof code === 'string' ? { code } : {}) };
 }
 
 /** Why a break is not continued, or undefined when it is. */

@@ -3,7 +3,8 @@
  * errors' own `retryable`:
  * - `unreachable`: no answer began (refused, reset, a name that does not resolve);
  * - `broken-off`: the worker had answered, then the connection broke;
- * - `worker-error`: a 5xx answer;
+ * - `worker-error`: a 5xx answer, or a 404 or 405 that is not the engine's own error (no such
+ *   route at the path the router called: the worker's URL is wrong, not the request);
  * - `overloaded`: a 429;
  * - `refused`: any other 4xx (the request's fault, not the worker's);
  * - `protocol`: an answer the proxy could not read (an error event, bad JSON);
@@ -58,20 +59,42 @@ export const FAILURE_RULES: Readonly<Record<FailureClass, FailureRule>> = Object
 export function workerFailureClass(failure: {
   readonly kind: string;
   readonly status?: number | undefined;
+  readonly body?: string | undefined;
   readonly afterResponse?: boolean | undefined;
 }): FailureClass {
   switch (failure.kind) {
     case 'connection':
       return failure.afterResponse === true ? 'broken-off' : 'unreachable';
     case 'status':
-      return statusFailureClass(failure.status ?? 0);
+      return statusFailureClass(failure.status ?? 0, failure.body);
     default:
       return 'protocol';
   }
 }
 
-/** @internal The class of a worker's answer with HTTP error `status`. */
-export function statusFailureClass(status: number): FailureClass {
+/**
+ * @internal The class of a worker's answer with HTTP error `status` (and `body`, when known).
+ * A 404 or 405 whose body is not an engine's error object (`404 page not found`, FastAPI's
+ * `{"detail":"Not Found"}`) came from no handler of the engine: the router called a path the
+ * worker does not serve, the router's fault; an engine's own 404 (vLLM's `The model ... does
+ * not exist`) is the request's.
+ */
+export function statusFailureClass(status: number, body?: string): FailureClass {
   if (status === 429) return 'overloaded';
-  return status >= 500 ? 'worker-error' : 'refused';
+  if (status >= 500) return 'worker-error';
+  if ((status === 404 || status === 405) && body !== undefined && !isEngineError(body)) return 'worker-error';
+  return 'refused';
+}
+
+/** Whether `body` is an engine's OpenAI-style error (`{"error": {...}}`, `{"object": "error", ...}`). */
+function isEngineError(body: string): boolean {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return false;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return false;
+  const { error, object } = parsed as { error?: unknown; object?: unknown };
+  return object === 'error' || (typeof error === 'object' && error !== null) || typeof error === 'string';
 }

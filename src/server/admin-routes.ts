@@ -20,10 +20,20 @@ const ADMIN_PREFIX = '/admin/workers';
  *   SGLang `bootstrapPort`, `bootstrapHost`, `dpRank`, `dpSize`; `kvEvents`, `kvEventsReplay`:
  *   where it publishes its KV events, followed at once): adds it, probes it once,
  *   answers 201 with it (in rotation if it answered the probe);
- * - `POST /admin/workers/{name}/drain`: no new requests, those under way finish, then it
- *   leaves; answers 202;
+ * - `GET /admin/workers/{name}`: that one worker as the list shows it (a worker out of
+ *   rotation with its `reason` and `hint`: a failed probe, an open circuit, a drain);
+ * - `POST /admin/workers/{name}/drain`: no new requests, those under way finish; answers 202.
+ *   A worker of the start-up list or the admin API then leaves the pool for good (add it
+ *   again to bring it back). A worker found by discovery (`source` `dns`, `kubernetes`) stays
+ *   listed, `draining` then `drained` with a `reason`, out of rotation until undrained or
+ *   until its discovery no longer finds it (its pod gone or replaced: a new pod joins as
+ *   any found worker); discovery does not add it back meanwhile, and its name stays its own;
+ * - `POST /admin/workers/{name}/undrain` (or `DELETE /admin/workers/{name}/drain`): a drained
+ *   discovered worker is probed once and back in rotation if it answers (else when a probe
+ *   finds it); answers 200 with it; 409 for a worker leaving for good;
  * - `DELETE /admin/workers/{name}`: out of the pool at once, requests under way still finish;
- *   answers 200 with its last state.
+ *   answers 200 with its last state. A discovered worker comes back at its discovery's next
+ *   round (drain it to keep it out).
  * A worker may be named by its URL instead. Errors are OpenAI-style: 400 for a bad body, 404
  * for an unknown worker, 409 for one already there, 405 for a wrong method (the table's).
  *
@@ -34,13 +44,19 @@ export const ADMIN_ROUTES: readonly RouteEntry[] = [
     req.method === 'POST' ? add(proxy, req, res, call.body) : answerJson(res, 200, proxy.membership.list()),
   ),
   // Before `/*`: a name followed by /drain is a drain, not a name.
-  admin(`${ADMIN_PREFIX}/*/drain`, ['POST'], (proxy, _req, res, call) => {
+  admin(`${ADMIN_PREFIX}/*/drain`, ['POST', 'DELETE'], async (proxy, req, res, call) => {
     const found = workerNamed(proxy, call.rest);
-    answerJson(res, 202, proxy.membership.drain(found.role, found.worker, 'admin'));
+    if (req.method === 'DELETE') answerJson(res, 200, await proxy.membership.undrain(found.role, found.worker));
+    else answerJson(res, 202, proxy.membership.drain(found.role, found.worker, 'admin'));
   }),
-  admin(`${ADMIN_PREFIX}/*`, ['DELETE'], (proxy, _req, res, call) => {
+  admin(`${ADMIN_PREFIX}/*/undrain`, ['POST'], async (proxy, _req, res, call) => {
     const found = workerNamed(proxy, call.rest);
-    answerJson(res, 200, proxy.membership.remove(found.role, found.worker, 'admin'));
+    answerJson(res, 200, await proxy.membership.undrain(found.role, found.worker));
+  }),
+  admin(`${ADMIN_PREFIX}/*`, ['GET', 'HEAD', 'DELETE'], (proxy, req, res, call) => {
+    const found = workerNamed(proxy, call.rest);
+    if (req.method === 'DELETE') answerJson(res, 200, proxy.membership.remove(found.role, found.worker, 'admin'));
+    else answerJson(res, 200, proxy.membership.view(found.role, found.worker));
   }),
 ];
 

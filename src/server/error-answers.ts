@@ -2,6 +2,7 @@ import { failedLeg } from '../flow/client-stream.js';
 import { DeadlineError } from '../flow/deadlines.js';
 import { PrefillError } from '../handoff/prefill-error.js';
 import { UpstreamError } from '../http/upstream-error.js';
+import { type FailureClass, workerFailureClass } from '../protocol/failure-rules.js';
 import { findCause } from '../util/cause-chain.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import type { ErrorCode } from '../util/error-codes.js';
@@ -56,6 +57,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_NOT_FOUND: { status: 404, type: 'not_found' },
   DISAGG_WORKER_UNKNOWN: { status: 404, type: 'not_found' },
   DISAGG_WORKER_EXISTS: { status: 409, type: 'conflict' },
+  DISAGG_WORKER_LEAVING: { status: 409, type: 'conflict' },
   DISAGG_METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   DISAGG_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   DISAGG_OVERLOADED: { status: 429, type: 'rate_limit_exceeded' },
@@ -90,6 +92,14 @@ function answerOf(code: string): Answer | undefined {
 }
 
 const INTERNAL = { status: 500, type: 'internal_error' } as const;
+
+/** The classes of a worker's 4xx that are the request's: passed on with their status and words. */
+const CLIENT_CLASSES: ReadonlySet<FailureClass> = new Set(['refused', 'overloaded']);
+
+/** The client's message for a worker's 4xx that was the router's fault (a path the worker does not serve). */
+function misrouted(leg: string | undefined): string {
+  return `The ${leg === undefined ? '' : `${leg} `}worker could not serve the request: it has no such route, a router misconfiguration (nothing is wrong with the request)`;
+}
 
 /**
  * A request's failure as a router answers it, in OpenAI's shape: `{ status, body }` by the
@@ -137,8 +147,13 @@ export function errorAnswer(
     ({ status, type } = INTERNAL);
   } else if (entry.status !== 'worker') {
     ({ status, type } = entry as { status: number; type: string });
-  } else if (upstream?.kind === 'status' && (upstream.status as number) < 500) {
-    status = upstream.status as number;
+  } else if (
+    upstream?.kind === 'status' &&
+    upstream.status !== undefined &&
+    upstream.status < 500 &&
+    CLIENT_CLASSES.has(workerFailureClass(upstream))
+  ) {
+    status = upstream.status;
     type = 'invalid_request_error';
   } else {
     status = 502;
@@ -149,7 +164,12 @@ export function errorAnswer(
     status,
     body: {
       error: {
-        message,
+        // A worker's 4xx that is no answer of its engine's (no such route) says where the
+        // router called: its own fault, told without the worker's name or path.
+        message:
+          upstream?.kind === 'status' && status === 502 && (upstream.status as number) < 500
+            ? misrouted(which)
+            : message,
         type,
         code: status,
         param: typeof param === 'string' ? param : null,

@@ -42,13 +42,13 @@ export class FleetMetrics {
     });
     this.#workerLegs = new Counter({
       name: 'disagg_worker_legs_total',
-      help: 'Legs each worker served, by pool, worker name and outcome: success, error (the leg that failed a finished request), cancelled (the client left), retried (a leg that failed and was retried on another worker, so the client never saw it)',
+      help: 'Legs each worker served, by pool, worker name and outcome: success, error (the leg that failed a finished request), cancelled (the client left), retried (a leg that failed and was retried on another worker, so the client never saw it), migrated (a decode stream that broke after its first token and was continued on another worker)',
       labelNames: ['role', 'worker', 'outcome'],
       registers,
     });
     this.#workerFailures = new Counter({
       name: 'disagg_worker_failures_total',
-      help: 'Failed calls to each worker, retried or answered, by pool, worker name and class: unreachable, broken-off (after it answered), worker-error (5xx), overloaded (429), refused (another 4xx), protocol (an answer that could not be read)',
+      help: 'Failed calls to each worker, retried or answered, by pool, worker name and class: unreachable, broken-off (after it answered), worker-error (5xx, or a 404 or 405 from no handler of the engine: a path it does not serve), overloaded (429), refused (another 4xx), protocol (an answer that could not be read)',
       labelNames: ['role', 'worker', 'class'],
       registers,
     });
@@ -74,12 +74,18 @@ export class FleetMetrics {
   }
 
   /**
-   * A leg that failed and was retried on another worker: the client never saw the failure,
-   * the operator should (`outcome="retried"`), or a worker that fails every first attempt
-   * would look healthy in the per-worker counts.
+   * A leg that failed and went on elsewhere, charged to the worker it failed on: `retried`
+   * (run again on another worker before the client got a byte) or `migrated` (a decode stream
+   * that broke mid-way, continued on another worker). The client never saw the failure, the
+   * operator should, or a worker that breaks every first attempt would look healthy in the
+   * per-worker counts.
    */
-  legRetried(role: 'prefill' | 'decode', worker: string | undefined): void {
-    if (worker !== undefined) this.#workerLegs.inc({ role, worker, outcome: 'retried' });
+  legRetried(
+    role: 'prefill' | 'decode',
+    worker: string | undefined,
+    outcome: 'retried' | 'migrated' = 'retried',
+  ): void {
+    if (worker !== undefined) this.#workerLegs.inc({ role, worker, outcome });
   }
 
   /** A call to `worker` failed, of this class (see the proxy's failure rules). */

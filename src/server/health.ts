@@ -60,8 +60,10 @@ export interface HealthOptions {
 
 /**
  * Keeps failing workers out of rotation, from probes and from what requests meet:
- * - every worker's `GET /health` is probed each round; a worker that fails it leaves its
- *   pool's rotation and comes back at its first successful probe;
+ * - every worker's `GET /health` is probed each round; a worker that fails the thresholds'
+ *   run of them leaves its pool's rotation and comes back after their run of successes; a
+ *   worker's first probe (the proxy's start, before it listens) decides at once: one that
+ *   fails it is out until it passes one, logged with the usual cause;
  * - a request that could not reach a worker (a connection failure before any answer) takes
  *   it out at once, until a probe finds it again;
  * - a circuit breaker per worker counts the requests that failed on it after reaching it (a
@@ -79,6 +81,10 @@ export class HealthChecker {
   #round: Promise<void> | undefined;
   /** Its part of each worker's record (`probes`, `circuit`); the record is forgotten with the worker. */
   readonly #records: WorkerRecords<Named>;
+  /** The workers probed at least once: a worker's first probe decides at once, whatever the thresholds. */
+  readonly #probed = new WeakSet<Named>();
+  /** The workers held out of rotation (an admin drain of a discovered worker), whatever probes and circuits say. */
+  readonly #held = new WeakSet<Named>();
 
   constructor(pools: Array<{ role: string; pool: WorkerPool<Named> }>, options: HealthOptions) {
     this.#pools = pools;
@@ -127,20 +133,44 @@ export class HealthChecker {
   }
 
   /**
+   * Holds `worker` out of rotation until {@link release}: its probes go on (the admin API shows
+   * why they fail) but bring it back no more, nor does its circuit's trial.
+   */
+  hold(role: string, worker: Named): void {
+    this.#held.add(worker);
+    const entry = this.#entryOf(role, worker);
+    if (entry?.pool.has(worker)) entry.pool.setAvailable(worker, false);
+  }
+
+  /** Ends a hold: one probe now, back in rotation if it answers (as {@link admit}). */
+  release(role: string, worker: Named): Promise<boolean> {
+    this.#held.delete(worker);
+    return this.admit(role, worker);
+  }
+
+  /** Whether `worker` is held out of rotation (see {@link hold}). */
+  isHeld(worker: Named): boolean {
+    return this.#held.has(worker);
+  }
+
+  /**
    * A worker joining at run time: one probe now, into rotation if it answers 200 (the
    * thresholds count from there); otherwise it stays out until a later round finds it.
    * Resolves with whether it is in rotation.
    */
   async admit(role: string, worker: Named): Promise<boolean> {
     const entry = this.#entryOf(role, worker);
-    if (entry === undefined || !entry.pool.has(worker)) return false;
+    if (entry === undefined || !entry.pool.has(worker) || this.#held.has(worker)) return false;
     if (entry.pool.isAvailable(worker)) return true;
     // Unreachable for now or not ready: the regular rounds keep trying.
     const { status, failure } = await this.#ask(worker);
     // Removed while the probe was out (and forgotten already): nothing of it is kept.
     if (!entry.pool.has(worker)) return false;
+    this.#probed.add(worker);
     this.#note(worker, status, failure);
-    if (status !== 200 || entry.pool.stateOf(worker) !== 'down') return entry.pool.isAvailable(worker);
+    if (status !== 200 || entry.pool.stateOf(worker) !== 'down' || this.#held.has(worker)) {
+      return entry.pool.isAvailable(worker);
+    }
     entry.pool.setAvailable(worker, true);
     return true;
   }
@@ -255,7 +285,7 @@ export class HealthChecker {
     open.timer = setTimeout(() => {
       open.state = 'half-open';
       open.failures = 0;
-      if (!entry.pool.has(worker)) return;
+      if (!entry.pool.has(worker) || this.#held.has(worker)) return;
       entry.pool.setAvailable(worker, true);
       this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit half-open: back in rotation on trial');
     }, breaker.openMs);
@@ -322,8 +352,14 @@ export class HealthChecker {
     const healthy = status === 200;
     // The worker may have left the pool while the probe was out (removed, drained, discovery).
     if (!pool.has(worker)) return;
+    // A worker never probed yet (the start's round, before the proxy listens) that fails is a
+    // wrong URL or a worker not up: out at once, or clients get its answers until the
+    // threshold's worth of rounds has passed (Envoy's ignore_new_hosts_until_first_hc).
+    const first = !this.#probed.has(worker);
+    this.#probed.add(worker);
     this.#note(worker, status, failure);
-    // An open circuit keeps its worker out whatever /health says, until its trial.
+    // An open circuit keeps its worker out whatever /health says, until its trial; a hold, until released.
+    if (this.#held.has(worker)) return;
     if (healthy && this.#records.get(worker)?.circuit?.state === 'open') return;
     if (healthy === pool.isAvailable(worker)) {
       const record = this.#records.get(worker);
@@ -335,7 +371,7 @@ export class HealthChecker {
     const record = this.#records.of(worker);
     const streak = record.probes.streak + 1;
     const unreachable = code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN';
-    if (streak < (healthy ? thresholds.success : thresholds.failure) && !unreachable) {
+    if (streak < (healthy ? thresholds.success : thresholds.failure) && !unreachable && !first) {
       record.probes.streak = streak;
       return;
     }

@@ -19,27 +19,38 @@ export interface WorkerView {
   role: Role;
   name: string;
   url: string;
-  /** `left`: no longer in the pool (drained with nothing under way, or removed). */
-  state: WorkerState | 'left';
+  /**
+   * `left`: no longer in the pool (drained with nothing under way, or removed); `drained`: a
+   * discovered worker the admin API drained, nothing under way, kept out of rotation until
+   * undrained (it stays `draining` while its requests finish).
+   */
+  state: WorkerState | 'left' | 'drained';
   in_flight: number;
   source: MembershipSource;
   bootstrap_host?: string | undefined;
   bootstrap_port?: number | undefined;
-  /** When `down`: why its last health probe failed (`GET /health answered 404`, `ECONNREFUSED`). */
+  /**
+   * When out of rotation: why (its last health probe's failure, `GET /health answered 404`,
+   * `ECONNREFUSED`; its circuit open; a drain through the admin API).
+   */
   reason?: string | undefined;
-  /** When `down` for a usual cause: what to check. */
+  /** When out of rotation for a usual cause: what to check, or how it comes back. */
   hint?: string | undefined;
 }
 
+/** The codes of {@link MembershipError}. */
+export type MembershipErrorCode = 'DISAGG_WORKER_EXISTS' | 'DISAGG_WORKER_UNKNOWN' | 'DISAGG_WORKER_LEAVING';
+
 /**
  * A membership change the proxy refuses: a worker already there (`DISAGG_WORKER_EXISTS`,
- * answered 409) or one it does not have (`DISAGG_WORKER_UNKNOWN`, answered 404).
+ * answered 409), one it does not have (`DISAGG_WORKER_UNKNOWN`, answered 404), or the undrain
+ * of one leaving for good (`DISAGG_WORKER_LEAVING`, answered 409).
  */
 export class MembershipError extends DisaggError {
   static override readonly is = branded<MembershipError>('MembershipError');
-  declare readonly code: 'DISAGG_WORKER_EXISTS' | 'DISAGG_WORKER_UNKNOWN';
+  declare readonly code: MembershipErrorCode;
 
-  constructor(code: 'DISAGG_WORKER_EXISTS' | 'DISAGG_WORKER_UNKNOWN', message: string) {
+  constructor(code: MembershipErrorCode, message: string) {
     super(code, message);
   }
 }
@@ -235,11 +246,15 @@ export class Membership {
   /**
    * Drains a worker: no new request, those under way finish, then it leaves the pool (logged
    * and counted then too). Answers with the worker as it is now: `draining`, or `left` when
-   * nothing was under way.
+   * nothing was under way. A discovered worker drained through the admin API does not leave
+   * (its discovery would add it again): it is held out of rotation, listed `draining` then
+   * `drained`, until {@link undrain} or until its discovery no longer finds it.
    */
   drain(role: Role, worker: AnyWorker, source: MembershipSource): WorkerView {
     const pool = this.#poolOf(role, worker);
     if (pool.stateOf(worker) === 'draining') return this.#view(role, worker);
+    const found = this.#records.get(worker)?.member?.source;
+    if (source === 'admin' && (found === 'dns' || found === 'kubernetes')) return this.#hold(role, worker, found);
     const inFlight = pool.inFlight(worker);
     const left = pool.drain(worker);
     const view = this.#view(role, worker);
@@ -250,6 +265,55 @@ export class Membership {
     );
     this.#whenGone(role, worker, left, source, 'Drained worker left the pool');
     return view;
+  }
+
+  /** A discovered worker drained by the admin API: out of rotation, in the pool (see {@link drain}). */
+  #hold(role: Role, worker: AnyWorker, found: MembershipSource): WorkerView {
+    if (!this.#health.isHeld(worker)) {
+      this.#health.hold(role, worker);
+      this.#onChange(role, 'draining', 'admin');
+    }
+    const view = this.#view(role, worker);
+    this.#logger.info(
+      { role, worker: view.name, url: worker.url, source: found, inFlight: view.in_flight },
+      `Discovered worker drained from the ${role} pool: out of rotation until undrained (POST /admin/workers/${view.name}/undrain) or until ${found} discovery no longer finds it`,
+    );
+    return view;
+  }
+
+  /**
+   * Undoes an admin drain of a discovered worker: probed once, back in rotation if it
+   * answers (else when a probe finds it). A worker in rotation, or out for another cause,
+   * is answered as it is.
+   *
+   * @throws {MembershipError} `DISAGG_WORKER_LEAVING` for a worker draining out of the pool for
+   * good (one of the start-up list or the admin API's): add it again once it has left.
+   */
+  async undrain(role: Role, worker: AnyWorker): Promise<WorkerView> {
+    if (this.#health.isHeld(worker)) {
+      const inRotation = await this.#health.release(role, worker);
+      const view = this.#view(role, worker);
+      this.#onChange(role, 'added', 'admin');
+      this.#logger.info(
+        { role, worker: view.name, url: worker.url, source: 'admin', state: view.state },
+        inRotation
+          ? `Worker undrained: back in the ${role} pool's rotation`
+          : `Worker undrained; out of rotation until it answers a probe`,
+      );
+      return view;
+    }
+    if (this.#poolOf(role, worker).stateOf(worker) === 'draining') {
+      throw new MembershipError(
+        'DISAGG_WORKER_LEAVING',
+        `${this.nameOf(worker)} is leaving the ${role} pool for good (drained from the start-up list or the admin API); add it again with POST /admin/workers once it has left`,
+      );
+    }
+    return this.#view(role, worker);
+  }
+
+  /** One worker as the admin API lists it. */
+  view(role: Role, worker: AnyWorker): WorkerView {
+    return this.#view(role, worker);
   }
 
   /** Removes a worker at once; requests under way on it finish. Answers with its view (state `left`, what it still has in flight). */
@@ -324,17 +388,39 @@ export class Membership {
   #view(role: Role, worker: AnyWorker): WorkerView {
     const record = this.#records.get(worker);
     const prefill = worker as ProxyPrefillWorker;
-    const state = record === undefined ? 'left' : stateOf(record);
+    const inFlight = record === undefined ? 0 : inFlightOf(record);
+    const pooled = record === undefined ? 'left' : stateOf(record);
+    // A held worker its discovery lost is leaving for good: shown as any drain.
+    const held = pooled === 'down' && this.#health.isHeld(worker);
+    const state = held ? (inFlight > 0 ? 'draining' : 'drained') : pooled;
     return {
       role,
       name: this.nameOf(worker),
       url: worker.url,
       state,
-      in_flight: record === undefined ? 0 : inFlightOf(record),
+      in_flight: inFlight,
       source: record?.member?.source ?? 'config',
       ...(prefill.bootstrapHost === undefined ? {} : { bootstrap_host: prefill.bootstrapHost }),
       ...(prefill.bootstrapPort === undefined ? {} : { bootstrap_port: prefill.bootstrapPort }),
-      ...(state === 'down' ? this.#health.lastFailure(worker) : {}),
+      ...(held ? this.#heldWhy(worker) : state === 'down' ? this.#downWhy(worker) : {}),
+    };
+  }
+
+  #heldWhy(worker: AnyWorker): { reason: string; hint: string } {
+    const name = this.nameOf(worker);
+    return {
+      reason: 'drained through the admin API',
+      hint: `POST /admin/workers/${name}/undrain (or DELETE /admin/workers/${name}/drain) brings it back; its discovery keeps it out until then, or until it no longer finds it`,
+    };
+  }
+
+  /** Why a worker is down: its last failed probe, else its open circuit. */
+  #downWhy(worker: AnyWorker): { reason: string; hint?: string } | undefined {
+    const probe = this.#health.lastFailure(worker);
+    if (probe !== undefined || this.#health.circuit(worker) !== 'open') return probe;
+    return {
+      reason: 'circuit open: requests failed on it in a row',
+      hint: 'back on trial after --breaker-open-ms; the log line "Worker circuit open" says what failed',
     };
   }
 }

@@ -153,8 +153,8 @@ export class ProxyMetrics {
   }
 
   /** See {@link FleetMetrics.legRetried}. */
-  legRetried(role: 'prefill' | 'decode', worker: string | undefined): void {
-    this.#fleet.legRetried(role, worker);
+  legRetried(role: 'prefill' | 'decode', worker: string | undefined, outcome?: 'retried' | 'migrated'): void {
+    this.#fleet.legRetried(role, worker, outcome);
   }
 
   /** See {@link FleetMetrics.workerFailed}. */

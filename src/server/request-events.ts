@@ -23,12 +23,15 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     trace: RequestTrace | undefined;
     /** Retries of this request so far, of both kinds (one budget). */
     retries: number;
+    /** The decode workers whose stream broke and was continued elsewhere, in order. */
+    brokeOn: ProxyDecodeWorker[];
     onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
   } = {
     routed: undefined,
     finished: undefined,
     trace: undefined,
     retries: 0,
+    brokeOn: [],
     onEvent: (event) => {
       observe(event);
       seen.trace?.onEvent(event);
@@ -44,7 +47,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
-      else if (event.type === 'migration') migrated(proxy, event);
+      else if (event.type === 'migration') migrated(proxy, seen, event);
       else if (event.type === 'finished') seen.finished = event;
     },
   };
@@ -109,12 +112,28 @@ function decodeRetried(
 
 /**
  * A decode stream broke after its first token: counted by why and what became of it. One that
- * went on elsewhere is charged to the worker that broke (the client never sees that failure);
- * one that did not is charged as the request's failure when it is answered.
+ * went on elsewhere is charged to the worker that broke (its leg counted `migrated`, its
+ * failure by class; the client never sees that failure), and the request now names the
+ * worker it went on with; one that did not is charged as the request's failure when it is
+ * answered.
  */
-function migrated(proxy: ProxyState, event: FlowEventOf<'migration', ProxyPrefillWorker, ProxyDecodeWorker>): void {
+function migrated(
+  proxy: ProxyState,
+  seen: { routed: Routed | undefined; brokeOn: ProxyDecodeWorker[] },
+  event: FlowEventOf<'migration', ProxyPrefillWorker, ProxyDecodeWorker>,
+): void {
   proxy.metrics.migration(event.reason, event.outcome);
-  if (event.outcome === 'migrated') countFailure(proxy, event.error, { decode: event.fromWorker });
+  if (event.outcome !== 'migrated') return;
+  countFailure(proxy, event.error, { decode: event.fromWorker });
+  const broken = event.fromWorker ?? seen.routed?.decodeWorker;
+  if (broken !== undefined) {
+    seen.brokeOn.push(broken);
+    proxy.metrics.legRetried('decode', proxy.nameOf(broken), 'migrated');
+  }
+  // Ended on the last worker (the budget all generated): the request stays with it.
+  if (seen.routed !== undefined && event.toWorker !== undefined) {
+    seen.routed = { ...seen.routed, decodeWorker: event.toWorker };
+  }
 }
 
 /**

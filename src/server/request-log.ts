@@ -47,6 +47,13 @@ export function logRequest(
       ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
       prefillWorker: workerOf(proxy, routed?.prefillWorker),
       decodeWorker: workerOf(proxy, routed?.decodeWorker),
+      // A migrated request: how many times its decode stream broke, and on which workers.
+      ...(request.events.brokeOn.length === 0
+        ? {}
+        : {
+            migrations: request.events.brokeOn.length,
+            brokenDecodeWorkers: request.events.brokeOn.map((worker) => proxy.nameOf(worker)),
+          }),
       outcome: finished?.outcome,
       leg: finished?.leg,
       status: request.res.statusCode,

@@ -28,6 +28,7 @@
  * - `DISAGG_UNSUPPORTED_REQUEST`: a request the engines cannot serve disaggregated, or that does not fit its route (400).
  * - `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION`, `DISAGG_UPSTREAM_PROTOCOL`: a call to a worker failed, as `UpstreamError` says.
  * - `DISAGG_WORKER_EXISTS`, `DISAGG_WORKER_UNKNOWN`: the admin API's worker already in its pool, or not in it.
+ * - `DISAGG_WORKER_LEAVING`: the admin API's undrain of a worker that is leaving its pool for good (409).
  */
 export type ErrorCode =
   | 'DISAGG_BAD_REQUEST'
@@ -60,4 +61,5 @@ export type ErrorCode =
   | 'DISAGG_UPSTREAM_CONNECTION'
   | 'DISAGG_UPSTREAM_PROTOCOL'
   | 'DISAGG_WORKER_EXISTS'
+  | 'DISAGG_WORKER_LEAVING'
   | 'DISAGG_WORKER_UNKNOWN';

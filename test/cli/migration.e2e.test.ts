@@ -4,7 +4,7 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { serveBin } from '../support/bin.js';
-import { fakeWorkers } from '../support/http.js';
+import { eventually, fakeWorkers } from '../support/http.js';
 
 const fakes = fakeWorkers();
 const cleanups: Array<() => unknown> = [];
@@ -69,6 +69,27 @@ describe('disagg serve --migration-limit', () => {
         'disagg_migrations_total{reason="stream_error",outcome="migrated"} 2',
       ]);
       expect(proxy.output.out).toContain('continued on another worker');
+      // Each request is logged with its migration and the worker it ended on; the broken legs
+      // are counted on the worker that broke, not as its successes.
+      const finishedLines = () => proxy.output.out.split('\n').filter((line) => line.includes('"request finished"'));
+      await eventually(() => finishedLines().length === 2, 'both requests logged');
+      const finished = finishedLines().map((line) => JSON.parse(line) as Record<string, unknown>);
+      expect(
+        finished.map((line) => [line.migrations, line.brokenDecodeWorkers, String(line.decodeWorker).split(' ')[0]]),
+      ).toEqual([
+        [1, ['decode-0'], 'decode-1'],
+        [1, ['decode-0'], 'decode-1'],
+      ]);
+      const after = await (await request(`${proxy.url}/metrics`)).body.text();
+      expect(
+        after
+          .split('\n')
+          .filter((line) => line.startsWith('disagg_worker_legs_total{role="decode"'))
+          .sort(),
+      ).toEqual([
+        'disagg_worker_legs_total{role="decode",worker="decode-0",outcome="migrated"} 2',
+        'disagg_worker_legs_total{role="decode",worker="decode-1",outcome="success"} 2',
+      ]);
     });
   }
 });

@@ -694,7 +694,7 @@ describe('a migrating stream, where the rules meet the edges', () => {
     expect(log.of('migration')).toMatchObject([{ outcome: 'migrated', mode: 'resume' }]);
     expect(logger.records).toContainEqual({
       level: 'info',
-      fields: expect.objectContaining({ reason: 'stream_error', err: expect.any(Error) }),
+      fields: expect.objectContaining({ reason: 'stream_error', error: expect.any(String) }),
       message: 'Decode stream broke; the token budget was all generated: finished with length',
     });
   });

@@ -29,7 +29,9 @@ describe('UpstreamError', () => {
     });
     expect(PrefillError.from(connection).retryable).toBe(true);
     expect(PrefillError.from(UpstreamError.fromStatus(url, 503, 'busy')).retryable).toBe(true);
-    expect(PrefillError.from(UpstreamError.fromStatus(url, 404, 'no model')).retryable).toBe(false);
+    expect(PrefillError.from(UpstreamError.fromStatus(url, 404, '{"error":{"message":"no model"}}')).retryable).toBe(
+      false,
+    );
     const protocol = UpstreamError.fromFailure(url, new SyntaxError('Unexpected token <'));
     expect(protocol).toMatchObject({ kind: 'protocol', retryable: false });
     expect(protocol.message).toContain('Unexpected token <');

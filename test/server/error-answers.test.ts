@@ -49,7 +49,7 @@ describe('errorAnswer: one table from error to HTTP status and OpenAI error type
     ['no such route', new RequestError(404, 'No route GET /x'), 404, 'not_found', undefined],
     [
       'a plain error with a worker failure as its cause',
-      new Error('wrapped', { cause: UpstreamError.fromStatus(url, 404, 'no such model') }),
+      new Error('wrapped', { cause: UpstreamError.fromStatus(url, 404, '{"error":{"message":"no such model"}}') }),
       404,
       'invalid_request_error',
       undefined,
@@ -60,6 +60,24 @@ describe('errorAnswer: one table from error to HTTP status and OpenAI error type
     expect(answer.status).toBe(status);
     expect(answer.body.error).toMatchObject({ type, code: status, message: (error as Error).message, param: null });
     expect(answer.body.error.leg).toBe(leg);
+  });
+
+  it("a worker's 404 for the router's path (no engine error in it) is the router's fault: 502, and the client's message names no worker, address or path", () => {
+    for (const body of ['404 page not found', '{"detail":"Not Found"}']) {
+      const answer = errorAnswer(PrefillError.from(UpstreamError.fromStatus(url, 404, body)), undefined, (text) =>
+        text.replaceAll('http://w:8000', 'prefill-0'),
+      );
+      expect(answer.status).toBe(502);
+      expect(answer.body.error).toMatchObject({ type: 'upstream_error', code: 502, leg: 'prefill' });
+      expect(answer.body.error.message).not.toMatch(/prefill-0|w:8000|\/v1\/completions/);
+      expect(answer.body.error.message).toMatch(/no such route/);
+    }
+    // The engine's own 404 (a model it does not serve) is the request's, passed on.
+    const model = '{"error":{"message":"The model `x` does not exist.","type":"NotFoundError","code":404}}';
+    expect(errorAnswer(UpstreamError.fromStatus(url, 404, model)).status).toBe(404);
+    expect(errorAnswer(UpstreamError.fromStatus(url, 404, '{"object":"error","message":"no model x"}')).status).toBe(
+      404,
+    );
   });
 
   it('the leg given by the caller wins', () => {
@@ -76,6 +94,7 @@ describe('errorAnswer: every code of the table', () => {
     ['DISAGG_NOT_FOUND', 404, 'not_found'],
     ['DISAGG_WORKER_UNKNOWN', 404, 'not_found'],
     ['DISAGG_WORKER_EXISTS', 409, 'conflict'],
+    ['DISAGG_WORKER_LEAVING', 409, 'conflict'],
     ['DISAGG_METHOD_NOT_ALLOWED', 405, 'invalid_request_error'],
     ['DISAGG_BODY_TOO_LARGE', 413, 'invalid_request_error'],
     ['DISAGG_OVERLOADED', 429, 'rate_limit_exceeded'],
@@ -113,9 +132,11 @@ describe('errorAnswer: every code of the table', () => {
   it("a plain error with a worker's failure in its causes is answered as that failure", () => {
     const cause = UpstreamError.fromStatus('http://w/v1/completions', 503, 'busy');
     expect(errorAnswer(new Error('wrapped', { cause })).status).toBe(502);
-    expect(errorAnswer(new Error('wrapped', { cause: UpstreamError.fromStatus('http://w', 404, 'no') })).status).toBe(
-      404,
-    );
+    expect(
+      errorAnswer(
+        new Error('wrapped', { cause: UpstreamError.fromStatus('http://w', 404, '{"error":{"message":"no"}}') }),
+      ).status,
+    ).toBe(404);
     // A library error of its own kind keeps its own answer, whatever its cause.
     expect(errorAnswer(new DisaggError('DISAGG_NO_WORKER', 'none', { cause })).status).toBe(503);
   });

@@ -94,6 +94,8 @@ describe('HealthChecker probes', () => {
       await checker.check();
       return prefill.isAvailable(p0);
     };
+    // The first probe decides at once (see below); the thresholds count from there.
+    expect(await round(200)).toBe(true);
     expect(await round(503)).toBe(true);
     expect(await round(200)).toBe(true);
     expect(await round(503)).toBe(true);
@@ -104,6 +106,28 @@ describe('HealthChecker probes', () => {
     expect(await round(200)).toBe(false);
     expect(await round(200)).toBe(false);
     expect(await round(200)).toBe(true);
+  });
+
+  it("a worker's first probe decides at once, whatever the thresholds: a 404 there takes it out, logged with the hint", async () => {
+    const { checker, prefill, decode, p0, d0, answer, logs } = setup({ probeThresholds: { failure: 3, success: 2 } });
+    answer(p0, 404);
+    answer(d0, 200);
+    await checker.check();
+    expect([prefill.isAvailable(p0), decode.isAvailable(d0)]).toEqual([false, true]);
+    expect(logs).toContainEqual({
+      level: 'warn',
+      fields: expect.objectContaining({
+        worker: 'http://p0',
+        status: 404,
+        hint: probeHint(404, undefined),
+      }),
+      message: 'Worker failed its health check (GET /health answered 404); out of rotation',
+    });
+    // Later failures wait for the threshold again.
+    answer(p0, 200);
+    answer(d0, 503);
+    await checker.check();
+    expect(decode.isAvailable(d0)).toBe(true);
   });
 
   it('a worker that cannot be reached leaves at once, whatever the threshold, with its code and a hint', async () => {
@@ -156,6 +180,10 @@ describe('HealthChecker probes', () => {
       [new Error('something odd'), undefined, undefined, false],
     ] as const) {
       const { checker, prefill, p0, d0, answer, logs } = setup({ probeThresholds: { failure: 2, success: 1 } });
+      // A first probe decides at once; the thresholds apply from the second.
+      answer(p0, 200);
+      answer(d0, 200);
+      await checker.check();
       answer(p0, error);
       answer(d0, 200);
       await checker.check();

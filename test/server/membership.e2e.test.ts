@@ -201,7 +201,7 @@ describe('the admin API', () => {
     expect((await admin('POST', '/admin/workers/idle/drain')).body).toMatchObject({ state: 'left', in_flight: 0 });
     const wrongMethod = await admin('GET', '/admin/workers/decode-0/drain');
     expect(wrongMethod.status).toBe(405);
-    expect(wrongMethod.headers.allow).toBe('POST');
+    expect(wrongMethod.headers.allow).toBe('POST, DELETE');
   });
 
   it('routes: each path takes its methods (405 with Allow otherwise); an unknown worker is a 404 naming it', async () => {
@@ -213,8 +213,17 @@ describe('the admin API', () => {
     expect(head.statusCode).toBe(200);
     await head.body.dump();
     const worker = await admin('POST', '/admin/workers/decode-0');
-    expect([worker.status, worker.headers.allow]).toEqual([405, 'DELETE']);
-    expect(worker.body.error.message).toBe('POST is not allowed on /admin/workers/decode-0: use DELETE');
+    expect([worker.status, worker.headers.allow]).toEqual([405, 'GET, HEAD, DELETE']);
+    expect(worker.body.error.message).toBe('POST is not allowed on /admin/workers/decode-0: use GET or HEAD or DELETE');
+    // One worker, as the list shows it (once a 405).
+    expect(await admin('GET', '/admin/workers/decode-0')).toMatchObject({
+      status: 200,
+      body: { role: 'decode', name: 'decode-0', state: 'ready', source: 'config' },
+    });
+    // Undrain of a worker in rotation answers it as it is.
+    const leaving = await admin('POST', '/admin/workers/decode-0/undrain');
+    expect(leaving.status).toBe(200);
+    expect(leaving.body).toMatchObject({ state: 'ready' });
     const nameless = await admin('DELETE', '/admin/workers/');
     expect([nameless.status, nameless.body.error.message]).toEqual([404, 'No route DELETE /admin/workers/']);
     // A drain without a name is no route either, not a worker named "".
@@ -492,5 +501,87 @@ describe('Kubernetes discovery', () => {
     await client.completions.create({ model: 'm', prompt: 'x', max_tokens: 2 });
     expect([prefill.requests.length, decode.requests.length, stray.requests.length]).toEqual([1, 1, 0]);
     await api.close();
+  });
+
+  it('an admin drain of a discovered worker holds it out of rotation, listed as drained, until undrained; discovery neither re-adds nor renames it; a pod gone ends the hold', async () => {
+    const api = await startKubernetesApi();
+    const [first, second] = await decodePair('vllm', ['127.0.0.41', '127.0.0.42']);
+    await fakes.start({ role: 'prefill', protocol: 'vllm', host: '127.0.0.43', port: first.port });
+    const pod = (name: string, ip: string, role: string): StandInPod => ({
+      name,
+      namespace: 'llm',
+      labels: { app: 'vllm', role },
+      ip,
+    });
+    api.apply(pod('prefill-a', '127.0.0.43', 'prefill'));
+    api.apply(pod('decode-a', '127.0.0.41', 'decode'));
+    api.apply(pod('decode-b', '127.0.0.42', 'decode'));
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [],
+      decode: [],
+      selection: 'round-robin',
+      adminKey: 'admin-secret',
+      discovery: {
+        prefillSelector: 'app=vllm,role=prefill',
+        decodeSelector: 'app=vllm,role=decode',
+        namespace: 'llm',
+        port: first.port,
+      },
+      kubeConfig: kubeConfigFor(api.url),
+      logger: recordingLogger().logger,
+    });
+    proxies.push(proxy);
+    const url = await proxy.listen(0);
+    const admin = async (method: 'GET' | 'POST' | 'DELETE', path: string) => {
+      const answer = await request(`${url}${path}`, { method, headers: ADMIN });
+      // biome-ignore lint/suspicious/noExplicitAny: the answers are checked field by field
+      return { status: answer.statusCode, body: (await answer.body.json()) as Record<string, any> };
+    };
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const decodeOf = async () =>
+      (
+        await client.completions.create({ model: 'fake-model', prompt: 'hi', max_tokens: 2 }).withResponse()
+      ).response.headers.get('x-disagg-decode-worker');
+    await eventuallyAsync(async () => proxy.decodeWorkers.available.length === 2, 'both pods found');
+
+    const drained = await admin('POST', '/admin/workers/decode-a/drain');
+    expect(drained.status).toBe(202);
+    expect(drained.body).toMatchObject({ name: 'decode-a', source: 'kubernetes', state: 'drained' });
+    const one = await admin('GET', '/admin/workers/decode-a');
+    expect(one.status).toBe(200);
+    expect(one.body).toMatchObject({ name: 'decode-a', state: 'drained', reason: 'drained through the admin API' });
+    expect(one.body.hint).toContain('POST /admin/workers/decode-a/undrain');
+    // Its pod changes (still Ready): discovery runs again and leaves it out, under its own name.
+    api.apply({ ...pod('decode-a', '127.0.0.41', 'decode'), annotations: { touched: 'yes' } });
+    api.apply(pod('decode-c', '127.0.0.44', 'decode'));
+    await eventuallyAsync(async () => proxy.decodeWorkers.workers.length === 3, 'discovery ran again');
+    const listed = (await admin('GET', '/admin/workers')).body.decode as Array<{ name: string; state: string }>;
+    expect(listed.filter((worker) => worker.name.startsWith('decode-a'))).toMatchObject([
+      { name: 'decode-a', state: 'drained' },
+    ]);
+    api.remove('decode-c', 'llm');
+    await eventuallyAsync(async () => proxy.decodeWorkers.workers.length === 2, 'the extra pod gone');
+    const before = served(first);
+    for (let i = 0; i < 4; i++) expect(await decodeOf()).toBe('decode-b');
+    expect(served(first)).toBe(before);
+
+    const back = await admin('POST', '/admin/workers/decode-a/undrain');
+    expect(back.status).toBe(200);
+    expect(back.body).toMatchObject({ name: 'decode-a', state: 'ready' });
+    const names = new Set([await decodeOf(), await decodeOf(), await decodeOf()]);
+    expect(names).toEqual(new Set(['decode-a', 'decode-b']));
+
+    // Drained again (DELETE .../drain undrains too), then its pod goes: the hold ends with it.
+    expect((await admin('POST', '/admin/workers/decode-a/drain')).status).toBe(202);
+    expect((await admin('DELETE', '/admin/workers/decode-a/drain')).body).toMatchObject({ state: 'ready' });
+    expect((await admin('POST', '/admin/workers/decode-a/drain')).status).toBe(202);
+    api.remove('decode-a', 'llm');
+    await eventuallyAsync(
+      async () => (await admin('GET', '/admin/workers/decode-a')).status === 404,
+      'gone with its pod',
+    );
+    await api.close();
+    expect(second.requests.length).toBeGreaterThan(0);
   });
 });

@@ -20,6 +20,8 @@ function setup(
     }),
     lastFailure: vi.fn(() => (answers ? undefined : { reason: 'ECONNREFUSED', hint: 'nothing listens there' })),
     forget: vi.fn(),
+    isHeld: vi.fn(() => false),
+    circuit: vi.fn((): 'closed' | 'open' | 'half-open' => 'closed'),
   };
   const logs: Array<{ fields: Record<string, unknown>; message: string | undefined }> = [];
   const log = (fields: object, message?: string) => logs.push({ fields: fields as Record<string, unknown>, message });
@@ -207,6 +209,30 @@ describe('Membership: changes', () => {
       ],
     });
     lease.release();
+  });
+
+  it('undrain of a start-up worker leaving for good is refused (409), saying to add it again once it has left', async () => {
+    const { membership, decode } = setup();
+    const worker = decode.workers[0] as ProxyDecodeWorker;
+    const lease = decode.acquire();
+    membership.drain('decode', worker, 'admin');
+    await expect(membership.undrain('decode', worker)).rejects.toMatchObject({
+      code: 'DISAGG_WORKER_LEAVING',
+      message: expect.stringContaining('add it again with POST /admin/workers once it has left'),
+    });
+    lease.release();
+  });
+
+  it('a worker out of rotation by an open circuit (its probes passing) is listed with why and how it comes back', () => {
+    const { membership, decode, health } = setup();
+    const worker = decode.workers[0] as ProxyDecodeWorker;
+    decode.setAvailable(worker, false);
+    health.circuit.mockReturnValue('open');
+    expect(membership.view('decode', worker)).toMatchObject({
+      state: 'down',
+      reason: 'circuit open: requests failed on it in a row',
+      hint: expect.stringContaining('--breaker-open-ms'),
+    });
   });
 
   it('a worker removed while its first probe is under way is answered as left, under the name and source it was added with, and not logged as added', async () => {

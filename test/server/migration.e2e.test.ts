@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyOptions, type ProxyServer } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions, Fault } from '../../src/testing/index.js';
 import { recordingLogger } from '../support/async.js';
-import { fakeWorkers } from '../support/http.js';
+import { eventually, fakeWorkers } from '../support/http.js';
 
 const fakes = fakeWorkers();
 let proxies: ProxyServer[] = [];
@@ -92,6 +92,38 @@ describe('a decode worker that dies mid-stream', () => {
       expect(await migrations(url)).toEqual(['disagg_migrations_total{reason="stream_error",outcome="migrated"} 1']);
     });
   }
+
+  it('a migrated request is logged with its migrations and final decode worker, and the broken leg is counted as migrated on the worker that broke', async () => {
+    const { client, url, logs } = await fleet('vllm', { type: 'reset', afterTokens: 5 });
+    const stream = await client.completions.create({
+      model: 'fake-model',
+      prompt: 'Tell me',
+      max_tokens: 20,
+      stream: true,
+    });
+    expect(await textOf(stream)).toBe(twenty);
+    await eventually(() => logs.some((line) => line.message === 'request finished'), 'the request logged');
+    const finished = logs.find((line) => line.message === 'request finished')?.fields as Record<string, unknown>;
+    expect(finished.outcome).toBe('success');
+    expect(finished.migrations).toBe(1);
+    expect(String(finished.decodeWorker)).toMatch(/^decode-1 /);
+    expect(finished.brokenDecodeWorkers).toEqual(['decode-0']);
+    const legs = (await (await request(`${url}/metrics`)).body.text())
+      .split('\n')
+      .filter((line) => line.startsWith('disagg_worker_legs_total{role="decode"'));
+    expect(legs.sort()).toEqual([
+      'disagg_worker_legs_total{role="decode",worker="decode-0",outcome="migrated"} 1',
+      'disagg_worker_legs_total{role="decode",worker="decode-1",outcome="success"} 1',
+    ]);
+    // The info line says what broke in words and a code, not with a whole stack.
+    const moved = logs.find((line) => line.message === 'Decode stream broke; continued on another worker');
+    expect(moved?.level).toBe('info');
+    const fields = moved?.fields as Record<string, unknown>;
+    expect(fields.err).toBeUndefined();
+    expect(typeof fields.error).toBe('string');
+    expect(fields.code).toBe('DISAGG_UPSTREAM_CONNECTION');
+    expect(JSON.stringify(fields)).not.toContain('    at ');
+  });
 
   it('vllm chat: killed after 5 of 20 tokens, the client receives all 20 once as chat deltas', async () => {
     const { client, second } = await fleet('vllm', { type: 'reset', afterTokens: 5 });
