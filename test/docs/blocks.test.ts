@@ -297,7 +297,7 @@ function withoutHealthPort(args: string[]): string[] {
 
 /** The routes `disagg serve` answers (the proxy's, the pass-through APIs', the admin API's). */
 const ROUTES =
-  /^\/(v1\/(completions|chat\/completions|responses(\/[^/]+(\/cancel)?)?|messages(\/count_tokens)?|embeddings|rerank|score|classify|models(\/[^/]+)?)|v2\/rerank|rerank|classify|pooling|generate|tokenize|detokenize|health|ready|metrics|admin\/(tenants|workers(\/[^/]+(\/drain)?)?))$/;
+  /^\/(v1\/(completions|chat\/completions|responses(\/[^/]+(\/cancel)?)?|messages(\/count_tokens)?|embeddings|rerank|score|classify|models(\/[^/]+)?)|v2\/rerank|rerank|classify|pooling|generate|tokenize|detokenize|health|ready|metrics|admin\/(tenants|workers(\/[^/]+(\/(drain|undrain))?)?))$/;
 const CURL_VALUES = new Set(['-H', '--header', '-d', '--data', '--data-binary', '-X', '--request', '-o', '-w', '-m']);
 
 function curlProblems(args: string[]): string[] {
