@@ -58,7 +58,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
  * published them), dated when it was routed, since the engine publishes before it answers:
  * prefill's worker once prefill answered, the decode worker of an aggregated request once its
  * first token came. A request that failed computed nothing; a prompt shorter than one block
- * stores none.
+ * stores none, nor one whose every block the worker was expected to hold (a prompt repeated).
  */
 function kvWorkOf(proxy: ProxyState, routed: () => Routed | undefined, tokens: (() => number) | undefined) {
   let routedAt = 0;
@@ -81,7 +81,12 @@ function kvWorkOf(proxy: ProxyState, routed: () => Routed | undefined, tokens: (
         : undefined;
     if (worker === undefined) return;
     told = true;
-    if (tokens !== undefined && tokens() < (proxy.kv.index?.blockSize(worker) ?? 16)) return;
+    if (tokens !== undefined) {
+      const size = proxy.kv.index?.blockSize(worker) ?? 16;
+      const whole = Math.floor(tokens() / size) * size;
+      if (whole === 0) return;
+      if (!aggregated && (route.predictedCachedTokens ?? 0) >= whole) return;
+    }
     proxy.kv.sent(worker, routedAt);
   };
 }

@@ -129,4 +129,22 @@ describe('requestEvents: the KV silence clock', () => {
     short.onEvent(flowEvent({ type: 'prefillCompleted' }));
     expect(sent).toEqual([['decode-0', 0]]);
   });
+
+  it('a prompt whose every whole block the worker was expected to hold stores nothing new: not told', () => {
+    const { proxy, p0, d0, sent } = watched();
+    for (const predictedCachedTokens of [64, 48]) {
+      const events = requestEvents(proxy, undefined, () => 70);
+      events.onEvent(
+        flowEvent({
+          type: 'routed',
+          strategy: 'sequential',
+          prefillWorker: p0,
+          decodeWorker: d0,
+          predictedCachedTokens,
+        }),
+      );
+      events.onEvent(flowEvent({ type: 'prefillCompleted' }));
+    }
+    expect(sent).toEqual([['prefill-0', 0]]);
+  });
 });
