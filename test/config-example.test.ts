@@ -43,6 +43,7 @@ describe('disagg.example.yaml', () => {
       'kvEvents.port',
       'kvEvents.replayPort',
       'kvEvents.topic',
+      'kvEvents.silenceMs',
       'tokenizer.dir',
       'migration.maxSeqLen',
       'tenantsFile',

@@ -37,14 +37,20 @@ export async function fakeWorkers(args: string[]): Promise<number> {
     fleet = await startFakeFleet(plan);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
+    if (code === 'ERR_MODULE_NOT_FOUND' && plan.kvEventsPort !== undefined) {
+      console.error('disagg fake-workers: --kv-events needs the optional dependency zeromq: npm install zeromq@6');
+      return 1;
+    }
     if (code !== 'EADDRINUSE' && code !== 'EACCES' && code !== 'EADDRNOTAVAIL') throw error;
     console.error(
-      `disagg fake-workers: cannot listen (${String(code)}): ${(error as Error).message}; choose other ports with --prefill-port and --decode-port`,
+      `disagg fake-workers: cannot listen (${String(code)}): ${(error as Error).message}; choose other ports with --prefill-port and --decode-port${plan.kvEventsPort === undefined ? '' : ' (and --kv-events-port)'}`,
     );
     return 1;
   }
   for (const worker of [...fleet.prefill, ...fleet.decode]) {
-    console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}`);
+    const kv = worker.kvCache?.publisher;
+    const events = kv === undefined ? '' : `, KV events at ${kv.endpoint} (replay ${kv.replayEndpoint})`;
+    console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}${events}`);
   }
   let path: string | undefined;
   let api: FakeKubernetesApi | undefined;

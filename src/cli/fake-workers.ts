@@ -29,9 +29,20 @@ Options:
                                   (labels app=disagg-fake,role=prefill|decode), and print the
                                   disagg serve command that finds them by label
   --kubernetes-port N             the fake Kubernetes API's port (0: any free port)
+  --kv-events                     the workers keep a prefix cache in blocks of 16 tokens and
+                                  publish its KV cache events over ZMQ as vLLM does
+                                  (--kv-events-config publisher zmq: a PUB socket and a replay
+                                  socket each), and the printed command routes on them
+                                  (--prefill-policy precise-prefix --kv-events-port N):
+                                  rehearse precise routing without a GPU
+  --kv-events-port N              the first prefill worker's KV event port; its replay socket
+                                  is on N + 1, the next workers' on the ports after (5557;
+                                  0: any free ports)
   --help                          this text
 
 SGLang fakes serve their bootstrap on their HTTP port: the printed command names it.
+With --kv-events, prompts given as token ids route by prefix as they are; text prompts need
+disagg serve --tokenizer to match, and otherwise keep the workers' views alive all the same.
 `;
 
 const OPTIONS = {
@@ -48,6 +59,8 @@ const OPTIONS = {
   'decode-fault': { type: 'string' },
   kubernetes: { type: 'boolean' },
   'kubernetes-port': { type: 'string', default: '0' },
+  'kv-events': { type: 'boolean' },
+  'kv-events-port': { type: 'string', default: '5557' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -66,6 +79,8 @@ export interface FakeFleetPlan {
   decodeFault: Fault | undefined;
   /** The fake Kubernetes API's port, when the workers are to be found as pods. */
   kubernetesPort: number | undefined;
+  /** The first prefill worker's KV event port (0: any free ports), when they publish KV events. */
+  kvEventsPort: number | undefined;
 }
 
 /** A problem with the arguments of `disagg fake-workers`: one line that says what to change. */
@@ -101,6 +116,13 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     }
     return value;
   };
+  const kvEventsPort = values['kv-events'] === true ? count('kv-events-port', 0, 65535) : undefined;
+  if (kvEventsPort !== undefined && values.kubernetes === true) {
+    throw new FakeWorkersUsageError('--kv-events and --kubernetes cannot be combined: choose one');
+  }
+  if (kvEventsPort !== undefined && count('prefills', 0, 64) === 0) {
+    throw new FakeWorkersUsageError('--kv-events needs a prefill worker: --prefills 1 or more');
+  }
   return {
     protocol: protocol as EngineName,
     host: values.host as string,
@@ -114,6 +136,7 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     prefillFault: faultOf('prefill-fault', values['prefill-fault'] as string | undefined),
     decodeFault: faultOf('decode-fault', values['decode-fault'] as string | undefined),
     kubernetesPort: values.kubernetes === true ? count('kubernetes-port', 0, 65535) : undefined,
+    kvEventsPort,
   };
 }
 
@@ -138,6 +161,10 @@ export async function startFakeFleet(plan: FakeFleetPlan): Promise<{ prefill: Fa
   const started: FakeWorker[] = [];
   const start = async (role: 'prefill' | 'decode', index: number): Promise<FakeWorker> => {
     const first = role === 'prefill' ? plan.prefillPort : plan.decodePort;
+    // Two ports per worker (events, replay): the prefill workers first, then the decode ones.
+    const kvPort = (slot: number) =>
+      plan.kvEventsPort === 0 || plan.kvEventsPort === undefined ? 0 : plan.kvEventsPort + slot;
+    const slot = 2 * (role === 'prefill' ? index : plan.prefills + index);
     const fault = role === 'prefill' ? plan.prefillFault : plan.decodeFault;
     const worker = await startFakeWorker({
       role,
@@ -148,6 +175,7 @@ export async function startFakeFleet(plan: FakeFleetPlan): Promise<{ prefill: Fa
       tokenIntervalMs: plan.tokenIntervalMs,
       model: plan.model,
       ...(fault === undefined ? {} : { fault }),
+      ...(plan.kvEventsPort === undefined ? {} : { kvCache: { port: kvPort(slot), replayPort: kvPort(slot + 1) } }),
     });
     started.push(worker);
     return worker;
@@ -174,6 +202,7 @@ export function serveCommand(
   plan: FakeFleetPlan,
   fleet: { prefill: FakeWorker[]; decode: FakeWorker[] },
 ): { command: string; configFile?: string } {
+  if (plan.kvEventsPort !== undefined) return kvEventsServeCommand(plan, fleet);
   const flags = [
     `--connector ${plan.protocol}`,
     ...fleet.prefill.map((worker) => `--prefill ${worker.url}`),
@@ -193,6 +222,49 @@ export function serveCommand(
     '',
   ].join('\n');
   return { command: 'disagg serve --config', configFile };
+}
+
+/**
+ * The `disagg serve` command that routes on the fakes' KV events: precise-prefix, the first
+ * prefill worker followed at `--kv-events-port` on its host as a real fleet's workers are, and
+ * the others named with their own endpoints in the config file (fakes share one address, so
+ * each publishes on ports of its own).
+ */
+function kvEventsServeCommand(
+  plan: FakeFleetPlan,
+  fleet: { prefill: FakeWorker[]; decode: FakeWorker[] },
+): { command: string; configFile: string } {
+  const bootstrap = engineOf(plan.protocol).prefillBootstrap;
+  const entry = (worker: FakeWorker, own: boolean) => {
+    const fields = [
+      `url: ${worker.url}`,
+      ...(bootstrap && worker.role === 'prefill' ? [`bootstrapPort: ${worker.bootstrapPort}`] : []),
+      ...(own
+        ? [
+            `kvEvents: ${worker.kvCache?.publisher.endpoint}`,
+            `kvEventsReplay: ${worker.kvCache?.publisher.replayEndpoint}`,
+          ]
+        : []),
+    ];
+    return `  - { ${fields.join(', ')} }`;
+  };
+  const [first] = fleet.prefill as [FakeWorker];
+  const configFile = [
+    `connector: ${plan.protocol}`,
+    'prefill:',
+    ...fleet.prefill.map((worker, i) => entry(worker, i > 0)),
+    'decode:',
+    ...fleet.decode.map((worker) => entry(worker, true)),
+    '',
+  ].join('\n');
+  const port = (endpoint: string | undefined) => endpoint?.slice(endpoint.lastIndexOf(':') + 1);
+  const command = [
+    'disagg serve --prefill-policy precise-prefix',
+    `--kv-events-port ${port(first.kvCache?.publisher.endpoint)}`,
+    `--kv-events-replay-port ${port(first.kvCache?.publisher.replayEndpoint)}`,
+    '--config',
+  ].join(' ');
+  return { command, configFile };
 }
 
 /** The label of the fake pods (`app=disagg-fake`), with `role=prefill` or `role=decode`. */

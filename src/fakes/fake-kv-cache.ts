@@ -18,6 +18,10 @@ export interface FakeKvCacheOptions {
   replayForm?: 'topic' | 'legacy' | undefined;
   /** The topic of its events; `''` by default. */
   topic?: string | undefined;
+  /** The port its events are published on, on the worker's address (vLLM's `endpoint`); any free port by default. */
+  port?: number | undefined;
+  /** Its replay socket's port (vLLM's `replay_endpoint`); any free port by default. */
+  replayPort?: number | undefined;
   /** Milliseconds of computing per prompt token not found in the cache; 0 by default. */
   msPerToken?: number | undefined;
   /**

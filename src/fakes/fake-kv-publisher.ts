@@ -30,13 +30,19 @@ export interface FakeKvPublisherOptions {
   dpRank?: number | undefined;
   /** How many batches the replay socket keeps. Default 10,000 (vLLM's `buffer_steps`). */
   bufferSteps?: number | undefined;
+  /** The address both sockets are bound on. Default `127.0.0.1`. */
+  host?: string | undefined;
+  /** The PUB socket's port (vLLM's `endpoint`); 0, the default: any free port. */
+  port?: number | undefined;
+  /** The replay socket's port (vLLM's `replay_endpoint`); 0, the default: any free port. */
+  replayPort?: number | undefined;
 }
 
 /**
  * An engine's KV event publisher as vLLM's `ZmqEventPublisher` runs it: a PUB socket sending
  * `[topic, seq (8 bytes big-endian), msgpack batch]` and a ROUTER socket answering replay
  * requests (`[identity, "", start_seq]`) with every buffered batch from there and an end
- * marker (seq -1). Both bound on loopback ports of their own. For tests of routers that
+ * marker (seq -1). Both bound on ports of their own (loopback and any free ports by default). For tests of routers that
  * follow KV events; `restart()` starts the sequence again, as a restarted engine does.
  *
  * @example
@@ -48,7 +54,7 @@ export class FakeKvPublisher {
   readonly replayEndpoint: string;
   readonly #pub: Zmq.XPublisher;
   readonly #router: Zmq.Router;
-  readonly #options: Required<FakeKvPublisherOptions>;
+  readonly #options: Required<Omit<FakeKvPublisherOptions, 'host' | 'port' | 'replayPort'>>;
   readonly #buffer: Array<{ seq: bigint; payload: Uint8Array }> = [];
   #seq = 0n;
   #closed = false;
@@ -58,7 +64,11 @@ export class FakeKvPublisher {
   #subscribers = 0;
   readonly #joined: Array<() => void> = [];
 
-  private constructor(pub: Zmq.XPublisher, router: Zmq.Router, options: Required<FakeKvPublisherOptions>) {
+  private constructor(
+    pub: Zmq.XPublisher,
+    router: Zmq.Router,
+    options: Required<Omit<FakeKvPublisherOptions, 'host' | 'port' | 'replayPort'>>,
+  ) {
     this.#pub = pub;
     this.#router = router;
     this.#options = options;
@@ -68,14 +78,26 @@ export class FakeKvPublisher {
     void this.#watchSubscriptions();
   }
 
-  /** Binds both sockets on loopback. */
+  /**
+   * Binds both sockets.
+   *
+   * @throws the `zeromq` error (`EADDRINUSE`) when a port given is taken.
+   */
   static async start(options: FakeKvPublisherOptions = {}): Promise<FakeKvPublisher> {
     const zmq = await import('zeromq');
     // An XPUB sends what a PUB sends, and also hears subscriptions: tests can wait for one.
     const pub = new zmq.XPublisher({ linger: 0 });
     const router = new zmq.Router({ linger: 0 });
-    await pub.bind('tcp://127.0.0.1:*');
-    await router.bind('tcp://127.0.0.1:*');
+    const host = options.host ?? '127.0.0.1';
+    const at = (port: number | undefined) => `tcp://${host.includes(':') ? `[${host}]` : host}:${port ? port : '*'}`;
+    try {
+      await pub.bind(at(options.port));
+      await router.bind(at(options.replayPort));
+    } catch (error) {
+      pub.close();
+      router.close();
+      throw error;
+    }
     return new FakeKvPublisher(pub, router, {
       encoding: options.encoding ?? 'map',
       replayForm: options.replayForm ?? 'topic',

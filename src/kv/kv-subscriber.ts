@@ -38,6 +38,13 @@ export interface KvEventSubscriberOptions {
   onReset(reason: 'restart' | 'lost'): void;
   /** Whether the view is complete (false while a gap is being replayed). */
   onTrust?(trusted: boolean): void;
+  /** How its log lines name the worker (`worker`); they name the endpoint only by default. */
+  name?: string | undefined;
+  /**
+   * What a failed replay's log line suggests to check; by default that the engine's
+   * `replay_endpoint` is bound at the replay endpoint's port and reachable from here.
+   */
+  replayHint?: string | undefined;
   /** How long a replay may take before it is given up (the view then starts again). Default 5,000 ms. */
   replayTimeoutMs?: number | undefined;
   logger?: Logger | undefined;
@@ -109,7 +116,9 @@ export class KvEventSubscriber {
 
   constructor(options: KvEventSubscriberOptions) {
     this.#options = options;
-    this.#logger = options.logger ?? defaultLogger();
+    const logger = options.logger ?? defaultLogger();
+    // Every line says whose events these are: an operator reads worker names, not addresses.
+    this.#logger = options.name === undefined ? logger : naming(logger, options.name);
   }
 
   /** Where it stands. */
@@ -270,7 +279,11 @@ export class KvEventSubscriber {
       // A replay that timed out leaves its socket waiting for an answer: start a new one next time.
       this.#dealer?.close();
       this.#dealer = undefined;
-      this.#logger.warn({ err: error, endpoint: this.#options.replayEndpoint, why }, 'KV event replay failed');
+      const replayEndpoint = this.#options.replayEndpoint as string;
+      this.#logger.warn(
+        { err: error, endpoint: replayEndpoint, why, hint: this.#options.replayHint ?? replayHint(replayEndpoint) },
+        'KV event replay failed: events missed before the router joined, or lost on the way, are not recovered',
+      );
       if (why !== 'start') this.#lost(start, undefined);
     } finally {
       if ((this.#state as KvSubscriberState) !== 'closed') {
@@ -279,6 +292,21 @@ export class KvEventSubscriber {
       }
     }
   }
+}
+
+/** `logger`, each line with the worker's name. */
+function naming(logger: Logger, worker: string): Logger {
+  const at =
+    (level: keyof Logger) =>
+    (fields: object, message?: string): void =>
+      logger[level]({ worker, ...fields }, message);
+  return { error: at('error'), warn: at('warn'), info: at('info'), debug: at('debug') };
+}
+
+/** The default hint of a failed replay: what to check on the engine's side. */
+function replayHint(endpoint: string): string {
+  const port = /:(\d+)$/.exec(endpoint)?.[1] ?? '?';
+  return `is the engine started with a replay_endpoint in its --kv-events-config on port ${port} (such as "tcp://*:${port}"), and is that port open from the router to the worker?`;
 }
 
 function readSeq(frame: Buffer | undefined): bigint | undefined {

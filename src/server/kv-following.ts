@@ -1,5 +1,6 @@
 import { KvBlockIndex } from '../kv/block-index.js';
 import { loadBlockKeys } from '../kv/block-keys.js';
+import { KvSilenceWatch } from '../kv/kv-silence.js';
 import { KvEventSubscriber } from '../kv/kv-subscriber.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { WorkerRecords } from './worker-records.js';
@@ -38,6 +39,12 @@ export interface KvFollowerOptions<W> {
   replayPort?: number | undefined;
   /** The topic the engines publish under; all topics by default. */
   topic?: string | undefined;
+  /**
+   * How long a worker may go without a KV event after it was given work (a prompt it
+   * computed) before its view is blind: untrusted, warned of once, counted. An idle engine
+   * publishes nothing, so only work starts the clock. 0: never blind. Default 30,000 ms.
+   */
+  silenceMs?: number | undefined;
   /** Where following starts and subscriber trouble is logged; the library's logger by default. */
   logger?: Logger | undefined;
   /** How the logs name a worker; its `name`, else its URL. */
@@ -81,6 +88,8 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   #pools: ReadonlyArray<FollowedPool<W>> = [];
   #unfollow: Array<() => void> = [];
   #index: KvBlockIndex<W> | undefined;
+  /** Each followed worker's silence watch, and whether its subscriber is replaying. */
+  readonly #views = new Map<W, { watch: KvSilenceWatch; replaying: boolean }>();
   #closed = false;
 
   constructor(options: KvFollowerOptions<W> = {}) {
@@ -99,6 +108,20 @@ export class KvFollower<W extends KvWorker = KvWorker> {
     const followed = new Map<W, KvEventSubscriber>();
     for (const { worker, kv } of this.#records.values()) if (kv !== undefined) followed.set(worker, kv);
     return followed;
+  }
+
+  /** How many times `worker`'s view went blind (no event within the silence limit after work); undefined when not followed. */
+  blindCount(worker: W): number | undefined {
+    return this.#views.get(worker)?.watch.blindCount;
+  }
+
+  /**
+   * `worker` did work sent to it at `at` (ms since the epoch): its engine computed a prompt,
+   * so it stored blocks and published them. Starts the silence clock, unless an event came
+   * since `at`. Nothing for a worker not followed.
+   */
+  sent(worker: W, at: number = Date.now()): void {
+    this.#views.get(worker)?.watch.sent(at);
   }
 
   /** Whether any worker of `pools` is to be followed. */
@@ -136,6 +159,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
       record.kv = undefined;
       this.#records.release(record.worker);
       this.#index.forget(record.worker);
+      this.#unwatch(record.worker);
       void subscriber.close();
     }
     const starting: Array<Promise<void>> = [];
@@ -158,6 +182,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
       all.push(record.kv);
       record.kv = undefined;
       this.#records.release(record.worker);
+      this.#unwatch(record.worker);
     }
     await Promise.all(all.map((subscriber) => subscriber.close()));
   }
@@ -166,19 +191,86 @@ export class KvFollower<W extends KvWorker = KvWorker> {
     const index = this.#index as KvBlockIndex<W>;
     const name = this.#options.name?.(worker) ?? worker.name ?? worker.url;
     const { topic } = this.#options;
+    const silenceMs = this.#options.silenceMs ?? 30_000;
+    // Trusted only when neither a replay is under way nor the events went silent after work.
+    const trust = () => index.setTrusted(worker, !view.replaying && !view.watch.blind);
+    const view = {
+      replaying: false,
+      watch: new KvSilenceWatch({
+        silenceMs,
+        onBlind: (since) => {
+          trust();
+          this.#logger.warn(
+            {
+              worker: name,
+              ...endpoints,
+              silenceMs,
+              sentAgoMs: Date.now() - since,
+              hint: this.#blindHint(endpoints.endpoint),
+            },
+            'No KV cache events from a worker since it was given work: its view is untrusted, and precise-prefix routes it by load alone until an event arrives',
+          );
+        },
+        onRecovered: (since) => {
+          trust();
+          this.#logger.info(
+            { worker: name, endpoint: endpoints.endpoint, blindForMs: Date.now() - since },
+            'KV cache events from a worker again: its view is trusted',
+          );
+        },
+      }),
+    };
+    this.#views.set(worker, view);
     const subscriber = new KvEventSubscriber({
       ...endpoints,
       ...(topic === undefined ? {} : { topic }),
+      name,
+      ...(endpoints.replayEndpoint === undefined ? {} : { replayHint: this.#replayHint(endpoints.replayEndpoint) }),
       logger: this.#logger,
       onBatch: (batch) => {
         for (const event of batch.events) index.apply(worker, event);
+        view.watch.event();
       },
       onReset: () => index.clear(worker),
-      onTrust: (trusted) => index.setTrusted(worker, trusted),
+      onTrust: (trusted) => {
+        view.replaying = !trusted;
+        trust();
+      },
     });
     this.#records.of(worker).kv = subscriber;
     await subscriber.start();
     this.#logger.info({ worker: name, ...endpoints }, 'Following the KV cache events of a worker');
+  }
+
+  #unwatch(worker: W): void {
+    this.#views.get(worker)?.watch.close();
+    this.#views.delete(worker);
+  }
+
+  /** What to check when a worker's events never come: the engine's publisher, the network, the port. */
+  #blindHint(endpoint: string): string {
+    const port = portOf(endpoint);
+    const { topic } = this.#options;
+    return questions([
+      `is the engine started with --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:${port}"${topic === undefined ? '' : `, "topic": "${topic}"`}}'`,
+      `is port ${port} open from the router to the worker`,
+      this.#options.port === undefined
+        ? "is the worker's kvEvents endpoint its publisher's"
+        : `does --kv-events-port ${this.#options.port} match the port of that endpoint`,
+      ...(topic === undefined ? [] : [`does --kv-events-topic ${topic} match the engine's topic`]),
+    ]);
+  }
+
+  /** What to check when a worker's replays fail: the engine's replay socket and the port. */
+  #replayHint(replayEndpoint: string): string {
+    const port = portOf(replayEndpoint);
+    return questions([
+      `is the engine's --kv-events-config given a "replay_endpoint": "tcp://*:${port}"`,
+      `is port ${port} open from the router to the worker`,
+      this.#options.replayPort === undefined
+        ? "is the worker's kvEventsReplay endpoint its replay socket's"
+        : `does --kv-events-replay-port ${this.#options.replayPort} match it (without a replay socket, leave --kv-events-replay-port out)`,
+    ]);
   }
 
   /** Where `worker` publishes: its own endpoints, else the port on its host (+ its DP rank). */
@@ -192,6 +284,16 @@ export class KvFollower<W extends KvWorker = KvWorker> {
       worker.kvEventsReplay ?? (replayPort === undefined ? undefined : `tcp://${host}:${replayPort + rank}`);
     return { endpoint, ...(replay === undefined ? {} : { replayEndpoint: replay }) };
   }
+}
+
+/** Questions, one after another. */
+function questions(list: readonly string[]): string {
+  return list.map((question) => `${question}?`).join(' ');
+}
+
+/** The port of a ZMQ endpoint (`tcp://10.0.0.5:5557`), or `?`. */
+function portOf(endpoint: string): string {
+  return /:(\d+)$/.exec(endpoint)?.[1] ?? '?';
 }
 
 /** The host of a worker URL as a ZMQ endpoint names it (an IPv6 address in brackets). */

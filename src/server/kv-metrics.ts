@@ -5,7 +5,8 @@ import type { KvFollower } from './kv-following.js';
 /**
  * The KV event metrics, read from each followed worker's subscriber and the block index at a
  * scrape: events and batches applied, gaps in the sequence, replays by outcome, engine
- * restarts seen, the last batch's lag, blocks indexed and whether the view is trusted.
+ * restarts seen, the last batch's lag, blocks indexed, whether the view is trusted and how many
+ * times it went blind.
  *
  * @internal
  */
@@ -46,6 +47,16 @@ export function registerKvMetrics(
   );
   cumulative('disagg_kv_events_malformed_total', 'KV event messages that could not be read', (s) => s.stats.malformed);
   new Counter({
+    name: 'disagg_kv_views_blind_total',
+    help: "Times a worker's KV view went blind: no KV event within --kv-events-silence-ms of work sent to it",
+    labelNames: ['worker'],
+    registers,
+    collect() {
+      this.reset();
+      each((worker, name) => this.inc({ worker: name }, kv.blindCount(worker) ?? 0));
+    },
+  });
+  new Counter({
     name: 'disagg_kv_replays_total',
     help: "Replays asked of a worker's replay socket, by outcome",
     labelNames: ['worker', 'outcome'],
@@ -82,7 +93,7 @@ export function registerKvMetrics(
   });
   new Gauge({
     name: 'disagg_kv_view_trusted',
-    help: "Whether the router's view of a worker's KV cache is complete (0 while lost events are replayed)",
+    help: "Whether the router's view of a worker's KV cache is trusted (0 while lost events are replayed, and while blind: no event within --kv-events-silence-ms of work sent to it)",
     labelNames: ['worker'],
     registers,
     collect() {

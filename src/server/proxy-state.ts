@@ -9,6 +9,7 @@ import type { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import type { Admission } from './admission.js';
 import type { HealthChecker } from './health.js';
 import type { InFlightRequests } from './in-flight.js';
+import type { KvFollower } from './kv-following.js';
 import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { ModelRewrites } from './model-rewrites.js';
@@ -18,6 +19,7 @@ import type { PrefillTargets } from './prefill-targets.js';
 import type { ModelLimits } from './request-schemas.js';
 import type { ResponseHomes } from './response-homes.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import type { Tracing } from './tracing.js';
 
 /**
@@ -57,6 +59,8 @@ export interface ProxyState {
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight: InFlightRequests;
+  /** The engines' KV events, followed per worker: told which worker computed each prompt (its silence clock). */
+  readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** What the decode workers say of their models (the context length requests are checked against). */
   readonly models: ModelLimits;
   /** Bounded admission of generation requests (slots and a queue, by priority, fair between tenants). */

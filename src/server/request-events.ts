@@ -16,6 +16,7 @@ export type RequestEvents = ReturnType<typeof requestEvents>;
  */
 export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => number) {
   const observe = proxy.metrics.listener(pool, tokens);
+  const kvWork = kvWorkOf(proxy, () => seen.routed, tokens);
   const tap = proxy.options.onEvent;
   const seen: {
     routed: Routed | undefined;
@@ -44,6 +45,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
       }
       // Rotation and circuits learn from every request's events (as watchHealth's do).
       proxy.health.observe(event);
+      kvWork(event);
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
@@ -52,6 +54,44 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     },
   };
   return seen;
+}
+
+/**
+ * Tells the KV follower which worker computed the request's prompt (so stored its blocks and
+ * published them), dated when it was routed, since the engine publishes before it answers:
+ * prefill's worker once prefill answered, the decode worker of an aggregated request once its
+ * first token came. A request that failed computed nothing; a prompt shorter than one block
+ * stores none, nor one whose every block the worker was expected to hold (a prompt repeated).
+ */
+function kvWorkOf(proxy: ProxyState, routed: () => Routed | undefined, tokens: (() => number) | undefined) {
+  let routedAt = 0;
+  let told = false;
+  return (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>): void => {
+    if (event.type === 'routed') {
+      routedAt = Date.now();
+      told = false;
+      return;
+    }
+    const route = routed();
+    if (told || route === undefined) return;
+    const aggregated = route.strategy === 'aggregated';
+    const worker = aggregated
+      ? event.type === 'firstToken'
+        ? route.decodeWorker
+        : undefined
+      : event.type === 'prefillFirstOutput' || event.type === 'prefillCompleted' || event.type === 'handoff'
+        ? route.prefillWorker
+        : undefined;
+    if (worker === undefined) return;
+    told = true;
+    if (tokens !== undefined) {
+      const size = proxy.kv.index?.blockSize(worker) ?? 16;
+      const whole = Math.floor(tokens() / size) * size;
+      if (whole === 0) return;
+      if (!aggregated && (route.predictedCachedTokens ?? 0) >= whole) return;
+    }
+    proxy.kv.sent(worker, routedAt);
+  };
 }
 
 /**

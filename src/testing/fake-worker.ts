@@ -95,9 +95,17 @@ export async function startFakeWorker(options: FakeWorkerOptions): Promise<FakeW
           ...(options.kvCache.encoding === undefined ? {} : { encoding: options.kvCache.encoding }),
           ...(options.kvCache.replayForm === undefined ? {} : { replayForm: options.kvCache.replayForm }),
           ...(options.kvCache.topic === undefined ? {} : { topic: options.kvCache.topic }),
+          host: options.host ?? HOST,
+          port: options.kvCache.port,
+          replayPort: options.kvCache.replayPort,
         });
   const worker = new FakeWorkerServer(options, publisher);
-  await worker.listen();
+  try {
+    await worker.listen();
+  } catch (error) {
+    publisher?.close();
+    throw error;
+  }
   return worker;
 }
 

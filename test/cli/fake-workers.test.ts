@@ -160,4 +160,12 @@ describe('parseFakeWorkersArgs', () => {
     expect(() => parseFakeWorkersArgs(['--decodes', '0'])).toThrow('--decodes must be a whole number from 1 to 64');
     expect(() => parseFakeWorkersArgs(['--nope'])).toThrow("Unknown option '--nope'");
   });
+
+  it('--kv-events: KV events from port 5557 unless told; not with --kubernetes, nor without a prefill worker', () => {
+    expect(parseFakeWorkersArgs([])).toMatchObject({ kvEventsPort: undefined });
+    expect(parseFakeWorkersArgs(['--kv-events'])).toMatchObject({ kvEventsPort: 5557 });
+    expect(parseFakeWorkersArgs(['--kv-events', '--kv-events-port', '0'])).toMatchObject({ kvEventsPort: 0 });
+    expect(() => parseFakeWorkersArgs(['--kv-events', '--kubernetes'])).toThrow('cannot be combined');
+    expect(() => parseFakeWorkersArgs(['--kv-events', '--prefills', '0'])).toThrow('needs a prefill worker');
+  });
 });

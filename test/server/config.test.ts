@@ -72,7 +72,7 @@ describe('disagg serve configuration', () => {
         engineLoadIntervalMs: 0,
         engineLoadStaleMs: 2000,
       },
-      kvEvents: { port: undefined, replayPort: undefined, topic: undefined },
+      kvEvents: { port: undefined, replayPort: undefined, topic: undefined, silenceMs: 30_000 },
       tokenizer: { dir: undefined, threads: 1 },
       deadlines: { prefillFirstOutputMs: 600_000, handoffMs: 600_000, decodeFirstTokenMs: 300_000, idleMs: 120_000 },
       cleanupBudgetMs: undefined,

@@ -17,7 +17,12 @@ vi.mock('zeromq');
 
 type Worker = { url: string; name?: string; dpRank?: number; kvEvents?: string; kvEventsReplay?: string };
 
-const OFF: ResolvedProxyOptions['kvEvents'] = { port: undefined, replayPort: undefined, topic: undefined };
+const OFF: ResolvedProxyOptions['kvEvents'] = {
+  port: undefined,
+  replayPort: undefined,
+  topic: undefined,
+  silenceMs: 30_000,
+};
 
 const open: Array<KvFollower<Worker>> = [];
 afterEach(async () => {

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import { requestEvents } from '../../src/server/request-events.js';
 import { flowEvent, proxyState } from '../support/proxy-state.js';
@@ -84,5 +84,67 @@ describe('requestEvents: migrations', () => {
     });
     expect(health.noteFailure.mock.calls).toEqual([[broke, { decode: d0 }]]);
     expect(await counts('disagg_worker_failures_total')).toEqual({ 'role=decode,worker=decode-0,class=broken-off': 1 });
+  });
+});
+
+describe('requestEvents: the KV silence clock', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** The proxy's state with `kv.sent` recorded as [worker name, ms after routing]. */
+  function watched() {
+    vi.useFakeTimers({ now: 5_000, toFake: ['Date'] });
+    const state = proxyState();
+    const sent: Array<[string, number]> = [];
+    vi.spyOn(state.proxy.kv, 'sent').mockImplementation((worker, at) => {
+      sent.push([state.proxy.nameOf(worker), (at ?? 0) - 5_000]);
+    });
+    return { ...state, sent };
+  }
+
+  it('the prefill worker is told once, when prefill answered, dated when the request was routed (its engine publishes before it answers)', () => {
+    const { proxy, p0, d0, sent } = watched();
+    const events = requestEvents(proxy, undefined, () => 64);
+    events.onEvent(flowEvent({ type: 'routed', strategy: 'sequential', prefillWorker: p0, decodeWorker: d0 }));
+    events.onEvent(flowEvent({ type: 'prefillDispatched' }));
+    vi.advanceTimersByTime(40);
+    expect(sent).toEqual([]);
+    events.onEvent(flowEvent({ type: 'prefillCompleted' }));
+    events.onEvent(flowEvent({ type: 'handoff', handoff: 'params' }));
+    events.onEvent(flowEvent({ type: 'firstToken' }));
+    expect(sent).toEqual([['prefill-0', 0]]);
+  });
+
+  it('an aggregated request tells its decode worker at its first token; a failed prefill, or a prompt shorter than a block, tells nobody', () => {
+    const { proxy, p0, d0, sent } = watched();
+    const aggregated = requestEvents(proxy, undefined, () => 64);
+    aggregated.onEvent(flowEvent({ type: 'routed', strategy: 'aggregated', decodeWorker: d0 }));
+    aggregated.onEvent(flowEvent({ type: 'firstToken' }));
+    const failed = requestEvents(proxy, undefined, () => 64);
+    failed.onEvent(flowEvent({ type: 'routed', strategy: 'sequential', prefillWorker: p0, decodeWorker: d0 }));
+    failed.onEvent(flowEvent({ type: 'prefillFailed', error: new Error('refused') }));
+    const short = requestEvents(proxy, undefined, () => 15);
+    short.onEvent(flowEvent({ type: 'routed', strategy: 'sequential', prefillWorker: p0, decodeWorker: d0 }));
+    short.onEvent(flowEvent({ type: 'prefillCompleted' }));
+    expect(sent).toEqual([['decode-0', 0]]);
+  });
+
+  it('a prompt whose every whole block the worker was expected to hold stores nothing new: not told', () => {
+    const { proxy, p0, d0, sent } = watched();
+    for (const predictedCachedTokens of [64, 48]) {
+      const events = requestEvents(proxy, undefined, () => 70);
+      events.onEvent(
+        flowEvent({
+          type: 'routed',
+          strategy: 'sequential',
+          prefillWorker: p0,
+          decodeWorker: d0,
+          predictedCachedTokens,
+        }),
+      );
+      events.onEvent(flowEvent({ type: 'prefillCompleted' }));
+    }
+    expect(sent).toEqual([['prefill-0', 0]]);
   });
 });

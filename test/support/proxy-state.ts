@@ -4,6 +4,7 @@ import type { FlowEvent } from '../../src/flow/events.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Scheduler } from '../../src/routing/scheduler.js';
 import { HealthChecker } from '../../src/server/health.js';
+import { KvFollower } from '../../src/server/kv-following.js';
 import { Membership } from '../../src/server/membership.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../../src/server/options.js';
@@ -47,6 +48,7 @@ export function proxyState(
     health,
     logger,
     nameOf,
+    kv: new KvFollower({ logger }),
   } as unknown as ProxyState;
   /** Each series of the counter `name` as `label=value,...` => count. */
   const counts = async (name: string): Promise<Record<string, number>> => {

@@ -1,6 +1,6 @@
 // What precise-prefix routes on: the engines' KV cache events and the router's own tokenizer.
 
-import { port, positiveInteger, text } from './parsers.js';
+import { nonNegativeMs, port, positiveInteger, text } from './parsers.js';
 import { inGroup } from './setting.js';
 
 /** The settings of `--help`'s KV events group. */
@@ -26,6 +26,14 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
     help: 'the KV event topic prefix to follow (the engines\' "topic")',
     shownDefault: 'every topic',
     parse: text,
+  },
+  {
+    key: 'kvEvents.silenceMs',
+    flag: 'kv-events-silence-ms',
+    arg: 'MS',
+    help: "a worker's KV view is blind (untrusted, warned of, counted in disagg_kv_views_blind_total) when no event came within this long of a prompt it computed: a wrong port or an engine without --kv-events-config (0: off)",
+    default: 30_000,
+    parse: nonNegativeMs,
   },
   {
     key: 'tokenizer.dir',

@@ -204,9 +204,18 @@ export interface ProxyOptions {
    * The engines' KV cache events, which `precise-prefix` routes on (vLLM and SGLang publish them
    * with `--kv-events-config`): each worker's publisher at `port` on its host (a DP rank r at
    * port + r), its replay socket at `replayPort`, messages of `topic` (every topic by default).
-   * A worker's own `kvEvents` and `kvEventsReplay` endpoints win. Off by default.
+   * A worker's own `kvEvents` and `kvEventsReplay` endpoints win. Off by default. A worker
+   * whose events do not come within `silenceMs` of a prompt it computed is blind: its view is
+   * untrusted (routed by load), warned of and counted; 30,000 by default, 0: never.
    */
-  kvEvents?: { port?: number | undefined; replayPort?: number | undefined; topic?: string | undefined } | undefined;
+  kvEvents?:
+    | {
+        port?: number | undefined;
+        replayPort?: number | undefined;
+        topic?: string | undefined;
+        silenceMs?: number | undefined;
+      }
+    | undefined;
   /**
    * The router's own tokenizer, for `precise-prefix` on text and chat prompts (the engines'
    * blocks are tokens): `dir` holds the model's Hugging Face `tokenizer.json` and

@@ -109,7 +109,7 @@ export function tokenizerOf(values: Record<string, unknown>): ResolvedProxyOptio
 /** The KV events group, every key present. */
 export function kvEventsOf(values: Record<string, unknown>): ResolvedProxyOptions['kvEvents'] {
   const kv = (values.kvEvents ?? {}) as Partial<ResolvedProxyOptions['kvEvents']>;
-  return { port: kv.port, replayPort: kv.replayPort, topic: kv.topic };
+  return { port: kv.port, replayPort: kv.replayPort, topic: kv.topic, silenceMs: kv.silenceMs ?? 30_000 };
 }
 
 /** The discovery group, every key present. */

@@ -104,7 +104,7 @@ export interface ResolvedProxyOptions
   logger: Logger | undefined;
   onEvent: ProxyOptions['onEvent'];
   dispatcher: Dispatcher | undefined;
-  kvEvents: { port: number | undefined; replayPort: number | undefined; topic: string | undefined };
+  kvEvents: { port: number | undefined; replayPort: number | undefined; topic: string | undefined; silenceMs: number };
   tokenizer: { dir: string | undefined; threads: number };
   migration: { limit: number; via: 'decode' | 'prefill'; maxSeqLen: number | undefined };
   sidecar: { prefillFrom: 'pool' | 'header'; prefillAllow: string[]; prefillMaxRetries: number };
