@@ -354,14 +354,16 @@ export class ProxyCore implements ProxyState {
   start(): Promise<void> {
     this.#started ??= (async () => {
       this.tracing = await Tracing.load(this.options.tracer);
+      // First, before anything runs that would keep a failed start alive: a wrong --tokenizer
+      // (or a model that cannot be downloaded) stops the start at once.
+      const { dir, threads } = this.options.tokenizer;
+      if (dir !== undefined) this.#tokenizer = await startRouterTokenizer(dir, threads, this.logger);
       // Discovered workers are probed as they are added; then every worker once more.
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
       await this.kv.start(this.pools.workerPools());
       this.sharedInFlight?.start();
       await this.#engineLoad?.start(this.pools.workerPools());
-      const { dir, threads } = this.options.tokenizer;
-      if (dir !== undefined) this.#tokenizer = await startRouterTokenizer(dir, threads, this.logger);
       this.health.start();
     })();
     return this.#started;

@@ -80,6 +80,17 @@ describe('disagg with --tokenizer org/name', () => {
       ms: expect.any(Number),
     });
     await first.stop();
+    // A model the hub does not have stops the start, before the KV event sockets that would keep it alive.
+    const refused = await disagg(
+      [
+        'serve',
+        ...['--connector', 'vllm', '--prefill', prefill.url, '--decode', decode.url, '--port', '0'],
+        ...['--prefill-policy', 'precise-prefix', '--kv-events-port', '5557', '--tokenizer', 'Qwen/Nope'],
+      ],
+      { HF_HOME: fresh, HF_ENDPOINT: hub.url },
+    );
+    expect(refused.status, refused.stderr).toBe(1);
+    expect(refused.stderr).toMatch(/--tokenizer Qwen\/Nope: no such model or revision on .* \(404\)/);
     await hub.close();
 
     const served = await serveBin(
