@@ -229,6 +229,13 @@ export {
   TokenizerPool,
   type TokenizerPoolOptions,
 } from './tokenize/tokenizer-pool.js';
+export {
+  type FindTokenizerOptions,
+  type FoundTokenizer,
+  findTokenizer,
+  type TokenizerSpec,
+  tokenizerSpec,
+} from './tokenize/tokenizer-source.js';
 export { type BrandCheck, branded, DisaggError } from './util/disagg-error.js';
 export type { ErrorCode } from './util/error-codes.js';
 export { workerRedactor } from './util/url.js';

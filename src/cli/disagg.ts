@@ -16,6 +16,8 @@ Commands:
   epp           run a Gateway API endpoint picker (Envoy ext_proc) over disagg's scheduling
                 (disagg epp --help)
   fake-workers  start fake prefill and decode workers to try it without a GPU (--help)
+  tokenizer     fetch a Hugging Face model's tokenizer into the cache ahead of time
+                (disagg tokenizer fetch Qwen/Qwen3-8B; --help)
 
 Options:
   --version  print the version
@@ -31,6 +33,7 @@ async function main(argv: string[]): Promise<number> {
   // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.
   if (command === 'fake-workers') return (await import('./fake-workers-command.js')).fakeWorkers(rest);
   if (command === 'epp') return (await import('./epp-command.js')).epp(rest);
+  if (command === 'tokenizer') return (await import('./tokenizer-command.js')).tokenizerCommand(rest);
   if (command !== 'serve' && command !== 'sidecar') {
     if (command === undefined || command === '--help' || command === '-h') {
       console.log(USAGE);

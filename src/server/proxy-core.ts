@@ -14,7 +14,7 @@ import { defaultLogger, type Logger } from '../runtime/logger.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
 import { RedisWindows } from '../tenancy/redis-windows.js';
 import { TenantDirectory } from '../tenancy/tenants.js';
-import { TokenizerPool } from '../tokenize/tokenizer-pool.js';
+import type { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { redactAddresses } from '../util/url.js';
 import { Admission } from './admission.js';
 import { type DiscoverySource, discoverySources } from './discovery-sources.js';
@@ -36,6 +36,7 @@ import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
 import { registerReplicaMetrics } from './replica-metrics.js';
 import { ResponseHomes } from './response-homes.js';
+import { startRouterTokenizer } from './router-tokenizer.js';
 import { answerMetrics, handleRequest, routeLabel } from './routes.js';
 import { consumedBy, routingServices } from './routing-policies.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
@@ -353,29 +354,16 @@ export class ProxyCore implements ProxyState {
   start(): Promise<void> {
     this.#started ??= (async () => {
       this.tracing = await Tracing.load(this.options.tracer);
+      // First, before anything runs that would keep a failed start alive: a wrong --tokenizer
+      // (or a model that cannot be downloaded) stops the start at once.
+      const { dir, threads } = this.options.tokenizer;
+      if (dir !== undefined) this.#tokenizer = await startRouterTokenizer(dir, threads, this.logger);
       // Discovered workers are probed as they are added; then every worker once more.
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
       await this.kv.start(this.pools.workerPools());
       this.sharedInFlight?.start();
       await this.#engineLoad?.start(this.pools.workerPools());
-      const { dir, threads } = this.options.tokenizer;
-      if (dir !== undefined) {
-        this.#tokenizer = await TokenizerPool.start({ dir, threads });
-        const { encoder } = this.#tokenizer;
-        // The JavaScript port gives the same ids, only slower: said once, for an operator to fix.
-        if (encoder.kind === 'js') {
-          this.logger.warn(
-            { tokenizer: dir, why: encoder.why },
-            "The router's tokenizer runs on the JavaScript port: Hugging Face's native tokenizer (the optional package `tokenizers`) did not load; prompts are tokenized 2 to 3.5 times slower",
-          );
-        } else {
-          this.logger.info(
-            { tokenizer: dir, encoder: encoder.kind, parts: encoder.parts },
-            "The router's tokenizer is loaded",
-          );
-        }
-      }
       this.health.start();
     })();
     return this.#started;

@@ -38,8 +38,8 @@ export const KV_EVENT_ROWS = inGroup('KV events', [
   {
     key: 'tokenizer.dir',
     flag: 'tokenizer',
-    arg: 'DIR',
-    help: "the model's Hugging Face tokenizer (tokenizer.json and tokenizer_config.json with its chat template): precise-prefix then matches text and chat prompts to the engines' blocks, tokenized off the event loop",
+    arg: 'DIR|ID',
+    help: "the model's Hugging Face tokenizer: a directory holding tokenizer.json and tokenizer_config.json (its chat template), or a model id (org/name, org/name@revision) downloaded once into the Hugging Face cache (HF_HOME; HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE honoured); precise-prefix then matches text and chat prompts to the engines' blocks, tokenized off the event loop",
     parse: text,
   },
   {

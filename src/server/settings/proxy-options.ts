@@ -218,9 +218,11 @@ export interface ProxyOptions {
     | undefined;
   /**
    * The router's own tokenizer, for `precise-prefix` on text and chat prompts (the engines'
-   * blocks are tokens): `dir` holds the model's Hugging Face `tokenizer.json` and
-   * `tokenizer_config.json` (its chat template), tokenized in `threads` worker threads (1).
-   * Without one, only token-id prompts are matched to blocks.
+   * blocks are tokens): `dir` is a directory holding the model's Hugging Face `tokenizer.json`
+   * and `tokenizer_config.json` (its chat template), or a model id (`org/name`,
+   * `org/name@revision`) fetched once into the Hugging Face cache before the proxy listens (see
+   * `findTokenizer`); tokenized in `threads` worker threads (1). Without one, only token-id
+   * prompts are matched to blocks.
    */
   tokenizer?: { dir?: string | undefined; threads?: number | undefined } | undefined;
   /**
