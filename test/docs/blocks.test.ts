@@ -281,7 +281,8 @@ function disaggProblems([command, ...args]: string[]): string[] {
     else if (command === 'serve') loadServeConfig(args, {});
     else if (command === 'sidecar') loadServeConfig(['--prefill-from', 'header', ...args], {});
     else if (command === 'epp') loadServeConfig(withoutHealthPort(args), {});
-    else if (command === 'tokenizer') return args[0] === 'fetch' && args.length === 2 ? [] : ['disagg tokenizer fetch <id|DIR>'];
+    else if (command === 'tokenizer')
+      return args[0] === 'fetch' && args.length === 2 ? [] : ['disagg tokenizer fetch <id|DIR>'];
     else return [`disagg ${command}: no such command`];
     return [];
   } catch (error) {
