@@ -5,7 +5,14 @@ import { setFlagsFromString } from 'node:v8';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
 import { startOtlpTracing } from './otlp-tracing.js';
-import { configProblems, createLogger, discoveryOf, dropUndefined, startupFailure } from './serve-parts.js';
+import {
+  configProblems,
+  createLogger,
+  discoveryOf,
+  dropUndefined,
+  settingProblems,
+  startupFailure,
+} from './serve-parts.js';
 
 const USAGE = `Usage: disagg <command>
 
@@ -47,8 +54,9 @@ async function main(argv: string[]): Promise<number> {
       throw new ConfigError('disagg sidecar takes each prefill worker from the request: drop --prefill-from');
     }
   } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    return configProblems(error, command);
+    const problems = settingProblems(error);
+    if (problems === undefined) throw error;
+    return configProblems(problems, command);
   }
   if (config === 'help') {
     console.log(command === 'sidecar' ? `${SIDECAR_USAGE}\n${SERVE_USAGE}` : SERVE_USAGE);
@@ -57,8 +65,10 @@ async function main(argv: string[]): Promise<number> {
   try {
     await serve(config, command);
   } catch (error) {
-    // A combination only the proxy's checks see (a policy and the data it reads): the same lines.
-    if (error instanceof ConfigError) return configProblems(error, command);
+    // A combination only the proxy's checks see (a policy and the data it reads), a tenants
+    // file or a tokenizer directory that does not load: the same lines as a bad flag.
+    const problems = settingProblems(error);
+    if (problems !== undefined) return configProblems(problems, command);
     const line = startupFailure(error, `${config.host}:${config.port}`, command);
     if (line === undefined) throw error;
     console.error(`disagg ${command}: ${line}`);

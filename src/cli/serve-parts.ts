@@ -3,15 +3,34 @@
 import { type Logger, pino } from 'pino';
 import { DiscoveryUnavailableError } from '../discovery/kubernetes-discovery.js';
 import { KvEventsUnavailableError } from '../kv/kv-subscriber.js';
-import type { ConfigError, ServeConfig } from '../server/config.js';
+import { ConfigError, type ServeConfig } from '../server/config.js';
+import { DisaggError } from '../util/disagg-error.js';
 import { TracingUnavailableError } from './otlp-tracing.js';
+
+/**
+ * The codes of the errors a start meets for a setting as given (a file it names, a directory):
+ * what to change is in the operator's hands, as with a bad flag. Matched on the stable code,
+ * not `instanceof`, so that an error of another copy of the library counts too.
+ */
+const SETTING_CODES: ReadonlySet<string> = new Set(['DISAGG_CONFIG', 'DISAGG_TENANTS_FILE', 'DISAGG_TOKENIZER']);
+
+/**
+ * The problems of the settings that `error` reports, one line each; undefined for an error
+ * that is not about a setting (a bug, a port in use).
+ */
+export function settingProblems(error: unknown): readonly string[] | undefined {
+  if (ConfigError.is(error)) return error.problems;
+  if (DisaggError.is(error) && SETTING_CODES.has(error.code)) return [error.message];
+  return undefined;
+}
 
 /**
  * The problems, one line each, and where to read more: not the whole help, nor a stack trace,
  * which is what `kubectl logs` would show of a crash loop otherwise. Exit status 2.
  */
-export function configProblems(error: ConfigError, command = 'serve'): number {
-  for (const problem of error.problems) console.error(`disagg ${command}: ${problem}`);
+export function configProblems(problems: readonly string[], command = 'serve'): number {
+  // One line each, whatever a message holds (a parser's excerpt of the file, say).
+  for (const problem of problems) console.error(`disagg ${command}: ${problem.replace(/\s*\n\s*/g, ' ')}`);
   console.error(`See 'disagg ${command} --help' for every setting.`);
   return 2;
 }

@@ -7,7 +7,7 @@ import * as z from 'zod/mini';
 import en from 'zod/v4/locales/en.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
-import { parseYaml } from '../util/yaml.js';
+import { parseYaml, yamlProblem } from '../util/yaml.js';
 import { describeIssue, type TenantFileKeys } from './tenant-problems.js';
 
 // zod's functional build, bundled (see request-schemas.ts); its English messages name each
@@ -96,7 +96,7 @@ export function parseTenants(text: string, path: string): TenantsTable {
   try {
     raw = parseYaml(text);
   } catch (error) {
-    throw new TenantsFileError(`${path} is neither YAML nor JSON: ${(error as Error).message}`, { cause: error });
+    throw new TenantsFileError(`${path} is neither YAML nor JSON: ${yamlProblem(error)}`, { cause: error });
   }
   const parsed = FILE.safeParse(raw ?? {});
   if (!parsed.success) {
