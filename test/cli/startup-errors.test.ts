@@ -97,6 +97,21 @@ describe('startup errors (built bin)', () => {
     );
   });
 
+  it('Kubernetes discovery outside a cluster and without a kubeconfig: one line saying what to set', () => {
+    const home = join(scratch, 'home');
+    mkdirSync(home, { recursive: true });
+    const selectors = ['--connector', 'vllm', '--prefill-selector', 'app=p', '--decode-selector', 'app=d'];
+    const env = { KUBECONFIG: '', HOME: home, KUBERNETES_SERVICE_HOST: undefined };
+    const line =
+      'Kubernetes discovery (--prefill-selector, --decode-selector, --inference-pool) found neither a cluster nor a kubeconfig: run it in a pod with a ServiceAccount that may list and watch pods, or set KUBECONFIG (or write ~/.kube/config)';
+    expectOneLine(run(['serve', ...selectors, '--port', '0'], env), line);
+    expectOneLine(
+      run(['epp', ...selectors, '--port', '0', '--health-port', '0', '--metrics-port', '0'], env),
+      line,
+      'epp',
+    );
+  });
+
   it('disagg sidecar and disagg epp report a bad tenants file the same way', () => {
     const unknownKey = file('sidecar-tenants.yaml', 'tenants:\n  - { name: chat, maxConcurent: 2 }\n');
     const line = `${unknownKey}: tenant "chat": Unrecognized key: "maxConcurent"; did you mean "maxConcurrent"?`;
