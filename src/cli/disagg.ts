@@ -4,12 +4,14 @@ import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
+import type { ProxyCore } from '../server/proxy-core.js';
 import { startOtlpTracing } from './otlp-tracing.js';
 import {
   configProblems,
   createLogger,
   discoveryOf,
   dropUndefined,
+  runsWith,
   settingProblems,
   startupFailure,
 } from './serve-parts.js';
@@ -119,6 +121,8 @@ async function serve(config: ServeConfig, command: string): Promise<void> {
       prefill: proxy.prefillWorkers.workers.map((w) => w.url),
       decode: proxy.decodeWorkers.workers.map((w) => w.url),
       ...discoveryOf(config),
+      // The proxy's core is internal to the library's API; the command is the library's own.
+      ...runsWith((proxy as unknown as { core: ProxyCore }).core),
       ...(config.sidecar.prefillFrom === 'header' ? { prefillAllow: config.sidecar.prefillAllow } : {}),
       admin: config.adminKey !== undefined,
       metrics: proxy.metricsUrl === undefined ? `${url}/metrics` : `${proxy.metricsUrl}/metrics`,

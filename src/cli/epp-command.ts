@@ -8,6 +8,7 @@ import {
   createLogger,
   discoveryOf,
   dropUndefined,
+  runsWith,
   settingProblems,
   startupFailure,
 } from './serve-parts.js';
@@ -89,6 +90,7 @@ export async function epp(args: string[], env: NodeJS.ProcessEnv = process.env):
       prefill: picker.core.pools.workers('prefill').map((worker) => worker.url),
       decode: picker.core.pools.workers('decode').map((worker) => worker.url),
       ...discoveryOf(config),
+      ...runsWith(picker.core),
     },
     'disagg epp listening',
   );

@@ -4,6 +4,7 @@ import { type Logger, pino } from 'pino';
 import { DiscoveryUnavailableError } from '../discovery/kubernetes-discovery.js';
 import { KvEventsUnavailableError } from '../kv/kv-subscriber.js';
 import { ConfigError, type ServeConfig } from '../server/config.js';
+import type { ProxyCore } from '../server/proxy-core.js';
 import { DisaggError } from '../util/disagg-error.js';
 import { TracingUnavailableError } from './otlp-tracing.js';
 
@@ -91,6 +92,23 @@ export function discoveryOf(config: ServeConfig): { discovery?: Record<string, u
     ([, value]) => value !== undefined,
   );
   return found.length === 0 ? {} : { discovery: Object.fromEntries(found) };
+}
+
+/**
+ * What the proxy runs with, for the start-up line: the policies, the migration limit, the
+ * tenants (the file's, the default one aside), whether Redis is shared, the tokenizer and the
+ * KV events port: what an operator checks first when routing or limits look wrong.
+ */
+export function runsWith(core: Pick<ProxyCore, 'options' | 'tenants'>): Record<string, unknown> {
+  const { options } = core;
+  return {
+    policies: { prefill: options.prefillPolicy, decode: options.decodePolicy },
+    migrationLimit: options.migration.limit,
+    tenants: core.tenants.tenants.length - 1,
+    redis: options.redisUrl !== undefined,
+    tokenizer: options.tokenizer.dir ?? null,
+    kvEventsPort: options.kvEvents.port ?? null,
+  };
 }
 
 /** `value` without its undefined entries. */

@@ -3,7 +3,8 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { serveBin } from '../support/bin.js';
 
 // Every problem a start can meet for a setting as given goes the flag errors' way through the
 // built bin (what the image runs): one line each, then where to read more, exit 2, no stack
@@ -38,6 +39,11 @@ function expectOneLine(result: ReturnType<typeof run>, line: string | RegExp, co
   expect(lines[1]).toBe(`See 'disagg ${command} --help' for every setting.`);
   expect(result.status).toBe(2);
 }
+
+const cleanups: Array<() => Promise<unknown> | unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
 
 describe('startup errors (built bin)', () => {
   it("a policy without the data it reads: the proxy's own check, one line", () => {
@@ -132,5 +138,28 @@ describe('startup errors (built bin)', () => {
       line,
       'epp',
     );
+  });
+
+  it('the listening line says what the proxy runs with; --kv-events-port that no policy reads is one warning', async () => {
+    const tenants = file('two-tenants.yaml', 'tenants:\n  - { name: chat }\n  - { name: batch }\n');
+    const served = await serveBin([...WORKERS, '--tenants-file', tenants, '--kv-events-port', '5557'], { cleanups });
+    expect(served.listening).toMatchObject({
+      policies: { prefill: 'least-in-flight', decode: 'least-in-flight' },
+      migrationLimit: expect.any(Number),
+      tenants: 2,
+      redis: false,
+      tokenizer: null,
+      kvEventsPort: 5557,
+    });
+    const warnings = served.output.out
+      .split('\n')
+      .filter((line) => line.includes('--kv-events-port'))
+      .map((line) => JSON.parse(line) as { level: number; msg: string });
+    expect(warnings).toEqual([
+      expect.objectContaining({
+        level: 40,
+        msg: "--kv-events-port 5557 is set but no policy routes on KV events (prefill 'least-in-flight', decode 'least-in-flight'): the events are followed for nothing; set --prefill-policy or --decode-policy precise-prefix, or drop --kv-events-port",
+      }),
+    ]);
   });
 });
