@@ -97,6 +97,13 @@ const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/tok
 
 type Pod = K8s.V1Pod;
 
+/** What a pool side that discovery leaves empty means for the proxy (see server/readiness.ts). */
+const UNMATCHED_MEANS: Readonly<Record<DiscoveryRole, string>> = {
+  decode: '/ready stays false until a decode worker is in rotation',
+  prefill:
+    'requests are served on decode alone (with --require-disaggregation, /ready stays false) until a prefill worker is in rotation',
+};
+
 /** Whether a pod takes requests: ready, with an address, not being deleted. */
 function isServing(pod: Pod): boolean {
   if (pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null) return false;
@@ -339,7 +346,7 @@ export class KubernetesDiscovery {
     const say = (explained: object) =>
       logger.warn(
         { role, namespace: namespace ?? '(all)', selector, ...explained },
-        `Kubernetes discovery: the ${role} selector matches no pod; /ready stays false until a ${role} worker is in rotation`,
+        `Kubernetes discovery: the ${role} selector matches no pod; ${UNMATCHED_MEANS[role]}`,
       );
     // A list of its own (the informer's holds only the selector's pods), once per time it is said.
     (this.#listAll?.() ?? Promise.reject(new Error('not started'))).then(

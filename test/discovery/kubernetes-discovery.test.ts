@@ -258,8 +258,8 @@ describe('KubernetesDiscovery', () => {
     await eventually(() => unmatched().length === 2, 'said again once it matches none again');
   });
 
-  it('a selector that matches no pod in an empty namespace says the namespace has none', async () => {
-    const { discovery, logs } = await setup({ namespace: 'lm' });
+  it('a prefill selector that matches no pod in an empty namespace: served on decode alone, the namespace has none', async () => {
+    const { discovery, logs } = await setup({ namespace: 'lm', role: 'prefill' });
     await discovery.start();
     await eventually(
       () =>
@@ -267,6 +267,9 @@ describe('KubernetesDiscovery', () => {
           (record.fields as { hint?: string }).hint?.includes('the namespace lm has no pod at all'),
         ),
       'the empty namespace is said',
+    );
+    expect(logs.find((record) => record.level === 'warn')?.message).toBe(
+      'Kubernetes discovery: the prefill selector matches no pod; requests are served on decode alone (with --require-disaggregation, /ready stays false) until a prefill worker is in rotation',
     );
   });
 });
