@@ -18,6 +18,9 @@ const SETTING_CODES: ReadonlySet<string> = new Set(['DISAGG_CONFIG', 'DISAGG_TEN
 /**
  * The problems of the settings that `error` reports, one line each; undefined for an error
  * that is not about a setting (a bug, a port in use).
+ *
+ * @example
+ * settingProblems(new ConfigError('--port must be a port number')); // ['--port must be a port number']
  */
 export function settingProblems(error: unknown): readonly string[] | undefined {
   if (ConfigError.is(error)) return error.problems;
@@ -28,6 +31,9 @@ export function settingProblems(error: unknown): readonly string[] | undefined {
 /**
  * The problems, one line each, and where to read more: not the whole help, nor a stack trace,
  * which is what `kubectl logs` would show of a crash loop otherwise. Exit status 2.
+ *
+ * @example
+ * process.exitCode = configProblems(['--port must be a port number'], 'serve');
  */
 export function configProblems(problems: readonly string[], command = 'serve'): number {
   // One line each, whatever a message holds (a parser's excerpt of the file, say).
@@ -98,6 +104,9 @@ export function discoveryOf(config: ServeConfig): { discovery?: Record<string, u
  * What the proxy runs with, for the start-up line: the policies, the migration limit, the
  * tenants (the file's, the default one aside), whether Redis is shared, the tokenizer and the
  * KV events port: what an operator checks first when routing or limits look wrong.
+ *
+ * @example
+ * logger.info({ url, ...runsWith(core) }, 'disagg serve listening');
  */
 export function runsWith(core: Pick<ProxyCore, 'options' | 'tenants'>): Record<string, unknown> {
   const { options } = core;
