@@ -4,8 +4,17 @@ import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
+import type { ProxyCore } from '../server/proxy-core.js';
 import { startOtlpTracing } from './otlp-tracing.js';
-import { configProblems, createLogger, discoveryOf, dropUndefined, startupFailure } from './serve-parts.js';
+import {
+  configProblems,
+  createLogger,
+  discoveryOf,
+  dropUndefined,
+  runsWith,
+  settingProblems,
+  startupFailure,
+} from './serve-parts.js';
 
 const USAGE = `Usage: disagg <command>
 
@@ -50,8 +59,9 @@ async function main(argv: string[]): Promise<number> {
       throw new ConfigError('disagg sidecar takes each prefill worker from the request: drop --prefill-from');
     }
   } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    return configProblems(error, command);
+    const problems = settingProblems(error);
+    if (problems === undefined) throw error;
+    return configProblems(problems, command);
   }
   if (config === 'help') {
     console.log(command === 'sidecar' ? `${SIDECAR_USAGE}\n${SERVE_USAGE}` : SERVE_USAGE);
@@ -60,8 +70,10 @@ async function main(argv: string[]): Promise<number> {
   try {
     await serve(config, command);
   } catch (error) {
-    // A combination only the proxy's checks see (a policy and the data it reads): the same lines.
-    if (error instanceof ConfigError) return configProblems(error, command);
+    // A combination only the proxy's checks see (a policy and the data it reads), a tenants
+    // file or a tokenizer directory that does not load: the same lines as a bad flag.
+    const problems = settingProblems(error);
+    if (problems !== undefined) return configProblems(problems, command);
     const line = startupFailure(error, `${config.host}:${config.port}`, command);
     if (line === undefined) throw error;
     console.error(`disagg ${command}: ${line}`);
@@ -112,6 +124,8 @@ async function serve(config: ServeConfig, command: string): Promise<void> {
       prefill: proxy.prefillWorkers.workers.map((w) => w.url),
       decode: proxy.decodeWorkers.workers.map((w) => w.url),
       ...discoveryOf(config),
+      // The proxy's core is internal to the library's API; the command is the library's own.
+      ...runsWith((proxy as unknown as { core: ProxyCore }).core),
       ...(config.sidecar.prefillFrom === 'header' ? { prefillAllow: config.sidecar.prefillAllow } : {}),
       admin: config.adminKey !== undefined,
       metrics: proxy.metricsUrl === undefined ? `${url}/metrics` : `${proxy.metricsUrl}/metrics`,

@@ -3,7 +3,15 @@
 import { parseArgs } from 'node:util';
 import { EPP_DEFAULTS, EppUnavailableError, startEndpointPicker } from '../epp/epp-server.js';
 import { ConfigError, loadServeConfig, SERVE_USAGE } from '../server/config.js';
-import { configProblems, createLogger, discoveryOf, dropUndefined, startupFailure } from './serve-parts.js';
+import {
+  configProblems,
+  createLogger,
+  discoveryOf,
+  dropUndefined,
+  runsWith,
+  settingProblems,
+  startupFailure,
+} from './serve-parts.js';
 
 const EPP_USAGE = `disagg epp: a Gateway API endpoint picker (the Inference Extension's protocol, Envoy's ext_proc
 in FULL_DUPLEX_STREAMED mode). For each request the gateway asks which pod serves it: the decode
@@ -47,8 +55,9 @@ export async function epp(args: string[], env: NodeJS.ProcessEnv = process.env):
       );
     }
   } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    return configProblems(error, 'epp');
+    const problems = settingProblems(error);
+    if (problems === undefined) throw error;
+    return configProblems(problems, 'epp');
   }
   if (config === 'help') {
     console.log(`${EPP_USAGE}\n${SERVE_USAGE}`);
@@ -63,7 +72,8 @@ export async function epp(args: string[], env: NodeJS.ProcessEnv = process.env):
       { port, healthPort: own.healthPort, metricsPort, host },
     );
   } catch (error) {
-    if (error instanceof ConfigError) return configProblems(error, 'epp');
+    const problems = settingProblems(error);
+    if (problems !== undefined) return configProblems(problems, 'epp');
     const line = EppUnavailableError.is(error)
       ? error.message
       : startupFailure(error, `${host}:${port}, ${own.healthPort} or ${metricsPort}`, 'epp');
@@ -80,6 +90,7 @@ export async function epp(args: string[], env: NodeJS.ProcessEnv = process.env):
       prefill: picker.core.pools.workers('prefill').map((worker) => worker.url),
       decode: picker.core.pools.workers('decode').map((worker) => worker.url),
       ...discoveryOf(config),
+      ...runsWith(picker.core),
     },
     'disagg epp listening',
   );

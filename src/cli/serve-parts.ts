@@ -3,15 +3,41 @@
 import { type Logger, pino } from 'pino';
 import { DiscoveryUnavailableError } from '../discovery/kubernetes-discovery.js';
 import { KvEventsUnavailableError } from '../kv/kv-subscriber.js';
-import type { ConfigError, ServeConfig } from '../server/config.js';
+import { ConfigError, type ServeConfig } from '../server/config.js';
+import type { ProxyCore } from '../server/proxy-core.js';
+import { DisaggError } from '../util/disagg-error.js';
 import { TracingUnavailableError } from './otlp-tracing.js';
+
+/**
+ * The codes of the errors a start meets for a setting as given (a file it names, a directory):
+ * what to change is in the operator's hands, as with a bad flag. Matched on the stable code,
+ * not `instanceof`, so that an error of another copy of the library counts too.
+ */
+const SETTING_CODES: ReadonlySet<string> = new Set(['DISAGG_CONFIG', 'DISAGG_TENANTS_FILE', 'DISAGG_TOKENIZER']);
+
+/**
+ * The problems of the settings that `error` reports, one line each; undefined for an error
+ * that is not about a setting (a bug, a port in use).
+ *
+ * @example
+ * settingProblems(new ConfigError('--port must be a port number')); // ['--port must be a port number']
+ */
+export function settingProblems(error: unknown): readonly string[] | undefined {
+  if (ConfigError.is(error)) return error.problems;
+  if (DisaggError.is(error) && SETTING_CODES.has(error.code)) return [error.message];
+  return undefined;
+}
 
 /**
  * The problems, one line each, and where to read more: not the whole help, nor a stack trace,
  * which is what `kubectl logs` would show of a crash loop otherwise. Exit status 2.
+ *
+ * @example
+ * process.exitCode = configProblems(['--port must be a port number'], 'serve');
  */
-export function configProblems(error: ConfigError, command = 'serve'): number {
-  for (const problem of error.problems) console.error(`disagg ${command}: ${problem}`);
+export function configProblems(problems: readonly string[], command = 'serve'): number {
+  // One line each, whatever a message holds (a parser's excerpt of the file, say).
+  for (const problem of problems) console.error(`disagg ${command}: ${problem.replace(/\s*\n\s*/g, ' ')}`);
   console.error(`See 'disagg ${command} --help' for every setting.`);
   return 2;
 }
@@ -72,6 +98,26 @@ export function discoveryOf(config: ServeConfig): { discovery?: Record<string, u
     ([, value]) => value !== undefined,
   );
   return found.length === 0 ? {} : { discovery: Object.fromEntries(found) };
+}
+
+/**
+ * What the proxy runs with, for the start-up line: the policies, the migration limit, the
+ * tenants (the file's, the default one aside), whether Redis is shared, the tokenizer and the
+ * KV events port: what an operator checks first when routing or limits look wrong.
+ *
+ * @example
+ * logger.info({ url, ...runsWith(core) }, 'disagg serve listening');
+ */
+export function runsWith(core: Pick<ProxyCore, 'options' | 'tenants'>): Record<string, unknown> {
+  const { options } = core;
+  return {
+    policies: { prefill: options.prefillPolicy, decode: options.decodePolicy },
+    migrationLimit: options.migration.limit,
+    tenants: core.tenants.tenants.length - 1,
+    redis: options.redisUrl !== undefined,
+    tokenizer: options.tokenizer.dir ?? null,
+    kvEventsPort: options.kvEvents.port ?? null,
+  };
 }
 
 /** `value` without its undefined entries. */

@@ -1,7 +1,11 @@
+import { existsSync } from 'node:fs';
 import { isIPv6 } from 'node:net';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import type * as K8s from '@kubernetes/client-node';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { explainUnmatched } from './unmatched-selector.js';
 import { type DiscoveredWorker, type DiscoveryRole, type MembershipTarget, reconcile } from './worker-set.js';
 
 /**
@@ -70,7 +74,35 @@ export class DiscoveryUnavailableError extends DisaggError {
   }
 }
 
+/**
+ * Kubernetes discovery was asked for outside a cluster, with no kubeconfig to reach one: the
+ * official client would fall back to `http://localhost:8080` and fail on every try with an
+ * error that names neither. A setting to change, so `code` is `DISAGG_CONFIG` (the setting is
+ * the process's environment); a class of its own for its name in logs.
+ */
+class KubeconfigMissingError extends DisaggError {
+  static override readonly is = branded<KubeconfigMissingError>('KubeconfigMissingError');
+  declare readonly code: 'DISAGG_CONFIG';
+
+  constructor() {
+    super(
+      'DISAGG_CONFIG',
+      'Kubernetes discovery (--prefill-selector, --decode-selector, --inference-pool) found neither a cluster nor a kubeconfig: run it in a pod with a ServiceAccount that may list and watch pods, or set KUBECONFIG (or write ~/.kube/config)',
+    );
+  }
+}
+
+/** Where a pod's ServiceAccount token is mounted: the client's sign of running in a cluster. */
+const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+
 type Pod = K8s.V1Pod;
+
+/** What a pool side that discovery leaves empty means for the proxy (see server/readiness.ts). */
+const UNMATCHED_MEANS: Readonly<Record<DiscoveryRole, string>> = {
+  decode: '/ready stays false until a decode worker is in rotation',
+  prefill:
+    'requests are served on decode alone (with --require-disaggregation, /ready stays false) until a prefill worker is in rotation',
+};
 
 /** Whether a pod takes requests: ready, with an address, not being deleted. */
 function isServing(pod: Pod): boolean {
@@ -110,6 +142,12 @@ export class KubernetesDiscovery {
   #failures = 0;
   /** The annotation values already warned about (pod, key, value): each is said once. */
   readonly #warned = new Set<string>();
+  /** Whether a list has succeeded: before it, an empty list says nothing about the selector. */
+  #listed = false;
+  /** Whether the selector matching no pod was said; said again only after it matched one. */
+  #unmatchedSaid = false;
+  /** The pods of the namespace whatever their labels: read when the selector matches none. */
+  #listAll: (() => Promise<K8s.V1PodList>) | undefined;
 
   constructor(options: KubernetesDiscoveryOptions) {
     this.#options = options;
@@ -121,6 +159,8 @@ export class KubernetesDiscovery {
    * list is in the pool (or, when it fails, once the failure is logged: it tries again).
    *
    * @throws {DiscoveryUnavailableError} without `@kubernetes/client-node`.
+   * @throws a `DisaggError` with code `DISAGG_CONFIG` when no kubeConfig is given and there is
+   *   neither a kubeconfig (`KUBECONFIG`, `~/.kube/config`) nor a pod's ServiceAccount.
    */
   async start(): Promise<void> {
     const { k8s, config } = await kubernetesClient(this.#options.kubeConfig);
@@ -131,6 +171,10 @@ export class KubernetesDiscovery {
       namespace === undefined
         ? api.listPodForAllNamespaces({ labelSelector: selector })
         : api.listNamespacedPod({ namespace, labelSelector: selector });
+    this.#listAll = () =>
+      namespace === undefined
+        ? api.listPodForAllNamespaces({ limit: 500 })
+        : api.listNamespacedPod({ namespace, limit: 500 });
     const informer = k8s.makeInformer<Pod>(config, path, list, selector);
     this.#informer = informer;
     const changed = () => this.#changed();
@@ -141,6 +185,7 @@ export class KubernetesDiscovery {
     this.#stopped = false;
     try {
       await informer.start();
+      this.#listed = true;
     } catch (error) {
       this.#failed(error);
     }
@@ -270,13 +315,51 @@ export class KubernetesDiscovery {
         const found = this.#found();
         const { added, drained } = await reconcile(target, role, found, logger);
         if (added > 0 || drained > 0) {
-          logger.info({ role, selector, pods: found.length, added, drained }, 'Kubernetes discovery changed the pool');
+          // What it found, by name: what `kubectl get pods` shows, to compare at a glance.
+          const workers = found.map((worker) => worker.name ?? worker.url);
+          logger.info(
+            { role, selector, pods: found.length, added, drained, workers },
+            'Kubernetes discovery changed the pool',
+          );
         }
+        this.#sayIfUnmatched();
       } while (this.#again);
     })().finally(() => {
       this.#round = undefined;
     });
     return this.#round;
+  }
+
+  /**
+   * Once the selector matches no pod (until it matches one again): a warning with the pods the
+   * namespace has and the labels they carry, the commonest mistake being a label.
+   */
+  #sayIfUnmatched(): void {
+    if (!this.#listed) return;
+    if ((this.#informer?.list().length ?? 0) > 0) {
+      this.#unmatchedSaid = false;
+      return;
+    }
+    if (this.#unmatchedSaid) return;
+    this.#unmatchedSaid = true;
+    const { role, selector, namespace, logger } = this.#options;
+    const say = (explained: object) =>
+      logger.warn(
+        { role, namespace: namespace ?? '(all)', selector, ...explained },
+        `Kubernetes discovery: the ${role} selector matches no pod; ${UNMATCHED_MEANS[role]}`,
+      );
+    // A list of its own (the informer's holds only the selector's pods), once per time it is said.
+    (this.#listAll?.() ?? Promise.reject(new Error('not started'))).then(
+      (all) =>
+        say(
+          explainUnmatched(
+            selector,
+            all.items.map((pod) => pod.metadata?.labels ?? {}),
+            namespace,
+          ),
+        ),
+      () => say({}),
+    );
   }
 
   #failed(error: unknown): void {
@@ -295,6 +378,7 @@ export class KubernetesDiscovery {
       const failures = this.#failures;
       this.#informer?.start().then(
         () => {
+          this.#listed = true;
           if (this.#failures === failures) this.#delayMs = this.#options.retryDelayMs ?? 1000;
           return this.#changed();
         },
@@ -318,6 +402,7 @@ function portList(raw: string): number[] | undefined {
  * else the pod's service account in a cluster, `KUBECONFIG` or `~/.kube/config`.
  *
  * @throws {DiscoveryUnavailableError} without the package.
+ * @throws a `DisaggError` with code `DISAGG_CONFIG`, with none given, outside a cluster and without a kubeconfig.
  * @internal
  */
 export async function kubernetesClient(given: unknown): Promise<{ k8s: typeof K8s; config: K8s.KubeConfig }> {
@@ -329,6 +414,18 @@ export async function kubernetesClient(given: unknown): Promise<{ k8s: typeof K8
   }
   let config = given as K8s.KubeConfig | undefined;
   if (config === undefined) {
+    // The client's own order (KUBECONFIG, ~/.kube/config, the pod's ServiceAccount), checked
+    // first: with none of them it would aim at http://localhost:8080 and fail on every try.
+    const kubeconfig = process.env.KUBECONFIG ?? '';
+    const home = process.env.HOME ?? homedir();
+    if (
+      kubeconfig === '' &&
+      !existsSync(join(home, '.kube', 'config')) &&
+      !existsSync(SERVICE_ACCOUNT_TOKEN) &&
+      process.platform !== 'win32'
+    ) {
+      throw new KubeconfigMissingError();
+    }
     config = new k8s.KubeConfig();
     config.loadFromDefault();
   }

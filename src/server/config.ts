@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { closest } from '../util/closest.js';
-import { parseYaml } from '../util/yaml.js';
+import { parseYaml, yamlProblem } from '../util/yaml.js';
 import { ConfigError } from './config-error.js';
 import { SETTINGS } from './settings/rows.js';
 import { resolveServeConfig } from './settings/serve-sources.js';
@@ -82,9 +82,7 @@ function readConfigFile(path: string): Raw {
   try {
     parsed = yaml ? parseYaml(text) : JSON.parse(text);
   } catch (error) {
-    throw new ConfigError(
-      `The config file ${path} is not valid ${yaml ? 'YAML' : 'JSON'}: ${(error as Error).message}`,
-    );
+    throw new ConfigError(`The config file ${path} is not valid ${yaml ? 'YAML' : 'JSON'}: ${yamlProblem(error)}`);
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new ConfigError(`The config file ${path} must hold an object of settings`);

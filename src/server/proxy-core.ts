@@ -42,6 +42,7 @@ import { consumedBy, routingServices } from './routing-policies.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
 import { Tracing } from './tracing.js';
+import { unusedSettings } from './unused-settings.js';
 import { WorkerRecords } from './worker-records.js';
 
 /** What the tokenizer threads render of each kind of prompt (chat through the template). */
@@ -128,6 +129,7 @@ export class ProxyCore implements ProxyState {
     const options = { ...resolved, dispatcher: this.dispatcher };
     this.options = options;
     this.logger = options.logger ?? defaultLogger();
+    for (const { setting, message } of unusedSettings(options)) this.logger.warn({ setting }, message);
     const { dispatcher } = this;
     const { workerApiKey } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };

@@ -7,7 +7,8 @@ import * as z from 'zod/mini';
 import en from 'zod/v4/locales/en.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
-import { parseYaml } from '../util/yaml.js';
+import { parseYaml, yamlProblem } from '../util/yaml.js';
+import { describeIssue, type TenantFileKeys } from './tenant-problems.js';
 
 // zod's functional build, bundled (see request-schemas.ts); its English messages name each
 // problem of a tenants file. The configuration is this bundled copy's own, not a user's zod.
@@ -42,6 +43,13 @@ const FILE = z.strictObject({
   /** A queue time-to-live per priority band, in ms (else the proxy's queueTimeoutMs). */
   bands: z._default(z.array(z.strictObject({ priority: z.int(), queueTimeoutMs: z.int().check(z.positive()) })), []),
 });
+
+const FILE_KEYS: TenantFileKeys = {
+  file: Object.keys(FILE.shape),
+  tenant: Object.keys(TENANT.shape),
+  limits: Object.keys(LIMITS.shape),
+  band: ['priority', 'queueTimeoutMs'],
+};
 
 /** One tenant as the file gives it (the default tenant is named `default`). */
 export interface Tenant {
@@ -88,11 +96,11 @@ export function parseTenants(text: string, path: string): TenantsTable {
   try {
     raw = parseYaml(text);
   } catch (error) {
-    throw new TenantsFileError(`${path} is neither YAML nor JSON: ${(error as Error).message}`, { cause: error });
+    throw new TenantsFileError(`${path} is neither YAML nor JSON: ${yamlProblem(error)}`, { cause: error });
   }
   const parsed = FILE.safeParse(raw ?? {});
   if (!parsed.success) {
-    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(the file)'}: ${issue.message}`);
+    const problems = parsed.error.issues.map((issue) => describeIssue(issue, raw, FILE_KEYS));
     throw new TenantsFileError(`${path}: ${problems.join('; ')}`);
   }
   const table = parsed.data;

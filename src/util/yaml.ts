@@ -19,3 +19,16 @@ export function parseYaml(text: string): unknown {
   yaml ??= createRequire(import.meta.url)('yaml') as Yaml;
   return yaml.parse(text);
 }
+
+/**
+ * A parse error's message in one line: the `yaml` package's message ends with the line it
+ * failed on and a caret under it, which a log or a terminal shows as lines of their own;
+ * "at line L, column C" before them says where already.
+ *
+ * @example
+ * try { parseYaml('a: [') } catch (error) { yamlProblem(error) } // '... at line 1, column 5'
+ */
+export function yamlProblem(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return (message.split('\n')[0] ?? '').replace(/:\s*$/, '');
+}

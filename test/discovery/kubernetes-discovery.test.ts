@@ -225,4 +225,51 @@ describe('KubernetesDiscovery', () => {
     const delays = failures().map((record) => (record.fields as { delayMs: number }).delayMs);
     expect(delays.slice(0, 3)).toEqual([20, 40, 80]);
   });
+  it('a selector that matches no pod is said once, until it matches again, with the labels the namespace carries', async () => {
+    const { api, pool, discovery, logs } = await setup({ namespace: 'llm' });
+    api.apply(pod('p0', '10.1.0.1', { labels: { app: 'vllm', role: 'prefill' } }));
+    api.apply(pod('p1', '10.1.0.2', { labels: { app: 'vllm', role: 'prefill' } }));
+    api.apply(pod('r0', '10.1.0.3', { labels: { app: 'redis' } }));
+    api.apply(pod('elsewhere', '10.1.0.4', { namespace: 'other' }));
+    const unmatched = () => logs.filter((record) => record.message?.includes('selector matches no pod'));
+    await discovery.start();
+    await eventually(() => unmatched().length === 1, 'the empty selector is said');
+    expect(unmatched()[0]).toMatchObject({
+      level: 'warn',
+      message:
+        'Kubernetes discovery: the decode selector matches no pod; /ready stays false until a decode worker is in rotation',
+      fields: {
+        role: 'decode',
+        namespace: 'llm',
+        selector: 'app=vllm,role=decode',
+        podsInNamespace: 3,
+        labelsCarried: ['app=vllm,role=prefill (2)', 'app=redis (1)'],
+        hint: "no pod has role=decode (role is 'prefill' on them); pods in the namespace llm carry app=vllm,role=prefill (2), app=redis (1)",
+      },
+    });
+    // It matches: what was found is said by name; then it matches none again, and says so again.
+    await eventually(() => api.watching === 1, 'the watch is open');
+    api.apply(pod('d0', '10.1.0.5'));
+    await eventually(() => pool.urls().length === 1, 'the decode pod joins');
+    const changed = logs.filter((record) => record.message === 'Kubernetes discovery changed the pool');
+    expect(changed.at(-1)?.fields).toMatchObject({ role: 'decode', pods: 1, added: 1, workers: ['d0'] });
+    expect(unmatched()).toHaveLength(1);
+    api.remove('d0', 'llm');
+    await eventually(() => unmatched().length === 2, 'said again once it matches none again');
+  });
+
+  it('a prefill selector that matches no pod in an empty namespace: served on decode alone, the namespace has none', async () => {
+    const { discovery, logs } = await setup({ namespace: 'lm', role: 'prefill' });
+    await discovery.start();
+    await eventually(
+      () =>
+        logs.some((record) =>
+          (record.fields as { hint?: string }).hint?.includes('the namespace lm has no pod at all'),
+        ),
+      'the empty namespace is said',
+    );
+    expect(logs.find((record) => record.level === 'warn')?.message).toBe(
+      'Kubernetes discovery: the prefill selector matches no pod; requests are served on decode alone (with --require-disaggregation, /ready stays false) until a prefill worker is in rotation',
+    );
+  });
 });

@@ -76,7 +76,7 @@ describe('tenants', () => {
 
   it('refuses a file that does not check, naming the place and the problem', () => {
     expect(() => parseTenants('tenants: [{ name: a, keys: [short] }]', 't.yaml')).toThrow(
-      /t\.yaml: tenants\.0\.keys\.0: Too small/,
+      /t\.yaml: tenant "a"\.keys\.0: Too small/,
     );
     expect(() => parseTenants('tenants: [{ name: a, rpm: 3 }]', 't.yaml')).toThrow(/Unrecognized key.*rpm/);
     expect(() => parseTenants('tenants: [{ name: a }, { name: a }]', 't.yaml')).toThrow('the tenant a is named twice');
@@ -86,6 +86,17 @@ describe('tenants', () => {
     expect(() => parseTenants('tenants: [{ name: default }]', 't.yaml')).toThrow(/default tenant's name/);
     expect(() => parseTenants('{ tenants: [', 't.json')).toThrow(TenantsFileError);
     expect(() => new TenantDirectory({ file: '/nonexistent/tenants.yaml' })).toThrow(/Cannot read the tenants file/);
+  });
+
+  it('names a tenant by its name, not its index, and suggests the key meant for a misspelt one', () => {
+    expect(() =>
+      parseTenants('tenants:\n  - { name: chat }\n  - { name: batch, requestPerMinute: 3 }\n', 't.yaml'),
+    ).toThrow('t.yaml: tenant "batch": Unrecognized key: "requestPerMinute"; did you mean "requestsPerMinute"?');
+    expect(() => parseTenants('tenants: [{ keys: [sk-000000001] }]', 't.yaml')).toThrow(/tenant 1 \(unnamed\)\.name/);
+    expect(() => parseTenants('defualt: { maxConcurrent: 2 }', 't.yaml')).toThrow(/did you mean "default"\?/);
+    expect(() => parseTenants('default: { maxConcurent: 2 }', 't.yaml')).toThrow(
+      /default: .*did you mean "maxConcurrent"\?/,
+    );
   });
 
   it('reads the file again when it changes; a change that does not check leaves the tenants as they were', async () => {
