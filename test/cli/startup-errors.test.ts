@@ -91,7 +91,7 @@ describe('startup errors (built bin)', () => {
     mkdirSync(empty, { recursive: true });
     expectOneLine(
       run(['serve', ...WORKERS, '--port', '0', '--tokenizer', empty]),
-      `--tokenizer ${empty} has no tokenizer.json: give the directory of a Hugging Face model (tokenizer.json and tokenizer_config.json)`,
+      `--tokenizer ${empty} has no tokenizer.json: give the directory of a Hugging Face model (tokenizer.json and tokenizer_config.json), or its model id (org/name)`,
     );
   });
 

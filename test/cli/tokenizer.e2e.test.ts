@@ -80,7 +80,8 @@ describe('disagg with --tokenizer org/name', () => {
       ms: expect.any(Number),
     });
     await first.stop();
-    // A model the hub does not have stops the start, before the KV event sockets that would keep it alive.
+    // A model the hub does not have stops the start, before the KV event sockets that would keep
+    // it alive: one line and exit 2, as a wrong setting.
     const refused = await disagg(
       [
         'serve',
@@ -89,7 +90,7 @@ describe('disagg with --tokenizer org/name', () => {
       ],
       { HF_HOME: fresh, HF_ENDPOINT: hub.url },
     );
-    expect(refused.status, refused.stderr).toBe(1);
+    expect(refused.status, refused.stderr).toBe(2);
     expect(refused.stderr).toMatch(/--tokenizer Qwen\/Nope: no such model or revision on .* \(404\)/);
     await hub.close();
 

@@ -5,23 +5,17 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { docPages, headingAnchors, relativeLinks, root } from '../support/doc-blocks.js';
 
-/**
- * Pages other work in progress adds (issue 58): linked already, written elsewhere. Delete this
- * list once they are merged; until then a link to one of them is accepted without its anchors.
- */
-const PENDING = ['docs/troubleshooting.md'];
-
 /** The parts each alert's section of docs/alerts.md has, in bold at their paragraphs' start. */
-const RUNBOOK_PARTS = /^\*\*(What it means|Likely causes|What to check|What to change)\.\*\*/;
+const RUNBOOK_PARTS = /^\*\*(What it means|Likely causes|What to check|What to change)[.:]\*\*/;
 
 /** The README's length at most: what it is, the two commands, a tour and the links. */
 const README_MAX_LINES = 300;
 
 describe('the links of README.md and docs/', () => {
-  it('each relative link reaches a file that exists (or a page listed as pending)', () => {
+  it('each relative link reaches a file that exists', () => {
     const broken = docPages()
       .flatMap(relativeLinks)
-      .filter((link) => !existsSync(join(root, link.file)) && !PENDING.includes(link.file))
+      .filter((link) => !existsSync(join(root, link.file)))
       .map((link) => `${link.page}:${link.line}: ${link.target}`);
     expect(broken).toEqual([]);
   });
@@ -36,9 +30,9 @@ describe('the links of README.md and docs/', () => {
     expect(broken).toEqual([]);
   });
 
-  it('the README links every page of docs/ (and the pending ones)', () => {
+  it('the README links every page of docs/', () => {
     const linked = new Set(relativeLinks('README.md').map((link) => link.file));
-    const pages = [...docPages().filter((page) => page.startsWith('docs/')), ...PENDING];
+    const pages = docPages().filter((page) => page.startsWith('docs/'));
     expect(pages.filter((page) => !linked.has(page))).toEqual([]);
   });
 
