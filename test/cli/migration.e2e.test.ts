@@ -68,7 +68,8 @@ describe('disagg serve --migration-limit', () => {
       expect(metrics.split('\n').filter((line) => line.startsWith('disagg_migrations_total'))).toEqual([
         'disagg_migrations_total{reason="stream_error",outcome="migrated"} 2',
       ]);
-      expect(proxy.output.out).toContain('continued on another worker');
+      // The proxy's log lines arrive through its stdout, after the answers they describe.
+      await eventually(() => proxy.output.out.includes('continued on another worker'), 'the migration logged');
       // Each request is logged with its migration and the worker it ended on; the broken legs
       // are counted on the worker that broke, not as its successes.
       const finishedLines = () => proxy.output.out.split('\n').filter((line) => line.includes('"request finished"'));
