@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 // The `disagg` command. The only module that writes to the console: a command-line tool.
-import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
 import { ConfigError, loadServeConfig, SERVE_USAGE, type ServeConfig } from '../server/config.js';
 import { createProxy } from '../server/proxy.js';
 import type { ProxyCore } from '../server/proxy-core.js';
+import { packageVersion } from '../util/package-version.js';
 import { startOtlpTracing } from './otlp-tracing.js';
 import {
   configProblems,
@@ -35,8 +35,7 @@ Options:
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (command === '--version' || command === '-v') {
-    const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
-    console.log(version);
+    console.log(packageVersion());
     return 0;
   }
   // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.

@@ -1,6 +1,7 @@
 import { Counter, collectDefaultMetrics, Registry } from 'prom-client';
 import type { FlowEvent } from '../flow/events.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
+import { registerBuildInfo } from './build-info.js';
 import { type CircuitState, FleetMetrics, type Named } from './fleet-metrics.js';
 import { KvPredictionMetrics } from './kv-metrics.js';
 import { PoolSet } from './pool-set.js';
@@ -46,6 +47,7 @@ export class ProxyMetrics {
     const registers = shared === undefined ? [this.registry] : [this.registry, shared];
     this.registers = registers;
     collectDefaultMetrics({ register: this.registry });
+    registerBuildInfo(registers);
     this.#requests = new RequestMetrics(registers);
     this.#tenancy = new TenancyMetrics(registers, admission);
     const all = pools instanceof PoolSet ? pools.all() : [pools];

@@ -88,6 +88,21 @@ describe('the alert rules', () => {
     for (const each of selecting) expect(each.expr).toContain(`up{job="${job}"}`);
   });
 
+  it('judge each proxy pod on its own and name it by its pod label, by its address only without one', () => {
+    const perProxy = rules.filter((each) => /\binstance\b/.test(each.expr));
+    expect(perProxy.length).toBeGreaterThan(8);
+    for (const each of perProxy) {
+      for (const [, list] of each.expr.matchAll(/\bby\s*\(([^)]*)\)/g)) {
+        const labels = (list as string).split(',').map((label) => label.trim());
+        if (labels.includes('instance')) expect(labels, each.alert).toContain('pod');
+      }
+    }
+    for (const each of rules.filter((rule) => /\$labels\.(instance|pod)/.test(rule.annotations.summary ?? ''))) {
+      expect(each.annotations.summary, each.alert).toContain('{{ or $labels.pod $labels.instance }}');
+      expect(each.annotations.summary, each.alert).not.toMatch(/\{\{ \$labels\.instance \}\}/);
+    }
+  });
+
   it.skipIf(promtool.skip)(`are valid rules (${promtool.why})`, () => {
     expect(promtoolCheck(ruleGroups)).toContain(`SUCCESS: ${rules.length} rules found`);
   });
@@ -379,6 +394,46 @@ describe.skipIf(promtool.skip)(
                     `decode worker ${worker} keeps failing requests (circuit open or failing its trials)`,
                   ),
                 ),
+              },
+            ],
+          },
+        ]),
+      ).toContain('SUCCESS');
+    });
+
+    it('a proxy pod that loses its decode workers or its scrape is named by its pod, not only its address', () => {
+      const pod = 'disagg-7c9d5b8f4-x2k7q';
+      const at = '10.42.0.17:9090';
+      expect(
+        promtoolTest([
+          {
+            interval: '1m',
+            input_series: [
+              { series: `disagg_workers{instance="${at}",pod="${pod}",role="decode",state="ready"}`, values: '0x10' },
+              { series: `up{job="disagg",instance="${at}",pod="${pod}"}`, values: '0x10' },
+            ],
+            alert_rule_test: [
+              {
+                eval_time: '5m',
+                alertname: 'DisaggNoDecodeInRotation',
+                exp_alerts: [
+                  firing(
+                    'DisaggNoDecodeInRotation',
+                    { instance: at, pod, severity: 'critical' },
+                    `disagg ${pod} has no decode worker in rotation: it serves nothing`,
+                  ),
+                ],
+              },
+              {
+                eval_time: '5m',
+                alertname: 'DisaggProxyDown',
+                exp_alerts: [
+                  firing(
+                    'DisaggProxyDown',
+                    { job: 'disagg', instance: at, pod, severity: 'warning' },
+                    `disagg proxy ${pod} does not answer its metrics scrape`,
+                  ),
+                ],
               },
             ],
           },

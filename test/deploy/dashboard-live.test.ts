@@ -15,12 +15,15 @@ const dashboard = JSON.parse(readFileSync(join(root, 'deploy/kubernetes/monitori
 const prometheusTool = tool('prometheus', 'prometheus');
 const fakes = fakeWorkers();
 
-type Panel = { title: string; targets?: Array<{ expr: string }> };
+type Panel = { title: string; targets?: Array<{ expr: string; legendFormat: string }> };
 const panels: Panel[] = dashboard.panels.filter((panel: Panel) => panel.targets !== undefined);
 
 /** A dashboard query as Grafana sends it, for a 1 s scrape: its variables filled in. */
 const asSent = (expr: string) =>
-  expr.replaceAll('$__rate_interval', '1m').replaceAll('$__range', '1m').replaceAll('$instance', '.*');
+  expr.replaceAll('$__rate_interval', '1m').replaceAll('$__range', '1m').replaceAll('$pod', '.*');
+
+/** The proxy's pod, as the PodMonitor's relabeling names every series of it. */
+const POD = 'disagg-7c9d5b8f4-x2k7q';
 
 describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prometheusTool.why})`, () => {
   let proxy: ProxyServer;
@@ -37,7 +40,7 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
       metricsPort: 0,
     });
     const url = await proxy.listen(0, '127.0.0.1');
-    prometheus = await startPrometheus([new URL(proxy.metricsUrl as string).host]);
+    prometheus = await startPrometheus([new URL(proxy.metricsUrl as string).host], { pod: POD });
     // Requests before, between and after the scrapes: rates need two samples apart.
     await expectServedCompletion(url);
     await until(
@@ -75,6 +78,8 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
     }
     expect(withData).toEqual(
       expect.arrayContaining([
+        'Versions running',
+        'Proxies up',
         'Requests per second',
         'Request duration',
         'Time to first token',
@@ -85,6 +90,8 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
         'In flight per worker',
         'Legs per worker',
         'Slots',
+        'Admitted per tenant',
+        'Replicas sharing load',
         'Queue',
         'Queue wait',
         'Memory',
@@ -100,5 +107,22 @@ describe.skipIf(prometheusTool.skip)(`the dashboard on a live Prometheus (${prom
         'Saturation read from',
       ]),
     );
+  });
+
+  it('names the proxy by its pod in every legend kept per pod, and says which version it runs', async () => {
+    const legends: string[] = [];
+    for (const panel of panels) {
+      for (const target of (panel.targets ?? []).filter((each) => each.legendFormat.includes('{{pod}}'))) {
+        for (const series of (await query(asSent(target.expr))).data?.result ?? [])
+          legends.push(series.metric.pod ?? '');
+      }
+    }
+    expect(legends.length).toBeGreaterThan(3);
+    expect(new Set(legends)).toEqual(new Set([POD]));
+    const versions = panels.find((panel) => panel.title === 'Versions running')?.targets?.[0]?.expr ?? '';
+    const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    expect((await query(asSent(versions))).data?.result.map((series) => series.metric)).toEqual([
+      { version, node: process.version },
+    ]);
   });
 });

@@ -1,5 +1,7 @@
 // The endpoint picker through a scripted Envoy (what Envoy 1.33 sends in FULL_DUPLEX_STREAMED
 // mode, in its order), over fake vLLM pods: what a gateway and its operator see.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { request } from 'undici';
@@ -339,5 +341,13 @@ describe('disagg epp through a scripted Envoy', () => {
     expect(setHeader(refused.headers, 'x-llm-d-request-dropped-reason')).toBe('rejected-no-endpoints');
     call.cancel();
     expect(decode[0]?.requests.filter((r) => r.path.startsWith('/v1/'))).toEqual([]);
+  });
+
+  it('says on its /metrics which release of disagg runs it (disagg_build_info, as the proxy does)', async () => {
+    const { epp } = await picker();
+    const { version } = JSON.parse(readFileSync(fileURLToPath(new URL('../../package.json', import.meta.url)), 'utf8'));
+    expect(await metric(epp, 'disagg_build_info{')).toEqual([
+      `disagg_build_info{version="${version}",node="${process.version}"} 1`,
+    ]);
   });
 });

@@ -111,6 +111,12 @@ describe('ProxyMetrics: what /metrics says', () => {
     ]);
   });
 
+  it('disagg_build_info is 1, labelled with the version disagg --version prints and the Node.js it runs on', async () => {
+    const { values } = setup();
+    const { version } = JSON.parse(readFileSync(fileURLToPath(new URL('../../package.json', import.meta.url)), 'utf8'));
+    expect(await values('disagg_build_info')).toEqual({ [`version=${version},node=${process.version}`]: 1 });
+  });
+
   it("an application's registry gets the proxy's metrics too, not its process metrics", async () => {
     const shared = new Registry();
     const { metrics, values } = setup(undefined, shared);

@@ -35,8 +35,14 @@ export interface LivePrometheus {
   stop(): void;
 }
 
-/** Starts `prometheus` scraping `targets` (host:port of /metrics) as job `disagg`, every second. */
-export async function startPrometheus(targets: readonly string[]): Promise<LivePrometheus> {
+/**
+ * Starts `prometheus` scraping `targets` (host:port of /metrics) as job `disagg`, every second,
+ * each series given `labels` besides (as the PodMonitor's relabeling gives them `pod`).
+ */
+export async function startPrometheus(
+  targets: readonly string[],
+  labels: Record<string, string> = {},
+): Promise<LivePrometheus> {
   const dir = mkdtempSync(join(tmpdir(), 'disagg-prometheus-'));
   writeFileSync(
     join(dir, 'prometheus.yml'),
@@ -44,7 +50,7 @@ export async function startPrometheus(targets: readonly string[]): Promise<LiveP
       'global: { scrape_interval: 1s, evaluation_interval: 1s }',
       'scrape_configs:',
       '  - job_name: disagg',
-      `    static_configs: [{ targets: [${targets.map((target) => `"${target}"`).join(', ')}] }]`,
+      `    static_configs: [{ targets: [${targets.map((target) => `"${target}"`).join(', ')}], labels: ${JSON.stringify(labels)} }]`,
     ].join('\n'),
   );
   const port = await freePort();
