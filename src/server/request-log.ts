@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Strategy } from '../flow/events.js';
+import { NoWorkerError } from '../routing/worker-pool.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestEvents } from './request-events.js';
 
@@ -28,8 +29,9 @@ export function logRequest(
   },
 ): void {
   const { routed, finished } = request.events;
+  const verdict = finished ?? noWorkerVerdict(request.failure);
+  if (verdict !== undefined) proxy.metrics.verdict(request.res, verdict.outcome, verdict.leg);
   if (finished !== undefined) {
-    proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
     const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
     proxy.metrics.legsFinished(
       { prefill: name(routed?.prefillWorker), decode: name(routed?.decodeWorker) },
@@ -54,14 +56,23 @@ export function logRequest(
             migrations: request.events.brokeOn.length,
             brokenDecodeWorkers: request.events.brokeOn.map((worker) => proxy.nameOf(worker)),
           }),
-      outcome: finished?.outcome,
-      leg: finished?.leg,
+      outcome: verdict?.outcome,
+      leg: verdict?.leg,
       status: request.res.statusCode,
       durationMs: Math.round(performance.now() - request.started),
       ...(request.failure === undefined ? {} : { err: request.failure }),
     },
     'request finished',
   );
+}
+
+/**
+ * A request that found no worker in rotation before the flow began (no `finished` then): an
+ * error of the leg whose pool had none, so that no error is counted without its leg.
+ */
+function noWorkerVerdict(failure: unknown): { outcome: 'error'; leg: 'prefill' | 'decode' } | undefined {
+  if (!NoWorkerError.is(failure)) return undefined;
+  return { outcome: 'error', leg: failure.pool === 'prefill' ? 'prefill' : 'decode' };
 }
 
 /** A worker as the log names it: its name and its address. */
