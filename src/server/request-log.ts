@@ -29,10 +29,10 @@ export function logRequest(
   },
 ): void {
   const { routed, finished } = request.events;
+  const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
   const verdict = finished ?? noWorkerVerdict(request.failure);
   if (verdict !== undefined) proxy.metrics.verdict(request.res, verdict.outcome, verdict.leg);
   if (finished !== undefined) {
-    const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
     proxy.metrics.legsFinished(
       { prefill: name(routed?.prefillWorker), decode: name(routed?.decodeWorker) },
       finished.outcome,
@@ -47,8 +47,11 @@ export function logRequest(
       ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
       strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
       ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
-      prefillWorker: workerOf(proxy, routed?.prefillWorker),
-      decodeWorker: workerOf(proxy, routed?.decodeWorker),
+      // Each worker by its name and, in a field of its own, its address (as every line names workers).
+      prefillWorker: name(routed?.prefillWorker),
+      ...(routed?.prefillWorker === undefined ? {} : { prefillUrl: routed.prefillWorker.url }),
+      decodeWorker: name(routed?.decodeWorker),
+      ...(routed?.decodeWorker === undefined ? {} : { decodeUrl: routed.decodeWorker.url }),
       // A migrated request: how many times its decode stream broke, and on which workers.
       ...(request.events.brokeOn.length === 0
         ? {}
@@ -73,9 +76,4 @@ export function logRequest(
 function noWorkerVerdict(failure: unknown): { outcome: 'error'; leg: 'prefill' | 'decode' } | undefined {
   if (!NoWorkerError.is(failure)) return undefined;
   return { outcome: 'error', leg: failure.pool === 'prefill' ? 'prefill' : 'decode' };
-}
-
-/** A worker as the log names it: its name and its address. */
-export function workerOf(proxy: ProxyState, worker: { url: string } | undefined): string | undefined {
-  return worker === undefined ? undefined : `${proxy.nameOf(worker)} ${worker.url}`;
 }
