@@ -53,6 +53,35 @@ export function tracesUrl(endpoint: string): string {
 }
 
 /**
+ * One log line of an OpenTelemetry diagnostic: a failed export comes as an exception encoded
+ * as JSON (its stack included, OpenTelemetry's `loggingErrorHandler`), told as one line naming
+ * the collector and the error's message, its `code` a field; any other message as it came.
+ *
+ * @example
+ * diagLine('{"message":"connect ECONNREFUSED 127.0.0.1:4318","code":"ECONNREFUSED","stack":"..."}', 'http://127.0.0.1:4318/v1/traces');
+ * // { msg: 'OpenTelemetry could not export spans to http://127.0.0.1:4318/v1/traces: connect ECONNREFUSED 127.0.0.1:4318', fields: { url, code: 'ECONNREFUSED' } }
+ */
+export function diagLine(message: string, url: string): { msg: string; fields: { url: string; code?: string } } {
+  const error = exceptionIn(message);
+  if (error === undefined) return { msg: `OpenTelemetry: ${message}`, fields: { url } };
+  return {
+    msg: `OpenTelemetry could not export spans to ${url}: ${error.message}`,
+    fields: typeof error.code === 'string' ? { url, code: error.code } : { url },
+  };
+}
+
+/** The exception a diagnostic encodes as JSON (one with a string `message`), if it is one. */
+function exceptionIn(message: string): { message: string; code?: unknown } | undefined {
+  if (!message.startsWith('{')) return undefined;
+  try {
+    const parsed = JSON.parse(message) as { message?: unknown; code?: unknown } | null;
+    return typeof parsed?.message === 'string' ? { message: parsed.message, code: parsed.code } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * Starts exporting spans over OTLP/HTTP (JSON) in batches: a tracer provider of its own (not
  * registered globally: an embedding application's tracing is left alone), sampling new traces
  * at `sampleRatio` and following a caller's sampled flag, its export failures logged at warn.
@@ -83,19 +112,14 @@ export async function startOtlpTracing(options: OtlpTracingOptions): Promise<Otl
   }
   const [api, sdk, otlp, resources] = modules;
   const { logger } = options;
+  const url = tracesUrl(options.endpoint);
   // The exporter reports a failed export through OpenTelemetry's diagnostics only: without a
   // logger there, a collector that is down would go unnoticed.
-  api.diag.setLogger(
-    {
-      error: (message, ...args) => logger.warn({ args }, `OpenTelemetry: ${message}`),
-      warn: (message, ...args) => logger.warn({ args }, `OpenTelemetry: ${message}`),
-      info: () => {},
-      debug: () => {},
-      verbose: () => {},
-    },
-    api.DiagLogLevel.WARN,
-  );
-  const url = tracesUrl(options.endpoint);
+  const warn = (message: string, ...args: unknown[]) => {
+    const line = diagLine(message, url);
+    logger.warn(args.length === 0 ? line.fields : { ...line.fields, args }, line.msg);
+  };
+  api.diag.setLogger({ error: warn, warn, info: () => {}, debug: () => {}, verbose: () => {} }, api.DiagLogLevel.WARN);
   const provider = new sdk.BasicTracerProvider({
     resource: resources.resourceFromAttributes({ 'service.name': options.serviceName }),
     sampler: new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(options.sampleRatio) }),

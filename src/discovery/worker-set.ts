@@ -60,7 +60,7 @@ export async function reconcile(
         () => 1,
         (error: unknown) => {
           logger.warn(
-            { err: error, role, url: worker.url },
+            { err: error, role, worker: worker.name, url: worker.url },
             'A discovered worker could not be added; trying again next round',
           );
           return 0;

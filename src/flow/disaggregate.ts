@@ -103,7 +103,9 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
       decision = scheduler.decide(input, avoid, skipped);
     } catch (error) {
       // No worker left for a retry: the request, already under way, ends with that.
-      const leg = NoWorkerError.is(error) && error.pool === 'prefill' ? 'prefill' : undefined;
+      // The leg that found no worker: the scheduler names its pool.
+      const pool = NoWorkerError.is(error) ? error.pool : undefined;
+      const leg = pool === 'prefill' || pool === 'decode' ? pool : undefined;
       if (attempt > 0) recorder.finish('error', leg, error instanceof Error ? error : undefined);
       throw error;
     }

@@ -36,6 +36,11 @@ export interface SchedulerOptions<P, D> {
    * as the reference router does) or fail with a `NoWorkerError` (`'fail'`).
    */
   noPrefillWorker?: 'aggregate' | 'fail' | undefined;
+  /**
+   * The model its pools serve, named with the pool in a `NoWorkerError`'s message (the proxy
+   * gives each model's pools theirs); none by default.
+   */
+  model?: string | undefined;
 }
 
 /**
@@ -68,7 +73,8 @@ export class Scheduler<P, D> {
    * it may wait on a cache lookup): given, the request goes to decode alone.
    *
    * @throws {NoWorkerError} when no decode worker is in rotation, or no prefill worker with
-   *   `noPrefillWorker: 'fail'` (its `pool` says which); nothing is leased then.
+   *   `noPrefillWorker: 'fail'` (its `pool` says which, `prefill` or `decode`); nothing is
+   *   leased then.
    */
   decide(input: RoutingInput, avoid: Avoid<P, D> = {}, aggregatedBecause?: string): Decision<P, D> {
     const { prefillWorkers, prefillWorker, decodeWorkers } = this.#options;
@@ -77,12 +83,12 @@ export class Scheduler<P, D> {
     if (reason === undefined && prefillWorkers !== undefined) {
       if (prefillWorkers.available.length > 0) prefill = prefillWorkers.acquire(avoid.prefill, input);
       else if (this.#options.noPrefillWorker === 'fail')
-        throw new NoWorkerError(prefillWorkers.workers.length, 'prefill');
+        throw new NoWorkerError(prefillWorkers.workers.length, 'prefill', this.#options.model);
       else reason = 'no-prefill-worker';
     } else if (reason === undefined && prefillWorker !== undefined) prefill = fixedLease(prefillWorker);
     let decode: Lease<D> | undefined;
     try {
-      decode = decodeWorkers?.acquire(avoid.decode, input);
+      decode = decodeWorkers === undefined ? undefined : this.#acquireDecode(decodeWorkers, avoid.decode, input);
     } catch (error) {
       prefill?.release();
       throw error;
@@ -96,10 +102,21 @@ export class Scheduler<P, D> {
    * Another decode worker for the same request (a sequential handoff sent again, a migration),
    * passing over `avoid`; undefined without a decode pool.
    *
-   * @throws {NoWorkerError} when none is left in rotation.
+   * @throws {NoWorkerError} when none is left in rotation (its `pool` is `decode`).
    */
   decodeElsewhere(avoid: readonly D[], input: RoutingInput): Lease<D> | undefined {
-    return this.#options.decodeWorkers?.acquire(avoid, input);
+    const { decodeWorkers } = this.#options;
+    return decodeWorkers === undefined ? undefined : this.#acquireDecode(decodeWorkers, avoid, input);
+  }
+
+  /** A decode lease; the pool's NoWorkerError told again naming the pool and the model. */
+  #acquireDecode(pool: WorkerPool<D>, avoid: readonly D[] | undefined, input: RoutingInput): Lease<D> {
+    try {
+      return pool.acquire(avoid, input);
+    } catch (error) {
+      if (!NoWorkerError.is(error)) throw error;
+      throw new NoWorkerError(pool.workers.length, 'decode', this.#options.model);
+    }
   }
 }
 

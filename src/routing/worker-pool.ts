@@ -54,25 +54,47 @@ export interface Lease<W> {
   release(outcome?: LegOutcome): void;
 }
 
-/** Every worker of a pool is out of rotation (marked down by health checks, or draining), or it has none. */
+/**
+ * Every worker of a pool is out of rotation (marked down by health checks, or draining), or it
+ * has none. The message names the pool (`prefill`, `decode`) and the model it serves where the
+ * thrower knows them (a `Scheduler` given its `model` does), never a worker's address.
+ *
+ * @example
+ * new NoWorkerError(1, 'decode', 'qwen3').message;
+ * // 'No decode worker is available for model "qwen3": the decode pool's one worker is out of rotation'
+ */
 export class NoWorkerError extends DisaggError {
   static override readonly is = branded<NoWorkerError>('NoWorkerError');
   declare readonly code: 'DISAGG_NO_WORKER';
   readonly kind = 'no_worker';
   /** False: no worker of the pool is in rotation to send it to (`FAILURE_RULES.other`). */
   readonly retryable: boolean = FAILURE_RULES.other.retry;
-  /** The pool that had none, when the thrower named it (`prefill`). */
+  /** The pool that had none (`prefill`, `decode`), when the thrower named it. */
   readonly pool: string | undefined;
+  /** The model that pool serves, when the thrower named it. */
+  readonly model: string | undefined;
 
-  constructor(size: number, pool?: string) {
+  /**
+   * @param size the pool's workers, none of them in rotation
+   * @param pool which pool (`prefill`, `decode`); none by default
+   * @param model the model it serves; none by default
+   */
+  constructor(size: number, pool?: string, model?: string) {
     const which = pool === undefined ? 'worker' : `${pool} worker`;
+    const forModel = model === undefined ? '' : ` for model ${JSON.stringify(model)}`;
+    const thePool = pool === undefined ? 'the pool' : `the ${pool} pool`;
     super(
       'DISAGG_NO_WORKER',
-      size === 0
-        ? `No ${which} is available: the pool has none (none configured or discovered yet)`
-        : `No ${which} is available: all ${size} of the pool are out of rotation`,
+      `No ${which} is available${forModel}: ${
+        size === 0
+          ? `${thePool} has none (none configured or discovered yet)`
+          : size === 1
+            ? `${thePool}'s one worker is out of rotation`
+            : `all ${size} workers of ${thePool} are out of rotation`
+      }`,
     );
     this.pool = pool;
+    this.model = model;
   }
 }
 

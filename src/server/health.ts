@@ -257,9 +257,19 @@ export class HealthChecker {
       circuit.successes += 1;
       if (circuit.successes >= breaker.successThreshold) {
         circuit.state = 'closed';
-        this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit closed after its trial');
+        this.#options.logger.info({ ...this.#named(worker), role }, 'Worker circuit closed after its trial');
       }
     }
+  }
+
+  /**
+   * How a log line names `worker`, as every line about a worker does: `worker`, its name (the
+   * membership's, else its own `name`; none for a nameless worker of a router's own pools),
+   * and `url`, its address.
+   */
+  #named(worker: Named): { worker?: string; url: string } {
+    const name = this.#records.get(worker)?.member?.name ?? (worker as { name?: unknown }).name;
+    return typeof name === 'string' ? { worker: name, url: worker.url } : { url: worker.url };
   }
 
   /** One request failure on `worker` after it was reached; opens its circuit at the threshold. */
@@ -278,8 +288,8 @@ export class HealthChecker {
     circuit.successes = 0;
     entry.pool.setAvailable(worker, false);
     this.#options.logger.warn(
-      { worker: worker.url, role, failures: circuit.failures, openMs: breaker.openMs, err: error },
-      `Worker circuit open after ${circuit.failures} failed requests in a row; out of rotation for ${breaker.openMs} ms`,
+      { ...this.#named(worker), role, failures: circuit.failures, openMs: breaker.openMs, err: error },
+      `Worker circuit open after ${circuit.failures === 1 ? 'one failed request' : `${circuit.failures} failed requests`} in a row; out of rotation for ${breaker.openMs} ms`,
     );
     const open = circuit;
     open.timer = setTimeout(() => {
@@ -287,7 +297,10 @@ export class HealthChecker {
       open.failures = 0;
       if (!entry.pool.has(worker) || this.#held.has(worker)) return;
       entry.pool.setAvailable(worker, true);
-      this.#options.logger.info({ worker: worker.url, role }, 'Worker circuit half-open: back in rotation on trial');
+      this.#options.logger.info(
+        { ...this.#named(worker), role },
+        'Worker circuit half-open: back in rotation on trial',
+      );
     }, breaker.openMs);
     open.timer.unref();
   }
@@ -327,7 +340,7 @@ export class HealthChecker {
     if (entry === undefined || !entry.pool.isAvailable(worker)) return;
     entry.pool.setAvailable(worker, false);
     this.#options.logger.warn(
-      { worker: worker.url, role },
+      { ...this.#named(worker), role },
       'Worker unreachable; out of rotation until it answers a probe',
     );
   }
@@ -378,13 +391,13 @@ export class HealthChecker {
     record.probes.streak = 0;
     pool.setAvailable(worker, healthy);
     if (healthy) {
-      this.#options.logger.info({ worker: worker.url, role }, 'Worker back in rotation');
+      this.#options.logger.info({ ...this.#named(worker), role }, 'Worker back in rotation');
       return;
     }
     const hint = probeHint(status, code);
     this.#options.logger.warn(
       {
-        worker: worker.url,
+        ...this.#named(worker),
         role,
         ...(status === undefined ? {} : { status }),
         ...(code === undefined ? {} : { code }),

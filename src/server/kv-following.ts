@@ -203,6 +203,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
           this.#logger.warn(
             {
               worker: name,
+              url: worker.url,
               ...endpoints,
               silenceMs,
               sentAgoMs: Date.now() - since,
@@ -214,7 +215,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
         onRecovered: (since) => {
           trust();
           this.#logger.info(
-            { worker: name, endpoint: endpoints.endpoint, blindForMs: Date.now() - since },
+            { worker: name, url: worker.url, endpoint: endpoints.endpoint, blindForMs: Date.now() - since },
             'KV cache events from a worker again: its view is trusted',
           );
         },
@@ -239,7 +240,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
     });
     this.#records.of(worker).kv = subscriber;
     await subscriber.start();
-    this.#logger.info({ worker: name, ...endpoints }, 'Following the KV cache events of a worker');
+    this.#logger.info({ worker: name, url: worker.url, ...endpoints }, 'Following the KV cache events of a worker');
   }
 
   #unwatch(worker: W): void {

@@ -5,6 +5,15 @@ import type { Logger } from '../runtime/logger.js';
 import { joinUrl } from '../util/url.js';
 import type { ModelLimits } from './request-schemas.js';
 
+/** Options of {@link ServedModels}. */
+interface ServedModelsOptions {
+  headers: Record<string, string>;
+  dispatcher: Dispatcher;
+  logger: Logger;
+  /** How the log names a worker (membership's names); none by default. */
+  nameOf?: ((worker: { url: string }) => string) | undefined;
+}
+
 /**
  * The context length of each model the decode workers serve, and the base of each LoRA adapter
  * they list (`parent`), read from their `/v1/models`
@@ -19,9 +28,9 @@ export class ServedModels implements ModelLimits {
   #limits = new Map<string, number>();
   /** Each LoRA adapter the workers list, and its base model (vLLM's `parent`). */
   #parents = new Map<string, string>();
-  readonly #options: { headers: Record<string, string>; dispatcher: Dispatcher; logger: Logger };
+  readonly #options: ServedModelsOptions;
 
-  constructor(options: { headers: Record<string, string>; dispatcher: Dispatcher; logger: Logger }) {
+  constructor(options: ServedModelsOptions) {
     this.#options = options;
   }
 
@@ -63,7 +72,10 @@ export class ServedModels implements ModelLimits {
             limits.set(id, Math.min(limits.get(id) ?? length, length));
           }
         } catch (error) {
-          this.#options.logger.debug({ worker: worker.url, err: error }, 'Could not read the models of a worker');
+          this.#options.logger.debug(
+            { ...named(this.#options.nameOf, worker), err: error },
+            'Could not read the models of a worker',
+          );
         }
       }),
     );
@@ -71,4 +83,12 @@ export class ServedModels implements ModelLimits {
     if (limits.size > 0) this.#limits = limits;
     if (limits.size > 0 || parents.size > 0) this.#parents = parents;
   }
+}
+
+/** How the log names a worker: its name where one is known, and its address. */
+function named(
+  nameOf: ((worker: { url: string }) => string) | undefined,
+  worker: { url: string },
+): { worker?: string; url: string } {
+  return nameOf === undefined ? { url: worker.url } : { worker: nameOf(worker), url: worker.url };
 }

@@ -79,6 +79,8 @@ export function modelPool(
     scheduler: new Scheduler({
       prefillWorkers: prefill,
       decodeWorkers: decode,
+      // Named in a 503's message when none of its workers is in rotation.
+      model: pool?.model[0],
       // A pool named for its models may have no prefill worker at all: served on decode alone.
       noPrefillWorker:
         options.requireDisaggregation &&

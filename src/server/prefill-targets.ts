@@ -104,7 +104,12 @@ export class PrefillTargets {
     return {
       ...base,
       prefill,
-      scheduler: new Scheduler({ prefillWorkers: prefill, decodeWorkers: base.decode, noPrefillWorker: 'fail' }),
+      scheduler: new Scheduler({
+        prefillWorkers: prefill,
+        decodeWorkers: base.decode,
+        noPrefillWorker: 'fail',
+        model: base.model,
+      }),
       // The picker decided to disaggregate: the sidecar does not decide again.
       skipPrefill: undefined,
     };
@@ -115,7 +120,7 @@ export class PrefillTargets {
     if (alone === undefined) {
       alone = {
         ...base,
-        scheduler: new Scheduler({ decodeWorkers: base.decode }),
+        scheduler: new Scheduler({ decodeWorkers: base.decode, model: base.model }),
         skipPrefill: () => NO_PREFILL_HEADER,
       };
       this.#alone.set(base, alone);

@@ -246,6 +246,7 @@ export class ProxyCore implements ProxyState {
       headers: this.workerHeaders,
       dispatcher,
       logger: this.logger,
+      nameOf: (worker) => this.membership.nameOf(worker),
     });
     this.health = new HealthChecker(this.pools.sides(), {
       logger: this.logger,

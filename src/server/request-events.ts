@@ -1,4 +1,5 @@
 import type { FlowEvent, FlowEventOf } from '../flow/events.js';
+import type { WorkerPool } from '../routing/worker-pool.js';
 import { chargedWorker } from './failure-rules.js';
 import type { ProxyState } from './proxy-state.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
@@ -113,12 +114,50 @@ function prefillRetried(
       requestId: event.requestId,
       attempt: seen.retries,
       leg,
-      worker: worker?.url,
+      ...named(proxy, worker),
       delayMs: Math.round(event.delayMs),
       err: event.error,
     },
-    'Retrying the request on another worker (nothing was sent to the client yet)',
+    `Retrying the request ${retryOn(retryTarget(proxy, leg, worker), leg)} (nothing was sent to the client yet)`,
   );
+}
+
+/** Where a retry goes, as its log line says it. */
+function retryOn(target: RetryTarget, leg: 'prefill' | 'decode'): string {
+  switch (target) {
+    case 'another':
+      return 'on another worker';
+    case 'same':
+      return `on the same worker: it is the only ${leg} worker in rotation`;
+    case 'none':
+      return `with no ${leg} worker in rotation`;
+    case 'unknown':
+      return 'from the start';
+  }
+}
+
+/** Where a retry goes: another worker of the pool, the same one, none in rotation, or not known. */
+type RetryTarget = 'another' | 'same' | 'none' | 'unknown';
+
+/**
+ * Where the retry of a request whose `leg` failed on `worker` will go, by its pool's rotation
+ * now (the failed worker is passed over while another is in rotation): `unknown` for a worker
+ * of no pool of the proxy's (a sidecar's prefill target) or none at all.
+ */
+function retryTarget(proxy: ProxyState, leg: 'prefill' | 'decode', worker: { url: string } | undefined): RetryTarget {
+  if (worker === undefined) return 'unknown';
+  const pool = proxy.pools
+    .all()
+    .map((each) => each[leg] as WorkerPool<{ url: string }>)
+    .find((side) => side.has(worker));
+  if (pool === undefined) return 'unknown';
+  if (pool.available.some((other) => other !== worker)) return 'another';
+  return pool.isAvailable(worker) ? 'same' : 'none';
+}
+
+/** How a log line names a worker: its name and its address (`url`); nothing without one. */
+export function named(proxy: ProxyState, worker: { url: string } | undefined): { worker?: string; url?: string } {
+  return worker === undefined ? {} : { worker: proxy.nameOf(worker), url: worker.url };
 }
 
 /**
@@ -139,11 +178,13 @@ function decodeRetried(
       requestId: event.requestId,
       attempt: event.attempt,
       leg: 'decode',
-      worker: failed?.url,
+      ...named(proxy, failed),
       delayMs: Math.round(event.delayMs),
       err: event.error,
     },
-    'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
+    failed !== undefined && event.decodeWorker === failed
+      ? 'Retrying decode on the same worker with the same handoff (it is the only decode worker in rotation): it was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)'
+      : 'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
   );
   if (seen.routed !== undefined && event.decodeWorker !== undefined) {
     seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };

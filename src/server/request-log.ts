@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Strategy } from '../flow/events.js';
+import { NoWorkerError } from '../routing/worker-pool.js';
 import type { ProxyState } from './proxy-state.js';
 import type { RequestEvents } from './request-events.js';
 
@@ -28,9 +29,10 @@ export function logRequest(
   },
 ): void {
   const { routed, finished } = request.events;
+  const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
+  const verdict = finished ?? noWorkerVerdict(request.failure);
+  if (verdict !== undefined) proxy.metrics.verdict(request.res, verdict.outcome, verdict.leg);
   if (finished !== undefined) {
-    proxy.metrics.verdict(request.res, finished.outcome, finished.leg);
-    const name = (worker: { url: string } | undefined) => (worker === undefined ? undefined : proxy.nameOf(worker));
     proxy.metrics.legsFinished(
       { prefill: name(routed?.prefillWorker), decode: name(routed?.decodeWorker) },
       finished.outcome,
@@ -45,8 +47,11 @@ export function logRequest(
       ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
       strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
       ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
-      prefillWorker: workerOf(proxy, routed?.prefillWorker),
-      decodeWorker: workerOf(proxy, routed?.decodeWorker),
+      // Each worker by its name and, in a field of its own, its address (as every line names workers).
+      prefillWorker: name(routed?.prefillWorker),
+      ...(routed?.prefillWorker === undefined ? {} : { prefillUrl: routed.prefillWorker.url }),
+      decodeWorker: name(routed?.decodeWorker),
+      ...(routed?.decodeWorker === undefined ? {} : { decodeUrl: routed.decodeWorker.url }),
       // A migrated request: how many times its decode stream broke, and on which workers.
       ...(request.events.brokeOn.length === 0
         ? {}
@@ -54,8 +59,8 @@ export function logRequest(
             migrations: request.events.brokeOn.length,
             brokenDecodeWorkers: request.events.brokeOn.map((worker) => proxy.nameOf(worker)),
           }),
-      outcome: finished?.outcome,
-      leg: finished?.leg,
+      outcome: verdict?.outcome,
+      leg: verdict?.leg,
       status: request.res.statusCode,
       durationMs: Math.round(performance.now() - request.started),
       ...(request.failure === undefined ? {} : { err: request.failure }),
@@ -64,7 +69,11 @@ export function logRequest(
   );
 }
 
-/** A worker as the log names it: its name and its address. */
-export function workerOf(proxy: ProxyState, worker: { url: string } | undefined): string | undefined {
-  return worker === undefined ? undefined : `${proxy.nameOf(worker)} ${worker.url}`;
+/**
+ * A request that found no worker in rotation before the flow began (no `finished` then): an
+ * error of the leg whose pool had none, so that no error is counted without its leg.
+ */
+function noWorkerVerdict(failure: unknown): { outcome: 'error'; leg: 'prefill' | 'decode' } | undefined {
+  if (!NoWorkerError.is(failure)) return undefined;
+  return { outcome: 'error', leg: failure.pool === 'prefill' ? 'prefill' : 'decode' };
 }

@@ -8,8 +8,12 @@ import { CountedHistogram } from './counted-histogram.js';
 export const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 const TOKEN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
-/** The proxy's own operational routes, which `disagg_requests_total` does not count. */
-const NOT_REQUESTS: ReadonlySet<string> = new Set(['health', 'ready', 'metrics']);
+/**
+ * The proxy's own operational routes, which `disagg_requests_total` and the request duration
+ * do not count: probes, scrapes and the admin API (whose changes are logged, each with its
+ * `source`, and counted in `disagg_worker_changes_total`).
+ */
+const NOT_REQUESTS: ReadonlySet<string> = new Set(['health', 'ready', 'metrics', 'admin']);
 
 /**
  * The metrics of requests and their latencies: answers by route and outcome, the flow's
@@ -180,7 +184,7 @@ export class RequestMetrics {
   }
 
   /**
-   * Counts one request once its response has closed (not `/health`, `/ready`, `/metrics`),
+   * Counts one request once its response has closed (not `/health`, `/ready`, `/metrics`, `/admin/*`),
    * whatever answered it: the flow's verdict
    * where the request reached the flow; otherwise a 4xx is `rejected`, a 5xx an `error`, an
    * answer cut before its end `cancelled`.
@@ -191,8 +195,9 @@ export class RequestMetrics {
     seconds?: number,
     how: { cutAtShutdown?: boolean } = {},
   ): void {
-    // Health probes and scrapes are not requests: a kubelet's every 10 s would outnumber a
-    // quiet fleet's traffic and pull its error ratio toward zero.
+    // Health probes, scrapes and admin calls are not traffic: a kubelet's every 10 s would
+    // outnumber a quiet fleet's requests and pull its error ratio toward zero, and an admin
+    // call's few would show as quantiles of nothing (NaN) beside the model routes'.
     if (NOT_REQUESTS.has(route)) return;
     const verdict = this.#verdicts.get(res);
     const status = res.statusCode;

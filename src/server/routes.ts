@@ -268,7 +268,9 @@ async function models(proxy: ProxyState, res: ServerResponse, id?: string): Prom
   const workers = pools.flatMap((pool) => pool.decode.available.slice(0, 1));
   if (workers.length === 0) {
     const known = pools.reduce((sum, pool) => sum + pool.decode.workers.length, 0);
-    const answer = errorAnswer(new NoWorkerError(known));
+    const answer = errorAnswer(new NoWorkerError(known, 'decode', id ?? onlyModel(pools)));
+    // Counted as the decode leg's error, as a generation request without a worker is.
+    proxy.metrics.verdict(res, 'error', 'decode');
     return answerJson(res, answer.status, answer.body);
   }
   const asked = await Promise.all(workers.map((worker) => modelsOf(proxy, worker)));
@@ -292,6 +294,11 @@ async function models(proxy: ProxyState, res: ServerResponse, id?: string): Prom
   if (found !== undefined) return answerJson(res, 200, found);
   const notFound = modelNotFound(id, proxy.pools.named());
   answerJson(res, notFound.status, notFound.body);
+}
+
+/** The model of the one pool asked, when it names one. */
+function onlyModel(pools: readonly { model: string | undefined }[]): string | undefined {
+  return pools.length === 1 ? pools[0]?.model : undefined;
 }
 
 /** What one worker says of its models: its list, its answer as it came when that is no list, or the failure to reach it. */

@@ -425,7 +425,7 @@ describe('skipPrefill (conditional disaggregation)', () => {
     );
     expect(failure).toBeInstanceOf(NoWorkerError);
     expect((failure as NoWorkerError).message).toBe(
-      'No prefill worker is available: all 1 of the pool are out of rotation',
+      "No prefill worker is available: the prefill pool's one worker is out of rotation",
     );
     expect(decode.calls).toHaveLength(0);
   });

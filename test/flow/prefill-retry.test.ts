@@ -160,7 +160,7 @@ describe('retryPrefill: the request again from the start, passing over the worke
 });
 
 describe('retryPrefill when the pools have emptied', () => {
-  it('no decode worker left for the retry: the request ends with the NoWorkerError, one finished, settled last', async () => {
+  it("no decode worker left for the retry: the request ends with the NoWorkerError, one finished (the decode leg's error), settled last", async () => {
     const decodeWorkers = new WorkerPool(['d0']);
     const log = eventLog();
     const decode: Engine<unknown> = async () => {
@@ -170,8 +170,8 @@ describe('retryPrefill when the pools have emptied', () => {
     const failure = await runFlow({ decode, decodeWorkers, retryPrefill: () => 0, onEvent: log.onEvent }).catch(
       (error: unknown) => error,
     );
-    expect(failure).toMatchObject({ name: 'NoWorkerError' });
-    expect(log.of('finished')).toMatchObject([{ outcome: 'error' }]);
+    expect(failure).toMatchObject({ name: 'NoWorkerError', pool: 'decode' });
+    expect(log.of('finished')).toMatchObject([{ outcome: 'error', leg: 'decode' }]);
     await flush();
     expect(log.types().at(-1)).toBe('settled');
   });

@@ -7,6 +7,7 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { cacheAware } from '../../src/routing/cache-aware.js';
 import { RoutingInput } from '../../src/routing/routing-input.js';
+import { Scheduler } from '../../src/routing/scheduler.js';
 import { sessionAffinity } from '../../src/routing/session-affinity.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
@@ -51,7 +52,7 @@ describe('WorkerPool', () => {
     pool.setAvailable('a', false);
     pool.setAvailable('c', false);
     expect(() => pool.acquire()).toThrow(NoWorkerError);
-    expect(() => pool.acquire()).toThrow('all 3 of the pool are out of rotation');
+    expect(() => pool.acquire()).toThrow('No worker is available: all 3 workers of the pool are out of rotation');
     pool.setAvailable('b', true);
     expect(pool.acquire().worker).toBe('b');
     expect(pool.isAvailable('b')).toBe(true);
@@ -422,10 +423,48 @@ describe('WorkerPool, choice by choice', () => {
       code: 'DISAGG_NO_WORKER',
       kind: 'no_worker',
       retryable: false,
-      message: 'No worker is available: all 1 of the pool are out of rotation',
+      message: "No worker is available: the pool's one worker is out of rotation",
     });
   });
 });
+
+describe("a Scheduler's NoWorkerError", () => {
+  it('names the pool that had none and the model it serves, never a worker', () => {
+    const prefillWorkers = new WorkerPool([{ url: 'http://10.0.0.1:8100' }]);
+    const decodeWorkers = new WorkerPool([{ url: 'http://10.0.0.2:8200' }, { url: 'http://10.0.0.3:8200' }]);
+    const scheduler = new Scheduler({ prefillWorkers, decodeWorkers, noPrefillWorker: 'fail', model: 'qwen3' });
+    const input = new RoutingInput({ model: 'qwen3', prompt: 'hi' });
+    for (const worker of decodeWorkers.workers) decodeWorkers.setAvailable(worker, false);
+    const decode = failureOf(() => scheduler.decide(input));
+    expect(decode).toMatchObject({
+      pool: 'decode',
+      model: 'qwen3',
+      message: 'No decode worker is available for model "qwen3": all 2 workers of the decode pool are out of rotation',
+    });
+    expect(failureOf(() => scheduler.decodeElsewhere([], input))).toMatchObject({ pool: 'decode' });
+    // The prefill worker leased before decode found none is given back.
+    expect(prefillWorkers.inFlight(prefillWorkers.workers[0] as { url: string })).toBe(0);
+    prefillWorkers.setAvailable(prefillWorkers.workers[0] as { url: string }, false);
+    expect(failureOf(() => scheduler.decide(input))).toMatchObject({
+      pool: 'prefill',
+      message: 'No prefill worker is available for model "qwen3": the prefill pool\'s one worker is out of rotation',
+    });
+    expect(failureOf(() => new Scheduler({ decodeWorkers: new WorkerPool<string>([]) }).decide(input))).toMatchObject({
+      pool: 'decode',
+      message: 'No decode worker is available: the decode pool has none (none configured or discovered yet)',
+    });
+  });
+});
+
+/** What `run` throws. */
+function failureOf(run: () => unknown): unknown {
+  try {
+    run();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
 
 describe('WorkerPool against a model of one record per worker', () => {
   type Op =

@@ -110,8 +110,10 @@ describe('what the proxy says of a request', () => {
       route: 'completions',
       tenant: 'default',
       strategy: 'disaggregated-sequential',
-      prefillWorker: `prefill-0 ${prefill.url}`,
-      decodeWorker: `decode-0 ${decode.url}`,
+      prefillWorker: 'prefill-0',
+      prefillUrl: prefill.url,
+      decodeWorker: 'decode-0',
+      decodeUrl: decode.url,
       outcome: 'success',
       leg: undefined,
       status: 200,
@@ -274,7 +276,8 @@ describe('retries, as the log and the workers see them', () => {
         requestId: expect.any(String),
         attempt: 1,
         leg: 'prefill',
-        worker: prefill[0]?.url,
+        worker: 'prefill-0',
+        url: prefill[0]?.url,
         delayMs: 5,
         err: expect.any(Error),
       },
@@ -347,7 +350,7 @@ describe('retries, as the log and the workers see them', () => {
     await eventually(() => slow.prefill[0]?.requests[0]?.aborted === true, 'the hung prefill call was ended');
   });
 
-  it('no decode worker in rotation: a 503, logged once as finished, without a strategy or workers', async () => {
+  it("no decode worker in rotation: a 503 naming the pool, logged once as finished and counted as the decode leg's error", async () => {
     const { url, proxy, logs } = await setup('vllm');
     proxy.decodeWorkers.setAvailable(proxy.decodeWorkers.workers[0] as { url: string }, false);
     const answer = await post(
@@ -356,6 +359,14 @@ describe('retries, as the log and the workers see them', () => {
       JSON.stringify({ model: 'fake-model', prompt: 'Say', max_tokens: 2 }),
     );
     expect(answer.status).toBe(503);
+    expect(answer.json.error.message).toBe(
+      "No decode worker is available: the decode pool's one worker is out of rotation",
+    );
+    const counted = 'disagg_requests_total{route="completions",status="503",outcome="error",leg="decode"} 1';
+    await eventuallyAsync(
+      async () => (await (await request(`${url}/metrics`)).body.text()).includes(counted),
+      'the 503 counted as the decode leg error',
+    );
     expect(logs.filter((record) => record.level === 'error')).toEqual([]);
     expect(finishedLine(logs)).toStrictEqual([
       {
@@ -365,8 +376,8 @@ describe('retries, as the log and the workers see them', () => {
         strategy: undefined,
         prefillWorker: undefined,
         decodeWorker: undefined,
-        outcome: undefined,
-        leg: undefined,
+        outcome: 'error',
+        leg: 'decode',
         status: 503,
         durationMs: expect.any(Number),
         err: expect.any(Error),

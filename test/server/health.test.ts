@@ -68,7 +68,7 @@ describe('HealthChecker probes', () => {
       {
         level: 'warn',
         fields: {
-          worker: 'http://d0',
+          url: 'http://d0',
           role: 'decode',
           status: 404,
           hint: 'the worker has no /health: is the URL the root of a vLLM or SGLang server?',
@@ -82,7 +82,7 @@ describe('HealthChecker probes', () => {
     await checker.check();
     expect(decode.isAvailable(d0)).toBe(true);
     expect(logs.slice(1)).toEqual([
-      { level: 'info', fields: { worker: 'http://d0', role: 'decode' }, message: 'Worker back in rotation' },
+      { level: 'info', fields: { url: 'http://d0', role: 'decode' }, message: 'Worker back in rotation' },
     ]);
   });
 
@@ -117,7 +117,7 @@ describe('HealthChecker probes', () => {
     expect(logs).toContainEqual({
       level: 'warn',
       fields: expect.objectContaining({
-        worker: 'http://p0',
+        url: 'http://p0',
         status: 404,
         hint: probeHint(404, undefined),
       }),
@@ -140,7 +140,7 @@ describe('HealthChecker probes', () => {
     expect(logs[0]).toMatchObject({
       level: 'warn',
       fields: {
-        worker: 'http://p0',
+        url: 'http://p0',
         role: 'prefill',
         code: 'ECONNREFUSED',
         err: expect.any(Error),
@@ -376,6 +376,27 @@ describe('HealthChecker.admit', () => {
 describe('HealthChecker circuit breaker', () => {
   const breaker = { failureThreshold: 2, successThreshold: 2, openMs: 1000 };
 
+  it('a circuit opened by one failure says so in the singular, and names its worker by name and url', () => {
+    const { checker, decode, logs } = setup({ breaker: { ...breaker, failureThreshold: 1 } });
+    const named = { url: 'http://d1', name: 'decode-a' };
+    decode.add(named);
+    checker.noteFailure(status('http://d1/v1/completions', 500), { decode: named });
+    expect(logs).toEqual([
+      {
+        level: 'warn',
+        fields: {
+          worker: 'decode-a',
+          url: 'http://d1',
+          role: 'decode',
+          failures: 1,
+          openMs: 1000,
+          err: expect.any(UpstreamError),
+        },
+        message: 'Worker circuit open after one failed request in a row; out of rotation for 1000 ms',
+      },
+    ]);
+  });
+
   it('failureThreshold failures in a row open it (out of rotation); after openMs it is half-open (back, on trial); successThreshold successes close it', async () => {
     vi.useFakeTimers();
     const { checker, decode, d0, logs } = setup({ breaker });
@@ -387,7 +408,7 @@ describe('HealthChecker circuit breaker', () => {
     expect(logs).toEqual([
       {
         level: 'warn',
-        fields: { worker: 'http://d0', role: 'decode', failures: 2, openMs: 1000, err: expect.any(UpstreamError) },
+        fields: { url: 'http://d0', role: 'decode', failures: 2, openMs: 1000, err: expect.any(UpstreamError) },
         message: 'Worker circuit open after 2 failed requests in a row; out of rotation for 1000 ms',
       },
     ]);
@@ -399,7 +420,7 @@ describe('HealthChecker circuit breaker', () => {
     expect([checker.circuit(d0), decode.isAvailable(d0)]).toEqual(['half-open', true]);
     expect(logs[1]).toEqual({
       level: 'info',
-      fields: { worker: 'http://d0', role: 'decode' },
+      fields: { url: 'http://d0', role: 'decode' },
       message: 'Worker circuit half-open: back in rotation on trial',
     });
     checker.noteSuccess(workers);
@@ -408,7 +429,7 @@ describe('HealthChecker circuit breaker', () => {
     expect(checker.circuit(d0)).toBe('closed');
     expect(logs[2]).toEqual({
       level: 'info',
-      fields: { worker: 'http://d0', role: 'decode' },
+      fields: { url: 'http://d0', role: 'decode' },
       message: 'Worker circuit closed after its trial',
     });
   });
@@ -491,7 +512,7 @@ describe('HealthChecker circuit breaker', () => {
     expect(logs).toEqual([
       {
         level: 'warn',
-        fields: { worker: 'http://p0', role: 'prefill' },
+        fields: { url: 'http://p0', role: 'prefill' },
         message: 'Worker unreachable; out of rotation until it answers a probe',
       },
     ]);

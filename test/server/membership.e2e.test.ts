@@ -116,6 +116,20 @@ describe('the admin API', () => {
     });
   });
 
+  it('admin calls are not traffic: neither counted in disagg_requests_total nor timed, whatever they answer', async () => {
+    const { admin, client, metric, url } = await start();
+    expect((await admin('GET', '/admin/workers')).status).toBe(200);
+    expect((await admin('GET', '/admin/workers/nobody')).status).toBe(404);
+    expect((await admin('GET', '/admin/workers', undefined, { authorization: 'Bearer nope' })).status).toBe(401);
+    await client.completions.create({ model: 'fake-model', prompt: 'hello', max_tokens: 2 });
+    // The traffic's own answer is counted once its response closes: then every admin one was too.
+    await eventuallyAsync(
+      async () => (await metric('disagg_requests_total{route="completions",status="200"')) !== undefined,
+      'the completion counted',
+    );
+    const text = await (await request(`${url}/metrics`)).body.text();
+    expect(text).not.toContain('route="admin"');
+  });
   it('a worker added down says why, in the answer, the list and the log: what its probe got and the usual cause', async () => {
     const { admin, decode, logs } = await start();
     const refused = await admin('POST', '/admin/workers', { role: 'decode', url: 'http://127.0.0.1:1' });

@@ -285,11 +285,12 @@ describe('ProxyMetrics: fed by the flow', () => {
     expect(await values('disagg_redis_failures_total')).toEqual({ '': 2 });
   });
 
-  it('probes and scrapes (health, ready, metrics) are not requests', async () => {
+  it('probes, scrapes and admin calls (health, ready, metrics, admin) are not requests', async () => {
     const { metrics, values } = setup();
-    for (const route of ['health', 'ready', 'metrics'])
-      metrics.answered(route, { statusCode: 200, writableFinished: true });
+    for (const route of ['health', 'ready', 'metrics', 'admin'])
+      metrics.answered(route, { statusCode: 200, writableFinished: true }, 0.01);
     expect(await values('disagg_requests_total')).toEqual({});
+    expect(await values('disagg_request_duration_seconds')).toEqual({});
   });
 
   it('retries by leg, queue waits, gaps between chunks and membership changes', async () => {

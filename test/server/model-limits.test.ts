@@ -94,7 +94,7 @@ describe('ServedModels', () => {
     expect(models.maxModelLen('good')).toBe(100);
     expect(models.maxModelLen(undefined)).toBe(100);
     // Only a body that is not JSON is worth a word: the other answers are well formed, just empty.
-    expect(logs.map((entry) => (entry.fields as { worker?: string }).worker)).toEqual(['http://d']);
+    expect(logs.map((entry) => (entry.fields as { url?: string }).url)).toEqual(['http://d']);
   });
 
   it('a round in which no worker answers keeps the limits known before; one that does replaces them', async () => {
@@ -104,7 +104,7 @@ describe('ServedModels', () => {
     await models.refresh([{ url: 'http://a' }]);
     expect(models.maxModelLen('llama')).toBe(4096);
     expect(logs).toEqual([
-      { fields: { worker: 'http://a', err: expect.any(Error) }, message: 'Could not read the models of a worker' },
+      { fields: { url: 'http://a', err: expect.any(Error) }, message: 'Could not read the models of a worker' },
     ]);
     agent
       .get('http://a')

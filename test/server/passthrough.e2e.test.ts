@@ -106,7 +106,8 @@ describe('passthrough endpoints: embeddings, rerank and score go to one decode w
     const line = logs.find((log) => log.message === 'request finished');
     expect(line?.fields).toMatchObject({
       route: 'rerank',
-      decodeWorker: expect.stringMatching(/^decode-0 /),
+      decodeWorker: 'decode-0',
+      decodeUrl: expect.stringMatching(/^http:/),
       status: 200,
       outcome: 'success',
     });

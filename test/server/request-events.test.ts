@@ -31,8 +31,9 @@ describe('requestEvents: retries', () => {
     });
     expect(health.noteFailure).toHaveBeenCalledWith(error, { decode: d0 });
     expect(logs.map((log) => log.fields)).toEqual([
-      { requestId: 'r1', attempt: 1, leg: 'decode', worker: d0.url, delayMs: 12, err: error },
+      { requestId: 'r1', attempt: 1, leg: 'decode', worker: 'decode-0', url: d0.url, delayMs: 12, err: error },
     ]);
+    expect(logs[0]?.message).toMatch(/^Retrying decode on another worker with the same handoff/);
     expect(events.routed).toMatchObject({ prefillWorker: p0, decodeWorker: d1 });
   });
 
@@ -46,7 +47,11 @@ describe('requestEvents: retries', () => {
     expect(await counts('disagg_retries_total')).toEqual({ 'leg=prefill': 1 });
     expect(await counts('disagg_worker_legs_total')).toEqual({ 'role=prefill,worker=prefill-0,outcome=retried': 1 });
     expect(logs.map((log) => log.fields)).toEqual([
-      { requestId: 'r1', attempt: 0, leg: 'prefill', worker: p0.url, delayMs: 3, err: error },
+      { requestId: 'r1', attempt: 0, leg: 'prefill', worker: 'prefill-0', url: p0.url, delayMs: 3, err: error },
+    ]);
+    // The prefill pool has this one worker: the retry goes to it again, and the log says so.
+    expect(logs.map((log) => log.message)).toEqual([
+      'Retrying the request on the same worker: it is the only prefill worker in rotation (nothing was sent to the client yet)',
     ]);
   });
 
@@ -60,6 +65,42 @@ describe('requestEvents: retries', () => {
     expect(logs.map((log) => log.fields)).toEqual([
       { requestId: 'r1', attempt: 0, leg: 'prefill', worker: undefined, delayMs: 3, err: error },
     ]);
+  });
+});
+
+describe('requestEvents: a retry says where it goes', () => {
+  it('a request retried with other workers of the pool in rotation goes on another; with none, the log says none', () => {
+    const { proxy, d0, d1, logs } = proxyState();
+    const events = requestEvents(proxy);
+    const error = new Error('busy');
+    const retried = flowEvent({
+      type: 'prefillRetried',
+      attempt: 1,
+      error,
+      delayMs: 0,
+      leg: 'decode',
+      decodeWorker: d0,
+    });
+    events.onEvent(retried);
+    proxy.pools.all()[0]?.decode.setAvailable(d0, false);
+    proxy.pools.all()[0]?.decode.setAvailable(d1, false);
+    events.onEvent(retried);
+    expect(logs.map((log) => log.message)).toEqual([
+      'Retrying the request on another worker (nothing was sent to the client yet)',
+      'Retrying the request with no decode worker in rotation (nothing was sent to the client yet)',
+    ]);
+  });
+
+  it('a decode handoff sent again to the worker that failed (the only one in rotation) says it is the same worker', () => {
+    const { proxy, d0, logs } = proxyState();
+    const events = requestEvents(proxy);
+    const error = new Error('connect ECONNREFUSED');
+    events.onEvent(
+      flowEvent({ type: 'decodeRetried', attempt: 1, error, delayMs: 0, decodeWorker: d0, fromWorker: d0 }),
+    );
+    expect(logs[0]?.message).toBe(
+      'Retrying decode on the same worker with the same handoff (it is the only decode worker in rotation): it was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
+    );
   });
 });
 

@@ -44,8 +44,10 @@ describe('logRequest: the one log line of a request, and its legs counted', () =
       route: 'completions',
       tenant: 'acme',
       strategy: named,
-      prefillWorker: `prefill-0 ${state.p0.url}`,
-      decodeWorker: `decode-0 ${state.d0.url}`,
+      prefillWorker: 'prefill-0',
+      prefillUrl: state.p0.url,
+      decodeWorker: 'decode-0',
+      decodeUrl: state.d0.url,
       outcome: 'success',
       status: 200,
     });

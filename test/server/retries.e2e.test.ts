@@ -123,7 +123,7 @@ describe('retries before the first byte', () => {
     expect(await legs(url)).toContain('decode decode-0 retried 1');
     const retried = logs.filter((record) => String(record.message).startsWith('Retrying the request'));
     expect(retried).toHaveLength(1);
-    expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
+    expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: 'decode-0', url: decode[0]?.url });
   });
 
   it('vLLM: a 503 from something in front of decode (the KV waits for its lease) is retried with a fresh prefill too', async () => {
@@ -188,7 +188,7 @@ describe('retries before the first byte', () => {
     await eventually(() => prefill[0]?.ledger.claimed().length === 1, 'the KV was taken');
     const retried = logs.filter((record) => String(record.message).startsWith('Retrying decode on another worker'));
     expect(retried).toHaveLength(1);
-    expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: decode[0]?.url });
+    expect(retried[0]?.fields).toMatchObject({ leg: 'decode', attempt: 1, worker: 'decode-0', url: decode[0]?.url });
     expect(await legs(url)).toEqual([
       'decode decode-0 retried 1',
       'decode decode-1 success 1',

@@ -75,9 +75,7 @@ describe('watchHealth: the proxy’s health checks on pools of your own', () => 
     });
     expect(health.lastFailure(live)).toBeUndefined();
     expect(
-      records
-        .filter((record) => record.level === 'warn')
-        .map((record) => (record.fields as { worker?: string }).worker),
+      records.filter((record) => record.level === 'warn').map((record) => (record.fields as { url?: string }).url),
     ).toEqual([dead.url]);
   });
 
