@@ -86,7 +86,8 @@ describe('disagg serve under hostile input and faults', () => {
         'disagg_requests_total{route="completions",status="400",outcome="rejected",leg=""} 1',
         'disagg_requests_total{route="unknown",status="404",outcome="rejected",leg=""} 1',
         'disagg_requests_total{route="chat",status="413",outcome="rejected",leg=""} 1',
-        'disagg_requests_total{route="completions",status="503",outcome="error",leg=""} 1',
+        // No decode worker in rotation: the decode leg's error.
+        'disagg_requests_total{route="completions",status="503",outcome="error",leg="decode"} 1',
       ].sort(),
     );
   });

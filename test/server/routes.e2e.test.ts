@@ -201,7 +201,8 @@ describe('disagg serve routes as clients and orchestrators use them', () => {
       healthFailureThreshold: 1,
     }));
     const failed = logs.filter((record) => String(record.message).startsWith('Worker failed its health check'));
-    const byWorker = Object.fromEntries(failed.map((record) => [(record.fields as { worker: string }).worker, record]));
+    // Each line names the worker and gives its address (`url`).
+    const byWorker = Object.fromEntries(failed.map((record) => [(record.fields as { url: string }).url, record]));
     const wrongPath = Object.entries(byWorker).find(([worker]) => worker.endsWith('/api'))?.[1];
     expect(wrongPath?.message).toBe('Worker failed its health check (GET /health answered 404); out of rotation');
     expect(wrongPath?.fields).toMatchObject({ status: 404, hint: expect.stringContaining('has no /health') });
