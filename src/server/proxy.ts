@@ -87,20 +87,16 @@ class DisaggProxy implements ProxyServer {
   async listen(port = 8000, host = '127.0.0.1'): Promise<string> {
     try {
       await this.core.start();
-    } catch (error) {
-      // What the start began (discovery, KV subscribers, connections) ends with it: a process
-      // whose start failed exits instead of hanging on their handles.
-      await this.core.shutdown({ accepting: () => false }, { drainDelayMs: 0, gracePeriodMs: 0 }).catch(() => {});
-      throw error;
-    }
-    // The metrics port first: a port in use fails the start before the API takes requests.
-    if (this.#metricsServer !== undefined) {
-      await listenOn(this.#metricsServer, this.core.options.metricsPort as number, host);
-    }
-    try {
+      // The metrics port first: a port in use fails the start before the API takes requests.
+      if (this.#metricsServer !== undefined) {
+        await listenOn(this.#metricsServer, this.core.options.metricsPort as number, host);
+      }
       await listenOn(this.server, port, host);
     } catch (error) {
-      this.#metricsServer?.close();
+      // What the start began (discovery, KV subscribers, connections, the metrics port) ends
+      // with it: a process whose start failed exits instead of hanging on their handles.
+      if (this.#metricsServer?.listening) this.#metricsServer.close();
+      await this.core.shutdown({ accepting: () => false }, { drainDelayMs: 0, gracePeriodMs: 0 }).catch(() => {});
       throw error;
     }
     return urlOf(this.server);

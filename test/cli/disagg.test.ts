@@ -129,11 +129,26 @@ describe('the disagg command (built)', () => {
         encoding: 'utf8',
       },
     );
+    // With KV event subscribers open when the listen fails: they end with the start, and the
+    // process exits rather than hanging on their sockets (bounded, so a hang fails here).
+    const following = spawnSync(
+      process.execPath,
+      [
+        bin,
+        'serve',
+        ...workers,
+        ...['--prefill-policy', 'precise-prefix', '--kv-events-port', '1'],
+        ...['--host', '127.0.0.1', '--port', String(port)],
+      ],
+      { encoding: 'utf8', timeout: 20_000 },
+    );
     busy.close();
     expect(inUse.status).toBe(1);
     expect(inUse.stderr.trim()).toBe(
       `disagg serve: cannot listen on 127.0.0.1:${port}: the port is in use (another disagg serve?)`,
     );
+    expect(following.status).toBe(1);
+    expect(following.stderr.trim()).toBe(inUse.stderr.trim());
     const noHost = spawnSync(process.execPath, [bin, 'serve', ...workers, '--host', 'nohost.invalid', '--port', '0'], {
       encoding: 'utf8',
     });
