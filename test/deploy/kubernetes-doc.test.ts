@@ -18,6 +18,10 @@ const blocks = [...doc.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)].map((match) => 
   text: match[2] as string,
 }));
 const shell = blocks.filter((block) => block.language === 'sh').map((block) => block.text);
+// docs/tokenizer.md patches the same reader's overlay (an init container that fetches the tokenizer).
+const tokenizerShell = [
+  ...readFileSync(join(root, 'docs/tokenizer.md'), 'utf8').matchAll(/^```sh\n([\s\S]*?)^```$/gm),
+].map((match) => match[1] as string);
 // biome-ignore lint/suspicious/noExplicitAny: rendered YAML, whose fields the tests check by name
 type Manifest = any;
 
@@ -63,6 +67,32 @@ describe('docs/kubernetes.md', () => {
       expect(prefill.spec.template.spec.containers[0].env[0].valueFrom.configMapKeyRef.name).toBe(
         models[0].metadata.name,
       );
+
+      // docs/tokenizer.md's init container, patched in as the page says: the same image, the
+      // workers' model, the proxy's cache volume, and the proxy then offline.
+      const patches = tokenizerShell.filter((text) => text.includes('my-fleet'));
+      expect(patches.length).toBeGreaterThanOrEqual(1);
+      for (const text of patches) {
+        const result = spawnSync('sh', ['-e', '-c', text], { cwd: dir, encoding: 'utf8' });
+        expect(result.status, `${text}\n${result.stderr}`).toBe(0);
+        expect(result.stdout).toContain('fetch-tokenizer');
+      }
+      const patched: Manifest[] = parseAllDocuments(run('kubectl', ['kustomize', join(dir, 'my-fleet')])).map((d) =>
+        d.toJSON(),
+      );
+      const pod = patched.find((m) => m.kind === 'Deployment' && m.metadata.name === 'disagg').spec.template.spec;
+      const [init] = pod.initContainers;
+      expect(init.image).toBe('disagg:dev');
+      expect(init.args).toEqual(['tokenizer', 'fetch', '$(DISAGG_TOKENIZER)']);
+      expect(init.env.find((e: Manifest) => e.name === 'DISAGG_TOKENIZER').valueFrom.configMapKeyRef.name).toBe(
+        models[0].metadata.name,
+      );
+      const proxyEnv = pod.containers[0].env;
+      const home = proxyEnv.find((e: Manifest) => e.name === 'HF_HOME').value;
+      expect(init.env.find((e: Manifest) => e.name === 'HF_HOME').value).toBe(home);
+      expect(proxyEnv.find((e: Manifest) => e.name === 'HF_HUB_OFFLINE').value).toBe('1');
+      expect(init.volumeMounts).toEqual([{ name: 'hf-cache', mountPath: home }]);
+      expect(pod.volumes.map((v: Manifest) => v.name)).toContain('hf-cache');
     },
   );
 

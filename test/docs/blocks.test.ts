@@ -112,7 +112,7 @@ describe('the fenced blocks of README.md and docs/', () => {
   it('sh: every command is of a known kind and correct for it', () => {
     const wrong = of('sh').flatMap((block) =>
       commandsOf(block).flatMap((command) =>
-        shellProblems(command, madeBy(block.page)).map((problem) => `${where(block)}: ${command.text}\n  ${problem}`),
+        shellProblems(command, madeBy()).map((problem) => `${where(block)}: ${command.text}\n  ${problem}`),
       ),
     );
     expect(wrong).toEqual([]);
@@ -132,7 +132,7 @@ describe('the fenced blocks of README.md and docs/', () => {
     const dirs = of('sh')
       .flatMap(commandsOf)
       .filter(({ argv }) => argv[0] === 'kubectl')
-      .filter(({ argv }) => !argv.some((word) => madeBy('docs/kubernetes.md').has(word)))
+      .filter(({ argv }) => !argv.some((word) => madeBy().has(word)))
       .flatMap(({ argv }) => {
         const at = argv.indexOf('-k');
         if (argv[1] === 'apply' && at > 0) return [argv[at + 1] as string];
@@ -233,13 +233,13 @@ const PLAIN = new Set([
 const REPO_PATH = /^(\.\/)?(deploy|docs|examples|scripts|bench|src|test|proto)\/|^disagg\.example\.yaml$/;
 
 /**
- * The folders a page's own commands make (`mkdir -p my-fleet`): a reader's overlay, not the
- * repository's. test/deploy/kubernetes-doc.test.ts runs those blocks and renders what they make.
+ * The folders the pages' own commands make (`mkdir -p my-fleet` in docs/kubernetes.md): a
+ * reader's overlay, not the repository's, which docs/tokenizer.md patches too.
+ * test/deploy/kubernetes-doc.test.ts runs those blocks and renders what they make.
  */
-function madeBy(page: string): Set<string> {
+function madeBy(): Set<string> {
   return new Set(
     of('sh')
-      .filter((block) => block.page === page)
       .flatMap(commandsOf)
       .filter(({ argv }) => argv[0] === 'mkdir')
       .flatMap(({ argv }) => argv.slice(1).filter((word) => !word.startsWith('-'))),
