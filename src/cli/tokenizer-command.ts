@@ -45,7 +45,19 @@ export async function tokenizerCommand(args: string[]): Promise<number> {
     return 0;
   } catch (error) {
     if (!TokenizerError.is(error)) throw error;
-    console.error(`disagg tokenizer: ${error.message}`);
+    console.error(`disagg tokenizer: ${asFetch(error.message)}`);
     return 1;
   }
+}
+
+/**
+ * A tokenizer error as this command says it: the messages are worded for `disagg serve
+ * --tokenizer`, so the flag's name and the advice to run this very command go.
+ *
+ * @example
+ * asFetch('--tokenizer org/m: the hub is out of reach: check the network, or download it beforehand (npx disagg tokenizer fetch org/m) into that cache');
+ * // 'org/m: the hub is out of reach: check the network, or download it beforehand into that cache'
+ */
+export function asFetch(message: string): string {
+  return message.replace(/^--tokenizer /, '').replace(/ \(npx disagg tokenizer fetch [^)]*\)/g, '');
 }

@@ -57,7 +57,17 @@ describe('disagg with --tokenizer org/name', () => {
     // An unknown model: one line, exit 1.
     const unknown = await disagg(['tokenizer', 'fetch', 'Qwen/Nope'], env);
     expect(unknown.status).toBe(1);
-    expect(unknown.stderr.trim().split('\n')).toEqual([expect.stringMatching(/no such model or revision .*\(404\)/)]);
+    expect(unknown.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(/^disagg tokenizer: Qwen\/Nope: no such model or revision .*\(404\)/),
+    ]);
+    // Offline and not cached: what to change, in this command's words (it does not advise
+    // running itself, nor name serve's flag).
+    const offline = await disagg(['tokenizer', 'fetch', 'Qwen/Nope'], { ...env, HF_HUB_OFFLINE: '1' });
+    expect(offline.status).toBe(1);
+    expect(offline.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(/^disagg tokenizer: Qwen\/Nope is not in the Hugging Face cache .* unset HF_HUB_OFFLINE$/),
+    ]);
+    expect(offline.stderr).not.toMatch(/tokenizer fetch|--tokenizer/);
     const [prefill, decode] = await Promise.all([
       fakes.start({ role: 'prefill', protocol: 'vllm' }),
       fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2 }),
