@@ -22,6 +22,7 @@ import { validateRequest } from '../server/request-schemas.js';
 import { modelNotFound } from '../server/request-stages.js';
 import { poolLabel } from '../server/scaling-metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../server/settings/worker-entries.js';
+import { briefly } from '../util/cause-chain.js';
 
 /** A request as Envoy handed it over: its headers (pseudo-headers included), whole body and the gateway's subset hint. */
 export interface PickRequest {
@@ -221,7 +222,7 @@ export class EndpointPicker {
         core.metrics.tenantRequest(label, error.limit);
         core.metrics.refused(pool, error.limit);
       }
-      core.logger.info({ tenant: tenant.name, err: error, path: request.headers[':path'] }, 'request rejected');
+      core.logger.info({ tenant: tenant.name, ...briefly(error), path: request.headers[':path'] }, 'request rejected');
       return {
         refused: refusal(endpoint, errorAnswer(error), OverloadedError.is(error) ? 'rejected-saturated' : undefined),
       };

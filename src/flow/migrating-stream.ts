@@ -9,7 +9,7 @@ import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { Logger } from '../runtime/logger.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
-import { findCause } from '../util/cause-chain.js';
+import { briefly, findCause } from '../util/cause-chain.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { StreamRecord } from './continuation-chunks.js';
 import { DeadlineError, pause } from './deadlines.js';
@@ -215,15 +215,6 @@ export async function* migratingStream(
     watch.cancel();
     closeQuietly(source);
   }
-}
-
-/**
- * A break the stream recovered from, as an info line carries it: its words and its code, not
- * the stack (a warn line, for a break that reached the client, keeps the whole error).
- */
-function briefly(error: Error): { error: string; code?: string } {
-  const code = (error as { code?: unknown }).code;
-  return { error: error.message, ...(typeof code === 'string' ? { code } : {}) };
 }
 
 /** Why a break is not continued, or undefined when it is. */

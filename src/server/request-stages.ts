@@ -3,6 +3,7 @@ import { headerValue, RequestError } from '../http/node-server.js';
 import { Controller } from '../runtime/controller.js';
 import type { OverLimit } from '../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
+import { briefly } from '../util/cause-chain.js';
 import { OverloadedError } from './admission.js';
 import { answerApiError } from './api-errors.js';
 import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
@@ -88,7 +89,7 @@ export const bodyStage: RequestStage = {
           ...(request.clientRequestId === undefined ? {} : { clientRequestId: request.clientRequestId }),
           route: endpoint.name,
           status: refusal.status,
-          err: error,
+          ...briefly(error),
         },
         'request rejected',
       );
@@ -220,7 +221,7 @@ export const admissionStage: RequestStage = {
           route: request.endpoint.name,
           tenant: tenant.name,
           status: refusal.status,
-          err: error,
+          ...briefly(error),
         },
         'request rejected',
       );

@@ -44,7 +44,14 @@ describe('admission: --max-concurrent-requests, --queue-size, --queue-timeout-ms
     expect(await gauge(url, 'disagg_queue_depth')).toBe(0);
     const refused = logs.filter((record) => record.message === 'request rejected').map((record) => record.fields);
     expect(refused).toStrictEqual([
-      { requestId: expect.any(String), route: 'completions', tenant: 'default', status: 429, err: expect.any(Error) },
+      {
+        requestId: expect.any(String),
+        route: 'completions',
+        tenant: 'default',
+        status: 429,
+        error: expect.stringContaining('at capacity'),
+        code: expect.any(String),
+      },
     ]);
   });
 

@@ -220,8 +220,8 @@ describe('disagg serve under hostile input and faults', () => {
     const rejected = logs.filter((record) => record.message === 'request rejected');
     expect(rejected).toHaveLength(1);
     expect(rejected[0]?.fields).toMatchObject({ route: 'completions', status: 400 });
-    const err = (rejected[0]?.fields as { err?: Error } | undefined)?.err;
-    expect(err?.message).toContain('max_tokens must be at least 1');
+    expect((rejected[0]?.fields as { error?: string } | undefined)?.error).toContain('max_tokens must be at least 1');
+    expect(rejected[0]?.fields).not.toHaveProperty('err');
   });
 
   it('a prompt of token ids and a budget that together exceed the context are refused up front', async () => {
