@@ -1,9 +1,9 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkersUsageError, parseFakeWorkersArgs } from '../../src/cli/fake-workers.js';
-import { serveBin } from '../support/bin.js';
+import { binUntil, serveBin } from '../support/bin.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = `${root}/dist/cli.js`;
@@ -19,28 +19,7 @@ function run<T>(
   ready: (out: string) => T | undefined,
   env: Record<string, string> = {},
 ): Promise<{ child: ChildProcess; found: T }> {
-  const child = spawn(process.execPath, [bin, ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
-  });
-  children.push(child);
-  let out = '';
-  let err = '';
-  child.stderr?.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`not ready: ${out}${err}`)), 10_000);
-    child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}${err}`)));
-    child.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const found = ready(out);
-      if (found !== undefined) {
-        clearTimeout(timer);
-        resolve({ child, found });
-      }
-    });
-  });
+  return binUntil(args, ready, { children, env });
 }
 
 const cleanups: Array<() => unknown> = [];

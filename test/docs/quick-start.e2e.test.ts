@@ -5,46 +5,31 @@
 // (`node dist/cli.js`, what npx runs in the checkout), every server listens on a free port
 // (`--prefill-port 0 --decode-port 0`, `--port 0`) and the page's ports in later commands are
 // replaced by those, and `npm ci` is not run again (the suite runs in an installed checkout).
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { binUntil } from '../support/bin.js';
 import { fencedBlocks, root, type ShellCommand, shellCommands } from '../support/doc-blocks.js';
 import { eventually } from '../support/http.js';
 
-const bin = join(root, 'dist/cli.js');
 const children: ChildProcess[] = [];
 afterAll(() => {
   for (const child of children.splice(0)) child.kill('SIGKILL');
 });
 
 /** Starts a long-running command of the page; resolves with its stdout once `ready` matches it. */
-function start(
+async function start(
   argv: string[],
   env: Record<string, string>,
   ready: RegExp,
 ): Promise<{ child: ChildProcess; out: string }> {
-  const child = spawn(process.execPath, [bin, ...argv], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
+  const { child, found } = await binUntil(argv, (out) => (ready.test(out) ? out : undefined), {
+    children,
+    env,
+    timeoutMs: 20_000,
   });
-  children.push(child);
-  let out = '';
-  let err = '';
-  child.stderr?.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${argv.join(' ')}: not ready: ${out}${err}`)), 20_000);
-    child.on('exit', (code) => reject(new Error(`${argv.join(' ')} exited ${code}: ${out}${err}`)));
-    child.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (ready.test(out)) {
-        clearTimeout(timer);
-        resolve({ child, out });
-      }
-    });
-  });
+  return { child, out: found };
 }
 
 /** Stops the processes the page started so far (the page's "stop the first fake workers first"). */

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -76,4 +76,41 @@ export async function serveBin(
     exited.then((code) => reject(new Error(`the proxy exited ${code} before listening: ${output.out}${output.err}`)));
   });
   return { url: listening.url as string, listening, output, stop, kill: () => child.kill('SIGKILL') };
+}
+
+/**
+ * Starts the built bin with `args` and resolves once `ready` finds what it waits for in the
+ * stdout so far (what it returns); rejects, with what the process said, when it exits first or
+ * after `timeoutMs` (10 s). `children` gets the process, for a test's cleanup.
+ */
+export function binUntil<T>(
+  args: string[],
+  ready: (out: string) => T | undefined,
+  options: { children: ChildProcess[]; env?: Record<string, string>; timeoutMs?: number },
+): Promise<{ child: ChildProcess; found: T }> {
+  const child = spawn(process.execPath, [`${root}/dist/cli.js`, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...options.env },
+  });
+  options.children.push(child);
+  let out = '';
+  let err = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`${args.join(' ')}: not ready: ${out}${err}`)),
+      options.timeoutMs ?? 10_000,
+    );
+    child.on('exit', (code) => reject(new Error(`${args.join(' ')} exited ${code}: ${out}${err}`)));
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const found = ready(out);
+      if (found !== undefined) {
+        clearTimeout(timer);
+        resolve({ child, found });
+      }
+    });
+  });
 }
