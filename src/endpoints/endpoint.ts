@@ -111,6 +111,13 @@ export interface Endpoint {
    * OpenAI's completions and chat can; SGLang's native `/generate` is not continued.
    */
   readonly resumable: boolean;
+  /**
+   * The body field the engines take as the answer's id, for an API whose answers a client asks
+   * for again by id (Responses' `request_id`: vLLM and SGLang name the response by it). The
+   * router fills it when the client leaves it out, so that every id it hands out is its own
+   * random one, and remembers whose each is; undefined for the other APIs.
+   */
+  readonly answerIdField?: string | undefined;
 }
 
 /** The number at a dotted field of `body` (`sampling_params.max_new_tokens`), if it is one. @internal */

@@ -2,7 +2,7 @@ import * as z from 'zod/mini';
 import { responsesAsChat, responsesMessages } from './chat-form.js';
 import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
 import { messagesText } from './prompt-text.js';
-import { has, int, samplingRanges } from './schema-parts.js';
+import { has, int, responseId, samplingRanges } from './schema-parts.js';
 
 /**
  * The fields that make a Responses request depend on what a worker keeps between requests
@@ -60,7 +60,8 @@ export const responses = defineEndpoint({
     max_output_tokens: z.nullish(int(1)),
     stream: z.nullish(z.boolean()),
     tools: z.nullish(z.array(z.looseObject({ type: z.string() }))),
-    previous_response_id: z.nullish(z.string()),
+    previous_response_id: z.nullish(responseId),
+    request_id: z.nullish(responseId),
     store: z.nullish(z.boolean()),
     background: z.nullish(z.boolean()),
   }),
@@ -83,4 +84,5 @@ export const responses = defineEndpoint({
   tokenize: 'chat',
   chatForm: responsesAsChat,
   resumable: false,
+  answerIdField: 'request_id',
 });

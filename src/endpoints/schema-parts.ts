@@ -9,6 +9,22 @@ export const int = (min: number) => z.int().check(z.minimum(min));
 export const number = (...checks: Parameters<ReturnType<typeof z.number>['check']>) => z.number().check(...checks);
 export const tokenIds = z.array(z.int().check(z.minimum(0))).check(z.minLength(1));
 
+/** The longest response id a client may choose (`request_id`): OpenAI's and vLLM's are under 64 characters. */
+export const MAX_RESPONSE_ID = 64;
+
+/**
+ * A response id a client names (`request_id`, which vLLM and SGLang take as the answer's id,
+ * and `previous_response_id`): up to {@link MAX_RESPONSE_ID} letters, digits and `_ - . :`.
+ * The router remembers ids it served, so their size is the client's to choose only this far.
+ */
+export const responseId = z
+  .string()
+  .check(
+    z.minLength(1),
+    z.maxLength(MAX_RESPONSE_ID),
+    z.regex(/^[\w.:-]+$/, { error: 'must hold only letters, digits and _ - . :' }),
+  );
+
 /** The sampling fields OpenAI's routes take at the top and SGLang's `/generate` in `sampling_params`. */
 export const samplingRanges = {
   temperature: z.nullish(number(z.minimum(0))),

@@ -75,10 +75,7 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
     answerFor,
     engines,
   });
-  const decodeWorker = events.routed?.decodeWorker;
-  if (writer?.answerId !== undefined && decodeWorker !== undefined) {
-    proxy.responseHomes.remember(writer.answerId, decodeWorker);
-  }
+  request.answerId = writer?.answerId;
   if (writer?.usage !== undefined) {
     request.usage = writer.usage;
     proxy.metrics.tokens(route, typeof body.model === 'string' ? body.model : '', writer.usage);

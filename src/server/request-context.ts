@@ -67,6 +67,8 @@ export class RequestContext {
   usageNeeded = false;
   /** What the workers said the request used, once answered. */
   usage: CompletionUsage | undefined;
+  /** The id the answer carried, for an API whose answers are asked for again (Responses'). */
+  answerId: string | undefined;
   /** The failure the request was answered with, if any. */
   failure: unknown;
   /** The request's context (a client that leaves stops it), once it is tracked. */

@@ -111,13 +111,16 @@ function expectation(issue: $ZodIssue): string {
       return `must be ${issue.inclusive === false ? 'greater than' : 'at least'} ${String(issue.minimum)}`;
     case 'too_big':
       // Every maximum here is inclusive (`max`, never `lt`).
-      return `must be at most ${String(issue.maximum)}`;
+      return `must be at most ${String(issue.maximum)}${UNITS[issue.origin] ?? ''}`;
     case 'invalid_union':
       return issue.message.startsWith('must ') ? issue.message : 'has none of the accepted forms';
     default:
       return issue.message;
   }
 }
+
+/** What a length counts, by what was measured. */
+const UNITS: Readonly<Record<string, string>> = { string: ' characters', array: ' items' };
 
 function article(type: string): string {
   return /^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`;

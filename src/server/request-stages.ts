@@ -5,6 +5,7 @@ import type { OverLimit } from '../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
 import { briefly } from '../util/cause-chain.js';
 import { OverloadedError } from './admission.js';
+import { answerIdStage } from './answer-id-stage.js';
 import { answerApiError } from './api-errors.js';
 import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
 import { readRequestBody } from './request-body.js';
@@ -26,7 +27,7 @@ export type StageOutcome = { refused: ErrorAnswer } | { after?: (() => void) | u
 
 /** One stage of a request: named for the logs and the docs, run in the order its route lists it. */
 export interface RequestStage {
-  readonly name: 'open' | 'body' | 'admission' | 'tracking';
+  readonly name: 'open' | 'body' | 'admission' | 'answer-id' | 'tracking';
   run(request: RequestContext): StageOutcome | Promise<StageOutcome>;
 }
 
@@ -320,7 +321,8 @@ function traceOf(request: RequestContext): RequestTrace | undefined {
 }
 
 /**
- * The stages of an API request, in order: the proxy is open, the body fits, the tenant is
- * admitted, the request is tracked. Every endpoint of `ENDPOINTS` lists these.
+ * The stages of an API request, in order: the proxy is open, the body fits, the answer's id is
+ * settled (for an API that has one), the tenant is admitted, the request is tracked.
+ * Every endpoint of `ENDPOINTS` lists these.
  */
-export const API_STAGES: readonly RequestStage[] = [openStage, bodyStage, admissionStage, trackingStage];
+export const API_STAGES: readonly RequestStage[] = [openStage, bodyStage, answerIdStage, admissionStage, trackingStage];

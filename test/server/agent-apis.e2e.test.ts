@@ -106,7 +106,7 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     expect(proxied).not.toHaveProperty('kv_transfer_params.remote_host');
   });
 
-  it("the prefill leg: max_output_tokens 1, not streamed, nothing stored, vLLM's handoff asked; the decode leg the client's body with prefill's handoff", async () => {
+  it("the prefill leg: max_output_tokens 1, not streamed, nothing stored, vLLM's handoff asked; the decode leg the client's body with prefill's handoff; both the router's response id", async () => {
     const { url, prefill, decode } = await setup('vllm');
     await openai(url)
       .responses.create({ ...RESPONSES_BODY, stream: true })
@@ -117,8 +117,12 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
       });
     const [leg] = prefill.requests;
     expect(leg?.path).toBe('/v1/responses');
+    // The id the answer will carry: the router's own (vLLM and SGLang name a response by it).
+    const id = leg?.body.request_id;
+    expect(id).toMatch(/^resp_[0-9a-f]{32}$/);
     expect(leg?.body).toEqual({
       ...RESPONSES_BODY,
+      request_id: id,
       max_output_tokens: 1,
       stream: false,
       store: false,
@@ -134,7 +138,7 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     const [decoded] = decode.requests;
     expect(decoded?.path).toBe('/v1/responses');
     const { kv_transfer_params: params, ...rest } = decoded?.body ?? {};
-    expect(rest).toEqual({ ...RESPONSES_BODY, stream: true });
+    expect(rest).toEqual({ ...RESPONSES_BODY, request_id: id, stream: true });
     expect(params).toMatchObject({ do_remote_prefill: true, remote_port: prefill.port });
     expect(decoded?.kv).toBe('taken');
   });
