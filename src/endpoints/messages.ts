@@ -2,7 +2,7 @@ import * as z from 'zod/mini';
 import { anthropicAsChat, anthropicMessages } from './chat-form.js';
 import { defineEndpoint, type EndpointBody } from './endpoint.js';
 import { messagesText } from './prompt-text.js';
-import { has, int, number } from './schema-parts.js';
+import { has, int, modelName, number } from './schema-parts.js';
 
 /** The prompt of an Anthropic body, the same for a message and its token count. */
 const prompt = {
@@ -36,7 +36,7 @@ export const messages = defineEndpoint({
   answer: 'messages',
   schema: z.looseObject({
     ...prompt,
-    model: z.string().check(z.minLength(1)),
+    model: modelName,
     max_tokens: int(1),
     stream: z.nullish(z.boolean()),
     temperature: z.nullish(number(z.minimum(0))),
@@ -72,7 +72,7 @@ export const countTokens = defineEndpoint({
   path: '/v1/messages/count_tokens',
   serving: 'passthrough',
   answer: 'json',
-  schema: z.looseObject({ ...prompt, model: z.nullish(z.string().check(z.minLength(1))) }),
+  schema: z.looseObject({ ...prompt, model: z.nullish(modelName) }),
   misfit: (body) =>
     Array.isArray(body.messages) && body.messages.length > 0
       ? undefined

@@ -1,7 +1,7 @@
 import * as z from 'zod/mini';
 import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
 import { clip, idsAt, messagesText, promptText } from './prompt-text.js';
-import { has } from './schema-parts.js';
+import { has, modelName } from './schema-parts.js';
 
 // The pooling APIs of vLLM and SGLang: one call that computes over its input and answers one
 // JSON body, nothing to hand off. They are passed through to a decode worker the pool's policy
@@ -9,7 +9,7 @@ import { has } from './schema-parts.js';
 // fields that make it this API), and the worker's own 4xx says the rest, relayed unchanged.
 
 const passthroughSchema = z.looseObject({
-  model: z.nullish(z.string().check(z.minLength(1))),
+  model: z.nullish(modelName),
   stream: z.nullish(z.literal(false)),
 });
 

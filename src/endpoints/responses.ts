@@ -2,7 +2,7 @@ import * as z from 'zod/mini';
 import { responsesAsChat, responsesMessages } from './chat-form.js';
 import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
 import { messagesText } from './prompt-text.js';
-import { has, int, responseId, samplingRanges } from './schema-parts.js';
+import { has, int, modelName, responseId, samplingRanges } from './schema-parts.js';
 
 /**
  * The fields that make a Responses request depend on what a worker keeps between requests
@@ -54,7 +54,7 @@ export const responses = defineEndpoint({
   answer: 'responses',
   schema: z.looseObject({
     ...samplingRanges,
-    model: z.nullish(z.string().check(z.minLength(1))),
+    model: z.nullish(modelName),
     input: z.union([z.string(), z.array(z.unknown()).check(z.minLength(1))]),
     instructions: z.nullish(z.string()),
     max_output_tokens: z.nullish(int(1)),

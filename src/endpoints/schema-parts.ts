@@ -9,6 +9,28 @@ export const int = (min: number) => z.int().check(z.minimum(min));
 export const number = (...checks: Parameters<ReturnType<typeof z.number>['check']>) => z.number().check(...checks);
 export const tokenIds = z.array(z.int().check(z.minimum(0))).check(z.minLength(1));
 
+/** The longest model name a request may send: Hugging Face ids are at most 96 characters, served paths a little longer. */
+export const MAX_MODEL_NAME = 256;
+
+/**
+ * The characters of a model name: what Hugging Face ids (`org/name`), served model paths
+ * (`/models/llama-3.1`), LoRA adapters and tags (`name:8b`, `name@rev`) use. No space, no
+ * control character: a name reaches logs, traces and error messages.
+ */
+const MODEL_CHARS = /^[\w.:/@+=~-]+$/;
+
+/**
+ * A request's `model`: 1 to {@link MAX_MODEL_NAME} characters of {@link MODEL_CHARS}, checked
+ * before any worker (engines that serve any name, SGLang's, would otherwise take a megabyte).
+ */
+export const modelName = z
+  .string()
+  .check(
+    z.minLength(1),
+    z.maxLength(MAX_MODEL_NAME),
+    z.regex(MODEL_CHARS, { error: 'must hold only letters, digits and . _ - / : @ + = ~' }),
+  );
+
 /** The longest response id a client may choose (`request_id`): OpenAI's and vLLM's are under 64 characters. */
 export const MAX_RESPONSE_ID = 64;
 
@@ -38,7 +60,7 @@ export const samplingRanges = {
 /** The fields OpenAI's generation routes share. */
 export const sampling = {
   ...samplingRanges,
-  model: z.nullish(z.string().check(z.minLength(1))),
+  model: z.nullish(modelName),
   stream: z.nullish(z.boolean()),
   stream_options: z.nullish(
     z.looseObject({ include_usage: z.nullish(z.boolean()), continuous_usage_stats: z.nullish(z.boolean()) }),

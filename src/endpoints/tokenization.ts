@@ -1,7 +1,7 @@
 import * as z from 'zod/mini';
 import { defineEndpoint, type EndpointBody } from './endpoint.js';
 import { clip, idsAt, messagesText, promptText } from './prompt-text.js';
-import { has, tokenIds } from './schema-parts.js';
+import { has, modelName, tokenIds } from './schema-parts.js';
 
 const json = {
   serving: 'passthrough',
@@ -44,7 +44,7 @@ export const tokenize = defineEndpoint({
   name: 'tokenize',
   path: '/tokenize',
   schema: z.looseObject({
-    model: z.nullish(z.string().check(z.minLength(1))),
+    model: z.nullish(modelName),
     prompt: z.nullish(z.string()),
     messages: z.nullish(z.array(z.looseObject({ role: z.string().check(z.minLength(1)) }))),
     add_special_tokens: z.nullish(z.boolean()),
@@ -76,7 +76,7 @@ export const detokenize = defineEndpoint({
   ...json,
   name: 'detokenize',
   path: '/detokenize',
-  schema: z.looseObject({ model: z.nullish(z.string().check(z.minLength(1))), tokens: tokenIds }),
+  schema: z.looseObject({ model: z.nullish(modelName), tokens: tokenIds }),
   misfit: (body) =>
     Array.isArray(body.tokens)
       ? undefined

@@ -78,7 +78,7 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
   request.answerId = writer?.answerId;
   if (writer?.usage !== undefined) {
     request.usage = writer.usage;
-    proxy.metrics.tokens(route, typeof body.model === 'string' ? body.model : '', writer.usage);
+    proxy.metrics.tokens(route, proxy.modelLabel(body.model), writer.usage);
     proxy.metrics.lengths(poolLabel(request.pool), writer.usage);
     const predicted = events.routed?.predictedCachedTokens;
     const reported = writer.usage.prompt_tokens_details?.cached_tokens;

@@ -1,9 +1,16 @@
 import type { Dispatcher } from 'undici';
+import { MAX_MODEL_NAME } from '../endpoints/schema-parts.js';
 import { parseJson } from '../http/json.js';
 import { request } from '../http/undici-parts.js';
 import type { Logger } from '../runtime/logger.js';
 import { joinUrl } from '../util/url.js';
 import type { ModelLimits } from './request-schemas.js';
+
+/**
+ * The most model ids kept of what the workers list: each is a metrics label value, so a worker
+ * serving thousands of adapters must not make thousands of series (the rest count as `other`).
+ */
+const MAX_LISTED = 256;
 
 /** Options of {@link ServedModels}. */
 interface ServedModelsOptions {
@@ -28,6 +35,8 @@ export class ServedModels implements ModelLimits {
   #limits = new Map<string, number>();
   /** Each LoRA adapter the workers list, and its base model (vLLM's `parent`). */
   #parents = new Map<string, string>();
+  /** Every model id the workers list (base models and adapters), bounded by {@link MAX_LISTED}. */
+  #listed = new Set<string>();
   readonly #options: ServedModelsOptions;
 
   constructor(options: ServedModelsOptions) {
@@ -48,10 +57,16 @@ export class ServedModels implements ModelLimits {
     return typeof model === 'string' ? this.#parents.get(model) : undefined;
   }
 
+  /** Whether a worker listed `model` in its `/v1/models` at the last refresh (a name it serves, not one a client made up). */
+  lists(model: unknown): boolean {
+    return typeof model === 'string' && this.#listed.has(model);
+  }
+
   /** Asks each worker for its models, within `timeoutMs` each. */
   async refresh(workers: readonly { url: string }[], timeoutMs = 2000): Promise<void> {
     const limits = new Map<string, number>();
     const parents = new Map<string, string>();
+    const listed = new Set<string>();
     await Promise.all(
       workers.map(async (worker) => {
         try {
@@ -66,6 +81,7 @@ export class ServedModels implements ModelLimits {
           if (!Array.isArray(data)) return;
           for (const entry of data as Array<{ id?: unknown; max_model_len?: unknown; parent?: unknown }>) {
             const { id, max_model_len: length, parent } = entry ?? {};
+            if (typeof id === 'string' && id.length <= MAX_MODEL_NAME && listed.size < MAX_LISTED) listed.add(id);
             if (typeof id === 'string' && typeof parent === 'string' && parent !== '' && parent !== id)
               parents.set(id, parent);
             if (typeof id !== 'string' || typeof length !== 'number' || !(length > 0)) continue;
@@ -82,6 +98,7 @@ export class ServedModels implements ModelLimits {
     // Kept when no worker answered: the last known limits stay better than none.
     if (limits.size > 0) this.#limits = limits;
     if (limits.size > 0 || parents.size > 0) this.#parents = parents;
+    if (listed.size > 0) this.#listed = listed;
   }
 }
 

@@ -400,6 +400,18 @@ export class ProxyCore implements ProxyState {
     return this.tenants.tenants.some((known) => known.name === tenant) ? tenant : 'other';
   }
 
+  /**
+   * The metrics' label of a request's model: a name a pool or a rewrite rule is configured
+   * with, or one a decode worker lists (an adapter it loaded); else `other`. A client writes the
+   * body's model, and engines that serve any name (SGLang's) would make each a series.
+   */
+  modelLabel(model: unknown): string {
+    if (typeof model !== 'string') return '';
+    const known =
+      this.pools.namedFor(model) !== undefined || this.rewrites.names().includes(model) || this.models.lists(model);
+    return known ? model : 'other';
+  }
+
   /** The router's tokenizer (`--tokenizer`), once started; undefined without one. */
   get tokenizer(): TokenizerPool | undefined {
     return this.#tokenizer;

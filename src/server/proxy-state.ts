@@ -73,6 +73,11 @@ export interface ProxyState {
   readonly limits: TenantLimits;
   /** The metrics' label of a tenant (bounded: `other` for names the file does not list). */
   tenantLabel(tenant: string): string;
+  /**
+   * The metrics' label of a request's model (bounded: `other` for a name no pool, rewrite rule
+   * or worker's `/v1/models` names).
+   */
+  modelLabel(model: unknown): string;
   readonly logger: Logger;
   /**
    * The prompt's token ids by the router's tokenizer (`--tokenizer`); undefined without one,
