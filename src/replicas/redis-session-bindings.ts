@@ -1,5 +1,6 @@
 // Session bindings in the Redis the replicas share: a session's worker per pool side, the first
 // binding winning, refreshed on use, replaced only when it names a worker that left.
+import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { BindingRole, SessionBinding, SessionBindingStore } from '../routing/session-bindings.js';
 import type { Logger } from '../runtime/logger.js';
@@ -20,6 +21,22 @@ return current
 
 /** How long an unused session keeps its binding: half an hour, refreshed by each of its requests. */
 export const SESSION_BINDING_TTL_MS = 30 * 60 * 1000;
+
+/** The longest session key kept as it is in a binding's key; a longer one is kept as its digest. */
+const MAX_PLAIN_SESSION_KEY = 128;
+
+/**
+ * A session key as a binding's key holds it: itself when short and plain (readable with
+ * `redis-cli`), else its SHA-256 in hex. A client chooses the key (a header of up to 16 KB),
+ * and each binding lives half an hour in the Redis every replica shares; a brace would also
+ * move the key's hash tag.
+ *
+ * @example storedSessionKey('conv-42'); // 'conv-42'
+ */
+export function storedSessionKey(sessionKey: string): string {
+  if (sessionKey.length <= MAX_PLAIN_SESSION_KEY && !/[{}]/.test(sessionKey)) return sessionKey;
+  return `sha256-${createHash('sha256').update(sessionKey).digest('hex')}`;
+}
 
 /** Options of {@link RedisSessionBindings}. */
 export interface RedisSessionBindingsOptions {
@@ -106,7 +123,7 @@ export class RedisSessionBindings implements SessionBindingStore {
 
   // A hash tag of the session, so that its two sides would share a slot.
   #key(sessionKey: string, role: BindingRole): string {
-    return `${this.#prefix}:{${sessionKey}}:${role}`;
+    return `${this.#prefix}:{${storedSessionKey(sessionKey)}}:${role}`;
   }
 
   #failed(error: unknown): void {

@@ -1,6 +1,8 @@
 // Session bindings in one real redis-server, and the session policy that follows them.
+
+import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { RedisSessionBindings } from '../../src/replicas/redis-session-bindings.js';
+import { RedisSessionBindings, storedSessionKey } from '../../src/replicas/redis-session-bindings.js';
 import { RoutingInput } from '../../src/routing/routing-input.js';
 import { sessionAffinity } from '../../src/routing/session-affinity.js';
 import type { SessionBindingStore } from '../../src/routing/session-bindings.js';
@@ -35,6 +37,31 @@ describe.skipIf(redisServer.skip)(`RedisSessionBindings (${redisServer.why})`, (
     b.bind('s1', 'decode', 'http://d1', undefined);
     await eventuallyAsync(async () => (await a.lookup('s1')).decode === 'http://d1', 'decode bound');
     expect(await a.lookup('s1')).toEqual({ prefill: 'http://p0', decode: 'http://d1' });
+  });
+
+  it("a client's long session key costs Redis a digest, not its size; short plain keys stay readable", async () => {
+    const redis = await startRedis();
+    cleanups.push(redis.close);
+    const { bindings } = store(redis.url);
+    const long = `s-${'k'.repeat(16_000)}`;
+    bindings.bind(long, 'prefill', 'http://p0', undefined);
+    bindings.bind('conv-42', 'prefill', 'http://p1', undefined);
+    bindings.bind('a}b{c', 'prefill', 'http://p2', undefined);
+    await eventuallyAsync(async () => (await bindings.lookup(long)).prefill === 'http://p0', 'long key bound');
+    await eventuallyAsync(async () => (await bindings.lookup('a}b{c')).prefill === 'http://p2', 'braced key bound');
+    const client = new Redis(redis.url);
+    cleanups.push(() => client.disconnect());
+    const keys = (await client.keys('disagg:sessions:*')).sort();
+    expect(keys).toEqual(
+      [
+        `disagg:sessions:{${storedSessionKey(long)}}:prefill`,
+        `disagg:sessions:{${storedSessionKey('a}b{c')}}:prefill`,
+        'disagg:sessions:{conv-42}:prefill',
+      ].sort(),
+    );
+    expect(Math.max(...keys.map((key) => key.length))).toBeLessThan(120);
+    // Another long key is another session.
+    expect(await bindings.lookup(`s-${'k'.repeat(15_999)}x`)).toEqual({});
   });
 
   it('replaces a binding only while it still names the worker that left', async () => {
