@@ -2,16 +2,8 @@
 // hub cache through the client package `@huggingface/hub` (loaded only for an id).
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import {
-  cachedSnapshot,
-  hfHome,
-  hubCacheDir,
-  isCommit,
-  modelFolder,
-  storeFile,
-  TOKENIZER_FILE,
-  writeRef,
-} from './hub-cache.js';
+import { cachedSnapshot, hfHome, hubCacheDir, modelFolder, storeFile, TOKENIZER_FILE, writeRef } from './hub-cache.js';
+import { isCommit } from './hub-ids.js';
 import { TokenizerError } from './tokenizer-pool.js';
 
 /** What the tokenizer's threads read, `tokenizer.json` last: its presence marks a whole snapshot. */
