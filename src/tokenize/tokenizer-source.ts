@@ -6,18 +6,20 @@ import {
   cachedSnapshot,
   hfHome,
   hubCacheDir,
-  isCommit,
+  inside,
   modelFolder,
   storeFile,
   TOKENIZER_FILE,
   writeRef,
 } from './hub-cache.js';
+import { isBlobName, isCommit, modelIdProblem, revisionProblem } from './hub-ids.js';
 import { TokenizerError } from './tokenizer-pool.js';
 
 /** What the tokenizer's threads read, `tokenizer.json` last: its presence marks a whole snapshot. */
 const FILES = ['tokenizer_config.json', 'special_tokens_map.json', 'chat_template.jinja', TOKENIZER_FILE];
 const HUB = 'https://huggingface.co';
-// org/name as the hub spells them; a revision after `@` (a branch, a tag, a commit, refs/pr/1).
+// The shape of org/name with a revision after `@` (a branch, a tag, a commit, refs/pr/1): what
+// is taken for a model id. hub-ids then holds it to the hub's rules.
 const MODEL_ID = /^([A-Za-z0-9][\w.-]*\/[\w.-]+)(?:@(.+))?$/;
 
 /** `--tokenizer`'s value read: a directory on this machine, or a model on the hub at a revision. */
@@ -26,7 +28,8 @@ export type TokenizerSpec = { kind: 'directory'; dir: string } | { kind: 'hub'; 
 /**
  * Reads `--tokenizer`'s value: a directory that exists is a directory; else `org/name` or
  * `org/name@revision` (a branch, a tag or a commit; `main` by default) is a Hugging Face model id;
- * anything else is taken as a directory (which {@link findTokenizer} then reports missing).
+ * anything else is taken as a directory (which {@link findTokenizer} then reports missing). An id
+ * is not checked against the hub's rules here: {@link findTokenizer} refuses one they do not allow.
  *
  * @example
  * tokenizerSpec('Qwen/Qwen3-8B@main'); // { kind: 'hub', model: 'Qwen/Qwen3-8B', revision: 'main' }
@@ -85,7 +88,10 @@ export interface FindTokenizerOptions {
  * reach).
  *
  * @throws {TokenizerError} one line saying what to change: a missing directory or one without
- * `tokenizer.json`, an unknown model (404), a gated one without a token or with a bad one
+ * `tokenizer.json`, a model id or revision the hub does not allow (`org/name`, each part up to 96
+ * letters, digits, `-`, `_`, `.`; a revision as git names branches and tags, no `..`), refused
+ * before the cache is read, a hub answer that is not a commit or a blob name (before anything is
+ * written), an unknown model (404), a gated one without a token or with a bad one
  * (401, 403), the hub out of reach with nothing cached, a model without `tokenizer.json`.
  * @example
  * const found = await findTokenizer('Qwen/Qwen3-8B');
@@ -96,16 +102,17 @@ export async function findTokenizer(value: string, options: FindTokenizerOptions
   if (spec.kind === 'directory') {
     if (!isDirectory(spec.dir)) {
       throw new TokenizerError(
-        `--tokenizer ${value}: no such directory, nor a Hugging Face model id (org/name, or org/name@revision)`,
+        `--tokenizer ${shown(value)}: no such directory, nor a Hugging Face model id (org/name, or org/name@revision)`,
       );
     }
     if (!existsSync(join(spec.dir, TOKENIZER_FILE))) {
       throw new TokenizerError(
-        `--tokenizer ${value} has no tokenizer.json: give the directory of a Hugging Face model (tokenizer.json and tokenizer_config.json), or its model id (org/name)`,
+        `--tokenizer ${shown(value)} has no tokenizer.json: give the directory of a Hugging Face model (tokenizer.json and tokenizer_config.json), or its model id (org/name)`,
       );
     }
     return { from: 'directory', dir: spec.dir };
   }
+  refuseDisallowed(value, spec);
   const env = options.env ?? process.env;
   const folder = modelFolder(hubCacheDir(env), spec.model);
   const cached = cachedSnapshot(folder, spec.revision);
@@ -164,7 +171,9 @@ async function download(
     revision: spec.revision,
     additionalFields: ['sha'],
   });
+  // The hub's answers name paths in the cache: a commit and blob ids only, checked before any write.
   const commit = String(sha);
+  if (!isCommit(commit)) throw hubAnswerError(spec, where.hub, 'a commit that is not 40 hex digits', commit);
   await writeRef(where.folder, spec.revision, commit);
   if (where.cached?.commit === commit) return { from: 'cache', model: spec.model, ...where.cached, why: 'current' };
   const infos = await hub.pathsInfo({ ...common, repo: spec.model, revision: commit, paths: FILES });
@@ -174,10 +183,12 @@ async function download(
       `--tokenizer ${spec.model}@${spec.revision} has no tokenizer.json on ${where.hub} (only a slow tokenizer?): give a directory holding one (transformers' AutoTokenizer.from_pretrained(...).save_pretrained(dir) writes it)`,
     );
   }
+  const etags = present.map((info) => info.lfs?.oid ?? info.oid ?? commit + info.path);
+  const badEtag = etags.find((etag) => !isBlobName(etag));
+  if (badEtag !== undefined) throw hubAnswerError(spec, where.hub, 'a file id that is not a file name', badEtag);
   let bytes = 0;
-  for (const info of present) {
-    const etag = info.lfs?.oid ?? info.oid ?? commit + info.path;
-    bytes += await storeFile(where.folder, commit, info.path, etag, async () => {
+  for (const [index, info] of present.entries()) {
+    bytes += await storeFile(where.folder, commit, info.path, etags[index] as string, async () => {
       // Plain HTTP (no Xet): what mirrors serve too, and small files need no chunked transfer.
       const blob = await hub.downloadFile({
         ...common,
@@ -199,7 +210,7 @@ async function download(
   }
   return {
     from: 'hub',
-    dir: join(where.folder, 'snapshots', commit),
+    dir: inside(inside(where.folder, 'snapshots'), commit),
     model: spec.model,
     commit,
     hub: where.hub,
@@ -207,6 +218,44 @@ async function download(
     bytes,
     ms: Math.round(performance.now() - started),
   };
+}
+
+/**
+ * Refuses an id or a revision the hub does not allow, before the cache is read: each names a
+ * path in it (models--org--name, refs/<revision>).
+ */
+function refuseDisallowed(value: string, spec: { model: string; revision: string }): void {
+  const model = modelIdProblem(spec.model);
+  if (model !== undefined) {
+    throw new TokenizerError(
+      `--tokenizer ${shown(value)}: no such directory, nor a model id the Hugging Face hub allows (${model}): give org/name, each part up to 96 letters, digits, '-', '_' or '.', or a directory holding tokenizer.json`,
+    );
+  }
+  const revision = revisionProblem(spec.revision);
+  if (revision !== undefined) {
+    throw new TokenizerError(
+      `--tokenizer ${shown(value)}: no such directory, nor a revision the Hugging Face hub allows after @ (${revision}): give a branch or tag as git names them (main, v1.0, refs/pr/1) or a 40-hex commit`,
+    );
+  }
+}
+
+/** A hub (a mirror, HF_ENDPOINT) answered something that cannot name a path in the cache. */
+function hubAnswerError(
+  spec: { model: string; revision: string },
+  hub: string,
+  what: string,
+  answered: string,
+): TokenizerError {
+  return new TokenizerError(
+    `--tokenizer ${spec.model}@${spec.revision}: ${hub} answered ${what} (${shown(answered)}), refused before it named a path in the cache: check HF_ENDPOINT (the hub, or a mirror of it)`,
+  );
+}
+
+/** A value as a message shows it: on one line (JSON-quoted if it holds a control character), clipped. */
+function shown(value: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it looks for
+  const line = /[\u0000-\u001f\u007f]/.test(value) ? JSON.stringify(value) : value;
+  return line.length > 500 ? `${line.slice(0, 200)}... (${value.length} characters)` : line;
 }
 
 /** The one line of a hub's refusal, saying what to change. */

@@ -2,7 +2,7 @@
 // `disagg tokenizer fetch` fills the cache from a stand-in of the hub, then `disagg serve`
 // starts from that cache with the hub gone and HF_HUB_OFFLINE=1.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -111,5 +111,49 @@ describe('disagg with --tokenizer org/name', () => {
     const lines = served.output.out.split('\n').filter((line) => line.includes("router's tokenizer"));
     expect(JSON.parse(lines[0] ?? '{}')).toMatchObject({ level: 30, dir, why: 'offline', commit: STAND_IN_COMMIT });
     expect(JSON.parse(lines[1] ?? '{}')).toMatchObject({ msg: "The router's tokenizer is loaded" });
+  });
+
+  it('a revision with .. against a hub that answers for it: one line, exit 1 for fetch and 2 for serve, nothing written', async () => {
+    // HF_HOME two levels below root: `refs/../../../../outside/x` would be root/outside/x.
+    const root = mkdtempSync(join(tmpdir(), 'disagg-hf-hostile-'));
+    cleanups.push(() => rmSync(root, { recursive: true, force: true }));
+    mkdirSync(join(root, 'hf', 'hub'), { recursive: true });
+    const mirror = await hubStandIn({ 'org/name': { files: { 'tokenizer.json': '{}' }, anyRevision: true } });
+    cleanups.push(() => mirror.close());
+    const env = { HF_HOME: join(root, 'hf'), HF_ENDPOINT: mirror.url };
+    const id = 'org/name@../../../../outside/x';
+    const before = readdirSync(root, { recursive: true });
+    const fetched = await disagg(['tokenizer', 'fetch', id], env);
+    expect(fetched.status).toBe(1);
+    expect(fetched.stdout).toBe('');
+    expect(fetched.stderr.trim().split('\n')).toEqual([
+      "disagg tokenizer: org/name@../../../../outside/x: no such directory, nor a revision the Hugging Face hub allows after @ ('..' in it): give a branch or tag as git names them (main, v1.0, refs/pr/1) or a 40-hex commit",
+    ]);
+    const [prefill, decode] = await Promise.all([
+      fakes.start({ role: 'prefill', protocol: 'vllm' }),
+      fakes.start({ role: 'decode', protocol: 'vllm' }),
+    ]);
+    const served = await disagg(
+      [
+        'serve',
+        '--connector',
+        'vllm',
+        '--prefill',
+        prefill.url,
+        '--decode',
+        decode.url,
+        '--port',
+        '0',
+        '--tokenizer',
+        id,
+      ],
+      env,
+    );
+    expect(served.status, served.stderr).toBe(2);
+    expect(served.stderr.trim().split('\n')[0]).toBe(
+      "disagg serve: --tokenizer org/name@../../../../outside/x: no such directory, nor a revision the Hugging Face hub allows after @ ('..' in it): give a branch or tag as git names them (main, v1.0, refs/pr/1) or a 40-hex commit",
+    );
+    expect(mirror.requests).toEqual([]);
+    expect(readdirSync(root, { recursive: true })).toEqual(before);
   });
 });

@@ -16,6 +16,10 @@ export interface StandInModel {
   commit?: string;
   /** Gated: only this bearer token gets it. */
   token?: string;
+  /** A permissive mirror (or a hostile HF_ENDPOINT): every revision resolves to `commit`, `..` and all. */
+  anyRevision?: boolean;
+  /** The oid paths-info answers for a file, in place of its git blob id (a hostile hub's). */
+  oids?: Record<string, string>;
 }
 
 /** A request the stand-in saw. */
@@ -39,14 +43,15 @@ export const STAND_IN_COMMIT = 'c0ffee0000000000000000000000000000000001';
 export async function hubStandIn(models: Record<string, StandInModel>): Promise<HubStandIn> {
   const requests: StandInRequest[] = [];
   const server = createServer((request, response) => {
-    const path = decodeURIComponent((request.url ?? '/').split('?')[0] as string);
+    const raw = (request.url ?? '/').split('?')[0] as string;
+    const path = decodeURIComponent(raw);
     requests.push({ method: request.method ?? 'GET', path, authorization: request.headers.authorization });
     let body = '';
     request.on('data', (chunk: Buffer) => {
       body += chunk.toString('utf8');
     });
     request.on('end', () => {
-      answer(models, request, response, path, body);
+      answer(models, request, response, raw, body);
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -62,21 +67,25 @@ export async function hubStandIn(models: Record<string, StandInModel>): Promise<
   };
 }
 
+// Routes are matched on the path as sent, each part then decoded, as the hub does: a revision
+// is one part (`refs%2Fpr%2F1`), whatever it holds once decoded.
 function answer(
   models: Record<string, StandInModel>,
   request: IncomingMessage,
   response: ServerResponse,
-  path: string,
+  raw: string,
   body: string,
 ): true {
-  const cdn = /^\/cdn-lfs\/([^/]+\/[^/]+)\/(.+)$/.exec(path);
+  const decoded = (match: RegExpExecArray | null) =>
+    match === null ? null : (match.map((part) => decodeURIComponent(part)) as RegExpExecArray);
+  const cdn = decoded(/^\/cdn-lfs\/([^/]+\/[^/]+)\/(.+)$/.exec(raw));
   if (cdn !== null) {
     const content = models[cdn[1] as string]?.files[cdn[2] as string];
     if (content === undefined) return json(response, 404, { error: 'Entry not found' });
     return serveFile(request, response, Buffer.from(content), models[cdn[1] as string] as StandInModel);
   }
-  const api = /^\/api\/models\/([^/]+\/[^/]+)\/(revision|paths-info)\/(.+)$/.exec(path);
-  const resolve = /^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(path);
+  const api = decoded(/^\/api\/models\/([^/]+\/[^/]+)\/(revision|paths-info)\/([^/]+)$/.exec(raw));
+  const resolve = decoded(/^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(raw));
   const name = (api?.[1] ?? resolve?.[1]) as string | undefined;
   const model = name === undefined ? undefined : models[name];
   if (name === undefined || model === undefined) {
@@ -96,7 +105,7 @@ function answer(
   }
   const commit = model.commit ?? STAND_IN_COMMIT;
   const revision = (api?.[3] ?? resolve?.[2]) as string;
-  if (revision !== 'main' && revision !== commit) {
+  if (revision !== 'main' && revision !== commit && model.anyRevision !== true) {
     response.setHeader('X-Error-Code', 'RevisionNotFound');
     return json(response, 404, { error: `Invalid rev id: ${revision}` });
   }
@@ -121,7 +130,8 @@ function answer(
         const content = model.files[file];
         if (content === undefined) return [];
         const bytes = Buffer.from(content);
-        return [{ type: 'file', path: file, size: bytes.length, oid: gitOid(bytes), ...lfsOf(file, bytes) }];
+        const oid = model.oids?.[file] ?? gitOid(bytes);
+        return [{ type: 'file', path: file, size: bytes.length, oid, ...lfsOf(file, bytes) }];
       }),
     );
   }
