@@ -72,7 +72,7 @@ export function checkRequest(
   const result = endpoint.schema.safeParse(body);
   if (!result.success) {
     const issue = result.error.issues[0] as $ZodIssue;
-    const param = issue.path.map(String).join('.') || 'body';
+    const param = pathText(issue.path);
     const given = issue.path.reduce<unknown>((value, key) => (value as Record<PropertyKey, unknown>)?.[key], body);
     throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${describeValue(given)}`);
   }
@@ -99,6 +99,19 @@ function checkContext(endpoint: Endpoint, body: Record<string, unknown>, limits:
       `${budget.field} ${budget.tokens}${prompt} is more than the model's context of ${context} tokens (max_model_len)`,
     );
   }
+}
+
+/**
+ * A zod issue's path as the APIs name a field: `input[3].content[0].type`, `messages[0].role`,
+ * `sampling_params.max_new_tokens`; `body` for the body itself.
+ */
+export function pathText(path: readonly PropertyKey[]): string {
+  let text = '';
+  for (const key of path) {
+    if (typeof key === 'number') text += `[${key}]`;
+    else text += text === '' ? String(key) : `.${String(key)}`;
+  }
+  return text === '' ? 'body' : text;
 }
 
 /** What an issue says was expected, in words. */
