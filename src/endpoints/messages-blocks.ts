@@ -9,6 +9,7 @@
 // content, `cache_control`, signatures: the engine's business).
 
 import { type ContentProblem, isObject, oneOf } from './content-checks.js';
+import type { EndpointBody } from './endpoint.js';
 
 /** Every content block type of Anthropic's Messages API (the stable and beta ones), and vLLM's `tool_reference`. */
 export const MESSAGES_BLOCK_TYPES: readonly string[] = Object.freeze([
@@ -93,4 +94,39 @@ export function blocksProblem(blocks: readonly unknown[]): ContentProblem | unde
     }
   }
   return undefined;
+}
+
+/**
+ * The fewest tokens an Anthropic body's prompt can be under any chat template, without the
+ * tokenizer: one per chat message its `messages` become, as vLLM converts them
+ * (`vllm/entrypoints/anthropic/serving.py`): each user's or assistant's message with a text;
+ * of a user's blocks, one per `tool_result` (a tool message) and one for its text;
+ * of an assistant's, one. Every chat template marks a message with at least one token (its
+ * role's header, or an end of turn). The system prompt counts nothing: vLLM joins it into one
+ * message, or leaves it out (Claude Code's billing header alone).
+ *
+ * @example
+ * messagesPromptFloor({ system: 'Be brief', messages: [{ role: 'user', content: 'Hi' }] }); // 1
+ */
+export function messagesPromptFloor(body: EndpointBody): number {
+  const { messages } = body;
+  if (!Array.isArray(messages)) return 0;
+  let floor = 0;
+  for (const message of messages) {
+    if (!isObject(message) || message.role === 'system') continue;
+    const { role, content } = message;
+    if (typeof content === 'string' || role === 'assistant') {
+      floor++;
+      continue;
+    }
+    if (!Array.isArray(content)) continue;
+    let text = 0;
+    for (const block of content) {
+      if (!isObject(block)) continue;
+      if (block.type === 'tool_result') floor++;
+      else if (block.type === 'text' && typeof block.text === 'string' && block.text !== '') text = 1;
+    }
+    floor += text;
+  }
+  return floor;
 }

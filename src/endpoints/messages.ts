@@ -2,7 +2,7 @@ import * as z from 'zod/mini';
 import { anthropicAsChat, anthropicMessages } from './chat-form.js';
 import { contentCheck } from './content-checks.js';
 import { defineEndpoint, type EndpointBody } from './endpoint.js';
-import { blocksProblem, messagesProblem } from './messages-blocks.js';
+import { blocksProblem, messagesProblem, messagesPromptFloor } from './messages-blocks.js';
 import { messagesText } from './prompt-text.js';
 import { has, int, number } from './schema-parts.js';
 
@@ -63,6 +63,7 @@ export const messages = defineEndpoint({
   },
   budgetFields: ['max_tokens'],
   oneToken: Object.freeze({ max_tokens: 1 }),
+  promptFloor: (body) => ({ field: 'messages', tokens: messagesPromptFloor(body) }),
   ...asChat,
 });
 

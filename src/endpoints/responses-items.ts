@@ -8,6 +8,7 @@
 // field of an item passes as it is (the engine's business).
 
 import { type ContentProblem, isObject, oneOf } from './content-checks.js';
+import type { EndpointBody } from './endpoint.js';
 
 /**
  * Every input item type of OpenAI's Responses API (input and output items: a client sends back
@@ -122,4 +123,29 @@ function messageProblem(item: Record<string, unknown>, i: number): ContentProble
     }
   }
   return undefined;
+}
+
+/**
+ * The fewest tokens a Responses body's prompt can be under any chat template, without the
+ * tokenizer: one per chat message it becomes, as vLLM converts it
+ * (`vllm/entrypoints/openai/responses/utils.py`): the instructions, a text input, each message
+ * item (an assistant's may fill the message a tool call or a reasoning item began, one each),
+ * each `function_call_output` (a tool message). Every chat template marks a message with at
+ * least one token (its role's header, or an end of turn). Tool calls, reasoning and references
+ * count nothing: they may join a message or be left out by a template.
+ *
+ * @example
+ * responsesPromptFloor({ instructions: 'Be brief', input: [{ role: 'user', content: 'Hi' }] }); // 2
+ */
+export function responsesPromptFloor(body: EndpointBody): number {
+  const { input, instructions } = body;
+  let floor = typeof instructions === 'string' && instructions !== '' ? 1 : 0;
+  if (typeof input === 'string') return floor + 1;
+  if (!Array.isArray(input)) return floor;
+  for (const item of input) {
+    if (!isObject(item)) continue;
+    const kind = kindOf(item);
+    if (kind === 'message' || kind === 'function_call_output') floor++;
+  }
+  return floor;
 }

@@ -3,7 +3,7 @@ import { responsesAsChat, responsesMessages } from './chat-form.js';
 import { contentCheck } from './content-checks.js';
 import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
 import { messagesText } from './prompt-text.js';
-import { responsesInputProblem } from './responses-items.js';
+import { responsesInputProblem, responsesPromptFloor } from './responses-items.js';
 import { has, int, samplingRanges } from './schema-parts.js';
 
 /**
@@ -81,6 +81,7 @@ export const responses = defineEndpoint({
   oneToken: Object.freeze({ max_output_tokens: 1, store: false }),
   promptIds: () => undefined,
   promptLength: () => undefined,
+  promptFloor: (body) => ({ field: 'input', tokens: responsesPromptFloor(body) }),
   routingText: (body, maxChars) => messagesText(responsesMessages(body), maxChars),
   tokenize: 'chat',
   chatForm: responsesAsChat,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { MESSAGES_BLOCK_TYPES } from '../../src/endpoints/messages-blocks.js';
+import { MESSAGES_BLOCK_TYPES, messagesPromptFloor } from '../../src/endpoints/messages-blocks.js';
+import { endpointNamed } from '../../src/endpoints/registry.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import { validateRequest } from '../../src/server/request-schemas.js';
 
@@ -143,5 +144,33 @@ describe('Anthropic messages: every role and content block of a type the API doc
     expect(verdict([{ role: 'robot', content: 'x' }], {}, 'count_tokens')).toBe(
       'messages[0].role: messages[0].role must be one of user, assistant, system, ctx, msg, got "robot"',
     );
+  });
+});
+
+describe('messagesPromptFloor: the fewest tokens an Anthropic prompt can be, one per chat message', () => {
+  it("each text message and each assistant's counts one, a user's blocks one per tool result and one for text; system nothing", () => {
+    expect(messagesPromptFloor({ system: 'S', messages: [ask] })).toBe(1);
+    // user (text and a document: one), assistant: one, tool_result: one, system: none, ctx: one, msg: one.
+    expect(messagesPromptFloor(CLAUDE_CODE_TURN)).toBe(5);
+    // A user turn of tool results alone is no user message in vLLM's conversion: its tool messages only.
+    expect(
+      messagesPromptFloor({
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'tool_result', tool_use_id: 'a' },
+              { type: 'text', text: '' },
+            ],
+          },
+        ],
+      }),
+    ).toBe(1);
+    expect(messagesPromptFloor({ messages: Array.from({ length: 200_000 }, () => ask) })).toBe(200_000);
+  });
+
+  it('is what the Messages endpoint gives the context check, under the field messages; count_tokens has none', () => {
+    expect(endpointNamed('messages').promptFloor?.({ messages: [ask] })).toEqual({ field: 'messages', tokens: 1 });
+    expect(endpointNamed('count_tokens').promptFloor).toBeUndefined();
   });
 });

