@@ -14,6 +14,12 @@ export interface ContentProblem {
   readonly path: ReadonlyArray<string | number>;
   /** What was expected, starting with `must` (the value given is added by whoever reports it). */
   readonly message: string;
+  /**
+   * The value at fault is said by its kind only (`a string of 40 characters`), never its
+   * content: an item or a content of the wrong shape may be the user's prompt, and a refusal's
+   * message goes to the log.
+   */
+  readonly quiet?: boolean;
 }
 
 /** A {@link ContentProblem} as zod's refinement context takes it: a `custom` issue, the one code zod leaves to its users. */
@@ -32,7 +38,13 @@ export function contentCheck(find: (list: readonly unknown[]) => ContentProblem 
   return z.superRefine<unknown[]>((list, ctx) => {
     const problem = find(list);
     if (problem === undefined) return;
-    const issue: CustomIssue = { code: 'custom', path: [...problem.path], message: problem.message, input: undefined };
+    const issue: CustomIssue = {
+      code: 'custom',
+      path: [...problem.path],
+      message: problem.message,
+      input: undefined,
+      ...(problem.quiet === true ? { params: { quiet: true } } : {}),
+    };
     ctx.addIssue(issue);
   });
 }

@@ -56,20 +56,22 @@ const ROLES = new Set(MESSAGES_ROLES);
  *
  * @example
  * messagesProblem([{ role: 'user', content: 5 }]);
- * // { path: [0, 'content'], message: 'must be a text or a list of content blocks' }
+ * // { path: [0, 'content'], message: 'must be a text or a list of content blocks', quiet: true }
  */
 export function messagesProblem(messages: readonly unknown[]): ContentProblem | undefined {
   for (let i = 0; i < messages.length; i++) {
     const message: unknown = messages[i];
-    if (!isObject(message)) return { path: [i], message: 'must be a message (an object with role and content)' };
+    if (!isObject(message))
+      return { path: [i], message: 'must be a message (an object with role and content)', quiet: true };
     const { role, content } = message;
     if (typeof role !== 'string' || !ROLES.has(role)) {
       return { path: [i, 'role'], message: oneOf('a role', MESSAGES_ROLES, role) };
     }
     if (typeof content === 'string') continue;
-    if (!Array.isArray(content)) return { path: [i, 'content'], message: 'must be a text or a list of content blocks' };
+    if (!Array.isArray(content))
+      return { path: [i, 'content'], message: 'must be a text or a list of content blocks', quiet: true };
     const problem = blocksProblem(content);
-    if (problem !== undefined) return { path: [i, 'content', ...problem.path], message: problem.message };
+    if (problem !== undefined) return { ...problem, path: [i, 'content', ...problem.path] };
   }
   return undefined;
 }
@@ -85,7 +87,7 @@ export function messagesProblem(messages: readonly unknown[]): ContentProblem | 
 export function blocksProblem(blocks: readonly unknown[]): ContentProblem | undefined {
   for (let j = 0; j < blocks.length; j++) {
     const block = blocks[j];
-    if (!isObject(block)) return { path: [j], message: 'must be a content block (an object with a type)' };
+    if (!isObject(block)) return { path: [j], message: 'must be a content block (an object with a type)', quiet: true };
     if (typeof block.type !== 'string' || !BLOCK_TYPES.has(block.type)) {
       return {
         path: [j, 'type'],

@@ -88,10 +88,14 @@ function kindOf(item: Record<string, unknown>): unknown {
 export function responsesInputProblem(input: readonly unknown[]): ContentProblem | undefined {
   for (let i = 0; i < input.length; i++) {
     const item: unknown = input[i];
-    if (!isObject(item)) return { path: [i], message: 'must be an input item (an object)' };
+    if (!isObject(item)) return { path: [i], message: 'must be an input item (an object)', quiet: true };
     const kind = kindOf(item);
     if (kind === undefined) {
-      return { path: [i], message: 'must be an input item: a message (role and content) or an object with a type' };
+      return {
+        path: [i],
+        message: 'must be an input item: a message (role and content) or an object with a type',
+        quiet: true,
+      };
     }
     if (typeof kind !== 'string' || !ITEM_TYPES.has(kind)) {
       return { path: [i, 'type'], message: oneOf("one of the Responses API's item types", RESPONSES_ITEM_TYPES, kind) };
@@ -111,10 +115,12 @@ function messageProblem(item: Record<string, unknown>, i: number): ContentProble
     return { path: [i, 'role'], message: oneOf('a role', RESPONSES_ROLES, role) };
   }
   if (typeof content === 'string') return undefined;
-  if (!Array.isArray(content)) return { path: [i, 'content'], message: 'must be a text or a list of content parts' };
+  if (!Array.isArray(content))
+    return { path: [i, 'content'], message: 'must be a text or a list of content parts', quiet: true };
   for (let j = 0; j < content.length; j++) {
     const part: unknown = content[j];
-    if (!isObject(part)) return { path: [i, 'content', j], message: 'must be a content part (an object with a type)' };
+    if (!isObject(part))
+      return { path: [i, 'content', j], message: 'must be a content part (an object with a type)', quiet: true };
     if (typeof part.type !== 'string' || !PART_TYPES.has(part.type)) {
       return {
         path: [i, 'content', j, 'type'],

@@ -2,7 +2,7 @@ import type { $ZodIssue } from 'zod/v4/core';
 import { budgetOf, type Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS, type EndpointName, endpointNamed, isEndpointName } from '../endpoints/registry.js';
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
-import { describeValue } from '../util/describe-value.js';
+import { describeKind, describeValue } from '../util/describe-value.js';
 
 // Each endpoint's schema (src/endpoints/), checked before any worker is called. A request that
 // decode would refuse after prefill has computed (and, on vLLM, committed KV for it) pins
@@ -77,7 +77,10 @@ export function checkRequest(
     const issue = result.error.issues[0] as $ZodIssue;
     const param = pathText(issue.path);
     const given = issue.path.reduce<unknown>((value, key) => (value as Record<PropertyKey, unknown>)?.[key], body);
-    throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${describeValue(given)}`);
+    // A value that may be the user's prompt is said by its kind: the message goes to the log.
+    const quiet = issue.code === 'custom' && issue.params?.quiet === true;
+    const shown = quiet ? describeKind(given) : describeValue(given);
+    throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${shown}`);
   }
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new UnsupportedRequestError('stream_options', 'stream_options can only be given with stream: true');

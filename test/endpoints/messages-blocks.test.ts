@@ -127,7 +127,7 @@ describe('Anthropic messages: every role and content block of a type the API doc
       `messages[1].content[1].type: messages[1].content[1].type must be one of the Messages API's content block types (did you mean text?), got "txt"`,
     );
     expect(verdict([{ role: 'user', content: ['Hi'] }])).toBe(
-      'messages[0].content[0]: messages[0].content[0] must be a content block (an object with a type), got "Hi"',
+      'messages[0].content[0]: messages[0].content[0] must be a content block (an object with a type), got a string of 2 characters',
     );
     expect(verdict([ask], { system: [{ type: 'text', text: 'a' }, { type: 'bogus' }] })).toBe(
       `system[1].type: system[1].type must be one of the Messages API's content block types, got "bogus"`,

@@ -72,13 +72,11 @@ describe('Responses input items: every item and content part of a type the API d
     }
   });
 
-  it('an item that is no object is refused at its index', () => {
+  it('an item that is no object is refused at its index, said by its kind (it may be prompt text, and the message is logged)', () => {
     expect(verdict([user, 42])).toBe('input[1]: input[1] must be an input item (an object), got 42');
-    expect(verdict(['Hi'])).toBe('input[0]: input[0] must be an input item (an object), got "Hi"');
+    expect(verdict(['Hi'])).toBe('input[0]: input[0] must be an input item (an object), got a string of 2 characters');
     expect(verdict([null])).toBe('input[0]: input[0] must be an input item (an object), got null');
-    expect(verdict([[user]])).toBe(
-      'input[0]: input[0] must be an input item (an object), got [{"role":"user","content":"Hi"}]',
-    );
+    expect(verdict([[user]])).toBe('input[0]: input[0] must be an input item (an object), got a list of 1');
   });
 
   it('an item of an unknown type is refused at its type, with the closest type when it looks like a typo', () => {
@@ -95,7 +93,7 @@ describe('Responses input items: every item and content part of a type the API d
 
   it('an object that is neither a message nor a typed item nor a reference is refused as an item', () => {
     expect(verdict([{ content: 'Hi' }])).toBe(
-      'input[0]: input[0] must be an input item: a message (role and content) or an object with a type, got {"content":"Hi"}',
+      'input[0]: input[0] must be an input item: a message (role and content) or an object with a type, got an object',
     );
   });
 
@@ -119,7 +117,7 @@ describe('Responses input items: every item and content part of a type the API d
       'input[0].content: input[0].content must be a text or a list of content parts, got undefined',
     );
     expect(verdict([{ role: 'user', content: { type: 'input_text', text: 'Hi' } }])).toBe(
-      'input[0].content: input[0].content must be a text or a list of content parts, got {"type":"input_text","text":"Hi"}',
+      'input[0].content: input[0].content must be a text or a list of content parts, got an object',
     );
   });
 
@@ -136,7 +134,7 @@ describe('Responses input items: every item and content part of a type the API d
       'input[1].content[1].type: input[1].content[1].type must be one of input_text, input_image, input_file, output_text, refusal, got "text"',
     );
     expect(verdict(parts(['Hi']))).toBe(
-      'input[1].content[0]: input[1].content[0] must be a content part (an object with a type), got "Hi"',
+      'input[1].content[0]: input[1].content[0] must be a content part (an object with a type), got a string of 2 characters',
     );
     expect(verdict(parts([{ text: 'Hi' }]))).toBe(
       'input[1].content[0].type: input[1].content[0].type must be one of input_text, input_image, input_file, output_text, refusal, got undefined',

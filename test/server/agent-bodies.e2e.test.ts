@@ -85,6 +85,27 @@ describe.each([
   },
 );
 
+describe('a refused item that may be prompt text is said by its kind, never its text: the refusal is logged', () => {
+  it.each([
+    ['/v1/responses', { input: [user, 'SECRET-PROMPT-7f3a: the quarterly numbers'] }, 'input[1]'],
+    ['/v1/responses', { input: [{ role: 'user', content: { text: 'SECRET-PROMPT-7f3a' } }] }, 'input[0].content'],
+    [
+      '/v1/messages',
+      { max_tokens: 64, messages: [{ role: 'user', content: ['SECRET-PROMPT-7f3a'] }] },
+      'messages[0].content[0]',
+    ],
+  ])('%s %j', async (path, body, param) => {
+    const { url, logs } = await fleet();
+    const answer = await postRaw(url, path, JSON.stringify({ model: 'fake-model', ...body }));
+    expect(answer.status).toBe(400);
+    expect(answer.text).toMatch(/got (a string of \d+ characters|an object)/);
+    expect(answer.text).not.toContain('SECRET-PROMPT');
+    expect(logs.some((record) => record.message === 'request rejected')).toBe(true);
+    expect(JSON.stringify(logs)).not.toContain('SECRET-PROMPT');
+    expect(JSON.stringify(logs)).toContain(param);
+  });
+});
+
 describe("a prompt of more items than the model's context can hold (200,000 against 32,768 tokens) is a 400 naming it, before prefill", () => {
   const many = Array.from({ length: 200_000 }, () => ({ role: 'user', content: 'Hi' }));
 
