@@ -86,6 +86,13 @@ export interface Endpoint {
    */
   promptLength(body: EndpointBody): number | undefined;
   /**
+   * The fewest tokens its prompt can be under any chat template, where the body alone says so
+   * (one per chat message it becomes), and the field that holds the prompt: what the context
+   * check before any worker goes by when no tokenizer has counted the prompt. Absent where
+   * nothing of the kind is known.
+   */
+  promptFloor?(body: EndpointBody): { field: string; tokens: number };
+  /**
    * The text the prompt starts with, in the order an engine's template puts it, at most
    * `maxChars` characters (never half a surrogate pair): what routing compares between requests.
    */

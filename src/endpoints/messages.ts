@@ -1,13 +1,18 @@
 import * as z from 'zod/mini';
 import { anthropicAsChat, anthropicMessages } from './chat-form.js';
+import { contentCheck } from './content-checks.js';
 import { defineEndpoint, type EndpointBody } from './endpoint.js';
+import { blocksProblem, messagesProblem, messagesPromptFloor } from './messages-blocks.js';
 import { messagesText } from './prompt-text.js';
 import { has, int, modelName, number } from './schema-parts.js';
 
-/** The prompt of an Anthropic body, the same for a message and its token count. */
+/**
+ * The prompt of an Anthropic body, the same for a message and its token count: each message's
+ * role and content blocks, and the system prompt's blocks, of the types the API documents.
+ */
 const prompt = {
-  messages: z.array(z.looseObject({ role: z.string().check(z.minLength(1)) })).check(z.minLength(1)),
-  system: z.nullish(z.union([z.string(), z.array(z.looseObject({ type: z.string() }))])),
+  messages: z.array(z.unknown()).check(z.minLength(1), contentCheck(messagesProblem)),
+  system: z.nullish(z.union([z.string(), z.array(z.unknown()).check(contentCheck(blocksProblem))])),
   tools: z.nullish(z.array(z.looseObject({ name: z.string() }))),
 };
 
@@ -58,6 +63,7 @@ export const messages = defineEndpoint({
   },
   budgetFields: ['max_tokens'],
   oneToken: Object.freeze({ max_tokens: 1 }),
+  promptFloor: (body) => ({ field: 'messages', tokens: messagesPromptFloor(body) }),
   ...asChat,
 });
 

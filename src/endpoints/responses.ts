@@ -1,7 +1,9 @@
 import * as z from 'zod/mini';
 import { responsesAsChat, responsesMessages } from './chat-form.js';
+import { contentCheck } from './content-checks.js';
 import { defineEndpoint, type EndpointBody, type Misfit } from './endpoint.js';
 import { messagesText } from './prompt-text.js';
+import { responsesInputProblem, responsesPromptFloor } from './responses-items.js';
 import { has, int, modelName, responseId, samplingRanges } from './schema-parts.js';
 
 /**
@@ -55,7 +57,7 @@ export const responses = defineEndpoint({
   schema: z.looseObject({
     ...samplingRanges,
     model: z.nullish(modelName),
-    input: z.union([z.string(), z.array(z.unknown()).check(z.minLength(1))]),
+    input: z.union([z.string(), z.array(z.unknown()).check(z.minLength(1), contentCheck(responsesInputProblem))]),
     instructions: z.nullish(z.string()),
     max_output_tokens: z.nullish(int(1)),
     stream: z.nullish(z.boolean()),
@@ -80,6 +82,7 @@ export const responses = defineEndpoint({
   oneToken: Object.freeze({ max_output_tokens: 1, store: false }),
   promptIds: () => undefined,
   promptLength: () => undefined,
+  promptFloor: (body) => ({ field: 'input', tokens: responsesPromptFloor(body) }),
   routingText: (body, maxChars) => messagesText(responsesMessages(body), maxChars),
   tokenize: 'chat',
   chatForm: responsesAsChat,

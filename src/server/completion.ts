@@ -18,6 +18,7 @@ import type { ProxyState } from './proxy-state.js';
 import type { RequestContext } from './request-context.js';
 import { countFailure, type RequestEvents, type Routed } from './request-events.js';
 import { STRATEGY_HEADER } from './request-log.js';
+import { checkPromptTokens } from './request-schemas.js';
 import { poolLabel } from './scaling-metrics.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
@@ -162,6 +163,11 @@ async function startFlow(
     // A policy that routes on the engines' KV blocks needs the prompt's tokens: tokenized once
     // per request (the tenant's count may have done it), held by the one routing input.
     if (proxy.routesOnTokens) await request.request.promptTokenIds();
+    // Where the prompt was tokenized anyway (that, or a tenant's token limit), its exact length
+    // is held to the model's context before prefill. Not tokenized for this alone: every
+    // request would pay the tokenizer for what the engine refuses in its first step.
+    const counted = await request.request.countedTokenIds();
+    if (counted !== undefined) checkPromptTokens(endpoint, body, proxy.models, counted.length);
     // A session's bound workers, shared by the replicas, looked up once before it is routed.
     await lookUpBindings(proxy.sessionBindings, request.request.input);
     const stream = await disaggregate({

@@ -157,6 +157,14 @@ export class RequestContext {
     return this.#tokenIds;
   }
 
+  /**
+   * The prompt's token ids when something has asked for them already (a policy that routes on
+   * tokens, a tenant's token limit), without tokenizing: undefined when nothing has.
+   */
+  countedTokenIds(): Promise<readonly number[] | undefined> | undefined {
+    return this.#tokenIds;
+  }
+
   /** The request's tokens before it is served: its prompt's by the tokenizer, else a quarter of its text. */
   async estimatedTokens(): Promise<number> {
     const ids = await this.promptTokenIds();

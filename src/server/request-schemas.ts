@@ -2,7 +2,7 @@ import type { $ZodIssue } from 'zod/v4/core';
 import { budgetOf, type Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS, type EndpointName, endpointNamed, isEndpointName } from '../endpoints/registry.js';
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
-import { describeValue } from '../util/describe-value.js';
+import { describeKind, describeValue } from '../util/describe-value.js';
 
 // Each endpoint's schema (src/endpoints/), checked before any worker is called. A request that
 // decode would refuse after prefill has computed (and, on vLLM, committed KV for it) pins
@@ -24,13 +24,16 @@ export interface ModelLimits {
  * JSON object that fits its endpoint (chat takes `messages`, completions a `prompt`, SGLang's
  * `/generate` a `text`, `input_ids` or `input_embeds`, embeddings an `input`, a rerank a
  * `query` and `documents`), the types and ranges of the sampling and length fields, `stream`,
- * `n`, a prompt or messages that are well formed, the combinations the engines refuse
- * (`stream_options` without `stream`, `top_logprobs` without `logprobs`), and a length budget
- * beyond the model's context (`limits.maxModelLen`, vLLM's and SGLang's `max_model_len`; with
- * a prompt of token ids, prompt and budget together). Without it, a request decode refuses
- * (`max_tokens: "ten"`) would have prefill compute, and hold, KV for nothing. What needs the
- * tokenizer (a text prompt longer than the context) is left to the engine; other fields pass
- * unchecked.
+ * `n`, a prompt or messages that are well formed (the agents' APIs item by item: Responses'
+ * input items and content parts, Anthropic's messages and content blocks, of the types and
+ * roles the APIs document), the combinations the engines refuse (`stream_options` without
+ * `stream`, `top_logprobs` without `logprobs`), and a length budget beyond the model's context
+ * (`limits.maxModelLen`, vLLM's and SGLang's `max_model_len`; with a prompt of token ids,
+ * prompt and budget together; with Responses' or Messages' items, the fewest tokens they can
+ * be and the budget). Without it, a request decode refuses (`max_tokens: "ten"`) would have
+ * prefill compute, and hold, KV for nothing. A field at fault is named by its path
+ * (`input[3].content[0].type`). The exact length of a text prompt needs the tokenizer
+ * ({@link checkPromptTokens}); other fields pass unchecked.
  *
  * @example
  * try { validateRequest('completions', body, { maxModelLen: () => 32_768 }); }
@@ -72,9 +75,12 @@ export function checkRequest(
   const result = endpoint.schema.safeParse(body);
   if (!result.success) {
     const issue = result.error.issues[0] as $ZodIssue;
-    const param = issue.path.map(String).join('.') || 'body';
+    const param = pathText(issue.path);
     const given = issue.path.reduce<unknown>((value, key) => (value as Record<PropertyKey, unknown>)?.[key], body);
-    throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${describeValue(given)}`);
+    // A value that may be the user's prompt is said by its kind: the message goes to the log.
+    const quiet = issue.code === 'custom' && issue.params?.quiet === true;
+    const shown = quiet ? describeKind(given) : describeValue(given);
+    throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${shown}`);
   }
   if (body.stream !== true && body.stream_options !== undefined && body.stream_options !== null) {
     throw new UnsupportedRequestError('stream_options', 'stream_options can only be given with stream: true');
@@ -84,21 +90,97 @@ export function checkRequest(
   checkContext(endpoint, body, limits);
 }
 
-/** A length budget the model's context cannot hold is refused here rather than by decode. */
+/**
+ * A length budget the model's context cannot hold is refused here rather than by decode; so is
+ * a prompt that cannot fit, by its length where the body says it (token ids) or else by the
+ * fewest tokens it can be ({@link Endpoint.promptFloor}: one per chat message), so that
+ * 200,000 messages against a context of 32,768 never reach prefill. An endpoint that
+ * generates nothing (a token count, embeddings) is not held to the context here.
+ */
 function checkContext(endpoint: Endpoint, body: Record<string, unknown>, limits: ModelLimits | undefined): void {
+  if (endpoint.budgetFields.length === 0 || limits === undefined) return;
   const budget = budgetOf(endpoint, body);
-  if (budget === undefined) return;
-  const context = limits?.maxModelLen(body.model);
-  if (context === undefined) return;
   // Token ids say the prompt's length; of a text prompt (and chat messages) only the tokenizer knows it.
-  const promptTokens = endpoint.promptLength(body) ?? 0;
-  if (promptTokens + budget.tokens > context) {
-    const prompt = promptTokens > 0 ? ` with a prompt of ${promptTokens} tokens` : '';
-    throw new UnsupportedRequestError(
-      budget.field,
-      `${budget.field} ${budget.tokens}${prompt} is more than the model's context of ${context} tokens (max_model_len)`,
-    );
+  const promptTokens = endpoint.promptLength(body);
+  if (promptTokens !== undefined || endpoint.promptFloor === undefined) {
+    if (budget === undefined) return;
+    const context = limits.maxModelLen(body.model);
+    if (context !== undefined) refuseBeyond(context, budget, { tokens: promptTokens ?? 0, counted: 'ids' });
+    return;
   }
+  const floor = endpoint.promptFloor(body);
+  const context = limits.maxModelLen(body.model);
+  if (context !== undefined) refuseBeyond(context, budget, { ...floor, counted: 'floor' });
+}
+
+/**
+ * The context check with the prompt's exact length, once the router's tokenizer has counted it
+ * (`--tokenizer`): a prompt that with the output budget is longer than the model's context is
+ * refused before prefill, as the engine would refuse it there.
+ *
+ * @example
+ * checkPromptTokens(endpointNamed('responses'), { input: 'Hi', max_output_tokens: 64 }, limits, 40_000);
+ * // throws: input is 40000 tokens (by the router's tokenizer), which with max_output_tokens 64 is more than ...
+ *
+ * @throws {UnsupportedRequestError} naming the prompt's field (or the budget's, where the
+ *   prompt alone fits) and both lengths.
+ */
+export function checkPromptTokens(
+  endpoint: Endpoint,
+  body: Record<string, unknown>,
+  limits: ModelLimits,
+  promptTokens: number,
+): void {
+  if (endpoint.budgetFields.length === 0) return;
+  const context = limits.maxModelLen(body.model);
+  if (context === undefined) return;
+  const field = endpoint.promptFloor?.(body).field ?? 'prompt';
+  refuseBeyond(context, budgetOf(endpoint, body), { field, tokens: promptTokens, counted: 'tokenizer' });
+}
+
+/** How a prompt's length was known: from its token ids, a floor, the router's tokenizer. */
+type PromptCount = { field?: string; tokens: number; counted: 'ids' | 'floor' | 'tokenizer' };
+
+/** Refuses a prompt and budget that together are longer than `context`. */
+function refuseBeyond(
+  context: number,
+  budget: { field: string; tokens: number } | undefined,
+  prompt: PromptCount,
+): void {
+  const output = budget?.tokens ?? 0;
+  if (prompt.tokens + output <= context) return;
+  const limit = `the model's context of ${context} tokens (max_model_len)`;
+  if (prompt.counted === 'ids' || (budget !== undefined && prompt.tokens <= context)) {
+    // The budget is what does not fit: named, with the prompt it comes with.
+    const field = budget?.field ?? 'prompt';
+    // A floor is named only where it is what tips the budget over.
+    const named = prompt.tokens > 0 && (prompt.counted !== 'floor' || output <= context);
+    const at = prompt.counted === 'floor' ? 'at least ' : '';
+    const of = named ? ` with a prompt of ${at}${tokens(prompt.tokens)}` : '';
+    throw new UnsupportedRequestError(field, `${field} ${output}${of} is more than ${limit}`);
+  }
+  const field = prompt.field ?? 'prompt';
+  const length =
+    prompt.counted === 'floor'
+      ? `is at least ${tokens(prompt.tokens)} (one per message it becomes under any chat template)`
+      : `is ${tokens(prompt.tokens)} (by the router's tokenizer)`;
+  const beyond = budget === undefined ? 'more than' : `which with ${budget.field} ${budget.tokens} is more than`;
+  throw new UnsupportedRequestError(field, `${field} ${length}, ${beyond} ${limit}`);
+}
+
+const tokens = (count: number): string => (count === 1 ? '1 token' : `${count} tokens`);
+
+/**
+ * A zod issue's path as the APIs name a field: `input[3].content[0].type`, `messages[0].role`,
+ * `sampling_params.max_new_tokens`; `body` for the body itself.
+ */
+export function pathText(path: readonly PropertyKey[]): string {
+  let text = '';
+  for (const key of path) {
+    if (typeof key === 'number') text += `[${key}]`;
+    else text += text === '' ? String(key) : `.${String(key)}`;
+  }
+  return text === '' ? 'body' : text;
 }
 
 /** What an issue says was expected, in words. */

@@ -15,3 +15,19 @@ export function describeValue(value: unknown): string {
   }
   return Object.prototype.toString.call(value);
 }
+
+/**
+ * What kind of value `value` is, without its content: for a value that may be a user's prompt
+ * (an item or content of the wrong shape), whose text no error message may carry into a log.
+ *
+ * @example
+ * describeKind('my secret prompt'); // 'a string of 16 characters'
+ * describeKind({ text: 'Hi' }); // 'an object'
+ * describeKind(42); // '42'
+ */
+export function describeKind(value: unknown): string {
+  if (typeof value === 'string') return `a string of ${value.length} characters`;
+  if (Array.isArray(value)) return `a list of ${value.length}`;
+  if (typeof value === 'object' && value !== null) return 'an object';
+  return describeValue(value);
+}

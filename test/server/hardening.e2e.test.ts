@@ -240,7 +240,7 @@ describe('disagg serve under hostile input and faults', () => {
   it('chat: messages must be a list of messages with a role; top_logprobs needs logprobs', async () => {
     const { url, prefill } = await setup('vllm');
     const bad = [
-      [{ messages: [{ content: 'hi' }] }, 'messages.0.role', 'messages.0.role must be a string, got undefined'],
+      [{ messages: [{ content: 'hi' }] }, 'messages[0].role', 'messages[0].role must be a string, got undefined'],
       [
         { messages: [{ role: 'user', content: 'hi' }], top_logprobs: 2 },
         'top_logprobs',

@@ -1,10 +1,16 @@
 import { describe, expect, it } from 'vitest';
+import { type EndpointName, endpointNamed } from '../../src/endpoints/registry.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import type { Route } from '../../src/server/openai-format.js';
-import { checkRequest, type ModelLimits, validateRequest } from '../../src/server/request-schemas.js';
+import {
+  checkPromptTokens,
+  checkRequest,
+  type ModelLimits,
+  validateRequest,
+} from '../../src/server/request-schemas.js';
 
 /** What checkRequest says of a body: 'ok', or the field at fault and the message. */
-function verdict(route: Route, body: Record<string, unknown>, limits?: ModelLimits): string {
+function verdict(route: EndpointName, body: Record<string, unknown>, limits?: ModelLimits): string {
   try {
     checkRequest(route, body, limits);
     return 'ok';
@@ -51,19 +57,19 @@ describe('checkRequest: every checked field names itself and says what was expec
     ['completions', { logprobs: -1 }, 'logprobs: logprobs must be at least 0, got -1'],
     ['completions', { suffix: 3 }, 'suffix: suffix must be a string, got 3'],
     ['completions', { n: 1.5 }, 'n: n must be an integer, got 1.5'],
-    ['completions', { prompt: [[]] }, 'prompt.0: prompt.0 must not be empty, got []'],
-    ['completions', { prompt: [-1] }, 'prompt.0: prompt.0 must be at least 0, got -1'],
+    ['completions', { prompt: [[]] }, 'prompt[0]: prompt[0] must not be empty, got []'],
+    ['completions', { prompt: [-1] }, 'prompt[0]: prompt[0] must be at least 0, got -1'],
     ['chat', { messages: [] }, 'messages: messages must not be empty, got []'],
     ['chat', { messages: 'x' }, 'messages: messages must be an array, got "x"'],
-    ['chat', { messages: [{ role: '' }] }, 'messages.0.role: messages.0.role must not be empty, got ""'],
-    ['chat', { messages: [5] }, 'messages.0: messages.0 must be an object, got 5'],
+    ['chat', { messages: [{ role: '' }] }, 'messages[0].role: messages[0].role must not be empty, got ""'],
+    ['chat', { messages: [5] }, 'messages[0]: messages[0] must be an object, got 5'],
     ['chat', { messages: user, logprobs: 1 }, 'logprobs: logprobs must be a boolean, got 1'],
     [
       'chat',
       { messages: user, logprobs: true, top_logprobs: -1 },
       'top_logprobs: top_logprobs must be at least 0, got -1',
     ],
-    ['chat', { messages: user, tools: [{}] }, 'tools.0.type: tools.0.type must be a string, got undefined'],
+    ['chat', { messages: user, tools: [{}] }, 'tools[0].type: tools[0].type must be a string, got undefined'],
     ['chat', { messages: user, tools: 'x' }, 'tools: tools must be an array, got "x"'],
     [
       'chat',
@@ -73,7 +79,7 @@ describe('checkRequest: every checked field names itself and says what was expec
     ['chat', { messages: user, temperature: 'hot' }, 'temperature: temperature must be a number, got "hot"'],
     ['generate', { text: [] }, 'text: text must not be empty, got []'],
     ['generate', { text: 5 }, 'text: text has none of the accepted forms, got 5'],
-    ['generate', { input_ids: [[]] }, 'input_ids.0: input_ids.0 must not be empty, got []'],
+    ['generate', { input_ids: [[]] }, 'input_ids[0]: input_ids[0] must not be empty, got []'],
     ['generate', { input_ids: 'x' }, 'input_ids: input_ids has none of the accepted forms, got "x"'],
     ['generate', { text: 'x', stream: 'x' }, 'stream: stream must be a boolean, got "x"'],
     ['generate', { text: 'x', sampling_params: 'x' }, 'sampling_params: sampling_params must be an object, got "x"'],
@@ -267,6 +273,75 @@ describe("checkRequest: a length budget beyond the model's context", () => {
       'ok',
     );
     expect(verdict('generate', { model: 'small', text: 'x' }, limits)).toBe('ok');
+  });
+});
+
+describe("the agents' prompts against the model's context: the fewest tokens they can be, without a tokenizer", () => {
+  const limits: ModelLimits = { maxModelLen: (model) => (model === 'm' ? 32_768 : undefined) };
+  const many = (n: number) => Array.from({ length: n }, () => ({ role: 'user', content: 'Hi' }));
+  const beyond = "the model's context of 32768 tokens (max_model_len)";
+
+  it('200,000 input items or messages cannot fit 32,768 tokens: refused naming the prompt, with or without a budget', () => {
+    expect(verdict('responses', { model: 'm', input: many(200_000) }, limits)).toBe(
+      `input: input is at least 200000 tokens (one per message it becomes under any chat template), more than ${beyond}`,
+    );
+    expect(verdict('responses', { model: 'm', input: many(200_000), max_output_tokens: 64 }, limits)).toBe(
+      `input: input is at least 200000 tokens (one per message it becomes under any chat template), which with max_output_tokens 64 is more than ${beyond}`,
+    );
+    expect(verdict('messages', { model: 'm', messages: many(200_000), max_tokens: 64 }, limits)).toBe(
+      `messages: messages is at least 200000 tokens (one per message it becomes under any chat template), which with max_tokens 64 is more than ${beyond}`,
+    );
+  });
+
+  it('a floor that fits but leaves too little room for the budget names the budget, with the floor', () => {
+    expect(verdict('responses', { model: 'm', input: many(32_000), max_output_tokens: 769 }, limits)).toBe(
+      `max_output_tokens: max_output_tokens 769 with a prompt of at least 32000 tokens is more than ${beyond}`,
+    );
+    expect(verdict('responses', { model: 'm', input: many(32_000), max_output_tokens: 768 }, limits)).toBe('ok');
+    // A budget beyond the context alone is said as before, whatever the prompt.
+    expect(verdict('responses', { model: 'm', input: 'Hi', max_output_tokens: 40_000 }, limits)).toBe(
+      `max_output_tokens: max_output_tokens 40000 is more than ${beyond}`,
+    );
+  });
+
+  it("an ordinary agent's request is never refused by the floor, nor a model whose context is unknown", () => {
+    expect(verdict('responses', { model: 'm', input: many(300), max_output_tokens: 32_000 }, limits)).toBe('ok');
+    expect(verdict('messages', { model: 'm', messages: many(300), max_tokens: 32_000 }, limits)).toBe('ok');
+    expect(verdict('responses', { model: 'other', input: many(200_000) }, limits)).toBe('ok');
+    expect(verdict('responses', { model: 'm', input: many(200_000) })).toBe('ok');
+  });
+
+  it('count_tokens generates nothing: it is not held to the context', () => {
+    expect(verdict('count_tokens', { model: 'm', messages: many(200_000) }, limits)).toBe('ok');
+  });
+});
+
+describe("checkPromptTokens: the prompt's exact length, once the router's tokenizer has counted it", () => {
+  const limits: ModelLimits = { maxModelLen: () => 4096 };
+  const refusal = (route: EndpointName, body: Record<string, unknown>, tokens: number) => {
+    try {
+      checkPromptTokens(endpointNamed(route), body, limits, tokens);
+      return 'ok';
+    } catch (error) {
+      return `${(error as UnsupportedRequestError).param}: ${(error as Error).message}`;
+    }
+  };
+
+  it('a prompt longer than the context is refused naming its field; one that leaves too little room, naming the budget', () => {
+    expect(refusal('responses', { input: 'Hi' }, 5000)).toBe(
+      "input: input is 5000 tokens (by the router's tokenizer), more than the model's context of 4096 tokens (max_model_len)",
+    );
+    expect(refusal('messages', { messages: [], max_tokens: 64 }, 4090)).toBe(
+      "max_tokens: max_tokens 64 with a prompt of 4090 tokens is more than the model's context of 4096 tokens (max_model_len)",
+    );
+    expect(refusal('chat', { messages: [] }, 5000)).toBe(
+      "prompt: prompt is 5000 tokens (by the router's tokenizer), more than the model's context of 4096 tokens (max_model_len)",
+    );
+  });
+
+  it('a prompt and budget that fill the context exactly pass; an endpoint that generates nothing is not held to it', () => {
+    expect(refusal('responses', { input: 'Hi', max_output_tokens: 96 }, 4000)).toBe('ok');
+    expect(refusal('count_tokens', { messages: [] }, 10_000)).toBe('ok');
   });
 });
 
