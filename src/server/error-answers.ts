@@ -106,10 +106,10 @@ function misrouted(leg: string | undefined): string {
  * library's one table of errors (a worker's 4xx with its own status and words, other worker
  * failures 502, a deadline 504, no worker 503, the router's own refusals with theirs), the
  * failing `leg` named ({@link failedLeg} unless given), `param` where a field is at fault, and
- * the message passed through `redact`: by default every address in it (a URL's origin, a
- * `host:port`) becomes `worker`; give it `workerRedactor(workers)` to name each worker
- * instead. No internal address reaches a client either way. `disagg serve` answers every
- * failure with it.
+ * the message passed through `redact` (give it `workerRedactor(workers)` to name each worker),
+ * then every address left in it (a URL's origin, a `host:port`, also one inside a worker's own
+ * words, such as the peer a vLLM worker failed to reach) becomes `worker`. No internal address
+ * reaches a client either way. `disagg serve` answers every failure with it.
  *
  * @example
  * const redact = workerRedactor([...prefillWorkers.workers, ...decodeWorkers.workers]);
@@ -120,7 +120,7 @@ export function errorToResponse(
   error: unknown,
   options: { redact?: ((text: string) => string) | undefined; leg?: 'prefill' | 'decode' | undefined } = {},
 ): ErrorAnswer {
-  return errorAnswer(error, options.leg ?? failedLeg(error), options.redact ?? redactAddresses);
+  return errorAnswer(error, options.leg ?? failedLeg(error), options.redact);
 }
 
 /**
@@ -128,14 +128,16 @@ export function errorToResponse(
  * with their status, a worker's 4xx with its own status and words, other worker failures 502,
  * anything unknown 500. `leg` says which leg failed (taken from the error when not given);
  * `param` names the request field at fault, when the error says. `redact` takes out of the
- * message what clients must not see (worker addresses).
+ * message what clients must not see (the known workers' addresses, each by its name); any
+ * address still in it after that (a worker's own text may hold one: `connect ECONNREFUSED
+ * 10.0.3.7:8998`) becomes `worker`, here, whatever `redact` did.
  */
 export function errorAnswer(
   error: unknown,
   leg?: 'prefill' | 'decode',
   redact: (text: string) => string = (text) => text,
 ): ErrorAnswer {
-  const message = redact(error instanceof Error ? error.message : String(error));
+  const message = redactAddresses(redact(error instanceof Error ? error.message : String(error)));
   const param = (error as { param?: unknown } | null)?.param;
   const upstream = findCause(error, UpstreamError.is);
   let entry = DisaggError.is(error) ? answerOf(error.code) : undefined;

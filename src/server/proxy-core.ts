@@ -344,10 +344,9 @@ export class ProxyCore implements ProxyState {
   }
 
   redact(text: string): string {
-    const named = this.membership.redact(text);
-    // A sidecar calls prefill workers no pool lists (a request's header named them): any
-    // address left is one of theirs.
-    return this.prefillTargets === undefined ? named : redactAddresses(named);
+    // The known workers by name, then any address left: a sidecar's prefill target (a
+    // request's header named it, no pool lists it), or one inside a worker's own words.
+    return redactAddresses(this.membership.redact(text));
   }
 
   /**

@@ -43,7 +43,7 @@ export interface ProxyState {
   readonly tracing: Tracing | undefined;
   /** How clients are told a worker's name: its configured `name`, or its role and place. */
   nameOf(worker: { url: string }): string;
-  /** `text` with every worker address replaced by the worker's name (for what clients see). */
+  /** `text` with every known worker's address replaced by its name, then any other address by `worker` (for what clients see). */
   redact(text: string): string;
   /** What every call to a worker goes through (the options' dispatcher, or the proxy's own). */
   readonly dispatcher: Dispatcher;

@@ -58,8 +58,19 @@ describe('errorAnswer: one table from error to HTTP status and OpenAI error type
   ])('%s', (_, error, status, type, leg) => {
     const answer = errorAnswer(error);
     expect(answer.status).toBe(status);
-    expect(answer.body.error).toMatchObject({ type, code: status, message: (error as Error).message, param: null });
+    // The message as the error says it, any address in it (the worker's URL here) made `worker`.
+    const message = (error as Error).message.replaceAll('http://w:8000', 'worker');
+    expect(answer.body.error).toMatchObject({ type, code: status, message, param: null });
     expect(answer.body.error.leg).toBe(leg);
+  });
+
+  it("whatever the redaction given, an address it left (one inside a worker's own words) becomes `worker`", () => {
+    const error = UpstreamError.fromStatus(url, 500, '{"error":{"message":"connect ECONNREFUSED 10.0.3.7:8998"}}');
+    const named = errorAnswer(error, 'decode', (text) => text.replaceAll('http://w:8000', 'decode-0'));
+    expect(named.body.error.message).toBe('decode-0/v1/completions answered 500: connect ECONNREFUSED worker');
+    expect(errorAnswer(error).body.error.message).toBe(
+      'worker/v1/completions answered 500: connect ECONNREFUSED worker',
+    );
   });
 
   it("a worker's 404 for the router's path (no engine error in it) is the router's fault: 502, and the client's message names no worker, address or path", () => {
