@@ -6,6 +6,7 @@ import { type Decision, Scheduler } from '../routing/scheduler.js';
 import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';
 import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { repeatedLogOf } from '../runtime/repeated-log.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
 import { clientError, failedLeg } from './client-stream.js';
@@ -113,7 +114,9 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     // As the reference router does: no prefill worker in rotation, so decode serves the
     // request whole rather than failing it.
     if (skip === 'no-prefill-worker') {
-      log().warn({ requestId: context.id }, 'No prefill worker is available; serving the request aggregated');
+      // Every request says so while prefill is down: once per interval, with a count.
+      const message = 'No prefill worker is available; serving the request aggregated';
+      repeatedLogOf(log()).write('warn', message, { requestId: context.id }, message);
     }
     const prefillLease =
       decision.strategy === 'disaggregated' ? (decision.prefill as Lease<unknown> | undefined) : undefined;

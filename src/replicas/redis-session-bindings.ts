@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { BindingRole, SessionBinding, SessionBindingStore } from '../routing/session-bindings.js';
 import type { Logger } from '../runtime/logger.js';
+import { FailureLog } from '../runtime/repeated-log.js';
 import { sharedRedis } from './redis-client.js';
 
 // KEYS[1]: the binding. ARGV: the worker chosen, the worker it may replace ('' for none), the
@@ -56,8 +57,8 @@ export interface RedisSessionBindingsOptions {
  * {@link SessionBindingStore} in one Redis: a session bound to a worker per side (`GETEX` with
  * its time to live refreshed on each lookup; `SET` only when unbound, or still bound to a
  * worker that left, in one script). A lookup that fails or takes past `timeoutMs` answers no
- * binding (the request is routed by hashing, as every replica would), logged once until Redis
- * answers again.
+ * binding (the request is routed by hashing, as every replica would), logged at most once per
+ * 10 s with how many failed, and once more when Redis answers again.
  *
  * @example
  * const store = new RedisSessionBindings({ url: 'redis://redis:6379' });
@@ -69,12 +70,17 @@ export class RedisSessionBindings implements SessionBindingStore {
   readonly #ttlMs: number;
   readonly #redis: Promise<Redis>;
   #firstConnect: Promise<void> | undefined;
-  #down = false;
+  readonly #log: FailureLog;
 
   constructor(options: RedisSessionBindingsOptions) {
     this.#options = options;
     this.#prefix = options.prefix ?? 'disagg:sessions';
     this.#ttlMs = options.ttlMs ?? SESSION_BINDING_TTL_MS;
+    this.#log = new FailureLog(options.logger, {
+      failure:
+        'Cannot read or write session bindings (Redis is unreachable): sessions go by hashing until Redis answers',
+      recovery: 'Session bindings are shared again: Redis answers',
+    });
     const timeoutMs = options.timeoutMs ?? 100;
     const client = sharedRedis(options.url, timeoutMs, { disaggBindSession: { keys: 1, lua: BIND } });
     this.#redis = client.redis;
@@ -118,6 +124,7 @@ export class RedisSessionBindings implements SessionBindingStore {
 
   /** Disconnects. */
   async close(): Promise<void> {
+    this.#log.flush();
     (await this.#redis).disconnect();
   }
 
@@ -128,17 +135,10 @@ export class RedisSessionBindings implements SessionBindingStore {
 
   #failed(error: unknown): void {
     this.#options.onFailure?.();
-    if (this.#down) return;
-    this.#down = true;
-    this.#options.logger?.error(
-      { err: error },
-      'Cannot read or write session bindings (Redis is unreachable): sessions go by hashing until Redis answers',
-    );
+    this.#log.failed({ err: error });
   }
 
   #recovered(): void {
-    if (!this.#down) return;
-    this.#down = false;
-    this.#options.logger?.info({}, 'Session bindings are shared again: Redis answers');
+    this.#log.recovered();
   }
 }

@@ -6,6 +6,7 @@ import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
 import type { LoadView } from '../routing/routing-policy.js';
 import type { Logger } from '../runtime/logger.js';
+import { FailureLog } from '../runtime/repeated-log.js';
 import { sharedRedis } from './redis-client.js';
 
 // KEYS[1]: the prefix. ARGV: this replica's id, the entries' time to live (ms), then its counts
@@ -84,8 +85,8 @@ export interface SharedInFlightOptions {
  * replica's lease or verdict shows here within two intervals (500 ms by default);
  * a replica that stops (killed, partitioned) ages out within `ttlMs` plus an interval. While
  * Redis cannot be reached, or answers slower than `timeoutMs`, the others' counts are dropped
- * (each replica routes on its own view, as without Redis), logged once until a round succeeds,
- * and `onSync` hears `failed`. Keys are made in the script: one Redis, not a Redis Cluster.
+ * (each replica routes on its own view, as without Redis), logged at most once per 10 s with
+ * how many rounds failed and once more when a round succeeds, and `onSync` hears `failed`. Keys are made in the script: one Redis, not a Redis Cluster.
  *
  * @example
  * const workers = [{ url: 'http://decode-0:8200' }, { url: 'http://decode-1:8200' }];
@@ -114,7 +115,7 @@ export class SharedInFlight {
   #syncedAt: number | undefined;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
-  #down = false;
+  readonly #log: FailureLog;
   #closed = false;
   /** The first connection's outcome: the first round waits for it (bounded by its timeout), not a Redis down. */
   #firstConnect: Promise<void> | undefined;
@@ -126,6 +127,11 @@ export class SharedInFlight {
     this.#prefix = options.prefix ?? 'disagg:in-flight';
     this.#intervalMs = options.intervalMs ?? 250;
     this.#ttlMs = options.ttlMs ?? this.#intervalMs * 8;
+    this.#log = new FailureLog(options.logger, {
+      failure:
+        'Cannot share requests in flight with the other replicas (Redis is unreachable): each balances on its own until Redis answers',
+      recovery: 'Sharing requests in flight with the other replicas again: Redis answers',
+    });
     const timeoutMs = options.timeoutMs ?? this.#intervalMs;
     const client = sharedRedis(options.url, timeoutMs, { disaggSyncInFlight: { keys: 1, lua: SYNC } });
     this.#redis = client.redis;
@@ -196,13 +202,7 @@ export class SharedInFlight {
     this.#replicas = Math.max(1, Number(answer[0]));
     this.#syncedAt = Date.now();
     this.#options.onSync?.('synced', this.#replicas);
-    if (this.#down) {
-      this.#down = false;
-      this.#options.logger?.info(
-        { replicas: this.#replicas },
-        'Sharing requests in flight with the other replicas again: Redis answers',
-      );
-    }
+    this.#log.recovered({ replicas: this.#replicas });
   }
 
   /** Stops the rounds, takes this replica's counts out of Redis (best effort) and disconnects. */
@@ -211,6 +211,7 @@ export class SharedInFlight {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
     await this.#running;
+    this.#log.flush();
     const redis = await this.#redis;
     await Promise.resolve(
       redis.multi().del(`${this.#prefix}:replica:${this.#id}`).zrem(`${this.#prefix}:replicas`, this.#id).exec(),
@@ -231,11 +232,6 @@ export class SharedInFlight {
     this.#others = new Map();
     this.#replicas = 1;
     this.#options.onSync?.('failed', 1);
-    if (this.#down) return;
-    this.#down = true;
-    this.#options.logger?.error(
-      { err: error },
-      'Cannot share requests in flight with the other replicas (Redis is unreachable): each balances on its own until Redis answers',
-    );
+    this.#log.failed({ err: error });
   }
 }

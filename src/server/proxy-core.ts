@@ -11,6 +11,7 @@ import { SharedInFlight } from '../replicas/shared-in-flight.js';
 import { mergeConsumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { repeatedLogOf } from '../runtime/repeated-log.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
 import { RedisWindows } from '../tenancy/redis-windows.js';
 import { TenantDirectory } from '../tenancy/tenants.js';
@@ -465,5 +466,7 @@ export class ProxyCore implements ProxyState {
     await this.sessionBindings?.close();
     this.tenants.close();
     if (this.limits !== this.minuteWindows) await (this.limits as RedisWindows).close();
+    // What was counted of the lines that repeat (retries while a worker is down), told.
+    repeatedLogOf(this.logger).flush();
   }
 }

@@ -1,5 +1,6 @@
 import type { FlowEvent, FlowEventOf } from '../flow/events.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
+import { repeatedLogOf } from '../runtime/repeated-log.js';
 import { chargedWorker } from './failure-rules.js';
 import type { ProxyState } from './proxy-state.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
@@ -109,7 +110,12 @@ function prefillRetried(
   proxy.metrics.retried(leg);
   const worker = leg === 'prefill' ? event.prefillWorker : event.decodeWorker;
   proxy.metrics.legRetried(leg, worker === undefined ? undefined : proxy.nameOf(worker));
-  proxy.logger.warn(
+  const message = `Retrying the request ${retryOn(retryTarget(proxy, leg, worker), leg)} (nothing was sent to the client yet)`;
+  // While a worker is down every request may retry away from it: one line per worker and kind
+  // of retry per interval, with a count (each request's own line still has its error).
+  repeatedLogOf(proxy.logger).write(
+    'warn',
+    `${message} ${worker?.url ?? ''}`,
     {
       requestId: event.requestId,
       attempt: seen.retries,
@@ -118,7 +124,7 @@ function prefillRetried(
       delayMs: Math.round(event.delayMs),
       err: event.error,
     },
-    `Retrying the request ${retryOn(retryTarget(proxy, leg, worker), leg)} (nothing was sent to the client yet)`,
+    message,
   );
 }
 
@@ -173,7 +179,13 @@ function decodeRetried(
   countFailure(proxy, event.error, { decode: failed });
   proxy.metrics.retried('decode');
   proxy.metrics.legRetried('decode', failed === undefined ? undefined : proxy.nameOf(failed));
-  proxy.logger.warn(
+  const message =
+    failed !== undefined && event.decodeWorker === failed
+      ? 'Retrying decode on the same worker with the same handoff (it is the only decode worker in rotation): it was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)'
+      : 'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)';
+  repeatedLogOf(proxy.logger).write(
+    'warn',
+    `${message} ${failed?.url ?? ''}`,
     {
       requestId: event.requestId,
       attempt: event.attempt,
@@ -182,9 +194,7 @@ function decodeRetried(
       delayMs: Math.round(event.delayMs),
       err: event.error,
     },
-    failed !== undefined && event.decodeWorker === failed
-      ? 'Retrying decode on the same worker with the same handoff (it is the only decode worker in rotation): it was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)'
-      : 'Retrying decode on another worker with the same handoff: the first was never reached, so the prefill worker still holds the KV (nothing was sent to the client yet)',
+    message,
   );
   if (seen.routed !== undefined && event.decodeWorker !== undefined) {
     seen.routed = { ...seen.routed, decodeWorker: event.decodeWorker };

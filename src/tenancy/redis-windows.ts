@@ -3,6 +3,7 @@
 // counted by one script (atomic in Redis, on Redis's own clock, so replicas agree).
 import type { Redis, RedisOptions } from 'ioredis';
 import type { Logger } from '../runtime/logger.js';
+import { FailureLog } from '../runtime/repeated-log.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import type { OverLimit } from './rate-window.js';
 import type { Tenant } from './tenants.js';
@@ -72,8 +73,9 @@ export class LimitsUnavailableError extends DisaggError {
  * The tenants' per-minute limits in one Redis that every replica shares. `take` and `correct`
  * are `MinuteWindows`'s, asynchronous. While Redis cannot be reached (each call gives up
  * after `timeoutMs`), `failure: 'open'` lets requests in uncounted and `'closed'` refuses them
- * with a {@link LimitsUnavailableError}; either way it is logged (once until Redis answers
- * again) and `onFailure` called per request (for a metric). `close()` disconnects.
+ * with a {@link LimitsUnavailableError}; either way it is logged (at most once per 10 s, with
+ * how many calls failed, and once more when Redis answers again) and `onFailure` called per
+ * request (for a metric). `close()` disconnects.
  *
  * Tolerance: requests are counted exactly (one atomic script per request, on Redis's clock);
  * tokens are an estimate until the answer corrects them, so a tenant may pass its tokens per
@@ -89,16 +91,21 @@ export class RedisWindows {
   #firstSettled = false;
   readonly #prefix: string;
   readonly #failure: RedisFailurePolicy;
-  readonly #logger: Logger | undefined;
   readonly #onFailure: ((error: unknown) => void) | undefined;
-  #down = false;
+  readonly #log: FailureLog;
 
   /** Connects (in the background: a Redis down at start is a Redis down, as later) to `url` (`redis://host:port/db`). */
   constructor(url: string, options: RedisWindowsOptions) {
     this.#prefix = options.prefix ?? 'disagg:limits';
     this.#failure = options.failure;
-    this.#logger = options.logger;
     this.#onFailure = options.onFailure;
+    this.#log = new FailureLog(options.logger, {
+      failure:
+        this.#failure === 'open'
+          ? "Redis is unreachable: the tenants' limits are not enforced until it answers again (--redis-failure open)"
+          : "Redis is unreachable: limited tenants' requests are refused until it answers again (--redis-failure closed)",
+      recovery: "Redis answers again: the tenants' limits are enforced",
+    });
     this.#redis = import('ioredis').then(({ Redis: Client }) => {
       const settings: RedisOptions = {
         lazyConnect: true,
@@ -162,6 +169,7 @@ export class RedisWindows {
 
   /** Disconnects from Redis. */
   async close(): Promise<void> {
+    this.#log.flush();
     (await this.#redis).disconnect();
   }
 
@@ -186,20 +194,11 @@ export class RedisWindows {
 
   #failed(error: unknown): void {
     this.#onFailure?.(error);
-    if (this.#down) return;
-    this.#down = true;
-    this.#logger?.error(
-      { err: error, failure: this.#failure },
-      this.#failure === 'open'
-        ? "Redis is unreachable: the tenants' limits are not enforced until it answers again (--redis-failure open)"
-        : "Redis is unreachable: limited tenants' requests are refused until it answers again (--redis-failure closed)",
-    );
+    this.#log.failed({ err: error, failure: this.#failure });
   }
 
   #recovered(): void {
-    if (!this.#down) return;
-    this.#down = false;
-    this.#logger?.info({}, "Redis answers again: the tenants' limits are enforced");
+    this.#log.recovered();
   }
 }
 
