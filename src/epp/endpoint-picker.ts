@@ -22,7 +22,7 @@ import { validateRequest } from '../server/request-schemas.js';
 import { modelNotFound } from '../server/request-stages.js';
 import { poolLabel } from '../server/scaling-metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../server/settings/worker-entries.js';
-import { briefly } from '../util/cause-chain.js';
+import { briefly } from '../util/worker-text.js';
 
 /** A request as Envoy handed it over: its headers (pseudo-headers included), whole body and the gateway's subset hint. */
 export interface PickRequest {

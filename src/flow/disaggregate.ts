@@ -5,7 +5,8 @@ import { RoutingInput } from '../routing/routing-input.js';
 import { type Decision, Scheduler } from '../routing/scheduler.js';
 import { type Lease, NoWorkerError, WorkerPool } from '../routing/worker-pool.js';
 import { type AsyncEngineContext, Controller, isContext } from '../runtime/controller.js';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { libraryLogger } from '../runtime/library-logger.js';
+import type { Logger } from '../runtime/logger.js';
 import { repeatedLogOf } from '../runtime/repeated-log.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
@@ -85,7 +86,7 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);
   const cleanupBudgetMs = checkBudget('cleanupBudgetMs', options.cleanupBudgetMs, DEFAULT_CLEANUP_BUDGET_MS);
-  const log = () => logger ?? defaultLogger();
+  const log = () => libraryLogger(logger);
 
   // What routing policies look at: worked out once, and only if a policy asks.
   const input = options.input ?? new RoutingInput(request, options.sessionKey, options.promptTokenIds, endpoint);
@@ -357,7 +358,7 @@ async function shouldSkip(
     return typeof answer === 'string' && answer !== '' ? answer : undefined;
   } catch (error) {
     if ((error as { name?: unknown } | null)?.name === 'AbortError') throw error;
-    (logger ?? defaultLogger()).warn({ err: error }, 'skipPrefill failed; disaggregating the request');
+    libraryLogger(logger).warn({ err: error }, 'skipPrefill failed; disaggregating the request');
     return undefined;
   }
 }

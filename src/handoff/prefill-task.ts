@@ -2,7 +2,8 @@ import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import { type AsyncEngineContext, isContext } from '../runtime/controller.js';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { libraryLogger } from '../runtime/library-logger.js';
+import type { Logger } from '../runtime/logger.js';
 import { isAsyncIterable, ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly, ignore } from '../util/close-quietly.js';
 import { describeValue } from '../util/describe-value.js';
@@ -104,7 +105,7 @@ export class PrefillTask {
     work: PromiseLike<unknown> | (() => PromiseLike<unknown>),
     options: PrefillTaskOptions = {},
   ): PrefillTask {
-    const logger = options.logger ?? defaultLogger();
+    const logger = libraryLogger(options.logger);
     let running: PromiseLike<unknown>;
     if (typeof work === 'function') {
       try {

@@ -2,6 +2,7 @@ import { FAILURE_RULES, workerFailureClass } from '../protocol/failure-rules.js'
 import { CONNECTION_ERROR_CODES, errorCode } from '../util/cause-chain.js';
 import { describeValue } from '../util/describe-value.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { markWorkerText } from '../util/worker-text.js';
 
 /**
  * How a call to a worker failed:
@@ -22,12 +23,14 @@ const CODES = {
 
 /**
  * A worker call that failed. The message carries the worker's own text (the `message` of an
- * OpenAI-style error body, or the body itself); `status` and `body` keep the HTTP answer;
- * `cause` keeps the network error and `networkCode` its code. `retryable`, as the failure
- * rules say (`FAILURE_RULES`): a 5xx or 429 answer, or a worker that could not be reached, may
- * succeed on another worker; another 4xx answer, a protocol error or a stream that broke after
- * the worker answered will not. `code`: `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION` or
- * `DISAGG_UPSTREAM_PROTOCOL`, by kind.
+ * OpenAI-style error body, or the body itself) after the router's words and `: `: a client is
+ * told it, the library's log lines only its length, as it may echo the prompt (give
+ * `workerText` when a message of your own puts it elsewhere). `status` and `body` keep the
+ * HTTP answer; `cause` keeps the network error and `networkCode` its code. `retryable`, as the
+ * failure rules say (`FAILURE_RULES`): a 5xx or 429 answer, or a worker that could not be
+ * reached, may succeed on another worker; another 4xx answer, a protocol error or a stream that
+ * broke after the worker answered will not. `code`: `DISAGG_UPSTREAM_STATUS`,
+ * `DISAGG_UPSTREAM_CONNECTION` or `DISAGG_UPSTREAM_PROTOCOL`, by kind.
  *
  * @example
  * if (UpstreamError.is(error) && error.status === 400) reply(400, error.body);
@@ -60,9 +63,13 @@ export class UpstreamError extends DisaggError {
       networkCode?: string;
       cause?: unknown;
       afterResponse?: boolean;
+      /** The worker's own words in `message`; for kind `status`, all after its first `: ` by default. */
+      workerText?: string;
     },
   ) {
     super(CODES[kind], message, options);
+    const said = message.indexOf(': ');
+    markWorkerText(this, options.workerText ?? (kind === 'status' && said >= 0 ? message.slice(said + 2) : ''));
     this.kind = kind;
     this.url = options.url;
     this.status = options.status;
@@ -107,6 +114,8 @@ export class UpstreamError extends DisaggError {
       url,
       cause: error,
       afterResponse,
+      // A worker's answer that is not JSON: the parser's words quote it.
+      ...(error instanceof SyntaxError ? { workerText: text } : {}),
     });
   }
 }

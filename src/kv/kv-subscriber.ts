@@ -1,5 +1,6 @@
 import type * as Zmq from 'zeromq';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { libraryLogger } from '../runtime/library-logger.js';
+import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { decodeKvEventBatch, type KvEventBatch } from './kv-events.js';
 
@@ -116,7 +117,7 @@ export class KvEventSubscriber {
 
   constructor(options: KvEventSubscriberOptions) {
     this.#options = options;
-    const logger = options.logger ?? defaultLogger();
+    const logger = libraryLogger(options.logger);
     // Every line says whose events these are: an operator reads worker names, not addresses.
     this.#logger = options.name === undefined ? logger : naming(logger, options.name);
   }

@@ -1,4 +1,5 @@
 import { branded, DisaggError } from '../util/disagg-error.js';
+import { markWorkerText } from '../util/worker-text.js';
 import type { LLMEngineOutput } from './llm-engine-output.js';
 
 /**
@@ -24,7 +25,8 @@ export interface AnnotatedErrorBody {
 
 /**
  * The error that {@link Annotated.err} returns for an error item that does not carry an
- * in-process `Error` (for example one that crossed the wire as JSON): the item's text.
+ * in-process `Error` (for example one that crossed the wire as JSON): the item's text, an
+ * engine's words (kept out of the library's log lines but for their length).
  * `code`: `DISAGG_STREAM_ERROR`.
  */
 export class AnnotatedError extends DisaggError {
@@ -33,6 +35,7 @@ export class AnnotatedError extends DisaggError {
 
   constructor(message: string) {
     super('DISAGG_STREAM_ERROR', message);
+    markWorkerText(this, message);
   }
 }
 

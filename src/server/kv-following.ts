@@ -2,7 +2,8 @@ import { KvBlockIndex } from '../kv/block-index.js';
 import { loadBlockKeys } from '../kv/block-keys.js';
 import { KvSilenceWatch } from '../kv/kv-silence.js';
 import { KvEventSubscriber } from '../kv/kv-subscriber.js';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { libraryLogger } from '../runtime/library-logger.js';
+import type { Logger } from '../runtime/logger.js';
 import { WorkerRecords } from './worker-records.js';
 
 /**
@@ -94,7 +95,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
 
   constructor(options: KvFollowerOptions<W> = {}) {
     this.#options = options;
-    this.#logger = options.logger ?? defaultLogger();
+    this.#logger = libraryLogger(options.logger);
     this.#records = options.records ?? new WorkerRecords();
   }
 

@@ -10,7 +10,8 @@ import { RedisSessionBindings } from '../replicas/redis-session-bindings.js';
 import { SharedInFlight } from '../replicas/shared-in-flight.js';
 import { mergeConsumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { libraryLogger } from '../runtime/library-logger.js';
+import type { Logger } from '../runtime/logger.js';
 import { repeatedLogOf } from '../runtime/repeated-log.js';
 import { MinuteWindows, type TenantLimits } from '../tenancy/rate-window.js';
 import { RedisWindows } from '../tenancy/redis-windows.js';
@@ -129,7 +130,8 @@ export class ProxyCore implements ProxyState {
     this.dispatcher = (resolved.dispatcher as Dispatcher | undefined) ?? (this.#ownDispatcher as Agent);
     const options = { ...resolved, dispatcher: this.dispatcher };
     this.options = options;
-    this.logger = options.logger ?? defaultLogger();
+    // Every line of the proxy's, and of the flow it runs, keeps a worker's words out.
+    this.logger = libraryLogger(options.logger);
     for (const { setting, message } of unusedSettings(options)) this.logger.warn({ setting }, message);
     const { dispatcher } = this;
     const { workerApiKey } = options;

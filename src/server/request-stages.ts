@@ -3,7 +3,7 @@ import { headerValue, RequestError } from '../http/node-server.js';
 import { Controller } from '../runtime/controller.js';
 import type { OverLimit } from '../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../tenancy/redis-windows.js';
-import { briefly } from '../util/cause-chain.js';
+import { briefly } from '../util/worker-text.js';
 import { OverloadedError } from './admission.js';
 import { answerIdStage } from './answer-id-stage.js';
 import { answerApiError } from './api-errors.js';

@@ -1,7 +1,8 @@
 import type { Dispatcher } from 'undici';
 import type { FlowEventListener } from '../flow/events.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
-import { defaultLogger, type Logger } from '../runtime/logger.js';
+import { libraryLogger } from '../runtime/library-logger.js';
+import type { Logger } from '../runtime/logger.js';
 import { describeValue } from '../util/describe-value.js';
 import { BREAKER_DEFAULTS, HEALTH_DEFAULTS, HealthChecker, type ProbeFailure } from './health.js';
 
@@ -99,7 +100,7 @@ export function watchHealth<P extends { url: string }, D extends { url: string }
       failure: options.failureThreshold ?? HEALTH_DEFAULTS.failureThreshold,
       success: options.successThreshold ?? HEALTH_DEFAULTS.successThreshold,
     },
-    logger: options.logger ?? defaultLogger(),
+    logger: libraryLogger(options.logger),
     forgetLeavers: true,
     ...(breaker === undefined ? {} : { breaker }),
     ...(options.headers === undefined ? {} : { headers: options.headers }),

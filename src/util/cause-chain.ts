@@ -80,15 +80,3 @@ export function errorCode(error: unknown): string | undefined {
   const found = findCause(error, (candidate) => typeof (candidate as { code?: unknown }).code === 'string');
   return (found as { code?: string } | undefined)?.code;
 }
-
-/**
- * An error as an info line carries an expected one (a request refused, a break recovered
- * from): its words and its code, not the stack, which says nothing about the request and
- * makes one line twenty. A warn or error line keeps the whole error.
- *
- * @example briefly(Object.assign(new Error('queue full'), { code: 'DISAGG_OVERLOADED' })); // { error: 'queue full', code: 'DISAGG_OVERLOADED' }
- */
-export function briefly(error: unknown): { error: string; code?: string } {
-  const code = errorCode(error);
-  return { error: error instanceof Error ? error.message : String(error), ...(code === undefined ? {} : { code }) };
-}

@@ -139,7 +139,17 @@ describe('what the proxy says of a request', () => {
     );
     expect(failed.status).toBe(400);
     const [line] = finishedLine(logs);
-    expect(line).toMatchObject({ status: 400, err: expect.any(Error) });
+    // A worker's answer: what it is and how long its words were, not the words, nor a stack.
+    expect(line).toMatchObject({
+      status: 400,
+      err: {
+        type: 'PrefillError',
+        code: 'DISAGG_PREFILL_FAILED',
+        status: 400,
+        workerTextLength: 'too long'.length,
+        error: expect.stringContaining("answered 400: [the worker's text: 8 characters]"),
+      },
+    });
     expect(line).not.toHaveProperty('clientRequestId');
     await post(url, '/v1/completions', '{', { 'x-request-id': 'client-8' });
     await post(url, '/v1/completions', '[]');
@@ -288,7 +298,7 @@ describe('retries, as the log and the workers see them', () => {
         worker: 'prefill-0',
         url: prefill[0]?.url,
         delayMs: 5,
-        err: expect.any(Error),
+        err: expect.objectContaining({ type: 'PrefillError', status: 503 }),
       },
     ]);
   });
@@ -336,7 +346,7 @@ describe('retries, as the log and the workers see them', () => {
     await eventually(() => finishedLine(logs).length === 1, 'the request ended');
     expect(prefill[1]?.requests).toEqual([]);
     // The failure that was being retried is the request's.
-    expect(String((finishedLine(logs)[0]?.err as Error | undefined)?.message)).toContain('503');
+    expect(finishedLine(logs)[0]?.err).toMatchObject({ status: 503 });
   });
 
   it('a 429 from a worker is worth another worker; a deadline is not (waiting again would double it)', async () => {
