@@ -1,5 +1,5 @@
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
-import { briefly } from '../util/cause-chain.js';
+import { briefly } from '../util/worker-text.js';
 import { errorAnswer } from './error-answers.js';
 import type { RequestContext } from './request-context.js';
 import type { RequestStage } from './request-stages.js';
