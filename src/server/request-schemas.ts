@@ -20,6 +20,38 @@ export interface ModelLimits {
 }
 
 /**
+ * The fields whose values are a user's prompt, or what was said in it, on some route: a
+ * refusal of one (or of anything inside one) says the value's kind, never its text, since
+ * every refusal is logged. The other fields are settings (`max_tokens`, `model`, ...), quoted
+ * back to help the client see its mistake.
+ */
+const PROMPT_FIELDS: ReadonlySet<string> = new Set([
+  'prompt',
+  'messages',
+  'input',
+  'instructions',
+  'system',
+  'text',
+  'suffix',
+  'tools',
+  'documents',
+  'query',
+  'queries',
+  'text_1',
+  'text_2',
+  'items',
+  'data',
+]);
+
+/** The keys inside a prompt field that name a part's kind (`role`, `type`), not what was said: quoted back. */
+const NAMING_KEYS: ReadonlySet<string> = new Set(['role', 'type']);
+
+/** Whether the value at `path` of a body may be prompt text: inside a prompt field, and no part's kind. */
+function mayBePromptText(path: readonly PropertyKey[]): boolean {
+  return PROMPT_FIELDS.has(String(path[0])) && !NAMING_KEYS.has(String(path.at(-1)));
+}
+
+/**
  * Checks a request body for `route` before any worker is called, as `disagg serve` does: a
  * JSON object that fits its endpoint (chat takes `messages`, completions a `prompt`, SGLang's
  * `/generate` a `text`, `input_ids` or `input_embeds`, embeddings an `input`, a rerank a
@@ -54,7 +86,7 @@ export function validateRequest(
   }
   const endpoint = typeof route === 'object' ? route : endpointNamed(route);
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new UnsupportedRequestError('body', `The request body must be a JSON object, got ${describeValue(body)}`);
+    throw new UnsupportedRequestError('body', `The request body must be a JSON object, got ${describeKind(body)}`);
   }
   const misfit = endpoint.misfit(body as Record<string, unknown>);
   if (misfit !== undefined) throw new UnsupportedRequestError(misfit.param, misfit.message);
@@ -78,7 +110,7 @@ export function checkRequest(
     const param = pathText(issue.path);
     const given = issue.path.reduce<unknown>((value, key) => (value as Record<PropertyKey, unknown>)?.[key], body);
     // A value that may be the user's prompt is said by its kind: the message goes to the log.
-    const quiet = issue.code === 'custom' && issue.params?.quiet === true;
+    const quiet = issue.code === 'custom' ? issue.params?.quiet === true : mayBePromptText(issue.path);
     const shown = quiet ? describeKind(given) : describeValue(given);
     throw new UnsupportedRequestError(param, `${param} ${expectation(issue)}, got ${shown}`);
   }

@@ -26,7 +26,9 @@ export function describeValue(value: unknown): string {
  * describeKind(42); // '42'
  */
 export function describeKind(value: unknown): string {
-  if (typeof value === 'string') return `a string of ${value.length} characters`;
+  // An empty one says nothing: shown as it is.
+  if (value === '' || (Array.isArray(value) && value.length === 0)) return JSON.stringify(value);
+  if (typeof value === 'string') return `a string of ${value.length} character${value.length === 1 ? '' : 's'}`;
   if (Array.isArray(value)) return `a list of ${value.length}`;
   if (typeof value === 'object' && value !== null) return 'an object';
   return describeValue(value);

@@ -60,7 +60,7 @@ describe('checkRequest: every checked field names itself and says what was expec
     ['completions', { prompt: [[]] }, 'prompt[0]: prompt[0] must not be empty, got []'],
     ['completions', { prompt: [-1] }, 'prompt[0]: prompt[0] must be at least 0, got -1'],
     ['chat', { messages: [] }, 'messages: messages must not be empty, got []'],
-    ['chat', { messages: 'x' }, 'messages: messages must be an array, got "x"'],
+    ['chat', { messages: 'x' }, 'messages: messages must be an array, got a string of 1 character'],
     ['chat', { messages: [{ role: '' }] }, 'messages[0].role: messages[0].role must not be empty, got ""'],
     ['chat', { messages: [5] }, 'messages[0]: messages[0] must be an object, got 5'],
     ['chat', { messages: user, logprobs: 1 }, 'logprobs: logprobs must be a boolean, got 1'],
@@ -70,7 +70,7 @@ describe('checkRequest: every checked field names itself and says what was expec
       'top_logprobs: top_logprobs must be at least 0, got -1',
     ],
     ['chat', { messages: user, tools: [{}] }, 'tools[0].type: tools[0].type must be a string, got undefined'],
-    ['chat', { messages: user, tools: 'x' }, 'tools: tools must be an array, got "x"'],
+    ['chat', { messages: user, tools: 'x' }, 'tools: tools must be an array, got a string of 1 character'],
     [
       'chat',
       { messages: user, max_completion_tokens: 0 },
@@ -116,8 +116,26 @@ describe('checkRequest: every checked field names itself and says what was expec
   it('a prompt that is none of the four forms says which forms it may take', () => {
     const forms = 'must be a string, a list of strings, a list of token ids or a list of such lists';
     expect(verdict('completions', {})).toBe(`prompt: prompt ${forms}, got undefined`);
-    expect(verdict('completions', { prompt: [1.5] })).toBe(`prompt: prompt ${forms}, got [1.5]`);
-    expect(verdict('completions', { prompt: ['a', 1] })).toBe(`prompt: prompt ${forms}, got ["a",1]`);
+    expect(verdict('completions', { prompt: [1.5] })).toBe(`prompt: prompt ${forms}, got a list of 1`);
+    expect(verdict('completions', { prompt: ['a', 1] })).toBe(`prompt: prompt ${forms}, got a list of 2`);
+  });
+
+  it("a refused prompt, or anything inside one, is said by its kind, never its text (the refusal is logged); a part's role and type are quoted", () => {
+    const secret = 'SECRET-PROMPT-7f3a: the quarterly numbers';
+    for (const [route, fields] of [
+      ['chat', { messages: secret }],
+      ['chat', { messages: [{ role: 'user', content: 'hi' }], tools: secret }],
+      ['completions', { prompt: [secret, 1] }],
+      ['completions', { prompt: 'x', suffix: [secret] }],
+      ['generate', { text: [secret, 2] }],
+    ] as const) {
+      const said = verdict(route, fields as never);
+      expect(said).toMatch(/got (a string of \d+ characters|a list of \d+)$/);
+      expect(said).not.toContain('SECRET');
+    }
+    expect(verdict('chat', { messages: [{ role: 7, content: secret }] })).toBe(
+      'messages[0].role: messages[0].role must be a string, got 7',
+    );
   });
 
   it('a body that is not an object is refused as the body', () => {
@@ -358,9 +376,9 @@ describe('validateRequest: the body fits its route before its fields are checked
   }
 
   it.each([
-    ['a string', 'x', '"x"'],
+    ['a string', 'x', 'a string of 1 character'],
     ['null', null, 'null'],
-    ['a list', [{ prompt: 'x' }], '[{"prompt":"x"}]'],
+    ['a list', [{ prompt: 'x' }], 'a list of 1'],
     ['a number', 7, '7'],
   ])('a body that is %s is refused as the body, saying what it got', (_, body, shown) => {
     expect(verdictOf('completions', body)).toBe(`body: The request body must be a JSON object, got ${shown}`);
