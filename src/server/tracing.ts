@@ -3,6 +3,7 @@ import type * as Otel from '@opentelemetry/api';
 import type { FlowEvent } from '../flow/events.js';
 import { headerValue } from '../http/node-server.js';
 import type { CompletionUsage } from '../protocol/llm-engine-output.js';
+import { loggable, safeMessage } from '../util/worker-text.js';
 
 type Api = typeof Otel;
 
@@ -219,9 +220,9 @@ export class RequestTrace {
     if (error !== undefined || status >= 500) {
       span.setStatus({
         code: api.SpanStatusCode.ERROR,
-        message: error instanceof Error ? error.message : `HTTP ${status}`,
+        message: error instanceof Error ? safeMessage(error) : `HTTP ${status}`,
       });
-      if (error instanceof Error) span.recordException(error);
+      if (error instanceof Error) span.recordException(spanError(error));
     }
     span.end();
   }
@@ -234,8 +235,8 @@ export class RequestTrace {
     this.#legs[leg] = undefined;
     span.setAttribute('disagg.outcome', outcome);
     if (error !== undefined) {
-      span.setStatus({ code: traced.api.SpanStatusCode.ERROR, message: error.message });
-      span.recordException(error);
+      span.setStatus({ code: traced.api.SpanStatusCode.ERROR, message: safeMessage(error) });
+      span.recordException(spanError(error));
     }
     span.end();
   }
@@ -259,4 +260,13 @@ function remoteContext(api: Api, incoming: TraceHeaders): Otel.Context {
     isRemote: true,
     ...(incoming.tracestate === undefined ? {} : { traceState: api.createTraceState(incoming.tracestate) }),
   });
+}
+
+/**
+ * An error as a span records it: as it is, but a worker's answer, which may echo the prompt, is
+ * its name and its message with the worker's words replaced by their length, without a stack
+ * (a span goes to a collector, as a log line does: the same rule).
+ */
+function spanError(error: Error): Error | { name: string; message: string } {
+  return loggable(error) === error ? error : { name: error.name, message: safeMessage(error) };
 }
