@@ -28,6 +28,8 @@ import { briefly } from '../util/worker-text.js';
 export interface PickRequest {
   readonly headers: Readonly<Record<string, string>>;
   readonly body: Buffer;
+  /** The body went past `maxBodyBytes` (its bytes were let go: `body` is empty): a 413. */
+  readonly oversized?: boolean | undefined;
   /** The pods the gateway allows (`ip:port`); undefined: any. */
   readonly subset: readonly string[] | undefined;
   /** Settles when Envoy gives the request up (its stream ended): a request waiting for admission leaves the queue. */
@@ -114,12 +116,13 @@ export class EndpointPicker {
         errorAnswer(new ShutdownError('The endpoint picker is shutting down')),
         'rejected-shutting-down',
       );
+    if (request.oversized === true || request.body.length > core.options.maxBodyBytes) {
+      const tooLarge = new RequestError(413, `The request body is larger than ${core.options.maxBodyBytes} bytes`);
+      return refusal(endpoint, errorAnswer(tooLarge), undefined);
+    }
     let body: Record<string, unknown> = {};
     if (endpoint !== undefined && request.body.length > 0) {
       try {
-        if (request.body.length > core.options.maxBodyBytes) {
-          throw new RequestError(413, `The request body is larger than ${core.options.maxBodyBytes} bytes`);
-        }
         body = parseRequestBody(request.body.toString('utf8'));
         validateRequest(endpoint, body, core.models);
       } catch (error) {

@@ -4,7 +4,8 @@ import type { Pick } from './endpoint-picker.js';
 /**
  * The endpoint picker's own metrics, beside the proxy's (workers, in-flight per pod, tenants,
  * KV events): its decisions by result, the requests a gateway served on another pod than the
- * one picked, and the ext_proc streams open.
+ * one picked, the ext_proc streams open, and the request body bytes held (`bodyBytes`, read
+ * when scraped).
  *
  * @internal
  */
@@ -13,7 +14,7 @@ export class EppMetrics {
   readonly #servedElsewhere: Counter;
   readonly streams: Gauge;
 
-  constructor(registers: Registry[]) {
+  constructor(registers: Registry[], bodyBytes: () => number = () => 0) {
     this.#picks = new Counter({
       name: 'disagg_epp_picks_total',
       help: "The endpoint picker's decisions: disaggregated (a decode and a prefill pod), aggregated (a decode pod alone), or refused_<status> (answered by the picker: 400, 404, 429, 503, ...)",
@@ -29,6 +30,14 @@ export class EppMetrics {
       name: 'disagg_epp_streams',
       help: 'Envoy ext_proc streams open: requests between their headers and the end of their answer',
       registers,
+    });
+    new Gauge({
+      name: 'disagg_epp_request_body_bytes',
+      help: 'Request body bytes the endpoint picker holds for the streams still reading their body (each at most --max-body-bytes)',
+      registers,
+      collect() {
+        this.set(bodyBytes());
+      },
     });
   }
 

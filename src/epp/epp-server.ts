@@ -88,7 +88,12 @@ export async function startEndpointPicker(
   const { grpc, protoLoader, health } = await loadGrpc();
   const core = new ProxyCore(resolved);
   const picker = new EndpointPicker(core);
-  const metrics = new EppMetrics(core.metrics.registers);
+  const open = new Set<ExtProcStream>();
+  const metrics = new EppMetrics(core.metrics.registers, () => {
+    let bytes = 0;
+    for (const stream of open) bytes += stream.bodyBytes;
+    return bytes;
+  });
   const extProc = new grpc.Server();
   const definition = protoLoader.fromJSON(
     EXT_PROC_DESCRIPTOR as Parameters<typeof protoLoader.fromJSON>[0],
@@ -109,12 +114,12 @@ export async function startEndpointPicker(
       const stream = new ExtProcStream(host, (response) => {
         if (!call.destroyed && !call.writableEnded) call.write(response);
       });
+      open.add(stream);
       metrics.streams.inc();
-      let open = true;
       const over = () => {
         stream.end();
-        if (open) metrics.streams.dec();
-        open = false;
+        if (!open.delete(stream)) return;
+        metrics.streams.dec();
       };
       call.on('data', (message: ProcessingRequest) => stream.receive(message));
       call.on('end', () => {

@@ -4,6 +4,7 @@
 // the body streamed back; then the answer's headers and body pass through, the served pod and
 // the usage read on the way, and the leases are given back when it ends or the stream breaks.
 import type { Logger } from '../runtime/logger.js';
+import { BodyBuffer } from './body-buffer.js';
 import type { Pick, PickedAnswer, PickRequest } from './endpoint-picker.js';
 import {
   bodyChunks,
@@ -25,11 +26,13 @@ type Phase =
       readonly kind: 'body';
       readonly headers: Record<string, string>;
       readonly subset: string[] | undefined;
-      readonly chunks: Buffer[];
-      size: number;
+      readonly body: BodyBuffer;
     }
-  /** The picker is deciding; request trailers that came meanwhile are answered after the body. */
-  | { readonly kind: 'picking'; trailers: boolean }
+  /**
+   * The picker is deciding; request trailers that came meanwhile are answered after the body.
+   * `dropping`: the body went past the limit, and the rest of it is neither held nor answered.
+   */
+  | { readonly kind: 'picking'; trailers: boolean; readonly dropping: boolean }
   /** Routed: the answer's messages pass through. `tail` holds its last bytes, for its usage. */
   | { readonly kind: 'routed'; readonly answer: PickedAnswer; tail: string }
   /** Answered by the picker itself, or over: whatever else comes is not answered. */
@@ -86,18 +89,24 @@ export class ExtProcStream {
         const subset = subsetOf(message);
         if (message.request_headers?.end_of_stream === true) {
           this.#decide({ headers, subset, body: Buffer.alloc(0) }, false);
-        } else this.#phase = { kind: 'body', headers, subset, chunks: [], size: 0 };
+        } else {
+          const length = headers['content-length'];
+          const expected = length !== undefined && /^\d{1,15}$/.test(length) ? Number(length) : undefined;
+          this.#phase = { kind: 'body', headers, subset, body: new BodyBuffer(this.host.maxBodyBytes, expected) };
+        }
         return;
       }
       case 'request_body': {
         if (phase.kind !== 'body') {
-          this.#outOfOrder(arm, phase);
+          if (phase.kind !== 'picking' || !phase.dropping) this.#outOfOrder(arm, phase);
           return;
         }
-        const chunk = message.request_body?.body ?? Buffer.alloc(0);
-        phase.size += chunk.length;
-        // Past the limit nothing more is held: the picker answers 413 at the end.
-        if (phase.size <= this.host.maxBodyBytes + 1) phase.chunks.push(chunk);
+        // Past the limit: answered at once (a 413), as Envoy allows for any body chunk, so that
+        // a body too large is never held whole, however long its sender takes to end it.
+        if (!phase.body.append(message.request_body?.body ?? Buffer.alloc(0))) {
+          this.#decide({ headers: phase.headers, subset: phase.subset, body: Buffer.alloc(0), oversized: true }, false);
+          return;
+        }
         if (message.request_body?.end_of_stream === true) this.#endBody(phase, false);
         return;
       }
@@ -150,6 +159,11 @@ export class ExtProcStream {
     }
   }
 
+  /** Request body bytes this stream holds now: those read of a body still coming. */
+  get bodyBytes(): number {
+    return this.#phase.kind === 'body' ? this.#phase.body.size : 0;
+  }
+
   /** The stream ended (Envoy closed it, cancelled it, or it broke): a request under way ends with it. */
   end(): void {
     if (this.#ended) return;
@@ -160,13 +174,15 @@ export class ExtProcStream {
   }
 
   #endBody(phase: Extract<Phase, { kind: 'body' }>, trailers: boolean): void {
-    const body =
-      phase.size > this.host.maxBodyBytes ? Buffer.alloc(phase.size) : Buffer.concat(phase.chunks, phase.size);
-    this.#decide({ headers: phase.headers, subset: phase.subset, body }, trailers);
+    this.#decide({ headers: phase.headers, subset: phase.subset, body: phase.body.bytes() }, trailers);
   }
 
   #decide(request: Omit<PickRequest, 'gaveUp'>, trailers: boolean): void {
-    const phase: Extract<Phase, { kind: 'picking' }> = { kind: 'picking', trailers };
+    const phase: Extract<Phase, { kind: 'picking' }> = {
+      kind: 'picking',
+      trailers,
+      dropping: request.oversized === true,
+    };
     this.#phase = phase;
     this.host
       .pick({ ...request, gaveUp: this.#gaveUpPromise })

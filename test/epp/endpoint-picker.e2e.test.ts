@@ -247,12 +247,14 @@ describe('disagg epp through a scripted Envoy', () => {
     injected.cancel();
   });
 
-  it('answers a body past --max-body-bytes with a 413, without holding it', async () => {
-    const { envoy } = await picker({ maxBodyBytes: 1000 });
+  it('answers a body past --max-body-bytes with a 413 as soon as it passes the limit, without waiting for its end or holding it', async () => {
+    const { epp, envoy } = await picker({ maxBodyBytes: 1000 });
     const call = envoy.open();
     call.send(requestHeaders('/v1/completions'));
-    for (let i = 0; i < 5; i++) call.send(requestBody('x'.repeat(1000), i === 4));
+    // Never ended: a sender that would hold the picker's memory for as long as it likes.
+    for (let i = 0; i < 5; i++) call.send(requestBody('x'.repeat(1000), false));
     const refused = (await call.next()).immediate_response;
+    expect(await metric(epp, 'disagg_epp_request_body_bytes ')).toEqual(['disagg_epp_request_body_bytes 0']);
     expect(refused.status.code).toBe('PayloadTooLarge');
     expect(JSON.parse(Buffer.from(refused.body).toString()).error.message).toMatch(/larger than 1000 bytes/);
     call.cancel();

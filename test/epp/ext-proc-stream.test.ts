@@ -36,11 +36,12 @@ function scriptedHost(refuse = false) {
     picked: () => {},
     servedElsewhere: () => heard.push('elsewhere'),
     maxBodyBytes: 1 << 20,
-    logger: { warn: () => {}, error: () => {} } as never,
+    logger: { warn: (_: unknown, line: string) => warned.push(line), error: () => {} } as never,
   };
+  const warned: string[] = [];
   const sent: Message[] = [];
   const stream = new ExtProcStream(host, (response) => sent.push(response as Message));
-  return { stream, sent, heard, requests, decide: () => decision.resolve() };
+  return { stream, sent, heard, requests, warned, decide: () => decision.resolve() };
 }
 
 const armOf = (message: Message) => Object.keys(message).find((key) => key !== 'dynamic_metadata') as string;
@@ -146,14 +147,38 @@ describe('one ext_proc stream', () => {
     expect(sent).toEqual([]);
   });
 
-  it("holds at most the picker's body limit of a body past it, and still decides (the picker answers 413)", async () => {
-    const { stream, requests, decide } = scriptedHost();
+  it('a body past the limit is decided at once as oversized, none of it held; the rest of it is neither held, answered nor logged', async () => {
+    const { stream, requests, sent, warned, decide } = scriptedHost(true);
     decide();
     stream.receive(requestHeaders('/v1/completions'));
-    for (let i = 0; i < 3; i++) stream.receive(requestBody(Buffer.alloc(600_000), false));
-    stream.receive(requestBody(Buffer.alloc(0), true));
+    stream.receive(requestBody(Buffer.alloc(600_000), false));
+    expect(stream.bodyBytes).toBe(600_000);
+    expect(requests).toEqual([]);
+    // 1,200,000 bytes: past the limit of 1 MiB, with the body not ended.
+    stream.receive(requestBody(Buffer.alloc(600_000), false));
+    expect(requests).toHaveLength(1);
+    expect(requests[0]?.oversized).toBe(true);
+    expect(requests[0]?.body.length).toBe(0);
+    expect(stream.bodyBytes).toBe(0);
+    for (let i = 0; i < 3; i++) stream.receive(requestBody(Buffer.alloc(600_000), i === 2));
+    stream.receive({ request_trailers: { trailers: { headers: [] } } });
     await flush();
-    expect(requests[0]?.body.length).toBe(1_800_000);
+    expect(requests).toHaveLength(1);
+    expect(sent.map(armOf)).toEqual(['immediate_response']);
+    expect(warned).toEqual([]);
+  });
+
+  it('hands the picker a body sent in one-byte chunks whole, and sizes its buffer by the content-length it was told', async () => {
+    const { stream, requests, decide } = scriptedHost();
+    decide();
+    const body = Buffer.from(JSON.stringify({ model: 'm', prompt: 'p'.repeat(5000) }));
+    stream.receive(requestHeaders('/v1/completions', { 'content-length': String(body.length) }));
+    for (let i = 0; i < body.length; i++) stream.receive(requestBody(body.subarray(i, i + 1), i === body.length - 1));
+    await flush();
+    const picked = requests[0]?.body as Buffer;
+    expect(picked.equals(body)).toBe(true);
+    // One buffer of exactly the body's size: no doubling past what the request said it has.
+    expect(picked.buffer.byteLength).toBe(body.length);
   });
 
   it('reads the subset hint from the request headers message', async () => {

@@ -31,9 +31,9 @@ export interface ExtProcCall {
   readonly closed: Promise<void>;
 }
 
-/** A client of the picker's ext_proc port. */
-export function envoyStandIn(port: number) {
-  const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+/** A client of the picker's ext_proc port (`options`: the gRPC channel's, for a test that needs its own). */
+export function envoyStandIn(port: number, options: grpc.ChannelOptions = {}) {
+  const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), options);
   return {
     open(): ExtProcCall {
       const call = client.Process();
