@@ -50,6 +50,7 @@ describe('disagg.example.yaml', () => {
       'tenantHeader',
       'tenantHeaderKeys',
       'redisUrl',
+      'maxExtProcStreams',
     ]);
     const chosen = new Set(['connector', 'prefill', 'decode', 'prefillPolicy', 'decodePolicy', 'deadlines.totalMs']);
     for (const setting of SETTINGS) {

@@ -4,8 +4,8 @@ import type { Pick } from './endpoint-picker.js';
 /**
  * The endpoint picker's own metrics, beside the proxy's (workers, in-flight per pod, tenants,
  * KV events): its decisions by result, the requests a gateway served on another pod than the
- * one picked, the ext_proc streams open, and the request body bytes held (`bodyBytes`, read
- * when scraped).
+ * one picked, the ext_proc streams open and those refused past `--max-ext-proc-streams`, and
+ * the request body bytes held (`bodyBytes`, read when scraped).
  *
  * @internal
  */
@@ -13,6 +13,7 @@ export class EppMetrics {
   readonly #picks: Counter<'result'>;
   readonly #servedElsewhere: Counter;
   readonly streams: Gauge;
+  readonly streamsRefused: Counter;
 
   constructor(registers: Registry[], bodyBytes: () => number = () => 0) {
     this.#picks = new Counter({
@@ -29,6 +30,11 @@ export class EppMetrics {
     this.streams = new Gauge({
       name: 'disagg_epp_streams',
       help: 'Envoy ext_proc streams open: requests between their headers and the end of their answer',
+      registers,
+    });
+    this.streamsRefused = new Counter({
+      name: 'disagg_epp_streams_refused_total',
+      help: 'Envoy ext_proc streams refused at once (gRPC RESOURCE_EXHAUSTED) because --max-ext-proc-streams were open',
       registers,
     });
     new Gauge({

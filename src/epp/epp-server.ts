@@ -16,6 +16,7 @@ import { EppMetrics } from './epp-metrics.js';
 import EXT_PROC_DESCRIPTOR from './ext-proc-descriptor.json' with { type: 'json' };
 import { ExtProcStream } from './ext-proc-stream.js';
 import { EXT_PROC_SERVICE, LOADER_OPTIONS, type ProcessingRequest } from './ext-proc-wire.js';
+import { defaultMaxExtProcStreams, StreamSlots } from './stream-slots.js';
 
 /** The ports Envoy and Kubernetes expect (llm-d's charts). */
 export const EPP_DEFAULTS = { port: 9002, healthPort: 9003, metricsPort: 9090 } as const;
@@ -89,6 +90,7 @@ export async function startEndpointPicker(
   const core = new ProxyCore(resolved);
   const picker = new EndpointPicker(core);
   const open = new Set<ExtProcStream>();
+  const slots = new StreamSlots(resolved.maxExtProcStreams ?? defaultMaxExtProcStreams(resolved), core.logger);
   const metrics = new EppMetrics(core.metrics.registers, () => {
     let bytes = 0;
     for (const stream of open) bytes += stream.bodyBytes;
@@ -111,15 +113,23 @@ export async function startEndpointPicker(
   };
   extProc.addService(loaded.envoy.service.ext_proc.v3.ExternalProcessor.service, {
     Process: (call: GrpcJs.ServerDuplexStream<ProcessingRequest, unknown>) => {
+      // Past the cap: refused before any message is read, the streams open untouched.
+      if (!slots.take()) {
+        metrics.streamsRefused.inc();
+        call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: slots.refusal });
+        return;
+      }
       const stream = new ExtProcStream(host, (response) => {
         if (!call.destroyed && !call.writableEnded) call.write(response);
       });
       open.add(stream);
       metrics.streams.inc();
+      // Once, however it ends: half-closed, cancelled (Envoy's RST_STREAM), broken, cut.
       const over = () => {
         stream.end();
         if (!open.delete(stream)) return;
         metrics.streams.dec();
+        slots.give();
       };
       call.on('data', (message: ProcessingRequest) => stream.receive(message));
       call.on('end', () => {

@@ -6,12 +6,15 @@ import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type EndpointPickerServer, startEndpointPicker } from '../../src/epp/epp-server.js';
 import { recordingLogger } from '../support/async.js';
-import { envoyStandIn, requestBody, requestHeaders } from '../support/envoy-stand-in.js';
+import { type ExtProcCall, envoyStandIn, requestBody, requestHeaders } from '../support/envoy-stand-in.js';
 import { collectGarbage } from '../support/heap.js';
 import { eventuallyAsync, fakeWorkers } from '../support/http.js';
 
 const MiB = 1024 * 1024;
+const KiB = 1024;
 const ONE_BYTE_CHUNKS = 200_000;
+const STREAMS = 5_000;
+const CAP = 1_000;
 
 const fakes = fakeWorkers();
 const cleanups: Array<() => unknown> = [];
@@ -19,7 +22,7 @@ afterEach(async () => {
   await Promise.all(cleanups.splice(0).map((cleanup) => cleanup()));
 });
 
-async function picker(options: { maxBodyBytes?: number }) {
+async function picker(options: { maxBodyBytes?: number; maxExtProcStreams?: number }) {
   const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
   const decode = await fakes.start({ role: 'decode', protocol: 'vllm' });
   const epp = await startEndpointPicker(
@@ -82,5 +85,33 @@ describe('the endpoint picker holds what its streams really cost', () => {
     call.send(requestBody(Buffer.alloc(0), true));
     expect((await call.next()).request_headers).toBeDefined();
     call.cancel();
+  }, 120_000);
+
+  it(`${STREAMS.toLocaleString('en')} streams against --max-ext-proc-streams ${CAP.toLocaleString('en')} hold at most 40 KiB per stream let in (this side's client included); the rest refused hold nothing`, async () => {
+    const { epp, envoy } = await picker({ maxExtProcStreams: CAP });
+    const before = heldNow();
+    let calls: ExtProcCall[] = [];
+    const over = new Set<ExtProcCall>();
+    for (let i = 0; i < STREAMS; i++) {
+      const call = envoy.open();
+      call.send(requestHeaders('/v1/completions'));
+      for (let b = 0; b < 10; b++) call.send(requestBody('x', false));
+      void call.closed.then(() => over.add(call));
+      calls.push(call);
+    }
+    await eventuallyAsync(
+      async () =>
+        (await metric(epp, 'disagg_epp_streams_refused_total')) === STREAMS - CAP &&
+        (await metric(epp, 'disagg_epp_request_body_bytes')) === 10 * CAP &&
+        over.size === STREAMS - CAP,
+      `${CAP} streams let in, each with its 10 bytes, and ${STREAMS - CAP} refused`,
+      5_000,
+    );
+    expect(await metric(epp, 'disagg_epp_streams')).toBe(CAP);
+    calls = calls.filter((call) => !over.has(call));
+    over.clear();
+    const grown = heldNow() - before;
+    expect(grown).toBeLessThan(CAP * 40 * KiB);
+    for (const call of calls) call.cancel();
   }, 120_000);
 });

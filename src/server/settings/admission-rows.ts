@@ -92,4 +92,12 @@ export const ADMISSION_ROWS = inGroup('Admission', [
     default: DEFAULT_MAX_BODY_BYTES,
     parse: positiveInteger,
   },
+  {
+    key: 'maxExtProcStreams',
+    flag: 'max-ext-proc-streams',
+    arg: 'N',
+    help: "disagg epp: Envoy ext_proc streams (requests through the gateway) open at once; past it a new stream is refused at once with gRPC RESOURCE_EXHAUSTED (counted in disagg_epp_streams_refused_total, logged at most once per 10 s), the streams open untouched. Each open stream holds about 8 KB, and its request body (at most --max-body-bytes) while that is read. The default leaves room for every request admission serves or queues, so that a busy gateway's clients meet admission's 429 first",
+    shownDefault: '2 x (--max-concurrent-requests + --queue-size): 4096',
+    parse: positiveInteger,
+  },
 ]);

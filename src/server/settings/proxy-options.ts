@@ -254,6 +254,14 @@ export interface ProxyOptions {
   /** The largest request body accepted, in bytes; 8 MiB by default. */
   maxBodyBytes?: number | undefined;
   /**
+   * `disagg epp` (and `startEndpointPicker`): the Envoy ext_proc streams open at once; past
+   * it a new stream is refused at once with gRPC `RESOURCE_EXHAUSTED`, the streams open
+   * untouched. By default twice `maxConcurrentRequests` plus `queueSize` (4,096): room for
+   * every request admission lets in or queues, so that a busy gateway meets admission's 429
+   * first. A proxy does not read it.
+   */
+  maxExtProcStreams?: number | undefined;
+  /**
    * How long an idle client connection is kept open; 72,000 ms by default (as fastify does).
    * Node's own default of 5 s makes busy clients reconnect between bursts: measured in
    * `bench:proxy`, it cost a relay about a quarter of its requests per second.

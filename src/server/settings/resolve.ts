@@ -85,6 +85,7 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
     tenantHeader: values.tenantHeader as string | undefined,
     tenantHeaderKeys: values.tenantHeaderKeys as string[] | undefined,
     redisUrl: values.redisUrl as string | undefined,
+    maxExtProcStreams: values.maxExtProcStreams as number | undefined,
     metricsPort: values.metricsPort as number | undefined,
     discovery: discoveryOf(values),
     kvEvents: kv,

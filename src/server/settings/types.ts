@@ -30,6 +30,7 @@ export interface ResolvedProxyOptions
       | 'tenantHeader'
       | 'tenantHeaderKeys'
       | 'redisUrl'
+      | 'maxExtProcStreams'
       | 'metricsPort'
       | 'discovery'
       | 'dnsLookup'
@@ -101,6 +102,8 @@ export interface ResolvedProxyOptions
   /** SGLang: the bootstrap port given to prefill workers that name none (added ones too). */
   bootstrapPort: number;
   workerApiKey: string | undefined;
+  /** As given; `disagg epp` derives it from admission when undefined. */
+  maxExtProcStreams: number | undefined;
   logger: Logger | undefined;
   onEvent: ProxyOptions['onEvent'];
   dispatcher: Dispatcher | undefined;
@@ -160,6 +163,8 @@ export interface ServeConfig {
   headersTimeoutMs: number;
   requestTimeoutMs: number;
   maxBodyBytes: number;
+  /** As given; `disagg epp` derives it from admission when undefined. */
+  maxExtProcStreams: number | undefined;
   logLevel: string;
   logFormat: 'json' | 'pretty';
   apiKey: string | undefined;
