@@ -194,6 +194,7 @@ export async function startEndpointPicker(
         await Promise.race([ended, delay(gracePeriodMs, undefined, { signal: timer.signal }).catch(() => {})]);
         timer.abort();
         extProc.forceShutdown();
+        slots.flush();
         for (const stop of unwatch) stop();
         healthServer.forceShutdown();
         await core.finish(0);

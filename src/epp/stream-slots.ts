@@ -3,9 +3,7 @@
 // gateway's clients choose how many requests they send and how slowly. Past the cap a new
 // stream is refused at once; the streams open are untouched.
 import type { Logger } from '../runtime/logger.js';
-
-/** How long one refusal line stands for the refusals after it: 10 s. */
-export const REFUSAL_LOG_INTERVAL_MS = 10_000;
+import { RepeatedLog, type RepeatedLogOptions } from '../runtime/repeated-log.js';
 
 /**
  * The default of `--max-ext-proc-streams`: twice what admission lets hold a stream (requests
@@ -21,7 +19,7 @@ export function defaultMaxExtProcStreams(admission: { maxConcurrentRequests: num
 /**
  * The slots of open ext_proc streams: {@link take} one as a stream opens (false: refuse it),
  * {@link give} it back once as it ends, however it ends. A refusal is logged at once, then at
- * most once per `intervalMs` with the count of those since (an overloaded gateway refused
+ * most once per interval with the count of those since ({@link RepeatedLog}: a gateway refused
  * thousands of times a second writes one line, not thousands).
  *
  * @example
@@ -31,28 +29,16 @@ export function defaultMaxExtProcStreams(admission: { maxConcurrentRequests: num
  */
 export class StreamSlots {
   readonly #max: number;
-  readonly #logger: Logger;
-  readonly #intervalMs: number;
-  readonly #now: () => number;
+  readonly #log: RepeatedLog;
   #open = 0;
-  #loggedAt: number | undefined;
-  /** Refusals since the last line, not yet told. */
-  #unlogged = 0;
 
   /**
    * @param max the most streams open at once (`maxExtProcStreams`).
-   * @param options `intervalMs`: how long a refusal line stands for those after it
-   *   ({@link REFUSAL_LOG_INTERVAL_MS} by default); `now`: the clock in ms (a test gives its own).
+   * @param options the refusal line's interval and clock ({@link RepeatedLogOptions}: 10 s, `performance.now`).
    */
-  constructor(
-    max: number,
-    logger: Logger,
-    options: { intervalMs?: number | undefined; now?: (() => number) | undefined } = {},
-  ) {
+  constructor(max: number, logger: Logger, options: RepeatedLogOptions = {}) {
     this.#max = max;
-    this.#logger = logger;
-    this.#intervalMs = options.intervalMs ?? REFUSAL_LOG_INTERVAL_MS;
-    this.#now = options.now ?? (() => performance.now());
+    this.#log = new RepeatedLog(logger, options);
   }
 
   /** Streams open now. */
@@ -71,7 +57,12 @@ export class StreamSlots {
       this.#open++;
       return true;
     }
-    this.#refused();
+    this.#log.write(
+      'warn',
+      'refused',
+      { open: this.#max },
+      `An ext_proc stream was refused: ${this.#max} are open, the limit (--max-ext-proc-streams)`,
+    );
     return false;
   }
 
@@ -80,19 +71,8 @@ export class StreamSlots {
     this.#open = Math.max(0, this.#open - 1);
   }
 
-  #refused(): void {
-    const now = this.#now();
-    if (this.#loggedAt !== undefined && now - this.#loggedAt < this.#intervalMs) {
-      this.#unlogged++;
-      return;
-    }
-    const earlier = this.#unlogged;
-    const seconds = this.#loggedAt === undefined ? 0 : Math.ceil((now - this.#loggedAt) / 1000);
-    this.#loggedAt = now;
-    this.#unlogged = 0;
-    this.#logger.warn(
-      { open: this.#max, ...(earlier > 0 ? { repeats: earlier } : {}) },
-      `An ext_proc stream was refused: ${this.#max} are open, the limit (--max-ext-proc-streams)${earlier > 0 ? ` (${earlier} more like this in the last ${seconds} s)` : ''}`,
-    );
+  /** Tells the refusals counted since the last line (the picker is closing). */
+  flush(): void {
+    this.#log.flush();
   }
 }

@@ -32,9 +32,15 @@ describe('the slots of open ext_proc streams', () => {
     expect(lines[0]?.message).toBe('An ext_proc stream was refused: 1 are open, the limit (--max-ext-proc-streams)');
     now = 10_000;
     slots.take();
-    expect(lines).toHaveLength(2);
-    expect(lines[1]?.fields).toMatchObject({ repeats: 4999 });
+    // The refusals counted, told in one line; then the new one, which opens the next interval.
+    expect(lines).toHaveLength(3);
+    expect(lines[1]?.fields).toMatchObject({ open: 1, repeats: 4999 });
     expect(lines[1]?.message).toMatch(/\(4999 more like this in the last 10 s\)$/);
+    expect(lines[2]?.fields).toEqual({ open: 1 });
+    slots.take();
+    slots.flush();
+    expect(lines).toHaveLength(4);
+    expect(lines[3]?.fields).toMatchObject({ repeats: 1 });
   });
 
   it('names the setting in the refusal a stream is told', () => {
