@@ -41,6 +41,22 @@ export function sessionKeyOf(headers: IncomingMessage['headers'], sessionHeader:
   return own;
 }
 
+/** The longest client `x-request-id` echoed and logged: a UUID is 36 characters, a trace id 32. */
+const MAX_CLIENT_REQUEST_ID = 128;
+
+/**
+ * The client's own request id, echoed in `x-request-id` and logged with every line of the
+ * request: its header, when at most {@link MAX_CLIENT_REQUEST_ID} printable characters; a
+ * longer or stranger one is not taken (the proxy's own id stands for it), since a client would
+ * otherwise make every log line of its requests as long as a header may be.
+ */
+function clientRequestIdOf(headers: IncomingMessage['headers']): string | undefined {
+  const given = headerValue(headers['x-request-id']);
+  return given !== undefined && given.length <= MAX_CLIENT_REQUEST_ID && /^[\x21-\x7e]+$/.test(given)
+    ? given
+    : undefined;
+}
+
 /**
  * One request as the proxy's stages see it: who sent it for which endpoint, its body once
  * read, whose it is, and what serving it found out (the usage the answer reported, the failure
@@ -91,7 +107,7 @@ export class RequestContext {
     bodyText?: string,
   ) {
     this.bodyText = bodyText;
-    this.clientRequestId = headerValue(req.headers['x-request-id']);
+    this.clientRequestId = clientRequestIdOf(req.headers);
     res.setHeader('x-request-id', this.clientRequestId ?? this.requestId);
   }
 

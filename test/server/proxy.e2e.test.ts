@@ -130,6 +130,21 @@ describe('disagg proxy, with the official openai client', () => {
     expect(legs[0]).not.toBe('caller-42');
   });
 
+  it("a caller's x-request-id past 128 characters, or with a space, is neither echoed nor logged: the proxy's own id stands for it", async () => {
+    const { url, logs } = await setup('vllm');
+    for (const given of ['r'.repeat(129), 'r'.repeat(16_000), 'two words']) {
+      const answer = await request(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': given },
+        body: JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 1 }),
+      });
+      await answer.body.dump();
+      expect(answer.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    }
+    await eventually(() => logs.filter((record) => record.message === 'request finished').length === 3, 'logged');
+    expect(JSON.stringify(logs)).not.toMatch(/rrrrrrrrrrrrrrrrrrrr|two words/);
+  });
+
   it('refuses a body that is not a JSON object (400) or is too large (413), before any worker is called', async () => {
     const { url, prefill } = await setup('vllm', {}, { maxBodyBytes: 200 });
     const post = (body: string) =>
