@@ -17,6 +17,8 @@ import type { ProxyRewriteOption } from './settings/rewrite-entries.js';
  */
 export class ModelRewrites {
   readonly #rules: ReadonlyMap<string, { targets: readonly string[]; bounds: readonly number[] }>;
+  /** Every model a rule names, rewritten or target. */
+  readonly #names: ReadonlySet<string>;
 
   constructor(rules: readonly ProxyRewriteOption[]) {
     this.#rules = new Map(
@@ -35,6 +37,7 @@ export class ModelRewrites {
         ];
       }),
     );
+    this.#names = new Set(rules.flatMap((rule) => [rule.model, ...rule.targets.map((target) => target.model)]));
   }
 
   /** Whether any rule is configured (the body stage asks nothing otherwise). */
@@ -42,9 +45,9 @@ export class ModelRewrites {
     return this.#rules.size > 0;
   }
 
-  /** The model names rules rewrite, and their targets: what the metric's labels may be. */
-  names(): string[] {
-    return [...this.#rules.entries()].flatMap(([model, rule]) => [model, ...rule.targets]);
+  /** Whether a rule names `model`, as the model it rewrites or as a target: a name the metrics' labels may hold. */
+  names(model: string): boolean {
+    return this.#names.has(model);
   }
 
   /** The targets of the rule of `model`, if a rule names it. */

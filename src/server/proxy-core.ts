@@ -410,7 +410,7 @@ export class ProxyCore implements ProxyState {
   modelLabel(model: unknown): string {
     if (typeof model !== 'string') return '';
     const known =
-      this.pools.namedFor(model) !== undefined || this.rewrites.names().includes(model) || this.models.lists(model);
+      this.pools.namedFor(model) !== undefined || this.rewrites.names(model) || this.models.lists(model);
     return known ? model : 'other';
   }
 
