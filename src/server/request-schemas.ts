@@ -65,7 +65,7 @@ function mayBePromptText(path: readonly PropertyKey[]): boolean {
  * be and the budget). Without it, a request decode refuses (`max_tokens: "ten"`) would have
  * prefill compute, and hold, KV for nothing. A field at fault is named by its path
  * (`input[3].content[0].type`). The exact length of a text prompt needs the tokenizer
- * ({@link checkPromptTokens}); other fields pass unchecked.
+ * (`checkPromptTokens`, where the proxy has counted it); other fields pass unchecked.
  *
  * @example
  * try { validateRequest('completions', body, { maxModelLen: () => 32_768 }); }
