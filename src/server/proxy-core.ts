@@ -409,8 +409,7 @@ export class ProxyCore implements ProxyState {
    */
   modelLabel(model: unknown): string {
     if (typeof model !== 'string') return '';
-    const known =
-      this.pools.namedFor(model) !== undefined || this.rewrites.names(model) || this.models.lists(model);
+    const known = this.pools.namedFor(model) !== undefined || this.rewrites.names(model) || this.models.lists(model);
     return known ? model : 'other';
   }
 
