@@ -169,6 +169,24 @@ function told(records: ReturnType<typeof recordingLogger>['records'], start: str
   return { lines: lines.length, occurrences };
 }
 
+/**
+ * `count` completions one after another, each answered `status`; how many log intervals they
+ * spanned (the bound on a repeated line's count, however slow the machine).
+ */
+async function completions(url: string, count: number, headers: Record<string, string>, status: number) {
+  const began = performance.now();
+  for (let i = 0; i < count; i++) {
+    const answer = await request(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ model: 'fake-model', prompt: `hi ${i}`, max_tokens: 1 }),
+    });
+    await answer.body.text();
+    expect(answer.statusCode).toBe(status);
+  }
+  return 1 + Math.floor((performance.now() - began) / REPEATED_LOG_INTERVAL_MS);
+}
+
 describe('what the proxy logs while a worker is down', () => {
   it('the only prefill worker down: "No prefill worker is available" once, then its count, not once per request', async () => {
     const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
@@ -181,19 +199,8 @@ describe('what the proxy logs while a worker is down', () => {
       decode: [{ url: decode.url }],
       logger,
     });
-    const url = await proxy.listen(0);
-    const began = performance.now();
-    for (let i = 0; i < 50; i++) {
-      const answer = await request(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'fake-model', prompt: `hi ${i}`, max_tokens: 1 }),
-      });
-      await answer.body.text();
-      // Served on decode alone, as the reference router does.
-      expect(answer.statusCode).toBe(200);
-    }
-    const intervals = 1 + Math.floor((performance.now() - began) / REPEATED_LOG_INTERVAL_MS);
+    // Served on decode alone, as the reference router does.
+    const intervals = await completions(await proxy.listen(0), 50, {}, 200);
     await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 });
     // A line, and one with the count of the rest (per interval, however slow the machine).
     const noPrefill = told(records, 'No prefill worker is available');
@@ -219,18 +226,8 @@ describe('what the proxy logs while a worker is down', () => {
       retry: { initialBackoffMs: 1, maxBackoffMs: 1 },
       logger,
     });
-    const url = await proxy.listen(0);
-    const began = performance.now();
-    for (let i = 0; i < 30; i++) {
-      const answer = await request(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-prefiller-host-port': new URL(prefill.url).host },
-        body: JSON.stringify({ model: 'fake-model', prompt: `hi ${i}`, max_tokens: 1 }),
-      });
-      await answer.body.text();
-      expect(answer.statusCode).toBe(502);
-    }
-    const intervals = 1 + Math.floor((performance.now() - began) / REPEATED_LOG_INTERVAL_MS);
+    const target = { 'x-prefiller-host-port': new URL(prefill.url).host };
+    const intervals = await completions(await proxy.listen(0), 30, target, 502);
     await proxy.close({ gracePeriodMs: 0, drainDelayMs: 0 });
     // Two retries per request, 60 in all: a line, and one with the count of the rest.
     const retries = told(records, 'Retrying the request');
