@@ -5,24 +5,23 @@
 
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS } from '../endpoints/registry.js';
+import { stringifyJson } from '../http/json.js';
 import { RequestError } from '../http/node-server.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import type { Decision } from '../routing/scheduler.js';
 import { type Lease, NoWorkerError, type WorkerPool } from '../routing/worker-pool.js';
 import { OverloadedError } from '../server/admission.js';
 import { apiErrorBody } from '../server/api-errors.js';
-import { errorAnswer, ShutdownError } from '../server/error-answers.js';
-import { lookUpBindings } from '../server/peer-load.js';
-import type { ModelPool } from '../server/pool-set.js';
+import { type ErrorAnswer, errorAnswer, ShutdownError } from '../server/error-answers.js';
+import { decide } from '../server/pipeline/decide.js';
+import type { Exchange, RequestHeaders } from '../server/pipeline/exchange.js';
+import { pipelineStages } from '../server/pipeline/pipeline.js';
+import { RequestContext, sessionKeyOf } from '../server/pipeline/request-context.js';
+import { enterStages } from '../server/pipeline/stage.js';
 import { PD_HEADERS, PREFILLER_HEADER } from '../server/prefill-targets.js';
 import type { ProxyCore } from '../server/proxy-core.js';
-import { parseRequestBody } from '../server/request-body.js';
-import { sessionKeyOf } from '../server/request-context.js';
-import { validateRequest } from '../server/request-schemas.js';
-import { modelNotFound } from '../server/request-stages.js';
 import { poolLabel } from '../server/scaling-metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../server/settings/worker-entries.js';
-import { briefly } from '../util/worker-text.js';
 
 /** A request as Envoy handed it over: its headers (pseudo-headers included), whole body and the gateway's subset hint. */
 export interface PickRequest {
@@ -53,6 +52,8 @@ export type Pick =
       readonly set: Readonly<Record<string, string>>;
       /** Headers to remove: the P/D headers a client sent, which only the picker may set. */
       readonly remove: readonly string[];
+      /** The body to send in place of the client's, when the picker changed it (a rewrite rule's model). */
+      readonly body?: Buffer | undefined;
       readonly answer: PickedAnswer;
     }
   | {
@@ -61,6 +62,8 @@ export type Pick =
       readonly reason: DroppedReason | undefined;
       /** The error body, in the API's own shape (OpenAI's, or Anthropic's for Messages). */
       readonly body: unknown;
+      /** Headers of the refusal (its request id, a 429's Retry-After), as the proxy sends them. */
+      readonly headers?: Readonly<Record<string, string>> | undefined;
     };
 
 /** The routed request's answer, as Envoy shows it to the picker: what it counts, and until when. */
@@ -72,9 +75,6 @@ export interface PickedAnswer {
   /** The answer ended (`complete`), or its stream broke first: every lease and the admission slot are given back. */
   finished(end: 'complete' | 'broken', usage?: { promptTokens: number; completionTokens: number }): void;
 }
-
-/** A request admitted (its slot and tokens given back by `release`), or refused. */
-type Admitted = { refused: Pick } | { release: (used: number | undefined) => void };
 
 /** The `ip:port` of a worker's URL (how Envoy's original-destination cluster names a pod). */
 export function endpointOf(url: string): string {
@@ -88,10 +88,42 @@ function endpointAt(path: string): Endpoint | undefined {
 }
 
 /**
- * The endpoint picker's decisions, over a {@link ProxyCore}: each request checked as the proxy
- * checks it (its body, its model's pool, its tenant's limits and admission: 4xx before any pod),
+ * A request Envoy handed over, as the pipeline sees it: the headers it sent (pseudo-headers
+ * included), the body it buffered (a 413 past the limit), the stream's end as the client gone;
+ * the headers the stages put on the answer are kept for a refusal.
+ */
+class PickExchange implements Exchange {
+  readonly answerHeaders: Record<string, string> = {};
+
+  constructor(readonly request: PickRequest) {}
+
+  get headers(): RequestHeaders {
+    return this.request.headers;
+  }
+
+  get gone(): Promise<unknown> {
+    return this.request.gaveUp;
+  }
+
+  async bodyText(limit: number): Promise<string> {
+    if (this.request.oversized === true || this.request.body.length > limit) {
+      throw new RequestError(413, `The request body is larger than ${limit} bytes`);
+    }
+    return this.request.body.toString('utf8');
+  }
+
+  setHeader(name: string, value: string): void {
+    this.answerHeaders[name] = value;
+  }
+}
+
+/**
+ * The endpoint picker's decisions, over a {@link ProxyCore}: each request runs the stages the
+ * proxy runs (its body, its model's rewrite and pool, its tenant's limits and admission, the
+ * stages added, what the decision reads: 4xx before any pod, refused as the proxy refuses it),
  * then the pool's scheduler picks the decode pod (within the gateway's subset) and, when it
- * disaggregates, the prefill pod. The leases it takes are given back when the answer ends.
+ * disaggregates, the prefill pod. A rewritten model goes on in the body the pod gets. The leases
+ * it takes, the admission slot and the stages' `after` hooks are given back when the answer ends.
  *
  * @example
  * const picker = new EndpointPicker(core);
@@ -108,60 +140,29 @@ export class EndpointPicker {
   /** Decides for one request; never throws (a failure is a `refused` pick). */
   async pick(request: PickRequest): Promise<Pick> {
     const core = this.#core;
-    const path = request.headers[':path'] ?? '/';
-    const endpoint = endpointAt(path);
-    if (core.closing)
-      return refusal(
-        endpoint,
-        errorAnswer(new ShutdownError('The endpoint picker is shutting down')),
-        'rejected-shutting-down',
-      );
-    if (request.oversized === true || request.body.length > core.options.maxBodyBytes) {
-      const tooLarge = new RequestError(413, `The request body is larger than ${core.options.maxBodyBytes} bytes`);
-      return refusal(endpoint, errorAnswer(tooLarge), undefined);
+    const endpoint = endpointAt(request.headers[':path'] ?? '/');
+    if (endpoint === undefined) return this.#pickBare(request);
+    const exchange = new PickExchange(request);
+    const context = new RequestContext(core, endpoint, exchange);
+    const entered = await enterStages(context, pipelineStages(endpoint, 'picker', { added: core.stages }));
+    if (entered.refused !== undefined) {
+      entered.done();
+      return refusal(endpoint, entered.refused, reasonOf(context.failure, entered.refused), exchange.answerHeaders);
     }
-    let body: Record<string, unknown> = {};
-    if (endpoint !== undefined && request.body.length > 0) {
-      try {
-        body = parseRequestBody(request.body.toString('utf8'));
-        validateRequest(endpoint, body, core.models);
-      } catch (error) {
-        return refusal(endpoint, errorAnswer(error), undefined);
-      }
-    }
-    const { model } = body;
-    // A path no endpoint has (GET /v1/models, a probe) names no model: any pool's decode pod serves it.
-    const pool =
-      core.pools.namedFor(model) ??
-      core.pools.namedFor(core.models.baseOf?.(model)) ??
-      core.pools.poolFor(model) ??
-      (endpoint === undefined ? core.pools.all()[0] : undefined);
-    if (pool === undefined) return refusal(endpoint, modelNotFound(model, core.pools.named()), undefined);
-    // Decode pods the gateway did not list are passed over; none listed in rotation: a 503.
-    const decodeAvoid =
-      request.subset === undefined
-        ? []
-        : pool.decode.workers.filter((worker) => !request.subset?.includes(endpointOf(worker.url)));
-    if (request.subset !== undefined && pool.decode.available.every((worker) => decodeAvoid.includes(worker))) {
-      return noEndpoint(
-        endpoint,
-        `None of the gateway's ${request.subset.length} endpoint(s) is a decode pod in rotation`,
-      );
-    }
-    // Admission and tenants' limits are the API's, as in the proxy: not a probe's or a listing's.
-    const admitted: Admitted =
-      endpoint === undefined ? { release: () => {} } : await this.#admit(request, endpoint, body, poolLabel(pool));
-    if ('refused' in admitted) return admitted.refused;
+    // The resolve stage refused a model no pool serves.
+    const pool = context.pool as NonNullable<typeof context.pool>;
+    const decodeAvoid = outsideSubset(pool.decode, request.subset);
     let decision: Decision<ProxyPrefillWorker, ProxyDecodeWorker>;
     try {
-      decision = await this.#decide(pool, endpoint, body, request.headers, decodeAvoid);
-    } catch (error) {
-      admitted.release(undefined);
-      if (NoWorkerError.is(error)) {
+      if (request.subset !== undefined && pool.decode.available.every((worker) => decodeAvoid.includes(worker))) {
         core.metrics.refused(poolLabel(pool), 'no-worker');
-        return noEndpoint(endpoint, error.message);
+        throw new NoWorkerError(0, 'decode', pool.model);
       }
-      return refusal(endpoint, errorAnswer(error), undefined);
+      decision = decide(context, { decode: decodeAvoid });
+    } catch (error) {
+      entered.done();
+      const answer = NoWorkerError.is(error) && request.subset !== undefined ? noneOfSubset(request.subset) : undefined;
+      return refusal(endpoint, answer ?? errorAnswer(error), reasonOf(error, answer), exchange.answerHeaders);
     }
     core.metrics.decided(
       poolLabel(pool),
@@ -172,108 +173,77 @@ export class EndpointPicker {
     const prefill = decision.strategy === 'disaggregated' ? decision.prefill : undefined;
     const set: Record<string, string> = {};
     if (prefill !== undefined) set[PREFILLER_HEADER] = endpointOf(prefill.worker.url);
+    // A rewrite rule sent the request as another model: the pod gets the body that names it.
+    const rewritten = context.requestedModel !== context.body.model;
     return {
       kind: 'routed',
       destination: endpointOf(decode.worker.url),
       strategy: decision.strategy,
       set,
       remove: PD_HEADERS.filter((name) => set[name] === undefined),
-      answer: this.#answer(pool.decode, decode, prefill, admitted.release),
+      ...(rewritten ? { body: Buffer.from(stringifyJson(context.body), 'utf8') } : {}),
+      answer: this.#answer(pool.decode, decode, prefill, (usage) => {
+        if (usage !== undefined) {
+          const { promptTokens, completionTokens } = usage;
+          context.usage = {
+            prompt_tokens: promptTokens,
+            completion_tokens: completionTokens,
+            total_tokens: promptTokens + completionTokens,
+          };
+        }
+        entered.done();
+      }),
     };
   }
 
   /**
-   * The tenant's per-minute limits and a slot of admission (by its priority, fair between
-   * tenants; a wait while slots are full): the proxy's own admission stage, for a request the
-   * gateway will send. Gives back a release that corrects the tenant's tokens by the answer's.
+   * A path no endpoint has (GET /v1/models, a probe): it names no model and is no API request
+   * (no tenant, no admission); any pool's decode pod serves it.
    */
-  async #admit(
-    request: PickRequest,
-    endpoint: Endpoint,
-    body: Record<string, unknown>,
-    pool: string,
-  ): Promise<Admitted> {
+  #pickBare(request: PickRequest): Pick {
     const core = this.#core;
-    const tenant = core.tenants.tenantOf(request.headers);
-    const label = core.tenantLabel(tenant.name);
-    const estimate = new RoutingInput(body, undefined, undefined, endpoint).promptTokens;
+    if (core.closing) {
+      return refusal(
+        undefined,
+        errorAnswer(new ShutdownError('The router is shutting down')),
+        'rejected-shutting-down',
+      );
+    }
+    const pool = core.pools.all()[0];
+    if (pool === undefined)
+      return refusal(undefined, errorAnswer(new NoWorkerError(0, 'decode')), 'rejected-no-endpoints');
     try {
-      const over = await core.limits.take(tenant, estimate);
-      if (over !== undefined) {
-        throw new OverloadedError(
-          `Tenant ${tenant.name} is over its limit of ${over.allowed} per minute; try again in ${over.retryAfterS} s`,
-          over.retryAfterS,
-          over.limit === 'requestsPerMinute' ? 'requests_per_minute' : 'tokens_per_minute',
-        );
-      }
-      const ticket = await core.admission.enter(request.gaveUp, {
-        tenant: tenant.name,
-        priority: tenant.priority,
-        maxConcurrent: tenant.maxConcurrent,
-      });
-      core.metrics.tenantRequest(label, 'admitted');
+      const decodeAvoid = outsideSubset(pool.decode, request.subset);
+      const decode = pool.decode.acquire(
+        decodeAvoid,
+        new RoutingInput({}, sessionKeyOf(request.headers, core.options.routing.sessionHeader)),
+      );
       return {
-        release: (used) => {
-          ticket.release();
-          const spent = used ?? estimate;
-          void Promise.resolve(core.limits.correct(tenant, spent - estimate));
-          core.metrics.tenantTokens(label, spent);
-        },
+        kind: 'routed',
+        destination: endpointOf(decode.worker.url),
+        strategy: 'aggregated',
+        set: {},
+        remove: [...PD_HEADERS],
+        answer: this.#answer(pool.decode, decode, undefined, () => {}),
       };
     } catch (error) {
-      if (OverloadedError.is(error)) {
-        core.metrics.tenantRequest(label, error.limit);
-        core.metrics.refused(pool, error.limit);
-      }
-      core.logger.info({ tenant: tenant.name, ...briefly(error), path: request.headers[':path'] }, 'request rejected');
-      return {
-        refused: refusal(endpoint, errorAnswer(error), OverloadedError.is(error) ? 'rejected-saturated' : undefined),
-      };
+      return refusal(undefined, errorAnswer(error), reasonOf(error, undefined));
     }
-  }
-
-  /** The pool's scheduler's decision: a generation request as the proxy would route it, anything else to a decode pod. */
-  async #decide(
-    pool: ModelPool,
-    endpoint: Endpoint | undefined,
-    body: Record<string, unknown>,
-    headers: Readonly<Record<string, string>>,
-    decodeAvoid: readonly ProxyDecodeWorker[],
-  ): Promise<Decision<ProxyPrefillWorker, ProxyDecodeWorker>> {
-    const core = this.#core;
-    const { sessionHeader, prefixKeyHeader } = core.options.routing;
-    const input = new RoutingInput(
-      body,
-      sessionKeyOf(headers, sessionHeader),
-      undefined,
-      endpoint,
-      headers[prefixKeyHeader],
-    );
-    if (endpoint?.serving !== 'disaggregated') {
-      return { strategy: 'aggregated', reason: 'passthrough', decode: pool.decode.acquire(decodeAvoid, input) };
-    }
-    if (core.routesOnTokens) {
-      const ids = await core.tokenize(body, endpoint);
-      if (ids !== undefined) input.tokenized(ids);
-    }
-    await lookUpBindings(core.sessionBindings, input);
-    const skipped = pool.skipPrefill?.(body, input);
-    return pool.scheduler.decide(input, { decode: decodeAvoid }, skipped);
   }
 
   #answer(
     decodePool: WorkerPool<ProxyDecodeWorker>,
     picked: Lease<ProxyDecodeWorker>,
     prefill: Lease<ProxyPrefillWorker> | undefined,
-    admitted: (used: number | undefined) => void,
+    over: (usage: { promptTokens: number; completionTokens: number } | undefined) => void,
   ): PickedAnswer {
     let decode = picked;
     let prefillLease = prefill;
     let failed = false;
-    let over = false;
+    let ended = false;
     return {
       served: (endpoint) => {
-        if (over || endpoint === endpointOf(decode.worker.url)) return;
+        if (ended || endpoint === endpointOf(decode.worker.url)) return;
         // Envoy sent it elsewhere (down the fallback list): the count moves with it.
         const served = decodePool.workers.find((worker) => endpointOf(worker.url) === endpoint);
         decode.release();
@@ -289,37 +259,61 @@ export class EndpointPicker {
         prefillLease = undefined;
       },
       finished: (end, usage) => {
-        if (over) return;
-        over = true;
+        if (ended) return;
+        ended = true;
         // A stream that broke (a client that left, a cut connection) says nothing of the pods.
         const outcome = end === 'broken' ? undefined : failed ? 'failure' : 'success';
         prefillLease?.release(outcome);
         decode.release(outcome);
-        admitted(usage === undefined ? undefined : usage.promptTokens + usage.completionTokens);
+        over(usage);
       },
     };
   }
 }
 
-/** A refusal in the API's own error shape. */
+/** A refusal in the API's own error shape, with the headers the stages gave it. */
 function refusal(
   endpoint: Endpoint | undefined,
-  answer: ReturnType<typeof errorAnswer>,
+  answer: ErrorAnswer,
   reason: DroppedReason | undefined,
+  headers: Readonly<Record<string, string>> = {},
 ): Pick {
   return {
     kind: 'refused',
     status: answer.status,
     reason,
     body: endpoint === undefined ? answer.body : apiErrorBody(endpoint, answer),
+    headers,
   };
 }
 
-/** The 503 of no eligible pod. */
-function noEndpoint(endpoint: Endpoint | undefined, message: string): Pick {
-  return refusal(
-    endpoint,
-    { status: 503, body: { error: { message, type: 'service_unavailable', code: 503, param: null } } },
-    'rejected-no-endpoints',
-  );
+/** Why a refusal dropped the request, as llm-d names it: no pod, saturated, shutting down; else none (a client's mistake). */
+function reasonOf(failure: unknown, answer: ErrorAnswer | undefined): DroppedReason | undefined {
+  if (NoWorkerError.is(failure)) return 'rejected-no-endpoints';
+  if (OverloadedError.is(failure)) return 'rejected-saturated';
+  if (ShutdownError.is(failure) || (failure === undefined && answer?.status === 503)) return 'rejected-shutting-down';
+  return undefined;
+}
+
+/** The decode pods of `pool` the gateway did not list (passed over); none without a subset. */
+function outsideSubset(
+  pool: WorkerPool<ProxyDecodeWorker>,
+  subset: readonly string[] | undefined,
+): ProxyDecodeWorker[] {
+  return subset === undefined ? [] : pool.workers.filter((worker) => !subset.includes(endpointOf(worker.url)));
+}
+
+/** The 503 of a gateway's subset with no decode pod in rotation. */
+function noneOfSubset(subset: readonly string[]): ErrorAnswer {
+  return {
+    status: 503,
+    body: {
+      error: {
+        message: `None of the gateway's ${subset.length} endpoint(s) is a decode pod in rotation`,
+        type: 'service_unavailable',
+        code: 503,
+        param: null,
+      },
+    },
+  };
 }

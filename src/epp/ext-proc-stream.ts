@@ -202,7 +202,7 @@ export class ExtProcStream {
     this.host.picked(pick);
     if (pick.kind === 'refused') {
       this.#phase = { kind: 'done' };
-      if (!this.#ended) this.send(immediate(pick.status, pick.body, pick.reason));
+      if (!this.#ended) this.send(immediate(pick.status, pick.body, pick.reason, pick.headers));
       return;
     }
     const answer: PickedAnswer = {
@@ -218,9 +218,11 @@ export class ExtProcStream {
       this.#finish('broken');
       return;
     }
-    const set = { ...pick.set, 'content-length': String(body.length) };
+    // The body the picker changed (a rewrite rule's model), else the client's as it came.
+    const sent = pick.body ?? body;
+    const set = { ...pick.set, 'content-length': String(sent.length) };
     this.send(routedHeaders(pick.destination, set, pick.remove));
-    for (const chunk of bodyChunks('request_body', body, true)) this.send(chunk);
+    for (const chunk of bodyChunks('request_body', sent, true)) this.send(chunk);
     if (trailers) this.send(trailersPassed('request_trailers'));
   }
 

@@ -207,8 +207,13 @@ export function trailersPassed(arm: 'request_trailers' | 'response_trailers'): P
  * The picker's own answer to the client, instead of routing: `status` with a JSON body, its
  * content type, and the reason a dropped request was dropped (llm-d's header).
  */
-export function immediate(status: number, body: unknown, reason: string | undefined): ProcessingResponse {
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
+export function immediate(
+  status: number,
+  body: unknown,
+  reason: string | undefined,
+  extra: Readonly<Record<string, string>> = {},
+): ProcessingResponse {
+  const headers: Record<string, string> = { ...extra, 'content-type': 'application/json' };
   if (reason !== undefined) headers[DROPPED_REASON_HEADER] = reason;
   return {
     immediate_response: {

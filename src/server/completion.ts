@@ -10,15 +10,13 @@ import { clientAuthorization } from './bearer-auth.js';
 import { hookedEngine } from './custom-parts.js';
 import { type ErrorAnswer, errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
+import type { HttpRequest } from './http-exchange.js';
 import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
-import { lookUpBindings } from './peer-load.js';
 import type { ModelPool } from './pool-set.js';
 import type { ProxyState } from './proxy-state.js';
-import type { RequestContext } from './request-context.js';
 import { countFailure, type RequestEvents, type Routed } from './request-events.js';
 import { STRATEGY_HEADER } from './request-log.js';
-import { checkPromptTokens } from './request-schemas.js';
 import { poolLabel } from './scaling-metrics.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
@@ -31,8 +29,9 @@ import { answerWhole } from './whole-response.js';
  *
  * @internal
  */
-export async function serveGeneration(request: RequestContext): Promise<void> {
-  const { proxy, req, res, body, endpoint } = request;
+export async function serveGeneration(request: HttpRequest): Promise<void> {
+  const { proxy, body, endpoint } = request;
+  const { req, res } = request.exchange;
   const events = request.events as RequestEvents;
   // Every failure answered is counted against its worker (health learns of it from the events).
   const answerFor = (error: unknown): ErrorAnswer => {
@@ -71,12 +70,12 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
     body,
     context: request.context as Controller,
     res,
-    entry: request.entry as InFlightRequest,
+    entry: request.exchange.entry as InFlightRequest,
     events,
     answerFor,
     engines,
   });
-  request.answerId = writer?.answerId;
+  request.answer = { id: writer?.answerId, decodeWorker: events.routed?.decodeWorker };
   if (writer?.usage !== undefined) {
     request.usage = writer.usage;
     proxy.metrics.tokens(route, proxy.modelLabel(body.model), writer.usage);
@@ -92,7 +91,7 @@ export async function serveGeneration(request: RequestContext): Promise<void> {
 
 /** What serving one admitted request needs. */
 type ServeRequest = {
-  request: RequestContext;
+  request: HttpRequest;
   body: Record<string, unknown>;
   context: Controller;
   res: ServerResponse;
@@ -160,16 +159,9 @@ async function startFlow(
           return delayMs;
         };
   try {
-    // A policy that routes on the engines' KV blocks needs the prompt's tokens: tokenized once
-    // per request (the tenant's count may have done it), held by the one routing input.
-    if (proxy.routesOnTokens) await request.request.promptTokenIds();
-    // Where the prompt was tokenized anyway (that, or a tenant's token limit), its exact length
-    // is held to the model's context before prefill. Not tokenized for this alone: every
-    // request would pay the tokenizer for what the engine refuses in its first step.
-    const counted = await request.request.countedTokenIds();
-    if (counted !== undefined) checkPromptTokens(endpoint, body, proxy.models, counted.length);
-    // A session's bound workers, shared by the replicas, looked up once before it is routed.
-    await lookUpBindings(proxy.sessionBindings, request.request.input);
+    // The prepare stage produced what the decision reads (tokens, bindings, the P/D verdict);
+    // the flow's scheduler decides each attempt with them.
+    const { verdict } = request.request;
     const stream = await disaggregate({
       request: body,
       endpoint,
@@ -181,7 +173,7 @@ async function startFlow(
       // The pool's scheduler picks its workers (and says when prefill is missing: it was
       // built with the proxy's --require-disaggregation).
       scheduler: pool.scheduler,
-      ...(pool.skipPrefill === undefined ? {} : { skipPrefill: pool.skipPrefill }),
+      ...(verdict === undefined ? {} : { skipPrefill: () => verdict }),
       retryDecode: retry,
       // Not once the proxy is shutting down: the request is ended then, not started again.
       retryPrefill: (error) => (proxy.closing ? undefined : retryFromPrefill(error)),

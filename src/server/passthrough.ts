@@ -13,8 +13,9 @@ import { answerApiError } from './api-errors.js';
 import { clientAuthorization } from './bearer-auth.js';
 import { errorToResponse } from './error-answers.js';
 import { retryDelay } from './failure-rules.js';
+import type { HttpRequest } from './http-exchange.js';
+import { decide } from './pipeline/decide.js';
 import type { ModelPool } from './pool-set.js';
-import type { RequestContext } from './request-context.js';
 import type { RequestEvents } from './request-events.js';
 import { STRATEGY_HEADER } from './request-log.js';
 import type { ProxyDecodeWorker } from './settings/worker-entries.js';
@@ -40,8 +41,9 @@ interface WorkerAnswer {
  *
  * @internal
  */
-export async function servePassthrough(request: RequestContext): Promise<void> {
-  const { proxy, res } = request;
+export async function servePassthrough(request: HttpRequest): Promise<void> {
+  const { proxy } = request;
+  const { res } = request.exchange;
   const here = ANSWERED_HERE[request.endpoint.name];
   if (here !== undefined && (await here(request))) return;
   const events = request.events as RequestEvents;
@@ -58,7 +60,7 @@ export async function servePassthrough(request: RequestContext): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     let lease: Lease<ProxyDecodeWorker>;
     try {
-      lease = (request.pool as ModelPool).decode.acquire(avoid, request.input);
+      lease = decide(request, { decode: avoid }).decode as Lease<ProxyDecodeWorker>;
     } catch (error) {
       return fail(request, error, undefined);
     }
@@ -106,9 +108,9 @@ export async function servePassthrough(request: RequestContext): Promise<void> {
 }
 
 /** An answer of the router's own, no worker called. */
-function answerHere(request: RequestContext, body: unknown): true {
-  request.res.setHeader('x-disagg-strategy', 'router');
-  answerJson(request.res, 200, body);
+function answerHere(request: HttpRequest, body: unknown): true {
+  request.exchange.res.setHeader('x-disagg-strategy', 'router');
+  answerJson(request.exchange.res, 200, body);
   return true;
 }
 
@@ -117,10 +119,11 @@ function answerHere(request: RequestContext, body: unknown): true {
  * each resolving true once answered; false sends the request on to a decode worker (no
  * tokenizer, what it cannot answer, or a tokenizer that failed: logged).
  */
-const ANSWERED_HERE: Readonly<Partial<Record<string, (request: RequestContext) => Promise<boolean>>>> = {
+const ANSWERED_HERE: Readonly<Partial<Record<string, (request: HttpRequest) => Promise<boolean>>>> = {
   // Anthropic's count, as vLLM counts it: the body rendered through the chat template.
   count_tokens: async (request) => {
-    const ids = await request.proxy.tokenize(request.body, request.endpoint);
+    // Counted once: a tenant's token limit may have tokenized it already.
+    const ids = await request.promptTokenIds();
     return ids !== undefined && answerHere(request, { input_tokens: ids.length });
   },
   // vLLM's /tokenize: a prompt with special tokens, messages through the template.
@@ -137,7 +140,7 @@ const ANSWERED_HERE: Readonly<Partial<Record<string, (request: RequestContext) =
         `/tokenize of a message part of type ${other}: the router's tokenizer counts text only, and an undercount would be worse than no answer`,
       );
       request.failure = error;
-      answerApiError(request.res, request.endpoint, errorToResponse(error));
+      answerApiError(request.exchange.res, request.endpoint, errorToResponse(error));
       return true;
     }
     const ids = await tolerant(proxy, () => tokenizer.tokenize(body, tokenizedAs(body)));
@@ -160,7 +163,7 @@ const ANSWERED_HERE: Readonly<Partial<Record<string, (request: RequestContext) =
 };
 
 /** What the tokenizer answers, or undefined (logged) when it fails: a worker answers then. */
-async function tolerant<T>(proxy: RequestContext['proxy'], ask: () => Promise<T>): Promise<T | undefined> {
+async function tolerant<T>(proxy: HttpRequest['proxy'], ask: () => Promise<T>): Promise<T | undefined> {
   try {
     return await ask();
   } catch (error) {
@@ -171,12 +174,13 @@ async function tolerant<T>(proxy: RequestContext['proxy'], ask: () => Promise<T>
 
 /** The failure of a request no worker answered: charged (by the events), answered in the API's shape. */
 function fail(
-  request: RequestContext,
+  request: HttpRequest,
   error: unknown,
   worker: ProxyDecodeWorker | undefined,
   emit?: (event: Record<string, unknown> & { type: 'finished' }) => void,
 ): void {
-  const { proxy, res } = request;
+  const { proxy } = request;
+  const { res } = request.exchange;
   request.failure = error;
   emit?.({
     type: 'finished',
@@ -194,8 +198,9 @@ function fail(
  * whole. Rejects with an `UpstreamError` when the worker cannot be reached or its answer
  * breaks off, a `DeadlineError` past the budget, or the client's abort.
  */
-async function call(request: RequestContext, worker: ProxyDecodeWorker, context: Controller): Promise<WorkerAnswer> {
-  const { proxy, req, endpoint } = request;
+async function call(request: HttpRequest, worker: ProxyDecodeWorker, context: Controller): Promise<WorkerAnswer> {
+  const { proxy, endpoint } = request;
+  const { req } = request.exchange;
   const url = joinUrl(worker.url, endpoint.path);
   const { decodeFirstTokenMs, totalMs } = { ...proxy.options.deadlines, ...(request.pool as ModelPool).deadlines };
   const budget = Math.min(decodeFirstTokenMs ?? Number.POSITIVE_INFINITY, totalMs ?? Number.POSITIVE_INFINITY);

@@ -2,7 +2,6 @@
 // sent the request to this decode pod and named its prefill worker in a header; the sidecar
 // checks that worker against its allow-list and runs the handoff itself. The picker's side is
 // src/epp/.
-import type { IncomingHttpHeaders } from 'node:http';
 import { isIP } from 'node:net';
 import { engineOf } from '../engines/registry.js';
 import { headerValue } from '../http/node-server.js';
@@ -10,6 +9,7 @@ import { Scheduler } from '../routing/scheduler.js';
 import { WorkerPool } from '../routing/worker-pool.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { Networks } from '../util/networks.js';
+import type { RequestHeaders } from './pipeline/exchange.js';
 import type { ModelPool } from './pool-set.js';
 import type { ProxyPrefillWorker } from './settings/worker-entries.js';
 
@@ -96,7 +96,7 @@ export class PrefillTargets {
    *
    * @throws {PrefillTargetError} for an entry that is malformed or not allowed; nothing is called.
    */
-  poolFor(base: ModelPool, headers: IncomingHttpHeaders): ModelPool {
+  poolFor(base: ModelPool, headers: RequestHeaders): ModelPool {
     const named = headerValue(headers[PREFILLER_HEADER])?.trim();
     if (named === undefined || named === '') return this.#decodeAlone(base);
     const targets = named.split(',').map((entry) => this.#target(entry.trim(), base));

@@ -33,6 +33,7 @@ import { modelPool, policiesOf } from './model-pools.js';
 import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
 import { downWorkers, localInFlight, peerLoadOf, usesSessionPolicy } from './peer-load.js';
+import type { RequestStage } from './pipeline/stage.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
@@ -87,6 +88,30 @@ export class ProxyCore implements ProxyState {
   readonly limits: TenantLimits;
   readonly logger: Logger;
   closing = false;
+
+  /** The stages added by `addStage`, in the order added. */
+  get stages(): readonly RequestStage[] {
+    return this.#stages;
+  }
+
+  /**
+   * Adds a stage of your own to every API request, as fastify's `addHook`: it runs once the
+   * request is admitted (its tenant known, its model and pool resolved), after the stages added
+   * before it and before the decision. It may refuse the request (its answer, in the API's error
+   * shape), set a variable (`request.set`) for the stages after it, or leave an `after` hook
+   * that runs once the request is over, with its answer. The proxy and the endpoint picker run it alike.
+   *
+   * @throws {TypeError} for a stage without a name or a `run` function, or a name taken.
+   */
+  addStage(stage: RequestStage): void {
+    if (typeof stage?.name !== 'string' || stage.name === '' || typeof stage.run !== 'function') {
+      throw new TypeError('A stage needs a name and a run(request) function');
+    }
+    if (this.#stages.some((each) => each.name === stage.name)) {
+      throw new TypeError(`A stage named ${stage.name} was added already`);
+    }
+    this.#stages.push(stage);
+  }
   draining = false;
   readonly membership: Membership;
   /**
@@ -104,6 +129,7 @@ export class ProxyCore implements ProxyState {
   #replicaSynced: ((outcome: 'synced' | 'failed') => void) | undefined;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
+  readonly #stages: RequestStage[] = [];
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */

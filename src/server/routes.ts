@@ -12,11 +12,11 @@ import { ADMIN_ROUTES } from './admin-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
 import { serveGeneration } from './completion.js';
 import { type ErrorAnswer, errorAnswer } from './error-answers.js';
+import { HttpExchange, serveEndpoint } from './http-exchange.js';
 import { servePassthrough } from './passthrough.js';
+import { modelNotFound } from './pipeline/body-stages.js';
 import type { ProxyState } from './proxy-state.js';
 import { readiness } from './readiness.js';
-import { RequestContext } from './request-context.js';
-import { API_STAGES, modelNotFound, runStages } from './request-stages.js';
 import { serveStoredResponse } from './response-homes.js';
 import type { RouteEntry } from './route-entry.js';
 
@@ -32,7 +32,7 @@ const endpointRoute = (endpoint: Endpoint, path = endpoint.path): RouteEntry => 
   label: endpoint.name,
   auth: 'api',
   handle: (proxy, req, res, call) =>
-    runStages(new RequestContext(proxy, req, res, endpoint, call.body), API_STAGES, SERVE[endpoint.serving]),
+    serveEndpoint(proxy, endpoint, new HttpExchange(req, res, call.body), SERVE[endpoint.serving]),
 });
 
 /**

@@ -1,4 +1,3 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { endpointNamed } from '../../src/endpoints/registry.js';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
@@ -8,12 +7,14 @@ import type { HealthChecker } from '../../src/server/health.js';
 import { Membership } from '../../src/server/membership.js';
 import { ProxyMetrics } from '../../src/server/metrics.js';
 import { ModelRewrites } from '../../src/server/model-rewrites.js';
+import { parseStage, resolveStage } from '../../src/server/pipeline/body-stages.js';
+import { RequestContext } from '../../src/server/pipeline/request-context.js';
+import { enterStages } from '../../src/server/pipeline/stage.js';
 import { type ModelPool, PoolSet } from '../../src/server/pool-set.js';
 import type { ProxyState } from '../../src/server/proxy-state.js';
-import { RequestContext } from '../../src/server/request-context.js';
-import { bodyStage } from '../../src/server/request-stages.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../../src/server/settings/worker-entries.js';
 import { recordingLogger } from '../support/async.js';
+import { bodyExchange } from '../support/exchange.js';
 
 /** A pool of one prefill and one decode worker, serving `model` (undefined: any model). */
 function poolOf(model: string | undefined, at: number, engine: 'vllm' | 'sglang' = 'vllm'): ModelPool {
@@ -100,20 +101,12 @@ describe('a model no pool serves', () => {
       pools,
       logger,
     } as unknown as ProxyState;
-    const headers: Record<string, string> = {};
-    const res = { setHeader: (name: string, value: string) => (headers[name] = value) } as unknown as ServerResponse;
-    const req = { headers: {} } as IncomingMessage;
     const serve = (model: string) =>
-      new RequestContext(proxy, req, res, endpointNamed('completions'), JSON.stringify({ model, prompt: 'Hi' }));
+      new RequestContext(proxy, endpointNamed('completions'), bodyExchange(JSON.stringify({ model, prompt: 'Hi' })));
+    const stages = [parseStage, resolveStage];
 
-    const refused = new RequestContext(
-      proxy,
-      req,
-      res,
-      endpointNamed('completions'),
-      '{"model":"mistral","prompt":"Hi"}',
-    );
-    expect(await bodyStage.run(refused)).toEqual({
+    const refused = serve('mistral');
+    expect(await enterStages(refused, stages)).toMatchObject({
       refused: {
         status: 404,
         body: {
@@ -127,7 +120,7 @@ describe('a model no pool serves', () => {
       },
     });
     const served = serve('qwen');
-    expect(await bodyStage.run(served)).toBeUndefined();
+    expect((await enterStages(served, stages)).refused).toBeUndefined();
     expect(served.pool).toBe(pools.poolFor('qwen'));
     expect(pools.all().every((pool) => pool.decode.inFlight(pool.decode.workers[0] as ProxyDecodeWorker) === 0)).toBe(
       true,

@@ -190,7 +190,7 @@ describe('createHandler: the proxy as (Request) => Promise<Response>', () => {
     const response = await handler(post('/v1/completions', { model: 'fake-model', prompt: 'hi', max_tokens: 2 }));
     expect(response.status).toBe(503);
     expect(((await response.json()) as { error: { message: string } }).error.message).toBe(
-      'The proxy is shutting down',
+      'The router is shutting down',
     );
     handlers = handlers.filter((one) => one !== handler);
   });

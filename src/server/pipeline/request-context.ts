@@ -1,16 +1,15 @@
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Endpoint } from '../endpoints/endpoint.js';
-import { headerValue } from '../http/node-server.js';
-import type { CompletionUsage } from '../protocol/llm-engine-output.js';
-import { RoutingInput } from '../routing/routing-input.js';
-import { DEFAULT_SESSION_HEADER } from '../routing/session-affinity.js';
-import type { Controller } from '../runtime/controller.js';
-import type { InFlightRequest } from './in-flight.js';
-import type { ModelPool } from './pool-set.js';
-import type { ProxyState } from './proxy-state.js';
-import type { RequestEvents } from './request-events.js';
-import type { RequestTrace } from './tracing.js';
+import type { Endpoint } from '../../endpoints/endpoint.js';
+import { headerValue } from '../../http/node-server.js';
+import type { CompletionUsage } from '../../protocol/llm-engine-output.js';
+import { RoutingInput } from '../../routing/routing-input.js';
+import { DEFAULT_SESSION_HEADER } from '../../routing/session-affinity.js';
+import type { Controller } from '../../runtime/controller.js';
+import type { ModelPool } from '../pool-set.js';
+import type { ProxyState } from '../proxy-state.js';
+import type { RequestEvents } from '../request-events.js';
+import type { RequestTrace } from '../tracing.js';
+import type { Exchange, RequestHeaders } from './exchange.js';
 
 /**
  * The headers coding agents name their session with, in the order they are read when the
@@ -30,7 +29,7 @@ export const AGENT_SESSION_HEADERS: readonly string[] = Object.freeze([
  * The session key of a request: its `sessionHeader`'s value; with the default header, the
  * first agent session header it carries when it has none.
  */
-export function sessionKeyOf(headers: IncomingMessage['headers'], sessionHeader: string): string | undefined {
+export function sessionKeyOf(headers: RequestHeaders, sessionHeader: string): string | undefined {
   const own = headerValue(headers[sessionHeader]);
   if (own !== undefined && own !== '') return own;
   if (sessionHeader !== DEFAULT_SESSION_HEADER) return own;
@@ -50,7 +49,7 @@ const MAX_CLIENT_REQUEST_ID = 128;
  * longer or stranger one is not taken (the proxy's own id stands for it), since a client would
  * otherwise make every log line of its requests as long as a header may be.
  */
-function clientRequestIdOf(headers: IncomingMessage['headers']): string | undefined {
+function clientRequestIdOf(headers: RequestHeaders): string | undefined {
   const given = headerValue(headers['x-request-id']);
   return given !== undefined && given.length <= MAX_CLIENT_REQUEST_ID && /^[\x21-\x7e]+$/.test(given)
     ? given
@@ -58,14 +57,55 @@ function clientRequestIdOf(headers: IncomingMessage['headers']): string | undefi
 }
 
 /**
- * One request as the proxy's stages see it: who sent it for which endpoint, its body once
- * read, whose it is, and what serving it found out (the usage the answer reported, the failure
- * answered). The routing input is built once and the prompt tokenized at most once, however
- * many stages ask (a tenant's tokens-per-minute and a KV-aware policy both want the ids).
+ * What a request's variables hold, keyed by name: empty here, grown by declaration merging by
+ * whoever adds a stage (hono's `ContextVariableMap`), so that a stage's value is typed where
+ * another reads it.
+ *
+ * @example
+ * declare module 'disagg/server' {
+ *   interface RequestVariables { region: string }
+ * }
+ * request.set('region', 'eu'); // typed: a number would not compile
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: grown by declaration merging
+export interface RequestVariables {}
+
+/**
+ * The model a request is served as: the name its client sent, the one a rewrite rule sent it
+ * as (`rewrites`, canaries), and the base model of a LoRA adapter no pool names.
+ */
+export interface ResolvedModel {
+  /** The body's `model` as the client sent it. */
+  readonly requested: unknown;
+  /** The model the workers are asked for: `requested`, or a rewrite rule's target. */
+  readonly served: unknown;
+  /** The base model of `served` when it is an adapter (the decode workers' `/v1/models` say), else undefined. */
+  readonly base: string | undefined;
+}
+
+/**
+ * What a request's answer said, once the host has it: the id it carried (Responses'), what it
+ * used, and the workers that served it. Stages' `after` hooks read it (the Responses bookkeeping,
+ * a tenant's tokens).
+ */
+export interface RequestAnswer {
+  /** The answer's id, for an API whose answers are asked for again (Responses'). */
+  readonly id?: string | undefined;
+  /** The decode worker that served the answer, when the host knows it. */
+  readonly decodeWorker?: { url: string } | undefined;
+}
+
+/**
+ * One request as the pipeline's stages see it, whatever transport it came by (the proxy's HTTP
+ * server, the endpoint picker's ext_proc stream, a library router's): who sent it for which
+ * endpoint, its body once read, the model and pool it resolved to, whose it is, what its routing
+ * reads, and what serving it found out (the usage the answer reported, the failure answered). The
+ * routing input is built once and the prompt tokenized at most once, however many stages ask (a
+ * tenant's tokens-per-minute and a KV-aware policy both want the ids).
  *
  * @internal
  */
-export class RequestContext {
+export class RequestContext<X extends Exchange = Exchange> {
   /**
    * The workers' id of the request: one of its own for every request (two clients reusing an
    * id must not meet inside an engine); the client gets its own id back.
@@ -73,24 +113,27 @@ export class RequestContext {
   readonly requestId = randomUUID();
   readonly clientRequestId: string | undefined;
   readonly started = performance.now();
-  /** The body's text when the host read it already (a framework that parses bodies). */
-  bodyText: string | undefined;
-  /** The body, once the body stage has read and checked it. */
+  /** The body, once the parse stage has read and checked it. */
   body: Record<string, unknown> = {};
+  /** The body's `model` as its client sent it, once parsed (a rewrite then changes `body.model`). */
+  requestedModel: unknown;
   /** The request's tenant, once admitted (see `--tenants-file`). */
   tenant: string | undefined;
   /** The request's answer will be metered: every answer must say what it used (a tenant's token limit). */
   usageNeeded = false;
   /** What the workers said the request used, once answered. */
   usage: CompletionUsage | undefined;
-  /** The id the answer carried, for an API whose answers are asked for again (Responses'). */
-  answerId: string | undefined;
+  /** What the answer said, once the host has it. */
+  answer: RequestAnswer | undefined;
+  /**
+   * The P/D decider's verdict, once the prepare stage asked it: the reason to serve on decode
+   * alone, or undefined to disaggregate.
+   */
+  verdict: string | undefined;
   /** The failure the request was answered with, if any. */
   failure: unknown;
   /** The request's context (a client that leaves stops it), once it is tracked. */
   context: Controller | undefined;
-  /** Its shutdown entry, once it is tracked. */
-  entry: InFlightRequest | undefined;
   /** Its events, once it is tracked. */
   events: RequestEvents | undefined;
   /** Its trace, when tracing records or the client sent a `traceparent`. */
@@ -98,26 +141,46 @@ export class RequestContext {
   #input: RoutingInput | undefined;
   #pool: { of: ModelPool | undefined } | undefined;
   #tokenIds: Promise<readonly number[] | undefined> | undefined;
+  readonly #variables = new Map<keyof RequestVariables, unknown>();
 
   constructor(
     readonly proxy: ProxyState,
-    readonly req: IncomingMessage,
-    readonly res: ServerResponse,
     readonly endpoint: Endpoint,
-    bodyText?: string,
+    readonly exchange: X,
   ) {
-    this.bodyText = bodyText;
-    this.clientRequestId = clientRequestIdOf(req.headers);
-    res.setHeader('x-request-id', this.clientRequestId ?? this.requestId);
+    this.clientRequestId = clientRequestIdOf(exchange.headers);
+    exchange.setHeader('x-request-id', this.clientRequestId ?? this.requestId);
+  }
+
+  /** The request's headers, as its transport gave them. */
+  get headers(): RequestHeaders {
+    return this.exchange.headers;
+  }
+
+  /** A variable a stage set for the request; undefined before. */
+  get<K extends keyof RequestVariables>(name: K): RequestVariables[K] | undefined {
+    return this.#variables.get(name) as RequestVariables[K] | undefined;
+  }
+
+  /** Sets a variable for the stages after this one (and its `after` hooks). */
+  set<K extends keyof RequestVariables>(name: K, value: RequestVariables[K]): void {
+    this.#variables.set(name, value);
+  }
+
+  /** The model the request is served as, once the resolve stage ran (before: what the body says). */
+  get model(): ResolvedModel {
+    const served = this.body.model;
+    const base = this.proxy.models.baseOf?.(served);
+    return { requested: this.requestedModel ?? served, served, base: base === served ? undefined : base };
   }
 
   /**
    * The pool that serves the body's `model` (its engine, workers and scheduler), chosen once;
-   * undefined when no pool serves it (the body stage answers a 404 `model_not_found` then, so
-   * a handler past it always has one). A sidecar's generation request has a pool of its own:
+   * undefined when no pool serves it (the resolve stage answers a 404 `model_not_found` then,
+   * so a handler past it always has one). A sidecar's generation request has a pool of its own:
    * the prefill worker its header names and the model's decode workers.
    *
-   * @throws {PrefillTargetError} (once, from the body stage) for a sidecar's request whose
+   * @throws {PrefillTargetError} (once, from the resolve stage) for a sidecar's request whose
    *   header names a prefill worker outside the allow-list.
    */
   get pool(): ModelPool | undefined {
@@ -127,14 +190,14 @@ export class RequestContext {
       // A LoRA adapter no pool names is served by the pool of its base model.
       const pool = pools.namedFor(model) ?? pools.namedFor(models.baseOf?.(model)) ?? pools.poolFor(model);
       const own = pool !== undefined && prefillTargets !== undefined && this.endpoint.serving === 'disaggregated';
-      this.#pool = { of: own ? prefillTargets.poolFor(pool, this.req.headers) : pool };
+      this.#pool = { of: own ? prefillTargets.poolFor(pool, this.headers) : pool };
     }
     return this.#pool.of;
   }
 
   /** The request's session key, as routing reads it (its session header, an agent's, or the body's `user`), without building the routing input. */
   get sessionKey(): string | undefined {
-    const own = sessionKeyOf(this.req.headers, this.proxy.options.routing.sessionHeader);
+    const own = sessionKeyOf(this.headers, this.proxy.options.routing.sessionHeader);
     if (own !== undefined && own !== '') return own;
     const { user } = this.body;
     return typeof user === 'string' && user !== '' ? user : undefined;
@@ -149,14 +212,13 @@ export class RequestContext {
     const { sessionHeader, prefixKeyHeader } = this.proxy.options.routing;
     this.#input ??= new RoutingInput(
       this.body,
-      sessionKeyOf(this.req.headers, sessionHeader),
+      sessionKeyOf(this.headers, sessionHeader),
       undefined,
       this.endpoint,
-      headerValue(this.req.headers[prefixKeyHeader]),
+      headerValue(this.headers[prefixKeyHeader]),
     );
     return this.#input;
   }
-
   /**
    * The prompt's token ids: the body's own, else the router's tokenizer's (`--tokenizer`,
    * tokenized once, off the event loop), which the routing input then holds too; undefined

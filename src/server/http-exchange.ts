@@ -1,0 +1,83 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Endpoint } from '../endpoints/endpoint.js';
+import { RequestError, readBody } from '../http/node-server.js';
+import { answerApiError } from './api-errors.js';
+import type { InFlightRequest } from './in-flight.js';
+import type { Exchange, RequestHeaders } from './pipeline/exchange.js';
+import { pipelineStages } from './pipeline/pipeline.js';
+import { RequestContext } from './pipeline/request-context.js';
+import { enterStages } from './pipeline/stage.js';
+import type { ProxyState } from './proxy-state.js';
+import { trackingStage } from './tracking-stage.js';
+
+/**
+ * A request that came to the proxy's HTTP server, as the pipeline sees it: a Node request and
+ * its response. Its body is read once, within the limit the parse stage gives (or taken as a
+ * framework read it already), the answer's headers go straight on the response, and the client
+ * is gone when the response closes.
+ *
+ * @internal
+ */
+export class HttpExchange implements Exchange {
+  /** The request's shutdown entry, once the tracking stage put it in flight. */
+  entry: InFlightRequest | undefined;
+  #gone: Promise<unknown> | undefined;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    /** The body's text when the host read it already (a framework that parses bodies). */
+    readonly given?: string | undefined,
+  ) {}
+
+  get headers(): RequestHeaders {
+    return this.req.headers;
+  }
+
+  async bodyText(limit: number): Promise<string> {
+    if (this.given === undefined) return readBody(this.req, limit);
+    if (Buffer.byteLength(this.given) > limit) {
+      throw new RequestError(413, `The request body is larger than ${limit} bytes`);
+    }
+    return this.given;
+  }
+
+  get gone(): Promise<unknown> {
+    this.#gone ??= new Promise((resolve) => this.res.once('close', resolve));
+    return this.#gone;
+  }
+
+  setHeader(name: string, value: string): void {
+    if (!this.res.headersSent) this.res.setHeader(name, value);
+  }
+}
+
+/** A request of the proxy's, its stages run over an HTTP exchange. */
+export type HttpRequest = RequestContext<HttpExchange>;
+
+/**
+ * One API request to the proxy: the pipeline's stages (with the proxy's tracking), then
+ * `serve`; a refusal answered in the API's error shape (a 413's connection closed: the rest of
+ * its body is not read). Once it is over, every stage's `after` hook, last first.
+ *
+ * @internal
+ */
+export async function serveEndpoint(
+  proxy: ProxyState,
+  endpoint: Endpoint,
+  exchange: HttpExchange,
+  serve: (request: HttpRequest) => Promise<void>,
+): Promise<void> {
+  const request = new RequestContext(proxy, endpoint, exchange);
+  const stages = pipelineStages(endpoint, 'proxy', { added: proxy.stages, own: [trackingStage] });
+  const entered = await enterStages(request, stages);
+  try {
+    if (entered.refused === undefined) await serve(request);
+    else {
+      if (entered.refused.status === 413) exchange.setHeader('connection', 'close');
+      answerApiError(exchange.res, endpoint, entered.refused);
+    }
+  } finally {
+    entered.done();
+  }
+}

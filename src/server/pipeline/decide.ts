@@ -1,0 +1,62 @@
+import type { Avoid, Decision } from '../../routing/scheduler.js';
+import { NoWorkerError } from '../../routing/worker-pool.js';
+import { libraryLogger } from '../../runtime/library-logger.js';
+import type { ModelPool } from '../pool-set.js';
+import { poolLabel } from '../scaling-metrics.js';
+import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../settings/worker-entries.js';
+import type { RequestContext } from './request-context.js';
+
+/**
+ * The P/D decider's verdict for a request of `pool`: the reason to serve it on decode alone
+ * (`'short-prompt'`, `'decode-cached'`, a sidecar's `'no-prefill-header'`), or undefined to
+ * disaggregate it. Asked once per request, by the prepare stage; a decider that throws is
+ * logged and the request disaggregated.
+ *
+ * @internal
+ */
+export async function verdictOf(request: RequestContext, pool: ModelPool): Promise<string | undefined> {
+  const decider = pool.skipPrefill;
+  if (decider === undefined) return undefined;
+  try {
+    const answer = await decider(request.body, request.input);
+    return typeof answer === 'string' && answer !== '' ? answer : undefined;
+  } catch (error) {
+    libraryLogger(request.proxy.logger).warn(
+      { err: error, requestId: request.requestId },
+      'The P/D decider failed; disaggregating the request',
+    );
+    return undefined;
+  }
+}
+
+/**
+ * The one decision for a request once its stages let it on: the workers of its pool, as the
+ * pool's scheduler picks them with the verdict the prepare stage found; for a passthrough
+ * endpoint, a decode worker alone (`'passthrough'`). Passes over `avoid` while others are in
+ * rotation. The leases are the caller's to release.
+ *
+ * @throws {NoWorkerError} when no worker is in rotation for a leg it needs (counted as refused
+ *   `no-worker` for the pool); nothing is leased then.
+ *
+ * @internal
+ */
+export function decide(
+  request: RequestContext,
+  avoid: Avoid<ProxyPrefillWorker, ProxyDecodeWorker> = {},
+): Decision<ProxyPrefillWorker, ProxyDecodeWorker> {
+  // The resolve stage refused a request no pool serves.
+  const pool = request.pool as ModelPool;
+  try {
+    if (request.endpoint.serving !== 'disaggregated') {
+      return {
+        strategy: 'aggregated',
+        reason: 'passthrough',
+        decode: pool.decode.acquire(avoid.decode, request.input),
+      };
+    }
+    return pool.scheduler.decide(request.input, avoid, request.verdict);
+  } catch (error) {
+    if (NoWorkerError.is(error)) request.proxy.metrics.refused(poolLabel(pool), 'no-worker');
+    throw error;
+  }
+}

@@ -1,0 +1,31 @@
+/** A request's headers as the pipeline reads them: lower-case names, a value or its repeats. */
+export type RequestHeaders = Readonly<Record<string, string | string[] | undefined>>;
+
+/**
+ * What the request pipeline needs of the transport a request came by, and nothing more: its
+ * headers, its body, a signal that the client went away, and a way to put headers on the answer.
+ * Each host adapts its own: the proxy's HTTP server (`HttpExchange`, a Node request and
+ * response), the endpoint picker's ext_proc stream (the body Envoy buffered, the stream's end),
+ * a library router's own. The stages never see more, so every host runs the same ones.
+ *
+ * @example
+ * const exchange: Exchange = {
+ *   headers: { authorization: 'Bearer key' },
+ *   bodyText: async () => '{"model":"m","prompt":"Hi"}',
+ *   gone: new Promise(() => {}),
+ *   setHeader: () => {},
+ * };
+ */
+export interface Exchange {
+  readonly headers: RequestHeaders;
+  /**
+   * The body's text, read within `limit` bytes.
+   *
+   * @throws {RequestError} a 413 past `limit` (the rest is not read).
+   */
+  bodyText(limit: number): Promise<string>;
+  /** Settles when the client is gone (a request waiting for admission leaves the queue then). */
+  readonly gone: Promise<unknown>;
+  /** Puts a header on the answer the client gets (its request id; a refusal's `Retry-After`). */
+  setHeader(name: string, value: string): void;
+}

@@ -1,0 +1,85 @@
+import { Controller } from '../runtime/controller.js';
+import { answerApiError } from './api-errors.js';
+import { errorAnswer, ShutdownError } from './error-answers.js';
+import type { HttpExchange } from './http-exchange.js';
+import type { RequestContext } from './pipeline/request-context.js';
+import type { RequestStage } from './pipeline/stage.js';
+import { requestEvents } from './request-events.js';
+import { logRequest } from './request-log.js';
+import { poolLabel } from './scaling-metrics.js';
+import { incomingTrace, RequestTrace } from './tracing.js';
+
+/**
+ * The proxy's request as shutdown, the metrics, health, the trace and the log see it: a context
+ * a client that leaves stops, an in-flight entry (shutdown answers a 503 until the relay takes
+ * over), its events (fed to the metrics, health and the `onEvent` tap), its trace (with
+ * OpenTelemetry recording, or a client's `traceparent` to pass on). Once it is over: out of
+ * the in-flight set, one log line, the trace ended with its outcome and usage.
+ *
+ * @internal
+ */
+export const trackingStage: RequestStage<HttpExchange> = {
+  name: 'tracking',
+  run: (request) => {
+    const { proxy, exchange } = request;
+    const { res } = exchange;
+    const context = new Controller(request.requestId);
+    request.context = context;
+    const entry = {
+      context,
+      res,
+      shutdown: () => {
+        context.stopGenerating();
+        answerApiError(res, request.endpoint, errorAnswer(new ShutdownError()));
+      },
+    };
+    exchange.entry = entry;
+    proxy.inFlight.add(entry);
+    // A client that goes away stops the request (the flow still lets decode take the KV).
+    res.on('close', () => {
+      if (!res.writableFinished) context.stopGenerating();
+    });
+    const events = requestEvents(proxy, poolLabel(request.pool), () => request.input.promptTokens);
+    request.events = events;
+    request.trace = traceOf(request);
+    events.trace = request.trace;
+    return {
+      after: () => {
+        proxy.inFlight.delete(entry);
+        logRequest(proxy, {
+          requestId: request.requestId,
+          clientRequestId: request.clientRequestId,
+          route: request.endpoint.name,
+          res,
+          events,
+          started: request.started,
+          failure: request.failure,
+          ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
+        });
+        request.trace?.end(
+          res.statusCode,
+          events.finished?.outcome ?? (request.failure === undefined ? 'success' : 'error'),
+          request.usage,
+          request.failure,
+        );
+      },
+    };
+  },
+};
+
+/**
+ * The request's trace: with OpenTelemetry recording, or a client's `traceparent` to pass on;
+ * otherwise none (the untraced path stays as cheap as it was).
+ */
+function traceOf(request: RequestContext<HttpExchange>) {
+  const { proxy } = request;
+  const incoming = incomingTrace(request.exchange.req.headers);
+  if (proxy.tracing === undefined && incoming === undefined) return undefined;
+  const trace = new RequestTrace(proxy.tracing, incoming, (worker) => proxy.nameOf(worker), {
+    'http.route': request.endpoint.name,
+    'disagg.request_id': request.requestId,
+    'disagg.tenant': request.tenant ?? '',
+    'disagg.connector': proxy.options.connector,
+  });
+  return trace.recording || incoming !== undefined ? trace : undefined;
+}
