@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import type * as GrpcJs from '@grpc/grpc-js';
 import type * as HealthCheck from 'grpc-health-check';
+import type { Stage } from '../server/pipeline/stage.js';
 import { ProxyCore } from '../server/proxy-core.js';
 import { readiness } from '../server/readiness.js';
 import type { ProxyOptions } from '../server/settings/proxy-options.js';
@@ -57,6 +58,13 @@ export interface EppListen {
 export interface EndpointPickerServer {
   /** The ports it listens on (the ones given, or those chosen for 0). */
   readonly ports: { extProc: number; health: number; metrics: number };
+  /**
+   * Adds a stage of your own to every API request the picker decides (see {@link Stage}), as
+   * the proxy's `addStage`: the same stage runs alike in either host.
+   *
+   * @throws {TypeError} for a stage without a name or a `run` function, or a name taken.
+   */
+  addStage(stage: Stage): void;
   /** The proxy's parts it decides with (pools, membership, metrics). @internal */
   readonly core: ProxyCore;
   /**
@@ -177,6 +185,7 @@ export async function startEndpointPicker(
   return {
     ports,
     core,
+    addStage: (stage) => core.addStage(stage),
     close(periods = {}) {
       closing ??= (async () => {
         const drainDelayMs = periods.drainDelayMs ?? resolved.drainDelayMs;

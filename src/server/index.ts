@@ -19,6 +19,9 @@ export {
 export { BREAKER_DEFAULTS, HEALTH_DEFAULTS, type ProbeFailure } from './health.js';
 export { type FollowedPool, KvFollower, type KvFollowerOptions, type KvWorker } from './kv-following.js';
 export type { Route } from './openai-format.js';
+export type { Exchange, RequestHeaders } from './pipeline/exchange.js';
+export type { RequestAnswer, RequestVariables, ResolvedModel } from './pipeline/request-context.js';
+export type { Stage, StageOutcome, StageRequest } from './pipeline/stage.js';
 export { createProxy, type ProxyServer } from './proxy.js';
 export {
   jsonResponse,

@@ -33,7 +33,7 @@ import { modelPool, policiesOf } from './model-pools.js';
 import { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
 import { downWorkers, localInFlight, peerLoadOf, usesSessionPolicy } from './peer-load.js';
-import type { RequestStage } from './pipeline/stage.js';
+import type { Stage } from './pipeline/stage.js';
 import { type ModelPool, PoolSet } from './pool-set.js';
 import { PrefillTargets } from './prefill-targets.js';
 import type { ProxyState } from './proxy-state.js';
@@ -90,7 +90,7 @@ export class ProxyCore implements ProxyState {
   closing = false;
 
   /** The stages added by `addStage`, in the order added. */
-  get stages(): readonly RequestStage[] {
+  get stages(): readonly Stage[] {
     return this.#stages;
   }
 
@@ -103,7 +103,7 @@ export class ProxyCore implements ProxyState {
    *
    * @throws {TypeError} for a stage without a name or a `run` function, or a name taken.
    */
-  addStage(stage: RequestStage): void {
+  addStage(stage: Stage): void {
     if (typeof stage?.name !== 'string' || stage.name === '' || typeof stage.run !== 'function') {
       throw new TypeError('A stage needs a name and a run(request) function');
     }
@@ -129,7 +129,7 @@ export class ProxyCore implements ProxyState {
   #replicaSynced: ((outcome: 'synced' | 'failed') => void) | undefined;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
-  readonly #stages: RequestStage[] = [];
+  readonly #stages: Stage[] = [];
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */

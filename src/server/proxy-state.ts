@@ -14,7 +14,7 @@ import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { ModelRewrites } from './model-rewrites.js';
 import type { Route } from './openai-format.js';
-import type { RequestStage } from './pipeline/stage.js';
+import type { Stage } from './pipeline/stage.js';
 import type { PoolSet } from './pool-set.js';
 import type { PrefillTargets } from './prefill-targets.js';
 import type { ModelLimits } from './request-schemas.js';
@@ -103,7 +103,7 @@ export interface ProxyState {
   /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */
   readonly responseHomes: ResponseHomes<{ url: string }>;
   /** The stages a library user added (`addStage`): every API request runs them once admitted. */
-  readonly stages: readonly RequestStage[];
+  readonly stages: readonly Stage[];
   /** True once shutdown has begun: new requests are refused. */
   readonly closing: boolean;
   /** True from the start of shutdown, before requests are refused: `/ready` fails first. */

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { WorkerPool } from '../routing/worker-pool.js';
+import type { Stage } from './pipeline/stage.js';
 import { ProxyCore } from './proxy-core.js';
 import type { ProxyOptions } from './settings/proxy-options.js';
 import { resolveProxyOptions } from './settings/resolve.js';
@@ -15,6 +16,13 @@ export interface ProxyServer {
   readonly server: Server;
   readonly prefillWorkers: WorkerPool<ProxyPrefillWorker>;
   readonly decodeWorkers: WorkerPool<ProxyDecodeWorker>;
+  /**
+   * Adds a stage of your own to every API request (see {@link Stage}), run once the request is
+   * admitted and before its workers are picked, as fastify's `addHook`; add it before `listen`.
+   *
+   * @throws {TypeError} for a stage without a name or a `run` function, or a name taken.
+   */
+  addStage(stage: Stage): void;
   /** Probes every worker once, then listens; resolves with the proxy's base URL. */
   listen(port?: number, host?: string): Promise<string>;
   /** Where `/metrics` is served when `metricsPort` is set and the proxy listens; else undefined. */
@@ -71,6 +79,9 @@ class DisaggProxy implements ProxyServer {
     if (options.metricsPort !== undefined) {
       this.#metricsServer = createServer((req, res) => this.core.answerMetricsPort(req, res));
     }
+  }
+  addStage(stage: Stage): void {
+    this.core.addStage(stage);
   }
 
   /** `/metrics` alone, when `metricsPort` gives it a port of its own. */

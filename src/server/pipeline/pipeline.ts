@@ -5,7 +5,7 @@ import { answerIdStage } from './answer-id-stage.js';
 import { openStage, parseStage, resolveStage } from './body-stages.js';
 import type { Exchange } from './exchange.js';
 import { prepareStage } from './prepare-stage.js';
-import type { RequestStage } from './stage.js';
+import type { RequestStage, Stage } from './stage.js';
 
 /**
  * The hosts that run the pipeline: the proxy (`disagg serve`, the fastify plugin, the web
@@ -36,7 +36,7 @@ export const ENDPOINT_STAGES: Partial<Record<EndpointName, EndpointStages>> = {
 /** What a host adds to the shared stages: its own, where they go. */
 export interface HostStages<X extends Exchange> {
   /** Stages of the library user's (`addStage`), run once the request is admitted. */
-  readonly added?: readonly RequestStage[] | undefined;
+  readonly added?: readonly Stage[] | undefined;
   /** The host's own, run after those and before `prepare` (the proxy's tracking). */
   readonly own?: readonly RequestStage<X>[] | undefined;
 }

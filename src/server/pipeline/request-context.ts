@@ -65,7 +65,13 @@ function clientRequestIdOf(headers: RequestHeaders): string | undefined {
  * declare module 'disagg/server' {
  *   interface RequestVariables { region: string }
  * }
- * request.set('region', 'eu'); // typed: a number would not compile
+ * const regions: Stage = {
+ *   name: 'regions',
+ *   run: (request) => {
+ *     request.set('region', 'eu'); // typed: a number would not compile
+ *     return undefined;
+ *   },
+ * };
  */
 // biome-ignore lint/suspicious/noEmptyInterface: grown by declaration merging
 export interface RequestVariables {}

@@ -1,7 +1,8 @@
+import type { CompletionUsage } from '../../protocol/llm-engine-output.js';
 import { briefly } from '../../util/worker-text.js';
 import { type ErrorAnswer, errorAnswer } from '../error-answers.js';
-import type { Exchange } from './exchange.js';
-import type { RequestContext } from './request-context.js';
+import type { Exchange, RequestHeaders } from './exchange.js';
+import type { RequestAnswer, RequestContext, RequestVariables, ResolvedModel } from './request-context.js';
 
 // The stages a request goes through before its host serves it (the proxy's flow) or answers it
 // (the endpoint picker's headers), as fastify's route hooks and llm-d's Director: each either
@@ -10,30 +11,77 @@ import type { RequestContext } from './request-context.js';
 // whether the proxy or the picker gives it.
 
 /**
- * What a stage made of the request: a refusal answered at once, or on, with a hook to run once
- * the request is over (its answer, if any, on `request.answer`).
+ * What a stage made of the request: a refusal answered at once (in the API's own error shape),
+ * or on, with a hook to run once the request is over (its answer, if any, on `request.answer`).
  */
-export type StageOutcome<X extends Exchange = Exchange> =
+export type StageOutcome<R = StageRequest> =
   | { readonly refused: ErrorAnswer }
-  | { readonly after?: ((request: RequestContext<X>) => void) | undefined }
+  | { readonly after?: ((request: R) => void) | undefined }
   | undefined;
 
 /**
- * One stage of a request: named for the logs and the docs, run in the order its host lists it.
+ * One stage of a request, as the router's own are: named for the logs and the docs, run in the
+ * order its host lists it.
  *
- * @example
- * // A stage of your own: refuses requests without a region header, before any worker.
- * const regionStage: RequestStage = {
- *   name: 'region',
- *   run: (request) =>
- *     request.headers['x-region'] === undefined
- *       ? { refused: { status: 400, body: { error: { message: 'Name a region', type: 'invalid_request_error', param: null, code: null } } } }
- *       : undefined,
- * };
+ * @internal
  */
 export interface RequestStage<X extends Exchange = Exchange> {
   readonly name: string;
-  run(request: RequestContext<X>): StageOutcome<X> | Promise<StageOutcome<X>>;
+  run(request: RequestContext<X>): StageOutcome<RequestContext<X>> | Promise<StageOutcome<RequestContext<X>>>;
+}
+
+/**
+ * A request as a stage of your own sees it (`addStage`), whichever host runs it (the proxy, the
+ * endpoint picker): its ids, headers and endpoint, its body (yours to change before the
+ * decision: the workers get what it holds then), the model it resolved to, whose it is, the
+ * variables stages set, and, in an `after` hook, what its answer said.
+ */
+export interface StageRequest {
+  /** The router's id of the request (the workers get it as `x-request-id`). */
+  readonly requestId: string;
+  /** The client's own `x-request-id`, when it sent a short one. */
+  readonly clientRequestId: string | undefined;
+  readonly headers: RequestHeaders;
+  /** The endpoint: its name (`completions`, `chat`, `responses`, `messages`, ...) and path. */
+  readonly endpoint: { readonly name: string; readonly path: string };
+  /** The body, parsed (exact integers) and checked against the endpoint. */
+  body: Record<string, unknown>;
+  /** The model asked for, the one served (a rewrite's target), and its base model. */
+  readonly model: ResolvedModel;
+  /** The tenant (`--tenants-file`), once admitted. */
+  readonly tenant: string | undefined;
+  /** What the workers said the request used, once answered (in an `after` hook). */
+  readonly usage: CompletionUsage | undefined;
+  /** What the answer said, once the host has it (in an `after` hook). */
+  readonly answer: RequestAnswer | undefined;
+  /** The failure the request was answered with, if any (in an `after` hook). */
+  readonly failure: unknown;
+  get<K extends keyof RequestVariables>(name: K): RequestVariables[K] | undefined;
+  set<K extends keyof RequestVariables>(name: K, value: RequestVariables[K]): void;
+}
+
+/**
+ * A stage of your own, added with `addStage` to the proxy (`createProxy`) or the endpoint picker
+ * (`startEndpointPicker`): it runs for every API request once admitted, before the decision. It
+ * may refuse the request (`{ refused: { status, body } }`, answered in the API's error shape),
+ * change its body, set a variable, or leave an `after` hook, run once the request is over.
+ * A stage that throws refuses its request with a 500 (logged).
+ *
+ * @example
+ * const teams: Stage = {
+ *   name: 'teams',
+ *   run: (request) => {
+ *     const team = request.headers['x-team'];
+ *     if (typeof team !== 'string') {
+ *       return { refused: { status: 400, body: { error: { message: 'Send x-team', type: 'invalid_request_error', param: null, code: null } } } };
+ *     }
+ *     return { after: (done) => console.log(team, done.usage?.completion_tokens) };
+ *   },
+ * };
+ */
+export interface Stage {
+  readonly name: string;
+  run(request: StageRequest): StageOutcome<StageRequest> | Promise<StageOutcome<StageRequest>>;
 }
 
 /** Where a request stands once its stages ran: refused (with its answer) or let on; either way, `done` once it is over. */
@@ -80,7 +128,7 @@ export async function enterStages<X extends Exchange>(
  *
  * @internal
  */
-export function refusalOf(request: RequestContext, error: unknown): { refused: ErrorAnswer } {
+export function refusalOf<X extends Exchange>(request: RequestContext<X>, error: unknown): { refused: ErrorAnswer } {
   const refused = errorAnswer(error);
   request.failure = error;
   request.proxy.logger.info(

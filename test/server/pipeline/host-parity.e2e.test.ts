@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startEndpointPicker } from '../../../src/epp/epp-server.js';
+import type { Stage } from '../../../src/server/pipeline/stage.js';
 import { createProxy, type ProxyOptions } from '../../../src/server/proxy.js';
 import type { FakeWorker } from '../../../src/testing/index.js';
 import { recordingLogger } from '../../support/async.js';
@@ -208,14 +209,39 @@ describe('disagg serve and disagg epp refuse a request alike', () => {
 
   it('no decode worker in rotation: the same 503 naming the pool, counted as refused for no worker', async () => {
     const hosts = await bothHosts(() => ({}));
-    for (const pools of [hosts.proxy.core.pools, hosts.epp.core.pools]) {
-      const pool = pools.all()[0];
-      pool?.decode.setAvailable(pool.decode.workers[0] as { url: string }, false);
+    for (const decode of [hosts.proxy.decodeWorkers, hosts.epp.core.pools.all()[0]?.decode]) {
+      decode?.setAvailable(decode.workers[0] as { url: string }, false);
     }
     const answer = await refusedAlike(hosts, '/v1/completions', completion());
     expect(answer.status).toBe(503);
     expect(JSON.stringify(answer.body)).toMatch(/decode/);
     expect((await hosts.metrics()).proxy.some((line) => line.includes('reason="no-worker"'))).toBe(true);
+  });
+});
+
+describe('a stage of your own runs alike in disagg serve and disagg epp', () => {
+  it('refuses alike, and its after hook runs once the request is over in either host', async () => {
+    const hosts = await bothHosts(() => ({}));
+    const over: string[] = [];
+    const stage: Stage = {
+      name: 'teams',
+      run: (request) =>
+        request.headers['x-team'] === undefined
+          ? {
+              refused: {
+                status: 400,
+                body: { error: { message: 'Name your team', type: 'invalid_request_error', param: null, code: null } },
+              },
+            }
+          : { after: (done) => over.push(`${done.endpoint.name} ${done.model.served}`) },
+    };
+    hosts.proxy.addStage(stage);
+    hosts.epp.addStage(stage);
+    expect(() => hosts.proxy.addStage(stage)).toThrow(/named teams was added already/);
+    const answer = await refusedAlike(hosts, '/v1/completions', completion());
+    expect(answer).toMatchObject({ status: 400, body: { error: { message: 'Name your team' } } });
+    expect((await hosts.viaProxy('/v1/completions', completion(), { 'x-team': 'a' })).status).toBe(200);
+    expect(over).toEqual(['completions fake-model']);
   });
 });
 
