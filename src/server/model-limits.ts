@@ -4,7 +4,14 @@ import { parseJson } from '../http/json.js';
 import { request } from '../http/undici-parts.js';
 import type { Logger } from '../runtime/logger.js';
 import { joinUrl } from '../util/url.js';
-import type { ModelLimits } from './request-schemas.js';
+
+/** What is known of the served models: their context length (vLLM's and SGLang's `max_model_len`). */
+export interface ModelLimits {
+  /** The context length of `model` (or of the only model served, when the request names none). */
+  maxModelLen(model: unknown): number | undefined;
+  /** The base model of the LoRA adapter `model`, where the workers say (their `/v1/models`' `parent`). */
+  baseOf?(model: unknown): string | undefined;
+}
 
 /**
  * The most model ids kept of what the workers list: each is a metrics label value, so a worker

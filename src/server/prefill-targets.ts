@@ -9,7 +9,6 @@ import { Scheduler } from '../routing/scheduler.js';
 import { WorkerPool } from '../routing/worker-pool.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { Networks } from '../util/networks.js';
-import type { RequestHeaders } from './pipeline/exchange.js';
 import type { ModelPool } from './pool-set.js';
 import type { ProxyPrefillWorker } from './settings/worker-entries.js';
 
@@ -96,7 +95,7 @@ export class PrefillTargets {
    *
    * @throws {PrefillTargetError} for an entry that is malformed or not allowed; nothing is called.
    */
-  poolFor(base: ModelPool, headers: RequestHeaders): ModelPool {
+  poolFor(base: ModelPool, headers: Readonly<Record<string, string | string[] | undefined>>): ModelPool {
     const named = headerValue(headers[PREFILLER_HEADER])?.trim();
     if (named === undefined || named === '') return this.#decodeAlone(base);
     const targets = named.split(',').map((entry) => this.#target(entry.trim(), base));

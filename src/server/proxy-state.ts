@@ -1,5 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { Endpoint } from '../endpoints/endpoint.js';
+import type { GenerationName } from '../endpoints/registry.js';
 import type { Engine } from '../flow/disaggregate.js';
 import type { SessionBindingStore } from '../routing/session-bindings.js';
 import type { Logger } from '../runtime/logger.js';
@@ -13,7 +14,6 @@ import type { KvFollower } from './kv-following.js';
 import type { Membership } from './membership.js';
 import type { ProxyMetrics } from './metrics.js';
 import type { ModelRewrites } from './model-rewrites.js';
-import type { Route } from './openai-format.js';
 import type { Stage } from './pipeline/stage.js';
 import type { PoolSet } from './pool-set.js';
 import type { PrefillTargets } from './prefill-targets.js';
@@ -36,7 +36,7 @@ export interface ProxyState {
    * else the client's `Authorization` passed on, and `perCall`'s headers (trace context).
    */
   engineFor(
-    route: Route,
+    route: GenerationName,
     authorization: string | undefined,
     perCall?: (worker: { url: string } | undefined) => Record<string, string>,
   ): Engine<{ url: string }>;

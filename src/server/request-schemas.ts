@@ -3,6 +3,9 @@ import { budgetOf, type Endpoint } from '../endpoints/endpoint.js';
 import { ENDPOINTS, type EndpointName, endpointNamed, isEndpointName } from '../endpoints/registry.js';
 import { UnsupportedRequestError } from '../flow/request-shaping.js';
 import { describeKind, describeValue } from '../util/describe-value.js';
+import type { ModelLimits } from './model-limits.js';
+
+export type { ModelLimits } from './model-limits.js';
 
 // Each endpoint's schema (src/endpoints/), checked before any worker is called. A request that
 // decode would refuse after prefill has computed (and, on vLLM, committed KV for it) pins
@@ -10,14 +13,6 @@ import { describeKind, describeValue } from '../util/describe-value.js';
 // check only the fields whose type and range the engines agree on; every other field passes
 // unchecked and unchanged (`looseObject`): the relay is faithful, and an engine's extension
 // stays the engine's business.
-
-/** What is known of the served models: their context length (vLLM's and SGLang's `max_model_len`). */
-export interface ModelLimits {
-  /** The context length of `model` (or of the only model served, when the request names none). */
-  maxModelLen(model: unknown): number | undefined;
-  /** The base model of the LoRA adapter `model`, where the workers say (their `/v1/models`' `parent`). */
-  baseOf?(model: unknown): string | undefined;
-}
 
 /**
  * The fields whose values are a user's prompt, or what was said in it, on some route: a

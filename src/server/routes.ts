@@ -17,8 +17,8 @@ import { servePassthrough } from './passthrough.js';
 import { modelNotFound } from './pipeline/body-stages.js';
 import type { ProxyState } from './proxy-state.js';
 import { readiness } from './readiness.js';
-import { serveStoredResponse } from './response-homes.js';
 import type { RouteEntry } from './route-entry.js';
+import { serveStoredResponse } from './stored-responses.js';
 
 const READ = ['GET', 'HEAD'] as const;
 
