@@ -27,7 +27,8 @@ export interface WorkerLabels extends WithAttributes {
   /**
    * Label keys to text values (`disagg.ai/revision: v2`, `zone: a`); the keys of
    * {@link WORKER_ATTRIBUTES} are the ones disagg gives a meaning to. Given, not kept: the
-   * entry as read has them in `attributes`.
+   * entry as read has them in `attributes` (which an entry may also give, as one read already
+   * does).
    */
   labels?: Readonly<Record<string, string>> | undefined;
 }
@@ -95,7 +96,7 @@ function workers(value: unknown, kinds: Readonly<Record<string, WorkerFieldKind>
   return (result as Array<{ url: string } & WorkerLabels & SglangPrefillWorkerFields>).map(withAttributes);
 }
 
-/** Labels are a mapping of non-empty keys to text, as Kubernetes labels are. */
+/** Labels (and attributes) are a mapping of non-empty keys to text, as Kubernetes labels are. */
 function checkLabels(value: unknown): void {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new Invalid(`has a worker whose labels are not a mapping of keys to text: ${describeValue(value)}`);
@@ -117,7 +118,8 @@ function checkLabels(value: unknown): void {
 function withAttributes<E extends { url: string } & WorkerLabels & SglangPrefillWorkerFields>(entry: E): E {
   if (entry.labels === undefined && entry.dpRank === undefined) return entry;
   const { labels, ...rest } = entry;
-  const attributes: Record<string, string> = { ...labels };
+  // An entry read before (disagg serve reads its file, then the proxy its options) has them already.
+  const attributes: Record<string, string> = { ...entry.attributes, ...labels };
   if (entry.dpRank !== undefined) {
     const rank = String(entry.dpRank);
     const given = attributes[WORKER_ATTRIBUTES.dpRank];

@@ -39,6 +39,14 @@ describe("a worker entry's labels", () => {
     expect(options.pools?.[0]?.decode).toEqual([{ url: 'http://s:8000', attributes: { 'disagg.ai/revision': 'v1' } }]);
   });
 
+  it('an entry read twice (disagg serve reads its file, then the proxy its options) keeps its attributes', () => {
+    const once = parseDecodeWorkers([{ url: 'http://d:8000', labels: { 'disagg.ai/revision': 'v2' } }]);
+    expect(parseDecodeWorkers(once)).toEqual(once);
+    expect(parsePrefillWorkers(parsePrefillWorkers([{ url: 'http://p:8000', dpRank: 0 }]))).toEqual([
+      { url: 'http://p:8000', dpRank: 0, attributes: { [WORKER_ATTRIBUTES.dpRank]: '0' } },
+    ]);
+  });
+
   it('a worker added at run time (the admin API, discovery) carries its labels the same way', () => {
     expect(
       checkWorker(
