@@ -22,8 +22,10 @@ export const UNPAIRED: readonly Unpaired[] = ['any', 'fail'];
  * list does; `'fail'` refuses the pick with a {@link NoWorkerError} saying why.
  *
  * @example
- * const decodeWorkers = new WorkerPool(decode, { selection: scoredPolicy({ filters: [sameLabelFilter()], scorers: [{ scorer: loadScorer(), weight: 1 }] }) });
- * new Scheduler({ prefillWorkers, decodeWorkers }).decide(input); // decode of the prefill worker's revision
+ * const paired = new WorkerPool([{ url: 'http://d0:8000', attributes: { 'disagg.ai/revision': 'v2' } }], {
+ *   selection: scoredPolicy({ filters: [sameLabelFilter()], scorers: [{ scorer: loadScorer(), weight: 1 }] }),
+ * });
+ * new Scheduler({ prefillWorkers, decodeWorkers: paired }).decide(new RoutingInput({ prompt: 'Hi' })); // decode of the prefill worker's revision
  *
  * @throws {NoWorkerError} from `filter`, with `unpaired: 'fail'`, when no candidate pairs.
  */

@@ -125,7 +125,9 @@ export class RoutingInput {
    * empty before its first pick, and for a pool's own `acquire` outside a scheduler.
    *
    * @example
-   * const prefillWorker = input.picked.get('prefill'); // a decode filter's view of the prefill pick
+   * const input = new RoutingInput({ prompt: 'Hi' });
+   * new Scheduler({ prefillWorkers, decodeWorkers }).decide(input);
+   * input.picked.get('prefill'); // the prefill worker, as a decode filter saw it
    */
   get picked(): ReadonlyMap<string, unknown> {
     return this.#picked ?? NO_PICKS;

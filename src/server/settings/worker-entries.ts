@@ -21,7 +21,7 @@ export interface ProxyPrefillWorker extends SglangPrefillWorkerFields, KvEventEn
  * entry, a pod's labels), read into `attributes`, which routing reads (the `same-label` filter).
  *
  * @example
- * const worker: ProxyDecodeWorker = { url: 'http://d0:8000', labels: { 'disagg.ai/revision': 'v2' } };
+ * const labelled: ProxyDecodeWorker = { url: 'http://d0:8000', labels: { 'disagg.ai/revision': 'v2' } };
  */
 export interface WorkerLabels extends WithAttributes {
   /**
