@@ -89,6 +89,7 @@ export {
   type KvEventBatch,
   KvEventFormatError,
 } from './kv/kv-events.js';
+export { KvSilenceWatch, type KvSilenceWatchOptions } from './kv/kv-silence.js';
 export {
   KvEventSubscriber,
   type KvEventSubscriberOptions,
@@ -141,6 +142,7 @@ export {
 } from './routing/kv-prefix.js';
 export { leastInFlight } from './routing/least-in-flight.js';
 export { lowKvUsageFilter, lowQueueFilter } from './routing/load-filters.js';
+export { sameLabelFilter, UNPAIRED, type Unpaired } from './routing/pairing-filters.js';
 export {
   DEFAULT_PICKER,
   PICKER_NAMES,
@@ -151,13 +153,16 @@ export {
   readPicker,
 } from './routing/picker-plugins.js';
 export {
+  type AnyParam,
   type NamedPlugin,
+  type ParamValue,
   type PluginKind,
   type PluginSetting,
   pluginNamed,
   type RoutingPlugin,
   readParams,
   readPluginEntry,
+  type TextPluginParam,
   withDefaults,
 } from './routing/plugin-params.js';
 export {
@@ -190,7 +195,7 @@ export {
 export { roundRobin } from './routing/round-robin.js';
 export { RoutingInput, routingText } from './routing/routing-input.js';
 export type { LoadView, RoutingPolicy } from './routing/routing-policy.js';
-export { type Avoid, type Decision, Scheduler, type SchedulerOptions } from './routing/scheduler.js';
+export { type Avoid, type Decision, LEG_ORDER, Scheduler, type SchedulerOptions } from './routing/scheduler.js';
 export {
   type Filter,
   loadScorer,
@@ -211,6 +216,13 @@ export type {
   SessionBindingStore,
   SessionBindingView,
 } from './routing/session-bindings.js';
+export {
+  attributeOf,
+  type WellKnownAttribute,
+  type WithAttributes,
+  WORKER_ATTRIBUTES,
+  type WorkerAttributes,
+} from './routing/worker-attributes.js';
 export {
   type Lease,
   type LegOutcome,

@@ -116,7 +116,7 @@ function isServing(pod: Pod): boolean {
  * pods matching a label selector (in one namespace or all), listed then watched with the
  * official client's informer; a pod is a worker while it is Ready, has an IP and is not being
  * deleted (`http://<pod IP>:<port>`, or one worker per port of its `smg.ai/worker-ports`
- * annotation; for SGLang prefill, its bootstrap port from the `sglang.ai/bootstrap-port`
+ * annotation), with the pod's labels (which become its workers' attributes); for SGLang prefill, its bootstrap port from the `sglang.ai/bootstrap-port`
  * annotation: one for all of its workers, or one per worker port, as smg pairs them). An
  * annotation that does not parse, or a list of bootstrap ports that does not match the worker
  * ports, is logged once and ignored, as smg does. A pod that stops being one drains. When the watch
@@ -231,6 +231,8 @@ export class KubernetesDiscovery {
       );
       const host = isIPv6(ip) ? `[${ip}]` : ip;
       const podName = pod.metadata?.name;
+      // Its labels are its workers' (a revision, a zone), for routing to pair them by.
+      const labels = pod.metadata?.labels ?? {};
       for (const [i, workerPort] of ports.entries()) {
         const url = `${scheme}://${host}:${workerPort}`;
         const bootstrapPort = bootstraps[i];
@@ -243,6 +245,7 @@ export class KubernetesDiscovery {
           ...(bootstrapPort === undefined ? {} : { bootstrapPort }),
           ...(kvPort === undefined ? {} : { kvEvents: `tcp://${host}:${kvPort}` }),
           ...(replayPort === undefined ? {} : { kvEventsReplay: `tcp://${host}:${replayPort}` }),
+          ...(Object.keys(labels).length === 0 ? {} : { labels }),
         });
       }
     }

@@ -17,6 +17,8 @@ export interface DiscoveredWorker {
   /** Where its engine publishes its KV cache events, and answers replays (ZMQ endpoints). */
   kvEvents?: string | undefined;
   kvEventsReplay?: string | undefined;
+  /** Its labels (a pod's), which the proxy reads into the worker's attributes; none from DNS. */
+  labels?: Readonly<Record<string, string>> | undefined;
 }
 
 /**

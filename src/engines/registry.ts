@@ -77,13 +77,21 @@ export function engineOf(name: EngineName): EngineEntry {
 }
 
 /**
- * The fields a prefill worker entry may have, over every engine: `url` and `name`, and each
- * engine's own (SGLang's bootstrap server and DP rank). A file that names its workers as
- * objects is checked against it.
+ * The fields a prefill worker entry may have, over every engine: `url`, `name`, its KV event
+ * endpoints and `labels` (read into its `attributes`, which an entry read once already holds, or
+ * a library user's own gives), and each engine's own (SGLang's bootstrap
+ * server and DP rank). A file that names its workers as objects is checked against it.
  */
 export const PREFILL_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze(
   Object.assign(
-    { url: 'string', name: 'string', kvEvents: 'string', kvEventsReplay: 'string' },
+    {
+      url: 'string',
+      name: 'string',
+      kvEvents: 'string',
+      kvEventsReplay: 'string',
+      labels: 'labels',
+      attributes: 'labels',
+    },
     ...ENGINES.map((each) => each.prefillWorkerFields),
   ),
 );
@@ -94,4 +102,6 @@ export const DECODE_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = O
   name: 'string',
   kvEvents: 'string',
   kvEventsReplay: 'string',
+  labels: 'labels',
+  attributes: 'labels',
 });

@@ -5,16 +5,28 @@
 import { describeValue } from '../util/describe-value.js';
 import type { EngineLoadSource } from './kv-prefix.js';
 import { lowKvUsageFilter, lowQueueFilter } from './load-filters.js';
-import { type PluginSetting, pluginNamed, type RoutingPlugin, readPluginEntry } from './plugin-params.js';
+import { sameLabelFilter, UNPAIRED, type Unpaired } from './pairing-filters.js';
+import {
+  type AnyParam,
+  type ParamValue,
+  type PluginSetting,
+  pluginNamed,
+  type RoutingPlugin,
+  readPluginEntry,
+} from './plugin-params.js';
 import type { Filter } from './scoring.js';
 import type { RoutingServices } from './services.js';
+import { WORKER_ATTRIBUTES } from './worker-attributes.js';
 
 /**
  * A filter as a plugin: its name (what `routing.filters` names), what it keeps (for the docs),
  * its parameters, the data it reads, and its factory, called once per pool.
  */
-export interface FilterPlugin extends RoutingPlugin {
-  create<W extends { url: string }>(params: Readonly<Record<string, number>>, services: RoutingServices<W>): Filter<W>;
+export interface FilterPlugin extends RoutingPlugin<AnyParam> {
+  create<W extends { url: string }>(
+    params: Readonly<Record<string, ParamValue>>,
+    services: RoutingServices<W>,
+  ): Filter<W>;
 }
 
 /**
@@ -47,7 +59,7 @@ export const FILTERS: readonly FilterPlugin[] = [
         // llm-d's low-queue filter's threshold.
         default: 128,
         expected: 'a whole number of 0 or more',
-        valid: (value) => Number.isSafeInteger(value) && value >= 0,
+        valid: (value: number) => Number.isSafeInteger(value) && value >= 0,
       },
     ],
     consumes: { 'engine-load': 'required' },
@@ -62,11 +74,35 @@ export const FILTERS: readonly FilterPlugin[] = [
         help: 'the share of its KV cache in use (0 to 1) past which a worker is passed over',
         default: 0.8,
         expected: 'a number above 0 and at most 1',
-        valid: (value) => Number.isFinite(value) && value > 0 && value <= 1,
+        valid: (value: number) => Number.isFinite(value) && value > 0 && value <= 1,
       },
     ],
     consumes: { 'engine-load': 'required' },
     create: (params, services) => lowKvUsageFilter(engineLoad(services, 'low-kv-usage'), params.maxKvUsage as number),
+  },
+  {
+    name: 'same-label',
+    help: "keeps the workers whose label key has the value of the earlier leg's worker (decode workers of the prefill worker's model revision)",
+    params: [
+      {
+        kind: 'text',
+        name: 'key',
+        help: "the label (attribute) to pair by: a worker entry's labels, its pod's, or a well-known one",
+        default: WORKER_ATTRIBUTES.revision,
+        expected: 'a label key such as disagg.ai/revision',
+        valid: (value: string) => value.trim() !== '',
+      },
+      {
+        kind: 'text',
+        name: 'unpaired',
+        help: 'when no worker has that value: any (go on with every worker) or fail (no worker is available)',
+        default: 'any',
+        expected: UNPAIRED.join(' or '),
+        valid: (value: string) => (UNPAIRED as readonly string[]).includes(value),
+      },
+    ],
+    consumes: {},
+    create: (params) => sameLabelFilter(params.key as string, params.unpaired as Unpaired),
   },
 ];
 

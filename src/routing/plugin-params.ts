@@ -14,11 +14,31 @@ export interface PluginParam {
   valid(value: number): boolean;
 }
 
-/** What the shared checks read of a plugin of any kind. */
-export interface NamedPlugin {
+/**
+ * A parameter of a plugin that takes text (a label key, a mode), not a number: `kind: 'text'`
+ * tells it from a {@link PluginParam}.
+ */
+export interface TextPluginParam {
+  readonly kind: 'text';
   readonly name: string;
-  readonly params: readonly PluginParam[];
+  readonly help: string;
+  readonly default: string;
+  /** What a value must be, for the error that refuses one ("any or fail"). */
+  readonly expected: string;
+  valid(value: string): boolean;
 }
+
+/** A value of a plugin's parameter: a number, or text for a {@link TextPluginParam}. */
+export type ParamValue = number | string;
+
+/** What the shared checks read of a plugin of any kind. */
+export interface NamedPlugin<Param extends AnyParam = AnyParam> {
+  readonly name: string;
+  readonly params: readonly Param[];
+}
+
+/** A parameter of either kind. */
+export type AnyParam = PluginParam | TextPluginParam;
 
 /** The kinds of routing plugin, as the settings and their messages name them. */
 export type PluginKind = 'scorer' | 'filter' | 'picker';
@@ -27,7 +47,7 @@ export type PluginKind = 'scorer' | 'filter' | 'picker';
  * What a plugin of every kind declares besides its factory: its name (what the settings name),
  * what it does (for `--help` and the docs), its parameters and the data it reads.
  */
-export interface RoutingPlugin extends NamedPlugin {
+export interface RoutingPlugin<Param extends AnyParam = PluginParam> extends NamedPlugin<Param> {
   readonly help: string;
   readonly consumes: Consumption;
 }
@@ -41,7 +61,7 @@ export interface RoutingPlugin extends NamedPlugin {
  */
 export interface PluginSetting {
   readonly name: string;
-  readonly params?: Readonly<Record<string, number>> | undefined;
+  readonly params?: Readonly<Record<string, ParamValue>> | undefined;
 }
 
 /**
@@ -90,7 +110,8 @@ export function pluginNamed<P extends NamedPlugin>(kind: PluginKind, plugins: re
 
 /**
  * `params` as the settings give them for `plugin`, each checked: a mapping of its parameters'
- * names to numbers (a number written as text, from a flag or a variable, is read as one).
+ * names to numbers (a number written as text, from a flag or a variable, is read as one), or
+ * to text for a text parameter.
  *
  * @example
  * readParams('filter', pluginNamed('filter', FILTERS, 'low-queue'), { maxWaiting: '8' }); // { maxWaiting: 8 }
@@ -98,12 +119,16 @@ export function pluginNamed<P extends NamedPlugin>(kind: PluginKind, plugins: re
  * @throws {RangeError} with one line naming the plugin and what is wrong (an unknown parameter,
  * with the closest known one; a value out of its range).
  */
-export function readParams(kind: PluginKind, plugin: NamedPlugin, params: unknown): Record<string, number> {
+export function readParams<Param extends AnyParam>(
+  kind: PluginKind,
+  plugin: NamedPlugin<Param>,
+  params: unknown,
+): Record<string, Param['default']> {
   if (typeof params !== 'object' || params === null || Array.isArray(params)) {
     throw new RangeError(`has ${kind} ${plugin.name} with params ${describeValue(params)}: params is a mapping`);
   }
   const known = plugin.params.map((param) => param.name);
-  const checked: Record<string, number> = {};
+  const checked: Record<string, Param['default']> = {};
   for (const [key, raw] of Object.entries(params)) {
     const param = plugin.params.find((each) => each.name === key);
     if (param === undefined) {
@@ -113,13 +138,16 @@ export function readParams(kind: PluginKind, plugin: NamedPlugin, params: unknow
         `has ${kind} ${plugin.name} with no parameter ${key} (${near === undefined ? takes : `did you mean ${near}?`})`,
       );
     }
-    const value = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
-    if (typeof value !== 'number' || !param.valid(value)) {
+    const value = isText(param) ? raw : typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+    const valid = isText(param)
+      ? typeof value === 'string' && param.valid(value)
+      : typeof value === 'number' && param.valid(value);
+    if (!valid) {
       throw new RangeError(
         `has ${kind} ${plugin.name} with ${key} ${describeValue(raw)}: it must be ${param.expected}`,
       );
     }
-    checked[key] = value;
+    checked[key] = value as Param['default'];
   }
   return checked;
 }
@@ -130,6 +158,13 @@ export function readParams(kind: PluginKind, plugin: NamedPlugin, params: unknow
  * @example
  * withDefaults(pluginNamed('filter', FILTERS, 'low-queue'), {}); // { maxWaiting: 128 }
  */
-export function withDefaults(plugin: NamedPlugin, given?: Readonly<Record<string, number>>): Record<string, number> {
+export function withDefaults<Param extends AnyParam>(
+  plugin: NamedPlugin<Param>,
+  given?: Readonly<Record<string, ParamValue>>,
+): Record<string, Param['default']> {
   return { ...Object.fromEntries(plugin.params.map((param) => [param.name, param.default])), ...given };
+}
+
+function isText(param: AnyParam): param is TextPluginParam {
+  return 'kind' in param && param.kind === 'text';
 }

@@ -27,6 +27,7 @@ export class RoutingInput {
   #text: string | undefined;
   #tokenIds: readonly number[] | null | undefined;
   #predicted: Map<unknown, number> | undefined;
+  #picked: Map<string, unknown> | undefined;
 
   /**
    * @param body the request body as the client sent it.
@@ -117,6 +118,39 @@ export class RoutingInput {
     return this.#predicted?.get(worker);
   }
 
+  /**
+   * The workers the earlier legs of the decision under way picked for this request, by leg
+   * (`prefill`, `decode`), in the order they were picked, as llm-d's cycle state carries them:
+   * what a filter pairing the legs reads (`same-label`). A `Scheduler` writes it as it picks;
+   * empty before its first pick, and for a pool's own `acquire` outside a scheduler.
+   *
+   * @example
+   * const input = new RoutingInput({ prompt: 'Hi' });
+   * new Scheduler({ prefillWorkers, decodeWorkers }).decide(input);
+   * input.picked.get('prefill'); // the prefill worker, as a decode filter saw it
+   */
+  get picked(): ReadonlyMap<string, unknown> {
+    return this.#picked ?? NO_PICKS;
+  }
+
+  /**
+   * Notes that `leg` of the decision under way picked `worker`, for the legs picked after it;
+   * `undefined` forgets the leg's pick (a leg picked again does not see its own earlier pick).
+   */
+  notePicked(leg: string, worker: unknown): void {
+    if (worker === undefined) {
+      this.#picked?.delete(leg);
+      return;
+    }
+    this.#picked ??= new Map();
+    this.#picked.set(leg, worker);
+  }
+
+  /** Forgets every leg's pick: a new decision (another attempt of the request) begins. */
+  clearPicked(): void {
+    this.#picked?.clear();
+  }
+
   /** The request body as the client sent it (what a policy may read beyond text and ids, such as `model`). */
   get body(): Readonly<Record<string, unknown>> {
     return this.#body;
@@ -129,6 +163,9 @@ export class RoutingInput {
     return typeof user === 'string' && user !== '' ? user : undefined;
   }
 }
+
+/** No leg picked yet: one empty map for every input. */
+const NO_PICKS: ReadonlyMap<string, unknown> = new Map();
 
 /**
  * How much of a prompt routing looks at: 64 Ki characters. Two prompts that share that much

@@ -17,6 +17,22 @@ export type Decision<P, D> =
     }
   | { readonly strategy: 'aggregated'; readonly reason: string; readonly decode: Lease<D> | undefined };
 
+/** One leg of a decision: the pool side it leases a worker of. */
+export type Leg = 'prefill' | 'decode';
+
+/**
+ * The order in which {@link Scheduler.decide} picks the legs: each pick sees the workers of the
+ * legs before it (`RoutingInput.picked`), never those after.
+ */
+export const LEG_ORDER: readonly Leg[] = Object.freeze(['prefill', 'decode'] as const);
+
+/** A decision being made: its legs' leases so far and why it serves on decode alone, if it does. */
+interface Picks<P, D> {
+  reason: string | undefined;
+  prefill: Lease<P> | undefined;
+  decode: Lease<D> | undefined;
+}
+
 /** The workers of a request's earlier attempts to pass over while another is in rotation. */
 export interface Avoid<P, D> {
   readonly prefill?: readonly P[] | undefined;
@@ -70,32 +86,53 @@ export class Scheduler<P, D> {
   /**
    * The workers for one attempt, passing over `avoid` while others are in rotation.
    * `aggregatedBecause` is the P/D decider's verdict for the request (worked out once, since
-   * it may wait on a cache lookup): given, the request goes to decode alone.
+   * it may wait on a cache lookup): given, the request goes to decode alone. The legs are
+   * picked one after another in {@link LEG_ORDER}, each pick noted in `input.picked`, so that a
+   * later leg's filter sees the earlier legs' workers (`same-label` pairs decode with prefill).
    *
    * @throws {NoWorkerError} when no decode worker is in rotation, or no prefill worker with
    *   `noPrefillWorker: 'fail'` (its `pool` says which, `prefill` or `decode`); nothing is
    *   leased then.
    */
   decide(input: RoutingInput, avoid: Avoid<P, D> = {}, aggregatedBecause?: string): Decision<P, D> {
-    const { prefillWorkers, prefillWorker, decodeWorkers } = this.#options;
-    let reason = aggregatedBecause;
-    let prefill: Lease<P> | undefined;
-    if (reason === undefined && prefillWorkers !== undefined) {
-      if (prefillWorkers.available.length > 0) prefill = prefillWorkers.acquire(avoid.prefill, input);
-      else if (this.#options.noPrefillWorker === 'fail')
-        throw new NoWorkerError(prefillWorkers.workers.length, 'prefill', this.#options.model);
-      else reason = 'no-prefill-worker';
-    } else if (reason === undefined && prefillWorker !== undefined) prefill = fixedLease(prefillWorker);
-    let decode: Lease<D> | undefined;
+    input.clearPicked();
+    const picks: Picks<P, D> = { reason: aggregatedBecause, prefill: undefined, decode: undefined };
     try {
-      decode = decodeWorkers === undefined ? undefined : this.#acquireDecode(decodeWorkers, avoid.decode, input);
+      for (const leg of LEG_ORDER) {
+        if (leg === 'prefill') picks.prefill = this.#pickPrefill(picks, avoid.prefill, input);
+        else picks.decode = this.#pickDecode(avoid.decode, input);
+        input.notePicked(leg, picks[leg]?.worker);
+      }
     } catch (error) {
-      prefill?.release();
+      picks.prefill?.release();
+      picks.decode?.release();
       throw error;
     }
+    const { reason, prefill, decode } = picks;
     return reason === undefined
       ? { strategy: 'disaggregated', prefill, decode }
       : { strategy: 'aggregated', reason, decode };
+  }
+
+  /**
+   * The prefill lease, unless the request goes to decode alone: `picks.reason` given, or set
+   * here to `'no-prefill-worker'` when none is in rotation.
+   */
+  #pickPrefill(picks: Picks<P, D>, avoid: readonly P[] | undefined, input: RoutingInput): Lease<P> | undefined {
+    const { prefillWorkers, prefillWorker } = this.#options;
+    if (picks.reason !== undefined) return undefined;
+    if (prefillWorkers === undefined) return prefillWorker === undefined ? undefined : fixedLease(prefillWorker);
+    if (prefillWorkers.available.length > 0) return prefillWorkers.acquire(avoid, input);
+    if (this.#options.noPrefillWorker === 'fail')
+      throw new NoWorkerError(prefillWorkers.workers.length, 'prefill', this.#options.model);
+    picks.reason = 'no-prefill-worker';
+    return undefined;
+  }
+
+  /** The decode lease; none without a decode pool. */
+  #pickDecode(avoid: readonly D[] | undefined, input: RoutingInput): Lease<D> | undefined {
+    const { decodeWorkers } = this.#options;
+    return decodeWorkers === undefined ? undefined : this.#acquireDecode(decodeWorkers, avoid, input);
   }
 
   /**
@@ -105,8 +142,11 @@ export class Scheduler<P, D> {
    * @throws {NoWorkerError} when none is left in rotation (its `pool` is `decode`).
    */
   decodeElsewhere(avoid: readonly D[], input: RoutingInput): Lease<D> | undefined {
-    const { decodeWorkers } = this.#options;
-    return decodeWorkers === undefined ? undefined : this.#acquireDecode(decodeWorkers, avoid, input);
+    // The decision's other picks stay in view (a decode paired with its prefill stays paired).
+    input.notePicked('decode', undefined);
+    const lease = this.#pickDecode(avoid, input);
+    input.notePicked('decode', lease?.worker);
+    return lease;
   }
 
   /** A decode lease; the pool's NoWorkerError told again naming the pool and the model. */
@@ -115,7 +155,7 @@ export class Scheduler<P, D> {
       return pool.acquire(avoid, input);
     } catch (error) {
       if (!NoWorkerError.is(error)) throw error;
-      throw new NoWorkerError(pool.workers.length, 'decode', this.#options.model);
+      throw new NoWorkerError(pool.workers.length, 'decode', this.#options.model, error.why);
     }
   }
 }

@@ -73,28 +73,37 @@ export class NoWorkerError extends DisaggError {
   readonly pool: string | undefined;
   /** The model that pool serves, when the thrower named it. */
   readonly model: string | undefined;
+  /**
+   * Why none would do when workers are in rotation (a filter that requires a pairing none
+   * offers), said in the message instead of the rotation; undefined for a pool out of rotation.
+   */
+  readonly why: string | undefined;
 
   /**
    * @param size the pool's workers, none of them in rotation
    * @param pool which pool (`prefill`, `decode`); none by default
    * @param model the model it serves; none by default
+   * @param why why none would do although some are in rotation; none by default
    */
-  constructor(size: number, pool?: string, model?: string) {
+  constructor(size: number, pool?: string, model?: string, why?: string) {
     const which = pool === undefined ? 'worker' : `${pool} worker`;
     const forModel = model === undefined ? '' : ` for model ${JSON.stringify(model)}`;
     const thePool = pool === undefined ? 'the pool' : `the ${pool} pool`;
     super(
       'DISAGG_NO_WORKER',
       `No ${which} is available${forModel}: ${
-        size === 0
-          ? `${thePool} has none (none configured or discovered yet)`
-          : size === 1
-            ? `${thePool}'s one worker is out of rotation`
-            : `all ${size} workers of ${thePool} are out of rotation`
+        why !== undefined
+          ? why
+          : size === 0
+            ? `${thePool} has none (none configured or discovered yet)`
+            : size === 1
+              ? `${thePool}'s one worker is out of rotation`
+              : `all ${size} workers of ${thePool} are out of rotation`
       }`,
     );
     this.pool = pool;
     this.model = model;
+    this.why = why;
   }
 }
 

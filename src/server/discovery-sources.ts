@@ -4,6 +4,7 @@
 import { DnsDiscovery } from '../discovery/dns-discovery.js';
 import { InferencePoolDiscovery } from '../discovery/inference-pool-discovery.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes-discovery.js';
+import type { DiscoveredWorker } from '../discovery/worker-set.js';
 import type { Logger } from '../runtime/logger.js';
 import type { Membership } from './membership.js';
 import type { ModelPool, PoolSet } from './pool-set.js';
@@ -64,8 +65,14 @@ export function discoverySources(
 
 /** A found worker checked as a listed one is (its URL, or its fields when it has more). */
 function checkFound(options: ResolvedProxyOptions) {
-  return (role: 'prefill' | 'decode', worker: { url: string; bootstrapPort?: number; name?: string }) =>
-    checkWorker(role, worker.bootstrapPort === undefined && worker.name === undefined ? worker.url : worker, options);
+  return (role: 'prefill' | 'decode', worker: DiscoveredWorker) =>
+    checkWorker(
+      role,
+      worker.bootstrapPort === undefined && worker.name === undefined && worker.labels === undefined
+        ? worker.url
+        : worker,
+      options,
+    );
 }
 
 /** The DNS and Kubernetes sources of one pool (`into`; the top level's when undefined). */

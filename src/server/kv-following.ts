@@ -84,13 +84,11 @@ export interface KvFollowerOptions<W> {
 export class KvFollower<W extends KvWorker = KvWorker> {
   readonly #options: KvFollowerOptions<W>;
   readonly #logger: Logger;
-  /** Its part of each followed worker's record (`kv`, the subscriber). */
+  /** Its part of each followed worker's record (`kv`: the subscriber, its silence watch, whether it replays). */
   readonly #records: WorkerRecords<W & { url: string }>;
   #pools: ReadonlyArray<FollowedPool<W>> = [];
   #unfollow: Array<() => void> = [];
   #index: KvBlockIndex<W> | undefined;
-  /** Each followed worker's silence watch, and whether its subscriber is replaying. */
-  readonly #views = new Map<W, { watch: KvSilenceWatch; replaying: boolean }>();
   #closed = false;
 
   constructor(options: KvFollowerOptions<W> = {}) {
@@ -107,13 +105,13 @@ export class KvFollower<W extends KvWorker = KvWorker> {
   /** Each followed worker's subscriber (its state and counts, for metrics). */
   get subscribers(): ReadonlyMap<W, KvEventSubscriber> {
     const followed = new Map<W, KvEventSubscriber>();
-    for (const { worker, kv } of this.#records.values()) if (kv !== undefined) followed.set(worker, kv);
+    for (const { worker, kv } of this.#records.values()) if (kv !== undefined) followed.set(worker, kv.subscriber);
     return followed;
   }
 
   /** How many times `worker`'s view went blind (no event within the silence limit after work); undefined when not followed. */
   blindCount(worker: W): number | undefined {
-    return this.#views.get(worker)?.watch.blindCount;
+    return this.#records.get(worker)?.kv?.watch.blindCount;
   }
 
   /**
@@ -122,7 +120,7 @@ export class KvFollower<W extends KvWorker = KvWorker> {
    * since `at`. Nothing for a worker not followed.
    */
   sent(worker: W, at: number = Date.now()): void {
-    this.#views.get(worker)?.watch.sent(at);
+    this.#records.get(worker)?.kv?.watch.sent(at);
   }
 
   /** Whether any worker of `pools` is to be followed. */
@@ -155,13 +153,13 @@ export class KvFollower<W extends KvWorker = KvWorker> {
     if (this.#index === undefined || this.#closed) return;
     const current = new Set(this.#pools.flatMap((pool) => pool.workers));
     for (const record of [...this.#records.values()]) {
-      const subscriber = record.kv;
-      if (subscriber === undefined || current.has(record.worker)) continue;
+      const following = record.kv;
+      if (following === undefined || current.has(record.worker)) continue;
       record.kv = undefined;
       this.#records.release(record.worker);
       this.#index.forget(record.worker);
-      this.#unwatch(record.worker);
-      void subscriber.close();
+      following.watch.close();
+      void following.subscriber.close();
     }
     const starting: Array<Promise<void>> = [];
     for (const worker of current) {
@@ -180,10 +178,10 @@ export class KvFollower<W extends KvWorker = KvWorker> {
     const all: KvEventSubscriber[] = [];
     for (const record of [...this.#records.values()]) {
       if (record.kv === undefined) continue;
-      all.push(record.kv);
+      all.push(record.kv.subscriber);
+      record.kv.watch.close();
       record.kv = undefined;
       this.#records.release(record.worker);
-      this.#unwatch(record.worker);
     }
     await Promise.all(all.map((subscriber) => subscriber.close()));
   }
@@ -222,7 +220,6 @@ export class KvFollower<W extends KvWorker = KvWorker> {
         },
       }),
     };
-    this.#views.set(worker, view);
     const subscriber = new KvEventSubscriber({
       ...endpoints,
       ...(topic === undefined ? {} : { topic }),
@@ -239,14 +236,9 @@ export class KvFollower<W extends KvWorker = KvWorker> {
         trust();
       },
     });
-    this.#records.of(worker).kv = subscriber;
+    this.#records.of(worker).kv = Object.assign(view, { subscriber });
     await subscriber.start();
     this.#logger.info({ worker: name, url: worker.url, ...endpoints }, 'Following the KV cache events of a worker');
-  }
-
-  #unwatch(worker: W): void {
-    this.#views.get(worker)?.watch.close();
-    this.#views.delete(worker);
   }
 
   /** What to check when a worker's events never come: the engine's publisher, the network, the port. */

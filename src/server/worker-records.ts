@@ -1,5 +1,7 @@
+import type { KvSilenceWatch } from '../kv/kv-silence.js';
 import type { KvEventSubscriber } from '../kv/kv-subscriber.js';
 import type { EngineLoad } from '../protocol/engines/load-metrics.js';
+import type { WithAttributes, WorkerAttributes } from '../routing/worker-attributes.js';
 import type { WorkerPool, WorkerState } from '../routing/worker-pool.js';
 import type { PoolPair, Role } from './pool-set.js';
 
@@ -41,8 +43,11 @@ export interface MemberFacts {
  * - `probes` and `circuit`: health's (the run of probe results against the worker's state,
  *   why the last probe failed, the circuit breaker once a request failure made one);
  * - `load` and `scraping`: the engine-load scraper's (the last reading of its `/metrics`);
+ * - `attributes`: what the worker says of itself (its entry's or its pod's labels, its
+ *   well-known attributes), as the worker object carries them for routing;
  * - `kv`: the KV follower's (the subscriber to the worker's KV cache events, whose state the
- *   metrics show; what the worker holds is in the follower's block index, keyed by block).
+ *   metrics show, and its view: the silence watch and whether it replays; what the worker
+ *   holds is in the follower's block index, keyed by block).
  *
  * Its rotation and leases stay its pool's ({@link WorkerPool} is also a library class used
  * alone, and its pick on every request reads them): {@link stateOf} and {@link inFlightOf}
@@ -50,12 +55,23 @@ export interface MemberFacts {
  */
 export interface WorkerRecord<W = { url: string }> {
   readonly worker: W;
+  readonly attributes: WorkerAttributes;
   member: MemberFacts | undefined;
   probes: { streak: number; lastFailure: ProbeFailure | undefined };
   circuit: Circuit | undefined;
   load: { reading: EngineLoad; at: number } | undefined;
   scraping: boolean;
-  kv: KvEventSubscriber | undefined;
+  kv: KvFollowing | undefined;
+}
+
+/**
+ * The KV follower's part of a record: the subscriber to the worker's events, the watch that
+ * marks its view blind when work brings no event, and whether it is replaying.
+ */
+export interface KvFollowing {
+  readonly subscriber: KvEventSubscriber;
+  readonly watch: KvSilenceWatch;
+  replaying: boolean;
 }
 
 /**
@@ -83,6 +99,7 @@ export class WorkerRecords<W extends { url: string } = { url: string }> {
     if (record === undefined) {
       record = {
         worker,
+        attributes: (worker as WithAttributes).attributes ?? NO_ATTRIBUTES,
         member: undefined,
         probes: { streak: 0, lastFailure: undefined },
         circuit: undefined,
@@ -136,6 +153,9 @@ export class WorkerRecords<W extends { url: string } = { url: string }> {
     for (const record of this.#records.values()) clearTimeout(record.circuit?.timer);
   }
 }
+
+/** A worker without attributes: one empty map for all. */
+const NO_ATTRIBUTES: WorkerAttributes = Object.freeze({});
 
 function isEmpty(record: WorkerRecord<unknown>): boolean {
   return (

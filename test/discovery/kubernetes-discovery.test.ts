@@ -70,6 +70,17 @@ describe('KubernetesDiscovery', () => {
     expect(api.requests[0]).toBe('GET /api/v1/namespaces/llm/pods?labelSelector=app%3Dvllm%2Crole%3Ddecode');
   });
 
+  it("a pod's labels are each of its workers' labels (one per worker port)", async () => {
+    const { api, pool, discovery } = await setup({ namespace: 'llm' });
+    const labels = { app: 'vllm', role: 'decode', 'disagg.ai/revision': 'v2' };
+    api.apply(pod('d0', '10.1.0.1', { labels, annotations: { 'smg.ai/worker-ports': '8000,8001' } }));
+    await discovery.start();
+    expect([...pool.workers.values()].map((worker) => [worker.url, worker.labels])).toEqual([
+      ['http://10.1.0.1:8000', labels],
+      ['http://10.1.0.1:8001', labels],
+    ]);
+  });
+
   it('pods that appear, become ready, stop being ready, terminate or go change the pool as they happen', async () => {
     const { api, pool, discovery } = await setup({ namespace: 'llm' });
     await discovery.start();

@@ -54,8 +54,12 @@ describe('readFilters', () => {
 });
 
 describe('the filter plugins', () => {
-  it("each reads the engines' load, and a scored policy with one requires it", () => {
-    for (const plugin of FILTERS) expect(plugin.consumes).toEqual({ 'engine-load': 'required' });
+  it("the load filters read the engines' load, and a scored policy with one requires it; same-label reads none", () => {
+    for (const plugin of FILTERS.filter((each) => each.name.startsWith('low-'))) {
+      expect(plugin.consumes).toEqual({ 'engine-load': 'required' });
+    }
+    expect(filterPlugin('same-label').consumes).toEqual({});
+    expect(policyConsumes('scored', { scorers: [{ name: 'load' }], filters: [{ name: 'same-label' }] })).toEqual({});
     expect(scorersConsume([{ name: 'load' }], { filters: [{ name: 'low-queue' }] })).toEqual({
       'engine-load': 'required',
     });

@@ -41,4 +41,28 @@ describe('plugin parameters', () => {
       'names no filter "zzzzzzzz": the filters are sample, other',
     );
   });
+
+  it('a text parameter takes text as given, never read as a number, and refuses a number', () => {
+    const labelled = {
+      name: 'labelled',
+      params: [
+        {
+          kind: 'text' as const,
+          name: 'key',
+          help: '',
+          default: 'k',
+          expected: 'a key',
+          valid: (v: string) => v !== '',
+        },
+      ],
+    };
+    expect(readParams('filter', labelled, { key: '8' })).toStrictEqual({ key: '8' });
+    expect(withDefaults(labelled)).toStrictEqual({ key: 'k' });
+    expect(() => readParams('filter', labelled, { key: 8 })).toThrow(
+      'has filter labelled with key 8: it must be a key',
+    );
+    expect(() => readParams('filter', plugin, { limit: 'many' })).toThrow(
+      /with limit "many": it must be a whole number/,
+    );
+  });
 });

@@ -517,6 +517,32 @@ describe('Kubernetes discovery', () => {
     await api.close();
   });
 
+  it("a pod's labels reach its worker's attributes, where routing reads them", async () => {
+    const api = await startKubernetesApi();
+    const prefill = await fakes.start({ role: 'prefill', protocol: 'vllm' });
+    const decode = await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 2, host: '127.0.0.44' });
+    api.apply({
+      name: 'decode-v2',
+      namespace: 'llm',
+      labels: { app: 'vllm', role: 'decode', 'disagg.ai/revision': 'v2' },
+      ip: '127.0.0.44',
+    });
+    const proxy = createProxy({
+      connector: 'vllm',
+      prefill: [{ url: prefill.url }],
+      decode: [],
+      discovery: { decodeSelector: 'app=vllm,role=decode', namespace: 'llm', port: decode.port },
+      kubeConfig: kubeConfigFor(api.url),
+      logger: recordingLogger().logger,
+    });
+    proxies.push(proxy);
+    await proxy.listen(0);
+    expect(proxy.decodeWorkers.workers).toMatchObject([
+      { url: decode.url, name: 'decode-v2', attributes: { app: 'vllm', role: 'decode', 'disagg.ai/revision': 'v2' } },
+    ]);
+    await api.close();
+  });
+
   it('an admin drain of a discovered worker holds it out of rotation, listed as drained, until undrained; discovery neither re-adds nor renames it; a pod gone ends the hold', async () => {
     const api = await startKubernetesApi();
     const [first, second] = await decodePair('vllm', ['127.0.0.41', '127.0.0.42']);

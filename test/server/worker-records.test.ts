@@ -76,6 +76,22 @@ describe('WorkerRecords: one record per worker', () => {
     expect([...records.values()].map((each) => each.member?.name)).toEqual(['prefill-0', 'decode-0', 'decode-1']);
   });
 
+  it("a worker's record holds its attributes as the worker carries them (its labels, its well-known ones); none is an empty map", () => {
+    const labelled: ProxyDecodeWorker = { url: 'http://d2', attributes: { 'disagg.ai/revision': 'v2', zone: 'a' } };
+    const decode = new WorkerPool<ProxyDecodeWorker>([labelled, { url: 'http://d3' }]);
+    const records = new WorkerRecords<AnyWorker>();
+    const health = new HealthChecker([{ role: 'decode', pool: decode as WorkerPool<{ url: string }> }], {
+      logger: silent,
+      records,
+    });
+    cleanups.push(() => health.stop());
+    new Membership({ prefill: new WorkerPool<ProxyPrefillWorker>([]), decode }, health, silent, () => {}, records);
+    expect([...records.values()].map((record) => [record.member?.name, record.attributes])).toEqual([
+      ['decode-0', { 'disagg.ai/revision': 'v2', zone: 'a' }],
+      ['decode-1', {}],
+    ]);
+  });
+
   it("its rotation and leases are read through the record's pool, and read left once it has left", () => {
     const { records, decode, d0 } = fleet();
     const record = records.of(d0);
@@ -171,8 +187,8 @@ describe('WorkerRecords: one record per worker', () => {
   });
 });
 
-describe('WorkerRecords: the KV follower keeps its subscriber in the same record', () => {
-  it("a followed worker's record holds its subscriber; forgotten by membership first, the record keeps that part until the follower drops it", async () => {
+describe('WorkerRecords: the KV follower keeps its subscriber and its view in the same record', () => {
+  it("a followed worker's record holds its subscriber and silence watch; forgotten by membership first, the record keeps that part until the follower drops it", async () => {
     const endpoint = 'tcp://kv-record.test:5557';
     FakeKvEngine.bind(endpoint, undefined, '');
     cleanups.push(() => FakeKvEngine.unbindAll());
@@ -182,12 +198,15 @@ describe('WorkerRecords: the KV follower keeps its subscriber in the same record
     const kv = new KvFollower({ logger: silent, records });
     cleanups.push(() => kv.close());
     await kv.start([pool]);
-    const subscriber = records.get(worker)?.kv;
-    expect(subscriber).toBeDefined();
-    expect(kv.subscribers.get(worker)).toBe(subscriber);
+    const following = records.get(worker)?.kv;
+    expect(following?.subscriber).toBeDefined();
+    expect(kv.subscribers.get(worker)).toBe(following?.subscriber);
+    // The view is the record's: work sent with no event since counts there once the watch runs out.
+    expect(following).toMatchObject({ replaying: false });
+    expect(kv.blindCount(worker)).toBe(following?.watch.blindCount);
     records.of(worker).load = { reading: { running: 1, waiting: 0, kvUsage: 0 }, at: 0 };
     records.forget(worker);
-    expect(records.get(worker)).toMatchObject({ kv: subscriber, load: undefined, member: undefined });
+    expect(records.get(worker)).toMatchObject({ kv: following, load: undefined, member: undefined });
     void pool.remove(worker);
     await vi.waitFor(() => expect(records.get(worker)).toBeUndefined());
     expect(kv.subscribers.size).toBe(0);

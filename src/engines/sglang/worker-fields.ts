@@ -12,8 +12,11 @@ export interface SglangPrefillWorkerFields {
   dpSize?: number | undefined;
 }
 
-/** The kind of value each field of a worker entry takes, as the settings check it. */
-export type WorkerFieldKind = 'string' | 'integer';
+/**
+ * The kind of value each field of a worker entry takes, as the settings check it: `labels` is a
+ * mapping of label keys to text values.
+ */
+export type WorkerFieldKind = 'string' | 'integer' | 'labels';
 
 /** {@link SglangPrefillWorkerFields} as data, for the settings' check of a worker entry. */
 export const SGLANG_PREFILL_WORKER_FIELDS: Readonly<Record<keyof SglangPrefillWorkerFields, WorkerFieldKind>> =
