@@ -2,7 +2,7 @@
 // asked of the workers so that they can be, and the continuation's body. The stream that does
 // it is `migrating-stream`; what the client is sent of a continuation is `continuation-chunks`.
 import { budgetOf, type Endpoint } from '../endpoints/endpoint.js';
-import { type EndpointName, endpointOf } from '../endpoints/registry.js';
+import { type EndpointName, endpointOf, isEndpointName } from '../endpoints/registry.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { RequestBody } from './request-shaping.js';
 
@@ -122,7 +122,10 @@ export function migrationPlan(request: RequestBody, known: PlanInputs = {}): Mig
   // Chat without a budget generates to the end of the context: a resume must know where that is.
   const bounded = !chat || budgetOf(endpoint, request) !== undefined || maxModelLen !== undefined;
   const resumable =
-    bounded && stopStrings(request).length === 0 && tokenIdRoutes.includes(endpoint.name as EndpointName);
+    bounded &&
+    stopStrings(request).length === 0 &&
+    isEndpointName(endpoint.name) &&
+    tokenIdRoutes.includes(endpoint.name);
   if (resumable) return { kind: 'resume' };
   if (request.return_token_ids === true) return refused('token ids asked of a replayed request would repeat');
   return { kind: 'replay' };
