@@ -53,7 +53,7 @@ export interface ModelPool extends PoolPair {
   /** This pool's own migration settings, over the top level's. */
   readonly migration?: Readonly<Record<string, unknown>> | undefined;
   /** Conditional disaggregation over this pool's decode side: why to serve a request on decode alone. */
-  readonly skipPrefill: ((request: Record<string, unknown>, given?: RoutingInput) => string | undefined) | undefined;
+  readonly skipPrefill: ((request: Record<string, unknown>, input: RoutingInput) => string | undefined) | undefined;
 }
 
 /**

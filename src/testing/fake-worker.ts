@@ -6,7 +6,7 @@ import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
 import { BatchSeats } from '../fakes/fake-batch.js';
-import { answerHandlerError, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
+import { answerHandlerError, endpointAt, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
 import { FakeKvCache } from '../fakes/fake-kv-cache.js';
 import { FakeKvPublisher } from '../fakes/fake-kv-publisher.js';
 import { type FakeAnswer, promptTokens } from '../fakes/fake-plan.js';
@@ -384,7 +384,11 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       await this.pause(this.options.tokenIntervalMs ?? 0);
       return undefined;
     }
-    const { cachedTokens, computeMs } = this.#prefixCache.compute(record.body, promptTokens(record.body));
+    const { cachedTokens, computeMs } = this.#prefixCache.compute(
+      record.body,
+      promptTokens(record.body),
+      endpointAt(record.path),
+    );
     await this.#computeFor(computeMs);
     return cachedTokens;
   }
