@@ -13,8 +13,10 @@ import type { ResponseStream } from './response-stream.js';
  * a test's stand-in is another.
  *
  * @example
- * // Around the proxy's engine: the endpoint passed on, so that the call goes where the flow says.
- * const engine: Engine = (body, context, worker, endpoint) => inner({ ...body, priority: 1 }, context, worker, endpoint);
+ * // Around an HTTP engine: the endpoint passed on, so that the call goes where the flow says.
+ * const http = httpEngine();
+ * const engine: Engine<{ url: string }> = (body, context, worker, endpoint) =>
+ *   http({ ...body, priority: 1 }, context, worker, endpoint);
  */
 export type Engine<W = unknown> = (
   request: Record<string, unknown>,
