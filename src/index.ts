@@ -31,6 +31,7 @@ export {
   type Misfit,
   type Serving,
 } from './endpoints/index.js';
+export { type PromptSideEngine, promptSideOf, refusePromptSide } from './engines/prompt-sides.js';
 export { RELEASE_MODEL, sglangBootstrap, trtllmContextFirst, vllmNixl } from './engines/registry.js';
 export {
   type BootstrapRoomOptions,
@@ -62,7 +63,7 @@ export {
 } from './flow/handoff-fields.js';
 export type { MigrationOptions } from './flow/migration.js';
 export { type BootstrapInfo, classifyPrefill, type PrefillResult } from './flow/prefill-stream.js';
-export { type PromptSide, type PromptSideEngine, promptSideOf, refusePromptSide } from './flow/prompt-side.js';
+export { type PromptParts, type PromptSide, promptSideWith, refuseEchoOfIds } from './flow/prompt-side.js';
 export {
   decodeRequest,
   prefillRequest,

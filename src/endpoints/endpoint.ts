@@ -40,14 +40,18 @@ export interface Misfit {
  * its answer. The endpoint is resolved once, from the route a request came in on (or from the
  * body, for a library caller that gives only a body: {@link endpointOf}), and handed down.
  *
+ * `N` is its name's type: a registry entry keeps its literal name (`Endpoint<'chat'>`), so that
+ * what reads the registry's names (`EndpointName`, a connector's `unsupported`) needs no cast;
+ * `string` by default.
+ *
  * @example
- * const chat = endpointNamed('chat');
+ * const chat = endpointNamed('chat'); // Endpoint<'chat'>
  * chat.path; // '/v1/chat/completions'
  * budgetOf(chat, { messages: [], max_completion_tokens: 64 }); // { field: 'max_completion_tokens', tokens: 64 }
  */
-export interface Endpoint {
+export interface Endpoint<N extends string = string> {
   /** Its name: the route label of the metrics, traces and logs. */
-  readonly name: string;
+  readonly name: N;
   /** Its path, on the router and on the workers. */
   readonly path: string;
   /** Other paths the router serves it at (vLLM's unversioned `/rerank`), called at `path` on the workers. */

@@ -7,4 +7,5 @@ export {
   endpointOf,
   type GenerationName,
   isEndpointName,
+  type RegisteredEndpoint,
 } from './registry.js';

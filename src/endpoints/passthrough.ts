@@ -20,6 +20,22 @@ const needs =
     return missing === undefined ? undefined : { param: missing, message: `${api} needs ${fields.join(' and ')}` };
   };
 
+/**
+ * What the pooling APIs that take an `input` (text, texts, token ids) or chat `messages` share:
+ * the misfit of a body with neither, the prompt's token ids (an `input` of ids) and the routing
+ * text (the messages', else the input's).
+ */
+const inputOrMessages = (path: string) =>
+  ({
+    misfit: (body: EndpointBody): Misfit | undefined =>
+      has(body, 'input') || Array.isArray(body.messages)
+        ? undefined
+        : { param: 'input', message: `${path} needs an input (or messages)` },
+    promptIds: (body: EndpointBody) => idsAt(body, 'input'),
+    routingText: (body: EndpointBody, maxChars: number) =>
+      Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
+  }) as const;
+
 const passthrough = {
   serving: 'passthrough',
   answer: 'json',
@@ -27,6 +43,7 @@ const passthrough = {
   budgetFields: [],
   oneToken: {},
   promptLength: () => undefined,
+  tokenize: undefined,
   resumable: false,
 } as const;
 
@@ -38,14 +55,7 @@ export const embeddings = defineEndpoint({
   ...passthrough,
   name: 'embeddings',
   path: '/v1/embeddings',
-  misfit: (body) =>
-    has(body, 'input') || Array.isArray(body.messages)
-      ? undefined
-      : { param: 'input', message: '/v1/embeddings needs an input (or messages)' },
-  promptIds: (body) => idsAt(body, 'input'),
-  routingText: (body, maxChars) =>
-    Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
-  tokenize: undefined,
+  ...inputOrMessages('/v1/embeddings'),
 });
 
 /**
@@ -61,7 +71,6 @@ export const rerank = defineEndpoint({
   misfit: needs('/v1/rerank', 'query', 'documents'),
   promptIds: () => undefined,
   routingText: (body, maxChars) => clip(promptText(body.query), maxChars),
-  tokenize: undefined,
 });
 
 /**
@@ -73,14 +82,7 @@ export const classify = defineEndpoint({
   name: 'classify',
   path: '/v1/classify',
   aliases: ['/classify'],
-  misfit: (body) =>
-    has(body, 'input') || Array.isArray(body.messages)
-      ? undefined
-      : { param: 'input', message: '/v1/classify needs an input (or messages)' },
-  promptIds: (body) => idsAt(body, 'input'),
-  routingText: (body, maxChars) =>
-    Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
-  tokenize: undefined,
+  ...inputOrMessages('/v1/classify'),
 });
 
 /**
@@ -91,14 +93,7 @@ export const pooling = defineEndpoint({
   ...passthrough,
   name: 'pooling',
   path: '/pooling',
-  misfit: (body) =>
-    has(body, 'input') || Array.isArray(body.messages)
-      ? undefined
-      : { param: 'input', message: '/pooling needs an input (or messages)' },
-  promptIds: (body) => idsAt(body, 'input'),
-  routingText: (body, maxChars) =>
-    Array.isArray(body.messages) ? messagesText(body.messages, maxChars) : clip(promptText(body.input), maxChars),
-  tokenize: undefined,
+  ...inputOrMessages('/pooling'),
 });
 
 /**
@@ -113,5 +108,4 @@ export const score = defineEndpoint({
   misfit: () => undefined,
   promptIds: () => undefined,
   routingText: (body, maxChars) => clip(promptText(body.text_1 ?? body.data_1 ?? body.queries), maxChars),
-  tokenize: undefined,
 });

@@ -46,16 +46,23 @@ export type EndpointName = (typeof ENDPOINTS)[number]['name'];
 /** The names of the disaggregated (generation) endpoints. */
 export type GenerationName = Extract<(typeof ENDPOINTS)[number], { serving: 'disaggregated' }>['name'];
 
-const BY_NAME: ReadonlyMap<string, Endpoint> = new Map(ENDPOINTS.map((endpoint) => [endpoint.name, endpoint]));
+/** An endpoint of the registry: its name one of {@link EndpointName}. */
+export type RegisteredEndpoint = Endpoint<EndpointName>;
+
+const BY_NAME: ReadonlyMap<string, RegisteredEndpoint> = new Map(
+  ENDPOINTS.map((endpoint) => [endpoint.name, endpoint]),
+);
 
 /**
- * The endpoint called `name`.
+ * The endpoint called `name`: typed by the name when it is a literal (`Endpoint<'chat'>`).
  *
  * @example
  * endpointNamed('chat').path; // '/v1/chat/completions'
  * @throws {TypeError} for a name no endpoint has, listing those there are.
  */
-export function endpointNamed(name: string): Endpoint {
+export function endpointNamed<N extends EndpointName>(name: N): Endpoint<N>;
+export function endpointNamed(name: string): RegisteredEndpoint;
+export function endpointNamed(name: string): RegisteredEndpoint {
   const endpoint = BY_NAME.get(name);
   if (endpoint === undefined) {
     throw new TypeError(`Unknown endpoint '${name}': expected one of ${[...BY_NAME.keys()].join(', ')}`);
@@ -84,7 +91,7 @@ export function isEndpointName(name: unknown): name is EndpointName {
  * @example
  * endpointOf({ messages: [{ role: 'user', content: 'Hi' }] }).name; // 'chat'
  */
-export function endpointOf(body: EndpointBody): Endpoint {
+export function endpointOf(body: EndpointBody): Endpoint<GenerationName> {
   if (Array.isArray(body.messages)) return chat;
   const given = (value: unknown) => value !== undefined && value !== null;
   if (body.prompt === undefined && given(body.input)) return responses;

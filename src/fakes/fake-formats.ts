@@ -38,8 +38,17 @@ export type FakeFormat =
 
 type Registered = (typeof ENDPOINTS)[number];
 
-// One entry per endpoint of the registry, of the serving the endpoint declares.
-const FORMATS: { readonly [E in Registered as E['name']]: Extract<FakeFormat, { serving: E['serving'] }> } = {
+/**
+ * The fakes' answer table: one entry per endpoint of the registry, of the serving the endpoint
+ * declares, so that an endpoint added without its fake format does not compile.
+ *
+ * @internal
+ */
+export type FakeFormats = {
+  readonly [E in Registered as E['name']]: Extract<FakeFormat, { serving: E['serving'] }>;
+};
+
+const FORMATS: FakeFormats = {
   completions: { serving: 'disaggregated', format: completionFormat },
   chat: { serving: 'disaggregated', format: chatFormat },
   generate: { serving: 'disaggregated', format: (id) => generateFormat(id) },

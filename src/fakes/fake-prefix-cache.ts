@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { Endpoint } from '../endpoints/endpoint.js';
 import { routingText } from '../routing/routing-input.js';
 
 /** Options of a fake worker's prefix cache (`FakeWorkerOptions.prefixCache`). */
@@ -33,10 +34,15 @@ export class FakePrefixCache {
 
   /**
    * Computes `body`'s prompt: the tokens found cached (whole blocks from the start), and the
-   * milliseconds the rest takes. The prompt's blocks are cached afterwards.
+   * milliseconds the rest takes. The prompt's blocks are cached afterwards. `endpoint`: the
+   * API the call came in on (the worker's route); by the body's shape when omitted.
    */
-  compute(body: Record<string, unknown>, promptTokens: number): { cachedTokens: number; computeMs: number } {
-    const text = routingText(body);
+  compute(
+    body: Record<string, unknown>,
+    promptTokens: number,
+    endpoint?: Endpoint,
+  ): { cachedTokens: number; computeMs: number } {
+    const text = routingText(body, undefined, endpoint);
     let previous = '';
     let hits = 0;
     let missed = false;

@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { ENDPOINTS, type EndpointName } from '../endpoints/registry.js';
 import type { EngineName } from '../protocol/engines/wires.js';
 import type { FakeAnswer } from './fake-plan.js';
 import type { FakeRequest, FakeWorkerOptions, Fault } from './fake-types.js';
@@ -43,8 +44,13 @@ export interface WorkerSide {
  */
 export interface FakeProtocol {
   readonly name: EngineName;
-  /** The generation routes it serves. */
-  readonly routes: readonly string[];
+  /**
+   * The endpoints of the registry the engine does not serve, each with why: the fake answers
+   * them 404, as the engine does, and serves every other endpoint at its path
+   * ({@link servedPaths}), so that an endpoint added to the registry is served by every fake
+   * that does not name it here.
+   */
+  readonly unsupported: Readonly<Partial<Record<EndpointName, string>>>;
   /** How long a prefill holds KV no decode took, when the worker's `kvTimeoutMs` does not say; 60,000 ms if this does not either. */
   readonly kvTimeoutMs?: number | undefined;
   /**
@@ -87,6 +93,18 @@ export interface FakeProtocol {
   readonly endpoints: Readonly<
     Record<string, (worker: WorkerSide, res: ServerResponse, body: Record<string, unknown>) => void | Promise<void>>
   >;
+}
+
+/**
+ * The paths a fake of `protocol` serves (the same on the router and on the workers): every
+ * endpoint's of the registry but those it names unsupported.
+ */
+export function servedPaths(protocol: Pick<FakeProtocol, 'unsupported'>): ReadonlySet<string> {
+  return new Set(
+    ENDPOINTS.filter((endpoint) => !Object.hasOwn(protocol.unsupported, endpoint.name)).map(
+      (endpoint) => endpoint.path,
+    ),
+  );
 }
 
 /** The ledger key of vLLM KV blocks. */

@@ -95,7 +95,7 @@ export async function dispatchDecode(
   }
   const sent = migration?.plan.kind === 'resume' ? withTokenIds(body) : body;
   try {
-    const dispatch = setup.decode(sent, engineContext, decodeLease?.worker);
+    const dispatch = setup.decode(sent, engineContext, decodeLease?.worker, setup.endpoint);
     if (budget === undefined) stream = await dispatch;
     else {
       // A stream that arrives after the deadline gave up on it is released.

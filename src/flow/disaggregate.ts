@@ -1,5 +1,5 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
-import { type EndpointName, endpointOf } from '../endpoints/registry.js';
+import { endpointOf, isEndpointName } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import { type Decision, Scheduler } from '../routing/scheduler.js';
@@ -81,7 +81,8 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   const askUsage = asked !== undefined;
   const request = asked ?? sanitized;
   // What the engine cannot serve disaggregated it may still serve on decode alone.
-  const unsupported = connector.unsupported?.[endpoint.name as EndpointName];
+  // An endpoint of the caller's own (none of the registry's) has no entry to look up.
+  const unsupported = isEndpointName(endpoint.name) ? connector.unsupported?.[endpoint.name] : undefined;
   const refused = connector.refuse?.(request, endpoint);
   if (refused !== undefined) throw new UnsupportedRequestError(refused.param, refused.message);
   const deadlines = checkDeadlines(options.deadlines);

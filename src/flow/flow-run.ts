@@ -143,7 +143,7 @@ export class FlowRun implements ConcurrentRun, SequentialRun, DecodeDispatchRun 
       this.#expirePrefill(new DeadlineError('prefillFirstOutput', firstOutputMs as number)),
     );
     const dispatch = Promise.resolve().then(() =>
-      this.setup.prefill(body, this.#prefillContext, this.setup.prefillLease?.worker),
+      this.setup.prefill(body, this.#prefillContext, this.setup.prefillLease?.worker, this.setup.endpoint),
     );
     // A stream that arrives after a deadline gave up on it is released.
     dispatch.then((stream) => {

@@ -11,11 +11,12 @@ import type { MigratingSetup } from './migrating-stream.js';
 import type { MigrationPlan } from './migration.js';
 import type { RequestBody } from './request-shaping.js';
 
-/** An engine leg as the flow calls it: body, context, and the worker chosen for it. */
+/** An engine leg as the flow calls it: body, context, the worker chosen for it, and the API the body is for (always given). */
 export type EngineCall = (
   request: RequestBody,
   context: AsyncEngineContext,
   worker: unknown,
+  endpoint: Endpoint,
 ) => PromiseLike<ResponseStream<EngineItem>>;
 
 /** @internal */

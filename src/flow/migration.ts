@@ -2,7 +2,7 @@
 // asked of the workers so that they can be, and the continuation's body. The stream that does
 // it is `migrating-stream`; what the client is sent of a continuation is `continuation-chunks`.
 import { budgetOf, type Endpoint } from '../endpoints/endpoint.js';
-import { type EndpointName, endpointOf } from '../endpoints/registry.js';
+import { type EndpointName, isEndpointName } from '../endpoints/registry.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { RequestBody } from './request-shaping.js';
 
@@ -66,8 +66,8 @@ const present = (value: unknown) => value !== undefined && value !== null && val
 export interface PlanInputs {
   /** The routes whose streams return token ids when asked (the connector's); chat and completions by default. */
   tokenIdRoutes?: readonly EndpointName[] | undefined;
-  /** The API the request came in on; by the body's shape when omitted. */
-  endpoint?: Endpoint | undefined;
+  /** The API the request came in on. */
+  endpoint: Endpoint;
   /** The model's context length (`max_model_len`), for a chat request that sets no budget. */
   maxModelLen?: number | undefined;
 }
@@ -87,12 +87,12 @@ export const COMPLETION_DEFAULT_MAX_TOKENS = 16;
  * that is not streamed, and a replay the client asked token ids of (they would repeat).
  *
  * @example
- * migrationPlan({ model: 'm', prompt: 'Hi', stream: true }); // { kind: 'resume' }
- * migrationPlan({ model: 'm', prompt: 'Hi', stream: true, n: 2 }); // { kind: 'refused', why: 'n > 1 ...' }
+ * const endpoint = endpointNamed('completions');
+ * migrationPlan({ model: 'm', prompt: 'Hi', stream: true }, { endpoint }); // { kind: 'resume' }
+ * migrationPlan({ model: 'm', prompt: 'Hi', stream: true, n: 2 }, { endpoint }); // { kind: 'refused', why: 'n > 1 ...' }
  */
-export function migrationPlan(request: RequestBody, known: PlanInputs = {}): MigrationPlan {
-  const { tokenIdRoutes = ['chat', 'completions'], maxModelLen } = known;
-  const endpoint = known.endpoint ?? endpointOf(request);
+export function migrationPlan(request: RequestBody, known: PlanInputs): MigrationPlan {
+  const { tokenIdRoutes = ['chat', 'completions'], maxModelLen, endpoint } = known;
   const refused = (why: string): MigrationPlan => ({ kind: 'refused', why });
   if (request.stream !== true) return refused('the request is not streamed');
   const chat = endpoint.answer === 'chat';
@@ -122,7 +122,10 @@ export function migrationPlan(request: RequestBody, known: PlanInputs = {}): Mig
   // Chat without a budget generates to the end of the context: a resume must know where that is.
   const bounded = !chat || budgetOf(endpoint, request) !== undefined || maxModelLen !== undefined;
   const resumable =
-    bounded && stopStrings(request).length === 0 && tokenIdRoutes.includes(endpoint.name as EndpointName);
+    bounded &&
+    stopStrings(request).length === 0 &&
+    isEndpointName(endpoint.name) &&
+    tokenIdRoutes.includes(endpoint.name);
   if (resumable) return { kind: 'resume' };
   if (request.return_token_ids === true) return refused('token ids asked of a replayed request would repeat');
   return { kind: 'replay' };
@@ -181,14 +184,14 @@ const DROPPED = new Set([
  *
  * @example
  * resumeBody({ model: 'm', messages, max_tokens: 20, temperature: 0, stream: true },
- *   { promptIds: [1, 2], generatedIds: [7, 8, 9] });
+ *   { promptIds: [1, 2], generatedIds: [7, 8, 9] }, undefined, endpointNamed('chat'));
  * // { model: 'm', temperature: 0, stream: true, prompt: [1, 2, 7, 8, 9], max_tokens: 17, return_token_ids: true }
  */
 export function resumeBody(
   request: RequestBody,
   from: Continuation,
-  maxModelLen?: number,
-  endpoint: Endpoint = endpointOf(request),
+  maxModelLen: number | undefined,
+  endpoint: Endpoint,
 ): RequestBody {
   const generated = from.generatedIds.length;
   const body: RequestBody = {};

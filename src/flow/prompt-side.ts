@@ -12,7 +12,6 @@
  */
 
 import type { Endpoint } from '../endpoints/endpoint.js';
-import { endpointOf } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
@@ -34,32 +33,40 @@ export interface PromptSide {
   merge(prefill: EngineItem | undefined): ((item: EngineItem) => EngineItem) | undefined;
 }
 
-/** The engine whose answers are merged: where it puts each part (vLLM's `prompt_logprobs`, SGLang's `meta_info`). */
-export type PromptSideEngine = 'vllm' | 'sglang';
+/**
+ * What an engine computes of a prompt that only its prefill leg can, beside OpenAI's echo of a
+ * completion's prompt with its logprobs (every engine's): declared by the engine's connector,
+ * and read by {@link promptSideWith}, so that the flow names no engine.
+ */
+export interface PromptParts {
+  /** A request's `prompt_logprobs`, in each completion choice and at the top of a chat answer (vLLM's). */
+  readonly promptLogprobs?: boolean | undefined;
+  /** Chat's `echo`: the last message's text before the answer (vLLM's). */
+  readonly chatEcho?: boolean | undefined;
+  /** `/generate`'s input logprobs (`return_logprob`), in each answer's `meta_info` (SGLang's). */
+  readonly inputLogprobs?: boolean | undefined;
+}
 
 const given = (value: unknown) => value !== undefined && value !== null;
 
 /**
- * The prompt side of `request` on `engine`'s disaggregated path, or undefined when it asks for
- * nothing of the kind (the common case: no cost at all).
+ * The prompt side of `request` on `endpoint`, for an engine that computes `parts` of a prompt on
+ * prefill only; undefined when it asks for nothing of the kind (the common case: no cost at all).
  *
  * @example
- * promptSideOf('vllm', { prompt: 'Hi', prompt_logprobs: 1 }); // strip ['prompt_logprobs'], merge choices[i].prompt_logprobs
+ * promptSideWith({ promptLogprobs: true }, { prompt: 'Hi', prompt_logprobs: 1 }, endpointNamed('completions'));
+ * // strip ['prompt_logprobs'], merge choices[i].prompt_logprobs
  */
-export function promptSideOf(
-  engine: PromptSideEngine,
-  request: RequestBody,
-  endpoint: Endpoint = endpointOf(request),
-): PromptSide | undefined {
+export function promptSideWith(parts: PromptParts, request: RequestBody, endpoint: Endpoint): PromptSide | undefined {
   const route = endpoint.answer;
   if (route === 'json') return undefined;
   if (route === 'generate') {
-    if (engine !== 'sglang' || !wantsInputLogprobs(request.return_logprob)) return undefined;
+    if (parts.inputLogprobs !== true || !wantsInputLogprobs(request.return_logprob)) return undefined;
     return { strip: [], merge: (prefill) => mergeInputLogprobs(prefill) };
   }
   const echoed = route === 'text' && request.echo === true && given(request.logprobs);
-  const promptLogprobs = engine === 'vllm' && given(request.prompt_logprobs);
-  const chatEcho = engine === 'vllm' && route === 'chat' && request.echo === true;
+  const promptLogprobs = parts.promptLogprobs === true && given(request.prompt_logprobs);
+  const chatEcho = parts.chatEcho === true && route === 'chat' && request.echo === true;
   const strip = [...(promptLogprobs ? ['prompt_logprobs'] : []), ...(echoed || chatEcho ? ['echo'] : [])];
   if (strip.length === 0) return undefined;
   return {
@@ -75,19 +82,17 @@ export function promptSideOf(
 }
 
 /**
- * Why `request` cannot have its prompt side on `engine`'s disaggregated path, if it cannot:
- * vLLM refuses prompt logprobs on a stream (the refusal decode would have made, had it got
- * them); an echo with logprobs needs the prompt as text, which a prompt of token ids is not.
+ * Why `request` cannot have its prompt side on `endpoint`'s disaggregated path, whatever the
+ * engine, if it cannot: an echo with logprobs needs the prompt as text, which a prompt of token
+ * ids is not. An engine's own refusals are its connector's.
+ *
+ * @example
+ * refuseEchoOfIds({ prompt: [1, 2], echo: true, logprobs: 1 }, endpointNamed('completions')); // { param: 'echo', ... }
  */
-export function refusePromptSide(
-  engine: PromptSideEngine,
+export function refuseEchoOfIds(
   request: RequestBody,
-  endpoint: Endpoint = endpointOf(request),
+  endpoint: Endpoint,
 ): { param: string; message: string } | undefined {
-  const value = request.prompt_logprobs;
-  if (engine === 'vllm' && request.stream === true && typeof value === 'number' && (value > 0 || value === -1)) {
-    return { param: 'prompt_logprobs', message: '`prompt_logprobs` are not available when `stream=True`.' };
-  }
   if (endpoint.answer === 'text' && request.echo === true && given(request.logprobs)) {
     const prompt = request.prompt;
     const texts = typeof prompt === 'string' || (Array.isArray(prompt) && prompt.every((p) => typeof p === 'string'));

@@ -8,7 +8,15 @@ import type { FlowSetup } from './flow-setup.js';
 /** @internal What releasing a handoff reads of the request's setup. */
 export type ReleaseSetup = Pick<
   FlowSetup,
-  'connector' | 'request' | 'recorder' | 'cleanupBudgetMs' | 'decode' | 'client' | 'logger' | 'reacquireDecode'
+  | 'connector'
+  | 'request'
+  | 'endpoint'
+  | 'recorder'
+  | 'cleanupBudgetMs'
+  | 'decode'
+  | 'client'
+  | 'logger'
+  | 'reacquireDecode'
 >;
 
 /**
@@ -53,7 +61,7 @@ export function releaseHandoff(setup: ReleaseSetup, params: unknown, lease: Leas
   const context = new Controller(setup.client.id);
   const cancel = startTimer(cleanupBudgetMs, () => context.kill());
   const call = async () => {
-    const stream = await setup.decode(body, context, lease.worker);
+    const stream = await setup.decode(body, context, lease.worker, setup.endpoint);
     const iterator = stream[Symbol.asyncIterator]();
     for (let step = await iterator.next(); step.done !== true; step = await iterator.next()) {
       const error = Annotated.err(step.value);

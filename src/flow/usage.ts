@@ -1,5 +1,4 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
-import { endpointOf } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import type { LLMEngineOutput } from '../protocol/llm-engine-output.js';
@@ -132,10 +131,7 @@ function usageOnly(chunk: WireChunk): boolean {
  * and SGLang refuse `stream_options` on and which reports usage anyway; SGLang's `/generate`;
  * one that asked).
  */
-export function withUsageAsked(
-  request: RequestBody,
-  endpoint: Endpoint = endpointOf(request),
-): RequestBody | undefined {
+export function withUsageAsked(request: RequestBody, endpoint: Endpoint): RequestBody | undefined {
   if (request.stream !== true || (endpoint.answer !== 'chat' && endpoint.answer !== 'text')) return undefined;
   const options = request.stream_options;
   if ((options as { include_usage?: unknown } | null | undefined)?.include_usage === true) return undefined;

@@ -1,9 +1,7 @@
 import type { Dispatcher } from 'undici';
-import { chat } from '../endpoints/chat.js';
 import { completions } from '../endpoints/completions.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
-import { ENDPOINTS, endpointNamed, type GenerationName } from '../endpoints/registry.js';
-import { responses } from '../endpoints/responses.js';
+import { ENDPOINTS, endpointNamed, endpointOf, type GenerationName } from '../endpoints/registry.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { elementsOf } from '../protocol/request-counts.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
@@ -22,9 +20,10 @@ import { UpstreamError } from './upstream-error.js';
 type Step = IteratorResult<EngineItem, undefined>;
 
 /**
- * Which HTTP API an engine calls: a generation endpoint by name, or `auto` (OpenAI's: chat
- * completions for a body with `messages`, Responses for an `input` without a `prompt`, else
- * completions; SGLang's `/generate` and Anthropic's `/v1/messages` are asked for by name).
+ * Which HTTP API an engine calls when a call names no endpoint (the flow always names one): a
+ * generation endpoint by name, or `auto`, OpenAI's by the body's shape ({@link endpointOf}:
+ * chat completions for a body with `messages`, Responses for an `input` without a `prompt`,
+ * else completions; SGLang's `/generate` and Anthropic's `/v1/messages` are asked for by name).
  */
 export type HttpApi = 'auto' | GenerationName;
 
@@ -40,9 +39,10 @@ export interface HttpEngineOptions<W> {
    */
   url?: string | ((worker: W | undefined) => string) | undefined;
   /**
-   * Which API to call; `auto` by default (chat for a body with `messages`, else completions).
-   * With `chat`, a body with a `prompt` and no `messages` still goes to completions: it is the
-   * token-id completion that continues a migrated chat stream.
+   * Which API to call when a call names no endpoint (`disaggregate` names one on every call,
+   * which wins); `auto` by default, by the body's shape (see {@link HttpApi}). With `chat`, a
+   * body with a `prompt` and no `messages` still goes to completions: it is the token-id
+   * completion that continues a migrated chat stream, from a caller that dropped the endpoint.
    */
   api?: HttpApi | undefined;
   /**
@@ -94,9 +94,9 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
   const fixed = api === 'auto' ? undefined : endpointNamed(api);
   const idHeader = options.requestIdHeader ?? 'x-request-id';
   const headersOption = options.headers ?? {};
-  return async (body, context, worker) => {
+  return async (body, context, worker, named) => {
     const extraHeaders = typeof headersOption === 'function' ? headersOption(worker) : headersOption;
-    const endpoint = endpointFor(fixed, body);
+    const endpoint = named ?? unnamed(fixed, body);
     const url = joinUrl(baseUrl(options.url, worker), endpoint.path);
     const streaming = body.stream === true;
     const call = UpstreamCall.start(url, {
@@ -134,13 +134,18 @@ export function httpEngine<W = { url: string }>(options: HttpEngineOptions<W> = 
 }
 
 /**
- * The endpoint a leg's body goes to: the engine's own, except the token-id completion that
- * continues a migrated chat stream (a `prompt` without `messages`), which is a completion.
+ * The endpoint of a call that names none (a library caller's, outside the flow): the engine's
+ * `api`, or for `auto` OpenAI's by the body's shape ({@link endpointOf}, the one place a shape
+ * is read).
+ * A chat engine given a completion's body (a `prompt`, no `messages`) calls completions: the
+ * token-id completion that continues a migrated chat stream, from an engine hook that did not
+ * pass the flow's endpoint on.
  */
-function endpointFor(fixed: Endpoint | undefined, body: Readonly<Record<string, unknown>>): Endpoint {
+function unnamed(fixed: Endpoint | undefined, body: Readonly<Record<string, unknown>>): Endpoint {
   if (fixed === undefined) {
-    if (Array.isArray(body.messages)) return chat;
-    return body.prompt === undefined && body.input !== undefined && body.input !== null ? responses : completions;
+    const shaped = endpointOf(body);
+    // OpenAI's APIs only: a token-id prompt of SGLang's shape goes to completions, as it always has.
+    return shaped.answer === 'generate' ? completions : shaped;
   }
   return fixed.answer === 'chat' && !Array.isArray(body.messages) && body.prompt !== undefined ? completions : fixed;
 }

@@ -180,8 +180,13 @@ export const ROUTING_TEXT_MAX_CHARS = 65_536;
  * each chat message as its role and its text parts; its first `maxChars` characters (never
  * half a surrogate pair). Separators are control characters no client text is made of, so
  * that two conversations share a prefix only where their messages do. Empty for a request
- * without any of these.
+ * without any of these. `endpoint` is the API the request came in on; by the body's shape
+ * when omitted ({@link endpointOf}), for a caller that has only a body.
  */
-export function routingText(body: Readonly<Record<string, unknown>>, maxChars = ROUTING_TEXT_MAX_CHARS): string {
-  return endpointOf(body).routingText(body, maxChars);
+export function routingText(
+  body: Readonly<Record<string, unknown>>,
+  maxChars = ROUTING_TEXT_MAX_CHARS,
+  endpoint: Endpoint = endpointOf(body),
+): string {
+  return endpoint.routingText(body, maxChars);
 }

@@ -21,12 +21,16 @@ export type PolicyFactory<W> = (services: RoutingServices<W>) => RoutingPolicy<W
  * each request with the leg, the engine the proxy would call (its route's API, the worker key
  * or the client's `Authorization`, the trace headers) and the route; returns the engine to
  * call. Whatever it returns answers by the engine contract (a stream of `Annotated` items);
- * the flow's rules, deadlines, retries and clean-up apply to it as to the proxy's own.
+ * the flow's rules, deadlines, retries and clean-up apply to it as to the proxy's own. The
+ * flow calls it with the endpoint each call is for (the request's; completions for a migrated
+ * stream's continuation): pass it on to the proxy's engine, which then calls that endpoint.
  *
  * @example
  * // Every decode call with a field of yours, the rest as the proxy does it.
  * const engine: EngineHook = (leg, proxyEngine) =>
- *   leg === 'decode' ? (body, context, worker) => proxyEngine({ ...body, priority: 1 }, context, worker) : proxyEngine;
+ *   leg === 'decode'
+ *     ? (body, context, worker, endpoint) => proxyEngine({ ...body, priority: 1 }, context, worker, endpoint)
+ *     : proxyEngine;
  * createHandler({ connector: 'vllm', prefill: [{ url: 'http://p0:8100' }], decode: [{ url: 'http://d0:8200' }], engine });
  */
 export type EngineHook = (

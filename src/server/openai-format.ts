@@ -7,7 +7,7 @@ import {
   streamedChoice,
   wholeChoice,
 } from '../endpoints/openai-shapes.js';
-import { endpointNamed, type GenerationName } from '../endpoints/registry.js';
+import type { GenerationName } from '../endpoints/registry.js';
 import { stringifyJson } from '../http/json.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
@@ -18,11 +18,6 @@ import { type StreamEnding, streamEnding } from './stream-endings.js';
 
 /** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate` (the disaggregated endpoints). */
 export type Route = GenerationName;
-
-/** The endpoint of `route`, given by name or as the endpoint itself. */
-export function endpointFor(route: Route | Endpoint): Endpoint {
-  return typeof route === 'object' ? route : endpointNamed(route);
-}
 
 /**
  * What the client gets of a request's items, as SSE text or a whole answer. An item read from
@@ -47,8 +42,7 @@ export class ResponseWriter {
   #wholeId: string | undefined;
   #usage: CompletionUsage | undefined;
 
-  constructor(route: Route | Endpoint, body: Record<string, unknown>) {
-    const endpoint = endpointFor(route);
+  constructor(endpoint: Endpoint, body: Record<string, unknown>) {
     this.#recreate = new OpenAIWriter(endpoint, body);
     this.#ending = streamEnding(endpoint);
   }
@@ -147,8 +141,8 @@ export class OpenAIWriter {
   readonly #texts: string[] = [];
   readonly #finish: Array<string | null> = [];
 
-  constructor(route: Route | Endpoint, body: Record<string, unknown>) {
-    this.#shape = openAIShape(endpointFor(route).answer);
+  constructor(endpoint: Endpoint, body: Record<string, unknown>) {
+    this.#shape = openAIShape(endpoint.answer);
     this.#model = typeof body.model === 'string' ? body.model : 'unknown';
     this.#id = `${OPENAI_OBJECTS[this.#shape].idPrefix}-${randomUUID()}`;
     this.#includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;

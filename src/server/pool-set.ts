@@ -53,20 +53,20 @@ export interface ModelPool extends PoolPair {
   /** This pool's own migration settings, over the top level's. */
   readonly migration?: Readonly<Record<string, unknown>> | undefined;
   /** Conditional disaggregation over this pool's decode side: why to serve a request on decode alone. */
-  readonly skipPrefill: ((request: Record<string, unknown>, given?: RoutingInput) => string | undefined) | undefined;
+  readonly skipPrefill: ((request: Record<string, unknown>, input: RoutingInput) => string | undefined) | undefined;
 }
 
 /**
- * The fleet as data: its pools keyed by the model each serves. Today the proxy builds one pool
- * that serves any model (`model: undefined`), so `poolFor` answers it for every request and the
- * behaviour is the two hard-wired pools' of before; serving several models behind one router is
- * then more pools in the set, not another field on every consumer. Who iterates the fleet
+ * The fleet as data: its pools keyed by the model each serves. The proxy builds one pool per
+ * `pools` entry (named for its models) and, when top-level workers are given, one that serves
+ * any other model (`model: undefined`; the only pool of a proxy without `pools`). `poolFor`
+ * answers the pool named for a request's model, else that one. Who iterates the fleet
  * (membership, health, metrics, KV following, engine load, `/ready`) iterates {@link all} or
  * {@link sides}, never a pool by name.
  *
  * @example
  * const pools = new PoolSet([{ model: undefined, engine: 'vllm', connector, prefill, decode, scheduler, skipPrefill: undefined }]);
- * pools.poolFor('llama-3-8b'); // the one pool: it serves any model
+ * pools.poolFor('llama-3-8b'); // the pool that serves any model: no other names it
  * pools.workers('decode'); // every decode worker of every pool
  */
 export class PoolSet {

@@ -1,7 +1,7 @@
 // The relay pieces of `disagg serve`, for a router of your own: the answer of a request's
 // stream, streamed (SSE) or whole, in OpenAI's shapes, with the error contract of the proxy.
 import type { ServerResponse } from 'node:http';
-import { endpointOf } from '../endpoints/registry.js';
+import { endpointNamed, endpointOf } from '../endpoints/registry.js';
 import { answerJson } from '../http/node-server.js';
 import { webResponse } from '../http/web-exchange.js';
 import type { EngineItem } from '../protocol/annotated.js';
@@ -75,7 +75,7 @@ export type RelayedResponse = Response & {
 
 function writerFor(options: RelayOptions): ResponseWriter {
   const request = options.request ?? {};
-  return new ResponseWriter(options.route ?? endpointOf(request), request);
+  return new ResponseWriter(options.route === undefined ? endpointOf(request) : endpointNamed(options.route), request);
 }
 
 /** Whether the client asked for something else than a stream: then it is answered whole. */

@@ -1,7 +1,7 @@
 import type { RequestBody } from '../flow/request-shaping.js';
 import type { EngineLoadSource, KvIndexSource } from '../routing/kv-prefix.js';
 import { createPolicy, type PolicyName, policyConsumes, type RoutingServices } from '../routing/registry.js';
-import { RoutingInput } from '../routing/routing-input.js';
+import type { RoutingInput } from '../routing/routing-input.js';
 import { type Consumption, mergeConsumption } from '../routing/services.js';
 import type { Selection, WorkerPool } from '../routing/worker-pool.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
@@ -88,16 +88,15 @@ export function conditionalAggregation<W>(
   routing: ResolvedProxyOptions['routing'],
   decodeWorkers: WorkerPool<W>,
   decodeSelection: Selection<W>,
-): ((request: RequestBody, given?: RoutingInput) => string | undefined) | undefined {
+): ((request: RequestBody, input: RoutingInput) => string | undefined) | undefined {
   const { aggregateBelowChars, aggregateCachedRatio } = routing;
   // Asked through the policy's own interface: whatever it knows the caches by (today a tree of
   // what this router sent; the engines' KV events tomorrow), not its private state.
   const policy = typeof decodeSelection === 'object' ? decodeSelection : undefined;
   const cachedShare = aggregateCachedRatio > 0 ? policy?.cachedShare?.bind(policy) : undefined;
   if (aggregateBelowChars === 0 && cachedShare === undefined) return undefined;
-  return (request, given) => {
-    // The flow's own input: its token ids too, when the proxy's tokenizer made them.
-    const input = given ?? new RoutingInput(request);
+  // The flow's own input (its endpoint, and its token ids when the proxy's tokenizer made them).
+  return (_request, input) => {
     const text = input.promptText;
     if (text.length < aggregateBelowChars) return 'short-prompt';
     if (

@@ -6,12 +6,12 @@ import { fakeSglang } from '../engines/sglang/fake.js';
 import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
 import { BatchSeats } from '../fakes/fake-batch.js';
-import { answerHandlerError, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
+import { answerHandlerError, endpointAt, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
 import { FakeKvCache } from '../fakes/fake-kv-cache.js';
 import { FakeKvPublisher } from '../fakes/fake-kv-publisher.js';
 import { type FakeAnswer, promptTokens } from '../fakes/fake-plan.js';
 import { FakePrefixCache } from '../fakes/fake-prefix-cache.js';
-import type { FakeProtocol, WorkerSide } from '../fakes/fake-protocol.js';
+import { type FakeProtocol, servedPaths, type WorkerSide } from '../fakes/fake-protocol.js';
 import type { FakeRequest, FakeWorkerOptions } from '../fakes/fake-types.js';
 import { KvLedger } from '../fakes/kv-ledger.js';
 import { parseJson } from '../http/json.js';
@@ -132,6 +132,8 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   readonly options: FakeWorkerOptions;
   readonly engineId = randomUUID();
   readonly #engine: FakeProtocol;
+  /** The paths it serves: every endpoint's but those its engine does not serve. */
+  readonly #routes: ReadonlySet<string>;
   readonly #server = createServer((req, res) => {
     this.#handle(req, res).catch((error: unknown) => {
       if (!res.headersSent) this.answerError(res, 500, `fake worker failed: ${String(error)}`);
@@ -165,6 +167,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     this.role = options.role;
     this.protocol = options.protocol;
     this.#engine = PROTOCOLS[options.protocol];
+    this.#routes = servedPaths(this.#engine);
     this.#fault = options.fault;
     this.#prefixCache = options.prefixCache === undefined ? undefined : new FakePrefixCache(options.prefixCache);
     this.kvCache = publisher === undefined ? undefined : new FakeKvCache(publisher, options.kvCache);
@@ -254,7 +257,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
         data: [{ id, object: 'model', owned_by: 'disagg-fake', max_model_len }, ...adapters],
       });
     }
-    if (path.startsWith('/v1/responses/') && this.#engine.routes.includes('/v1/responses')) {
+    if (path.startsWith('/v1/responses/') && this.#routes.has('/v1/responses')) {
       // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response: its GET and cancel of
       // one answer 404 (serving.py); recorded, so that a test sees which worker was asked.
       this.#record(req, res, path, {}).completed = true;
@@ -278,7 +281,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     }
     const endpoint = this.#engine.endpoints[path];
     if (endpoint !== undefined) return endpoint(this, res, body);
-    if (!this.#engine.routes.includes(path)) return this.answerError(res, 404, `no route POST ${path}`);
+    if (!this.#routes.has(path)) return this.answerError(res, 404, `no route POST ${path}`);
     if (POOLING_PATHS.includes(path)) return this.#pool(req, res, path, body);
     // Refused as the body is read (field checks), before the engine's request handler: in
     // OpenAI's shape on every route; the engine's own refusals in its route's shape.
@@ -381,7 +384,11 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       await this.pause(this.options.tokenIntervalMs ?? 0);
       return undefined;
     }
-    const { cachedTokens, computeMs } = this.#prefixCache.compute(record.body, promptTokens(record.body));
+    const { cachedTokens, computeMs } = this.#prefixCache.compute(
+      record.body,
+      promptTokens(record.body),
+      endpointAt(record.path),
+    );
     await this.#computeFor(computeMs);
     return cachedTokens;
   }

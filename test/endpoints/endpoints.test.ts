@@ -93,6 +93,24 @@ describe('the endpoints: each API the router serves, declared once', () => {
     expect(endpointNamed('chat').promptIds({ messages: [] })).toBeUndefined();
   });
 
+  it('embeddings, classify and pooling read an input or messages alike: a body with neither is told its own path', () => {
+    const messages = [{ role: 'user', content: 'hi' }];
+    for (const [name, path] of [
+      ['embeddings', '/v1/embeddings'],
+      ['classify', '/v1/classify'],
+      ['pooling', '/pooling'],
+    ] as const) {
+      const endpoint = endpointNamed(name);
+      expect(endpoint.misfit({})).toEqual({ param: 'input', message: `${path} needs an input (or messages)` });
+      expect(endpoint.misfit({ input: 'x' })).toBeUndefined();
+      expect(endpoint.misfit({ messages })).toBeUndefined();
+      expect(endpoint.promptIds({ input: [3, 4] })).toEqual([3, 4]);
+      expect(endpoint.routingText({ messages }, 100)).toBe(endpointNamed('chat').routingText({ messages }, 100));
+      expect(endpoint.routingText({ input: 'text' }, 2)).toBe('te');
+      expect(endpoint.tokenize).toBeUndefined();
+    }
+  });
+
   it("the prompt's length is known before any worker only for one prompt of token ids", () => {
     expect(endpointNamed('completions').promptLength({ prompt: [1, 2, 3] })).toBe(3);
     expect(endpointNamed('completions').promptLength({ prompt: [[1, 2], [3]] })).toBeUndefined();

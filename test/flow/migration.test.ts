@@ -1,10 +1,32 @@
 import { describe, expect, it } from 'vitest';
-import { migrationPlan, resumeBody, stopStrings, withTokenIds } from '../../src/flow/migration.js';
+import { endpointOf } from '../../src/endpoints/registry.js';
+import {
+  type Continuation,
+  type PlanInputs,
+  migrationPlan as planWith,
+  resumeBody as resumeWith,
+  stopStrings,
+  withTokenIds,
+} from '../../src/flow/migration.js';
+import type { RequestBody } from '../../src/flow/request-shaping.js';
+
+// The flow names the endpoint; these bodies are each their shape's (a library caller's reading).
+const migrationPlan = (request: RequestBody, known: Partial<PlanInputs> = {}) =>
+  planWith(request, { endpoint: endpointOf(request), ...known });
+const resumeBody = (request: RequestBody, from: Continuation, maxModelLen?: number) =>
+  resumeWith(request, from, maxModelLen, endpointOf(request));
 
 const streamed = { model: 'm', prompt: 'Hi', stream: true };
 const chat = { model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true };
 
 describe('which requests migrate, and how', () => {
+  it('is told the endpoint: nothing below the server reads it off the body', () => {
+    // @ts-expect-error: the plan needs the endpoint the request came in on
+    expect(() => planWith(streamed, {})).toThrow(TypeError);
+    // @ts-expect-error: so does the body of a resume
+    expect(() => resumeWith({ ...streamed, max_tokens: 9 }, { promptIds: [1], generatedIds: [2] })).toThrow(TypeError);
+  });
+
   it('a plain streamed completion or chat resumes from its token ids', () => {
     expect(migrationPlan(streamed)).toEqual({ kind: 'resume' });
     expect(migrationPlan({ ...chat, max_tokens: 10 })).toEqual({ kind: 'resume' });

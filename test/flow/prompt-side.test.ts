@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { endpointNamed } from '../../src/endpoints/registry.js';
+import { promptSideOf, refusePromptSide } from '../../src/engines/prompt-sides.js';
 import { sglangBootstrap, vllmNixl } from '../../src/engines/registry.js';
-import { promptSideOf, refusePromptSide } from '../../src/flow/prompt-side.js';
 import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated, type WireChunk } from '../../src/protocol/annotated.js';
 

@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { endpointNamed } from '../../src/endpoints/registry.js';
-import { promptDetailsOf, withoutUsageChunks, withPromptDetails, withUsageAsked } from '../../src/flow/usage.js';
+import { endpointNamed, endpointOf } from '../../src/endpoints/registry.js';
+import type { RequestBody } from '../../src/flow/request-shaping.js';
+import {
+  withUsageAsked as askedWith,
+  promptDetailsOf,
+  withoutUsageChunks,
+  withPromptDetails,
+} from '../../src/flow/usage.js';
 import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -103,6 +109,9 @@ describe('through the flow', () => {
   });
 });
 
+// The flow names the endpoint; these bodies are each their shape's (a library caller's reading).
+const withUsageAsked = (request: RequestBody) => askedWith(request, endpointOf(request));
+
 describe('withUsageAsked: usage asked of the workers on behalf of a streamed OpenAI request', () => {
   const chat = { model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true };
 
@@ -121,7 +130,7 @@ describe('withUsageAsked: usage asked of the workers on behalf of a streamed Ope
   it('nothing for a whole request, SGLang /generate, or one that asked for usage itself', () => {
     expect(withUsageAsked({ ...chat, stream: false })).toBeUndefined();
     expect(withUsageAsked({ model: 'm', prompt: 'Hi' })).toBeUndefined();
-    expect(withUsageAsked({ text: 'Hi', stream: true }, endpointNamed('generate'))).toBeUndefined();
+    expect(askedWith({ text: 'Hi', stream: true }, endpointNamed('generate'))).toBeUndefined();
     expect(withUsageAsked({ ...chat, stream_options: { include_usage: true } })).toBeUndefined();
     expect(withUsageAsked({ ...chat, stream_options: { include_usage: false } })?.stream_options).toEqual({
       include_usage: true,

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import type { Dispatcher } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
+import { endpointNamed } from '../../src/endpoints/registry.js';
 import { httpEngine } from '../../src/http/http-engine.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { Controller } from '../../src/runtime/controller.js';
@@ -342,6 +343,44 @@ describe('httpEngine', () => {
     await collect(await engine({ prompt: [1, 2], stream: false }, new Controller()));
     await collect(await engine({ messages: [{ role: 'user', content: 'x' }], stream: false }, new Controller()));
     expect(paths).toEqual(['/v1/completions', '/v1/chat/completions']);
+  });
+
+  it('a call that names its endpoint goes there, whatever the body looks like or the engine was made for', async () => {
+    const paths: string[] = [];
+    const { url } = await serve((req, res) => {
+      paths.push(req.url ?? '');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ choices: [{ text: 'all', finish_reason: 'stop' }] }));
+    });
+    const chatBody = { messages: [{ role: 'user', content: 'x' }], stream: false };
+    // An Anthropic body looks like chat's; the token-id continuation of a chat, like a completion.
+    await collect(await httpEngine({ url })(chatBody, new Controller(), undefined, endpointNamed('messages')));
+    await collect(
+      await httpEngine({ url, api: 'chat' })(chatBody, new Controller(), undefined, endpointNamed('responses')),
+    );
+    await collect(
+      await httpEngine({ url, api: 'chat' })(
+        { prompt: [1], stream: false },
+        new Controller(),
+        undefined,
+        endpointNamed('chat'),
+      ),
+    );
+    expect(paths).toEqual(['/v1/messages', '/v1/responses', '/v1/chat/completions']);
+  });
+
+  it("with api 'auto' and no endpoint named, the body's shape says which of OpenAI's APIs, as endpointOf reads it", async () => {
+    const paths: string[] = [];
+    const { url } = await serve((req, res) => {
+      paths.push(req.url ?? '');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ choices: [{ text: 'all', finish_reason: 'stop' }] }));
+    });
+    const engine = httpEngine({ url });
+    for (const body of [{ messages: [] }, { input: 'x' }, { text: 'x' }, { prompt: 'x' }]) {
+      await collect(await engine({ ...body, stream: false }, new Controller()));
+    }
+    expect(paths).toEqual(['/v1/chat/completions', '/v1/responses', '/v1/completions', '/v1/completions']);
   });
 
   it('a JSON answer is one item, whatever was asked; an empty body is a protocol error item', async () => {

@@ -37,6 +37,15 @@ describe('routingText', () => {
   });
 });
 
+describe('routingText: the endpoint named', () => {
+  it("reads the prompt where the named endpoint has it, not where the body's shape would guess", () => {
+    const rerank = { query: 'which one', documents: ['a', 'b'] };
+    expect(routingText(rerank, 100, endpointNamed('rerank'))).toBe('which one');
+    // Alone, the body reads as a completion without a prompt.
+    expect(routingText(rerank)).toBe('');
+  });
+});
+
 describe('routingText: its first maxChars characters', () => {
   it('a prompt that fits is kept whole, one that does not is cut at maxChars', () => {
     expect(routingText({ prompt: 'abcd' }, 4)).toBe('abcd');

@@ -79,7 +79,7 @@ describe('the prefill targets a sidecar takes from x-prefiller-host-port', () =>
   it('serves a request without the header on the decode worker alone, saying why', () => {
     const base = localPool([{ url: 'http://10.0.0.1:8000' }]);
     const pool = targets(['10.0.0.0/8']).poolFor(base, {});
-    expect(pool.skipPrefill?.({})).toBe(NO_PREFILL_HEADER);
+    expect(pool.skipPrefill?.({}, new RoutingInput({}))).toBe(NO_PREFILL_HEADER);
     expect(pool.scheduler.decide(new RoutingInput({ prompt: 'x' }), {}, NO_PREFILL_HEADER).strategy).toBe('aggregated');
     // One such pool per model pool, not one per request.
     expect(targets(['10.0.0.0/8']).poolFor(base, { 'x-prefiller-host-port': '' }).decode).toBe(base.decode);

@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { POLICY_NAMES } from '../../src/routing/registry.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
 import type { ResolvedProxyOptions } from '../../src/server/options.js';
 import { conditionalAggregation, selectionFor } from '../../src/server/routing-policies.js';
 
@@ -50,6 +51,9 @@ describe('selectionFor', () => {
   });
 });
 
+/** A completion as the flow asks about it: the body and its routing input. */
+const routed = (body: Record<string, unknown>) => [body, new RoutingInput(body)] as const;
+
 describe('conditionalAggregation', () => {
   const decode = () => new WorkerPool<W>([{ url: 'http://d0' }, { url: 'http://d1' }]);
 
@@ -68,16 +72,16 @@ describe('conditionalAggregation', () => {
     const cachedShare = vi.fn(() => 1);
     const policy = { name: 'all-cached', select: (candidates: readonly W[]) => candidates[0] as W, cachedShare };
     const decide = conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), policy);
-    expect(decide?.({ prompt: '' })).toBeUndefined();
+    expect(decide?.(...routed({ prompt: '' }))).toBeUndefined();
     expect(cachedShare).not.toHaveBeenCalled();
-    expect(decide?.({ prompt: 'a' })).toBe('decode-cached');
+    expect(decide?.(...routed({ prompt: 'a' }))).toBe('decode-cached');
   });
 
   it('a prompt shorter than aggregateBelowChars is served on decode alone; one that long is disaggregated', () => {
     const decide = conditionalAggregation({ ...routing, aggregateBelowChars: 5 }, decode(), 'least-in-flight');
-    expect(decide?.({ prompt: 'abcd' })).toBe('short-prompt');
-    expect(decide?.({ prompt: '' })).toBe('short-prompt');
-    expect(decide?.({ prompt: 'abcde' })).toBeUndefined();
+    expect(decide?.(...routed({ prompt: 'abcd' }))).toBe('short-prompt');
+    expect(decide?.(...routed({ prompt: '' }))).toBe('short-prompt');
+    expect(decide?.(...routed({ prompt: 'abcde' }))).toBeUndefined();
   });
 
   it('a prompt a decode worker in rotation holds more than aggregateCachedRatio of is served on decode alone', () => {
@@ -87,10 +91,10 @@ describe('conditionalAggregation', () => {
     const [d0] = pool.workers as [W, W];
     tree.insert('0123456789', d0);
     const decide = conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, pool, selection);
-    expect(decide?.({ prompt: '012345abcd' })).toBe('decode-cached');
-    expect(decide?.({ prompt: '01234abcde' })).toBeUndefined();
-    expect(decide?.({ prompt: '' })).toBeUndefined();
+    expect(decide?.(...routed({ prompt: '012345abcd' }))).toBe('decode-cached');
+    expect(decide?.(...routed({ prompt: '01234abcde' }))).toBeUndefined();
+    expect(decide?.(...routed({ prompt: '' }))).toBeUndefined();
     pool.setAvailable(d0, false);
-    expect(decide?.({ prompt: '0123456789' })).toBeUndefined();
+    expect(decide?.(...routed({ prompt: '0123456789' }))).toBeUndefined();
   });
 });

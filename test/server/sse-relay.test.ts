@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { endpointNamed } from '../../src/endpoints/registry.js';
 import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -83,7 +84,7 @@ function relay(items: EngineItem[], options: { end?: Error; body?: Record<string
   const done = relaySse(
     stream,
     res as unknown as ServerResponse,
-    new ResponseWriter('completions', options.body ?? { model: 'm' }),
+    new ResponseWriter(endpointNamed('completions'), options.body ?? { model: 'm' }),
     entry,
     {
       slowClientTimeoutMs: 1000,
@@ -153,7 +154,7 @@ describe('relaySse', () => {
     await relaySse(
       { [Symbol.asyncIterator]: () => iterator } as unknown as ResponseStream<EngineItem>,
       res as unknown as ServerResponse,
-      new ResponseWriter('completions', { model: 'm' }),
+      new ResponseWriter(endpointNamed('completions'), { model: 'm' }),
       { context, res: res as unknown as ServerResponse, shutdown: () => {} },
       { slowClientTimeoutMs: 1000, answerFor: (error) => errorAnswer(error), interToken: (s) => gaps.push(s) },
     );
@@ -209,7 +210,7 @@ describe('relaySse', () => {
     await relaySse(
       { [Symbol.asyncIterator]: () => iterator } as unknown as ResponseStream<EngineItem>,
       res as unknown as ServerResponse,
-      new ResponseWriter('completions', { model: 'm' }),
+      new ResponseWriter(endpointNamed('completions'), { model: 'm' }),
       { context: new Controller('r'), res: res as unknown as ServerResponse, shutdown: () => {} },
       {
         slowClientTimeoutMs: 1000,
@@ -254,7 +255,7 @@ describe('relaySse', () => {
     const done = relaySse(
       { [Symbol.asyncIterator]: () => iterator } as unknown as ResponseStream<EngineItem>,
       res as unknown as ServerResponse,
-      new ResponseWriter('completions', { model: 'm' }),
+      new ResponseWriter(endpointNamed('completions'), { model: 'm' }),
       entry,
       { slowClientTimeoutMs: 1000, answerFor: (error) => errorAnswer(error), interToken: () => {} },
     );

@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
+import { endpointNamed } from '../../src/endpoints/registry.js';
 import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import type { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
@@ -44,7 +45,7 @@ describe('answerWhole', () => {
     await answerWhole(
       stream([text('a'), text('b')]),
       res as unknown as ServerResponse,
-      new ResponseWriter('completions', { model: 'm' }),
+      new ResponseWriter(endpointNamed('completions'), { model: 'm' }),
       errorAnswer,
     );
     expect(res.statusCode).toBe(200);
@@ -58,10 +59,15 @@ describe('answerWhole', () => {
     ]) {
       const res = response();
       const seen: unknown[] = [];
-      await answerWhole(list, res as unknown as ServerResponse, new ResponseWriter('chat', { model: 'm' }), (error) => {
-        seen.push(error);
-        return errorAnswer(error, 'decode');
-      });
+      await answerWhole(
+        list,
+        res as unknown as ServerResponse,
+        new ResponseWriter(endpointNamed('chat'), { model: 'm' }),
+        (error) => {
+          seen.push(error);
+          return errorAnswer(error, 'decode');
+        },
+      );
       expect(seen).toHaveLength(1);
       expect(res.statusCode).toBe(500);
       expect(JSON.parse(res.body).error).toMatchObject({ message: 'decode broke', leg: 'decode' });
@@ -74,7 +80,7 @@ describe('answerWhole', () => {
       await answerWhole(
         stream([text('a')], end),
         res as unknown as ServerResponse,
-        new ResponseWriter('chat', { model: 'm' }),
+        new ResponseWriter(endpointNamed('chat'), { model: 'm' }),
         errorAnswer,
       );
       expect([res.statusCode, res.body]).toEqual([0, '']);

@@ -1,3 +1,4 @@
+import type { Endpoint } from '../../src/endpoints/endpoint.js';
 import { vllmNixl } from '../../src/engines/registry.js';
 import { type DisaggregateOptions, disaggregate, type Engine } from '../../src/flow/disaggregate.js';
 import type { FlowEvent } from '../../src/flow/events.js';
@@ -20,15 +21,17 @@ export interface EngineCallRecord {
   body: RequestBody;
   context: AsyncEngineContext;
   worker: unknown;
+  /** The endpoint the flow named for the call. */
+  endpoint: Endpoint | undefined;
   source: ScriptedSource;
 }
 
 /** A fake engine: records what it was sent and answers with a scripted stream. */
 export function engine(answer: (body: RequestBody) => ScriptedSource) {
   const calls: EngineCallRecord[] = [];
-  const run: Engine<unknown> = async (body, context, worker) => {
+  const run: Engine<unknown> = async (body, context, worker, endpoint) => {
     const source = answer(body);
-    calls.push({ body, context, worker, source });
+    calls.push({ body, context, worker, endpoint, source });
     return new ResponseStream(source, context);
   };
   return { run, calls };

@@ -1,10 +1,14 @@
 import type { Endpoint } from '../../endpoints/endpoint.js';
+import { endpointOf } from '../../endpoints/registry.js';
 import { workerRendezvous } from '../../flow/bootstrap-room.js';
 import { bootstrapOf, type Connector, type Handoff } from '../../flow/connectors.js';
 import type { BootstrapInfo } from '../../flow/prefill-stream.js';
-import { promptSideOf, refusePromptSide } from '../../flow/prompt-side.js';
+import { type PromptParts, promptSideWith, refuseEchoOfIds } from '../../flow/prompt-side.js';
 import { decodeRequest, prefillRequest, type RequestBody } from '../../flow/request-shaping.js';
 import { samplesOf } from '../../protocol/request-counts.js';
+
+/** What SGLang computes of a prompt on prefill only: `/generate`'s input logprobs (`return_logprob`). */
+export const SGLANG_PROMPT_PARTS: PromptParts = Object.freeze({ inputLogprobs: true });
 
 /**
  * SGLang prefill/decode with a router-made rendezvous: both legs carry the same
@@ -35,12 +39,14 @@ export const sglangBootstrap: Connector = Object.freeze({
     decodeRequest(request, { ...bootstrapOf(handoff, 'sglang-bootstrap') }),
   refuse: (request: RequestBody, endpoint?: Endpoint) => {
     const { n, param } = samplesOf(request);
-    if (n <= 1) return refusePromptSide('sglang', request, endpoint);
+    // The flow names the endpoint; a caller of the connector that does not gets the body's.
+    if (n <= 1) return refuseEchoOfIds(request, endpoint ?? endpointOf(request));
     return {
       param,
       message: `${param} > 1 is not supported by SGLang's disaggregation: SGLang sends every sample of a prompt with the prompt's one bootstrap room, so their KV transfers collide; send ${n} requests of one sample each`,
     };
   },
-  promptSide: (request: RequestBody, endpoint?: Endpoint) => promptSideOf('sglang', request, endpoint),
+  promptSide: (request: RequestBody, endpoint?: Endpoint) =>
+    promptSideWith(SGLANG_PROMPT_PARTS, request, endpoint ?? endpointOf(request)),
   rendezvous: (worker: unknown, elements: number) => workerRendezvous(worker, 'sglang-bootstrap', elements),
 });

@@ -13,15 +13,11 @@ import type { FakeProtocol } from '../../fakes/fake-protocol.js';
  */
 export const fakeSglang: FakeProtocol = {
   name: 'sglang',
-  routes: [
-    '/v1/completions',
-    '/v1/chat/completions',
-    '/generate',
-    '/v1/responses',
-    '/v1/messages',
-    '/v1/embeddings',
-    '/v1/rerank',
-  ],
+  // Its http_server.py serves the rest (score, classify, tokenize and detokenize beside the
+  // generations; count_tokens with its Anthropic adapter), answered here in vLLM's shapes.
+  unsupported: {
+    pooling: "vLLM's raw pooling API: SGLang's server has no /pooling (its own is /encode)",
+  },
   isPrefillCall: (body) => body.bootstrap_room !== undefined,
   refuse(path, body) {
     // As SGLang's serving_chat does: a streamed chat cannot return token ids (its completions can).

@@ -46,8 +46,21 @@ let nextRequestId = 1;
  */
 export const fakeTrtllm: FakeProtocol = {
   name: 'trtllm',
-  // Anthropic's Messages too, which it serves by translating them to chat (no Responses).
-  routes: ['/v1/completions', '/v1/chat/completions', '/v1/messages'],
+  // OpenAI's completions and chat, and Anthropic's Messages, which it serves by translating
+  // them to chat; trtllm-serve's openai_server.py registers none of the pooling APIs.
+  unsupported: {
+    generate: "SGLang's native API",
+    responses:
+      'Not modelled: recent trtllm-serve has a /v1/responses, which the connector refuses disaggregated (TRT-LLM #18289)',
+    count_tokens: "Not modelled: Anthropic's token count",
+    embeddings: 'No pooling APIs in trtllm-serve',
+    rerank: 'No pooling APIs in trtllm-serve',
+    score: 'No pooling APIs in trtllm-serve',
+    classify: 'No pooling APIs in trtllm-serve',
+    pooling: 'No pooling APIs in trtllm-serve',
+    tokenize: 'No tokenizer routes in trtllm-serve',
+    detokenize: 'No tokenizer routes in trtllm-serve',
+  },
   isPrefillCall: (body) =>
     (body.disaggregated_params as { request_type?: unknown } | undefined)?.request_type === 'context_only',
 

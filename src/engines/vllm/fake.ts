@@ -33,20 +33,9 @@ import { request } from '../../http/undici-parts.js';
  */
 export const fakeVllm: FakeProtocol = {
   name: 'vllm',
-  routes: [
-    '/v1/completions',
-    '/v1/chat/completions',
-    '/v1/responses',
-    '/v1/messages',
-    '/v1/messages/count_tokens',
-    '/v1/embeddings',
-    '/v1/rerank',
-    '/v1/score',
-    '/v1/classify',
-    '/pooling',
-    '/tokenize',
-    '/detokenize',
-  ],
+  unsupported: {
+    generate: "SGLang's native API: vLLM's OpenAI server has no /generate route",
+  },
   // The default of vLLM's `kv_connector_extra_config.kv_lease_duration` (30 s).
   kvTimeoutMs: 30_000,
   recomputesPrompt: true,
