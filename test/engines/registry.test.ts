@@ -41,7 +41,8 @@ describe('the engine registry', () => {
       kvEvents: 'tcp://p0:5557',
       kvEventsReplay: 'tcp://p0:5558',
     };
-    expect(checkWorker('prefill', full, sglang)).toEqual(full);
+    // The DP rank is also the worker's well-known attribute, where routing reads it.
+    expect(checkWorker('prefill', full, sglang)).toEqual({ ...full, attributes: { 'disagg.ai/dp-rank': '1' } });
     for (const [field, value, kind] of [
       ['bootstrapPort', '8999', 'a whole number'],
       ['dpRank', 0.5, 'a whole number'],
