@@ -1,5 +1,5 @@
 import type { Logger } from '../runtime/logger.js';
-import type { TracerLike } from '../server/tracing.js';
+import type { TracerLike } from '../server/observability/tracing.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 
 /** What `disagg serve --otlp-endpoint` exports with. */

@@ -10,17 +10,17 @@ import { RequestError } from '../http/node-server.js';
 import { RoutingInput } from '../routing/routing-input.js';
 import type { Decision } from '../routing/scheduler.js';
 import { type Lease, NoWorkerError, type WorkerPool } from '../routing/worker-pool.js';
-import { OverloadedError } from '../server/admission.js';
-import { apiErrorBody } from '../server/api-errors.js';
-import { type ErrorAnswer, errorAnswer, ShutdownError } from '../server/error-answers.js';
+import { PD_HEADERS, PREFILLER_HEADER } from '../server/fleet/prefill-targets.js';
+import { poolLabel } from '../server/observability/scaling-metrics.js';
+import { OverloadedError } from '../server/pipeline/admission.js';
+import { apiErrorBody } from '../server/pipeline/api-errors.js';
 import { decide } from '../server/pipeline/decide.js';
+import { type ErrorAnswer, errorAnswer, ShutdownError } from '../server/pipeline/error-answers.js';
 import type { Exchange, RequestHeaders } from '../server/pipeline/exchange.js';
 import { pipelineStages } from '../server/pipeline/pipeline.js';
 import { RequestContext, sessionKeyOf } from '../server/pipeline/request-context.js';
 import { enterStages } from '../server/pipeline/stage.js';
-import { PD_HEADERS, PREFILLER_HEADER } from '../server/prefill-targets.js';
 import type { ProxyCore } from '../server/proxy-core.js';
-import { poolLabel } from '../server/scaling-metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../server/settings/worker-entries.js';
 
 /** A request as Envoy handed it over: its headers (pseudo-headers included), whole body and the gateway's subset hint. */

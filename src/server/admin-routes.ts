@@ -2,9 +2,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parseJson } from '../http/json.js';
 import { answerJson, RequestError, readBody } from '../http/node-server.js';
 import { describeValue } from '../util/describe-value.js';
-import { errorAnswer } from './error-answers.js';
-import { MembershipError, type Role } from './membership.js';
-import type { ProxyState } from './proxy-state.js';
+import { MembershipError, type Role } from './fleet/membership.js';
+import { errorAnswer } from './pipeline/error-answers.js';
+import type { ProxyState } from './pipeline/proxy-state.js';
 import type { RouteEntry } from './route-entry.js';
 import { checkWorker } from './settings/workers.js';
 

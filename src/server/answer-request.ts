@@ -1,8 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { answerJson } from '../http/node-server.js';
 import { Controller } from '../runtime/controller.js';
-import { errorToResponse } from './error-answers.js';
 import type { Route } from './openai-format.js';
+import { errorToResponse } from './pipeline/error-answers.js';
+import { bodyReadAlready, DEFAULT_MAX_BODY_BYTES, readFetchBody, readRequestBody } from './pipeline/request-body.js';
+import { type ModelLimits, validateRequest } from './pipeline/request-schemas.js';
 import {
   jsonResponse,
   type RelayedResponse,
@@ -12,8 +14,6 @@ import {
   sseResponse,
   writeSse,
 } from './relay.js';
-import { bodyReadAlready, DEFAULT_MAX_BODY_BYTES, readFetchBody, readRequestBody } from './request-body.js';
-import { type ModelLimits, validateRequest } from './request-schemas.js';
 
 /**
  * The request's flow, given its body (read, parsed with exact integers, and checked for its

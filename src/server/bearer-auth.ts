@@ -4,7 +4,7 @@ import type { Endpoint } from '../endpoints/endpoint.js';
 import { answerJson } from '../http/node-server.js';
 import type { Logger } from '../runtime/logger.js';
 import { clientKey } from '../tenancy/tenants.js';
-import { apiErrorBody } from './api-errors.js';
+import { apiErrorBody } from './pipeline/api-errors.js';
 
 /**
  * Whether the request carries `key` as `Authorization: Bearer <key>` (or Anthropic's

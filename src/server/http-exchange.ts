@@ -1,13 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { RequestError, readBody } from '../http/node-server.js';
-import { answerApiError } from './api-errors.js';
-import type { InFlightRequest } from './in-flight.js';
+import { answerApiError } from './pipeline/api-errors.js';
 import type { Exchange, RequestHeaders } from './pipeline/exchange.js';
+import type { InFlightRequest } from './pipeline/in-flight.js';
 import { pipelineStages } from './pipeline/pipeline.js';
+import type { ProxyState } from './pipeline/proxy-state.js';
 import { RequestContext } from './pipeline/request-context.js';
 import { enterStages } from './pipeline/stage.js';
-import type { ProxyState } from './proxy-state.js';
 import { trackingStage } from './tracking-stage.js';
 
 /**

@@ -6,7 +6,6 @@ export { type AnswerOptions, answerFetch, answerNode, type RunRequest } from './
 export { loadServeConfig } from './config.js';
 export { ConfigError } from './config-error.js';
 export type { EngineHook, PolicyOption } from './custom-parts.js';
-export { type ErrorAnswer, errorToResponse } from './error-answers.js';
 export {
   classifyFailure,
   defaultRetries,
@@ -15,12 +14,16 @@ export {
   type FailureRule,
   RETRY_DEFAULTS,
   type RetryOptions,
-} from './failure-rules.js';
-export { BREAKER_DEFAULTS, HEALTH_DEFAULTS, type ProbeFailure } from './health.js';
-export { type FollowedPool, KvFollower, type KvFollowerOptions, type KvWorker } from './kv-following.js';
+} from './fleet/failure-rules.js';
+export { BREAKER_DEFAULTS, HEALTH_DEFAULTS, type ProbeFailure } from './fleet/health.js';
+export { type FollowedPool, KvFollower, type KvFollowerOptions, type KvWorker } from './fleet/kv-following.js';
+export { type WatchHealthOptions, type WorkerHealth, watchHealth } from './fleet/watch-health.js';
+export type { TracerLike } from './observability/tracing.js';
 export type { Route } from './openai-format.js';
+export { type ErrorAnswer, errorToResponse } from './pipeline/error-answers.js';
 export type { Exchange, RequestHeaders } from './pipeline/exchange.js';
 export type { RequestAnswer, RequestVariables, ResolvedModel } from './pipeline/request-context.js';
+export { type ModelLimits, validateRequest } from './pipeline/request-schemas.js';
 export type { Stage, StageOutcome, StageRequest } from './pipeline/stage.js';
 export { createProxy, type ProxyServer } from './proxy.js';
 export {
@@ -33,12 +36,9 @@ export {
   writeJson,
   writeSse,
 } from './relay.js';
-export { type ModelLimits, validateRequest } from './request-schemas.js';
 export type { ProxyPoolOption, ResolvedPool } from './settings/pool-entries.js';
 export type { HandlerOptions, ProxyOptions } from './settings/proxy-options.js';
 export type { ProxyRewriteOption, RewriteTarget } from './settings/rewrite-entries.js';
 export type { ServeConfig } from './settings/types.js';
 export type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
-export type { TracerLike } from './tracing.js';
-export { type WatchHealthOptions, type WorkerHealth, watchHealth } from './watch-health.js';
 export { createHandler, type DisaggHandler } from './web-handler.js';

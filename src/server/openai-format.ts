@@ -13,7 +13,7 @@ import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated, type WireChunk } from '../protocol/annotated.js';
 import { FinishReason } from '../protocol/finish-reason.js';
 import type { CompletionUsage } from '../protocol/llm-engine-output.js';
-import type { ErrorAnswer } from './error-answers.js';
+import type { ErrorAnswer } from './pipeline/error-answers.js';
 import { type StreamEnding, streamEnding } from './stream-endings.js';
 
 /** The generation routes the proxy serves: OpenAI completions and chat, and SGLang's `/generate` (the disaggregated endpoints). */

@@ -9,15 +9,15 @@ import type { CompletionUsage } from '../protocol/llm-engine-output.js';
 import type { Lease } from '../routing/worker-pool.js';
 import type { Controller } from '../runtime/controller.js';
 import { joinUrl } from '../util/url.js';
-import { answerApiError } from './api-errors.js';
 import { clientAuthorization } from './bearer-auth.js';
-import { errorToResponse } from './error-answers.js';
-import { retryDelay } from './failure-rules.js';
+import { retryDelay } from './fleet/failure-rules.js';
+import type { ModelPool } from './fleet/pool-set.js';
 import type { HttpRequest } from './http-exchange.js';
+import { answerApiError } from './pipeline/api-errors.js';
 import { decide } from './pipeline/decide.js';
-import type { ModelPool } from './pool-set.js';
-import type { RequestEvents } from './request-events.js';
-import { STRATEGY_HEADER } from './request-log.js';
+import { errorToResponse } from './pipeline/error-answers.js';
+import type { RequestEvents } from './pipeline/request-events.js';
+import { STRATEGY_HEADER } from './pipeline/request-log.js';
 import type { ProxyDecodeWorker } from './settings/worker-entries.js';
 
 /** What a worker answered a passthrough: its status, content type and body, as it sent them. */

@@ -1,4 +1,4 @@
-import type { ProxyState } from './proxy-state.js';
+import type { ProxyState } from './pipeline/proxy-state.js';
 
 /** One pool's readiness: why not, and its workers in rotation. */
 export interface PoolReadiness {

@@ -9,9 +9,9 @@ import type { CompletionUsage } from '../protocol/llm-engine-output.js';
 import { type AsyncEngineContext, Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { describeValue } from '../util/describe-value.js';
-import { type ErrorAnswer, errorToResponse } from './error-answers.js';
-import type { InFlightRequest } from './in-flight.js';
 import { ResponseWriter, type Route } from './openai-format.js';
+import { type ErrorAnswer, errorToResponse } from './pipeline/error-answers.js';
+import type { InFlightRequest } from './pipeline/in-flight.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
 

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { ProxyState } from './proxy-state.js';
+import type { ProxyState } from './pipeline/proxy-state.js';
 
 /** What a route's handler gets besides the exchange. */
 export interface RouteCall {

@@ -5,9 +5,9 @@ import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
 import { closeQuietly } from '../util/close-quietly.js';
-import { type ErrorAnswer, ShutdownError } from './error-answers.js';
-import type { InFlightRequest } from './in-flight.js';
 import type { ResponseWriter } from './openai-format.js';
+import { type ErrorAnswer, ShutdownError } from './pipeline/error-answers.js';
+import type { InFlightRequest } from './pipeline/in-flight.js';
 
 /** What the relay reports and how long it waits for a client. */
 export interface RelayHooks {

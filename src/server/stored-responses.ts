@@ -5,9 +5,9 @@ import { request as callWorker } from '../http/undici-parts.js';
 import { UpstreamError } from '../http/upstream-error.js';
 import { joinUrl } from '../util/url.js';
 import { clientAuthorization } from './bearer-auth.js';
-import { errorAnswer } from './error-answers.js';
-import type { ProxyState } from './proxy-state.js';
-import { REMEMBERED } from './response-homes.js';
+import { errorAnswer } from './pipeline/error-answers.js';
+import type { ProxyState } from './pipeline/proxy-state.js';
+import { REMEMBERED } from './pipeline/response-homes.js';
 
 /**
  * `GET /v1/responses/{id}` (`cancel`: `POST /v1/responses/{id}/cancel`): passed to the decode

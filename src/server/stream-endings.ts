@@ -7,8 +7,8 @@
 
 import type { AnswerShape, Endpoint } from '../endpoints/endpoint.js';
 import type { WireChunk } from '../protocol/annotated.js';
-import { anthropicErrorType, apiErrorBody } from './api-errors.js';
-import type { ErrorAnswer } from './error-answers.js';
+import { anthropicErrorType, apiErrorBody } from './pipeline/api-errors.js';
+import type { ErrorAnswer } from './pipeline/error-answers.js';
 
 /** The end and failure of one stream of an API. */
 export interface StreamEnding {

@@ -1,13 +1,13 @@
 import { Controller } from '../runtime/controller.js';
-import { answerApiError } from './api-errors.js';
-import { errorAnswer, ShutdownError } from './error-answers.js';
 import type { HttpExchange } from './http-exchange.js';
+import { poolLabel } from './observability/scaling-metrics.js';
+import { incomingTrace, RequestTrace } from './observability/tracing.js';
+import { answerApiError } from './pipeline/api-errors.js';
+import { errorAnswer, ShutdownError } from './pipeline/error-answers.js';
 import type { RequestContext } from './pipeline/request-context.js';
+import { requestEvents } from './pipeline/request-events.js';
+import { logRequest } from './pipeline/request-log.js';
 import type { RequestStage } from './pipeline/stage.js';
-import { requestEvents } from './request-events.js';
-import { logRequest } from './request-log.js';
-import { poolLabel } from './scaling-metrics.js';
-import { incomingTrace, RequestTrace } from './tracing.js';
 
 /**
  * The proxy's request as shutdown, the metrics, health, the trace and the log see it: a context

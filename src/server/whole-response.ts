@@ -3,8 +3,8 @@ import { answerJson } from '../http/node-server.js';
 import type { EngineItem } from '../protocol/annotated.js';
 import { Annotated } from '../protocol/annotated.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
-import type { ErrorAnswer } from './error-answers.js';
 import type { ResponseWriter } from './openai-format.js';
+import type { ErrorAnswer } from './pipeline/error-answers.js';
 
 /**
  * Collects a non-streamed request's items into its answer (the worker's own body when it

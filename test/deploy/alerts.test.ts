@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
-import type { OverloadedError } from '../../src/server/admission.js';
+import type { OverloadedError } from '../../src/server/pipeline/admission.js';
 import { firing, promtoolCheck, promtoolTest, ruleGroups, ruleNamed, rules } from '../support/alert-rules.js';
 import { exported, problems } from '../support/exported-metrics.js';
 import { tool } from '../support/tools.js';

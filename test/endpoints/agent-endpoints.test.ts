@@ -5,7 +5,7 @@ import { sglangBootstrap } from '../../src/engines/sglang/connector.js';
 import { vllmNixl } from '../../src/engines/vllm/connector.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
 import { routingText } from '../../src/routing/routing-input.js';
-import { validateRequest } from '../../src/server/request-schemas.js';
+import { validateRequest } from '../../src/server/pipeline/request-schemas.js';
 
 const responses = endpointNamed('responses');
 const messages = endpointNamed('messages');

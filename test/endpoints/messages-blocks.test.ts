@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { MESSAGES_BLOCK_TYPES, messagesPromptFloor } from '../../src/endpoints/messages-blocks.js';
 import { endpointNamed } from '../../src/endpoints/registry.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
-import { validateRequest } from '../../src/server/request-schemas.js';
+import { validateRequest } from '../../src/server/pipeline/request-schemas.js';
 
 /** What the schema of `route` says of `messages` (and `rest`): 'ok', or the field at fault and the message. */
 function verdict(

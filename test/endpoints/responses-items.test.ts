@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { endpointNamed } from '../../src/endpoints/registry.js';
 import { RESPONSES_ITEM_TYPES, responsesPromptFloor } from '../../src/endpoints/responses-items.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
-import { validateRequest } from '../../src/server/request-schemas.js';
+import { validateRequest } from '../../src/server/pipeline/request-schemas.js';
 
 /** What the Responses schema says of `input`: 'ok', or the field at fault and the message. */
 function verdict(input: unknown, rest: Record<string, unknown> = {}): string {

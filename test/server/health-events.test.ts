@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
-import { HealthChecker, type HealthOptions } from '../../src/server/health.js';
+import { HealthChecker, type HealthOptions } from '../../src/server/fleet/health.js';
 import { recordingLogger } from '../support/async.js';
 
 type Named = { url: string };

@@ -5,12 +5,12 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { FakeKvEvent } from '../../src/fakes/fake-kv-publisher.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollower } from '../../src/server/kv-following.js';
-import { registerKvMetrics } from '../../src/server/kv-metrics.js';
+import { KvFollower } from '../../src/server/fleet/kv-following.js';
+import { registerKvMetrics } from '../../src/server/observability/kv-metrics.js';
 import { flush, recordingLogger } from '../support/async.js';
 import { FakeKvEngine } from '../support/fake-zeromq.js';
 
-// In-memory sockets under the real subscribers: see test/server/kv-following.test.ts for why.
+// In-memory sockets under the real subscribers: see test/server/fleet/kv-following.test.ts for why.
 vi.mock('zeromq');
 
 type Worker = { url: string; name?: string };

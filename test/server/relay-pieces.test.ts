@@ -10,9 +10,9 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
-import { errorToResponse } from '../../src/server/error-answers.js';
+import { errorToResponse } from '../../src/server/pipeline/error-answers.js';
+import { validateRequest } from '../../src/server/pipeline/request-schemas.js';
 import { jsonResponse, sseResponse, writeJson, writeSse } from '../../src/server/relay.js';
-import { validateRequest } from '../../src/server/request-schemas.js';
 import { workerRedactor } from '../../src/util/url.js';
 import { ScriptedSource } from '../support/async.js';
 

@@ -7,9 +7,9 @@ import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import { Controller } from '../../src/runtime/controller.js';
 import type { ResponseStream } from '../../src/runtime/response-stream.js';
-import { errorAnswer } from '../../src/server/error-answers.js';
-import type { InFlightRequest } from '../../src/server/in-flight.js';
 import { ResponseWriter } from '../../src/server/openai-format.js';
+import { errorAnswer } from '../../src/server/pipeline/error-answers.js';
+import type { InFlightRequest } from '../../src/server/pipeline/in-flight.js';
 import { relaySse } from '../../src/server/sse-relay.js';
 
 afterEach(() => {

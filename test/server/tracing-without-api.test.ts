@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { RequestTrace, Tracing } from '../../src/server/tracing.js';
+import { RequestTrace, Tracing } from '../../src/server/observability/tracing.js';
 
 // As on a machine where the optional peer is not installed.
 vi.mock('@opentelemetry/api', () => {

@@ -5,8 +5,8 @@ import type { EngineItem } from '../../src/protocol/annotated.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import type { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
 import type { ResponseStream } from '../../src/runtime/response-stream.js';
-import { errorAnswer } from '../../src/server/error-answers.js';
 import { ResponseWriter } from '../../src/server/openai-format.js';
+import { errorAnswer } from '../../src/server/pipeline/error-answers.js';
 import { answerWhole } from '../../src/server/whole-response.js';
 
 /** A response that keeps its status and body; `ended` says it was answered already. */

@@ -7,10 +7,10 @@ import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { EppMetrics } from '../../src/epp/epp-metrics.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
-import { KvFollower } from '../../src/server/kv-following.js';
-import { registerKvMetrics } from '../../src/server/kv-metrics.js';
-import { ProxyMetrics } from '../../src/server/metrics.js';
-import { registerReplicaMetrics } from '../../src/server/replica-metrics.js';
+import { KvFollower } from '../../src/server/fleet/kv-following.js';
+import { registerKvMetrics } from '../../src/server/observability/kv-metrics.js';
+import { ProxyMetrics } from '../../src/server/observability/metrics.js';
+import { registerReplicaMetrics } from '../../src/server/observability/replica-metrics.js';
 import { recordingLogger } from './async.js';
 
 /** Every metric /metrics exports, with its label names (a histogram as its three series). */

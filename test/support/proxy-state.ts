@@ -3,13 +3,13 @@ import { vllmNixl } from '../../src/engines/registry.js';
 import type { FlowEvent } from '../../src/flow/events.js';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { Scheduler } from '../../src/routing/scheduler.js';
-import { HealthChecker } from '../../src/server/health.js';
-import { KvFollower } from '../../src/server/kv-following.js';
-import { Membership } from '../../src/server/membership.js';
-import { ProxyMetrics } from '../../src/server/metrics.js';
+import { HealthChecker } from '../../src/server/fleet/health.js';
+import { KvFollower } from '../../src/server/fleet/kv-following.js';
+import { Membership } from '../../src/server/fleet/membership.js';
+import { PoolSet } from '../../src/server/fleet/pool-set.js';
+import { ProxyMetrics } from '../../src/server/observability/metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../../src/server/options.js';
-import { PoolSet } from '../../src/server/pool-set.js';
-import type { ProxyState } from '../../src/server/proxy-state.js';
+import type { ProxyState } from '../../src/server/pipeline/proxy-state.js';
 import { recordingLogger } from './async.js';
 
 /**

@@ -7,8 +7,8 @@ import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { RequestError } from '../../src/http/node-server.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import { AnnotatedError } from '../../src/protocol/annotated.js';
-import { ShutdownError } from '../../src/server/error-answers.js';
 import { ConfigError } from '../../src/server/options.js';
+import { ShutdownError } from '../../src/server/pipeline/error-answers.js';
 import { branded, DisaggError } from '../../src/util/disagg-error.js';
 
 /** One instance of every error class the library throws, with the class that made it. */

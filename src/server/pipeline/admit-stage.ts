@@ -1,7 +1,7 @@
 import type { OverLimit } from '../../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../../tenancy/redis-windows.js';
-import { OverloadedError } from '../admission.js';
-import { poolLabel } from '../scaling-metrics.js';
+import { poolLabel } from '../observability/scaling-metrics.js';
+import { OverloadedError } from './admission.js';
 import { type RequestStage, refusalOf } from './stage.js';
 
 const LIMIT_WORDS = { requestsPerMinute: 'requests', tokensPerMinute: 'tokens' } as const;

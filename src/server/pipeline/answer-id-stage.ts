@@ -1,5 +1,5 @@
 import { UnsupportedRequestError } from '../../flow/request-shaping.js';
-import { newResponseId } from '../response-homes.js';
+import { newResponseId } from './response-homes.js';
 import { type RequestStage, refusalOf } from './stage.js';
 
 /**

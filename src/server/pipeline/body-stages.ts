@@ -1,9 +1,9 @@
 import { UnsupportedRequestError } from '../../flow/request-shaping.js';
 import { headerValue } from '../../http/node-server.js';
-import { type ErrorAnswer, errorAnswer, ShutdownError } from '../error-answers.js';
-import { parseRequestBody } from '../request-body.js';
-import { validateRequest } from '../request-schemas.js';
+import { type ErrorAnswer, errorAnswer, ShutdownError } from './error-answers.js';
+import { parseRequestBody } from './request-body.js';
 import type { RequestContext } from './request-context.js';
+import { validateRequest } from './request-schemas.js';
 import { type RequestStage, refusalOf } from './stage.js';
 
 /** A router that is shutting down takes no new request: a 503 before anything is read. */

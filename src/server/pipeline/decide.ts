@@ -1,8 +1,8 @@
 import type { Avoid, Decision } from '../../routing/scheduler.js';
 import { NoWorkerError } from '../../routing/worker-pool.js';
 import { libraryLogger } from '../../runtime/library-logger.js';
-import type { ModelPool } from '../pool-set.js';
-import { poolLabel } from '../scaling-metrics.js';
+import type { ModelPool } from '../fleet/pool-set.js';
+import { poolLabel } from '../observability/scaling-metrics.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../settings/worker-entries.js';
 import type { RequestContext } from './request-context.js';
 

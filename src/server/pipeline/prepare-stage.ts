@@ -1,7 +1,7 @@
-import { lookUpBindings } from '../peer-load.js';
-import type { ModelPool } from '../pool-set.js';
-import { checkPromptTokens } from '../request-schemas.js';
+import { lookUpBindings } from '../fleet/peer-load.js';
+import type { ModelPool } from '../fleet/pool-set.js';
 import { verdictOf } from './decide.js';
+import { checkPromptTokens } from './request-schemas.js';
 import { type RequestStage, refusalOf } from './stage.js';
 
 /**

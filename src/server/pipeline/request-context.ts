@@ -5,11 +5,11 @@ import type { CompletionUsage } from '../../protocol/llm-engine-output.js';
 import { RoutingInput } from '../../routing/routing-input.js';
 import { DEFAULT_SESSION_HEADER } from '../../routing/session-affinity.js';
 import type { Controller } from '../../runtime/controller.js';
-import type { ModelPool } from '../pool-set.js';
-import type { ProxyState } from '../proxy-state.js';
-import type { RequestEvents } from '../request-events.js';
-import type { RequestTrace } from '../tracing.js';
+import type { ModelPool } from '../fleet/pool-set.js';
+import type { RequestTrace } from '../observability/tracing.js';
 import type { Exchange, RequestHeaders } from './exchange.js';
+import type { ProxyState } from './proxy-state.js';
+import type { RequestEvents } from './request-events.js';
 
 /**
  * The headers coding agents name their session with, in the order they are read when the

@@ -1,6 +1,6 @@
 import type { CompletionUsage } from '../../protocol/llm-engine-output.js';
 import { briefly } from '../../util/worker-text.js';
-import { type ErrorAnswer, errorAnswer } from '../error-answers.js';
+import { type ErrorAnswer, errorAnswer } from './error-answers.js';
 import type { Exchange, RequestHeaders } from './exchange.js';
 import type { RequestAnswer, RequestContext, RequestVariables, ResolvedModel } from './request-context.js';
 

@@ -11,7 +11,7 @@ import type { PickerSetting } from '../../routing/picker-plugins.js';
 import type { ScorerSetting } from '../../routing/plugins.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyOption } from '../custom-parts.js';
-import type { TracerLike } from '../tracing.js';
+import type { TracerLike } from '../observability/tracing.js';
 import type { ProxyPoolOption } from './pool-entries.js';
 import type { ProxyRewriteOption } from './rewrite-entries.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';

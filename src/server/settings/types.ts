@@ -8,7 +8,7 @@ import type { Deadlines } from '../../flow/deadlines.js';
 import type { PolicyName } from '../../routing/registry.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { EngineHook, PolicyFactory } from '../custom-parts.js';
-import type { TracerLike } from '../tracing.js';
+import type { TracerLike } from '../observability/tracing.js';
 import type { ResolvedPool } from './pool-entries.js';
 import type { ProxyOptions } from './proxy-options.js';
 import type { ProxyRewriteOption } from './rewrite-entries.js';

@@ -1,0 +1,111 @@
+import type { RequestBody } from '../../flow/request-shaping.js';
+import type { EngineLoadSource, KvIndexSource } from '../../routing/kv-prefix.js';
+import { createPolicy, type PolicyName, policyConsumes, type RoutingServices } from '../../routing/registry.js';
+import type { RoutingInput } from '../../routing/routing-input.js';
+import { type Consumption, mergeConsumption } from '../../routing/services.js';
+import type { Selection, WorkerPool } from '../../routing/worker-pool.js';
+import type { ResolvedProxyOptions } from '../settings/types.js';
+
+/**
+ * The selection of one pool for `--prefill-policy` or `--decode-policy`: the registry's
+ * plugin of that name, made for this pool alone (a cache-aware tree describes one pool's caches).
+ */
+export function selectionFor<W extends { url: string }>(
+  name: PolicyName,
+  routing: ResolvedProxyOptions['routing'],
+  services: RoutingServices<W> = {},
+): Selection<W> {
+  return createPolicy<W>(name, routing, services);
+}
+
+/**
+ * One pool's selection: the policy of your own given for `role`, made with the services, else
+ * the registry's plugin of the configured name.
+ */
+export function poolSelection<W extends { url: string }>(
+  role: 'prefill' | 'decode',
+  options: Pick<ResolvedProxyOptions, 'prefillPolicy' | 'decodePolicy' | 'customPolicies' | 'routing'>,
+  services: RoutingServices<W>,
+): Selection<W> {
+  const own = options.customPolicies[role] as ((services: RoutingServices<W>) => Selection<W>) | undefined;
+  return own?.(services) ?? selectionFor<W>(options[`${role}Policy`], options.routing, services);
+}
+
+/** A policy of your own may read anything the proxy has: each kind is fed where configured. */
+const ANYTHING: Consumption = { 'kv-index': 'optional', tokens: 'optional', 'engine-load': 'optional' };
+
+/**
+ * What one pool's policy reads, as its plugin declares it (a policy of your own: anything).
+ *
+ * @example
+ * consumptionOf('decode', resolved)['engine-load']; // 'required' for scored with kv-usage
+ */
+export function consumptionOf(
+  role: 'prefill' | 'decode',
+  options: Pick<ResolvedProxyOptions, 'prefillPolicy' | 'decodePolicy' | 'customPolicies' | 'routing'>,
+): Consumption {
+  if (options.customPolicies[role] !== undefined) return ANYTHING;
+  return policyConsumes(options[`${role}Policy`], options.routing);
+}
+
+/**
+ * What both pools' policies read: the proxy tokenizes prompts, follows KV events into the
+ * index and scrapes the engines' load only for a kind listed here.
+ */
+export function consumedBy(
+  options: Pick<ResolvedProxyOptions, 'prefillPolicy' | 'decodePolicy' | 'customPolicies' | 'routing'>,
+): Consumption {
+  return mergeConsumption([consumptionOf('prefill', options), consumptionOf('decode', options)]);
+}
+
+/**
+ * The services the policies get: only the kinds they declared (a policy that did not declare
+ * the KV index does not get one to read by accident).
+ *
+ * @example
+ * routingServices(consumedBy(options), () => kv.index, (worker) => scraper.loadOf(worker));
+ */
+export function routingServices<W>(
+  consumed: Consumption,
+  kvIndex: KvIndexSource<W>,
+  engineLoad: { loadOf: EngineLoadSource<W> } | undefined,
+): RoutingServices<W> {
+  return {
+    ...(consumed['kv-index'] === undefined ? {} : { kvIndex }),
+    ...(consumed['engine-load'] === undefined || engineLoad === undefined
+      ? {}
+      : { engineLoad: (worker: W) => engineLoad.loadOf(worker) }),
+  };
+}
+
+/**
+ * Conditional disaggregation, built in: the reason to serve a request on decode alone (a
+ * prompt shorter than `aggregateBelowChars`; a decode worker known, by the decode pool's
+ * policy (`cachedShare`), to hold more than `aggregateCachedRatio` of it), or undefined to
+ * disaggregate it. Undefined when both are off.
+ */
+export function conditionalAggregation<W>(
+  routing: ResolvedProxyOptions['routing'],
+  decodeWorkers: WorkerPool<W>,
+  decodeSelection: Selection<W>,
+): ((request: RequestBody, input: RoutingInput) => string | undefined) | undefined {
+  const { aggregateBelowChars, aggregateCachedRatio } = routing;
+  // Asked through the policy's own interface: whatever it knows the caches by (today a tree of
+  // what this router sent; the engines' KV events tomorrow), not its private state.
+  const policy = typeof decodeSelection === 'object' ? decodeSelection : undefined;
+  const cachedShare = aggregateCachedRatio > 0 ? policy?.cachedShare?.bind(policy) : undefined;
+  if (aggregateBelowChars === 0 && cachedShare === undefined) return undefined;
+  // The flow's own input (its endpoint, and its token ids when the proxy's tokenizer made them).
+  return (_request, input) => {
+    const text = input.promptText;
+    if (text.length < aggregateBelowChars) return 'short-prompt';
+    if (
+      cachedShare !== undefined &&
+      text !== '' &&
+      cachedShare(decodeWorkers.available, input) > aggregateCachedRatio
+    ) {
+      return 'decode-cached';
+    }
+    return undefined;
+  };
+}

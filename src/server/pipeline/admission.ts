@@ -1,0 +1,320 @@
+import { branded, DisaggError } from '../../util/disagg-error.js';
+
+/**
+ * A request the proxy would not take on: every slot busy and the queue full, or a wait in the
+ * queue past its limit. Answered 429 with `Retry-After` (`retryAfterS`). `code`:
+ * `DISAGG_OVERLOADED`.
+ */
+export class OverloadedError extends DisaggError {
+  static override readonly is = branded<OverloadedError>('OverloadedError');
+  declare readonly code: 'DISAGG_OVERLOADED';
+  /** When the client may try again, in whole seconds. */
+  readonly retryAfterS: number;
+  /**
+   * The limit that was hit: the proxy's `capacity` (every slot busy and the queue full), a
+   * `shed` (its place given to a request of higher priority), a `queue_timeout` (a wait past
+   * its band's time-to-live), or the tenant's own `max_concurrent`, `requests_per_minute`,
+   * `tokens_per_minute`.
+   */
+  readonly limit:
+    | 'capacity'
+    | 'shed'
+    | 'queue_timeout'
+    | 'max_concurrent'
+    | 'requests_per_minute'
+    | 'tokens_per_minute';
+
+  constructor(message: string, retryAfterS: number, limit: OverloadedError['limit'] = 'capacity') {
+    super('DISAGG_OVERLOADED', message);
+    this.retryAfterS = retryAfterS;
+    this.limit = limit;
+  }
+}
+
+/** A place taken in {@link Admission}: `release()` once the request is over (idempotent). */
+export interface Ticket {
+  release(): void;
+}
+
+/**
+ * Who asks for a slot: its tenant (fair turns are taken between tenants), its priority band
+ * (higher first; 0 by default) and how many of its requests may be under way or waiting at
+ * once (no bound by default).
+ */
+export interface Applicant {
+  tenant: string;
+  priority: number;
+  maxConcurrent?: number | undefined;
+}
+
+const ANYONE: Applicant = { tenant: 'default', priority: 0 };
+
+interface Waiter {
+  readonly applicant: Applicant;
+  admit(ticket: Ticket): void;
+  refuse(error: OverloadedError): void;
+  timer: NodeJS.Timeout | undefined;
+  queuedAt: number;
+}
+
+/** The waiters of one priority band, by tenant, and whose turn is next. */
+interface Band {
+  readonly tenants: Map<string, Waiter[]>;
+  /** The tenants with waiters, in turn order: the next takes the head, then goes to the back. */
+  readonly turns: string[];
+}
+
+/**
+ * Bounded admission: at most `maxConcurrent` requests served at once, at most `queueSize`
+ * waiting for a slot, each for at most its band's `queueTimeoutMs`. A free slot goes to the
+ * highest priority band with waiters and, within it, to the tenants in turn (each tenant's
+ * own requests first come, first served), so that one tenant's backlog never holds another's
+ * requests behind it. A full queue sheds the newest waiter of the lowest band below the
+ * newcomer's priority (its tenant the one with most waiting), else refuses the newcomer; a
+ * tenant over its own `maxConcurrent` (under way and waiting) is refused at once. Refusals are
+ * {@link OverloadedError}s that name the limit. A waiter that gives up (its client left)
+ * leaves the queue at once, so it neither takes a place nor a slot later. Written here rather
+ * than with cockatiel 3's bulkhead: that one keeps a cancelled waiter in its queue until its
+ * turn, has no wait limit, and stalls its queue when a cancelled waiter comes up.
+ *
+ * @internal
+ */
+export class Admission {
+  readonly #max: number;
+  readonly #queueSize: number;
+  readonly #timeoutMs: (priority: number) => number;
+  readonly #onWait: ((seconds: number, applicant: Applicant) => void) | undefined;
+  #active = 0;
+  #queued = 0;
+  /** Bands with waiters, highest priority first. */
+  readonly #bands = new Map<number, Band>();
+  /** Each tenant's requests under way and waiting. */
+  readonly #perTenant = new Map<string, { active: number; queued: number }>();
+
+  constructor(options: {
+    maxConcurrent: number;
+    queueSize: number;
+    /** How long a request may wait, in ms: one for every band, or per priority. */
+    queueTimeoutMs: number | ((priority: number) => number);
+    /** How long each admitted request waited in the queue (0 for none), and whose it was. */
+    onWait?: (seconds: number, applicant: Applicant) => void;
+  }) {
+    this.#max = options.maxConcurrent;
+    this.#queueSize = options.queueSize;
+    const timeout = options.queueTimeoutMs;
+    this.#timeoutMs = typeof timeout === 'function' ? timeout : () => timeout;
+    this.#onWait = options.onWait;
+  }
+
+  /** Requests being served. */
+  get active(): number {
+    return this.#active;
+  }
+
+  /** The limits it admits by. */
+  get limits(): { maxConcurrent: number; queueSize: number } {
+    return { maxConcurrent: this.#max, queueSize: this.#queueSize };
+  }
+
+  /** Requests waiting for a slot. */
+  get queued(): number {
+    return this.#queued;
+  }
+
+  /**
+   * How many tenants it keeps a record of: only those with requests under way or waiting, so
+   * that the names a gateway sends come and go without the records piling up.
+   *
+   * @internal
+   */
+  get tenantRecords(): number {
+    return this.#perTenant.size;
+  }
+
+  /** A tenant's requests under way and waiting (zeros for one with none). */
+  usageOf(tenant: string): { active: number; queued: number } {
+    const usage = this.#perTenant.get(tenant);
+    return { active: usage?.active ?? 0, queued: usage?.queued ?? 0 };
+  }
+
+  /**
+   * A slot for one request of `applicant` (by default one tenant, priority 0): at once if one
+   * is free (nobody waits while one is), else after a wait in the queue.
+   * `gaveUp` resolving (the client left) takes the request out of the queue; the promise then
+   * never settles, as nobody waits for it.
+   *
+   * @throws {OverloadedError} (rejects) when the tenant is at its own limit, the queue is full
+   *   (or it is shed for a higher priority), or the wait runs past its band's limit.
+   */
+  enter(gaveUp: Promise<unknown>, applicant: Applicant = ANYONE): Promise<Ticket> {
+    const usage = this.#usage(applicant.tenant);
+    const cap = applicant.maxConcurrent;
+    if (cap !== undefined && usage.active + usage.queued >= cap) {
+      return Promise.reject(
+        new OverloadedError(
+          `Tenant ${applicant.tenant} is at its limit of ${cap} requests under way or waiting; try again later`,
+          1,
+          'max_concurrent',
+        ),
+      );
+    }
+    // A free slot and a waiter never coexist (a release hands its slot to the next waiter at
+    // once), so a free slot is nobody's turn: no band need be asked who waits.
+    if (this.#active < this.#max) {
+      this.#active += 1;
+      usage.active += 1;
+      this.#onWait?.(0, applicant);
+      return Promise.resolve(this.#ticket(applicant));
+    }
+    if (this.#queued >= this.#queueSize && !this.#shedBelow(applicant.priority)) {
+      return Promise.reject(
+        new OverloadedError(
+          `The proxy is at capacity: ${this.#max} requests under way and ${this.#queueSize} waiting; try again later`,
+          1,
+        ),
+      );
+    }
+    return new Promise<Ticket>((resolve, reject) => {
+      const timeoutMs = this.#timeoutMs(applicant.priority);
+      const waiter: Waiter = {
+        applicant,
+        admit: resolve,
+        refuse: reject,
+        timer: undefined,
+        queuedAt: performance.now(),
+      };
+      waiter.timer = setTimeout(() => {
+        if (!this.#leave(waiter)) return;
+        reject(
+          new OverloadedError(
+            `The request waited ${timeoutMs} ms for one of ${this.#max} slots; try again later`,
+            Math.max(1, Math.ceil(timeoutMs / 1000)),
+            'queue_timeout',
+          ),
+        );
+      }, timeoutMs);
+      this.#enqueue(waiter);
+      gaveUp.then(
+        () => this.#leave(waiter),
+        () => this.#leave(waiter),
+      );
+    });
+  }
+
+  #usage(tenant: string): { active: number; queued: number } {
+    let usage = this.#perTenant.get(tenant);
+    if (usage === undefined) {
+      usage = { active: 0, queued: 0 };
+      this.#perTenant.set(tenant, usage);
+    }
+    return usage;
+  }
+
+  /** Drops a tenant's record once it has nothing under way or waiting (tenants come and go). */
+  #tidy(tenant: string): void {
+    const usage = this.#perTenant.get(tenant);
+    if (usage !== undefined && usage.active === 0 && usage.queued === 0) this.#perTenant.delete(tenant);
+  }
+
+  #enqueue(waiter: Waiter): void {
+    const { priority, tenant } = waiter.applicant;
+    let band = this.#bands.get(priority);
+    if (band === undefined) {
+      band = { tenants: new Map(), turns: [] };
+      this.#bands.set(priority, band);
+      // Highest first, so that the first band with waiters is the one to serve.
+      const sorted = [...this.#bands.entries()].sort(([a], [b]) => b - a);
+      this.#bands.clear();
+      for (const [key, value] of sorted) this.#bands.set(key, value);
+    }
+    let own = band.tenants.get(tenant);
+    if (own === undefined) {
+      own = [];
+      band.tenants.set(tenant, own);
+      band.turns.push(tenant);
+    }
+    own.push(waiter);
+    this.#queued += 1;
+    this.#usage(tenant).queued += 1;
+  }
+
+  /**
+   * Makes room for a request of `priority` in a full queue: the newest waiter of the lowest
+   * band below it, of the tenant with most waiting there (of tenants with as many, the one
+   * that has waited longest in that band), is refused. False when no band is lower.
+   */
+  #shedBelow(priority: number): boolean {
+    const lowest = [...this.#bands.keys()].at(-1);
+    if (lowest === undefined || lowest >= priority) return false;
+    const band = this.#bands.get(lowest) as Band;
+    let heaviest: Waiter[] = [];
+    for (const own of band.tenants.values()) if (own.length > heaviest.length) heaviest = own;
+    const shed = heaviest.at(-1) as Waiter;
+    this.#leave(shed);
+    shed.refuse(
+      new OverloadedError(
+        `The proxy is at capacity and gave this request's place to one of higher priority (${priority} over ${lowest}); try again later`,
+        1,
+        'shed',
+      ),
+    );
+    return true;
+  }
+
+  /** Takes `waiter` out of the queue; false if it was not there any more (admitted or gone). */
+  #leave(waiter: Waiter): boolean {
+    const { priority, tenant } = waiter.applicant;
+    const band = this.#bands.get(priority);
+    const own = band?.tenants.get(tenant);
+    const at = own?.indexOf(waiter) ?? -1;
+    if (band === undefined || own === undefined || at === -1) return false;
+    own.splice(at, 1);
+    clearTimeout(waiter.timer);
+    this.#queued -= 1;
+    this.#usage(tenant).queued -= 1;
+    if (own.length === 0) this.#dropTurn(band, priority, tenant);
+    this.#tidy(tenant);
+    return true;
+  }
+
+  #dropTurn(band: Band, priority: number, tenant: string): void {
+    band.tenants.delete(tenant);
+    const turn = band.turns.indexOf(tenant);
+    if (turn !== -1) band.turns.splice(turn, 1);
+    if (band.turns.length === 0) this.#bands.delete(priority);
+  }
+
+  #ticket(applicant: Applicant): Ticket {
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#active -= 1;
+        this.#usage(applicant.tenant).active -= 1;
+        this.#tidy(applicant.tenant);
+        this.#next();
+      },
+    };
+  }
+
+  /** A slot came free: the highest band's next tenant in turn takes it with its oldest waiter. */
+  #next(): void {
+    const first = this.#bands.entries().next();
+    if (first.done === true) return;
+    const [priority, band] = first.value;
+    const tenant = band.turns.shift() as string;
+    const own = band.tenants.get(tenant) as Waiter[];
+    const waiter = own.shift() as Waiter;
+    if (own.length === 0) this.#dropTurn(band, priority, tenant);
+    else band.turns.push(tenant);
+    clearTimeout(waiter.timer);
+    this.#queued -= 1;
+    const usage = this.#usage(tenant);
+    usage.queued -= 1;
+    usage.active += 1;
+    this.#active += 1;
+    this.#onWait?.((performance.now() - waiter.queuedAt) / 1000, waiter.applicant);
+    waiter.admit(this.#ticket(waiter.applicant));
+  }
+}
