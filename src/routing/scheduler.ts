@@ -1,3 +1,5 @@
+import { describeValue } from '../util/describe-value.js';
+import { type Decider, reasonOf } from './decider-plugins.js';
 import type { RoutingInput } from './routing-input.js';
 import { type Lease, NoWorkerError, type WorkerPool } from './worker-pool.js';
 
@@ -41,6 +43,13 @@ export interface SchedulerOptions<P, D> {
    * gives each model's pools theirs); none by default.
    */
   model?: string | undefined;
+  /**
+   * The P/D decider: the reason to serve a request on decode alone, or undefined to
+   * disaggregate it ({@link decidersFrom} makes one from registered deciders' names); asked
+   * by {@link Scheduler.verdict}. None by default: every request is disaggregated while a
+   * prefill worker is in rotation.
+   */
+  decider?: Decider | undefined;
 }
 
 /**
@@ -50,9 +59,10 @@ export interface SchedulerOptions<P, D> {
  * that names the workers and lets a gateway send the request) asks it and sends nothing.
  *
  * @example
- * const scheduler = new Scheduler({ prefillWorkers, decodeWorkers });
- * const decision = scheduler.decide(new RoutingInput({ prompt: 'Hi' }));
- * const prefillWorker = decision.strategy === 'disaggregated' ? decision.prefill?.worker : undefined; // undefined: decode alone
+ * const scheduler = new Scheduler({ prefillWorkers, decodeWorkers, decider: decidersFrom([{ name: 'short-prompt' }]) });
+ * const input = new RoutingInput({ prompt: 'Hi' });
+ * const decision = scheduler.decide(input, {}, await scheduler.verdict(input)); // 'short-prompt': decode alone
+ * const prefillWorker = decision.strategy === 'disaggregated' ? decision.prefill?.worker : undefined; // undefined
  * decision.decode?.release('success');
  */
 export class Scheduler<P, D> {
@@ -67,10 +77,32 @@ export class Scheduler<P, D> {
     return this.#options.decodeWorkers;
   }
 
+  /** Whether it has a P/D decider to ask ({@link SchedulerOptions.decider}). */
+  get decides(): boolean {
+    return this.#options.decider !== undefined;
+  }
+
+  /**
+   * The P/D decider's verdict for one request: the reason to serve it on decode alone
+   * (`'short-prompt'`), or undefined to disaggregate it (always, without a decider). Asked
+   * once per request, before its first attempt (it may wait on a cache lookup); each
+   * attempt's {@link decide} then takes it.
+   *
+   * @example
+   * const because = await scheduler.verdict(input);
+   * const decision = scheduler.decide(input, avoid, because);
+   *
+   * @throws whatever the decider throws (the flow logs it and disaggregates the request).
+   */
+  async verdict(input: RoutingInput): Promise<string | undefined> {
+    const { decider } = this.#options;
+    return decider === undefined ? undefined : reasonOf(await decider(input));
+  }
+
   /**
    * The workers for one attempt, passing over `avoid` while others are in rotation.
-   * `aggregatedBecause` is the P/D decider's verdict for the request (worked out once, since
-   * it may wait on a cache lookup): given, the request goes to decode alone.
+   * `aggregatedBecause` is the P/D decider's verdict for the request ({@link verdict}, or a
+   * caller's own): given, the request goes to decode alone.
    *
    * @throws {NoWorkerError} when no decode worker is in rotation, or no prefill worker with
    *   `noPrefillWorker: 'fail'` (its `pool` says which, `prefill` or `decode`); nothing is
@@ -78,6 +110,12 @@ export class Scheduler<P, D> {
    */
   decide(input: RoutingInput, avoid: Avoid<P, D> = {}, aggregatedBecause?: string): Decision<P, D> {
     const { prefillWorkers, prefillWorker, decodeWorkers } = this.#options;
+    // A decider's later answer passed on unawaited would read as a reason and aggregate every request.
+    if (typeof aggregatedBecause !== 'string' && aggregatedBecause !== undefined) {
+      throw new TypeError(
+        `decide's aggregatedBecause must be a reason or undefined, got ${describeValue(aggregatedBecause)}: await scheduler.verdict(input) first`,
+      );
+    }
     let reason = aggregatedBecause;
     let prefill: Lease<P> | undefined;
     if (reason === undefined && prefillWorkers !== undefined) {

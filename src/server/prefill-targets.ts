@@ -119,7 +119,8 @@ export class PrefillTargets {
     if (alone === undefined) {
       alone = {
         ...base,
-        scheduler: new Scheduler({ decodeWorkers: base.decode, model: base.model }),
+        // Decided by the picker (no prefill pod named): the scheduler says so, whoever asks it.
+        scheduler: new Scheduler({ decodeWorkers: base.decode, model: base.model, decider: () => NO_PREFILL_HEADER }),
         skipPrefill: () => NO_PREFILL_HEADER,
       };
       this.#alone.set(base, alone);
