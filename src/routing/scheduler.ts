@@ -83,6 +83,17 @@ export class Scheduler<P, D> {
   }
 
   /**
+   * The same pools and options with another P/D decider (a continuation that must be served on
+   * decode alone: `() => 'migration'`).
+   *
+   * @example
+   * const alone = scheduler.withDecider(() => 'migration');
+   */
+  withDecider(decider: Decider | undefined): Scheduler<P, D> {
+    return new Scheduler({ ...this.#options, decider });
+  }
+
+  /**
    * The P/D decider's verdict for one request: the reason to serve it on decode alone
    * (`'short-prompt'`), or undefined to disaggregate it (always, without a decider). Asked
    * once per request, before its first attempt (it may wait on a cache lookup); each

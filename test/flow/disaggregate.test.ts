@@ -508,13 +508,13 @@ describe("the scheduler's P/D deciders", () => {
     expect(decider).toHaveBeenCalledOnce();
   });
 
-  it("the caller's skipPrefill decides instead of the scheduler's deciders", async () => {
+  it("a scheduler with deciders owns the verdict: the caller's skipPrefill is not asked", async () => {
     const log = eventLog();
-    const decider = vi.fn(() => 'short-prompt');
-    const scheduler = new Scheduler<unknown, unknown>({ decider });
-    await collect(await runFlow({ scheduler, skipPrefill: () => 'migration', onEvent: log.onEvent }));
-    expect(log.of('routed').map(({ reason }) => reason)).toEqual(['migration']);
-    expect(decider).not.toHaveBeenCalled();
+    const skipPrefill = vi.fn(() => 'caller');
+    const scheduler = new Scheduler<unknown, unknown>({ decider: () => 'short-prompt' });
+    await collect(await runFlow({ scheduler, skipPrefill, onEvent: log.onEvent }));
+    expect(log.of('routed').map(({ reason }) => reason)).toEqual(['short-prompt']);
+    expect(skipPrefill).not.toHaveBeenCalled();
   });
 
   it('a decider that fails disaggregates the request, logged at warn', async () => {
