@@ -17,9 +17,9 @@ import { ROUTING_DATA } from './services.js';
  *
  * @example
  * try {
- *   registerScorer({ ...myScorer, name: 'load' });
+ *   registerScorer({ name: 'load', help: 'mine', params: [], consumes: {}, create: () => loadScorer() });
  * } catch (error) {
- *   if (PluginNameTakenError.is(error)) console.error(error.kind, error.pluginName, error.builtIn); // 'scorer' 'load' true
+ *   const taken = PluginNameTakenError.is(error) ? [error.kind, error.pluginName, error.builtIn] : undefined; // ['scorer', 'load', true]
  * }
  */
 export class PluginNameTakenError extends DisaggError {

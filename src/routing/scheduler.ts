@@ -87,6 +87,7 @@ export class Scheduler<P, D> {
    * decode alone: `() => 'migration'`).
    *
    * @example
+   * const scheduler = new Scheduler({ decodeWorkers });
    * const alone = scheduler.withDecider(() => 'migration');
    */
   withDecider(decider: Decider | undefined): Scheduler<P, D> {
@@ -100,8 +101,10 @@ export class Scheduler<P, D> {
    * attempt's {@link decide} then takes it.
    *
    * @example
-   * const because = await scheduler.verdict(input);
-   * const decision = scheduler.decide(input, avoid, because);
+   * const scheduler = new Scheduler({ decodeWorkers, decider: (input) => (input.promptText.length < 64 ? 'short-prompt' : undefined) });
+   * const input = new RoutingInput({ prompt: 'Hi' });
+   * const because = await scheduler.verdict(input); // 'short-prompt'
+   * const decision = scheduler.decide(input, {}, because);
    *
    * @throws whatever the decider throws (the flow logs it and disaggregates the request).
    */

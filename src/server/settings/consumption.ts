@@ -41,12 +41,12 @@ export function checkConsumption(
     if (custom.decode !== undefined || CACHE_KNOWING_POLICIES.includes(policies.decode)) continue;
     const knowing = CACHE_KNOWING_POLICIES.map((name) => `'${name}'`).join(' or ');
     // Named by the setting that turned it on, where one did.
-    const who =
+    const needs =
       decider.name === 'decode-cached' && routing.aggregateCachedRatio > 0
-        ? 'routing.aggregateCachedRatio (--aggregate-cached-ratio)'
-        : `the ${decider.name} decider (routing.deciders)`;
+        ? 'routing.aggregateCachedRatio (--aggregate-cached-ratio) needs decodePolicy'
+        : `the ${decider.name} decider (routing.deciders) needs decodePolicy`;
     throw new ConfigError(
-      `${who} needs decodePolicy ${knowing} (--decode-policy): only then does the router know what decode workers hold; decodePolicy is '${policies.decode}'`,
+      `${needs} ${knowing} (--decode-policy): only then does the router know what decode workers hold; decodePolicy is '${policies.decode}'`,
     );
   }
   const ownEndpoints = [
