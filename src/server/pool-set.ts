@@ -52,7 +52,13 @@ export interface ModelPool extends PoolPair {
   readonly deadlines?: Readonly<Record<string, number>> | undefined;
   /** This pool's own migration settings, over the top level's. */
   readonly migration?: Readonly<Record<string, unknown>> | undefined;
-  /** Conditional disaggregation over this pool's decode side: why to serve a request on decode alone. */
+  /**
+   * This pool's P/D deciders asked at once (why to serve a request on decode alone), for the
+   * callers that cannot wait; a decider that answers later throws a TypeError here.
+   *
+   * @deprecated `await pool.scheduler.verdict(input)` asks the same deciders and waits for
+   * them; the flow asks the scheduler itself.
+   */
   readonly skipPrefill: ((request: Record<string, unknown>, given?: RoutingInput) => string | undefined) | undefined;
 }
 
