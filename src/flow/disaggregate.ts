@@ -91,13 +91,14 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
   // What routing policies look at: worked out once, and only if a policy asks.
   const input = options.input ?? new RoutingInput(request, options.sessionKey, options.promptTokenIds, endpoint);
   const scheduler = options.scheduler ?? new Scheduler<P, D>(options);
-  // The P/D verdict, once per request (it may wait on a cache lookup): the scheduler's
-  // deciders where it has any, else the caller's own skipPrefill.
-  const skipped = scheduler.decides
-    ? await shouldSkip((_request, given) => scheduler.verdict(given), request, input, logger, 'The P/D decider')
-    : options.skipPrefill !== undefined
+  // The P/D verdict, once per request (it may wait on a cache lookup): the caller's own where
+  // it has one (a pipeline that asked already, a migration's), else the scheduler's deciders.
+  const skipped =
+    options.skipPrefill !== undefined
       ? await shouldSkip(options.skipPrefill, request, input, logger, 'skipPrefill')
-      : undefined;
+      : scheduler.decides
+        ? await shouldSkip((_request, given) => scheduler.verdict(given), request, input, logger, 'The P/D decider')
+        : undefined;
   // The recorder is worker-agnostic; the workers it names are the pools' own. One for the
   // request, whatever its attempts: one `finished`, `settled` last.
   const recorder = new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log);
@@ -269,8 +270,7 @@ function migrationFor<P, D>(
         migration: undefined,
         retryPrefill: undefined,
         promptTokenIds: undefined,
-        // On a decode worker alone, whatever the deciders would say of the continuation.
-        ...(migration.via === 'prefill' ? {} : { scheduler: scheduler.withDecider(() => 'migration') }),
+        ...(migration.via === 'prefill' ? {} : { skipPrefill: () => 'migration' }),
         onEvent: (event) => {
           if (event.type === 'routed') worker = event.decodeWorker;
           if (event.type === 'settled') settle();

@@ -67,6 +67,8 @@ export interface SchedulerOptions<P, D> {
  */
 export class Scheduler<P, D> {
   readonly #options: SchedulerOptions<P, D>;
+  /** Each request's verdict, by its routing input (gone with it). */
+  readonly #verdicts = new WeakMap<RoutingInput, Promise<string | undefined>>();
 
   constructor(options: SchedulerOptions<P, D> = {}) {
     this.#options = options;
@@ -83,21 +85,10 @@ export class Scheduler<P, D> {
   }
 
   /**
-   * The same pools and options with another P/D decider (a continuation that must be served on
-   * decode alone: `() => 'migration'`).
-   *
-   * @example
-   * const scheduler = new Scheduler({ decodeWorkers });
-   * const alone = scheduler.withDecider(() => 'migration');
-   */
-  withDecider(decider: Decider | undefined): Scheduler<P, D> {
-    return new Scheduler({ ...this.#options, decider });
-  }
-
-  /**
    * The P/D decider's verdict for one request: the reason to serve it on decode alone
-   * (`'short-prompt'`), or undefined to disaggregate it (always, without a decider). Asked
-   * once per request, before its first attempt (it may wait on a cache lookup); each
+   * (`'short-prompt'`), or undefined to disaggregate it (always, without a decider). The
+   * decider is asked once per routing input, before the request's first attempt (it may wait
+   * on a cache lookup); asked again for the same input, the same answer comes back. Each
    * attempt's {@link decide} then takes it.
    *
    * @example
@@ -106,11 +97,18 @@ export class Scheduler<P, D> {
    * const because = await scheduler.verdict(input); // 'short-prompt'
    * const decision = scheduler.decide(input, {}, because);
    *
-   * @throws whatever the decider throws (the flow logs it and disaggregates the request).
+   * @throws (rejects with) whatever the decider throws (the flow logs it and disaggregates the request).
    */
-  async verdict(input: RoutingInput): Promise<string | undefined> {
+  verdict(input: RoutingInput): Promise<string | undefined> {
     const { decider } = this.#options;
-    return decider === undefined ? undefined : reasonOf(await decider(input));
+    if (decider === undefined) return Promise.resolve(undefined);
+    // One answer per request, whoever asks (a pipeline's prepare stage, then the flow).
+    let verdict = this.#verdicts.get(input);
+    if (verdict === undefined) {
+      verdict = (async () => reasonOf(await decider(input)))();
+      this.#verdicts.set(input, verdict);
+    }
+    return verdict;
   }
 
   /**

@@ -9,6 +9,7 @@ import { PrefillError } from '../../src/handoff/prefill-error.js';
 import { UpstreamError } from '../../src/http/upstream-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
 import { Scheduler } from '../../src/routing/scheduler.js';
 import { Controller } from '../../src/runtime/controller.js';
 import { ResponseStream } from '../../src/runtime/response-stream.js';
@@ -508,13 +509,24 @@ describe("the scheduler's P/D deciders", () => {
     expect(decider).toHaveBeenCalledOnce();
   });
 
-  it("a scheduler with deciders owns the verdict: the caller's skipPrefill is not asked", async () => {
+  it("the caller's skipPrefill (a verdict it asked already) decides instead of the scheduler's deciders", async () => {
     const log = eventLog();
-    const skipPrefill = vi.fn(() => 'caller');
-    const scheduler = new Scheduler<unknown, unknown>({ decider: () => 'short-prompt' });
-    await collect(await runFlow({ scheduler, skipPrefill, onEvent: log.onEvent }));
-    expect(log.of('routed').map(({ reason }) => reason)).toEqual(['short-prompt']);
-    expect(skipPrefill).not.toHaveBeenCalled();
+    const decider = vi.fn(() => 'short-prompt');
+    const scheduler = new Scheduler<unknown, unknown>({ decider });
+    await collect(await runFlow({ scheduler, skipPrefill: () => 'asked-before', onEvent: log.onEvent }));
+    expect(log.of('routed').map(({ reason }) => reason)).toEqual(['asked-before']);
+    expect(decider).not.toHaveBeenCalled();
+  });
+
+  it('the verdict is asked of the decider once per routing input, whoever asks: a pipeline, then the flow', async () => {
+    const decider = vi.fn(async () => undefined);
+    const scheduler = new Scheduler<unknown, unknown>({ decider });
+    const input = new RoutingInput(client);
+    expect(await scheduler.verdict(input)).toBeUndefined();
+    await collect(await runFlow({ scheduler, input }));
+    expect(decider).toHaveBeenCalledOnce();
+    await scheduler.verdict(new RoutingInput(client));
+    expect(decider).toHaveBeenCalledTimes(2);
   });
 
   it('a decider that fails disaggregates the request, logged at warn', async () => {
