@@ -9,7 +9,7 @@ import type { RoutingServices } from '../routing/services.js';
 import type { SessionBindingStore } from '../routing/session-bindings.js';
 import { type Selection, WorkerPool } from '../routing/worker-pool.js';
 import type { ModelPool } from './pool-set.js';
-import { deciderAtOnce, poolDecider, poolSelection } from './routing-policies.js';
+import { poolDecider, poolSelection } from './routing-policies.js';
 import type { ResolvedPool } from './settings/pool-entries.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
@@ -99,7 +99,6 @@ export function modelPool(
           : 'aggregate',
       decider,
     }),
-    skipPrefill: decider === undefined ? undefined : deciderAtOnce(decider),
     ...(pool?.deadlines === undefined ? {} : { deadlines: pool.deadlines }),
     ...(pool?.migration === undefined ? {} : { migration: pool.migration }),
   };

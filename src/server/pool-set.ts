@@ -1,6 +1,5 @@
 import type { EngineName } from '../engines/registry.js';
 import type { Connector } from '../flow/connectors.js';
-import type { RoutingInput } from '../routing/routing-input.js';
 import type { Scheduler } from '../routing/scheduler.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './settings/worker-entries.js';
@@ -33,8 +32,7 @@ export interface PoolPair {
  *   connector: vllmNixl,
  *   prefill,
  *   decode,
- *   scheduler: new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode }),
- *   skipPrefill: undefined,
+ *   scheduler: new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode }), // its deciders too
  * };
  */
 export interface ModelPool extends PoolPair {
@@ -52,14 +50,6 @@ export interface ModelPool extends PoolPair {
   readonly deadlines?: Readonly<Record<string, number>> | undefined;
   /** This pool's own migration settings, over the top level's. */
   readonly migration?: Readonly<Record<string, unknown>> | undefined;
-  /**
-   * This pool's P/D deciders asked at once (why to serve a request on decode alone), for the
-   * callers that cannot wait; a decider that answers later throws a TypeError here.
-   *
-   * @deprecated `await pool.scheduler.verdict(input)` asks the same deciders and waits for
-   * them; the flow asks the scheduler itself.
-   */
-  readonly skipPrefill: ((request: Record<string, unknown>, given?: RoutingInput) => string | undefined) | undefined;
 }
 
 /**
@@ -71,7 +61,7 @@ export interface ModelPool extends PoolPair {
  * {@link sides}, never a pool by name.
  *
  * @example
- * const pools = new PoolSet([{ model: undefined, engine: 'vllm', connector, prefill, decode, scheduler, skipPrefill: undefined }]);
+ * const pools = new PoolSet([{ model: undefined, engine: 'vllm', connector, prefill, decode, scheduler }]);
  * pools.poolFor('llama-3-8b'); // the one pool: it serves any model
  * pools.workers('decode'); // every decode worker of every pool
  */

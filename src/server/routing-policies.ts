@@ -1,14 +1,7 @@
-import {
-  type Decider,
-  decidersConsume,
-  decidersFrom,
-  decidersOf,
-  isThenable,
-  reasonOf,
-} from '../routing/decider-plugins.js';
+import { type Decider, decidersConsume, decidersFrom, decidersOf } from '../routing/decider-plugins.js';
 import type { EngineLoadSource, KvIndexSource } from '../routing/kv-prefix.js';
 import { createPolicy, type PolicyName, policyConsumes, type RoutingServices } from '../routing/registry.js';
-import { RoutingInput } from '../routing/routing-input.js';
+import type { RoutingInput } from '../routing/routing-input.js';
 import { type Consumption, mergeConsumption } from '../routing/services.js';
 import type { Selection, WorkerPool } from '../routing/worker-pool.js';
 import type { ResolvedProxyOptions } from './settings/types.js';
@@ -118,26 +111,4 @@ export function poolDecider<W extends { url: string }>(
       ? {}
       : { decodeCachedShare: (input: RoutingInput) => cachedShare(decode.available, input) }),
   });
-}
-
-/**
- * A decider asked at once, for the callers that cannot wait (`ModelPool.skipPrefill`): a
- * decider that answers later is asked through `await scheduler.verdict(input)` instead.
- *
- * @throws {TypeError} when a decider answers later.
- */
-export function deciderAtOnce(
-  decider: Decider,
-): (request: Record<string, unknown>, given?: RoutingInput) => string | undefined {
-  return (request, given) => {
-    const answer = decider(given ?? new RoutingInput(request));
-    if (isThenable(answer)) {
-      // Nobody waits for it here: a rejection would otherwise go unhandled.
-      Promise.resolve(answer).catch(() => {});
-      throw new TypeError(
-        'A P/D decider answered later (a promise): ask it through `await pool.scheduler.verdict(input)`, not skipPrefill',
-      );
-    }
-    return reasonOf(answer);
-  };
 }

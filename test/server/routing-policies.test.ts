@@ -2,9 +2,10 @@ import { describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../src/flow/worker-pool.js';
 import { decidersOf } from '../../src/routing/decider-plugins.js';
 import { POLICY_NAMES } from '../../src/routing/registry.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
 import type { Selection } from '../../src/routing/worker-pool.js';
 import type { ResolvedProxyOptions } from '../../src/server/options.js';
-import { deciderAtOnce, poolDecider, selectionFor } from '../../src/server/routing-policies.js';
+import { poolDecider, selectionFor } from '../../src/server/routing-policies.js';
 
 vi.mock('../../src/routing/cache-aware.js', async (importOriginal) => {
   const original = await importOriginal<typeof import('../../src/routing/cache-aware.js')>();
@@ -55,10 +56,10 @@ describe('selectionFor', () => {
 
 describe('poolDecider: the deciders --aggregate-below-chars and --aggregate-cached-ratio turn on', () => {
   const decode = () => new WorkerPool<W>([{ url: 'http://d0' }, { url: 'http://d1' }]);
-  /** The pool's decider as the picker asks it, at once; undefined when no decider is configured. */
+  /** The pool's decider asked of a body (the built-in ones answer at once); undefined when none is configured. */
   const deciderOf = (given: ResolvedProxyOptions['routing'], pool: WorkerPool<W>, selection: Selection<W>) => {
     const decider = poolDecider<W>(given, { prefill: undefined, decode: pool }, selection, {});
-    return decider === undefined ? undefined : deciderAtOnce(decider);
+    return decider === undefined ? undefined : (body: Record<string, unknown>) => decider(new RoutingInput(body));
   };
 
   it('none when both settings are off and no decider is listed', () => {
@@ -118,10 +119,5 @@ describe('poolDecider: the deciders --aggregate-below-chars and --aggregate-cach
         aggregateCachedRatio: 0,
       }),
     ).toEqual([{ name: 'short-prompt', params: { belowChars: 3 } }]);
-  });
-
-  it('a decider that answers later cannot be asked at once: a TypeError naming the call to make', () => {
-    const decider = async () => 'later';
-    expect(() => deciderAtOnce(decider)({ prompt: 'a' })).toThrow(/await pool\.scheduler\.verdict\(input\)/);
   });
 });
