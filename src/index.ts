@@ -124,6 +124,21 @@ export { SharedInFlight, type SharedInFlightOptions, SUSPECT_LOAD } from './repl
 export { CACHE_AWARE_DEFAULTS, type CacheAwareOptions, cacheAware } from './routing/cache-aware.js';
 export { type ConsistentHashOptions, consistentHash } from './routing/consistent-hash.js';
 export {
+  DECIDER_NAMES,
+  DECIDERS,
+  type Decider,
+  type DeciderConsumption,
+  type DeciderPlugin,
+  type DeciderServices,
+  type DeciderSetting,
+  type DeciderSettings,
+  deciderPlugin,
+  decidersConsume,
+  decidersFrom,
+  decidersOf,
+  readDeciders,
+} from './routing/decider-plugins.js';
+export {
   FILTER_NAMES,
   FILTERS,
   type FilterPlugin,
@@ -166,6 +181,13 @@ export {
   type TextPluginParam,
   withDefaults,
 } from './routing/plugin-params.js';
+export {
+  PluginNameTakenError,
+  registerDecider,
+  registerFilter,
+  registerPicker,
+  registerScorer,
+} from './routing/plugin-registration.js';
 export {
   DEFAULT_SCORERS,
   type PluginParam,

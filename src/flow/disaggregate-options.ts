@@ -67,7 +67,9 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
   /**
    * Who serves the request: the P/D decision and the workers, per attempt (see
    * {@link Scheduler}). By default one made of `prefillWorkers` (or `prefillWorker`),
-   * `decodeWorkers` and `noPrefillWorker`; given, those four are the scheduler's business.
+   * `decodeWorkers` and `noPrefillWorker`; given, those four are the scheduler's business,
+   * and so is the P/D decision where it has deciders and no `skipPrefill` is given: its
+   * `verdict` is asked once per request.
    */
   scheduler?: Scheduler<P, D> | undefined;
   /**
@@ -150,7 +152,8 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
    */
   usage?: 'as-asked' | 'always' | undefined;
   /**
-   * Conditional disaggregation: answer true, or the reason as a string (`'short-prompt'`), to
+   * Conditional disaggregation, the caller's own (a verdict it has asked already, or a rule
+   * of its own), over the scheduler's deciders: answer true, or the reason as a string (`'short-prompt'`), to
    * send this request straight to decode (aggregated), for example for a short or cache-hot
    * prompt; the `routed` event carries the reason (`'skipPrefill'` for true). If it throws,
    * the request is disaggregated anyway (and the error logged at warn), unless it was a

@@ -91,9 +91,15 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
 
   // What routing policies look at: worked out once, and only if a policy asks.
   const input = options.input ?? new RoutingInput(request, options.sessionKey, options.promptTokenIds, endpoint);
-  const skipped =
-    options.skipPrefill === undefined ? undefined : await shouldSkip(options.skipPrefill, request, input, logger);
   const scheduler = options.scheduler ?? new Scheduler<P, D>(options);
+  // The P/D verdict, once per request (it may wait on a cache lookup): the caller's own where
+  // it has one (a pipeline that asked already, a migration's), else the scheduler's deciders.
+  const skipped =
+    options.skipPrefill !== undefined
+      ? await shouldSkip(options.skipPrefill, request, input, logger, 'skipPrefill')
+      : scheduler.decides
+        ? await shouldSkip((_request, given) => scheduler.verdict(given), request, input, logger, 'The P/D decider')
+        : undefined;
   // The recorder is worker-agnostic; the workers it names are the pools' own. One for the
   // request, whatever its attempts: one `finished`, `settled` last.
   const recorder = new FlowRecorder(context.id, options.onEvent as FlowEventListener | undefined, log);
@@ -347,11 +353,13 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
   }
 }
 
+/** The verdict of `skipPrefill` (named `who` in the warning when it fails: the request is disaggregated then). */
 async function shouldSkip(
   skipPrefill: NonNullable<DisaggregateOptions['skipPrefill']>,
   request: RequestBody,
   input: RoutingInput,
   logger: Logger | undefined,
+  who: string,
 ): Promise<string | undefined> {
   try {
     const answer = await skipPrefill(request, input);
@@ -359,7 +367,7 @@ async function shouldSkip(
     return typeof answer === 'string' && answer !== '' ? answer : undefined;
   } catch (error) {
     if ((error as { name?: unknown } | null)?.name === 'AbortError') throw error;
-    libraryLogger(logger).warn({ err: error }, 'skipPrefill failed; disaggregating the request');
+    libraryLogger(logger).warn({ err: error }, `${who} failed; disaggregating the request`);
     return undefined;
   }
 }

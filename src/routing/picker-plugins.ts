@@ -34,7 +34,7 @@ export const PICKERS: readonly PickerPlugin[] = [
     help: 'at random, each worker with a chance in proportion to its total',
     params: [],
     consumes: {},
-    create: () => weightedRandomPicker(),
+    create: (_params, services) => weightedRandomPicker(services.random),
   },
 ];
 

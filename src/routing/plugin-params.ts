@@ -1,4 +1,4 @@
-// What every routing plugin kind (scorers, filters, pickers) shares: its parameters, checked
+// What every routing plugin kind (scorers, filters, pickers, deciders) shares: its parameters, checked
 // per plugin, and the lookup of a plugin by name with a suggestion for a misspelt one.
 import { closest } from '../util/closest.js';
 import { describeValue } from '../util/describe-value.js';
@@ -41,7 +41,7 @@ export interface NamedPlugin<Param extends AnyParam = AnyParam> {
 export type AnyParam = PluginParam | TextPluginParam;
 
 /** The kinds of routing plugin, as the settings and their messages name them. */
-export type PluginKind = 'scorer' | 'filter' | 'picker';
+export type PluginKind = 'scorer' | 'filter' | 'picker' | 'decider';
 
 /**
  * What a plugin of every kind declares besides its factory: its name (what the settings name),
@@ -53,7 +53,7 @@ export interface RoutingPlugin<Param extends AnyParam = PluginParam> extends Nam
 }
 
 /**
- * One filter or picker as the settings give it: its plugin's name and the parameters given
+ * One filter, picker or decider as the settings give it: its plugin's name and the parameters given
  * (the rest at their defaults).
  *
  * @example

@@ -1,3 +1,5 @@
+import { describeValue } from '../util/describe-value.js';
+import { type Decider, reasonOf } from './decider-plugins.js';
 import type { RoutingInput } from './routing-input.js';
 import { type Lease, NoWorkerError, type WorkerPool } from './worker-pool.js';
 
@@ -57,6 +59,13 @@ export interface SchedulerOptions<P, D> {
    * gives each model's pools theirs); none by default.
    */
   model?: string | undefined;
+  /**
+   * The P/D decider: the reason to serve a request on decode alone, or undefined to
+   * disaggregate it ({@link decidersFrom} makes one from registered deciders' names); asked
+   * by {@link Scheduler.verdict}. None by default: every request is disaggregated while a
+   * prefill worker is in rotation.
+   */
+  decider?: Decider | undefined;
 }
 
 /**
@@ -66,13 +75,16 @@ export interface SchedulerOptions<P, D> {
  * that names the workers and lets a gateway send the request) asks it and sends nothing.
  *
  * @example
- * const scheduler = new Scheduler({ prefillWorkers, decodeWorkers });
- * const decision = scheduler.decide(new RoutingInput({ prompt: 'Hi' }));
- * const prefillWorker = decision.strategy === 'disaggregated' ? decision.prefill?.worker : undefined; // undefined: decode alone
+ * const scheduler = new Scheduler({ prefillWorkers, decodeWorkers, decider: decidersFrom([{ name: 'short-prompt' }]) });
+ * const input = new RoutingInput({ prompt: 'Hi' });
+ * const decision = scheduler.decide(input, {}, await scheduler.verdict(input)); // 'short-prompt': decode alone
+ * const prefillWorker = decision.strategy === 'disaggregated' ? decision.prefill?.worker : undefined; // undefined
  * decision.decode?.release('success');
  */
 export class Scheduler<P, D> {
   readonly #options: SchedulerOptions<P, D>;
+  /** Each request's verdict, by its routing input (gone with it). */
+  readonly #verdicts = new WeakMap<RoutingInput, Promise<string | undefined>>();
 
   constructor(options: SchedulerOptions<P, D> = {}) {
     this.#options = options;
@@ -83,18 +95,56 @@ export class Scheduler<P, D> {
     return this.#options.decodeWorkers;
   }
 
+  /** Whether it has a P/D decider to ask ({@link SchedulerOptions.decider}). */
+  get decides(): boolean {
+    return this.#options.decider !== undefined;
+  }
+
+  /**
+   * The P/D decider's verdict for one request: the reason to serve it on decode alone
+   * (`'short-prompt'`), or undefined to disaggregate it (always, without a decider). The
+   * decider is asked once per routing input, before the request's first attempt (it may wait
+   * on a cache lookup); asked again for the same input, the same answer comes back. Each
+   * attempt's {@link decide} then takes it.
+   *
+   * @example
+   * const scheduler = new Scheduler({ decodeWorkers, decider: (input) => (input.promptText.length < 64 ? 'short-prompt' : undefined) });
+   * const input = new RoutingInput({ prompt: 'Hi' });
+   * const because = await scheduler.verdict(input); // 'short-prompt'
+   * const decision = scheduler.decide(input, {}, because);
+   *
+   * @throws (rejects with) whatever the decider throws (the flow logs it and disaggregates the request).
+   */
+  verdict(input: RoutingInput): Promise<string | undefined> {
+    const { decider } = this.#options;
+    if (decider === undefined) return Promise.resolve(undefined);
+    // One answer per request, whoever asks (a pipeline's prepare stage, then the flow).
+    let verdict = this.#verdicts.get(input);
+    if (verdict === undefined) {
+      verdict = (async () => reasonOf(await decider(input)))();
+      this.#verdicts.set(input, verdict);
+    }
+    return verdict;
+  }
+
   /**
    * The workers for one attempt, passing over `avoid` while others are in rotation.
-   * `aggregatedBecause` is the P/D decider's verdict for the request (worked out once, since
-   * it may wait on a cache lookup): given, the request goes to decode alone. The legs are
-   * picked one after another in {@link LEG_ORDER}, each pick noted in `input.picked`, so that a
-   * later leg's filter sees the earlier legs' workers (`same-label` pairs decode with prefill).
+   * `aggregatedBecause` is the P/D decider's verdict for the request ({@link verdict}, or a
+   * caller's own): given, the request goes to decode alone. The legs are picked one after
+   * another in {@link LEG_ORDER}, each pick noted in `input.picked`, so that a later leg's
+   * filter sees the earlier legs' workers (`same-label` pairs decode with prefill).
    *
    * @throws {NoWorkerError} when no decode worker is in rotation, or no prefill worker with
    *   `noPrefillWorker: 'fail'` (its `pool` says which, `prefill` or `decode`); nothing is
    *   leased then.
    */
   decide(input: RoutingInput, avoid: Avoid<P, D> = {}, aggregatedBecause?: string): Decision<P, D> {
+    // A decider's later answer passed on unawaited would read as a reason and aggregate every request.
+    if (typeof aggregatedBecause !== 'string' && aggregatedBecause !== undefined) {
+      throw new TypeError(
+        `decide's aggregatedBecause must be a reason or undefined, got ${describeValue(aggregatedBecause)}: await scheduler.verdict(input) first`,
+      );
+    }
     input.clearPicked();
     const picks: Picks<P, D> = { reason: aggregatedBecause, prefill: undefined, decode: undefined };
     try {

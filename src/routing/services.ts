@@ -51,4 +51,9 @@ export interface RoutingServices<W> {
   engineLoad?: EngineLoadSource<W> | undefined;
   /** The pool side's session bindings shared by the replicas (`session` keeps a session on its bound worker). */
   sessionBindings?: SessionBindingView<W> | undefined;
+  /**
+   * Where a plugin that chooses at random (the `weighted-random` picker) draws its numbers in
+   * [0, 1): `Math.random` by default; a seeded source makes its choices repeatable (tests).
+   */
+  random?: (() => number) | undefined;
 }

@@ -2,6 +2,18 @@
 // runs, to embed in your own process.
 
 export type { SglangPrefillWorkerFields } from '../engines/sglang/worker-fields.js';
+// The routing plugins' registration, beside the proxy whose settings then name them.
+export type { DeciderPlugin, DeciderServices } from '../routing/decider-plugins.js';
+export type { FilterPlugin } from '../routing/filter-plugins.js';
+export type { PickerPlugin } from '../routing/picker-plugins.js';
+export {
+  PluginNameTakenError,
+  registerDecider,
+  registerFilter,
+  registerPicker,
+  registerScorer,
+} from '../routing/plugin-registration.js';
+export type { PluginParam, ScorerPlugin } from '../routing/plugins.js';
 export { type AnswerOptions, answerFetch, answerNode, type RunRequest } from './answer-request.js';
 export { loadServeConfig } from './config.js';
 export { ConfigError } from './config-error.js';

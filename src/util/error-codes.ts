@@ -17,6 +17,7 @@
  * - `DISAGG_METHOD_NOT_ALLOWED`, `DISAGG_NOT_FOUND`: a route's method, or a path, the router does not serve.
  * - `DISAGG_NO_WORKER`: no worker of a pool in rotation (503).
  * - `DISAGG_OVERLOADED`: admission's slots and queue full, or a limit of the tenant's hit (429).
+ * - `DISAGG_PLUGIN_NAME_TAKEN`: a routing plugin registered under a name its registry has (a built-in's, or one registered before).
  * - `DISAGG_PREFILL_TARGET_REFUSED`: a sidecar's request named a prefill worker outside its allow-list (403).
  * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
  * - `DISAGG_SHUTTING_DOWN`: the proxy stopped before the request ended (503).
@@ -46,6 +47,7 @@ export type ErrorCode =
   | 'DISAGG_NOT_FOUND'
   | 'DISAGG_NO_WORKER'
   | 'DISAGG_OVERLOADED'
+  | 'DISAGG_PLUGIN_NAME_TAKEN'
   | 'DISAGG_PREFILL_FAILED'
   | 'DISAGG_PREFILL_NOT_ACTIVATED'
   | 'DISAGG_PREFILL_NO_HANDOFF_PARAMS'

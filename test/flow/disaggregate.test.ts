@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { sglangBootstrap, trtllmContextFirst, vllmNixl } from '../../src/engines/registry.js';
 import { earlyBootstrap } from '../../src/flow/connectors.js';
 import { disaggregate, type Engine } from '../../src/flow/disaggregate.js';
@@ -6,11 +6,24 @@ import { HandoffFieldError } from '../../src/flow/handoff-fields.js';
 import type { RequestBody } from '../../src/flow/request-shaping.js';
 import { NoWorkerError, WorkerPool } from '../../src/flow/worker-pool.js';
 import { PrefillError } from '../../src/handoff/prefill-error.js';
+import { UpstreamError } from '../../src/http/upstream-error.js';
 import { Annotated } from '../../src/protocol/annotated.js';
 import { LLMEngineOutput } from '../../src/protocol/llm-engine-output.js';
+import { RoutingInput } from '../../src/routing/routing-input.js';
+import { Scheduler } from '../../src/routing/scheduler.js';
 import { Controller } from '../../src/runtime/controller.js';
+import { ResponseStream } from '../../src/runtime/response-stream.js';
 import { collect, flush, recordingLogger, ScriptedSource, token } from '../support/async.js';
-import { client, decodeTokens, engine, eventLog, kvParams, prefillWithParams, runFlow } from '../support/flow.js';
+import {
+  client,
+  decodeTokens,
+  engine,
+  eventLog,
+  handoffItem,
+  kvParams,
+  prefillWithParams,
+  runFlow,
+} from '../support/flow.js';
 
 const logger = recordingLogger().logger;
 
@@ -456,6 +469,77 @@ describe('skipPrefill (conditional disaggregation)', () => {
         skipPrefill: () => Promise.reject(cancelled),
       }),
     ).rejects.toBe(cancelled);
+  });
+});
+
+describe("the scheduler's P/D deciders", () => {
+  /** A prefill engine that fails its first call with a 500 and hands off on the next. */
+  const failingOnce = () => {
+    let calls = 0;
+    const run: Engine<unknown> = async (_body, context) => {
+      calls++;
+      if (calls === 1) throw UpstreamError.fromStatus('http://p0', 500, 'prefill OOM');
+      return new ResponseStream(new ScriptedSource([handoffItem()]).end(), context);
+    };
+    return { run, calls: () => calls };
+  };
+
+  it('a decider that answers later is waited for: its reason sends the request to decode alone', async () => {
+    const prefill = prefillWithParams();
+    const log = eventLog();
+    const decider = vi.fn(async () => 'cache-hot');
+    const scheduler = new Scheduler<unknown, unknown>({ decider });
+    await collect(await runFlow({ scheduler, prefill: prefill.run, onEvent: log.onEvent }));
+    expect(prefill.calls).toHaveLength(0);
+    expect(log.of('routed').map(({ strategy, reason }) => ({ strategy, reason }))).toEqual([
+      { strategy: 'aggregated', reason: 'cache-hot' },
+    ]);
+    expect(decider).toHaveBeenCalledOnce();
+  });
+
+  it('asked once per request: an attempt after a failed prefill keeps the verdict', async () => {
+    const prefill = failingOnce();
+    const decider = vi.fn(() => undefined);
+    const scheduler = new Scheduler<unknown, unknown>({
+      prefillWorkers: new WorkerPool<unknown>(['p0', 'p1']),
+      decider,
+    });
+    await collect(await runFlow({ scheduler, prefill: prefill.run, retryPrefill: () => 0 }));
+    expect(prefill.calls()).toBe(2);
+    expect(decider).toHaveBeenCalledOnce();
+  });
+
+  it("the caller's skipPrefill (a verdict it asked already) decides instead of the scheduler's deciders", async () => {
+    const log = eventLog();
+    const decider = vi.fn(() => 'short-prompt');
+    const scheduler = new Scheduler<unknown, unknown>({ decider });
+    await collect(await runFlow({ scheduler, skipPrefill: () => 'asked-before', onEvent: log.onEvent }));
+    expect(log.of('routed').map(({ reason }) => reason)).toEqual(['asked-before']);
+    expect(decider).not.toHaveBeenCalled();
+  });
+
+  it('the verdict is asked of the decider once per routing input, whoever asks: a pipeline, then the flow', async () => {
+    const decider = vi.fn(async () => undefined);
+    const scheduler = new Scheduler<unknown, unknown>({ decider });
+    const input = new RoutingInput(client);
+    expect(await scheduler.verdict(input)).toBeUndefined();
+    await collect(await runFlow({ scheduler, input }));
+    expect(decider).toHaveBeenCalledOnce();
+    await scheduler.verdict(new RoutingInput(client));
+    expect(decider).toHaveBeenCalledTimes(2);
+  });
+
+  it('a decider that fails disaggregates the request, logged at warn', async () => {
+    const recorded = recordingLogger();
+    const prefill = prefillWithParams();
+    const scheduler = new Scheduler<unknown, unknown>({
+      decider: () => Promise.reject(new Error('cache index unavailable')),
+    });
+    await collect(await runFlow({ scheduler, prefill: prefill.run, logger: recorded.logger }));
+    expect(prefill.calls).toHaveLength(1);
+    expect(recorded.records.map((r) => [r.level, r.message])).toEqual([
+      ['warn', 'The P/D decider failed; disaggregating the request'],
+    ]);
   });
 });
 

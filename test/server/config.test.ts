@@ -58,6 +58,7 @@ describe('disagg serve configuration', () => {
       routing: {
         aggregateBelowChars: 0,
         aggregateCachedRatio: 0,
+        deciders: [],
         cacheThreshold: 0.5,
         balanceAbsThreshold: 32,
         balanceRelThreshold: 1.1,

@@ -97,7 +97,7 @@ describe('the filters and the picker of a scored policy, as settings', () => {
 
   it('a misspelt filter or picker, or a parameter out of range, is one line naming the setting', () => {
     expect(refusal({ routing: { filters: [{ name: 'low-kv' }] } })).toMatch(
-      /^routing.filters names no filter "low-kv"(.*): the filters are low-queue, low-kv-usage$/,
+      /^routing.filters names no filter "low-kv"(.*): the filters are low-queue, low-kv-usage, same-label$/,
     );
     expect(() => served(['--picker', 'max'])).toThrow(/^--picker \(routing.picker\) names no picker "max"/);
     expect(refusal({ routing: { filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0 } }] } })).toBe(

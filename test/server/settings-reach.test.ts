@@ -42,6 +42,7 @@ function sample(setting: Setting): string {
     'abc',
     'prefix:2',
     'low-queue',
+    'short-prompt',
     '10.0.0.0/8',
     '[{"model":"small","decode":["http://s.example:8000"]}]',
     '[{"model":"chat","targets":[{"model":"chat-v2","weight":10}]}]',

@@ -35,9 +35,7 @@ export function proxyState(
     },
   };
   const scheduler = new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode });
-  const pools = new PoolSet([
-    { model: undefined, engine: 'vllm', connector: vllmNixl, prefill, decode, scheduler, skipPrefill: undefined },
-  ]);
+  const pools = new PoolSet([{ model: undefined, engine: 'vllm', connector: vllmNixl, prefill, decode, scheduler }]);
   const membership = new Membership(pools, health as unknown as HealthChecker, logger);
   const nameOf = (worker: { url: string }) => membership.nameOf(worker);
   const metrics = new ProxyMetrics(pools, undefined, undefined, nameOf);

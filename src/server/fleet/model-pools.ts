@@ -7,12 +7,12 @@ import type { LoadView } from '../../routing/routing-policy.js';
 import { Scheduler } from '../../routing/scheduler.js';
 import type { RoutingServices } from '../../routing/services.js';
 import type { SessionBindingStore } from '../../routing/session-bindings.js';
-import { WorkerPool } from '../../routing/worker-pool.js';
+import { type Selection, WorkerPool } from '../../routing/worker-pool.js';
 import type { ResolvedPool } from '../settings/pool-entries.js';
 import type { ResolvedProxyOptions } from '../settings/types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../settings/worker-entries.js';
 import type { ModelPool } from './pool-set.js';
-import { conditionalAggregation, poolSelection } from './routing-policies.js';
+import { poolDecider, poolSelection } from './routing-policies.js';
 
 /**
  * The options of a pool's policies: its own where it names them, the top level's otherwise.
@@ -69,6 +69,13 @@ export function modelPool(
     peerLoad: peers?.decode,
     promptTokens: tokensOf,
   });
+  // The pool's P/D deciders, of its routing settings, each fed what its plugin declares.
+  const decider = poolDecider<ProxyPrefillWorker | ProxyDecodeWorker>(
+    own.routing,
+    { prefill, decode },
+    decodeSelection as Selection<ProxyPrefillWorker | ProxyDecodeWorker>,
+    services,
+  );
   return {
     model: pool?.model[0],
     ...(pool === undefined ? {} : { models: pool.model }),
@@ -90,8 +97,8 @@ export function modelPool(
           pool.prefillSelector !== undefined)
           ? 'fail'
           : 'aggregate',
+      decider,
     }),
-    skipPrefill: conditionalAggregation(own.routing, decode, decodeSelection),
     ...(pool?.deadlines === undefined ? {} : { deadlines: pool.deadlines }),
     ...(pool?.migration === undefined ? {} : { migration: pool.migration }),
   };

@@ -1,6 +1,5 @@
 import type { EngineName } from '../../engines/registry.js';
 import type { Connector } from '../../flow/connectors.js';
-import type { RoutingInput } from '../../routing/routing-input.js';
 import type { Scheduler } from '../../routing/scheduler.js';
 import type { WorkerPool } from '../../routing/worker-pool.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../settings/worker-entries.js';
@@ -33,8 +32,7 @@ export interface PoolPair {
  *   connector: vllmNixl,
  *   prefill,
  *   decode,
- *   scheduler: new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode }),
- *   skipPrefill: undefined,
+ *   scheduler: new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode }), // its deciders too
  * };
  */
 export interface ModelPool extends PoolPair {
@@ -52,8 +50,6 @@ export interface ModelPool extends PoolPair {
   readonly deadlines?: Readonly<Record<string, number>> | undefined;
   /** This pool's own migration settings, over the top level's. */
   readonly migration?: Readonly<Record<string, unknown>> | undefined;
-  /** Conditional disaggregation over this pool's decode side: why to serve a request on decode alone. */
-  readonly skipPrefill: ((request: Record<string, unknown>, input: RoutingInput) => string | undefined) | undefined;
 }
 
 /**
@@ -65,7 +61,7 @@ export interface ModelPool extends PoolPair {
  * {@link sides}, never a pool by name.
  *
  * @example
- * const pools = new PoolSet([{ model: undefined, engine: 'vllm', connector, prefill, decode, scheduler, skipPrefill: undefined }]);
+ * const pools = new PoolSet([{ model: undefined, engine: 'vllm', connector, prefill, decode, scheduler }]);
  * pools.poolFor('llama-3-8b'); // the pool that serves any model: no other names it
  * pools.workers('decode'); // every decode worker of every pool
  */

@@ -103,14 +103,13 @@ export class PrefillTargets {
     return {
       ...base,
       prefill,
+      // The picker decided to disaggregate: no decider, the sidecar does not decide again.
       scheduler: new Scheduler({
         prefillWorkers: prefill,
         decodeWorkers: base.decode,
         noPrefillWorker: 'fail',
         model: base.model,
       }),
-      // The picker decided to disaggregate: the sidecar does not decide again.
-      skipPrefill: undefined,
     };
   }
 
@@ -119,8 +118,8 @@ export class PrefillTargets {
     if (alone === undefined) {
       alone = {
         ...base,
-        scheduler: new Scheduler({ decodeWorkers: base.decode, model: base.model }),
-        skipPrefill: () => NO_PREFILL_HEADER,
+        // Decided by the picker (no prefill pod named): the scheduler says so, whoever asks it.
+        scheduler: new Scheduler({ decodeWorkers: base.decode, model: base.model, decider: () => NO_PREFILL_HEADER }),
       };
       this.#alone.set(base, alone);
     }

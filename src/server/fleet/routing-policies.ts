@@ -1,4 +1,4 @@
-import type { RequestBody } from '../../flow/request-shaping.js';
+import { type Decider, decidersConsume, decidersFrom, decidersOf } from '../../routing/decider-plugins.js';
 import type { EngineLoadSource, KvIndexSource } from '../../routing/kv-prefix.js';
 import { createPolicy, type PolicyName, policyConsumes, type RoutingServices } from '../../routing/registry.js';
 import type { RoutingInput } from '../../routing/routing-input.js';
@@ -49,13 +49,20 @@ export function consumptionOf(
 }
 
 /**
- * What both pools' policies read: the proxy tokenizes prompts, follows KV events into the
- * index and scrapes the engines' load only for a kind listed here.
+ * What both pools' policies and the deciders read: the proxy tokenizes prompts, follows KV
+ * events into the index and scrapes the engines' load only for a kind listed here.
+ *
+ * @example
+ * consumedBy({ ...resolved, routing: { ...resolved.routing, deciders: [{ name: 'my-load-decider' }] } })['engine-load']; // as it declares
  */
 export function consumedBy(
   options: Pick<ResolvedProxyOptions, 'prefillPolicy' | 'decodePolicy' | 'customPolicies' | 'routing'>,
 ): Consumption {
-  return mergeConsumption([consumptionOf('prefill', options), consumptionOf('decode', options)]);
+  return mergeConsumption([
+    consumptionOf('prefill', options),
+    consumptionOf('decode', options),
+    decidersConsume(decidersOf(options.routing)),
+  ]);
 }
 
 /**
@@ -79,33 +86,29 @@ export function routingServices<W>(
 }
 
 /**
- * Conditional disaggregation, built in: the reason to serve a request on decode alone (a
- * prompt shorter than `aggregateBelowChars`; a decode worker known, by the decode pool's
- * policy (`cachedShare`), to hold more than `aggregateCachedRatio` of it), or undefined to
- * disaggregate it. Undefined when both are off.
+ * One pool's P/D decider, of its routing settings' deciders (`decidersOf`), each reading
+ * the services its plugin declares, the pool's workers in rotation and what the decode pool's
+ * policy knows of the caches; undefined when none is configured.
  */
-export function conditionalAggregation<W>(
+export function poolDecider<W extends { url: string }>(
   routing: ResolvedProxyOptions['routing'],
-  decodeWorkers: WorkerPool<W>,
+  pools: { prefill: WorkerPool<W> | undefined; decode: WorkerPool<W> },
   decodeSelection: Selection<W>,
-): ((request: RequestBody, input: RoutingInput) => string | undefined) | undefined {
-  const { aggregateBelowChars, aggregateCachedRatio } = routing;
-  // Asked through the policy's own interface: whatever it knows the caches by (today a tree of
-  // what this router sent; the engines' KV events tomorrow), not its private state.
+  services: RoutingServices<W>,
+): Decider | undefined {
+  const settings = decidersOf(routing);
+  if (settings.length === 0) return undefined;
+  // Asked through the policy's own interface: whatever it knows the caches by (a tree of what
+  // this router sent, the engines' KV events), not its private state.
   const policy = typeof decodeSelection === 'object' ? decodeSelection : undefined;
-  const cachedShare = aggregateCachedRatio > 0 ? policy?.cachedShare?.bind(policy) : undefined;
-  if (aggregateBelowChars === 0 && cachedShare === undefined) return undefined;
-  // The flow's own input (its endpoint, and its token ids when the proxy's tokenizer made them).
-  return (_request, input) => {
-    const text = input.promptText;
-    if (text.length < aggregateBelowChars) return 'short-prompt';
-    if (
-      cachedShare !== undefined &&
-      text !== '' &&
-      cachedShare(decodeWorkers.available, input) > aggregateCachedRatio
-    ) {
-      return 'decode-cached';
-    }
-    return undefined;
-  };
+  const cachedShare = policy?.cachedShare?.bind(policy);
+  const { prefill, decode } = pools;
+  return decidersFrom<W>(settings, {
+    ...services,
+    ...(prefill === undefined ? {} : { prefillWorkers: () => prefill.available }),
+    decodeWorkers: () => decode.available,
+    ...(cachedShare === undefined
+      ? {}
+      : { decodeCachedShare: (input: RoutingInput) => cachedShare(decode.available, input) }),
+  });
 }

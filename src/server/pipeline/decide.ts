@@ -15,11 +15,9 @@ import type { RequestContext } from './request-context.js';
  * @internal
  */
 export async function verdictOf(request: RequestContext, pool: ModelPool): Promise<string | undefined> {
-  const decider = pool.skipPrefill;
-  if (decider === undefined) return undefined;
   try {
-    const answer = await decider(request.body, request.input);
-    return typeof answer === 'string' && answer !== '' ? answer : undefined;
+    // The pool's scheduler holds its deciders; the flow, asking again, gets the same answer.
+    return await pool.scheduler.verdict(request.input);
   } catch (error) {
     libraryLogger(request.proxy.logger).warn(
       { err: error, requestId: request.requestId },

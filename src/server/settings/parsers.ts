@@ -1,6 +1,7 @@
 // Parsers: each takes what a source gave (strings from flags and the environment) and
 // returns the value, or throws an Invalid that says what was expected. Each is typed by what
 // it returns, which rows.ts holds against the option types.
+import { type DeciderSetting, readDeciders } from '../../routing/decider-plugins.js';
 import { type FilterSetting, readFilters } from '../../routing/filter-plugins.js';
 import { type PickerSetting, readPicker } from '../../routing/picker-plugins.js';
 import { readScorers, type ScorerSetting } from '../../routing/plugins.js';
@@ -181,6 +182,11 @@ export function scorerList(value: unknown): readonly ScorerSetting[] {
 /** The scored policy's filters: names comma-separated (a flag), or a list of names or `{ name, params }` (a file). */
 export function filterList(value: unknown): readonly FilterSetting[] {
   return pluginSetting(() => readFilters(value));
+}
+
+/** The P/D deciders: names comma-separated (a flag), or a list of names or `{ name, params }` (a file). */
+export function deciderList(value: unknown): readonly DeciderSetting[] {
+  return pluginSetting(() => readDeciders(value));
 }
 
 /** The scored policy's picker: its name, or `{ name, params }` (a file). */

@@ -6,6 +6,7 @@ import type { Lookup } from '../../discovery/dns-discovery.js';
 import type { EngineName } from '../../engines/registry.js';
 import type { Deadlines } from '../../flow/deadlines.js';
 import type { FlowEvent } from '../../flow/events.js';
+import type { DeciderSetting } from '../../routing/decider-plugins.js';
 import type { FilterSetting } from '../../routing/filter-plugins.js';
 import type { PickerSetting } from '../../routing/picker-plugins.js';
 import type { ScorerSetting } from '../../routing/plugins.js';
@@ -190,6 +191,12 @@ export interface ProxyOptions {
         filters?: readonly FilterSetting[] | undefined;
         /** How the `scored` policy chooses from the totals (`{ name: 'weighted-random' }`); `max-score` by default. */
         picker?: PickerSetting | undefined;
+        /**
+         * The P/D deciders, asked in order, the first reason serving a request on decode alone
+         * (`[{ name: 'short-prompt', params: { belowChars: 512 } }]`, or one of your own from
+         * `registerDecider`); `aggregateBelowChars` and `aggregateCachedRatio` add theirs. None by default.
+         */
+        deciders?: readonly DeciderSetting[] | undefined;
         /**
          * Read each worker's own load (requests waiting and running, KV cache usage) from its
          * `/metrics` this often, in ms, for the policies and scorers that read it

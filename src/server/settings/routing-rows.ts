@@ -1,6 +1,7 @@
 // How a request finds its workers: policies, aggregation on decode alone, and the policies' parameters.
 
 import { CACHE_AWARE_DEFAULTS } from '../../routing/cache-aware.js';
+import { DECIDER_NAMES } from '../../routing/decider-plugins.js';
 import { FILTER_NAMES } from '../../routing/filter-plugins.js';
 import { DEFAULT_PICKER, PICKER_NAMES } from '../../routing/picker-plugins.js';
 import { DEFAULT_SCORERS, SCORER_NAMES } from '../../routing/plugins.js';
@@ -8,6 +9,7 @@ import { POLICY_NAMES } from '../../routing/registry.js';
 import { DEFAULT_SESSION_HEADER } from '../../routing/session-affinity.js';
 import {
   atLeastOne,
+  deciderList,
   filterList,
   headerName,
   nonNegativeInteger,
@@ -53,10 +55,19 @@ export const ROUTING_ROWS = inGroup('Routing', [
     }),
   ),
   {
+    key: 'routing.deciders',
+    flag: 'deciders',
+    arg: 'NAME,...',
+    help: `the P/D deciders, asked in order, the first that answers serving a request on decode alone (${DECIDER_NAMES.join(', ')}, or one a program registered); a file may give each its params, as [{ name, params }]`,
+    default: [],
+    shownDefault: 'none',
+    parse: deciderList,
+  },
+  {
     key: 'routing.aggregateBelowChars',
     flag: 'aggregate-below-chars',
     arg: 'N',
-    help: 'serve prompts shorter than N characters on decode alone (0: never)',
+    help: 'serve prompts shorter than N characters on decode alone: the short-prompt decider with belowChars N (0: never)',
     default: 0,
     parse: nonNegativeInteger,
   },
@@ -64,7 +75,7 @@ export const ROUTING_ROWS = inGroup('Routing', [
     key: 'routing.aggregateCachedRatio',
     flag: 'aggregate-cached-ratio',
     arg: 'R',
-    help: 'with --decode-policy cache-aware: serve on decode alone when a decode worker holds more than R of the prompt (0: never)',
+    help: 'with --decode-policy cache-aware: serve on decode alone when a decode worker holds more than R of the prompt: the decode-cached decider with cachedRatio R (0: never)',
     default: 0,
     parse: unitRatio,
   },

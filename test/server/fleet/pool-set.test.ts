@@ -27,7 +27,6 @@ function poolOf(model: string | undefined, at: number, engine: 'vllm' | 'sglang'
     prefill,
     decode,
     scheduler: new Scheduler({ prefillWorkers: prefill, decodeWorkers: decode }),
-    skipPrefill: undefined,
   };
 }
 

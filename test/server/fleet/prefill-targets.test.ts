@@ -17,7 +17,6 @@ function localPool(prefill: ProxyPrefillWorker[] = []): ModelPool {
     prefill: prefillPool,
     decode,
     scheduler: new Scheduler({ prefillWorkers: prefillPool, decodeWorkers: decode }),
-    skipPrefill: undefined,
   };
 }
 
@@ -76,11 +75,15 @@ describe('the prefill targets a sidecar takes from x-prefiller-host-port', () =>
     ]);
   });
 
-  it('serves a request without the header on the decode worker alone, saying why', () => {
+  it('serves a request without the header on the decode worker alone, saying why', async () => {
     const base = localPool([{ url: 'http://10.0.0.1:8000' }]);
     const pool = targets(['10.0.0.0/8']).poolFor(base, {});
-    expect(pool.skipPrefill?.({}, new RoutingInput({}))).toBe(NO_PREFILL_HEADER);
-    expect(pool.scheduler.decide(new RoutingInput({ prompt: 'x' }), {}, NO_PREFILL_HEADER).strategy).toBe('aggregated');
+    const input = new RoutingInput({ prompt: 'x' });
+    expect(await pool.scheduler.verdict(input)).toBe(NO_PREFILL_HEADER);
+    expect(pool.scheduler.decide(input, {}, NO_PREFILL_HEADER).strategy).toBe('aggregated');
+    // With the header, the picker decided to disaggregate: the sidecar does not decide again.
+    const named = targets(['10.0.0.0/8']).poolFor(base, { 'x-prefiller-host-port': '10.0.0.9:30000' });
+    expect(await named.scheduler.verdict(new RoutingInput({ prompt: 'x' }))).toBeUndefined();
     // One such pool per model pool, not one per request.
     expect(targets(['10.0.0.0/8']).poolFor(base, { 'x-prefiller-host-port': '' }).decode).toBe(base.decode);
   });

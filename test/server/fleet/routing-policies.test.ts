@@ -1,8 +1,10 @@
 import { describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../../src/flow/worker-pool.js';
+import { decidersOf } from '../../../src/routing/decider-plugins.js';
 import { POLICY_NAMES } from '../../../src/routing/registry.js';
 import { RoutingInput } from '../../../src/routing/routing-input.js';
-import { conditionalAggregation, selectionFor } from '../../../src/server/fleet/routing-policies.js';
+import type { Selection } from '../../../src/routing/worker-pool.js';
+import { poolDecider, selectionFor } from '../../../src/server/fleet/routing-policies.js';
 import type { ResolvedProxyOptions } from '../../../src/server/options.js';
 
 vi.mock('../../../src/routing/cache-aware.js', async (importOriginal) => {
@@ -26,6 +28,7 @@ const routing: ResolvedProxyOptions['routing'] = {
   maxTreeChars: 4096,
   aggregateBelowChars: 0,
   aggregateCachedRatio: 0,
+  deciders: [],
   sessionHeader: 'x-session-id',
   prefixKeyHeader: 'x-prefix-key',
 };
@@ -51,37 +54,41 @@ describe('selectionFor', () => {
   });
 });
 
-/** A completion as the flow asks about it: the body and its routing input. */
-const routed = (body: Record<string, unknown>) => [body, new RoutingInput(body)] as const;
-
-describe('conditionalAggregation', () => {
+describe('poolDecider: the deciders --aggregate-below-chars and --aggregate-cached-ratio turn on', () => {
   const decode = () => new WorkerPool<W>([{ url: 'http://d0' }, { url: 'http://d1' }]);
+  /** The pool's decider asked of a body (the built-in ones answer at once); undefined when none is configured. */
+  const deciderOf = (given: ResolvedProxyOptions['routing'], pool: WorkerPool<W>, selection: Selection<W>) => {
+    const decider = poolDecider<W>(given, { prefill: undefined, decode: pool }, selection, {});
+    return decider === undefined ? undefined : (body: Record<string, unknown>) => decider(new RoutingInput(body));
+  };
 
-  it('off (undefined) when both conditions are off, or the cache condition has no tree to read', () => {
-    expect(conditionalAggregation(routing, decode(), 'least-in-flight')).toBeUndefined();
-    expect(conditionalAggregation(routing, decode(), selectionFor<W>('cache-aware', routing))).toBeUndefined();
-    expect(
-      conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), 'least-in-flight'),
-    ).toBeUndefined();
+  it('none when both settings are off and no decider is listed', () => {
+    expect(deciderOf(routing, decode(), 'least-in-flight')).toBeUndefined();
+    expect(deciderOf(routing, decode(), selectionFor<W>('cache-aware', routing))).toBeUndefined();
+  });
+
+  it('decode-cached never answers where the decode policy knows no caches', () => {
+    const cached = { ...routing, aggregateCachedRatio: 0.5 };
+    expect(deciderOf(cached, decode(), 'least-in-flight')?.({ prompt: 'abc' })).toBeUndefined();
     // A policy object that knows nothing of caches (cachedShare is optional for plugins).
     const unaware = { name: 'unaware', select: (candidates: readonly W[]) => candidates[0] as W };
-    expect(conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), unaware)).toBeUndefined();
+    expect(deciderOf(cached, decode(), unaware)?.({ prompt: 'abc' })).toBeUndefined();
   });
 
   it('an empty prompt is never served on decode alone for its cache: the policy is not asked about it', () => {
     const cachedShare = vi.fn(() => 1);
     const policy = { name: 'all-cached', select: (candidates: readonly W[]) => candidates[0] as W, cachedShare };
-    const decide = conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, decode(), policy);
-    expect(decide?.(...routed({ prompt: '' }))).toBeUndefined();
+    const decide = deciderOf({ ...routing, aggregateCachedRatio: 0.5 }, decode(), policy);
+    expect(decide?.({ prompt: '' })).toBeUndefined();
     expect(cachedShare).not.toHaveBeenCalled();
-    expect(decide?.(...routed({ prompt: 'a' }))).toBe('decode-cached');
+    expect(decide?.({ prompt: 'a' })).toBe('decode-cached');
   });
 
   it('a prompt shorter than aggregateBelowChars is served on decode alone; one that long is disaggregated', () => {
-    const decide = conditionalAggregation({ ...routing, aggregateBelowChars: 5 }, decode(), 'least-in-flight');
-    expect(decide?.(...routed({ prompt: 'abcd' }))).toBe('short-prompt');
-    expect(decide?.(...routed({ prompt: '' }))).toBe('short-prompt');
-    expect(decide?.(...routed({ prompt: 'abcde' }))).toBeUndefined();
+    const decide = deciderOf({ ...routing, aggregateBelowChars: 5 }, decode(), 'least-in-flight');
+    expect(decide?.({ prompt: 'abcd' })).toBe('short-prompt');
+    expect(decide?.({ prompt: '' })).toBe('short-prompt');
+    expect(decide?.({ prompt: 'abcde' })).toBeUndefined();
   });
 
   it('a prompt a decode worker in rotation holds more than aggregateCachedRatio of is served on decode alone', () => {
@@ -90,11 +97,27 @@ describe('conditionalAggregation', () => {
     const tree = (selection as unknown as { tree: { insert(text: string, worker: W): void } }).tree;
     const [d0] = pool.workers as [W, W];
     tree.insert('0123456789', d0);
-    const decide = conditionalAggregation({ ...routing, aggregateCachedRatio: 0.5 }, pool, selection);
-    expect(decide?.(...routed({ prompt: '012345abcd' }))).toBe('decode-cached');
-    expect(decide?.(...routed({ prompt: '01234abcde' }))).toBeUndefined();
-    expect(decide?.(...routed({ prompt: '' }))).toBeUndefined();
+    const decide = deciderOf({ ...routing, aggregateCachedRatio: 0.5 }, pool, selection);
+    expect(decide?.({ prompt: '012345abcd' })).toBe('decode-cached');
+    expect(decide?.({ prompt: '01234abcde' })).toBeUndefined();
+    expect(decide?.({ prompt: '' })).toBeUndefined();
     pool.setAvailable(d0, false);
-    expect(decide?.(...routed({ prompt: '0123456789' }))).toBeUndefined();
+    expect(decide?.({ prompt: '0123456789' })).toBeUndefined();
+  });
+
+  it('the listed deciders are asked first, in order; a listed one takes its params over the setting that turns it on', () => {
+    expect(
+      decidersOf({ deciders: [{ name: 'decode-cached' }], aggregateBelowChars: 8, aggregateCachedRatio: 0.7 }),
+    ).toEqual([
+      { name: 'decode-cached', params: { cachedRatio: 0.7 } },
+      { name: 'short-prompt', params: { belowChars: 8 } },
+    ]);
+    expect(
+      decidersOf({
+        deciders: [{ name: 'short-prompt', params: { belowChars: 3 } }],
+        aggregateBelowChars: 8,
+        aggregateCachedRatio: 0,
+      }),
+    ).toEqual([{ name: 'short-prompt', params: { belowChars: 3 } }]);
   });
 });

@@ -47,7 +47,7 @@ describe('ProxyMetrics: what /metrics says', () => {
     const kv = new KvFollower({ logger: recordingLogger().logger });
     registerKvMetrics(metrics.registers, kv, (worker) => worker.url);
     registerReplicaMetrics(metrics.registers, undefined);
-    const page = readFileSync(fileURLToPath(new URL('../../docs/monitoring.md', import.meta.url)), 'utf8');
+    const page = readFileSync(fileURLToPath(new URL('../../../docs/monitoring.md', import.meta.url)), 'utf8');
     const documented = [...page.matchAll(/^\| `(disagg_(?!epp_)\w+)` \| (\w+) \|([^|]*)\|/gm)].map(
       ([, name, type, labels]) => ({
         name,
@@ -113,7 +113,9 @@ describe('ProxyMetrics: what /metrics says', () => {
 
   it('disagg_build_info is 1, labelled with the version disagg --version prints and the Node.js it runs on', async () => {
     const { values } = setup();
-    const { version } = JSON.parse(readFileSync(fileURLToPath(new URL('../../package.json', import.meta.url)), 'utf8'));
+    const { version } = JSON.parse(
+      readFileSync(fileURLToPath(new URL('../../../package.json', import.meta.url)), 'utf8'),
+    );
     expect(await values('disagg_build_info')).toEqual({ [`version=${version},node=${process.version}`]: 1 });
   });
 

@@ -102,3 +102,20 @@ describe("resolveProxyOptions: the engines' load, for the policies that read it"
     expect(resolve(kvOnPrefill).decodePolicy).toBe('precise-prefix');
   });
 });
+
+describe('resolveProxyOptions: the deciders, checked by what they declare', () => {
+  it('decode-cached listed in routing.deciders needs a decode policy that knows the caches, named as listed', () => {
+    expect(refusal({ routing: { deciders: [{ name: 'decode-cached' }] } })).toBe(
+      "the decode-cached decider (routing.deciders) needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is 'least-in-flight'",
+    );
+    expect(
+      resolve({ decodePolicy: 'cache-aware', routing: { deciders: [{ name: 'decode-cached' }] } }).routing.deciders,
+    ).toEqual([{ name: 'decode-cached' }]);
+  });
+
+  it("a decider's params are checked as a scorer's are, naming the decider", () => {
+    expect(refusal({ routing: { deciders: [{ name: 'short-prompt', params: { belowChars: 0 } }] } })).toBe(
+      'routing.deciders has decider short-prompt with belowChars 0: it must be a positive whole number',
+    );
+  });
+});
