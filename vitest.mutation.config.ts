@@ -14,7 +14,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 // `http`, `server`.
 // Unset, every unit test runs.
 const CORE = ['handoff', 'runtime', 'protocol', 'flow', 'util', 'rxjs'];
-const SETS: Record<string, string[]> = {
+export const SETS: Record<string, string[]> = {
   core: CORE,
   http: ['http', 'server', 'testing', 'util'],
   // Only these import src/server/: the http and testing tests cannot reach a server mutant.
