@@ -5,8 +5,7 @@
 import { ENGINE_NAMES, type EngineName } from '../../engines/registry.js';
 import { POLICY_NAMES, type PolicyName } from '../../routing/registry.js';
 import { describeValue } from '../../util/describe-value.js';
-import { SETTINGS } from './rows.js';
-import { Invalid, withHint } from './setting.js';
+import { Invalid, type Setting, withHint } from './setting.js';
 import {
   type ProxyDecodeWorker,
   type ProxyPrefillWorker,
@@ -91,19 +90,20 @@ const PROCESS_WIDE = new Set(['sessionHeader', 'prefixKeyHeader', 'engineLoadInt
 
 /**
  * A pool's own settings of a group (`deadlines`, `migration`, `routing`): each key read by the
- * top-level row of the same key, so that a pool's value checks as the top level's does.
+ * top-level row of the same key (one of `settings`), so that a pool's value checks as the top
+ * level's does.
  */
 function groupOf(
   value: unknown,
   group: 'deadlines' | 'migration' | 'routing',
   at: string,
+  settings: readonly Setting[],
 ): Readonly<Record<string, unknown>> | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new Invalid(`has a pool (${at}) whose ${group} is ${describeValue(value)}: an object of ${group} settings`);
   }
-  // Read when a pool is checked, after the rows have loaded (the rows' table lists this module's parser).
-  const rows = SETTINGS.filter(
+  const rows = settings.filter(
     (setting) => setting.key.startsWith(`${group}.`) && !PROCESS_WIDE.has(setting.key.slice(group.length + 1)),
   );
   const known = rows.map((setting) => setting.key.slice(group.length + 1));
@@ -156,11 +156,14 @@ function modelsOf(value: unknown, at: string): string[] {
 
 /**
  * The pools of a settings file's list (a flag's or variable's JSON): each checked, its workers
- * read as `--prefill`/`--decode` read theirs; a model named by two pools is refused.
+ * read as `--prefill`/`--decode` read theirs, its `deadlines`, `migration` and `routing` by the
+ * top level's rows of the same keys among `settings` (the `pools` row hands them in, so that
+ * this module needs no table of every setting, which lists it); a model named by two pools is
+ * refused.
  *
  * @throws {Invalid} saying which pool and field is wrong, and what is expected.
  */
-export function parsePools(value: unknown): ResolvedPool[] {
+export function parsePools(value: unknown, settings: readonly Setting[]): ResolvedPool[] {
   let list = value;
   if (typeof value === 'string') {
     try {
@@ -208,9 +211,9 @@ export function parsePools(value: unknown): ResolvedPool[] {
       connector: oneOf(pool.connector, ENGINE_NAMES, 'connector', models[0] as string),
       prefillPolicy: oneOf(pool.prefillPolicy, POLICY_NAMES, 'prefillPolicy', models[0] as string),
       decodePolicy: oneOf(pool.decodePolicy, POLICY_NAMES, 'decodePolicy', models[0] as string),
-      deadlines: groupOf(pool.deadlines, 'deadlines', name) as Readonly<Record<string, number>> | undefined,
-      migration: groupOf(pool.migration, 'migration', name),
-      routing: groupOf(pool.routing, 'routing', name),
+      deadlines: groupOf(pool.deadlines, 'deadlines', name, settings) as Readonly<Record<string, number>> | undefined,
+      migration: groupOf(pool.migration, 'migration', name, settings),
+      routing: groupOf(pool.routing, 'routing', name, settings),
     };
   });
 }

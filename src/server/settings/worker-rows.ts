@@ -1,10 +1,20 @@
 // The workers at start: the engine, the two lists, SGLang's bootstrap port.
 import { ENGINE_NAMES, ENGINES } from '../../engines/registry.js';
+import { DEADLINE_ROWS } from './deadline-rows.js';
 import { oneOf, port } from './parsers.js';
 import { parsePools } from './pool-entries.js';
+import { RETRY_ROWS } from './retry-rows.js';
 import { parseRewrites } from './rewrite-entries.js';
-import { inGroup } from './setting.js';
+import { ROUTING_ROWS } from './routing-rows.js';
+import { inGroup, type Setting } from './setting.js';
 import { parseDecodeWorkers, parsePrefillWorkers } from './worker-entries.js';
+
+/**
+ * The rows that read a pool's own `deadlines`, `migration` and `routing` (each key as the top
+ * level's row of the same key): handed to {@link parsePools} by the `pools` row, not read from
+ * rows.ts's table of every setting, which imports this module.
+ */
+export const POOL_GROUP_ROWS: readonly Setting[] = [...DEADLINE_ROWS, ...RETRY_ROWS, ...ROUTING_ROWS];
 
 /** The settings of `--help`'s Workers group. */
 export const WORKER_ROWS = inGroup('Workers', [
@@ -40,7 +50,7 @@ export const WORKER_ROWS = inGroup('Workers', [
     help: 'more pools, one per model: [{ model, decode, prefill?, decodeDns?, decodeSelector?, prefillDns?, prefillSelector?, connector?, prefillPolicy?, decodePolicy? }] (a file gives a list); the top-level workers serve every other model',
     default: [],
     shownDefault: 'none',
-    parse: parsePools,
+    parse: (value: unknown) => parsePools(value, POOL_GROUP_ROWS),
   },
   {
     key: 'rewrites',
