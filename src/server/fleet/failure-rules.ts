@@ -1,17 +1,14 @@
 import { classifyFailure } from '../../flow/failure-rules.js';
 import { FAILURE_RULES, type FailureClass } from '../../protocol/failure-rules.js';
 import { isUnder } from '../../util/url.js';
+import { RETRY_DEFAULTS } from '../settings/defaults.js';
 
 // The classifier and its rules live below the server, so that the errors' own `retryable`
 // reads them too; the proxy's modules and `disagg/server` keep importing them from here.
 export { classifyFailure } from '../../flow/failure-rules.js';
 export { FAILURE_RULES, type FailureClass, type FailureRule } from '../../protocol/failure-rules.js';
 
-/**
- * The retries' defaults (`--retry-max-retries`, `--retry-initial-backoff-ms`,
- * `--retry-max-backoff-ms`), stated once for the settings table and {@link defaultRetries}.
- */
-export const RETRY_DEFAULTS = { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000 } as const;
+export { RETRY_DEFAULTS } from '../settings/defaults.js';
 
 /**
  * The wait before attempt `attempt + 1` after `error`, or undefined: retries off or used up,

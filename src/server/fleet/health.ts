@@ -6,26 +6,14 @@ import type { WorkerPool } from '../../routing/worker-pool.js';
 import type { Logger } from '../../runtime/logger.js';
 import { errorCode } from '../../util/cause-chain.js';
 import { isUnder, joinUrl } from '../../util/url.js';
+import { HEALTH_DEFAULTS } from '../settings/defaults.js';
 import { classifyFailure, FAILURE_RULES } from './failure-rules.js';
 import { type Circuit, type ProbeFailure, WorkerRecords } from './worker-records.js';
 
+export { BREAKER_DEFAULTS, HEALTH_DEFAULTS } from '../settings/defaults.js';
 export type { ProbeFailure } from './worker-records.js';
 
 type Named = { url: string };
-
-/**
- * The probes' defaults, stated once: the settings table (`--health-interval-ms`,
- * `--health-timeout-ms`, `--health-failure-threshold`, `--health-success-threshold`) and
- * `watchHealth` show and apply these.
- */
-export const HEALTH_DEFAULTS = { intervalMs: 5000, timeoutMs: 2000, failureThreshold: 3, successThreshold: 2 } as const;
-
-/**
- * The circuit breaker's defaults (`--breaker-failure-threshold`, `--breaker-success-threshold`,
- * `--breaker-open-ms`): five requests failing in a row on a worker open its circuit for ten
- * seconds; two successes in a row on trial close it.
- */
-export const BREAKER_DEFAULTS = { failureThreshold: 5, successThreshold: 2, openMs: 10_000 } as const;
 
 /** Options of {@link HealthChecker}. */
 export interface HealthOptions {

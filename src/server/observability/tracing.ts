@@ -4,16 +4,13 @@ import type { FlowEvent } from '../../flow/events.js';
 import { headerValue } from '../../http/node-server.js';
 import type { CompletionUsage } from '../../protocol/llm-engine-output.js';
 import { loggable, safeMessage } from '../../util/worker-text.js';
+import type { TracerLike } from '../settings/types.js';
+
+// The tracer a program gives is one of its parts, checked with the settings; the package's
+// entry and the CLI import its type from here.
+export type { TracerLike } from '../settings/types.js';
 
 type Api = typeof Otel;
-
-/**
- * What the proxy needs of an OpenTelemetry tracer (`trace.getTracer(...)` of
- * `@opentelemetry/api`): typed here so that the package's types do not require the API.
- */
-export interface TracerLike {
-  startSpan(name: string, options?: object, context?: unknown): unknown;
-}
 
 /** The W3C trace context a client sent: `traceparent`, checked, and `tracestate` as sent. */
 export interface TraceHeaders {

@@ -9,8 +9,7 @@ import { RequestError, readBody } from '../../http/node-server.js';
  */
 const MAX_BODY_DEPTH = 128;
 
-/** The largest request body taken by default (`--max-body-bytes`): 8 MiB. */
-export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
+export { DEFAULT_MAX_BODY_BYTES } from '../settings/defaults.js';
 
 /** The request body as a JSON object, or a 400 / 413 {@link RequestError}. */
 export async function readRequestBody(

@@ -1,5 +1,5 @@
 // What is let in: requests at once, the queue, tenants and their shared limits, the body size.
-import { DEFAULT_MAX_BODY_BYTES } from '../pipeline/request-body.js';
+import { DEFAULT_MAX_BODY_BYTES } from './defaults.js';
 import {
   headerName,
   keyList,

@@ -4,7 +4,7 @@ import { type EngineName, engineOf } from '../../engines/registry.js';
 import { type DeciderSetting, deciderPlugin, decidersOf } from '../../routing/decider-plugins.js';
 import { CACHE_KNOWING_POLICIES, type PolicyName, policyConsumes, type RoutingParams } from '../../routing/registry.js';
 import type { Consumption } from '../../routing/services.js';
-import { ConfigError } from '../config-error.js';
+import { ConfigError } from './setting.js';
 import type { ResolvedProxyOptions } from './types.js';
 import type { KvEventEndpoints } from './worker-entries.js';
 

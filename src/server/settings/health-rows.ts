@@ -1,5 +1,5 @@
 // When a worker is out of rotation: health probes and the circuit breaker per worker.
-import { BREAKER_DEFAULTS, HEALTH_DEFAULTS } from '../fleet/health.js';
+import { BREAKER_DEFAULTS, HEALTH_DEFAULTS } from './defaults.js';
 import { positiveInteger, positiveMs } from './parsers.js';
 import { inGroup } from './setting.js';
 

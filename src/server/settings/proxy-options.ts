@@ -11,10 +11,9 @@ import type { FilterSetting } from '../../routing/filter-plugins.js';
 import type { PickerSetting } from '../../routing/picker-plugins.js';
 import type { ScorerSetting } from '../../routing/plugins.js';
 import type { Logger } from '../../runtime/logger.js';
-import type { EngineHook, PolicyOption } from '../custom-parts.js';
-import type { TracerLike } from '../observability/tracing.js';
 import type { ProxyPoolOption } from './pool-entries.js';
 import type { ProxyRewriteOption } from './rewrite-entries.js';
+import type { EngineHook, PolicyOption, TracerLike } from './types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 
 /**

@@ -2,16 +2,15 @@
 // rules between settings that need more than one row (policies and what they route on).
 import type { Deadlines } from '../../flow/deadlines.js';
 import { DEFAULT_CLEANUP_BUDGET_MS } from '../../flow/decode-leg.js';
-import type { PolicyName } from '../../routing/registry.js';
+import { POLICY_NAMES, type PolicyName } from '../../routing/registry.js';
+import type { RoutingPolicy } from '../../routing/routing-policy.js';
 import { describeValue } from '../../util/describe-value.js';
-import { ConfigError } from '../config-error.js';
-import { customPolicy, engineHook } from '../custom-parts.js';
 import { checkConsumption } from './consumption.js';
 import type { HandlerOptions, ProxyOptions } from './proxy-options.js';
 import { discoveryOf, kvEventsOf, readSettings, tokenizerOf } from './read-settings.js';
 import { PROGRAM_ONLY, SETTINGS } from './rows.js';
-import { Problems, type Source, valueAt } from './setting.js';
-import type { ResolvedProxyOptions } from './types.js';
+import { ConfigError, Problems, type Source, valueAt } from './setting.js';
+import type { EngineHook, PolicyFactory, ResolvedProxyOptions } from './types.js';
 import { rejectUnknown } from './unknown-keys.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 import { withWorkers } from './workers.js';
@@ -123,4 +122,34 @@ export function resolveHandlerOptions(options: HandlerOptions): { proxy: Resolve
 /** The deadlines the flow gets: the settings, each one given (`0` turns one off there). */
 function activeDeadlines(deadlines: Deadlines | undefined): Deadlines {
   return { ...(deadlines ?? {}) };
+}
+
+/**
+ * The policy of your own given for `role`, as a factory, or undefined for a name (the settings
+ * table checks names).
+ *
+ * @throws {ConfigError} for something that is neither a name, a policy nor a function.
+ */
+export function customPolicy<W>(role: 'prefill' | 'decode', given: unknown): PolicyFactory<W> | undefined {
+  if (given === undefined || typeof given === 'string') return undefined;
+  if (typeof given === 'function') return given as PolicyFactory<W>;
+  if (typeof given === 'object' && given !== null && typeof (given as RoutingPolicy<W>).select === 'function') {
+    return () => given as RoutingPolicy<W>;
+  }
+  throw new ConfigError(
+    `${role}Policy must be one of ${POLICY_NAMES.join(', ')}, a routing policy (an object with select()) or a function making one, got ${describeValue(given)}`,
+  );
+}
+
+/**
+ * The engine hook given, checked.
+ *
+ * @throws {ConfigError} for something that is not a function.
+ */
+export function engineHook(given: unknown): EngineHook | undefined {
+  if (given === undefined) return undefined;
+  if (typeof given !== 'function') {
+    throw new ConfigError(`engine must be a function (leg, proxyEngine, route) => engine, got ${describeValue(given)}`);
+  }
+  return given as EngineHook;
 }

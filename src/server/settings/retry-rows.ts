@@ -1,5 +1,5 @@
 // A request that failed on a worker, again elsewhere: retries before the first byte, migration after it.
-import { RETRY_DEFAULTS } from '../fleet/failure-rules.js';
+import { RETRY_DEFAULTS } from './defaults.js';
 import { nonNegativeInteger, nonNegativeMs, oneOf, positiveInteger, switchValue } from './parsers.js';
 import { inGroup } from './setting.js';
 

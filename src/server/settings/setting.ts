@@ -1,7 +1,8 @@
 // The kernel every settings module shares: what a row is, how its value is named when it is
-// refused, and how problems are gathered. It knows no row, so every rows file can import it.
+// refused, how problems are gathered, and the error that tells them (ConfigError, which the
+// server's modules and the package's entry import from ../config-error.ts). It knows no row, so every rows file can import it.
 import { closest } from '../../util/closest.js';
-import { ConfigError } from '../config-error.js';
+import { branded, DisaggError } from '../../util/disagg-error.js';
 
 /** One setting: its names everywhere, what it takes, its default. */
 export interface Setting {
@@ -78,6 +79,29 @@ export type Grouped<R extends readonly SettingRow[]> = {
  */
 export function inGroup<const R extends readonly SettingRow[]>(group: SettingGroup, rows: R): Grouped<R> {
   return rows.map((each) => ({ ...each, env: each.env ?? envOf(each.flag), group })) as unknown as Grouped<R>;
+}
+
+/**
+ * A configuration that cannot be used; the message names the setting as it was given (the
+ * option, the flag, the environment variable or the config file's key) and what was expected.
+ * `code`: `DISAGG_CONFIG`.
+ */
+export class ConfigError extends DisaggError {
+  static override readonly is = branded<ConfigError>('ConfigError');
+  declare readonly code: 'DISAGG_CONFIG';
+  /** Each problem found, in the order met: one line each (the message holds them all). */
+  readonly problems: readonly string[];
+
+  constructor(message: string, problems: readonly string[] = [message]) {
+    super('DISAGG_CONFIG', message);
+    this.problems = problems;
+  }
+
+  /** One error for every problem of a configuration, so that one restart fixes them all. */
+  static of(problems: readonly string[]): ConfigError {
+    if (problems.length === 1) return new ConfigError(problems[0] as string);
+    return new ConfigError(`${problems.length} problems:\n${problems.map((p) => `  - ${p}`).join('\n')}`, problems);
+  }
 }
 
 /** Why a value was refused; the caller adds the setting's name. */

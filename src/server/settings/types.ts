@@ -1,14 +1,17 @@
 // The option types after resolution: every default applied (what the proxy reads), and what
-// `disagg serve` reads (the proxy's settings and its own).
+// `disagg serve` reads (the proxy's settings and its own); and the types of the parts of your
+// own a program gives (policies, an engine hook, a tracer), which the server's modules and the
+// package's entry import from ../custom-parts.ts and ../observability/tracing.ts.
 
 import type { Dispatcher } from 'undici';
 import type { Lookup } from '../../discovery/dns-discovery.js';
+import type { GenerationName } from '../../endpoints/registry.js';
 import type { EngineName } from '../../engines/registry.js';
 import type { Deadlines } from '../../flow/deadlines.js';
-import type { PolicyName } from '../../routing/registry.js';
+import type { Engine } from '../../flow/disaggregate.js';
+import type { PolicyName, RoutingServices } from '../../routing/registry.js';
+import type { RoutingPolicy } from '../../routing/routing-policy.js';
 import type { Logger } from '../../runtime/logger.js';
-import type { EngineHook, PolicyFactory } from '../custom-parts.js';
-import type { TracerLike } from '../observability/tracing.js';
 import type { ResolvedPool } from './pool-entries.js';
 import type { ProxyOptions } from './proxy-options.js';
 import type { ProxyRewriteOption } from './rewrite-entries.js';
@@ -179,4 +182,46 @@ export interface ServeConfig {
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
   tracing: { otlpEndpoint?: string | undefined; sampleRatio: number; serviceName: string };
+}
+
+/**
+ * How a pool of the proxy chooses its worker: a built-in policy by name (`--prefill-policy`),
+ * or your own, as a {@link RoutingPolicy} (one pool's: a policy keeps state per pool) or a
+ * function of the proxy's routing services that makes one (the KV block index the proxy
+ * follows, the engines' load it scrapes), for a scorer of your own beside the proxy's.
+ */
+export type PolicyOption<W> = PolicyName | RoutingPolicy<W> | ((services: RoutingServices<W>) => RoutingPolicy<W>);
+
+/** A policy of your own, made for its pool when the proxy is created. */
+export type PolicyFactory<W> = (services: RoutingServices<W>) => RoutingPolicy<W>;
+
+/**
+ * An engine of your own for a leg, in place of the proxy's HTTP one or around it: called for
+ * each request with the leg, the engine the proxy would call (its route's API, the worker key
+ * or the client's `Authorization`, the trace headers) and the route; returns the engine to
+ * call. Whatever it returns answers by the engine contract (a stream of `Annotated` items);
+ * the flow's rules, deadlines, retries and clean-up apply to it as to the proxy's own. The
+ * flow calls it with the endpoint each call is for (the request's; completions for a migrated
+ * stream's continuation): pass it on to the proxy's engine, which then calls that endpoint.
+ *
+ * @example
+ * // Every decode call with a field of yours, the rest as the proxy does it.
+ * const engine: EngineHook = (leg, proxyEngine) =>
+ *   leg === 'decode'
+ *     ? (body, context, worker, endpoint) => proxyEngine({ ...body, priority: 1 }, context, worker, endpoint)
+ *     : proxyEngine;
+ * createHandler({ connector: 'vllm', prefill: [{ url: 'http://p0:8100' }], decode: [{ url: 'http://d0:8200' }], engine });
+ */
+export type EngineHook = (
+  leg: 'prefill' | 'decode',
+  proxyEngine: Engine<{ url: string }>,
+  route: GenerationName,
+) => Engine<{ url: string }>;
+
+/**
+ * What the proxy needs of an OpenTelemetry tracer (`trace.getTracer(...)` of
+ * `@opentelemetry/api`): typed here so that the package's types do not require the API.
+ */
+export interface TracerLike {
+  startSpan(name: string, options?: object, context?: unknown): unknown;
 }

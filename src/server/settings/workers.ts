@@ -2,9 +2,8 @@
 // a worker joining at run time is checked by the same row as one given at start.
 import { type EngineName, engineOf } from '../../engines/registry.js';
 import { describeValue } from '../../util/describe-value.js';
-import { ConfigError } from '../config-error.js';
 import { SETTINGS } from './rows.js';
-import { parseSetting, type Setting } from './setting.js';
+import { ConfigError, parseSetting, type Setting } from './setting.js';
 import type { ResolvedProxyOptions } from './types.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 
