@@ -3,6 +3,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { cyclesOf, importsOf } from './support/import-graph.js';
 
 describe('no leaks', () => {
   it('no abort listeners anywhere, and one timer call on the request path: the deadline timer, cleared, and unref-ed unless it is a backoff', () => {
@@ -60,42 +61,94 @@ describe('layout', () => {
   const src = fileURLToPath(new URL('../src/', import.meta.url));
   const files = readdirSync(src, { recursive: true })
     .map((file) => String(file).replaceAll('\\', '/'))
-    .filter((file) => file.endsWith('.ts'));
-  /** The top-level folder of a path under src/ (a file at the top is its own). */
-  const folderOf = (file: string) => file.split('/')[0] as string;
+    .filter((file) => file.endsWith('.ts'))
+    .sort();
+  const texts = new Map(files.map((file) => [file, readFileSync(`${src}${file}`, 'utf8')]));
+  const imports = new Map([...texts].map(([file, text]) => [file, importsOf(file, text)]));
+  /**
+   * Folders inside a folder that are rooms of their own for the loop rule: nothing in them
+   * imports from the folder around them. (`server/settings` holds the settings table, which the
+   * rest of `server/` reads.)
+   */
+  const ROOMS_INSIDE = ['server/settings'];
+  /** The room of a path under src/: one of ROOMS_INSIDE, else its top-level folder (a file at the top is its own). */
+  const roomOf = (file: string) =>
+    ROOMS_INSIDE.find((room) => file.startsWith(`${room}/`)) ?? (file.split('/')[0] as string);
 
-  it('no import loop between the folders of src/: each layer imports only those below it', () => {
+  it('no import loop between the folders of src/ (server/settings one of its own): each layer imports only those below it', () => {
     const edges = new Map<string, Set<string>>();
-    for (const file of files) {
-      for (const [, target] of readFileSync(`${src}${file}`, 'utf8').matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
-        const resolved = new URL(target as string, `file:///${file}`).pathname.slice(1);
-        const [from, to] = [folderOf(file), folderOf(resolved)];
-        if (from !== to) edges.set(from, (edges.get(from) ?? new Set()).add(to));
+    // Every import counts here, types and import() too: a folder that names another's types
+    // depends on it as much as one that calls it.
+    for (const [file, each] of imports) {
+      for (const { to } of each) {
+        const [from, target] = [roomOf(file), roomOf(to)];
+        if (from !== target) edges.set(from, (edges.get(from) ?? new Set()).add(target));
       }
     }
-    // Each folder that can reach itself again, with the way it does.
-    const loops: string[] = [];
-    for (const start of edges.keys()) {
-      const seen = new Set<string>();
-      const stack: string[][] = [[start]];
-      while (stack.length > 0) {
-        const path = stack.pop() as string[];
-        for (const next of edges.get(path.at(-1) as string) ?? []) {
-          if (next === start) loops.push([...path, next].join(' -> '));
-          else if (!seen.has(next)) {
-            seen.add(next);
-            stack.push([...path, next]);
-          }
-        }
-      }
-    }
-    expect(loops).toEqual([]);
+    expect(edges.get('server')).toContain('server/settings');
+    expect(cyclesOf(edges)).toEqual([]);
   });
 
-  it('no file of src/ over 500 lines but the decode guard', () => {
-    const long = files.filter(
-      (file) => file !== 'handoff/decode-guard.ts' && readFileSync(`${src}${file}`, 'utf8').split('\n').length > 501,
-    );
+  /** The graph of value imports (those that load the module as the importer loads) between files. */
+  function valueGraph(modules: ReadonlyMap<string, string>): Map<string, Set<string>> {
+    const edges = new Map<string, Set<string>>();
+    for (const [file, text] of modules) {
+      for (const { to, kind } of importsOf(file, text)) {
+        if (kind === 'value') edges.set(file, (edges.get(file) ?? new Set()).add(to));
+      }
+    }
+    return edges;
+  }
+
+  it('no value cycle between the files of src/: a module never needs one that needs it as they load (types and import() left out)', () => {
+    expect(valueGraph(texts).size).toBeGreaterThan(100);
+    expect(cyclesOf(valueGraph(texts))).toEqual([]);
+  });
+
+  it('the value-cycle rule finds a cycle of value imports however long, and none through a type-only or lazy one', () => {
+    const modules = (last: string) =>
+      new Map([
+        ['a/rows.ts', "import { WORKERS } from './workers.js';\nexport const ROWS = [...WORKERS];"],
+        ['a/workers.ts', "export * from './pools.js';\nexport const WORKERS = [];"],
+        ['a/pools.ts', `${last}\nexport const POOLS = [];`],
+      ]);
+    expect(cyclesOf(valueGraph(modules("import { ROWS } from './rows.js';")))).toEqual([
+      'a/pools.ts -> a/rows.ts -> a/workers.ts -> a/pools.ts',
+    ]);
+    expect(cyclesOf(valueGraph(modules("import './rows.js';")))).toHaveLength(1);
+    expect(cyclesOf(valueGraph(modules("import { type ROWS } from './rows.js';")))).toEqual([]);
+    expect(cyclesOf(valueGraph(modules("import type { ROWS } from './rows.js';")))).toEqual([]);
+    expect(cyclesOf(valueGraph(modules("export type { ROWS } from './rows.js';")))).toEqual([]);
+    expect(cyclesOf(valueGraph(modules("const rows = () => import('./rows.js');")))).toEqual([]);
+  });
+
+  it('no file of src/ over 500 lines', () => {
+    const long = files.filter((file) => (texts.get(file) as string).split('\n').length > 501);
     expect(long).toEqual([]);
+  });
+
+  /**
+   * The folders over the limit, for now: src/server (61 files), which the split of server/
+   * into folders of its own removes (delete the entry then: the rule fails while it is stale).
+   */
+  const CROWDED_FOR_NOW = ['server'];
+  /** The folders of src/ (`''` its top) with more than 30 source files directly inside, in sort order. */
+  const crowded = (paths: readonly string[]) => {
+    const count = new Map<string, number>();
+    for (const path of paths) {
+      const folder = path.includes('/') ? path.slice(0, path.lastIndexOf('/')) : '';
+      count.set(folder, (count.get(folder) ?? 0) + 1);
+    }
+    return [...count]
+      .filter(([, files]) => files > 30)
+      .map(([folder]) => folder)
+      .sort();
+  };
+
+  it('no folder of src/ has more than 30 source files directly inside it (but those of CROWDED_FOR_NOW, each still over)', () => {
+    expect(crowded(files)).toEqual(CROWDED_FOR_NOW);
+    const many = (folder: string, n: number) => Array.from({ length: n }, (_, i) => `${folder}/m${i}.ts`);
+    expect(crowded([...files, ...many('kv/tiers', 31)])).toEqual(['kv/tiers', 'server']);
+    expect(crowded([...many('flow', 30), 'flow/deeper/one.ts'])).toEqual([]);
   });
 });
