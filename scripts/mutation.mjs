@@ -6,7 +6,7 @@
 //
 // The base settings are stryker.config.json's; this script sets, per part of a folder
 // (scripts/mutation-parts.mjs works them out from the folder tree), what is mutated, where the
-// reports go and which tests run (DISAGG_MUTATION_TESTS, read by vitest.mutation.config.ts).
+// reports go and which tests run (MUTATION_TESTS, read by vitest.mutation.config.ts).
 // Any folder of src/ can be named; with none, those with a target run. Exit status: 0 when
 // every run completed (scores below target are printed, not failed: `--check` fails them), 1
 // when Stryker failed, 2 for an unknown folder or part.
@@ -88,6 +88,8 @@ function mutate(part, name) {
     jsonReporter: { fileName: `reports/mutation/${name}.json` },
     htmlReporter: { fileName: `reports/mutation/${name}.html` },
     tempDirName: `.stryker-tmp-${name}`,
+    // Another part's sandbox, left by a run that failed, is not copied into this one's.
+    ignorePatterns: [...(base.ignorePatterns ?? []), '/.stryker-tmp-*'],
     // A dry run tests no mutant: it leaves the incremental file as the last full run wrote it.
     incremental: !dryRun,
     incrementalFile: `reports/mutation/${name}-incremental.json`,
@@ -98,7 +100,7 @@ function mutate(part, name) {
   const run = spawnSync('npx', ['stryker', 'run', configFile], {
     cwd: root,
     stdio: 'inherit',
-    env: { ...process.env, DISAGG_MUTATION_TESTS: tests },
+    env: { ...process.env, MUTATION_TESTS: tests },
   });
   if (run.status !== 0) {
     console.error(`mutation: Stryker failed on ${name} (exit ${run.status ?? run.signal})`);
