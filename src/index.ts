@@ -29,6 +29,7 @@ export {
   type GenerationName,
   isEndpointName,
   type Misfit,
+  type RegisteredEndpoint,
   type Serving,
 } from './endpoints/index.js';
 export { type PromptSideEngine, promptSideOf, refusePromptSide } from './engines/prompt-sides.js';
@@ -90,7 +91,7 @@ export {
   type KvEventBatch,
   KvEventFormatError,
 } from './kv/kv-events.js';
-export { KvSilenceWatch, type KvSilenceWatchOptions } from './kv/kv-silence.js';
+export { type KvSilence, KvSilenceWatch, type KvSilenceWatchOptions } from './kv/kv-silence.js';
 export {
   KvEventSubscriber,
   type KvEventSubscriberOptions,

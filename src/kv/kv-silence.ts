@@ -63,7 +63,7 @@ export interface KvSilenceWatchOptions {
 }
 
 /**
- * Runs {@link nextKvSilence} for one worker on the wall clock: a timer, `unref()`'d, armed
+ * Runs `nextKvSilence` (the one transition of the silence's phases) for one worker on the wall clock: a timer, `unref()`'d, armed
  * while work waits for its event, so that a view goes blind on time even when nothing else
  * happens. `blindCount` counts the episodes.
  *

@@ -19,14 +19,11 @@ export type Decision<P, D> =
     }
   | { readonly strategy: 'aggregated'; readonly reason: string; readonly decode: Lease<D> | undefined };
 
-/** One leg of a decision: the pool side it leases a worker of. */
-export type Leg = 'prefill' | 'decode';
-
 /**
  * The order in which {@link Scheduler.decide} picks the legs: each pick sees the workers of the
  * legs before it (`RoutingInput.picked`), never those after.
  */
-export const LEG_ORDER: readonly Leg[] = Object.freeze(['prefill', 'decode'] as const);
+export const LEG_ORDER: readonly ('prefill' | 'decode')[] = Object.freeze(['prefill', 'decode'] as const);
 
 /** A decision being made: its legs' leases so far and why it serves on decode alone, if it does. */
 interface Picks<P, D> {
