@@ -68,6 +68,7 @@ export interface StageRequest {
  * A stage that throws refuses its request with a 500 (logged).
  *
  * @example
+ * const generated = new Map<string, number>();
  * const teams: Stage = {
  *   name: 'teams',
  *   run: (request) => {
@@ -75,7 +76,7 @@ export interface StageRequest {
  *     if (typeof team !== 'string') {
  *       return { refused: { status: 400, body: { error: { message: 'Send x-team', type: 'invalid_request_error', param: null, code: null } } } };
  *     }
- *     return { after: (done) => console.log(team, done.usage?.completion_tokens) };
+ *     return { after: (done) => generated.set(team, (generated.get(team) ?? 0) + (done.usage?.completion_tokens ?? 0)) };
  *   },
  * };
  */
