@@ -76,27 +76,7 @@ export function engineOf(name: EngineName): EngineEntry {
   return found;
 }
 
-/**
- * The fields a prefill worker entry may have, over every engine: `url`, `name`, its KV event
- * endpoints and `labels` (read into its `attributes`, which an entry read once already holds, or
- * a library user's own gives), and each engine's own (SGLang's bootstrap
- * server and DP rank). A file that names its workers as objects is checked against it.
- */
-export const PREFILL_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze(
-  Object.assign(
-    {
-      url: 'string',
-      name: 'string',
-      kvEvents: 'string',
-      kvEventsReplay: 'string',
-      labels: 'labels',
-      attributes: 'labels',
-    },
-    ...ENGINES.map((each) => each.prefillWorkerFields),
-  ),
-);
-
-/** The fields a decode worker entry may have. */
+/** The fields a decode worker entry may have: those every worker entry may. */
 export const DECODE_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze({
   url: 'string',
   name: 'string',
@@ -105,3 +85,13 @@ export const DECODE_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = O
   labels: 'labels',
   attributes: 'labels',
 });
+
+/**
+ * The fields a prefill worker entry may have, over every engine: `url`, `name`, its KV event
+ * endpoints and `labels` (read into its `attributes`, which an entry read once already holds, or
+ * a library user's own gives), and each engine's own (SGLang's bootstrap
+ * server and DP rank). A file that names its workers as objects is checked against it.
+ */
+export const PREFILL_WORKER_FIELDS: Readonly<Record<string, WorkerFieldKind>> = Object.freeze(
+  Object.assign({}, DECODE_WORKER_FIELDS, ...ENGINES.map((each) => each.prefillWorkerFields)),
+);
