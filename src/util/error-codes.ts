@@ -22,6 +22,8 @@
  * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
  * - `DISAGG_SHUTTING_DOWN`: the proxy stopped before the request ended (503).
  * - `DISAGG_ROUTE_UNSUPPORTED`: an API the fleet's engine cannot serve disaggregated (501).
+ * - `DISAGG_STORE_QUOTA`: a tenant's stored Responses and Conversations at their limit (429).
+ * - `DISAGG_STORE_UNAVAILABLE`: the store of Responses and Conversations unreachable (503).
  * - `DISAGG_STREAM_ERROR`: an error item that carried only its text.
  * - `DISAGG_TENANTS_FILE`: a tenants file that does not check.
  * - `DISAGG_TOKENIZER`: the router's tokenizer failed.
@@ -54,6 +56,8 @@ export type ErrorCode =
   | 'DISAGG_PREFILL_TARGET_REFUSED'
   | 'DISAGG_ROUTE_UNSUPPORTED'
   | 'DISAGG_SHUTTING_DOWN'
+  | 'DISAGG_STORE_QUOTA'
+  | 'DISAGG_STORE_UNAVAILABLE'
   | 'DISAGG_STREAM_ERROR'
   | 'DISAGG_TENANTS_FILE'
   | 'DISAGG_TOKENIZER'

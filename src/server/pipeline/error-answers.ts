@@ -65,6 +65,8 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_ROUTE_UNSUPPORTED: { status: 501, type: 'not_implemented' },
   DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
   DISAGG_LIMITS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
+  DISAGG_STORE_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
+  DISAGG_STORE_QUOTA: { status: 429, type: 'insufficient_quota' },
   DISAGG_DEADLINE_EXCEEDED: { status: 504, type: 'timeout' },
   DISAGG_PREFILL_FAILED: { status: 'worker', type: 'upstream_error' },
   DISAGG_PREFILL_NOT_ACTIVATED: { status: 'worker', type: 'upstream_error' },
