@@ -7,23 +7,32 @@ import { responsesInputProblem, responsesPromptFloor } from './responses-items.j
 import { has, int, modelName, responseId, samplingRanges } from './schema-parts.js';
 
 /**
- * The fields that make a Responses request depend on what a worker keeps between requests
- * (its response store, a background task, a conversation): under P/D each turn runs on the
- * workers chosen for it, so none of them would find what an earlier turn left elsewhere.
+ * The fields that make a Responses request depend on state kept between requests (a stored
+ * response, a background task, a conversation): the engines keep none under P/D (each turn
+ * runs on the workers chosen for it), so only a router that keeps it (`disagg serve`) may take
+ * them; a host that keeps none (the endpoint picker) refuses them.
  */
 const STATEFUL: ReadonlyArray<{ field: string; applies: (value: unknown) => boolean; why: string }> = [
   {
     field: 'previous_response_id',
     applies: (value) => value !== undefined && value !== null,
-    why: 'needs the response store of the worker that answered it',
+    why: 'needs a stored response, which the endpoint picker does not keep',
   },
   {
     field: 'conversation',
     applies: (value) => value !== undefined && value !== null,
-    why: 'needs a conversation store, which the workers do not share',
+    why: 'needs a stored conversation, which the endpoint picker does not keep',
   },
-  { field: 'store', applies: (value) => value === true, why: 'would keep the response on one decode worker only' },
-  { field: 'background', applies: (value) => value === true, why: 'needs the response store of one worker' },
+  {
+    field: 'store',
+    applies: (value) => value === true,
+    why: 'would store the response, which the endpoint picker cannot (it never reads the answer)',
+  },
+  {
+    field: 'background',
+    applies: (value) => value === true,
+    why: 'needs a stored response, which the endpoint picker does not keep',
+  },
 ];
 
 /**
@@ -35,7 +44,7 @@ export function statefulMisfit(body: EndpointBody): Misfit | undefined {
     if (!applies(body[field])) continue;
     return {
       param: field,
-      message: `${field} ${why}; a disaggregated router runs each turn on the workers chosen for it: send the whole conversation in input, with store: false`,
+      message: `${field} ${why}: send the whole conversation in input, with store: false, or serve the Responses API through disagg serve, which stores it`,
     };
   }
   return undefined;
@@ -45,9 +54,10 @@ export function statefulMisfit(body: EndpointBody): Misfit | undefined {
  * OpenAI's Responses API (`POST /v1/responses`), as vLLM serves it: `input` (a text or a list
  * of items) and `instructions`, capped by `max_output_tokens`, answered as typed events
  * (`response.created` ... `response.completed`) or one `response` object. Disaggregated on
- * vLLM (its `kv_transfer_params` ride in the request and at the top of the answer); stateless
- * only (see {@link statefulMisfit}); a broken stream is not continued (its events carry no
- * token ids).
+ * vLLM (its `kv_transfer_params` ride in the request and at the top of the answer); the
+ * engines stay stateless: `disagg serve` keeps stored responses, chains and conversations itself,
+ * a host that keeps none refuses them ({@link statefulMisfit}); a broken stream is not
+ * continued (its events carry no token ids).
  */
 export const responses = defineEndpoint({
   name: 'responses',
@@ -76,7 +86,6 @@ export const responses = defineEndpoint({
         : 'The Responses API needs an input: a text or a list of items',
     };
   },
-  combination: statefulMisfit,
   budgetFields: ['max_output_tokens'],
   // Its one output cap, one answer whatever the body says, and nothing stored of a prefill.
   oneToken: Object.freeze({ max_output_tokens: 1, store: false }),

@@ -5,6 +5,7 @@ import type { EngineItem } from '../protocol/annotated.js';
 import { NoWorkerError } from '../routing/worker-pool.js';
 import type { Controller } from '../runtime/controller.js';
 import type { ResponseStream } from '../runtime/response-stream.js';
+import { runInBackground } from './agents/background-runs.js';
 import { clientAuthorization } from './bearer-auth.js';
 import { hookedEngine } from './custom-parts.js';
 import { retryDelay } from './fleet/failure-rules.js';
@@ -30,6 +31,13 @@ import { answerWhole } from './whole-response.js';
  * @internal
  */
 export async function serveGeneration(request: HttpRequest): Promise<void> {
+  const { background } = request;
+  if (background !== undefined) return runInBackground(request, background, serveAnswer);
+  return serveAnswer(request);
+}
+
+/** One generation request served to whoever its exchange answers: its client, or a background run. */
+async function serveAnswer(request: HttpRequest): Promise<void> {
   const { proxy, body, endpoint } = request;
   const { req, res } = request.exchange;
   const events = request.events as RequestEvents;
@@ -114,12 +122,14 @@ async function serve(proxy: ProxyState, request: ServeRequest): Promise<Response
     return undefined;
   }
   const writer = new ResponseWriter(request.request.endpoint, body);
-  if (body.stream !== true) await answerWhole(flow.stream, res, writer, answerFor);
+  const settle = request.request.settleAnswer;
+  if (body.stream !== true) await answerWhole(flow.stream, res, writer, answerFor, settle);
   else {
     await relaySse(flow.stream, res, writer, request.entry, {
       slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
       answerFor,
       interToken: (seconds) => proxy.metrics.interToken(seconds),
+      settle,
     });
   }
   return writer;

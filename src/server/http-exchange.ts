@@ -1,6 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import { RequestError, readBody } from '../http/node-server.js';
+import { BackgroundSink } from './agents/background-runs.js';
+import { PROXY_ENDPOINT_STAGES } from './endpoint-stages.js';
 import { answerApiError } from './pipeline/api-errors.js';
 import type { Exchange, RequestHeaders } from './pipeline/exchange.js';
 import type { InFlightRequest } from './pipeline/in-flight.js';
@@ -21,11 +23,14 @@ import { trackingStage } from './tracking-stage.js';
 export class HttpExchange implements Exchange {
   /** The request's shutdown entry, once the tracking stage put it in flight. */
   entry: InFlightRequest | undefined;
+  /** The client's response, once the request was detached from it (a background response). */
+  client: ServerResponse | undefined;
   #gone: Promise<unknown> | undefined;
 
   constructor(
     readonly req: IncomingMessage,
-    readonly res: ServerResponse,
+    /** Where the answer goes: the client's response, or a background run's sink once detached. */
+    public res: ServerResponse,
     /** The body's text when the host read it already (a framework that parses bodies). */
     readonly given?: string | undefined,
   ) {}
@@ -48,7 +53,14 @@ export class HttpExchange implements Exchange {
   }
 
   setHeader(name: string, value: string): void {
-    if (!this.res.headersSent) this.res.setHeader(name, value);
+    const res = this.client ?? this.res;
+    if (!res.headersSent) res.setHeader(name, value);
+  }
+
+  detach(): void {
+    if (this.client !== undefined) return;
+    this.client = this.res;
+    this.res = new BackgroundSink(() => {}) as unknown as ServerResponse;
   }
 }
 
@@ -69,13 +81,18 @@ export async function serveEndpoint(
   serve: (request: HttpRequest) => Promise<void>,
 ): Promise<void> {
   const request = new RequestContext(proxy, endpoint, exchange);
-  const stages = pipelineStages(endpoint, 'proxy', { added: proxy.stages, own: [trackingStage] });
+  const stages = pipelineStages(endpoint, 'proxy', {
+    added: proxy.stages,
+    own: [trackingStage],
+    endpoints: PROXY_ENDPOINT_STAGES,
+  });
   const entered = await enterStages(request, stages);
   try {
     if (entered.refused === undefined) await serve(request);
     else {
       if (entered.refused.status === 413) exchange.setHeader('connection', 'close');
-      answerApiError(exchange.res, endpoint, entered.refused);
+      // A background turn refused before it ran: its client hears it, not the run's sink.
+      answerApiError(exchange.client ?? exchange.res, endpoint, entered.refused);
     }
   } finally {
     entered.done();

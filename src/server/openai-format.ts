@@ -41,10 +41,38 @@ export class ResponseWriter {
   /** The id of a whole answer the worker sent (its body's `id`). */
   #wholeId: string | undefined;
   #usage: CompletionUsage | undefined;
+  /** Whether the API's answer ends with an object a router may keep (Responses' `response`). */
+  readonly #closes: boolean;
 
   constructor(endpoint: Endpoint, body: Record<string, unknown>) {
     this.#recreate = new OpenAIWriter(endpoint, body);
     this.#ending = streamEnding(endpoint);
+    this.#closes = endpoint.answer === 'responses';
+  }
+
+  /**
+   * The answer object `item` ends a stream with, if it is that item: the `response` of a
+   * Responses `response.completed` or `response.incomplete` event (a stream that fails ends
+   * with no such object); undefined for every other item and API.
+   */
+  closingAnswer(item: EngineItem): Record<string, unknown> | undefined {
+    if (!this.#closes) return undefined;
+    const wire = Annotated.wire(item);
+    if (wire === undefined) return undefined;
+    for (const { form, json } of wire) {
+      const closing = form === 'event' && (json.type === 'response.completed' || json.type === 'response.incomplete');
+      if (closing && typeof json.response === 'object' && json.response !== null) {
+        return json.response as Record<string, unknown>;
+      }
+    }
+    return undefined;
+  }
+
+  /** Whether `whole` (a whole answer) is one a router may keep: a Responses `response` that ended. */
+  keeps(whole: unknown): whole is Record<string, unknown> {
+    if (!this.#closes || typeof whole !== 'object' || whole === null) return false;
+    const { status } = whole as { status?: unknown };
+    return status === 'completed' || status === 'incomplete';
   }
 
   /** The SSE text of one item: `data:` lines (with `event:` names where the worker gave them); empty for an item that says nothing. */

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import type { Dispatcher } from 'undici';
+import type { AgentState } from '../agent-state/agent-state.js';
 import type { Endpoint } from '../endpoints/endpoint.js';
 import type { Engine } from '../flow/disaggregate.js';
 import { httpEngine } from '../http/http-engine.js';
@@ -18,6 +19,7 @@ import { RedisWindows } from '../tenancy/redis-windows.js';
 import { TenantDirectory } from '../tenancy/tenants.js';
 import type { TokenizerPool } from '../tokenize/tokenizer-pool.js';
 import { redactAddresses } from '../util/url.js';
+import { agentStateOf } from './agents/agent-state-of.js';
 import { type DiscoverySource, discoverySources } from './fleet/discovery-sources.js';
 import { type EngineLoadScraper, engineLoadScraper } from './fleet/engine-load.js';
 import { HealthChecker } from './fleet/health.js';
@@ -129,6 +131,8 @@ export class ProxyCore implements ProxyState {
   #replicaSynced: ((outcome: 'synced' | 'failed') => void) | undefined;
   /** Which decode worker served each Responses answer. */
   readonly responseHomes = new ResponseHomes<{ url: string }>();
+  /** Stored Responses and Conversations (`responses.store`), opened on first use. */
+  readonly agents: AgentState;
   readonly #stages: Stage[] = [];
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
@@ -216,6 +220,7 @@ export class ProxyCore implements ProxyState {
       options.discovery.decodeSelector !== undefined ||
       options.discovery.inferencePool !== undefined;
     this.rewrites = new ModelRewrites(options.rewrites);
+    this.agents = agentStateOf(options, this.logger);
     this.pools = new PoolSet([
       ...options.pools.map((pool) => modelPool(options, services, pool, peers)),
       ...(topLevel ? [modelPool(options, services, undefined, peers)] : []),
@@ -241,21 +246,11 @@ export class ProxyCore implements ProxyState {
       // A band's own time-to-live from the tenants file, else the proxy's.
       queueTimeoutMs: (priority) => tenants.queueTimeoutMs(priority) ?? options.queueTimeoutMs,
       onWait: (seconds, applicant) => this.metrics.queueWait(seconds, this.tenantLabel(applicant.tenant)),
+      tenantNames: () => tenants.tenants.map((tenant) => tenant.name),
     });
-    const admission = this.admission;
     this.metrics = new ProxyMetrics(
       this.pools,
-      {
-        get active() {
-          return admission.active;
-        },
-        get queued() {
-          return admission.queued;
-        },
-        limits: admission.limits,
-        queuedByTenant: () =>
-          tenants.tenants.map((tenant) => [tenant.name, admission.usageOf(tenant.name).queued] as const),
-      },
+      this.admission,
       options.metricsRegistry as Registry | undefined,
       // Names, not addresses: a series matches the admin API and logs, and /metrics does not
       // list the fleet's internal addresses.
@@ -491,6 +486,7 @@ export class ProxyCore implements ProxyState {
     await this.#tokenizer?.close();
     await this.sharedInFlight?.close();
     await this.sessionBindings?.close();
+    await this.agents.close();
     this.tenants.close();
     if (this.limits !== this.minuteWindows) await (this.limits as RedisWindows).close();
     // What was counted of the lines that repeat (retries while a worker is down), told.

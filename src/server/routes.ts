@@ -9,6 +9,8 @@ import { NoWorkerError } from '../routing/worker-pool.js';
 import { clientKey } from '../tenancy/tenants.js';
 import { joinUrl } from '../util/url.js';
 import { ADMIN_ROUTES } from './admin-routes.js';
+import { serveConversations } from './agents/conversation-routes.js';
+import { serveStoredResponse } from './agents/stored-response-routes.js';
 import { answerUnauthorized, bearerMatches } from './bearer-auth.js';
 import { serveGeneration } from './completion.js';
 import { HttpExchange, serveEndpoint } from './http-exchange.js';
@@ -18,7 +20,6 @@ import { type ErrorAnswer, errorAnswer } from './pipeline/error-answers.js';
 import type { ProxyState } from './pipeline/proxy-state.js';
 import { readiness } from './readiness.js';
 import type { RouteEntry } from './route-entry.js';
-import { serveStoredResponse } from './stored-responses.js';
 
 const READ = ['GET', 'HEAD'] as const;
 
@@ -60,20 +61,27 @@ export const ROUTES: readonly RouteEntry[] = [
     auth: 'api',
     handle: (proxy, _req, res, call) => models(proxy, res, call.rest),
   },
-  // A Responses answer kept by the worker that served it (vLLM's response store).
-  {
-    path: '/v1/responses/*/cancel',
-    methods: ['POST'],
-    label: 'responses',
-    auth: 'api',
-    handle: (proxy, req, res, call) => serveStoredResponse(proxy, req, res, call.rest, '/cancel'),
-  },
+  // Stored responses and conversations, kept by the router itself (`responses.store`).
   {
     path: '/v1/responses/*',
-    methods: ['GET'],
+    methods: ['GET', 'DELETE', 'POST'],
     label: 'responses',
     auth: 'api',
-    handle: (proxy, req, res, call) => serveStoredResponse(proxy, req, res, call.rest, ''),
+    handle: (proxy, req, res, call) => serveStoredResponse(proxy, req, res, call),
+  },
+  {
+    path: '/v1/conversations',
+    methods: ['POST'],
+    label: 'conversations',
+    auth: 'api',
+    handle: (proxy, req, res, call) => serveConversations(proxy, req, res, call),
+  },
+  {
+    path: '/v1/conversations/*',
+    methods: ['GET', 'POST', 'DELETE'],
+    label: 'conversations',
+    auth: 'api',
+    handle: (proxy, req, res, call) => serveConversations(proxy, req, res, call),
   },
   {
     path: '/health',

@@ -19,6 +19,11 @@ export interface RelayHooks {
   interToken(seconds: number): void;
   /** What a shutdown ends the answer with; a `ShutdownError` by default (or when this gives none). */
   shutdownError?: (() => unknown) | undefined;
+  /**
+   * What must be done with the answer's closing object (the Responses store keeps it) before
+   * the item that carries it is written: the stream waits, and fails instead if it rejects.
+   */
+  settle?: ((answer: Record<string, unknown>) => Promise<void>) | undefined;
 }
 
 /**
@@ -77,6 +82,16 @@ export async function relaySse(
       if (error !== undefined) {
         fail(error);
         return;
+      }
+      const closing = hooks.settle === undefined ? undefined : writer.closingAnswer(step.value);
+      if (closing !== undefined) {
+        try {
+          await (hooks.settle as NonNullable<RelayHooks['settle']>)(closing);
+        } catch (error) {
+          fail(error);
+          return;
+        }
+        if (res.writableEnded || res.destroyed) return;
       }
       const text = writer.sse(step.value);
       if (text === '') continue;

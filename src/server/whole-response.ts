@@ -9,7 +9,8 @@ import type { ErrorAnswer } from './pipeline/error-answers.js';
 /**
  * Collects a non-streamed request's items into its answer (the worker's own body when it
  * answered whole) and sends it; a failure anywhere is answered with its status and OpenAI body
- * instead (nothing was sent before).
+ * instead (nothing was sent before). An answer a router keeps (`settle`: the Responses store)
+ * is kept before it is sent, and answered as a failure if it cannot be.
  *
  * @internal
  */
@@ -18,6 +19,7 @@ export async function answerWhole(
   res: ServerResponse,
   writer: ResponseWriter,
   answerFor: (error: unknown) => ErrorAnswer,
+  settle?: ((answer: Record<string, unknown>) => Promise<void>) | undefined,
 ): Promise<void> {
   const items: EngineItem[] = [];
   try {
@@ -32,5 +34,15 @@ export async function answerWhole(
     answerJson(res, answer.status, writer.errorBody(answer));
     return;
   }
-  answerJson(res, 200, writer.whole(items));
+  const whole = writer.whole(items);
+  if (settle !== undefined && writer.keeps(whole)) {
+    try {
+      await settle(whole);
+    } catch (error) {
+      const answer = answerFor(error);
+      answerJson(res, answer.status, writer.errorBody(answer));
+      return;
+    }
+  }
+  answerJson(res, 200, whole);
 }

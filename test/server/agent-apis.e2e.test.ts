@@ -106,7 +106,7 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     expect(proxied).not.toHaveProperty('kv_transfer_params.remote_host');
   });
 
-  it("the prefill leg: max_output_tokens 1, not streamed, nothing stored, vLLM's handoff asked; the decode leg the client's body with prefill's handoff; both the router's response id", async () => {
+  it("the prefill leg: max_output_tokens 1, not streamed, nothing stored, vLLM's handoff asked; the decode leg the client's body with prefill's handoff and nothing stored (the router keeps the answer); both the router's response id", async () => {
     const { url, prefill, decode } = await setup('vllm');
     await openai(url)
       .responses.create({ ...RESPONSES_BODY, stream: true })
@@ -138,18 +138,19 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     const [decoded] = decode.requests;
     expect(decoded?.path).toBe('/v1/responses');
     const { kv_transfer_params: params, ...rest } = decoded?.body ?? {};
-    expect(rest).toEqual({ ...RESPONSES_BODY, request_id: id, stream: true });
+    expect(rest).toEqual({ ...RESPONSES_BODY, request_id: id, stream: true, store: false });
     expect(params).toMatchObject({ do_remote_prefill: true, remote_port: prefill.port });
     expect(decoded?.kv).toBe('taken');
   });
 
-  it('a stateful field is a 400 naming it, before any worker', async () => {
+  it("an unknown previous_response_id is OpenAI's 400 previous_response_not_found, before any worker", async () => {
     const { url, prefill, decode } = await setup('vllm');
     const error = await openai(url)
       .responses.create({ ...RESPONSES_BODY, previous_response_id: 'resp_earlier' })
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('previous_response_id');
+    expect((error as InstanceType<typeof OpenAI.BadRequestError>).code).toBe('previous_response_not_found');
     expect(prefill.requests.length + decode.requests.length).toBe(0);
   });
 
@@ -455,41 +456,28 @@ describe("the router's API key, as each agent sends it", () => {
 });
 
 describe('what the agents ask of the router besides a generation', () => {
-  it('GET /v1/responses/{id} and its cancel go to the decode worker that served that answer; an id the router did not serve is a 404', async () => {
-    const { url, decode } = await cluster('vllm', { prefill: [{}], decode: [{}, {}, {}] });
+  it("GET /v1/responses/{id} is the router's own: the answer as stored, whole or streamed, with no worker call; an id never stored is a 404", async () => {
+    const { url, prefill, decode } = await cluster('vllm', { prefill: [{}], decode: [{}, {}, {}] });
     const client = openai(url);
-    const clear = () => {
-      for (const worker of decode) worker.requests.splice(0);
-    };
-    const servedBy = () => decode.findIndex((worker) => worker.requests.length > 0);
-    // Whole answers and a streamed one (its id from response.created), each where it was served.
-    const homes = new Map<string, number>();
+    const answers = new Map<string, OpenAI.Responses.Response>();
     for (let i = 0; i < 3; i++) {
       const answer = await client.responses.create({ ...RESPONSES_BODY, tools: [] });
-      homes.set(answer.id, servedBy());
-      clear();
+      answers.set(answer.id, answer);
     }
-    let streamedId = '';
     for await (const event of await client.responses.create({ ...RESPONSES_BODY, tools: [], stream: true })) {
-      if (event.type === 'response.created') streamedId = event.response.id;
+      if (event.type === 'response.completed') answers.set(event.response.id, event.response);
     }
-    homes.set(streamedId, servedBy());
-    clear();
-    expect(new Set(homes.values()).size).toBeGreaterThan(1);
-    for (const [id, home] of homes) {
-      // The worker's own answer, relayed: vLLM without its response store answers 404.
-      const error = await client.responses.retrieve(id).catch((e: unknown) => e);
-      expect((error as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);
-      expect((error as Error).message).toContain(`Response with id '${id}' not found.`);
-      await client.responses.cancel(id).catch(() => undefined);
-      expect(decode.map((worker) => worker.requests.map((record) => record.path))).toEqual(
-        decode.map((_, i) => (i === home ? [`/v1/responses/${id}`, `/v1/responses/${id}/cancel`] : [])),
-      );
-      clear();
+    for (const worker of [...prefill, ...decode]) worker.requests.splice(0);
+    for (const [id, answer] of answers) {
+      // The openai client adds output_text to a whole response it reads (not to a streamed one's).
+      const { output_text: _stored, ...stored } = await client.responses.retrieve(id);
+      const { output_text: _answered, ...answered } = answer;
+      // What the worker answered, saying what the client asked of it: stored, continuing nothing.
+      expect(stored).toEqual({ ...answered, store: true, background: false, previous_response_id: null });
     }
     const unknown = await client.responses.retrieve('resp_never').catch((e: unknown) => e);
     expect((unknown as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);
-    expect((unknown as Error).message).toContain('this router did not serve it');
-    expect(decode.every((worker) => worker.requests.length === 0)).toBe(true);
+    expect((unknown as Error).message).toContain("Response with id 'resp_never' not found.");
+    expect([...prefill, ...decode].every((worker) => worker.requests.length === 0)).toBe(true);
   });
 });

@@ -90,6 +90,7 @@ export class Admission {
   readonly #bands = new Map<number, Band>();
   /** Each tenant's requests under way and waiting. */
   readonly #perTenant = new Map<string, { active: number; queued: number }>();
+  readonly #tenantNames: () => readonly string[];
 
   constructor(options: {
     maxConcurrent: number;
@@ -98,7 +99,10 @@ export class Admission {
     queueTimeoutMs: number | ((priority: number) => number);
     /** How long each admitted request waited in the queue (0 for none), and whose it was. */
     onWait?: (seconds: number, applicant: Applicant) => void;
+    /** The tenants whose waiting requests {@link Admission.queuedByTenant} reports (the metrics' gauge). */
+    tenantNames?: () => readonly string[];
   }) {
+    this.#tenantNames = options.tenantNames ?? (() => []);
     this.#max = options.maxConcurrent;
     this.#queueSize = options.queueSize;
     const timeout = options.queueTimeoutMs;
@@ -129,6 +133,11 @@ export class Admission {
    */
   get tenantRecords(): number {
     return this.#perTenant.size;
+  }
+
+  /** Each named tenant's requests waiting (see the `tenantNames` option), for a gauge. */
+  queuedByTenant(): ReadonlyArray<readonly [string, number]> {
+    return this.#tenantNames().map((tenant) => [tenant, this.usageOf(tenant).queued] as const);
   }
 
   /** A tenant's requests under way and waiting (zeros for one with none). */

@@ -30,6 +30,7 @@ export const answerIdStage: RequestStage = {
       return refusalOf(request, error);
     }
     if (given !== id) request.body = { ...body, [field]: id };
+    request.answerId = { id, given: given === id };
     return {
       after: ({ answer }) => {
         const answered = answer?.id;

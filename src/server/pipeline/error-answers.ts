@@ -143,6 +143,8 @@ export function errorAnswer(
 ): ErrorAnswer {
   const message = redactAddresses(redact(error instanceof Error ? error.message : String(error)));
   const param = (error as { param?: unknown } | null)?.param;
+  // An API's own code for the error where it has one (Responses' `previous_response_not_found`).
+  const apiCode = (error as { apiCode?: unknown } | null)?.apiCode;
   const upstream = findCause(error, UpstreamError.is);
   let entry = DisaggError.is(error) ? answerOf(error.code) : undefined;
   // A failure from a worker that is not one of the library's errors (a plain error item).
@@ -177,7 +179,7 @@ export function errorAnswer(
             ? misrouted(which)
             : message,
         type,
-        code: status,
+        code: typeof apiCode === 'string' ? apiCode : status,
         param: typeof param === 'string' ? param : null,
         ...(which === undefined ? {} : { leg: which }),
       },

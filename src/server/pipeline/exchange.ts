@@ -28,4 +28,10 @@ export interface Exchange {
   readonly gone: Promise<unknown>;
   /** Puts a header on the answer the client gets (its request id; a refusal's `Retry-After`). */
   setHeader(name: string, value: string): void;
+  /**
+   * Carries the request on without its client (a background response): from now on its answer
+   * goes elsewhere, the client leaving stops nothing, and the host answers the client itself.
+   * A host that cannot (the endpoint picker) has none.
+   */
+  detach?(): void;
 }

@@ -1,11 +1,11 @@
 import type { Endpoint } from '../../endpoints/endpoint.js';
 import type { EndpointName } from '../../endpoints/registry.js';
 import { admitStage } from './admit-stage.js';
-import { answerIdStage } from './answer-id-stage.js';
 import { openStage, parseStage, resolveStage } from './body-stages.js';
 import type { Exchange } from './exchange.js';
 import { prepareStage } from './prepare-stage.js';
 import type { RequestStage, Stage } from './stage.js';
+import { statelessTurnStage } from './stateless-turn-stage.js';
 
 /**
  * The hosts that run the pipeline: the proxy (`disagg serve`, the fastify plugin, the web
@@ -14,23 +14,20 @@ import type { RequestStage, Stage } from './stage.js';
  */
 export type PipelineHost = 'proxy' | 'picker';
 
-/** An endpoint's stages of its own, and the hosts that run them. */
-export interface EndpointStages {
-  readonly stages: readonly RequestStage[];
-  /**
-   * The hosts that run them. A stage whose `after` needs the answer itself (its id, its body)
-   * runs in the proxy alone: the picker never reads an answer.
-   */
-  readonly hosts: readonly PipelineHost[];
-}
-
 /**
- * Each endpoint's stages of its own, run after its model and pool are resolved and before
- * admission: one line per endpoint (Responses settles its answer's id, and remembers which
- * worker holds the answer).
+ * Each endpoint's stages of its own on a host, run after its model and pool are resolved and
+ * before admission: one line per endpoint. The proxy's are the server's
+ * (`server/endpoint-stages.ts`: Responses' answer id and its stored turn, whose `after` needs
+ * the answer itself); the picker never reads an answer, so it keeps no state and refuses a
+ * Responses turn that needs some ({@link PICKER_ENDPOINT_STAGES}).
  */
-export const ENDPOINT_STAGES: Partial<Record<EndpointName, EndpointStages>> = {
-  responses: { stages: [answerIdStage], hosts: ['proxy'] },
+export type EndpointStageTable<X extends Exchange = Exchange> = Partial<
+  Record<EndpointName, readonly RequestStage<X>[]>
+>;
+
+/** The endpoint picker's endpoint stages: a Responses turn must carry its whole state. */
+export const PICKER_ENDPOINT_STAGES: EndpointStageTable = {
+  responses: [statelessTurnStage],
 };
 
 /** What a host adds to the shared stages: its own, where they go. */
@@ -39,6 +36,8 @@ export interface HostStages<X extends Exchange> {
   readonly added?: readonly Stage[] | undefined;
   /** The host's own, run after those and before `prepare` (the proxy's tracking). */
   readonly own?: readonly RequestStage<X>[] | undefined;
+  /** The endpoints' stages the host runs; the picker's ({@link PICKER_ENDPOINT_STAGES}) when it gives none. */
+  readonly endpoints?: EndpointStageTable<X> | undefined;
 }
 
 /**
@@ -54,10 +53,10 @@ export interface HostStages<X extends Exchange> {
 export function pipelineStages<X extends Exchange>(
   endpoint: Endpoint,
   host: PipelineHost,
-  { added = [], own = [] }: HostStages<X> = {},
+  { added = [], own = [], endpoints }: HostStages<X> = {},
 ): readonly RequestStage<X>[] {
-  const ofEndpoint = ENDPOINT_STAGES[endpoint.name as EndpointName];
-  const endpointStages = ofEndpoint?.hosts.includes(host) === true ? ofEndpoint.stages : [];
+  const table = endpoints ?? (host === 'picker' ? (PICKER_ENDPOINT_STAGES as EndpointStageTable<X>) : {});
+  const endpointStages = table[endpoint.name as EndpointName] ?? [];
   return [
     openStage,
     parseStage,

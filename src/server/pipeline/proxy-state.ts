@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import type { AgentState } from '../../agent-state/agent-state.js';
 import type { Endpoint } from '../../endpoints/endpoint.js';
 import type { GenerationName } from '../../endpoints/registry.js';
 import type { Engine } from '../../flow/disaggregate.js';
@@ -100,8 +101,10 @@ export interface ProxyState {
   readonly sessionBindings: SessionBindingStore | undefined;
   /** Models served as weighted targets (`rewrites`): applied in the body stage, before the pool is chosen. */
   readonly rewrites: ModelRewrites;
-  /** Which decode worker served each Responses answer (its `GET /v1/responses/{id}` goes there). */
+  /** Which Responses answer ids are taken on this replica (the answer-id stage claims each). */
   readonly responseHomes: ResponseHomes<{ url: string }>;
+  /** Stored Responses and Conversations: the store, opened on first use. */
+  readonly agents: AgentState;
   /** The stages a library user added (`addStage`): every API request runs them once admitted. */
   readonly stages: readonly Stage[];
   /** True once shutdown has begun: new requests are refused. */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { StoredResponse } from '../../agent-state/agent-store.js';
 import type { Endpoint } from '../../endpoints/endpoint.js';
 import { headerValue } from '../../http/node-server.js';
 import type { CompletionUsage } from '../../protocol/llm-engine-output.js';
@@ -138,6 +139,28 @@ export class RequestContext<X extends Exchange = Exchange> {
   verdict: string | undefined;
   /** The failure the request was answered with, if any. */
   failure: unknown;
+  /**
+   * The answer's id as the answer-id stage settled it (Responses'), and whether the client
+   * named it (else it is the router's own, random).
+   */
+  answerId: { readonly id: string; readonly given: boolean } | undefined;
+  /**
+   * The session a stored chain belongs to (its first response's id, or its conversation's):
+   * routing's session key when the request names none, so that each turn goes where the turns
+   * before it left their prefix.
+   */
+  chainSession: string | undefined;
+  /**
+   * What must be done with the answer before its end reaches the client (the Responses store
+   * keeps it first, so that a client continuing from it at once finds it): the end waits for it,
+   * and a rejection fails the answer instead of ending it.
+   */
+  settleAnswer: ((response: Record<string, unknown>) => Promise<void>) | undefined;
+  /**
+   * A background Responses turn (`background: true`), as its stage settled it: whether the
+   * client follows its stream, and its record as queued. The host runs it without the client.
+   */
+  background: { readonly clientStreams: boolean; readonly queued: StoredResponse } | undefined;
   /** The request's context (a client that leaves stops it), once it is tracked. */
   context: Controller | undefined;
   /** Its events, once it is tracked. */
@@ -203,7 +226,7 @@ export class RequestContext<X extends Exchange = Exchange> {
 
   /** The request's session key, as routing reads it (its session header, an agent's, or the body's `user`), without building the routing input. */
   get sessionKey(): string | undefined {
-    const own = sessionKeyOf(this.headers, this.proxy.options.routing.sessionHeader);
+    const own = sessionKeyOf(this.headers, this.proxy.options.routing.sessionHeader) ?? this.chainSession;
     if (own !== undefined && own !== '') return own;
     const { user } = this.body;
     return typeof user === 'string' && user !== '' ? user : undefined;
@@ -218,7 +241,7 @@ export class RequestContext<X extends Exchange = Exchange> {
     const { sessionHeader, prefixKeyHeader } = this.proxy.options.routing;
     this.#input ??= new RoutingInput(
       this.body,
-      sessionKeyOf(this.headers, sessionHeader),
+      sessionKeyOf(this.headers, sessionHeader) ?? this.chainSession,
       undefined,
       this.endpoint,
       headerValue(this.headers[prefixKeyHeader]),

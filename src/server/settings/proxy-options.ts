@@ -371,6 +371,22 @@ export interface ProxyOptions {
       }
     | undefined;
   /**
+   * Stored Responses and Conversations (`previous_response_id`, `conversation`, `GET
+   * /v1/responses/{id}`, background responses): kept in `store` (`'memory'` by default,
+   * bounded by `memoryBytes` (256 MiB) in all; a `redis://` URL replicas share; a
+   * `postgres://` URL, durable), each object living `ttlHours` (720) after its last write, each
+   * tenant (or API key) holding at most `maxObjects` (100,000) and `maxBytes` (1 GiB).
+   */
+  responses?:
+    | {
+        store?: string | undefined;
+        ttlHours?: number | undefined;
+        maxObjects?: number | undefined;
+        maxBytes?: number | undefined;
+        memoryBytes?: number | undefined;
+      }
+    | undefined;
+  /**
    * What makes a stage of a pool saturated, for `disagg_stage_saturation` (1.0 its set point,
    * what an autoscaler holds and an alert compares): a worker's engine queue against
    * `queueDepth` (5) and KV cache against `kvUsage` (0.8), read where `saturationSource` is

@@ -10,6 +10,7 @@ import { KV_EVENT_ROWS } from './kv-event-rows.js';
 import { LISTENING_ROWS } from './listening-rows.js';
 import { LOG_ROWS } from './log-rows.js';
 import type { ProxyOptions } from './proxy-options.js';
+import { RESPONSES_ROWS } from './responses-rows.js';
 import { RETRY_ROWS } from './retry-rows.js';
 import { ROUTING_ROWS } from './routing-rows.js';
 import { SCALING_ROWS } from './scaling-rows.js';
@@ -33,6 +34,7 @@ const SETTING_ROWS = [
   ...DISCOVERY_ROWS,
   ...SIDECAR_ROWS,
   ...SCALING_ROWS,
+  ...RESPONSES_ROWS,
   ...LOG_ROWS,
 ] as const;
 
@@ -119,6 +121,7 @@ export type SettingRowsMatch = [
   Expect<NestedOf<'migration'>>,
   Expect<NestedOf<'sidecar'>>,
   Expect<NestedOf<'scaling'>>,
+  Expect<NestedOf<'responses'>>,
   Expect<Same<Misfits<ProxyOptions, ProxyRow>, never>>,
   Expect<Same<Misfits<ServeConfig, Row>, never>>,
   Expect<Same<Misfits<ResolvedProxyOptions, ProxyRow>, never>>,

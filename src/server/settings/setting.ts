@@ -53,6 +53,7 @@ export type SettingGroup =
   | 'Discovery'
   | 'Sidecar'
   | 'Scaling'
+  | "Agents' state"
   | 'Logs and traces';
 
 /** The environment variable of a flag: `--kv-events-port` is `DISAGG_KV_EVENTS_PORT`. */

@@ -50,6 +50,7 @@ export interface ResolvedProxyOptions
       | 'tokenizer'
       | 'migration'
       | 'sidecar'
+      | 'responses'
       | 'scaling'
       | 'engine'
       | 'prefill'
@@ -114,6 +115,7 @@ export interface ResolvedProxyOptions
   tokenizer: { dir: string | undefined; threads: number };
   migration: { limit: number; via: 'decode' | 'prefill'; maxSeqLen: number | undefined };
   sidecar: { prefillFrom: 'pool' | 'header'; prefillAllow: string[]; prefillMaxRetries: number };
+  responses: { store: string; ttlHours: number; maxObjects: number; maxBytes: number; memoryBytes: number };
   scaling: {
     saturationSource: 'auto' | 'engine' | 'in-flight';
     queueDepth: number;
@@ -178,6 +180,7 @@ export interface ServeConfig {
   tokenizer: ResolvedProxyOptions['tokenizer'];
   migration: ResolvedProxyOptions['migration'];
   sidecar: ResolvedProxyOptions['sidecar'];
+  responses: ResolvedProxyOptions['responses'];
   scaling: ResolvedProxyOptions['scaling'];
   workerApiKey: string | undefined;
   /** `disagg serve`'s OTLP export of the proxy's spans (a library brings its own tracer). */
