@@ -240,7 +240,9 @@ export class RedisAgentStore implements AgentStore {
   /** A write's expiry (by the clock), Redis's time to live, and the owner's limits. */
   #writeArgs(now: number): [number, number, number, number] {
     const { ttlMs, maxObjectsPerOwner, maxBytesPerOwner } = this.#limits;
-    return [now + ttlMs, Math.max(1, Math.ceil(ttlMs)), maxObjectsPerOwner, maxBytesPerOwner];
+    // Lua reads neither Infinity nor a fraction where Redis wants an integer.
+    const ttl = Math.max(1, Math.ceil(bounded(ttlMs)));
+    return [now + ttl, ttl, bounded(maxObjectsPerOwner), bounded(maxBytesPerOwner)];
   }
 
   /** Throws the quota error a script's refusal (`['quota', objects, bytes, added objects, added bytes]`) stands for. */
@@ -328,6 +330,11 @@ function parseRedisUrl(text: string): URL {
     throw new TypeError('The Redis agent store needs a redis:// or rediss:// URL with a host');
   }
   return url;
+}
+
+/** A limit as Redis and Lua take it: no limit (Infinity) is the largest exact integer. */
+function bounded(limit: number): number {
+  return Number.isFinite(limit) ? limit : Number.MAX_SAFE_INTEGER;
 }
 
 /** A URL's percent-encoded part decoded, or as it is when it does not decode. */

@@ -214,6 +214,29 @@ describe.skipIf(redisServer.skip)(`RedisAgentStore in a shared Redis (${redisSer
     expect((await store.usage('alice')).objects).toBe(4);
   });
 
+  it('creating a conversation under an id its owner holds replaces it, items and all', async () => {
+    const store = open({ keyPrefix: freshPrefix() });
+    await store.createConversation({ id: 'conv_1', owner: 'alice', createdAt: 1, metadata: { v: '1' } }, [
+      item('msg_1'),
+      item('msg_2'),
+    ]);
+    const again = { id: 'conv_1', owner: 'alice', createdAt: 2, metadata: { v: '2' } };
+    await store.createConversation(again, [item('msg_3')]);
+    expect(await store.getConversation('conv_1', 'alice')).toEqual(again);
+    expect((await store.listItems('conv_1', 'alice', { limit: 10, order: 'asc' }))?.items).toEqual([item('msg_3')]);
+    const bytes = (value: unknown) => Buffer.byteLength(JSON.stringify(value));
+    expect(await store.usage('alice')).toEqual({ objects: 2, bytes: bytes(again) + bytes(item('msg_3')) });
+  });
+
+  it('takes limits without a bound: no time to live, no quota', async () => {
+    const store = open({
+      keyPrefix: freshPrefix(),
+      limits: { ttlMs: Number.POSITIVE_INFINITY, maxObjectsPerOwner: Number.POSITIVE_INFINITY },
+    });
+    await store.putResponse(responseOf('resp_1', 'alice'));
+    expect(await store.getResponse('resp_1', 'alice')).toBeDefined();
+  });
+
   it("keeps an owner's ids apart from another's: the same id is two objects", async () => {
     const store = open({ keyPrefix: freshPrefix() });
     await store.putResponse(responseOf('resp_1', 'alice'));
