@@ -27,7 +27,7 @@ import { AGENT_STORE_SCRIPTS, type AgentStoreScript } from './redis-store-script
 export interface RedisAgentStoreOptions extends AgentStoreOptions {
   /** The Redis every replica shares: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS. */
   readonly url: string;
-  /** How long one call may take, connecting included, in ms; 1000 by default. */
+  /** How long one call may take, in ms (a connection: at least 250); 1000 by default. */
   readonly timeoutMs?: number | undefined;
   /** The keys' prefix; `disagg:agents:` by default (replicas that share the objects share it). */
   readonly keyPrefix?: string | undefined;
@@ -53,7 +53,7 @@ const MAX_PLAIN_OWNER = 128;
  * overwritten (each owner has ids of its own). A response chain is walked back in one script
  * (one round trip); a page of items is read by its cursor, not the whole conversation.
  *
- * Every call gives up after `timeoutMs` (a connection being made included): an unreachable or
+ * Every call gives up after `timeoutMs` (a first connection after at least 250 ms): an unreachable or
  * silent Redis is an {@link AgentStoreUnavailableError} naming Redis's host and port (never
  * the password), with the driver's error as its `cause`, and the client reconnects by itself.
  * One Redis (or a primary with replicas); each owner's keys share a hash tag, but the scripts
