@@ -26,5 +26,9 @@ export async function openAgentStore(address: string, options: OpenAgentStoreOpt
     const { MemoryAgentStore } = await import('./memory-store.js');
     return new MemoryAgentStore({ ...options, maxBytes: options.memoryBytes });
   }
+  if (/^rediss?:\/\//.test(address)) {
+    const { RedisAgentStore } = await import('./redis-store.js');
+    return new RedisAgentStore({ ...options, url: address });
+  }
   throw new TypeError(`No store at ${JSON.stringify(address)}: give memory, a redis:// URL or a postgres:// URL`);
 }

@@ -71,11 +71,12 @@ describe("a client's own response id (request_id)", () => {
       'resp_mine-1',
     ]);
   });
-});
 
   it('on a stored turn it is a 400 naming request_id before any worker: the router names what it stores', async () => {
     const { prefill, decode, alice } = await fleet();
-    const error = await alice.responses.create({ ...BODY, request_id: 'resp_mine-2' } as never).catch((e: unknown) => e);
+    const error = await alice.responses
+      .create({ ...BODY, request_id: 'resp_mine-2' } as never)
+      .catch((e: unknown) => e);
     expect((error as { status?: number; param?: string }).status).toBe(400);
     expect((error as { param?: string }).param).toBe('request_id');
     expect(calls([...prefill, ...decode])).toBe(0);
@@ -166,6 +167,8 @@ describe("another tenant's response", () => {
     prefill[0]?.setFault({ type: 'status', status: 400, message: 'bad prompt' });
     expect(await statusOf(alice.responses.create({ ...UNSTORED, request_id: 'resp_retry-1' } as never))).toBe(400);
     prefill[0]?.setFault(undefined);
-    expect((await alice.responses.create({ ...UNSTORED, request_id: 'resp_retry-1' } as never)).id).toBe('resp_retry-1');
+    expect((await alice.responses.create({ ...UNSTORED, request_id: 'resp_retry-1' } as never)).id).toBe(
+      'resp_retry-1',
+    );
   });
 });

@@ -10,6 +10,13 @@ import { ownerOf } from './owner.js';
 // What the routes of stored objects share: the caller's store and owner, OpenAI's list pages
 // and error shapes, the query's paging, a JSON body.
 
+/** What a route of stored objects gets of its call: the path routed, a body already read, what the path's `*` stood for. */
+export interface StoredRouteCall {
+  readonly path: string;
+  readonly body: string | undefined;
+  readonly rest: string | undefined;
+}
+
 /** A route of stored objects answered: the store and whose the caller's objects are. */
 export interface StoredCall {
   readonly store: AgentStore;

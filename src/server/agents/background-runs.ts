@@ -5,8 +5,9 @@ import type { JsonObject, StoredResponse } from '../../agent-state/agent-store.j
 import { BackgroundRun } from '../../agent-state/background-run.js';
 import { parseJson, stringifyJson } from '../../http/json.js';
 import { answerJson } from '../../http/node-server.js';
-import type { HttpRequest } from '../http-exchange.js';
+import type { Exchange } from '../pipeline/exchange.js';
 import type { ProxyState } from '../pipeline/proxy-state.js';
+import type { RequestContext } from '../pipeline/request-context.js';
 import { answerFailure, answerInvalid, answerNotFound, type StoredCall } from './agent-answers.js';
 
 /**
@@ -69,6 +70,17 @@ export class BackgroundSink extends Writable {
   }
 }
 
+/** An exchange a background turn runs on: the proxy's HTTP one, detached from its client. */
+export interface DetachedExchange extends Exchange {
+  /** The client's response, answered by the run (the queued object, or the events as they come). */
+  readonly client: ServerResponse | undefined;
+  /** Where the flow's answer goes: the run's sink. */
+  readonly res: ServerResponse;
+}
+
+/** A request on a {@link DetachedExchange}. */
+type DetachedRequest = RequestContext<DetachedExchange>;
+
 /** What a background turn's stage settled: the client's wish to follow the stream, and the response as queued. */
 export interface BackgroundTurn {
   readonly clientStreams: boolean;
@@ -86,10 +98,10 @@ export interface BackgroundTurn {
  *
  * @internal
  */
-export async function runInBackground(
-  request: HttpRequest,
+export async function runInBackground<R extends DetachedRequest>(
+  request: R,
   turn: BackgroundTurn,
-  serve: (request: HttpRequest) => Promise<void>,
+  serve: (request: R) => Promise<void>,
 ): Promise<void> {
   const { proxy, exchange } = request;
   const client = exchange.client as ServerResponse;

@@ -3,7 +3,6 @@ import type { JsonObject, StoredConversation } from '../../agent-state/agent-sto
 import { responsesInputProblem } from '../../endpoints/responses-items.js';
 import { answerJson } from '../../http/node-server.js';
 import type { ProxyState } from '../pipeline/proxy-state.js';
-import type { RouteCall } from '../route-entry.js';
 import {
   answerFailure,
   answerInvalid,
@@ -13,6 +12,7 @@ import {
   listPage,
   pageQuery,
   type StoredCall,
+  type StoredRouteCall,
   storedCall,
 } from './agent-answers.js';
 import { newConversationId, withId } from './turn-items.js';
@@ -79,7 +79,7 @@ export async function serveConversations(
   proxy: ProxyState,
   req: IncomingMessage,
   res: ServerResponse,
-  call: RouteCall,
+  call: StoredRouteCall,
 ): Promise<void> {
   const parts = call.rest === undefined ? [] : call.rest.split('/');
   const [id, items, itemId, ...more] = parts;

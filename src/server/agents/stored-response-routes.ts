@@ -1,7 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { answerJson } from '../../http/node-server.js';
 import type { ProxyState } from '../pipeline/proxy-state.js';
-import type { RouteCall } from '../route-entry.js';
 import {
   answerFailure,
   answerInvalid,
@@ -9,6 +8,7 @@ import {
   answerNotFound,
   pageOf,
   pageQuery,
+  type StoredRouteCall,
   storedCall,
 } from './agent-answers.js';
 import { cancelRun, resumeRun } from './background-runs.js';
@@ -26,7 +26,7 @@ export async function serveStoredResponse(
   proxy: ProxyState,
   req: IncomingMessage,
   res: ServerResponse,
-  call: RouteCall,
+  call: StoredRouteCall,
 ): Promise<void> {
   const [id = '', action, ...more] = (call.rest ?? '').split('/');
   const method = req.method ?? 'GET';

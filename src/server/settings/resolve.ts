@@ -9,9 +9,8 @@ import { checkConsumption } from './consumption.js';
 import type { HandlerOptions, ProxyOptions } from './proxy-options.js';
 import { discoveryOf, kvEventsOf, readSettings, tokenizerOf } from './read-settings.js';
 import { PROGRAM_ONLY, SETTINGS } from './rows.js';
-import { ConfigError, Problems, type Source, valueAt } from './setting.js';
+import { ConfigError, Problems, rejectUnknown, type Source, valueAt } from './setting.js';
 import type { EngineHook, PolicyFactory, ResolvedProxyOptions } from './types.js';
-import { rejectUnknown } from './unknown-keys.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from './worker-entries.js';
 import { withWorkers } from './workers.js';
 

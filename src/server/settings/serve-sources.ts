@@ -2,9 +2,8 @@
 // variables (Kubernetes' own service links let through), a config file.
 import { discoveryOf, kvEventsOf, readSettings, tokenizerOf } from './read-settings.js';
 import { SETTINGS } from './rows.js';
-import { Problems, valueAt, withHint } from './setting.js';
+import { Problems, rejectUnknown, valueAt, withHint } from './setting.js';
 import type { ServeConfig } from './types.js';
-import { rejectUnknown } from './unknown-keys.js';
 import { withWorkers } from './workers.js';
 
 /** The sources `disagg serve` reads, in order of precedence. */
