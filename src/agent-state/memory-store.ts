@@ -233,7 +233,7 @@ export class MemoryAgentStore implements AgentStore {
     if (entry?.items === undefined) return undefined;
     this.uses.touch(entry);
     const page = entry.items.page(query);
-    return { items: page.items.map((item) => JSON.parse(item.json) as JsonObject), hasMore: page.hasMore };
+    return { items: page.items.map((json) => JSON.parse(json) as JsonObject), hasMore: page.hasMore };
   }
 
   async getItem(conversationId: string, owner: string, itemId: string): Promise<JsonObject | undefined> {
@@ -241,8 +241,8 @@ export class MemoryAgentStore implements AgentStore {
     const entry = this.alive(this.holdings.get(owner)?.conversations.get(conversationId), now);
     if (entry?.items === undefined) return undefined;
     this.uses.touch(entry);
-    const item = entry.items.get(itemId);
-    return item === undefined ? undefined : (JSON.parse(item.json) as JsonObject);
+    const json = entry.items.get(itemId);
+    return json === undefined ? undefined : (JSON.parse(json) as JsonObject);
   }
 
   async deleteItem(conversationId: string, owner: string, itemId: string): Promise<boolean> {
@@ -250,9 +250,9 @@ export class MemoryAgentStore implements AgentStore {
     const entry = this.alive(this.holdings.get(owner)?.conversations.get(conversationId), now);
     if (entry?.items === undefined) return false;
     this.uses.touch(entry);
-    const item = entry.items.delete(itemId);
-    if (item === undefined) return false;
-    this.count(entry, -1, -item.bytes);
+    const freed = entry.items.delete(itemId);
+    if (freed === undefined) return false;
+    this.count(entry, -1, -freed);
     return true;
   }
 

@@ -3,7 +3,8 @@
 // store counts each object's JSON bytes; the heap holds those (one byte a character: the
 // text here is ASCII) and each object's bookkeeping besides: its entry, its map slot, its id.
 // Measured on Node 20, x64: a 336-byte response took 606 bytes of heap (1.77 times the bytes
-// counted, 113 MiB for 64 MiB); a 114-byte conversation item took 283 (2.49 times, 159 MiB).
+// counted, 113 MiB for 64 MiB); a 114-byte conversation item took 246 (2.17 times, 139 MiB).
+// The bounds leave a quarter more than that, for another Node or another allocator.
 import { describe, expect, it } from 'vitest';
 import type { JsonObject, StoredResponse } from '../../src/agent-state/agent-store.js';
 import { MemoryAgentStore } from '../../src/agent-state/memory-store.js';
@@ -63,7 +64,7 @@ describe('the in-memory AgentStore holds what its bounds say', () => {
     await store.close();
   }, 60_000);
 
-  it(`${OBJECTS.toLocaleString('en')} conversation items (${CONVERSATIONS.toLocaleString('en')} conversations of ${ITEMS_EACH}) under maxBytes 64 MiB: it counts at most 64 MiB, and the heap grows by less than 3 times that (measured 2.49)`, async () => {
+  it(`${OBJECTS.toLocaleString('en')} conversation items (${CONVERSATIONS.toLocaleString('en')} conversations of ${ITEMS_EACH}) under maxBytes 64 MiB: it counts at most 64 MiB, and the heap grows by less than 2.75 times that (measured 2.17)`, async () => {
     const store = new MemoryAgentStore({ maxBytes: MAX_BYTES });
     const before = heldNow();
     for (let c = 0; c < CONVERSATIONS; c++) {
@@ -81,7 +82,7 @@ describe('the in-memory AgentStore holds what its bounds say', () => {
     const grown = heldNow() - before;
     const stats = store.stats();
     expect(stats.bytes).toBeLessThanOrEqual(MAX_BYTES);
-    expect(grown).toBeLessThan(3 * MAX_BYTES);
+    expect(grown).toBeLessThan(2.75 * MAX_BYTES);
     const newest = CONVERSATIONS - 1;
     const page = await store.listItems(`conv_${hex(newest)}`, `tenant_${newest % 100}`, { limit: 1_000, order: 'asc' });
     expect(page?.items).toHaveLength(ITEMS_EACH);
