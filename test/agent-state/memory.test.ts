@@ -1,5 +1,5 @@
 // What the in-memory AgentStore really holds on the heap, measured after a full GC: a million
-// objects written through a store bounded at 64 MiB, most of them evicted on the way. The
+// objects written through a store bounded at 64 MiB, the oldest evicted on the way. The
 // store counts each object's JSON bytes; the heap holds those (one byte a character: the
 // text here is ASCII) and each object's bookkeeping besides: its entry, its map slot, its id.
 // Measured on Node 20, x64: a 336-byte response took 606 bytes of heap (1.77 times the bytes
