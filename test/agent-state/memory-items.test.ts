@@ -3,12 +3,17 @@ import { describe, expect, it } from 'vitest';
 import { ItemList, type StoredItem } from '../../src/agent-state/memory-items.js';
 import { propertyOptions } from '../support/property.js';
 
-const stored = (id: string): StoredItem => ({ id, json: JSON.stringify({ id }), bytes: id.length + 8 });
-const ids = (page: { items: StoredItem[] }) => page.items.map((item) => item.id);
+function stored(id: string): StoredItem {
+  const json = JSON.stringify({ id });
+  return { id, json, bytes: Buffer.byteLength(json) };
+}
+const idOf = (json: string | undefined): string | undefined =>
+  json === undefined ? undefined : (JSON.parse(json) as { id: string }).id;
+const ids = (page: { items: string[] }) => page.items.map(idOf);
 
 /** Every page of `list` in `order`, `limit` at a time, each from the last one's cursor. */
-function walk(list: ItemList, order: 'asc' | 'desc', limit: number): string[] {
-  const seen: string[] = [];
+function walk(list: ItemList, order: 'asc' | 'desc', limit: number): Array<string | undefined> {
+  const seen: Array<string | undefined> = [];
   for (let after: string | undefined; ; ) {
     const page = list.page({ after, limit, order });
     seen.push(...ids(page));
@@ -24,13 +29,13 @@ describe('ItemList', () => {
     const kept: string[] = [];
     for (let i = 0; i < 1_000; i++) {
       if (i % 10 === 0) kept.push(`msg_${i}`);
-      else expect(list.delete(`msg_${i}`)?.id).toBe(`msg_${i}`);
+      else expect(list.delete(`msg_${i}`)).toBe(stored(`msg_${i}`).bytes);
     }
     expect(list.size).toBe(100);
     expect(walk(list, 'asc', 7)).toEqual(kept);
     expect(walk(list, 'desc', 7)).toEqual([...kept].reverse());
     expect(ids(list.page({ after: 'msg_500', limit: 2, order: 'asc' }))).toEqual(['msg_510', 'msg_520']);
-    expect(list.get('msg_990')?.id).toBe('msg_990');
+    expect(idOf(list.get('msg_990'))).toBe('msg_990');
     expect(list.get('msg_991')).toBeUndefined();
   });
 
@@ -60,7 +65,8 @@ describe('ItemList', () => {
               const id =
                 one.held && model.length > 0 ? (model[one.remove % model.length] as string) : `msg_${one.remove}`;
               const at = model.indexOf(id);
-              expect(list.delete(id)?.id).toBe(at === -1 ? undefined : id);
+              expect(list.delete(id)).toBe(at === -1 ? undefined : stored(id).bytes);
+              expect(list.get(id)).toBeUndefined();
               if (at !== -1) model.splice(at, 1);
             }
           }

@@ -66,6 +66,17 @@ describe('MemoryAgentStore bounds what it holds over all owners', () => {
     expect(store.stats()).toEqual({ objects: 2, bytes: 2 * bob.bytes, evictions: 1 });
   });
 
+  it('a conversation read is a use: listing its items keeps it over a response written before', async () => {
+    const store = new MemoryAgentStore({ maxEntries: 4 });
+    await store.createConversation(conversation('conv_1'), [item('msg_1')]);
+    await store.putResponse(responseOf('resp_1', 'alice'));
+    await store.listItems('conv_1', 'alice', { limit: 1, order: 'asc' });
+    await store.putResponse(responseOf('resp_2', 'alice'));
+    await store.putResponse(responseOf('resp_3', 'alice'));
+    expect(await store.getResponse('resp_1', 'alice')).toBeUndefined();
+    expect(await store.getItem('conv_1', 'alice', 'msg_1')).toEqual(item('msg_1'));
+  });
+
   it('an evicted response breaks its chain: it cannot be continued', async () => {
     const store = new MemoryAgentStore({ maxEntries: 3 });
     await store.putResponse(responseOf('resp_1', 'alice'));
@@ -113,6 +124,21 @@ describe('MemoryAgentStore bounds what it holds over all owners', () => {
     await store.putResponse(responseOf('resp_3', 'alice'));
     expect(store.stats()).toMatchObject({ objects: 2, evictions: 0 });
     expect(await store.usage('bob')).toEqual({ objects: 0, bytes: 0 });
+  });
+});
+
+describe('MemoryAgentStore keeps each owner apart', () => {
+  it("another owner's object under the same id neither replaces nor reveals the first owner's", async () => {
+    const store = new MemoryAgentStore();
+    await store.putResponse(responseOf('resp_1', 'alice'));
+    await store.putResponse({ ...responseOf('resp_1', 'bob'), response: { id: 'resp_1', status: 'failed' } });
+    await store.createConversation(conversation('conv_1'), [item('msg_1', 'alice')]);
+    await store.createConversation(conversation('conv_1', 'bob'), [item('msg_1', 'bob')]);
+    expect(await store.getResponse('resp_1', 'alice')).toEqual(responseOf('resp_1', 'alice'));
+    expect(await store.getItem('conv_1', 'alice', 'msg_1')).toEqual(item('msg_1', 'alice'));
+    expect(await store.deleteResponse('resp_1', 'bob')).toBe(true);
+    expect(await store.getResponse('resp_1', 'alice')).toBeDefined();
+    expect((await store.usage('alice')).objects).toBe(3);
   });
 });
 
