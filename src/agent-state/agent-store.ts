@@ -180,6 +180,8 @@ export class AgentStoreUnavailableError extends DisaggError {
 export class AgentStoreQuotaError extends DisaggError {
   static override readonly is = branded<AgentStoreQuotaError>('AgentStoreQuotaError');
   declare readonly code: 'DISAGG_STORE_QUOTA';
+  /** OpenAI's code for it. */
+  readonly apiCode = 'insufficient_quota';
 
   constructor(
     message: string,
