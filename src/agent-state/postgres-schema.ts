@@ -4,19 +4,22 @@
 
 import { branded, DisaggError } from '../util/disagg-error.js';
 
-/** One round trip: a statement and its parameters, its rows back. */
+/** One round trip: a statement and its parameters, its rows back. @internal */
 export type Query = (text: string, values?: readonly unknown[]) => Promise<Array<Record<string, unknown>>>;
 
 /**
  * The first key of the store's advisory locks (`pg_advisory_xact_lock(int, int)`): "disg", so
  * that they keep clear of another application's locks on the same database. The schema's lock
  * is (`LOCK_CLASS`, 0); an owner's writes take (`LOCK_CLASS` + 1, the owner's hash).
+ *
+ * @internal
  */
 export const LOCK_CLASS = 0x64697367;
 
 /**
  * The schema, as the steps that make it: step N brings a database from version N to N + 1.
  * Never change a step once released (a database that ran it would not run it again): add one.
+ * @internal
  *
  * Bodies are text, not jsonb: the store must give back exactly the object it was given, and
  * jsonb reorders keys, drops duplicate ones and refuses `\u0000` in strings. Times are the
@@ -68,13 +71,16 @@ export const MIGRATIONS: readonly (readonly string[])[] = [
   ],
 ];
 
-/** The version the code knows: the number of its steps. */
+/** The schema version this build knows (the number of its steps): a database past it is refused. */
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
 /**
  * The PostgreSQL store cannot work with the database as set (its schema is newer than this
  * build knows): a setting to change, so `code` is `DISAGG_CONFIG`, and the message is one line
  * saying what to change.
+ *
+ * @example
+ * if (PostgresStoreSettingError.is(error)) process.exitCode = 2;
  */
 export class PostgresStoreSettingError extends DisaggError {
   static override readonly is = branded<PostgresStoreSettingError>('PostgresStoreSettingError');
@@ -93,6 +99,7 @@ export class PostgresStoreSettingError extends DisaggError {
  *
  * @throws {PostgresStoreSettingError} when the database is at a newer version than
  * `migrations` reach (`where` names it in the message).
+ * @internal
  * @example
  * await query('BEGIN');
  * const { from, to } = await migrateSchema(query, 'db.internal:5432/disagg');

@@ -9,7 +9,7 @@ import { DisaggError } from '../util/disagg-error.js';
 import { AgentStoreUnavailableError } from './agent-store.js';
 import { LOCK_CLASS, PostgresStoreSettingError, type Query } from './postgres-schema.js';
 
-/** A server's address as the store tells it: `host:port/database`, and the URL without its password. */
+/** A server's address as the store tells it: `host:port/database`, and the URL without its password. @internal */
 export interface PostgresAddress {
   /** `host:port/database`, for messages. */
   readonly where: string;
@@ -23,6 +23,7 @@ export interface PostgresAddress {
  * The address of `url` (`postgres://user:password@host:port/database`), without the password.
  *
  * @throws {PostgresStoreSettingError} for a URL that does not parse.
+ * @internal
  * @example
  * postgresAddress('postgres://disagg:pw@db:5432/agents').where; // 'db:5432/agents'
  */
@@ -47,6 +48,10 @@ export function postgresAddress(url: string): PostgresAddress {
  * An owner's lock key (the second int of its advisory lock): FNV-1a of its name, as a signed
  * 32-bit integer. Computed here, so that the lock can be taken in BEGIN's own round trip;
  * two owners with one hash only wait for each other.
+ *
+ * @internal
+ * @example
+ * ownerLockKey('team-a'); // the same number on every replica
  */
 export function ownerLockKey(owner: string): number {
   let hash = 0x811c9dc5;
@@ -60,7 +65,7 @@ class BudgetSpent extends Error {}
 /** Tries of one call at most, each after a stale connection (the pool's size and a fresh one, with room). */
 const MAX_TRIES = 16;
 
-/** A pooled connection that the server had closed: see {@link PostgresSessions.read}. */
+/** A pooled connection that the server had closed: see {@link PostgresSessions.run}. */
 class StaleConnection extends Error {
   constructor(override readonly cause: unknown) {
     super('stale connection');
@@ -89,7 +94,7 @@ function wordsOf(error: unknown): string {
   return String(error);
 }
 
-/** Options of {@link PostgresSessions}. */
+/** Options of {@link PostgresSessions}. @internal */
 export interface PostgresSessionsOptions {
   readonly address: PostgresAddress;
   /** A call's whole budget, in milliseconds. */
@@ -102,6 +107,8 @@ export interface PostgresSessionsOptions {
  * connect, and each round trip given what is left). A connection that failed, or whose
  * round trip ran out of time, is destroyed rather than given back to the pool, so that the
  * next call opens a fresh one: the store works again as soon as the server does.
+ *
+ * @internal
  */
 export class PostgresSessions {
   readonly #pool: Pool;
@@ -130,7 +137,7 @@ export class PostgresSessions {
    * @throws {AgentStoreUnavailableError} when the server cannot be reached, fails, or does not answer in time.
    * @throws the `DisaggError` that `work` throws, as it is.
    */
-  async read<T>(what: string, work: (query: Query) => Promise<T>, budgetMs = this.#timeoutMs): Promise<T> {
+  async run<T>(what: string, work: (query: Query) => Promise<T>, budgetMs = this.#timeoutMs): Promise<T> {
     const deadline = performance.now() + budgetMs;
     try {
       let answer: { value: T } | undefined;
@@ -160,11 +167,11 @@ export class PostgresSessions {
    * owner, from any replica, run one at a time (a quota checked in it holds when it commits).
    * A `DisaggError` from `work` (a quota refused) rolls it back and is thrown as it is.
    *
-   * @throws {AgentStoreUnavailableError} as {@link read}; then nothing was committed, unless
+   * @throws {AgentStoreUnavailableError} as {@link run}; then nothing was committed, unless
    * the COMMIT itself was sent and its answer lost.
    */
   async write<T>(what: string, owner: string, work: (query: Query) => Promise<T>): Promise<T> {
-    return this.read(what, async (query) => {
+    return this.run(what, async (query) => {
       await query(`BEGIN; SELECT pg_advisory_xact_lock(${LOCK_CLASS + 1}, ${ownerLockKey(owner)})`);
       let answer: T;
       try {
@@ -208,8 +215,9 @@ export class PostgresSessions {
       client.release();
       return answer;
     } catch (error) {
-      // Destroyed, not given back: the next call opens a fresh connection.
-      client?.release(true);
+      // A refusal of the store's own (a quota) leaves the connection as good as it was; any
+      // other failure destroys it rather than give it back: the next call opens a fresh one.
+      client?.release(!DisaggError.is(error));
       if (client !== undefined && answered === 0 && isDropped(error)) throw new StaleConnection(error);
       throw error;
     }

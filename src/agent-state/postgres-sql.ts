@@ -10,6 +10,8 @@ import type { Query } from './postgres-schema.js';
  * Deletes owner `$1`'s rows expired at `$2` (responses, conversations and their items), takes
  * them off its counters (made at 0 for a new owner), and answers the counters after
  * (`objects`, `bytes`) and the objects deleted (`purged`). Run under the owner's lock.
+ *
+ * @internal
  */
 export const PURGE_OWNER = `
 WITH responses AS (
@@ -31,6 +33,8 @@ RETURNING u.objects, u.bytes, (SELECT objects FROM gone) AS purged`;
 /**
  * What owner `$1` holds at `$2`: its counters less what has expired and is not deleted yet
  * (one statement, so one snapshot: no write of the owner is half seen).
+ *
+ * @internal
  */
 export const USAGE = `
 SELECT coalesce(u.objects, 0) - r.objects - c.objects - i.objects AS objects,
@@ -44,7 +48,7 @@ FROM (SELECT count(*) AS objects, coalesce(sum(bytes), 0) AS bytes
       WHERE ic.owner = $1 AND ic.expires_at < $2) i
 LEFT JOIN disagg_owner_usage u ON u.owner = $1`;
 
-/** Up to `$2` owners with rows expired at `$1`: those a sweep purges. */
+/** Up to `$2` owners with rows expired at `$1`: those a sweep purges. @internal */
 export const PURGEABLE_OWNERS = `
 SELECT owner FROM (
   SELECT owner FROM disagg_responses WHERE expires_at < $1
@@ -52,7 +56,7 @@ SELECT owner FROM (
   SELECT owner FROM disagg_conversations WHERE expires_at < $1
 ) expired LIMIT $2`;
 
-/** An item id taken twice (or not a string): the caller's mistake (a 400), not an outage. */
+/** An item id taken twice (or not a string): the caller's mistake (a 400), not an outage. @internal */
 export function duplicateItem(conversationId: string, ids: readonly string[]): DisaggError {
   return new DisaggError(
     'DISAGG_BAD_REQUEST',
@@ -60,7 +64,12 @@ export function duplicateItem(conversationId: string, ids: readonly string[]): D
   );
 }
 
-/** Each item's id, body and bytes, checked to be strings unique among themselves. */
+/**
+ * Each item's id, body and bytes, its ids checked to be strings unique among themselves.
+ *
+ * @throws a `DisaggError` with code `DISAGG_BAD_REQUEST` otherwise.
+ * @internal
+ */
 export function itemRows(conversationId: string, items: readonly JsonObject[]): ItemRows {
   const ids = items.map((item) => item.id);
   const seen = new Set<unknown>();
@@ -71,7 +80,7 @@ export function itemRows(conversationId: string, items: readonly JsonObject[]): 
   return { ids: ids as string[], bodies, bytes, total: bytes.reduce((sum, one) => sum + one, 0) };
 }
 
-/** Items as rows: each one's id, body (its JSON) and bytes, and their bytes in all. */
+/** Items as rows: each one's id, body (its JSON) and bytes, and their bytes in all. @internal */
 export interface ItemRows {
   readonly ids: readonly string[];
   readonly bodies: readonly string[];
@@ -82,6 +91,8 @@ export interface ItemRows {
 /**
  * Inserts `rows` into conversation `conversationId` of `owner`, in order, numbered on from
  * `firstSeq` (the conversation's `next_seq`, which the caller moves on by as many).
+ *
+ * @internal
  */
 export async function insertItems(
   query: Query,

@@ -133,7 +133,7 @@ export class PostgresAgentStore implements AgentStore {
     const sessions = new PostgresSessions(pool, { address, timeoutMs, logger: options.logger });
     let schema: SchemaMigration;
     try {
-      schema = await sessions.read(
+      schema = await sessions.run(
         'migrate the schema',
         async (query) => {
           await query(`BEGIN; SET LOCAL statement_timeout = ${migrationTimeoutMs}`);
@@ -445,7 +445,7 @@ export class PostgresAgentStore implements AgentStore {
   }
 
   #read<T>(what: string, work: (query: Query) => Promise<T>): Promise<T> {
-    return this.#sessions.read(what, work);
+    return this.#sessions.run(what, work);
   }
 
   /**
