@@ -2,7 +2,6 @@
 // rows with its counters, in one statement; the read of what it holds now), and a
 // conversation's items as rows.
 
-import { DisaggError } from '../util/disagg-error.js';
 import type { JsonObject } from './agent-store.js';
 import type { Query } from './postgres-schema.js';
 
@@ -56,28 +55,22 @@ SELECT owner FROM (
   SELECT owner FROM disagg_conversations WHERE expires_at < $1
 ) expired LIMIT $2`;
 
-/** An item id taken twice (or not a string): the caller's mistake (a 400), not an outage. @internal */
-export function duplicateItem(conversationId: string, ids: readonly string[]): DisaggError {
-  return new DisaggError(
-    'DISAGG_BAD_REQUEST',
-    `conversation ${conversationId} would hold items without an id of their own (${ids.join(', ')}): each item needs a string id, unique in its conversation`,
-  );
-}
-
 /**
- * Each item's id, body and bytes, its ids checked to be strings unique among themselves.
+ * Items as rows, as the other backends keep them: an id given twice is one item, at the place
+ * of the first, with the JSON of the last.
  *
- * @throws a `DisaggError` with code `DISAGG_BAD_REQUEST` otherwise.
  * @internal
  */
-export function itemRows(conversationId: string, items: readonly JsonObject[]): ItemRows {
-  const ids = items.map((item) => item.id);
-  const seen = new Set<unknown>();
-  const repeated = ids.filter((id) => seen.size === seen.add(id).size || typeof id !== 'string');
-  if (repeated.length > 0) throw duplicateItem(conversationId, repeated.map(String));
-  const bodies = items.map((item) => JSON.stringify(item));
-  const bytes = bodies.map((body) => Buffer.byteLength(body));
-  return { ids: ids as string[], bodies, bytes, total: bytes.reduce((sum, one) => sum + one, 0) };
+export function itemRows(items: readonly JsonObject[]): ItemRows {
+  const bodies = new Map<string, string>();
+  for (const item of items) bodies.set(String(item.id), JSON.stringify(item));
+  const bytes = [...bodies.values()].map((body) => Buffer.byteLength(body));
+  return {
+    ids: [...bodies.keys()],
+    bodies: [...bodies.values()],
+    bytes,
+    total: bytes.reduce((sum, one) => sum + one, 0),
+  };
 }
 
 /** Items as rows: each one's id, body (its JSON) and bytes, and their bytes in all. @internal */
@@ -90,7 +83,8 @@ export interface ItemRows {
 
 /**
  * Inserts `rows` into conversation `conversationId` of `owner`, in order, numbered on from
- * `firstSeq` (the conversation's `next_seq`, which the caller moves on by as many).
+ * `firstSeq` (the conversation's `next_seq`, which the caller moves on by as many); one whose
+ * id the conversation holds replaces that item in place (its number kept).
  *
  * @internal
  */
@@ -105,7 +99,8 @@ export async function insertItems(
   await query(
     `INSERT INTO disagg_items (owner, conversation_id, item_id, seq, bytes, body)
      SELECT $1, $2, item_id, $3 + ordinality, bytes, body
-     FROM unnest($4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS t(item_id, bytes, body, ordinality)`,
+     FROM unnest($4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS t(item_id, bytes, body, ordinality)
+     ON CONFLICT (owner, conversation_id, item_id) DO UPDATE SET bytes = excluded.bytes, body = excluded.body`,
     [owner, conversationId, firstSeq, rows.ids, rows.bytes, rows.bodies],
   );
 }

@@ -22,7 +22,7 @@ import {
 } from './agent-store.js';
 import { migrateSchema, type Query } from './postgres-schema.js';
 import { PostgresSessions, postgresAddress } from './postgres-sessions.js';
-import { duplicateItem, insertItems, itemRows, PURGE_OWNER, PURGEABLE_OWNERS, USAGE } from './postgres-sql.js';
+import { insertItems, itemRows, PURGE_OWNER, PURGEABLE_OWNERS, USAGE } from './postgres-sql.js';
 
 /** Options of {@link PostgresAgentStore.open}. */
 export interface PostgresAgentStoreOptions extends AgentStoreOptions {
@@ -243,7 +243,7 @@ export class PostgresAgentStore implements AgentStore {
   async createConversation(conversation: StoredConversation, items: readonly JsonObject[]): Promise<void> {
     const body = JSON.stringify(conversation);
     const bytes = Buffer.byteLength(body);
-    const rows = itemRows(conversation.id, items);
+    const rows = itemRows(items);
     const { owner, id } = conversation;
     await this.#write('create a conversation', owner, async (query, usage) => {
       // A conversation created again under its id replaces the one there, items and all.
@@ -254,7 +254,7 @@ export class PostgresAgentStore implements AgentStore {
         [owner, id],
       );
       const added = {
-        objects: 1 + items.length - numberOf(old?.objects),
+        objects: 1 + rows.ids.length - numberOf(old?.objects),
         bytes: bytes + rows.total - numberOf(old?.bytes),
       };
       checkQuota(owner, usage, added, this.#limits);
@@ -266,7 +266,7 @@ export class PostgresAgentStore implements AgentStore {
            ON CONFLICT (owner, id) DO UPDATE SET expires_at = $3, next_seq = $4, bytes = $5, body = $6
          )
          UPDATE disagg_owner_usage SET objects = objects + $7, bytes = bytes + $8 WHERE owner = $1`,
-        [owner, id, this.#expiry(), items.length, bytes, body, added.objects, added.bytes],
+        [owner, id, this.#expiry(), rows.ids.length, bytes, body, added.objects, added.bytes],
       );
       // After the delete above has committed its rows' removal within this transaction.
       await insertItems(query, owner, id, 0, rows);
@@ -329,29 +329,30 @@ export class PostgresAgentStore implements AgentStore {
   }
 
   async appendItems(conversationId: string, owner: string, items: readonly JsonObject[]): Promise<boolean> {
-    const rows = itemRows(conversationId, items);
+    const rows = itemRows(items);
     return this.#write('append items to a conversation', owner, async (query, usage) => {
       const [conversation] = await query('SELECT next_seq FROM disagg_conversations WHERE owner = $1 AND id = $2', [
         owner,
         conversationId,
       ]);
       if (conversation === undefined) return false;
-      checkQuota(owner, usage, { objects: items.length, bytes: rows.total }, this.#limits);
-      const taken = await query(
-        'SELECT item_id FROM disagg_items WHERE owner = $1 AND conversation_id = $2 AND item_id = ANY($3::text[])',
+      // An id the conversation holds is that item replaced in place, as the other backends do.
+      const [held] = await query(
+        `SELECT count(*) AS objects, coalesce(sum(bytes), 0) AS bytes FROM disagg_items
+         WHERE owner = $1 AND conversation_id = $2 AND item_id = ANY($3::text[])`,
         [owner, conversationId, rows.ids],
       );
-      if (taken.length > 0)
-        throw duplicateItem(
-          conversationId,
-          taken.map((row) => String(row.item_id)),
-        );
+      const added = {
+        objects: rows.ids.length - numberOf(held?.objects),
+        bytes: rows.total - numberOf(held?.bytes),
+      };
+      checkQuota(owner, usage, added, this.#limits);
       await query(
         `WITH refreshed AS (
            UPDATE disagg_conversations SET next_seq = next_seq + $3, expires_at = $4 WHERE owner = $1 AND id = $2
          )
-         UPDATE disagg_owner_usage SET objects = objects + $3, bytes = bytes + $5 WHERE owner = $1`,
-        [owner, conversationId, items.length, this.#expiry(), rows.total],
+         UPDATE disagg_owner_usage SET objects = objects + $5, bytes = bytes + $6 WHERE owner = $1`,
+        [owner, conversationId, rows.ids.length, this.#expiry(), added.objects, added.bytes],
       );
       await insertItems(query, owner, conversationId, numberOf(conversation.next_seq), rows);
       return true;

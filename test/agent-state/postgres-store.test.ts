@@ -5,6 +5,7 @@ import {
   type AgentStoreOptions,
   AgentStoreQuotaError,
   AgentStoreUnavailableError,
+  objectBytes,
 } from '../../src/agent-state/agent-store.js';
 import { LOCK_CLASS, PostgresStoreSettingError, SCHEMA_VERSION } from '../../src/agent-state/postgres-schema.js';
 import { ownerLockKey } from '../../src/agent-state/postgres-sessions.js';
@@ -156,19 +157,29 @@ describe.skipIf(postgres.skip)(`PostgresAgentStore shared by replicas (${postgre
     expect(JSON.stringify(await store.getResponse('resp_t', 'alice'))).toBe(JSON.stringify(response));
   });
 
-  it('refuses an item whose id its conversation already holds, appending none of the batch', async () => {
+  it('replaces an item given again under an id its conversation holds, in place, as the other backends do', async () => {
     const store = await open();
-    await store.createConversation({ id: 'conv_1', owner: 'alice', createdAt: 1, metadata: {} }, [{ id: 'msg_1' }]);
-    const refused = await store
-      .appendItems('conv_1', 'alice', [{ id: 'msg_2' }, { id: 'msg_1' }])
-      .catch((e: unknown) => e);
-    expect((refused as { code?: string }).code).toBe('DISAGG_BAD_REQUEST');
-    const twice = await store
-      .appendItems('conv_1', 'alice', [{ id: 'msg_3' }, { id: 'msg_3' }])
-      .catch((e: unknown) => e);
-    expect((twice as { code?: string }).code).toBe('DISAGG_BAD_REQUEST');
-    expect((await store.listItems('conv_1', 'alice', { limit: 10, order: 'asc' }))?.items).toEqual([{ id: 'msg_1' }]);
-    expect((await store.usage('alice')).objects).toBe(2);
+    await store.createConversation({ id: 'conv_1', owner: 'alice', createdAt: 1, metadata: {} }, [
+      { id: 'msg_1', v: 1 },
+      { id: 'msg_2', v: 1 },
+      { id: 'msg_1', v: 2 },
+    ]);
+    expect(await store.appendItems('conv_1', 'alice', [{ id: 'msg_3' }, { id: 'msg_2', v: 2 }])).toBe(true);
+    expect((await store.listItems('conv_1', 'alice', { limit: 10, order: 'asc' }))?.items).toEqual([
+      { id: 'msg_1', v: 2 },
+      { id: 'msg_2', v: 2 },
+      { id: 'msg_3' },
+    ]);
+    expect(await store.usage('alice')).toEqual({
+      objects: 4,
+      bytes:
+        objectBytes({ id: 'conv_1', owner: 'alice', createdAt: 1, metadata: {} }) +
+        objectBytes({ id: 'msg_1', v: 2 }) +
+        objectBytes({ id: 'msg_2', v: 2 }) +
+        objectBytes({ id: 'msg_3' }),
+    });
+    expect(await store.appendItems('conv_1', 'alice', [{ id: 'msg_4' }])).toBe(true);
+    expect((await store.listItems('conv_1', 'alice', { limit: 1, order: 'desc' }))?.items).toEqual([{ id: 'msg_4' }]);
   });
 });
 
