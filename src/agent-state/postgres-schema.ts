@@ -23,7 +23,8 @@ export const LOCK_CLASS = 0x64697367;
  *
  * Bodies are text, not jsonb: the store must give back exactly the object it was given, and
  * jsonb reorders keys, drops duplicate ones and refuses `\u0000` in strings. Times are the
- * store's clock's milliseconds (an injected clock in tests), not the server's.
+ * store's clock's milliseconds (an injected clock in tests), not the server's, as double
+ * precision: a clock may give fractions, and a TTL of Infinity never expires.
  */
 export const MIGRATIONS: readonly (readonly string[])[] = [
   [
@@ -32,8 +33,8 @@ export const MIGRATIONS: readonly (readonly string[])[] = [
        id text NOT NULL,
        previous_id text,
        conversation_id text,
-       stored_at bigint NOT NULL,
-       expires_at bigint NOT NULL,
+       stored_at double precision NOT NULL,
+       expires_at double precision NOT NULL,
        bytes bigint NOT NULL,
        body text NOT NULL,
        PRIMARY KEY (owner, id)
@@ -43,7 +44,7 @@ export const MIGRATIONS: readonly (readonly string[])[] = [
     `CREATE TABLE disagg_conversations (
        owner text NOT NULL,
        id text NOT NULL,
-       expires_at bigint NOT NULL,
+       expires_at double precision NOT NULL,
        next_seq bigint NOT NULL,
        bytes bigint NOT NULL,
        body text NOT NULL,

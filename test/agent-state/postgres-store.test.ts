@@ -204,6 +204,21 @@ describe.skipIf(postgres.skip)(`PostgresAgentStore deletes what expired (${postg
     expect(await store.usage('alice')).toEqual({ objects: 1, bytes: expect.any(Number) });
   });
 
+  it('keeps objects for good with a TTL of Infinity, on a clock that gives fractions of a millisecond', async () => {
+    now = 1_000.25;
+    const store = await open({ clock, limits: { ttlMs: Number.POSITIVE_INFINITY, maxObjectsPerOwner: Infinity } });
+    await store.putResponse(responseOf('resp_1', 'alice', undefined, now));
+    await store.createConversation({ id: 'conv_1', owner: 'alice', createdAt: 1, metadata: {} }, [{ id: 'msg_1' }]);
+    now += 1000 * DAY + 0.5;
+    await store.putResponse(responseOf('resp_2', 'alice', 'resp_1', now));
+    expect((await store.responseChain('resp_2', 'alice', 10))?.responses.map((one) => one.storedAt)).toEqual([
+      1_000.25,
+      now,
+    ]);
+    expect(await store.getItem('conv_1', 'alice', 'msg_1')).toEqual({ id: 'msg_1' });
+    expect((await store.usage('alice')).objects).toBe(4);
+  });
+
   it("sweeps every owner's expired rows, started by a write once the sweep interval has passed", async () => {
     now = 1_000;
     const url = await server.database();
