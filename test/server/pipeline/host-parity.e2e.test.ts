@@ -282,5 +282,6 @@ describe("a Responses turn that needs state: where each host's pipeline parts", 
     const stored = await hosts.viaProxy('/v1/responses', turn({ store: true }));
     expect(stored.status).toBe(200);
     expect(stored.body).toMatchObject({ store: true, object: 'response' });
+    expect(hosts.decode.requests.at(-1)?.body.store).toBe(false);
   });
 });
