@@ -88,12 +88,16 @@ describe.skipIf(postgres.skip)(`chains kept in PostgreSQL (${postgres.why})`, ()
     try {
       const before = calls();
       for (const body of [turn('again', one.id), turn('a new chain')]) {
-        const error = await client.responses.create(body).catch((e: unknown) => e as { status?: number; message?: string });
+        const error = await client.responses
+          .create(body)
+          .catch((e: unknown) => e as { status?: number; message?: string });
         expect(error).toMatchObject({ status: 503 });
         expect((error as { message: string }).message).toContain('PostgreSQL');
         expect((error as { message: string }).message).not.toContain('sekret');
       }
-      expect((await client.responses.retrieve(one.id).catch((e: unknown) => e as { status?: number })).status).toBe(503);
+      expect((await client.responses.retrieve(one.id).catch((e: unknown) => e as { status?: number })).status).toBe(
+        503,
+      );
       expect(calls()).toBe(before);
       expect((await client.responses.create({ ...turn('stateless'), store: false })).status).toBe('completed');
     } finally {
@@ -101,6 +105,6 @@ describe.skipIf(postgres.skip)(`chains kept in PostgreSQL (${postgres.why})`, ()
     }
     const two = await client.responses.create(turn('second question', one.id));
     expect(two.status).toBe('completed');
-    expect((workers.decode.requests.at(-1)?.body.input as unknown[]).length).toBe(3);
+    expect(workers.decode.requests.at(-1)?.body.input).toHaveLength(3);
   });
 });
