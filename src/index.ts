@@ -1,6 +1,35 @@
 // The package root: re-exports only. Layers: wire protocol, runtime, prefill handoff, flow,
 // routing, discovery.
 
+export {
+  type AgentStore,
+  type AgentStoreOptions,
+  AgentStoreQuotaError,
+  AgentStoreUnavailableError,
+  type ItemsPage,
+  type ItemsQuery,
+  type JsonObject,
+  type OwnerUsage,
+  type ResponseChain,
+  STORE_LIMITS,
+  type StoredConversation,
+  type StoredResponse,
+  type StoreLimits,
+} from './agent-state/agent-store.js';
+export {
+  MEMORY_STORE_BOUNDS,
+  MemoryAgentStore,
+  type MemoryAgentStoreOptions,
+  type MemoryStoreStats,
+} from './agent-state/memory-store.js';
+export { type OpenAgentStoreOptions, openAgentStore } from './agent-state/open-store.js';
+export { PostgresStoreSettingError } from './agent-state/postgres-schema.js';
+export {
+  PostgresAgentStore,
+  type PostgresAgentStoreOptions,
+  type SchemaMigration,
+} from './agent-state/postgres-store.js';
+export { RedisAgentStore, type RedisAgentStoreOptions } from './agent-state/redis-store.js';
 export { DnsDiscovery, type DnsDiscoveryOptions, type Lookup } from './discovery/dns-discovery.js';
 export {
   BOOTSTRAP_PORT_ANNOTATION,
