@@ -1,4 +1,5 @@
 import type { Logger } from '../runtime/logger.js';
+import { DisaggError } from '../util/disagg-error.js';
 import { type AgentStore, AgentStoreUnavailableError, type StoreLimits } from './agent-store.js';
 import type { BackgroundRun } from './background-run.js';
 import { openAgentStore } from './open-store.js';
@@ -55,13 +56,37 @@ export class AgentState {
       });
     }
     return this.#store.catch((error: unknown) => {
-      throw AgentStoreUnavailableError.is(error)
+      // The store's own errors as they are (an operator's mistake stays one); the rest an outage.
+      throw DisaggError.is(error)
         ? error
         : new AgentStoreUnavailableError(
             `The store of responses could not be opened: ${String((error as Error)?.message ?? error)}`,
             { cause: error },
           );
     });
+  }
+
+  /**
+   * Opens the store now, at start, where it is a server (Redis, PostgreSQL: its schema is
+   * created or migrated then) and says where it keeps things; one that cannot be reached is
+   * logged and tried again by the first request that needs it (each a 503 meanwhile).
+   *
+   * @throws {DisaggError} with code `DISAGG_CONFIG` for what no retry mends (a database migrated
+   *   by a newer disagg, an address that does not parse).
+   */
+  async open(): Promise<void> {
+    const { logger, store: address } = this.#options;
+    if (address === 'memory') return;
+    try {
+      const store = await this.store();
+      logger?.info({ store: store.description }, 'Stored Responses and Conversations are kept in the store given');
+    } catch (error) {
+      if ((error as { code?: unknown }).code === 'DISAGG_CONFIG') throw error;
+      logger?.warn(
+        { err: error },
+        'The store of Responses and Conversations cannot be reached at start: the requests that need it get a 503 until it answers',
+      );
+    }
   }
 
   /** Lets the store go (its connections, timers). Never throws. */

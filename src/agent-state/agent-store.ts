@@ -166,9 +166,15 @@ export interface AgentStore {
 export class AgentStoreUnavailableError extends DisaggError {
   static override readonly is = branded<AgentStoreUnavailableError>('AgentStoreUnavailableError');
   declare readonly code: 'DISAGG_STORE_UNAVAILABLE';
+  /**
+   * What a client is told: the store's kind without its address or the driver's words (the
+   * message, for the log, has both). The message when not given.
+   */
+  readonly publicMessage: string;
 
-  constructor(message: string, options?: { cause?: unknown }) {
+  constructor(message: string, options?: { cause?: unknown; publicMessage?: string | undefined }) {
     super('DISAGG_STORE_UNAVAILABLE', message, options);
+    this.publicMessage = options?.publicMessage ?? message;
   }
 }
 

@@ -228,6 +228,7 @@ export class PostgresSessions {
     for (const secret of this.#address.secrets) words = words.replaceAll(secret, '***');
     return new AgentStoreUnavailableError(`PostgreSQL at ${this.#address.where} failed to ${what}: ${words}`, {
       cause: error,
+      publicMessage: `The store of Responses and Conversations (PostgreSQL) failed to ${what}; try again later`,
     });
   }
 }

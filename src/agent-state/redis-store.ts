@@ -279,7 +279,11 @@ export class RedisAgentStore implements AgentStore {
       this.#log.failed({ err: error });
       throw new AgentStoreUnavailableError(
         `The store of Responses and Conversations (Redis at ${this.#where}) cannot be reached or did not answer in time: ${this.#redact(error)}`,
-        { cause: error },
+        {
+          cause: error,
+          publicMessage:
+            'The store of Responses and Conversations (Redis) cannot be reached or did not answer in time; try again later',
+        },
       );
     }
   }

@@ -385,6 +385,7 @@ export class ProxyCore implements ProxyState {
       const { dir, threads } = this.options.tokenizer;
       if (dir !== undefined) this.#tokenizer = await startRouterTokenizer(dir, threads, this.logger);
       // Discovered workers are probed as they are added; then every worker once more.
+      await this.agents.open();
       await Promise.all(this.#discoveries.map((discovery) => discovery.start()));
       await this.health.check();
       await this.kv.start(this.pools.workerPools());

@@ -141,7 +141,11 @@ export function errorAnswer(
   leg?: 'prefill' | 'decode',
   redact: (text: string) => string = (text) => text,
 ): ErrorAnswer {
-  const message = redactAddresses(redact(error instanceof Error ? error.message : String(error)));
+  // An error with words of its own for clients (a store's, without its address) says those.
+  const told = (error as { publicMessage?: unknown } | null)?.publicMessage;
+  const message = redactAddresses(
+    redact(typeof told === 'string' ? told : error instanceof Error ? error.message : String(error)),
+  );
   const param = (error as { param?: unknown } | null)?.param;
   // An API's own code for the error where it has one (Responses' `previous_response_not_found`).
   const apiCode = (error as { apiCode?: unknown } | null)?.apiCode;
