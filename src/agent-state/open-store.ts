@@ -30,5 +30,9 @@ export async function openAgentStore(address: string, options: OpenAgentStoreOpt
     const { RedisAgentStore } = await import('./redis-store.js');
     return new RedisAgentStore({ ...options, url: address });
   }
+  if (/^postgres(ql)?:\/\//.test(address)) {
+    const { PostgresAgentStore } = await import('./postgres-store.js');
+    return PostgresAgentStore.open({ ...options, url: address });
+  }
   throw new TypeError(`No store at ${JSON.stringify(address)}: give memory, a redis:// URL or a postgres:// URL`);
 }

@@ -73,6 +73,8 @@ export const responses = defineEndpoint({
     stream: z.nullish(z.boolean()),
     tools: z.nullish(z.array(z.looseObject({ type: z.string() }))),
     previous_response_id: z.nullish(responseId),
+    conversation: z.nullish(z.union([responseId, z.looseObject({ id: responseId })])),
+    metadata: z.nullish(z.record(z.string(), z.string())),
     request_id: z.nullish(responseId),
     store: z.nullish(z.boolean()),
     background: z.nullish(z.boolean()),

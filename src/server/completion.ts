@@ -121,8 +121,9 @@ async function serve(proxy: ProxyState, request: ServeRequest): Promise<Response
     answerApiError(res, request.request.endpoint, answerFor(flow.error));
     return undefined;
   }
-  const writer = new ResponseWriter(request.request.endpoint, body);
-  const settle = request.request.settleAnswer;
+  const { keeper } = request.request;
+  const writer = new ResponseWriter(request.request.endpoint, body, keeper?.restate);
+  const settle = keeper?.keep;
   if (body.stream !== true) await answerWhole(flow.stream, res, writer, answerFor, settle);
   else {
     await relaySse(flow.stream, res, writer, request.entry, {

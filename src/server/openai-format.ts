@@ -25,7 +25,10 @@ export type Route = GenerationName;
  * sent, byte for byte (with its `event:` name, for the typed-event APIs), and only where the
  * flow changed the item (the usage's cached tokens, from prefill) as the changed JSON.
  * Everything else a worker says (roles, reasoning, tool calls, logprobs, finish and stop
- * reasons, ids, fields this proxy does not know) reaches the client unchanged. An item that
+ * reasons, ids, fields this proxy does not know) reaches the client unchanged, but for the
+ * Responses object of a turn the router keeps (`restate`: its `store`, `background`,
+ * `previous_response_id` and `conversation` as the client asked, the workers having been asked
+ * to keep nothing). An item that
  * did not come from a worker is written as OpenAI JSON ({@link OpenAIWriter}) for OpenAI's
  * completions and chat; the typed-event APIs (Responses, Anthropic Messages) write only what
  * a worker sent. How a stream ends, and how a failure after its first byte is told, is the
@@ -44,10 +47,18 @@ export class ResponseWriter {
   /** Whether the API's answer ends with an object a router may keep (Responses' `response`). */
   readonly #closes: boolean;
 
-  constructor(endpoint: Endpoint, body: Record<string, unknown>) {
+  /** The answer object as the client gets it, where a router keeps it (see `AnswerKeeper.restate`). */
+  readonly #restate: ((response: Record<string, unknown>) => Record<string, unknown>) | undefined;
+
+  constructor(
+    endpoint: Endpoint,
+    body: Record<string, unknown>,
+    restate?: ((response: Record<string, unknown>) => Record<string, unknown>) | undefined,
+  ) {
     this.#recreate = new OpenAIWriter(endpoint, body);
     this.#ending = streamEnding(endpoint);
     this.#closes = endpoint.answer === 'responses';
+    this.#restate = this.#closes ? restate : undefined;
   }
 
   /**
@@ -114,9 +125,9 @@ export class ResponseWriter {
     for (const item of items) this.#noteUsage(item);
     const wire = items.length === 1 ? Annotated.wire(items[0]) : undefined;
     if (wire !== undefined && wire.length === 1 && wire[0]?.form === 'body') {
-      const { id } = wire[0].json;
-      if (typeof id === 'string') this.#wholeId = id;
-      return wire[0].json;
+      const { json } = wire[0];
+      if (typeof json.id === 'string') this.#wholeId = json.id;
+      return this.#restate !== undefined && this.keeps(json) ? this.#restate(json) : json;
     }
     for (const item of items) this.#recreate.add(item);
     return this.#recreate.whole();
@@ -135,7 +146,12 @@ export class ResponseWriter {
 
   #frame(chunk: WireChunk): string {
     this.#ending.saw?.(chunk);
-    const data = chunk.text ?? stringifyJson(chunk.json);
+    const { json } = chunk;
+    // A lifecycle event's response, as the router keeps it (3 or 4 events a stream, not its tokens).
+    const data =
+      this.#restate !== undefined && typeof json.response === 'object' && json.response !== null
+        ? stringifyJson({ ...json, response: this.#restate(json.response as Record<string, unknown>) })
+        : (chunk.text ?? stringifyJson(json));
     return chunk.event === undefined ? `data: ${data}\n\n` : `event: ${chunk.event}\ndata: ${data}\n\n`;
   }
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { anthropicAsChat, responsesAsChat } from '../../src/endpoints/chat-form.js';
 import { endpointNamed } from '../../src/endpoints/registry.js';
+import { statefulMisfit } from '../../src/endpoints/responses.js';
 import { sglangBootstrap } from '../../src/engines/sglang/connector.js';
 import { vllmNixl } from '../../src/engines/vllm/connector.js';
 import { UnsupportedRequestError } from '../../src/flow/request-shaping.js';
@@ -113,19 +114,20 @@ describe("the agents' APIs: OpenAI Responses and Anthropic Messages, declared as
     });
   });
 
-  it('a stateful Responses field is a 400 naming it: previous_response_id, conversation, store: true, background: true', () => {
+  it('a stateful Responses field is no misfit of the endpoint (disagg serve keeps that state); statefulMisfit names each for a host that keeps none', () => {
     for (const [field, value] of [
       ['previous_response_id', 'resp_1'],
       ['conversation', 'conv_1'],
       ['store', true],
       ['background', true],
     ] as const) {
-      const found = refusal('responses', { input: 'Hi', [field]: value });
+      expect(refusal('responses', { input: 'Hi', [field]: value })).toBeUndefined();
+      const found = statefulMisfit({ input: 'Hi', [field]: value });
       expect(found?.param).toBe(field);
       expect(found?.message).toContain('send the whole conversation in input, with store: false');
     }
-    // Stateless is served: store: false, background: false, nothing to resume.
-    expect(refusal('responses', { input: 'Hi', store: false, background: false })).toBeUndefined();
+    // Stateless: store: false, background: false, nothing to resume.
+    expect(statefulMisfit({ input: 'Hi', store: false, background: false })).toBeUndefined();
   });
 
   it('routing text: Responses puts its instructions first, then each item as its role and text, tool calls and outputs included', () => {

@@ -58,13 +58,18 @@ const MESSAGES_BODY = {
 };
 
 describe("OpenAI's Responses through the proxy, read by the openai client", () => {
-  it("streamed: the same events as the decode worker sends, reasoning and a tool call included; the cache figure is prefill's", async () => {
+  it("streamed: the same events as the decode worker sends, reasoning and a tool call included; the cache figure is prefill's (a turn not stored)", async () => {
     const { url, decode } = await setup('vllm', { decode: { answer: rich } });
     // The raw event stream: openai 6's stream helper cannot accumulate vLLM's reasoning parts
     // (it throws on response.reasoning_part.added, from the worker as from the proxy).
     const events = async (base: string) => {
       const seen: Array<{ type: string; response?: OpenAI.Responses.Response }> = [];
-      for await (const event of await openai(base).responses.create({ ...RESPONSES_BODY, stream: true })) {
+      // Not stored: a stored turn's lifecycle events say store: true (the router keeps it).
+      for await (const event of await openai(base).responses.create({
+        ...RESPONSES_BODY,
+        stream: true,
+        store: false,
+      })) {
         seen.push(event);
       }
       return seen;
@@ -97,10 +102,10 @@ describe("OpenAI's Responses through the proxy, read by the openai client", () =
     expect(final.output_text).toBe('Sunny in Paris.');
     expect(final.status).toBe('completed');
   });
-  it("whole: the decode worker's response object, but for the cache figure", async () => {
+  it("whole: the decode worker's response object, but for the cache figure (a turn not stored)", async () => {
     const { url, decode } = await setup('vllm', { decode: { answer: rich } });
-    const proxied = await openai(url).responses.create(RESPONSES_BODY);
-    const direct = await openai(decode.url).responses.create(RESPONSES_BODY);
+    const proxied = await openai(url).responses.create({ ...RESPONSES_BODY, store: false });
+    const direct = await openai(decode.url).responses.create({ ...RESPONSES_BODY, store: false });
     expect(normalise(withoutCache(proxied))).toEqual(normalise(withoutCache(direct)));
     expect(proxied.output_text).toBe('Let me check.');
     expect(proxied).not.toHaveProperty('kv_transfer_params.remote_host');
@@ -465,15 +470,18 @@ describe('what the agents ask of the router besides a generation', () => {
       answers.set(answer.id, answer);
     }
     for await (const event of await client.responses.create({ ...RESPONSES_BODY, tools: [], stream: true })) {
+      // Every lifecycle event says what the client asked: stored (the worker was asked for nothing).
+      if ('response' in event) expect(event.response).toMatchObject({ store: true, previous_response_id: null });
       if (event.type === 'response.completed') answers.set(event.response.id, event.response);
     }
+    for (const answer of answers.values()) expect(answer).toHaveProperty('store', true);
     for (const worker of [...prefill, ...decode]) worker.requests.splice(0);
     for (const [id, answer] of answers) {
       // The openai client adds output_text to a whole response it reads (not to a streamed one's).
       const { output_text: _stored, ...stored } = await client.responses.retrieve(id);
       const { output_text: _answered, ...answered } = answer;
-      // What the worker answered, saying what the client asked of it: stored, continuing nothing.
-      expect(stored).toEqual({ ...answered, store: true, background: false, previous_response_id: null });
+      // As answered: stored, continuing nothing.
+      expect(stored).toEqual(answered);
     }
     const unknown = await client.responses.retrieve('resp_never').catch((e: unknown) => e);
     expect((unknown as InstanceType<typeof OpenAI.NotFoundError>).status).toBe(404);

@@ -1,10 +1,4 @@
-import {
-  type AgentStore,
-  checkQuota,
-  type JsonObject,
-  type StoredResponse,
-  storeLimits,
-} from '../../agent-state/agent-store.js';
+import { type AgentStore, checkQuota, type JsonObject, storeLimits } from '../../agent-state/agent-store.js';
 import type { ProxyState } from '../pipeline/proxy-state.js';
 import type { RequestContext } from '../pipeline/request-context.js';
 import { type RequestStage, refusalOf } from '../pipeline/stage.js';
@@ -93,8 +87,7 @@ export const storedTurnStage: RequestStage = {
         request.body = { ...request.body, stream: true };
         request.exchange.detach();
       }
-      request.settleAnswer = async (response) => {
-        const id = typeof response.id === 'string' ? response.id : (request.answerId?.id as string);
+      const restate = (response: JsonObject): JsonObject => {
         const restated: JsonObject = {
           ...response,
           store: storing,
@@ -102,21 +95,27 @@ export const storedTurnStage: RequestStage = {
           previous_response_id: previous ?? null,
         };
         if (conversation !== undefined) restated.conversation = { id: conversation };
-        if (storing) {
-          const record: StoredResponse = {
-            id,
-            owner,
-            storedAt: Date.now(),
-            previousResponseId: previous,
-            conversationId: conversation,
-            input,
-            response: restated,
-          };
-          await store.putResponse(record);
-        }
-        if (conversation !== undefined) {
-          await store.appendItems(conversation, owner, [...input, ...outputItems(response).map(withId)]);
-        }
+        return restated;
+      };
+      request.keeper = {
+        restate,
+        keep: async (response) => {
+          const id = typeof response.id === 'string' ? response.id : (request.answerId?.id as string);
+          if (storing) {
+            await store.putResponse({
+              id,
+              owner,
+              storedAt: Date.now(),
+              previousResponseId: previous,
+              conversationId: conversation,
+              input,
+              response: restate(response),
+            });
+          }
+          if (conversation !== undefined) {
+            await store.appendItems(conversation, owner, [...input, ...outputItems(response).map(withId)]);
+          }
+        },
       };
       return undefined;
     } catch (error) {

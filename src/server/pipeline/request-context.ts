@@ -103,6 +103,22 @@ export interface RequestAnswer {
 }
 
 /**
+ * What keeps a request's answer (the Responses store): the answer object as the client gets it,
+ * and its keeping, before the answer's end reaches the client, so that a client continuing from
+ * it at once finds it.
+ */
+export interface AnswerKeeper {
+  /**
+   * The answer object as the client gets it: the worker's, saying what the client asked of the
+   * router (Responses' `store`, `background`, `previous_response_id`, `conversation`: the
+   * workers were asked to keep nothing).
+   */
+  restate(response: Record<string, unknown>): Record<string, unknown>;
+  /** Keeps the answer; its end waits for it, and a rejection fails the answer instead of ending it. */
+  keep(response: Record<string, unknown>): Promise<void>;
+}
+
+/**
  * One request as the pipeline's stages see it, whatever transport it came by (the proxy's HTTP
  * server, the endpoint picker's ext_proc stream, a library router's): who sent it for which
  * endpoint, its body once read, the model and pool it resolved to, whose it is, what its routing
@@ -150,12 +166,8 @@ export class RequestContext<X extends Exchange = Exchange> {
    * before it left their prefix.
    */
   chainSession: string | undefined;
-  /**
-   * What must be done with the answer before its end reaches the client (the Responses store
-   * keeps it first, so that a client continuing from it at once finds it): the end waits for it,
-   * and a rejection fails the answer instead of ending it.
-   */
-  settleAnswer: ((response: Record<string, unknown>) => Promise<void>) | undefined;
+  /** What keeps the request's answer (the Responses store), once its stage set it. */
+  keeper: AnswerKeeper | undefined;
   /**
    * A background Responses turn (`background: true`), as its stage settled it: whether the
    * client follows its stream, and its record as queued. The host runs it without the client.

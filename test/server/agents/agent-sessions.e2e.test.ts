@@ -69,7 +69,11 @@ async function replica(workers: Awaited<ReturnType<typeof fleet>>, store: string
 function withoutIds(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutIds);
   if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(Object.entries(value).filter(([key]) => key !== 'id').map(([k, v]) => [k, withoutIds(v)]));
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([key]) => key !== 'id')
+      .map(([k, v]) => [k, withoutIds(v)]),
+  );
 }
 
 /** An input item as the router keeps and lists it: a message in the easy form (role, content) gets its type. */
@@ -107,7 +111,7 @@ describe.skipIf(redisServer.skip)('a session chained by previous_response_id acr
       const client = replicas[turn % 2] as OpenAI;
       const answer = await client.responses.create({
         model: 'm',
-        input: input as OpenAI.Responses.ResponseInput,
+        input: input as unknown as OpenAI.Responses.ResponseInput,
         tools: TOOLS,
         max_output_tokens: 16,
         ...(previous === undefined ? {} : { previous_response_id: previous.id }),
@@ -149,7 +153,7 @@ describe.skipIf(redisServer.skip)('a session in a conversation across two replic
       const before = workers.decode.map((worker) => worker.requests.length);
       const answer = await (replicas[(turn + 1) % 2] as OpenAI).responses.create({
         model: 'm',
-        input: input as OpenAI.Responses.ResponseInput,
+        input: input as unknown as OpenAI.Responses.ResponseInput,
         tools: TOOLS,
         max_output_tokens: 16,
         conversation: conversation.id,

@@ -32,7 +32,7 @@ describe('a background response', () => {
     expect(decode.requests[0]?.body).not.toHaveProperty('background');
   });
 
-  it("streamed: the client reads every event to response.completed; resumed after sequence number N, the same events from N + 1", async () => {
+  it('streamed: the client reads every event to response.completed; resumed after sequence number N, the same events from N + 1', async () => {
     const { client } = await setup('vllm', { decode: { tokens: 6 } });
     const seen: Event[] = [];
     for await (const event of await client.responses.create({ ...BODY, background: true, stream: true })) {

@@ -52,7 +52,11 @@ describe("another owner's stored response", () => {
       expect(a?.message?.replace(id, '<id>')).toBe(b?.message?.replace('resp_never', '<id>'));
     }
     const continued = await failure(bob.responses.create({ ...BODY, previous_response_id: id }));
-    expect(continued).toMatchObject({ status: 400, code: 'previous_response_not_found', param: 'previous_response_id' });
+    expect(continued).toMatchObject({
+      status: 400,
+      code: 'previous_response_not_found',
+      param: 'previous_response_id',
+    });
     const unknown = await failure(bob.responses.create({ ...BODY, previous_response_id: 'resp_never' }));
     expect(unknown?.message?.replace('resp_never', '<id>')).toBe(continued?.message?.replace(id, '<id>'));
     expect(calls([...prefill, ...decode])).toBe(before);

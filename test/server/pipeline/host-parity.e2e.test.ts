@@ -262,3 +262,26 @@ describe('disagg serve and disagg epp apply model rewrites alike', () => {
     expect(picked.text).toBe(body.replace('"chat"', '"chat-v2"'));
   });
 });
+
+describe("a Responses turn that needs state: where each host's pipeline parts", () => {
+  it('the picker, which never reads an answer, refuses previous_response_id, conversation, store: true and background with a 400 naming the field; the proxy keeps that state itself', async () => {
+    const hosts = await bothHosts(() => ({}));
+    const turn = (extra: Record<string, unknown>) =>
+      JSON.stringify({ model: 'fake-model', input: 'Hi', max_output_tokens: 2, ...extra });
+    for (const [field, value] of [
+      ['previous_response_id', 'resp_1'],
+      ['conversation', 'conv_1'],
+      ['store', true],
+      ['background', true],
+    ] as const) {
+      const picked = await hosts.viaPicker('/v1/responses', turn({ [field]: value }));
+      expect(picked.refused).toMatchObject({ status: 400, body: { error: { param: field } } });
+    }
+    // Stateless, the picker routes it; the proxy stores it and reads it back.
+    expect((await hosts.viaPicker('/v1/responses', turn({ store: false }))).routed).toBeDefined();
+    const stored = await hosts.viaProxy('/v1/responses', turn({ store: true }));
+    expect(stored.status).toBe(200);
+    expect(stored.body).toMatchObject({ store: true, object: 'response' });
+    expect(hosts.decode.requests.at(-1)?.body.store).toBe(false);
+  });
+});
