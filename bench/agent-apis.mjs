@@ -164,24 +164,32 @@ async function compareApis(config) {
  */
 async function compareChains(config) {
   const wanted = args.stores.split(',');
-  const stores = [];
+  const unknown = wanted.filter((store) => !['memory', 'redis', 'postgres'].includes(store));
+  if (unknown.length > 0) throw new Error(`--stores takes memory, redis and postgres, not ${unknown.join(', ')}`);
+  const addresses = [];
   const skipped = [];
   let postgresVersion;
+  // Every server first, then the proxies: a proxy that fails to start leaves servers to stop.
   for (const store of wanted) {
-    let address = store;
-    if (store === 'redis' || store === 'postgres') {
-      const server = await (store === 'redis' ? startRedis() : startPostgres());
-      if (server.missing !== undefined) {
-        skipped.push(`${store}: ${server.missing}`);
-        continue;
-      }
-      closers.push(server.stop);
-      address = server.url;
-      postgresVersion ??= server.version;
-    } else if (store !== 'memory') {
-      throw new Error(`--stores takes memory, redis and postgres, not ${store}`);
+    if (store === 'memory') {
+      addresses.push([store, store]);
+      continue;
     }
-    stores.push({ name: store, proxy: await startProxy(config, ['--responses-store', address]) });
+    const server = await (store === 'redis' ? startRedis() : startPostgres());
+    if (server.missing !== undefined) {
+      skipped.push(`${store}: ${server.missing}`);
+      continue;
+    }
+    closers.push(server.stop);
+    console.error(
+      `bench:agents: ${store} on 127.0.0.1:${server.port}${server.dir ? `, its data in ${server.dir}` : ''}`,
+    );
+    addresses.push([store, server.url]);
+    postgresVersion ??= server.version;
+  }
+  const stores = [];
+  for (const [name, address] of addresses) {
+    stores.push({ name, proxy: await startProxy(config, ['--responses-store', address]) });
   }
   const shape = {
     turns: Number(args.turns),

@@ -19,7 +19,7 @@ async function freePort() {
 }
 
 /**
- * A redis-server without persistence (as a cache of chains would run): `{ url, stop }`, or
+ * A redis-server without persistence (as a cache of chains would run): `{ url, port, stop }`, or
  * `{ missing }` without redis-server on PATH.
  */
 export async function startRedis() {
@@ -41,7 +41,7 @@ export async function startRedis() {
     proc.on('exit', (code) => reject(new Error(`redis-server exited ${code}: ${out}`)));
   });
   proc.stdout.resume();
-  return { url: `redis://127.0.0.1:${port}`, stop: () => proc.kill('SIGKILL') };
+  return { url: `redis://127.0.0.1:${port}`, port, stop: () => proc.kill('SIGKILL') };
 }
 
 /**
@@ -83,7 +83,7 @@ function checked([command, ...args]) {
 /**
  * A PostgreSQL cluster in a temporary directory, with the server's durable defaults (fsync and
  * synchronous_commit on: a stored response is on disk when its answer ends, as a durable store
- * promises), password authentication on loopback TCP: `{ url, version, stop }` (stop: a fast
+ * promises), password authentication on loopback TCP: `{ url, port, dir, version, stop }` (stop: a fast
  * shutdown, then the directory removed), or `{ missing }` without PostgreSQL's server programs.
  */
 export async function startPostgres() {
@@ -122,7 +122,7 @@ export async function startPostgres() {
     const version = checked([join(bin, 'postgres'), '--version'])
       .trim()
       .replace(/^postgres \(PostgreSQL\) /, '');
-    return { url: `postgres://postgres:${password}@127.0.0.1:${port}/disagg_bench`, version, stop };
+    return { url: `postgres://postgres:${password}@127.0.0.1:${port}/disagg_bench`, port, dir, version, stop };
   } catch (error) {
     stop();
     throw error;
