@@ -10,7 +10,7 @@
 // skipped, saying so, where its server is not installed), sessions of --turns turns, chained,
 // stateless and with the client sending its history, in the same passes.
 //   npm run bench:agents -- [--passes 3] [--requests 2000] [--concurrency 50] [--tokens 32]
-//     [--only apis,chains] [--sessions 32] [--turns 8] [--chain-concurrency 8]
+//     [--only apis,chains] [--sessions 24] [--turns 8] [--chain-concurrency 8] [--chain-tokens 16]
 //     [--stores memory,redis,postgres]
 import { rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -32,7 +32,8 @@ const { values: args } = parseArgs({
     node: { type: 'string', default: process.execPath },
     'no-pin': { type: 'boolean', default: false },
     only: { type: 'string', default: 'apis,chains' },
-    sessions: { type: 'string', default: '32' },
+    sessions: { type: 'string', default: '24' },
+    'chain-tokens': { type: 'string', default: '16' },
     'chain-warmup': { type: 'string', default: '8' },
     turns: { type: 'string', default: '8' },
     'chain-concurrency': { type: 'string', default: '8' },
@@ -194,7 +195,9 @@ async function compareChains(config) {
   const shape = {
     turns: Number(args.turns),
     concurrency: Number(args['chain-concurrency']),
-    tokens,
+    // Answers shorter than the streams above: the same load in less time (the workers answer
+    // --tokens at most).
+    tokens: Math.min(tokens, Number(args['chain-tokens'])),
     instructions: system,
   };
   // A failed session ends the run at once: a chain that breaks is no figure to wait for.
@@ -225,7 +228,7 @@ async function compareChains(config) {
   console.log(
     [
       `\nA chained Responses turn against a stateless one: disagg (vLLM, ${where.join(', ')}).`,
-      `Per store and pass, ${args.sessions} sessions of each kind, ${shape.turns} turns each (one short user message a turn, ${tokens} tokens answered; turn ${shape.turns}'s input ${inputKb.toFixed(1)} KB as a history session sends it), ${shape.concurrency} sessions in flight, an API key per session; ${args.passes} passes.`,
+      `Per store and pass, ${args.sessions} sessions of each kind, ${shape.turns} turns each (one short user message a turn, ${shape.tokens} tokens answered at ${args.interval} ms each; turn ${shape.turns}'s input ${inputKb.toFixed(1)} KB as a history session sends it), ${shape.concurrency} sessions in flight, an API key per session; ${args.passes} passes.`,
       'Time to the whole answer, non-streamed, in ms (a stored response is written before its end leaves):',
       `p50 / p99 of each turn number (${args.sessions} turns per pass; the "all" row pools every turn), the median over passes;`,
       'the added ms: the median over passes of chained minus the other kind at that percentile (lowest to highest).',
