@@ -212,17 +212,7 @@ export async function resumeRun(
   const record = await store.getResponse(id, owner);
   if (record === undefined) return answerNotFound(res, 'Response', id, 'response_id');
   if (record.events === undefined) {
-    if (record.response.background === true) {
-      return answerJson(res, 409, {
-        error: {
-          message:
-            'This background response is under way on another replica of the router: poll it, or stream it again once it has ended',
-          type: 'invalid_request_error',
-          param: null,
-          code: null,
-        },
-      });
-    }
+    if (record.response.background === true) return answerElsewhere(res);
     return answerInvalid(res, 'stream', 'Only a background response can be streamed again');
   }
   const done = new BackgroundRun(id, owner, () => {});
@@ -255,5 +245,23 @@ export async function cancelRun(
   if (record.response.background !== true) {
     return answerInvalid(res, null, 'Only a response created with background: true can be cancelled');
   }
+  const { status } = record.response;
+  if (run === undefined && (status === 'queued' || status === 'in_progress')) return answerElsewhere(res);
   answerJson(res, 200, record.response);
+}
+
+/**
+ * A 409 for a background response under way on another replica: only the replica that runs it
+ * holds its live stream and can stop it (the store holds what it stored so far).
+ */
+function answerElsewhere(res: ServerResponse): void {
+  answerJson(res, 409, {
+    error: {
+      message:
+        'This background response is under way on another replica of the router: poll it until it ends, or send this to the replica that runs it',
+      type: 'invalid_request_error',
+      param: null,
+      code: 'response_in_progress_elsewhere',
+    },
+  });
 }

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createProxy, type ProxyOptions } from '../../../src/server/proxy.js';
 import type { FakeRequest, FakeWorker } from '../../../src/testing/index.js';
 import { recordingLogger } from '../../support/async.js';
-import { fakeWorkers } from '../../support/http.js';
+import { eventuallyAsync, fakeWorkers } from '../../support/http.js';
 import { startRedis } from '../../support/redis.js';
 import { tool } from '../../support/tools.js';
 
@@ -179,5 +179,31 @@ describe.skipIf(redisServer.skip)('a session in a conversation across two replic
     await (replicas[0] as OpenAI).conversations.delete(conversation.id);
     const gone = await (replicas[1] as OpenAI).conversations.retrieve(conversation.id).catch((e: unknown) => e);
     expect((gone as { status?: number }).status).toBe(404);
+  });
+});
+
+describe.skipIf(redisServer.skip)('a background response seen from the other replica', () => {
+  it('polls to its end from either replica; cancel or a live stream from the replica not running it is a 409; once ended, either replays its stream', async () => {
+    const redis = await startRedis();
+    cleanups.push(() => redis.close());
+    const prefill = [await fakes.start({ role: 'prefill', protocol: 'vllm' })];
+    const decode = [await fakes.start({ role: 'decode', protocol: 'vllm', tokens: 200, tokenIntervalMs: 2 })];
+    const [a, b] = [await replica({ prefill, decode }, redis.url), await replica({ prefill, decode }, redis.url)];
+    const queued = await (a as OpenAI).responses.create({
+      model: 'm',
+      input: 'Go',
+      background: true,
+      max_output_tokens: 300,
+    });
+    const elsewhere = (await (b as OpenAI).responses.cancel(queued.id).catch((e: unknown) => e)) as { status?: number };
+    expect(elsewhere.status).toBe(409);
+    let last: OpenAI.Responses.Response = queued;
+    await eventuallyAsync(async () => {
+      last = await (b as OpenAI).responses.retrieve(queued.id);
+      return last.status === 'completed';
+    }, 'completed, seen from the other replica');
+    const replayed: Array<{ type: string }> = [];
+    for await (const event of await (b as OpenAI).responses.retrieve(queued.id, { stream: true })) replayed.push(event);
+    expect(replayed.at(-1)?.type).toBe('response.completed');
   });
 });
