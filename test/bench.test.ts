@@ -1,11 +1,13 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { startFakeWorker } from '../src/testing/index.js';
+import { postgresTool } from './support/postgres.js';
 import { tool } from './support/tools.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -114,10 +116,16 @@ describe('npm run bench:agents (smoke run, small N)', () => {
         '--warmup=10',
         '--concurrency=4',
         '--passes=2',
+        // Its chained part, run by default too, at its least (its own cases below).
+        '--stores=memory',
+        '--sessions=2',
+        '--chain-warmup=1',
+        '--turns=2',
       ],
       { cwd: root, encoding: 'utf8', timeout: 120_000 },
     );
     expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^\| memory \| all 2 \|/m);
     for (const name of ['chat', 'responses', 'messages']) {
       expect(run.stdout).toMatch(new RegExp(`^\\| ${name} \\| \\d+\\.\\d{3} \\| \\d+\\.\\d{3} \\|`, 'm'));
     }
@@ -125,6 +133,84 @@ describe('npm run bench:agents (smoke run, small N)', () => {
       /^\| proxy CPU per request \| \d+\.\d\d x \(\d+\.\d\d-\d+\.\d\d\) \| \d+\.\d\d x \(\d+\.\d\d-\d+\.\d\d\) \|$/m,
     );
   }, 130_000);
+});
+
+describe('npm run bench:agents, its chained turns (smoke run, small N)', () => {
+  /** bench/agent-apis.mjs's chained part alone, with tiny sessions and `options`. */
+  const benchChains = (options: string[]) =>
+    spawnSync(
+      process.execPath,
+      [
+        'bench/agent-apis.mjs',
+        '--only=chains',
+        '--tokens=8',
+        '--interval=1',
+        '--sessions=3',
+        '--chain-warmup=1',
+        '--turns=3',
+        '--chain-concurrency=2',
+        '--passes=2',
+        ...options,
+      ],
+      { cwd: root, encoding: 'utf8', timeout: 120_000 },
+    );
+  const stores = () => ({
+    redis: tool('redis-server', 'redis-server').present,
+    postgres: postgresTool().present,
+  });
+
+  it('prints, for every store installed, each turn of stateless, history and chained sessions and what chaining adds, and names a store it skipped', () => {
+    const run = benchChains([]);
+    expect(run.status, run.stderr).toBe(0);
+    const present = stores();
+    const figure = '-?\\d+\\.\\d\\d';
+    const row = (store: string, label: string) =>
+      new RegExp(
+        `^\\| ${store} \\| ${label} \\|( ${figure} / ${figure} \\|){3}( ${figure} \\(${figure} to ${figure}\\) \\|){4}$`,
+        'm',
+      );
+    for (const store of ['memory', 'redis', 'postgres'] as const) {
+      if (store !== 'memory' && !present[store]) {
+        expect(run.stdout).toMatch(new RegExp(`^skipped ${store}: .+ is not installed`, 'm'));
+        continue;
+      }
+      for (const label of ['1 \\(0\\)', '2 \\(1\\)', '3 \\(2\\)', 'all 3'])
+        expect(run.stdout).toMatch(row(store, label));
+      expect(run.stdout).toMatch(
+        new RegExp(`^\\| ${store} \\| \\d+\\.\\d{3} \\| \\d+\\.\\d{3} \\| \\d+\\.\\d{3} \\|$`, 'm'),
+      );
+    }
+    // What turn 3 of a session weighs, as its client sends it whole.
+    expect(run.stdout).toMatch(/turn 3's input \d+\.\d KB as a history session sends it/);
+    expect(run.stdout).not.toMatch(/NaN|Infinity/);
+  }, 130_000);
+
+  const servers = (['redis', 'postgres'] as const).filter((store) => stores()[store]);
+  it.skipIf(servers.length === 0)(
+    'stops the Redis and PostgreSQL servers it started when a proxy fails to start',
+    async () => {
+      const wanted = servers;
+      // /bin/false as the proxy's node: the servers are up, the first proxy exits at once.
+      const run = benchChains([`--stores=${wanted.join(',')}`, '--node=/bin/false']);
+      expect(run.status).not.toBe(0);
+      expect(run.stderr).toMatch(/exited with 1/);
+      const started = [...run.stderr.matchAll(/^bench:agents: (\w+) on 127\.0\.0\.1:(\d+)(?:, its data in (\S+))?$/gm)];
+      expect(started.map((match) => match[1])).toEqual(wanted);
+      for (const [, , port, dir] of started) {
+        const refused = await new Promise<boolean>((resolve) => {
+          const socket = connect(Number(port), '127.0.0.1');
+          socket.once('connect', () => {
+            socket.destroy();
+            resolve(false);
+          });
+          socket.once('error', () => resolve(true));
+        });
+        expect(refused, `a server still listens on ${port}`).toBe(true);
+        if (dir !== undefined) expect(existsSync(dir)).toBe(false);
+      }
+    },
+    130_000,
+  );
 });
 
 describe('npm run bench:epp (smoke run, small N)', () => {
