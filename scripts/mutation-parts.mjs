@@ -52,7 +52,7 @@ export const FOLDERS = {
           'whole-response.ts',
           'stream-endings.ts',
           'openai-format.ts',
-          'stored-responses.ts',
+          'endpoint-stages.ts',
           'answer-request.ts',
           'http-exchange.ts',
           'tracking-stage.ts',
