@@ -85,6 +85,13 @@ describe('disagg serve configuration', () => {
       retry: { maxRetries: 2, initialBackoffMs: 50, maxBackoffMs: 1000, reuseHandoff: 'unreached', disabled: false },
       migration: { limit: 0, via: 'decode' },
       sidecar: { prefillFrom: 'pool', prefillAllow: [], prefillMaxRetries: 0 },
+      responses: {
+        store: 'memory',
+        ttlHours: 720,
+        maxObjects: 100_000,
+        maxBytes: 1024 * 1024 * 1024,
+        memoryBytes: 256 * 1024 * 1024,
+      },
       scaling: { saturationSource: 'auto', queueDepth: 5, kvUsage: 0.8, prefillRequests: 8, decodeRequests: 256 },
       redisFailure: 'open',
       replicaSyncMs: 250,

@@ -1,8 +1,8 @@
-import { type AgentStore, checkQuota, type JsonObject, storeLimits } from '../../agent-state/agent-store.js';
-import type { ProxyState } from '../pipeline/proxy-state.js';
+import { type AgentStore, checkQuota, type JsonObject } from '../../agent-state/agent-store.js';
 import type { RequestContext } from '../pipeline/request-context.js';
 import { type RequestStage, refusalOf } from '../pipeline/stage.js';
 import { StoredObjectError, shortId } from './agent-errors.js';
+import { ownerLimits } from './agent-state-of.js';
 import { ownerOf } from './owner.js';
 import { inputItems, outputItems, withId } from './turn-items.js';
 
@@ -59,7 +59,7 @@ export const storedTurnStage: RequestStage = {
       const store = await proxy.agents.store();
       const prior = await priorItems(store, owner, previous, conversation);
       // A turn the owner's quota cannot hold is refused before it costs a worker anything.
-      if (storing) checkQuota(owner, await store.usage(owner), { objects: 1, bytes: 0 }, limitsOf(proxy));
+      if (storing) checkQuota(owner, await store.usage(owner), { objects: 1, bytes: 0 }, ownerLimits(proxy.options));
       const input = inputItems(body.input);
       request.body = withoutStateFields(
         body,
@@ -244,10 +244,4 @@ function clientItems(input: unknown): unknown[] {
 function withoutStateFields(body: Record<string, unknown>, input: unknown): Record<string, unknown> {
   const { previous_response_id: _p, conversation: _c, background: _b, ...rest } = body;
   return { ...rest, input, store: false };
-}
-
-/** The proxy's limits of stored objects, per owner. */
-export function limitsOf(proxy: ProxyState) {
-  const { ttlHours, maxObjects, maxBytes } = proxy.options.responses;
-  return storeLimits({ ttlMs: ttlHours * 3_600_000, maxObjectsPerOwner: maxObjects, maxBytesPerOwner: maxBytes });
 }
