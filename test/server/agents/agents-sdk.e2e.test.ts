@@ -41,7 +41,7 @@ async function agentThrough() {
 
 /** The input items a worker request carried, by type (a message by its role). */
 const shape = (body: Record<string, unknown> | undefined) =>
-  (body?.input as Array<{ type?: string; role?: string }>).map((item) => item.role ?? item.type);
+  ((body?.input ?? []) as Array<{ type?: string; role?: string }>).map((item) => item.role ?? item.type);
 
 describe('the OpenAI Agents SDK through the router, its state on the server', () => {
   it('runs continued by previousResponseId: each model call answered, the tool called by the SDK, the workers sent each turn whole', async () => {
