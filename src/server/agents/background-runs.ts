@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { createParser } from 'eventsource-parser';
-import type { JsonObject, StoredResponse } from '../../agent-state/agent-store.js';
+import type { AgentStore, JsonObject, StoredResponse } from '../../agent-state/agent-store.js';
 import { BackgroundRun } from '../../agent-state/background-run.js';
 import { parseJson, stringifyJson } from '../../http/json.js';
 import { answerJson } from '../../http/node-server.js';
@@ -27,7 +27,10 @@ export class BackgroundSink extends Writable {
   #streamed = false;
   readonly #parser;
 
-  constructor(readonly onEvent: (event: JsonObject) => void) {
+  constructor(
+    /** Each event of the stream, once read back; the run sets it when it starts. */
+    public onEvent: (event: JsonObject) => void,
+  ) {
     super({ decodeStrings: false });
     this.#parser = createParser({
       onEvent: (event) => {
@@ -108,32 +111,32 @@ export async function runInBackground<R extends DetachedRequest>(
   const sink = exchange.res as unknown as BackgroundSink;
   let record: StoredResponse = turn.queued;
   let cancelled = false;
-  const store = await proxy.agents.store().catch((error: unknown) => error);
+  let store: AgentStore;
+  try {
+    store = await proxy.agents.store();
+    await store.putResponse(record);
+  } catch (error) {
+    sink.destroy();
+    return answerFailure(client, error);
+  }
   // Each change stored in order: a late `in_progress` never overwrites the end.
   let writes: Promise<unknown> = Promise.resolve();
   const keep = (response: JsonObject, events?: JsonObject[]) => {
     record = { ...record, response, ...(events === undefined ? {} : { events }) };
     const kept = record;
     writes = writes
-      .then(() => (store as Awaited<ReturnType<ProxyState['agents']['store']>>).putResponse(kept))
+      .then(() => store.putResponse(kept))
       .catch((error: unknown) =>
         proxy.logger.warn({ err: error, responseId: kept.id }, 'Could not store a background response'),
       );
     return writes;
   };
-  try {
-    if (store instanceof Error || typeof (store as { putResponse?: unknown }).putResponse !== 'function') throw store;
-    await (store as Awaited<ReturnType<ProxyState['agents']['store']>>).putResponse(record);
-  } catch (error) {
-    sink.destroy();
-    return answerFailure(client, error);
-  }
   const run = new BackgroundRun(record.id, record.owner, () => {
     cancelled = true;
     sink.destroy();
   });
   proxy.agents.runs.set(run.id, run);
-  (sink as { onEvent: (event: JsonObject) => void }).onEvent = (event) => {
+  sink.onEvent = (event) => {
     run.push(event);
     if (event.type === 'response.in_progress' && typeof event.response === 'object' && event.response !== null) {
       void keep({ ...record.response, ...(event.response as JsonObject), background: true, store: true });
