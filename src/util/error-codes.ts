@@ -26,6 +26,7 @@
  * - `DISAGG_STORE_UNAVAILABLE`: the store of Responses and Conversations unreachable (503).
  * - `DISAGG_STREAM_ERROR`: an error item that carried only its text.
  * - `DISAGG_TENANTS_FILE`: a tenants file that does not check.
+ * - `DISAGG_TRACE_FORMAT`: a workload trace file not in Mooncake's format (`disagg simulate`'s traces).
  * - `DISAGG_TOKENIZER`: the router's tokenizer failed.
  * - `DISAGG_TRACING_UNAVAILABLE`: `--otlp-endpoint` without the OpenTelemetry packages.
  * - `DISAGG_UNSUPPORTED_REQUEST`: a request the engines cannot serve disaggregated, or that does not fit its route (400).
@@ -61,6 +62,7 @@ export type ErrorCode =
   | 'DISAGG_STREAM_ERROR'
   | 'DISAGG_TENANTS_FILE'
   | 'DISAGG_TOKENIZER'
+  | 'DISAGG_TRACE_FORMAT'
   | 'DISAGG_TRACING_UNAVAILABLE'
   | 'DISAGG_UNSUPPORTED_REQUEST'
   | 'DISAGG_UPSTREAM_STATUS'
