@@ -143,7 +143,9 @@ export interface TraceSummary {
   /**
    * The share of prompt blocks an earlier request of the trace already had at the same place:
    * what a cache that never forgets and sees every request could serve, the bound no routing
-   * beats (Mooncake's conversation trace is near a half).
+   * beats. Measured on Mooncake's published traces: 0.37 of the conversation trace's blocks
+   * (12,031 requests over 59 minutes, 12,035 prompt tokens on average), 0.64 of the
+   * synthetic one's.
    */
   readonly reusableBlockShare: number;
 }
