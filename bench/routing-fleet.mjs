@@ -17,10 +17,8 @@
 // 128 KB prompts are tokenized.
 // Options: --quick, --concurrency N (16), --ms-per-token M (0.2), --capacity B (600 blocks).
 
-import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -30,6 +28,7 @@ import { KvBlockIndex, loadBlockKeys, precisePrefix, RoutingInput, TokenizerPool
 import { request } from 'undici';
 import { child, cpuMs } from './proxy-load.mjs';
 import { driveSessions, percentile, random } from './routing-drive.mjs';
+import { startRedis } from './store-servers.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -82,31 +81,6 @@ function oracle(all) {
     }
   }
   return cached / total;
-}
-
-/** A redis-server of the bench's own on a free port; undefined without one installed. */
-async function startRedis() {
-  if (spawnSync('redis-server', ['--version']).status !== 0) return undefined;
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  const proc = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    {
-      stdio: ['ignore', 'pipe', 'ignore'],
-    },
-  );
-  await new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout.on('data', (chunk) => {
-      out += chunk;
-      if (out.includes('Ready to accept connections')) resolve();
-    });
-    proc.on('exit', (code) => reject(new Error(`redis-server exited ${code}`)));
-  });
-  return { url: `redis://127.0.0.1:${port}`, close: () => proc.kill('SIGKILL') };
 }
 
 async function fleet(policy, replicas, redisUrl) {
@@ -251,7 +225,9 @@ console.log(
   `           |        | oracle          | ${(bound * 100).toFixed(1).padStart(5)}% |           |          |          |        |        |            |`,
 );
 const summary = {};
-const redis = args['decision-only'] ? undefined : await startRedis();
+// A redis-server of the bench's own (store-servers.mjs), none without one installed.
+const started = args['decision-only'] ? undefined : await startRedis();
+const redis = started === undefined || 'missing' in started ? undefined : started;
 try {
   for (const replicas of args['decision-only'] ? [] : [1, 2, 4]) {
     for (const policy of ['least-in-flight', 'cache-aware', 'precise-prefix', 'session']) {
@@ -273,7 +249,7 @@ try {
     }
   }
 } finally {
-  redis?.close();
+  redis?.stop();
 }
 if (redis !== undefined && summary['4/session/shared'] !== undefined) {
   const of = (key, field) => summary[key][field] / summary[`1/${key.split('/')[1]}`][field];
