@@ -25,6 +25,11 @@ export interface TraceRequest {
    * sharing the first k hashes with an earlier one shares its first k blocks.
    */
   readonly blocks: readonly number[];
+  /**
+   * The session it is a turn of, where the workload knows one (a built-in workload's agent
+   * sessions; a Mooncake line never has one): what session routing keys on.
+   */
+  readonly session?: string;
 }
 
 /**

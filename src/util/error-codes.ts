@@ -33,6 +33,7 @@
  * - `DISAGG_UPSTREAM_STATUS`, `DISAGG_UPSTREAM_CONNECTION`, `DISAGG_UPSTREAM_PROTOCOL`: a call to a worker failed, as `UpstreamError` says.
  * - `DISAGG_WORKER_EXISTS`, `DISAGG_WORKER_UNKNOWN`: the admin API's worker already in its pool, or not in it.
  * - `DISAGG_WORKER_LEAVING`: the admin API's undrain of a worker that is leaving its pool for good (409).
+ * - `DISAGG_WORKLOAD`: a built-in workload asked for by a name it does not have (`disagg simulate --workload`).
  */
 export type ErrorCode =
   | 'DISAGG_BAD_REQUEST'
@@ -70,4 +71,5 @@ export type ErrorCode =
   | 'DISAGG_UPSTREAM_PROTOCOL'
   | 'DISAGG_WORKER_EXISTS'
   | 'DISAGG_WORKER_LEAVING'
-  | 'DISAGG_WORKER_UNKNOWN';
+  | 'DISAGG_WORKER_UNKNOWN'
+  | 'DISAGG_WORKLOAD';

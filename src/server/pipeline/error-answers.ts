@@ -89,6 +89,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_TOKENIZER: BY_CAUSE,
   DISAGG_TRACE_FORMAT: BY_CAUSE,
   DISAGG_TRACING_UNAVAILABLE: BY_CAUSE,
+  DISAGG_WORKLOAD: BY_CAUSE,
 };
 
 /** The answer of `code`, none for a code not in the table (another copy's, or a program's own). */
