@@ -76,7 +76,7 @@ function nthArrival(requests: readonly TraceRequest[], n: number): number {
 
 /** `agent-sessions`, as the registry lists it. */
 export const AGENT_SESSIONS: WorkloadShape = {
-  help: 'multi-turn agent sessions: 4 agents’ shared system prompts, each turn the session so far plus a tool output or user message, think-time gaps; Poisson sessions',
+  help: "multi-turn agent sessions: 4 agents' shared system prompts, each turn the session so far plus a tool output or user message, think-time gaps; Poisson sessions",
   defaultRatePerS: 6,
   generate,
 };

@@ -28,6 +28,10 @@ export interface WorkloadShape {
 /**
  * The first `count` of `requests` by arrival, as a trace reads them: arrivals in whole ms, as
  * Mooncake's are, the first at 0, ties in the generator's order.
+ *
+ * @example
+ * const trace = asTrace([{ arrivalMs: 40.4, inputTokens: 10, outputTokens: 1, blocks: [0] }], 1);
+ * trace[0]?.arrivalMs; // 0
  */
 export function asTrace(requests: readonly TraceRequest[], count: number): TraceRequest[] {
   const sorted = requests

@@ -13,7 +13,7 @@
 //   tokens; questions are short (median 40) and so are answers (median 150).
 
 import type { TraceRequest } from './trace.js';
-import { BlockHasher, type Segment } from './workload-blocks.js';
+import { BlockHasher, type Segment, tokensOf } from './workload-blocks.js';
 import type { WorkloadSettings, WorkloadShape } from './workload-common.js';
 import { SeededRandom, Zipf } from './workload-random.js';
 
@@ -68,7 +68,7 @@ function generate({ seed, requests, ratePerS }: WorkloadSettings): TraceRequest[
     const prompt = [instruction, ...ranked, hasher.segment(random.tokens(40, 0.8, 4, MAX_QUESTION_TOKENS))];
     out.push({
       arrivalMs: now,
-      inputTokens: prompt.reduce((sum, segment) => sum + segment.tokens, 0),
+      inputTokens: tokensOf(prompt),
       outputTokens: random.tokens(150, 0.8, 8, 2048),
       blocks: hasher.blocks(prompt),
     });
@@ -78,7 +78,7 @@ function generate({ seed, requests, ratePerS }: WorkloadSettings): TraceRequest[
 
 /** `rag`, as the registry lists it. */
 export const RAG: WorkloadShape = {
-  help: 'long-context RAG: a shared instruction, Zipf-popular documents in the retriever’s order (8k–64k-token prompts), a short question; short answers',
+  help: "long-context RAG: a shared instruction, Zipf-popular documents in the retriever's order (8k-64k-token prompts), a short question; short answers",
   defaultRatePerS: 2,
   generate,
 };

@@ -12,7 +12,13 @@ import { RAG } from './workload-rag.js';
 
 export type { WorkloadShape } from './workload-common.js';
 
-/** The built-in workloads by name. */
+/**
+ * The built-in workloads by name, each with its help line and default rate (requests a
+ * second): `agent-sessions` (6), `rag` (2), `bursty-chat` (10).
+ *
+ * @example
+ * const lines = Object.entries(WORKLOADS).map(([name, shape]) => `${name}: ${shape.help}`);
+ */
 export const WORKLOADS: Readonly<Record<string, WorkloadShape>> = Object.freeze({
   'agent-sessions': AGENT_SESSIONS,
   rag: RAG,
