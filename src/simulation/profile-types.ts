@@ -28,7 +28,7 @@ export interface ProfileSource {
  *   cached prefix included, nothing for the prefix itself.
  * - Decode: `decode` is the time of one decode step at each batch size for a context of
  *   `contextTokens` tokens per sequence; longer or shorter contexts scale the step's
- *   attention part by `attentionShare` (see the interpolation module).
+ *   attention part by `attentionShare` (see profile-timing).
  */
 export interface EngineProfile {
   /** The name `--profile` takes (`qwen3-32b-h100-tp2-vllm`). */
@@ -60,8 +60,9 @@ export interface EngineProfile {
   /** The context per sequence the `decode` curve was measured at. */
   readonly decodeContextTokens: number;
   /**
-   * The share (0-1) of a decode step's time that grows with the context read (attention);
-   * the rest (weights, sampling) does not.
+   * The share (0-1) of a decode step's time that grows with the context read (attention),
+   * at the `decode` curve's last point; the rest (weights, sampling) does not. Smaller
+   * batches read that much less: the part is proportional to the batch (see profile-timing).
    */
   readonly attentionShare: number;
   /** The P→D link's bandwidth in GB/s (NIXL over RDMA, Mooncake's transfer engine). */

@@ -20,6 +20,7 @@
  * - `DISAGG_PLUGIN_NAME_TAKEN`: a routing plugin registered under a name its registry has (a built-in's, or one registered before).
  * - `DISAGG_PREFILL_TARGET_REFUSED`: a sidecar's request named a prefill worker outside its allow-list (403).
  * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
+ * - `DISAGG_PROFILE`: a simulated engine's profile unknown by name, or a profile file that does not check (`disagg simulate --profile`).
  * - `DISAGG_SHUTTING_DOWN`: the proxy stopped before the request ended (503).
  * - `DISAGG_ROUTE_UNSUPPORTED`: an API the fleet's engine cannot serve disaggregated (501).
  * - `DISAGG_STORE_QUOTA`: a tenant's stored Responses and Conversations at their limit (429).
@@ -56,6 +57,7 @@ export type ErrorCode =
   | 'DISAGG_PREFILL_NOT_ACTIVATED'
   | 'DISAGG_PREFILL_NO_HANDOFF_PARAMS'
   | 'DISAGG_PREFILL_TARGET_REFUSED'
+  | 'DISAGG_PROFILE'
   | 'DISAGG_ROUTE_UNSUPPORTED'
   | 'DISAGG_SHUTTING_DOWN'
   | 'DISAGG_STORE_QUOTA'
