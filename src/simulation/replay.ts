@@ -1,0 +1,221 @@
+// A trace replayed on a simulated fleet, on a virtual clock: each request routed when it
+// arrives (by whatever decides, the project's own pipeline or a baseline), its prefill and
+// decode legs run on the chosen engines, its KV sent between them, and what its user felt
+// recorded: time to first token, the gaps between tokens, whether it met the service levels.
+
+import { LatencyHistogram, type Percentiles, percentilesOf } from './latency-stats.js';
+import type { EngineProfile } from './profile-types.js';
+import type { SimEngine } from './sim-engine.js';
+import type { TraceRequest } from './trace.js';
+import type { VirtualClock } from './virtual-clock.js';
+
+/** A routing decision's hold on one worker, released when its leg is over (as a pool's lease). */
+export interface SimLease {
+  /** The worker's address (its key in the fleet). */
+  readonly worker: string;
+  release(outcome?: 'success' | 'failure'): void;
+}
+
+/** Which workers serve a request: its prefill and decode, or decode alone and why. */
+export type SimDecision =
+  | { readonly strategy: 'disaggregated'; readonly prefill: SimLease; readonly decode: SimLease }
+  | { readonly strategy: 'aggregated'; readonly reason: string; readonly decode: SimLease };
+
+/** What routes a replay's requests: asked once per request, when it arrives. */
+export interface SimRouter {
+  route(request: TraceRequest, index: number): SimDecision | PromiseLike<SimDecision>;
+}
+
+/** Service levels a request must meet to count in the goodput. */
+export interface ServiceLevels {
+  /** Time to first token, ms. */
+  readonly ttftMs: number;
+  /** Mean gap between tokens of one answer, ms. */
+  readonly itlMs: number;
+}
+
+/** Options of {@link replay}. */
+export interface ReplayOptions {
+  readonly requests: readonly TraceRequest[];
+  /** The fleet's engines by worker address: every worker a router names must be here. */
+  readonly engines: ReadonlyMap<string, SimEngine>;
+  readonly router: SimRouter;
+  readonly slo: ServiceLevels;
+  /** The clock the engines run on (a new one by default: theirs must be the same). */
+  readonly clock: VirtualClock;
+  /** Told how many requests have finished, now and then (a progress bar). */
+  readonly progress?: ((finished: number, total: number) => void) | undefined;
+}
+
+/** What a replay measured. Times in ms, except where named. */
+export interface ReplaySummary {
+  readonly requests: number;
+  readonly completed: number;
+  /** Requests no engine could take: longer than the profile's context ({@link contextLimit}). */
+  readonly rejected: number;
+  readonly ttft_ms: Percentiles;
+  readonly itl_ms: Percentiles;
+  /** Completed requests per simulated second that met both service levels. */
+  readonly goodput_rps: number;
+  /** Completed requests per simulated second. */
+  readonly throughput_rps: number;
+  /** Tokens of answers per simulated second. */
+  readonly output_tokens_per_s: number;
+  /** The share of prompt tokens served from a cache (0-1). */
+  readonly prefix_hit_rate: number;
+  /** KV sent from prefill to decode workers, GB. */
+  readonly kv_transfer_gb: number;
+  /** How requests were served: `disaggregated`, or the reason for decode alone. */
+  readonly decisions: Readonly<Record<string, number>>;
+  readonly preemptions: number;
+  /** From the first arrival to the last token, in simulated seconds. */
+  readonly simulated_s: number;
+  readonly slo: ServiceLevels;
+}
+
+/** One request's progress. */
+interface Tracked {
+  firstTokenAt: number | undefined;
+  lastTokenAt: number;
+  tokens: number;
+}
+
+/**
+ * Replays `requests` on the fleet: each routed at its arrival, served, measured. Resolves once
+ * every request has finished (or none can go on).
+ *
+ * @throws {RangeError} when the router names a worker the fleet does not have.
+ */
+export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
+  const { requests, engines, router, slo, clock } = options;
+  const arrived: number[] = [];
+  for (let i = 0; i < requests.length; i++) {
+    clock.at((requests[i] as TraceRequest).arrivalMs, () => arrived.push(i));
+  }
+  let start = Number.POSITIVE_INFINITY;
+  for (const request of requests) start = Math.min(start, request.arrivalMs);
+  if (requests.length === 0) start = 0;
+  const ttfts: number[] = [];
+  const gaps = new LatencyHistogram();
+  const decisions: Record<string, number> = {};
+  let completed = 0;
+  let rejected = 0;
+  let good = 0;
+  let promptTokens = 0;
+  let cachedTokens = 0;
+  let outputTokens = 0;
+  let lastAt = start;
+  const engineOf = (worker: string): SimEngine => {
+    const engine = engines.get(worker);
+    if (engine === undefined) throw new RangeError(`The router chose ${worker}, which is not in the simulated fleet`);
+    return engine;
+  };
+  const finished = () => {
+    const done = completed + rejected;
+    if (options.progress !== undefined && (done % 256 === 0 || done === requests.length)) {
+      options.progress(done, requests.length);
+    }
+  };
+
+  const serve = (request: TraceRequest, decision: SimDecision): void => {
+    const decode = engineOf(decision.decode.worker);
+    if (request.inputTokens + request.outputTokens > contextLimit(decode.profile)) {
+      // The engine refuses it (vLLM's 400 "maximum context length"): a failure, never served.
+      rejected++;
+      if (decision.strategy === 'disaggregated') decision.prefill.release('failure');
+      decision.decode.release('failure');
+      finished();
+      return;
+    }
+    const reason = decision.strategy === 'disaggregated' ? 'disaggregated' : decision.reason;
+    decisions[reason] = (decisions[reason] ?? 0) + 1;
+    promptTokens += request.inputTokens;
+    const tracked: Tracked = { firstTokenAt: undefined, lastTokenAt: 0, tokens: 0 };
+    const listener = {
+      token(at: number) {
+        if (tracked.firstTokenAt === undefined) tracked.firstTokenAt = at;
+        else gaps.add(at - tracked.lastTokenAt);
+        tracked.lastTokenAt = at;
+        tracked.tokens++;
+        outputTokens++;
+      },
+      done(at: number) {
+        decision.decode.release('success');
+        completed++;
+        lastAt = Math.max(lastAt, at);
+        const ttft = (tracked.firstTokenAt ?? at) - request.arrivalMs;
+        ttfts.push(ttft);
+        const itl =
+          tracked.tokens > 1 ? (tracked.lastTokenAt - (tracked.firstTokenAt as number)) / (tracked.tokens - 1) : 0;
+        if (ttft <= slo.ttftMs && itl <= slo.itlMs) good++;
+        finished();
+      },
+    };
+    const job = { blocks: request.blocks, inputTokens: request.inputTokens, outputTokens: request.outputTokens };
+    if (decision.strategy === 'aggregated') {
+      decode.submit(
+        { ...job, kind: 'whole' },
+        { ...listener, admitted: (_at: number, cached: number) => (cachedTokens += cached) },
+      );
+      return;
+    }
+    const prefill = engineOf(decision.prefill.worker);
+    let prefillJob = -1;
+    prefillJob = prefill.submit(
+      { ...job, outputTokens: 0, kind: 'prefill' },
+      {
+        admitted: (_at, cached) => (cachedTokens += cached),
+        prefilled: () => {
+          decision.prefill.release('success');
+          decode.submit({ ...job, kind: 'decode' }, { ...listener, received: () => prefill.released(prefillJob) });
+        },
+      },
+    );
+  };
+
+  while (clock.step()) {
+    while (arrived.length > 0) {
+      const index = arrived.shift() as number;
+      const request = requests[index] as TraceRequest;
+      const routed = router.route(request, index);
+      serve(request, isThenable(routed) ? await routed : routed);
+    }
+  }
+  let preemptions = 0;
+  let receivedBytes = 0;
+  for (const engine of engines.values()) {
+    preemptions += engine.counters.preemptions;
+    receivedBytes += engine.counters.receivedBytes;
+  }
+  const simulatedS = Math.max(lastAt - start, 0) / 1000;
+  const perSecond = (count: number) => (simulatedS > 0 ? count / simulatedS : 0);
+  return {
+    requests: requests.length,
+    completed,
+    rejected,
+    ttft_ms: percentilesOf(ttfts),
+    itl_ms: gaps.percentiles(),
+    goodput_rps: perSecond(good),
+    throughput_rps: perSecond(completed),
+    output_tokens_per_s: perSecond(outputTokens),
+    prefix_hit_rate: promptTokens === 0 ? 0 : cachedTokens / promptTokens,
+    kv_transfer_gb: receivedBytes / 1e9,
+    decisions,
+    preemptions,
+    simulated_s: simulatedS,
+    slo,
+  };
+}
+
+/**
+ * The longest request an engine of `profile` takes: its context, or less where its KV cache
+ * holds less (vLLM refuses to start with a max_model_len its cache cannot hold; a request
+ * longer than its cache could never run).
+ */
+export function contextLimit(profile: EngineProfile): number {
+  return Math.min(profile.maxContextTokens, profile.kvCacheTokens);
+}
+
+function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
+}
