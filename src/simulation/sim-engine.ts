@@ -17,12 +17,13 @@ import { cpuLoadMs, decodeStepMs, prefillMs, transferMs } from './profile-timing
 import type { EngineProfile } from './profile-types.js';
 import type { Job, JobListener, JobRequest } from './sim-job.js';
 import { TRACE_BLOCK_TOKENS } from './trace.js';
-import type { VirtualClock } from './virtual-clock.js';
+import type { SimClock } from './virtual-clock.js';
 
 /** Options of {@link SimEngine}. */
 export interface SimEngineOptions {
   readonly profile: EngineProfile;
-  readonly clock: VirtualClock;
+  /** Its time: a virtual clock in a replay, real timers live. */
+  readonly clock: SimClock;
   /** Told of each block stored on, or dropped from, its GPU (what its KV events say). */
   readonly onKvEvent?: ((event: KvTreeEvent) => void) | undefined;
 }
@@ -68,7 +69,7 @@ export class SimEngine {
     decodedTokens: 0,
     receivedBytes: 0,
   };
-  readonly #clock: VirtualClock;
+  readonly #clock: SimClock;
   readonly #waiting: Job[] = [];
   /** Decode jobs whose KV is on its way or received, waiting for a place among the running. */
   readonly #arriving: Job[] = [];

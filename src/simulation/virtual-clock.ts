@@ -3,6 +3,19 @@
 // same instant run in the order they were scheduled, which makes a replay the same on every
 // run for a seed.
 
+/**
+ * The time a simulated engine keeps: a {@link VirtualClock} in a replay, real timers (sped up)
+ * for live fake workers. Times in ms.
+ */
+export interface SimClock {
+  /** The current time. */
+  readonly now: number;
+  /** Runs `run` at `atMs` (now, for a time past). */
+  at(atMs: number, run: () => void): void;
+  /** Runs `run` `delayMs` from now. */
+  after(delayMs: number, run: () => void): void;
+}
+
 /** One scheduled action: its time, the order it was scheduled in, and what it does. */
 interface Timed {
   readonly at: number;
@@ -20,7 +33,7 @@ interface Timed {
  * clock.at(5, () => clock.after(10, () => {})); // runs at 5, then schedules for 15
  * clock.run(); // clock.now === 15
  */
-export class VirtualClock {
+export class VirtualClock implements SimClock {
   #now = 0;
   #seq = 0;
   readonly #heap: Timed[] = [];
