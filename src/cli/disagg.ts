@@ -25,6 +25,8 @@ Commands:
   epp           run a Gateway API endpoint picker (Envoy ext_proc) over disagg's scheduling
                 (disagg epp --help)
   fake-workers  start fake prefill and decode workers to try it without a GPU (--help)
+  simulate      replay a trace or workload on a simulated fleet that keeps time, under disagg
+                serve's routing or a baseline's: TTFT, ITL, goodput (disagg simulate --help)
   tokenizer     fetch a Hugging Face model's tokenizer into the cache ahead of time
                 (disagg tokenizer fetch Qwen/Qwen3-8B; --help)
 
@@ -40,6 +42,7 @@ async function main(argv: string[]): Promise<number> {
   }
   // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.
   if (command === 'fake-workers') return (await import('./fake-workers-command.js')).fakeWorkers(rest);
+  if (command === 'simulate') return (await import('./simulate-command.js')).simulate(rest);
   if (command === 'epp') return (await import('./epp-command.js')).epp(rest);
   if (command === 'tokenizer') return (await import('./tokenizer-command.js')).tokenizerCommand(rest);
   if (command !== 'serve' && command !== 'sidecar') {

@@ -90,7 +90,9 @@ export const POLICIES = [
     help: 'two workers at random, the less loaded wins',
     params: [],
     consumes: {},
-    create: () => powerOfTwo(),
+    // The proxy's services may give a seeded source (a simulation's, a test's): repeatable draws.
+    create: <W extends { url: string }>(_params: RoutingParams, services: RoutingServices<W>) =>
+      powerOfTwo<W>({ random: services.random }),
   }),
   plugin({
     name: 'session',
@@ -100,7 +102,14 @@ export const POLICIES = [
     create: <W extends { url: string }>(_params: RoutingParams, services: RoutingServices<W>) =>
       sessionAffinity<W>(services.sessionBindings === undefined ? {} : { bindings: services.sessionBindings }),
   }),
-  plugin({ name: 'random', help: 'a worker at random', params: [], consumes: {}, create: () => random() }),
+  plugin({
+    name: 'random',
+    help: 'a worker at random',
+    params: [],
+    consumes: {},
+    create: <W extends { url: string }>(_params: RoutingParams, services: RoutingServices<W>) =>
+      random<W>({ random: services.random }),
+  }),
   plugin({
     name: 'precise-prefix',
     help: "the worker whose KV cache holds most of the prompt, as the engines' own KV events say (--kv-events-port), weighed against load; token-id prompts",

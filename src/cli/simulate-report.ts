@@ -1,0 +1,55 @@
+// A simulation's summary as a terminal table: one column per routing (or fleet), one row per
+// figure, so that routings compared on the same requests read side by side.
+
+import type { SimulationResult } from './simulate-run.js';
+
+type Row = readonly [label: string, value: (result: SimulationResult) => string];
+
+const ms = (value: number) => (value >= 100 ? value.toFixed(0) : value.toFixed(1));
+const share = (value: number) => `${(value * 100).toFixed(1)}%`;
+
+const ROWS: readonly Row[] = [
+  ['fleet', (r) => `${r.prefill_workers}P + ${r.decode_workers}D (${r.gpus} GPUs)`],
+  ['requests', (r) => `${r.completed}/${r.requests}${r.rejected > 0 ? ` (${r.rejected} too long)` : ''}`],
+  ['TTFT p50 / p90 / p99 ms', (r) => `${ms(r.ttft_ms.p50)} / ${ms(r.ttft_ms.p90)} / ${ms(r.ttft_ms.p99)}`],
+  ['ITL p50 / p90 / p99 ms', (r) => `${ms(r.itl_ms.p50)} / ${ms(r.itl_ms.p90)} / ${ms(r.itl_ms.p99)}`],
+  ['goodput req/s', (r) => r.goodput_rps.toFixed(2)],
+  ['throughput req/s', (r) => r.throughput_rps.toFixed(2)],
+  ['output tokens/s', (r) => r.output_tokens_per_s.toFixed(0)],
+  ['prefix hit rate', (r) => share(r.prefix_hit_rate)],
+  ['KV transferred GB', (r) => r.kv_transfer_gb.toFixed(1)],
+  ['preemptions', (r) => String(r.preemptions)],
+  [
+    'decisions',
+    (r) =>
+      Object.entries(r.decisions)
+        .map(([reason, count]) => `${reason} ${count}`)
+        .join(', '),
+  ],
+  ['simulated s', (r) => r.simulated_s.toFixed(1)],
+];
+
+/**
+ * The results as a table, a column each, with the service levels and the run's wall time
+ * under it.
+ *
+ * @example
+ * console.log(resultTable([result])); // routing | disagg ...
+ */
+export function resultTable(results: readonly (SimulationResult & { wall_s: number })[]): string {
+  const header = ['routing', ...results.map((r) => r.routing)];
+  const body = ROWS.map(([label, value]) => [label, ...results.map(value)]);
+  const rows = [header, ...body];
+  const widths = header.map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)));
+  const line = (row: readonly string[]) =>
+    row
+      .map((cell, column) => cell.padEnd(widths[column] as number))
+      .join('  ')
+      .trimEnd();
+  const first = results[0];
+  const footer =
+    first === undefined
+      ? ''
+      : `\nService levels: TTFT <= ${first.slo.ttftMs} ms and mean ITL <= ${first.slo.itlMs} ms; profile ${first.profile}; ${results[results.length - 1]?.wall_s.toFixed(1)} s of wall time in all.`;
+  return `${rows.map(line).join('\n')}${footer}`;
+}
