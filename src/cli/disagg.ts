@@ -27,6 +27,8 @@ Commands:
   fake-workers  start fake prefill and decode workers to try it without a GPU (--help)
   simulate      replay a trace or workload on a simulated fleet that keeps time, under disagg
                 serve's routing or a baseline's: TTFT, ITL, goodput (disagg simulate --help)
+  plan          the prefill and decode workers a workload needs to meet its service levels,
+                found by simulation within a GPU budget (disagg plan --help)
   tokenizer     fetch a Hugging Face model's tokenizer into the cache ahead of time
                 (disagg tokenizer fetch Qwen/Qwen3-8B; --help)
 
@@ -42,6 +44,7 @@ async function main(argv: string[]): Promise<number> {
   }
   // The fakes (workers, a Kubernetes API) load only for their command: a proxy does not carry them.
   if (command === 'fake-workers') return (await import('./fake-workers-command.js')).fakeWorkers(rest);
+  if (command === 'plan') return (await import('./plan-command.js')).plan(rest);
   if (command === 'simulate') return (await import('./simulate-command.js')).simulate(rest);
   if (command === 'epp') return (await import('./epp-command.js')).epp(rest);
   if (command === 'tokenizer') return (await import('./tokenizer-command.js')).tokenizerCommand(rest);

@@ -24,6 +24,9 @@ import type { VirtualClock } from '../simulation/virtual-clock.js';
 import { SeededRandom } from '../simulation/workload-random.js';
 import { dropUndefined } from './serve-parts.js';
 
+/** The model the simulated requests name. */
+const SIMULATED_MODEL = 'simulated';
+
 /** The simulated fleet's shape: prefill and decode workers (no prefill: every worker serves whole requests). */
 export interface FleetShape {
   readonly prefill: number;
@@ -75,9 +78,14 @@ export function simulatedSettings(
   const kvPort = args.some((arg) => arg.startsWith('--kv-events-port')) ? [] : ['--kv-events-port', '5557'];
   // The profile's engine, unless the flags name the connector.
   const connector = args.some((arg) => arg.startsWith('--connector')) ? [] : ['--connector', engine];
+  // Without prefill workers, a pool of decode workers alone (serve's top level needs both):
+  // every request served whole, as `no-prefill-worker`.
+  const decodeOnly = [
+    '--pools',
+    JSON.stringify([{ model: SIMULATED_MODEL, decode: workers('decode', shape.decode)[1]?.split(',') }]),
+  ];
   const config = load([
-    ...workers('prefill', shape.prefill),
-    ...workers('decode', shape.decode),
+    ...(shape.prefill === 0 ? decodeOnly : [...workers('prefill', shape.prefill), ...workers('decode', shape.decode)]),
     ...connector,
     ...kvPort,
     ...args,
@@ -103,7 +111,12 @@ export async function simulatedFleet(
   const wantsIndex = consumed['kv-index'] !== undefined;
   const index = wantsIndex ? new KvBlockIndex<Worker>(await loadBlockKeys(), { now: () => clock.now }) : undefined;
   const engines = new Map<string, SimEngine>();
-  for (const worker of [...options.prefill, ...options.decode] as Worker[]) {
+  const poolSettings = options.pools[0];
+  const all =
+    poolSettings === undefined
+      ? [...options.prefill, ...options.decode]
+      : [...poolSettings.prefill, ...poolSettings.decode];
+  for (const worker of all as Worker[]) {
     const onKvEvent =
       index === undefined
         ? undefined
@@ -128,7 +141,7 @@ export async function simulatedFleet(
     // Policies that draw (random, power-of-two, the weighted-random picker) draw the same for a seed.
     random: () => random.next(),
   };
-  const pool = modelPool(options, services);
+  const pool = modelPool(options, services, poolSettings);
   const tokens = consumed.tokens !== undefined || wantsIndex;
   const router: SimRouter = {
     async route(request: TraceRequest): Promise<SimDecision> {
@@ -217,7 +230,7 @@ const CHARS_PER_TOKEN = 4;
  */
 function bodyOf(request: TraceRequest): Record<string, unknown> {
   let text: string | undefined;
-  const body: Record<string, unknown> = { model: 'simulated', max_tokens: request.outputTokens };
+  const body: Record<string, unknown> = { model: SIMULATED_MODEL, max_tokens: request.outputTokens };
   Object.defineProperty(body, 'prompt', {
     enumerable: true,
     get: () => {

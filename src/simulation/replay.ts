@@ -57,6 +57,8 @@ export interface ReplaySummary {
   readonly itl_ms: Percentiles;
   /** Completed requests per simulated second that met both service levels. */
   readonly goodput_rps: number;
+  /** The share (0-1) of all requests that completed within both service levels. */
+  readonly slo_attainment: number;
   /** Completed requests per simulated second. */
   readonly throughput_rps: number;
   /** Tokens of answers per simulated second. */
@@ -196,6 +198,7 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
     ttft_ms: percentilesOf(ttfts),
     itl_ms: gaps.percentiles(),
     goodput_rps: perSecond(good),
+    slo_attainment: requests.length === 0 ? 1 : good / requests.length,
     throughput_rps: perSecond(completed),
     output_tokens_per_s: perSecond(outputTokens),
     prefix_hit_rate: promptTokens === 0 ? 0 : cachedTokens / promptTokens,
