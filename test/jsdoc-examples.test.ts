@@ -67,6 +67,9 @@ const CONTEXT: Record<string, string> = {
   prefillEngine: 'declare const prefillEngine: Engine<{ url: string }>;',
   decodeEngine: 'declare const decodeEngine: Engine<{ url: string }>;',
   call: 'declare const call: Engine<{ url: string }>;',
+  profile: 'declare const profile: EngineProfile;',
+  clock: 'declare const clock: VirtualClock;',
+  text: 'declare const text: string;',
 };
 
 /** Every export name of each entry point, from the `export { ... }` lists of its typings. */

@@ -1,13 +1,52 @@
 // The `disagg/testing` subpath: fake prefill and decode workers that speak the vLLM and SGLang
 // protocol subset a router uses, with a KV ledger and injectable faults, for tests without GPUs,
 // a fake Kubernetes API that serves them as pods for label discovery, and a KV event publisher
-// that speaks vLLM's ZMQ frames.
+// that speaks vLLM's ZMQ frames. And a simulated fleet that keeps time: engines with queues, KV
+// blocks and the timing of published profiles, replaying traces and workloads on a virtual clock.
 
 export { FakeKvCache, type FakeKvCacheOptions } from '../fakes/fake-kv-cache.js';
 export { type FakeKvEvent, FakeKvPublisher, type FakeKvPublisherOptions } from '../fakes/fake-kv-publisher.js';
 export type { FakeAnswer } from '../fakes/fake-plan.js';
 export { FakePrefixCache, type FakePrefixCacheOptions } from '../fakes/fake-prefix-cache.js';
 export { type KvHandoff, KvLedger, type KvRead } from '../fakes/kv-ledger.js';
+export { type KvNode, KvTree, type KvTreeEvent, type KvTreeOptions } from '../simulation/kv-tree.js';
+export type { Percentiles } from '../simulation/latency-stats.js';
+export { cpuLoadMs, decodeStepMs, decodeThroughput, prefillMs, transferMs } from '../simulation/profile-timing.js';
+export type { EngineProfile, ProfilePoint, ProfileSource } from '../simulation/profile-types.js';
+export {
+  checkProfile,
+  DEFAULT_PROFILE,
+  findProfile,
+  PROFILES,
+  ProfileError,
+  profileSummary,
+  readProfile,
+} from '../simulation/profiles.js';
+export {
+  contextLimit,
+  type ReplayOptions,
+  type ReplaySummary,
+  replay,
+  type ServiceLevels,
+  type SimDecision,
+  type SimLease,
+  type SimRouter,
+} from '../simulation/replay.js';
+export { type EngineCounters, SimEngine, type SimEngineOptions } from '../simulation/sim-engine.js';
+export type { JobKind, JobListener, JobRequest } from '../simulation/sim-job.js';
+export {
+  parseTrace,
+  parseTraceLine,
+  readTrace,
+  scaleRate,
+  summarizeTrace,
+  TRACE_BLOCK_TOKENS,
+  TraceFormatError,
+  type TraceRequest,
+  type TraceSummary,
+} from '../simulation/trace.js';
+export { type SimClock, VirtualClock } from '../simulation/virtual-clock.js';
+export { UnknownWorkloadError, WORKLOADS, type WorkloadOptions, workload } from '../simulation/workloads.js';
 export {
   type FakeInferencePool,
   type FakeKubernetesApi,
