@@ -7,8 +7,11 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { FakeWorkersUsageError, parseFakeWorkersArgs } from '../../src/cli/fake-workers.js';
+import { parseSimulateArgs, SimulateUsageError } from '../../src/cli/simulate-args.js';
+import { simulatedSettings } from '../../src/cli/simulate-fleet.js';
 import { ConfigError, loadServeConfig } from '../../src/server/config.js';
 import { SETTINGS } from '../../src/server/settings/rows.js';
+import { DEFAULT_PROFILE } from '../../src/simulation/profiles.js';
 import { parseTenants } from '../../src/tenancy/tenants.js';
 import {
   type DocBlock,
@@ -281,6 +284,7 @@ function disaggProblems([command, ...args]: string[]): string[] {
     else if (command === 'serve') loadServeConfig(args, {});
     else if (command === 'sidecar') loadServeConfig(['--prefill-from', 'header', ...args], {});
     else if (command === 'epp') loadServeConfig(withoutHealthPort(args), {});
+    else if (command === 'simulate' || command === 'plan') return simulateProblems(command, args);
     else if (command === 'tokenizer')
       return args[0] === 'fetch' && args.length === 2 ? [] : ['disagg tokenizer fetch <id|DIR>'];
     else return [`disagg ${command}: no such command`];
@@ -288,6 +292,26 @@ function disaggProblems([command, ...args]: string[]): string[] {
   } catch (error) {
     if (error instanceof ConfigError) return [...error.problems];
     if (error instanceof FakeWorkersUsageError) return [error.message];
+    throw error;
+  }
+}
+
+/** A `disagg simulate` or `disagg plan` command: its own flags, then the serve settings it routes with. */
+function simulateProblems(command: string, args: string[]): string[] {
+  // `--attainment` is plan's own.
+  const own =
+    command === 'plan' ? args.filter((word, i) => word !== '--attainment' && args[i - 1] !== '--attainment') : args;
+  try {
+    const asked = parseSimulateArgs(own, { profile: DEFAULT_PROFILE });
+    if (asked === 'help' || asked === 'list-profiles') return [];
+    if (command === 'plan' && asked.gpus === undefined) return ['disagg plan needs --gpus N'];
+    simulatedSettings({ prefill: asked.prefill, decode: asked.decode }, 'vllm', asked.serveArgs, (words) =>
+      loadServeConfig(words, {}),
+    );
+    return [];
+  } catch (error) {
+    if (error instanceof SimulateUsageError) return [error.message];
+    if (error instanceof ConfigError) return [...error.problems];
     throw error;
   }
 }
