@@ -22,6 +22,9 @@ export interface RealtimeClockOptions {
   readonly ref?: boolean | undefined;
 }
 
+/** The longest delay a Node timer takes (a longer one fires at once): a far event re-arms on the way. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Events run per timer before the rest wait for the next turn of the event loop (sockets get theirs). */
 const EVENTS_PER_TURN = 10_000;
 
@@ -94,6 +97,24 @@ export class RealtimeClock implements SimClock {
     this.at(this.now + delayMs, run);
   }
 
+  /**
+   * Runs `action` at once with `now` fixed for its duration, as inside an event: a request
+   * handed to an engine is timed from one instant, however many times the engine reads the
+   * clock (at a large speed-up a microsecond of wall time is a virtual millisecond). Returns
+   * what `action` returns.
+   */
+  run<T>(action: () => T): T {
+    if (this.#firing) return action();
+    this.#floor = Math.max(this.#floor, this.#wallNow());
+    this.#firing = true;
+    try {
+      return action();
+    } finally {
+      this.#firing = false;
+      this.#arm();
+    }
+  }
+
   /** Clears its timer and drops what is pending; it schedules nothing after. */
   close(): void {
     this.#closed = true;
@@ -114,7 +135,7 @@ export class RealtimeClock implements SimClock {
     if (this.#timer !== undefined && this.#armedFor <= next) return;
     this.#disarm();
     this.#armedFor = next;
-    const delay = Math.max(0, (next - this.#wallNow()) / this.speedup);
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, (next - this.#wallNow()) / this.speedup));
     this.#timer = setTimeout(() => this.#fire(), delay);
     if (!this.#ref) this.#timer.unref();
   }

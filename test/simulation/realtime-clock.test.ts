@@ -139,3 +139,39 @@ describe('a real-time clock runs virtual time `speedup` times faster than the wa
     expect(live).toEqual(expected.map((at) => expect.closeTo(at, 9)));
   });
 });
+
+describe('run: an action handed to the clock sees one instant', () => {
+  it('now does not move inside run however the wall does, and what it schedules is timed from that instant', () => {
+    let wall = 0;
+    const clock = new RealtimeClock({ speedup: 1000, wallMs: () => wall });
+    const ran: number[] = [];
+    const seen = clock.run(() => {
+      const first = clock.now;
+      wall += 0.5; // half a wall ms: 500 virtual ms at this speed-up
+      clock.after(100, () => ran.push(clock.now));
+      return [first, clock.now];
+    });
+    expect(seen).toEqual([0, 0]);
+    wall = 1;
+    vi.advanceTimersByTime(1);
+    expect(ran).toEqual([100]);
+    expect(clock.now).toBe(1000);
+    clock.close();
+  });
+});
+
+describe('a far event', () => {
+  it('an event further than a Node timer can wait is armed for the longest wait Node takes, and runs at its time', () => {
+    const spy = vi.spyOn(globalThis, 'setTimeout');
+    const clock = new RealtimeClock({ speedup: 1, wallMs });
+    const ran: number[] = [];
+    const far = 2 ** 31 + 1000;
+    clock.at(far, () => ran.push(clock.now));
+    // Node fires a longer timer at once (TimeoutOverflowWarning): the clock would spin.
+    expect(spy.mock.calls.map(([, delay]) => delay)).toEqual([2 ** 31 - 1]);
+    vi.advanceTimersByTime(far);
+    expect(ran).toEqual([far]);
+    clock.close();
+    spy.mockRestore();
+  });
+});
