@@ -86,9 +86,7 @@ export class FakeKvCache {
     body: Record<string, unknown>,
     path?: string,
   ): Promise<{ cachedTokens: number; computeMs: number; promptTokens: number }> {
-    // The endpoint of the route the request came in on; only a bare body is read for its shape.
-    const endpoint = (path === undefined ? undefined : endpointAt(path)) ?? endpointOf(body);
-    const tokens = (await this.#tokens(body, endpoint)) ?? tokensOf(body, endpoint);
+    const tokens = await this.tokens(body, path);
     const size = this.#blockSize;
     const events: FakeKvEvent[] = [];
     let parent: bigint | null = null;
@@ -138,6 +136,15 @@ export class FakeKvCache {
     return { cachedTokens, computeMs: (tokens.length - cachedTokens) * this.#msPerToken, promptTokens: tokens.length };
   }
 
+  /**
+   * The token ids of `body`'s prompt as this engine computes them: its tokenizer's (when it has
+   * one and the prompt is text), else {@link fakePromptTokenIds}'. `path` as in {@link compute}.
+   */
+  async tokens(body: Record<string, unknown>, path?: string): Promise<number[]> {
+    const endpoint = endpointFor(body, path);
+    return (await this.#tokens(body, endpoint)) ?? tokensOf(body, endpoint);
+  }
+
   /** The engine restarted: its cache is empty, its hash seed new, its event sequence back at 0. */
   restart(): void {
     this.#blocks.clear();
@@ -173,7 +180,22 @@ export class FakeKvCache {
   }
 }
 
-/** A request's prompt tokens: its ids, else its text cut into fake tokens of four characters. */
+/**
+ * A request's prompt token ids as a fake engine without a tokenizer has them: its ids, else its
+ * text cut into fake tokens of four characters. `path` is the route it came in on (which says
+ * how to read the body); without it, the body's shape does.
+ *
+ * @example
+ * fakePromptTokenIds({ prompt: [5, 6, 7] }, '/v1/completions'); // [5, 6, 7]
+ */
+export function fakePromptTokenIds(body: Record<string, unknown>, path?: string): number[] {
+  return tokensOf(body, endpointFor(body, path));
+}
+
+// The endpoint of the route the request came in on; only a bare body is read for its shape.
+const endpointFor = (body: Record<string, unknown>, path: string | undefined): Endpoint =>
+  (path === undefined ? undefined : endpointAt(path)) ?? endpointOf(body);
+
 function tokensOf(body: Record<string, unknown>, endpoint: Endpoint): number[] {
   const input = new RoutingInput(body, undefined, undefined, endpoint);
   const ids = input.tokenIds;

@@ -6,6 +6,7 @@ import type { EngineName } from '../protocol/engines/wires.js';
 import type { FakeKvCacheOptions } from './fake-kv-cache.js';
 import type { FakeAnswer } from './fake-plan.js';
 import type { FakePrefixCacheOptions } from './fake-prefix-cache.js';
+import type { FakeSimulationOptions } from './fake-simulation.js';
 
 /**
  * What can go wrong, per request or for every request of a worker:
@@ -135,6 +136,17 @@ export interface FakeWorkerOptions {
    * `prefixCache`. Needs the optional dependency `zeromq`.
    */
   kvCache?: FakeKvCacheOptions | undefined;
+  /**
+   * A simulated engine that times its answers (see `FakeSimulation`): a prefill computes its
+   * prompt in the profile's time and holds the KV until the decode side has it; a decode
+   * receives the KV over the profile's link and streams each token as the engine's step makes
+   * it; a plain call does both. Its `/metrics` report the engine's queues and KV usage, and
+   * with `kvCache` it publishes the engine's cache (512-token blocks) as KV events. Wins over
+   * `tokenIntervalMs`, `prefixCache` and `kvCache`'s block size, capacity and timing;
+   * `maxModelLen` is the profile's context unless given. Unless `tokens` says otherwise, an
+   * answer is as long as the request's budget, or what the context leaves.
+   */
+  simulated?: FakeSimulationOptions | undefined;
   /**
    * The LoRA adapters its `/metrics` reports, as vLLM with `--enable-lora` does
    * (`vllm:lora_requests_info`): at most `max` in a batch, those `running` and `waiting`. Any

@@ -34,6 +34,17 @@ export type KvRead = 'claimed' | 'stale' | 'unknown';
  */
 export class KvLedger {
   readonly #handoffs = new Map<string, KvHandoff>();
+  /** The call that committed each handoff still held, when its committer named it. */
+  readonly #owners = new Map<string, object>();
+  readonly #onChange: ((handoff: KvHandoff, owner: object | undefined) => void) | undefined;
+
+  /**
+   * @param options.onChange told of each handoff as it is committed (`held`) and as it stops
+   *   being held, with the call its committer named (a simulated engine frees that call's KV).
+   */
+  constructor(options: { onChange?: ((handoff: KvHandoff, owner: object | undefined) => void) | undefined } = {}) {
+    this.#onChange = options.onChange;
+  }
   readonly #waiting = new Map<string, Array<(handoff: KvHandoff | undefined) => void>>();
   readonly #releasing = new Map<string, Array<(state: KvHandoff['state'] | undefined) => void>>();
 
@@ -67,10 +78,15 @@ export class KvLedger {
     return this.all().filter((handoff) => handoff.staleReads > 0);
   }
 
-  /** Records KV committed for `key`; wakes a decode that was waiting for it. */
-  commit(key: string, requestId: string): KvHandoff {
+  /**
+   * Records KV committed for `key` by the call `owner` (if named); wakes a decode that was
+   * waiting for it.
+   */
+  commit(key: string, requestId: string, owner?: object): KvHandoff {
     const handoff: KvHandoff = { key, requestId, state: 'held', committedAt: Date.now(), staleReads: 0 };
     this.#handoffs.set(key, handoff);
+    if (owner !== undefined) this.#owners.set(key, owner);
+    this.#onChange?.(handoff, owner);
     const waiting = this.#waiting.get(key);
     this.#waiting.delete(key);
     for (const wake of waiting ?? []) wake(handoff);
@@ -137,6 +153,9 @@ export class KvLedger {
 
   #release(handoff: KvHandoff, state: Exclude<KvHandoff['state'], 'held'>): void {
     handoff.state = state;
+    const owner = this.#owners.get(handoff.key);
+    this.#owners.delete(handoff.key);
+    this.#onChange?.(handoff, owner);
     const waiting = this.#releasing.get(handoff.key);
     this.#releasing.delete(handoff.key);
     for (const wake of waiting ?? []) wake(state);

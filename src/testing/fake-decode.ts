@@ -7,6 +7,7 @@ import type { AnswerShape } from '../endpoints/endpoint.js';
 import { answerHandlerError, answerShapeAt, formatFor } from '../fakes/fake-formats.js';
 import { planAnswer, promptTokens, usageOf, wantsUsage } from '../fakes/fake-plan.js';
 import type { FakeProtocol, WorkerSide } from '../fakes/fake-protocol.js';
+import type { SimulatedDecode } from '../fakes/fake-simulation.js';
 import type { FakeRequest, Fault } from '../fakes/fake-types.js';
 import { stringifyJson } from '../http/json.js';
 import { drained } from '../http/node-server.js';
@@ -16,6 +17,8 @@ import { breakingFault, breakStream, errorChunk, typedEvent, typedEvents, typedF
 /** What a decode call uses of its worker: the protocol modules' side, and the engine it answers as. */
 export interface DecodeSide extends WorkerSide {
   readonly protocol: FakeProtocol['name'];
+  /** A simulated engine's pace for the answers (`FakeWorkerOptions.simulated`), if it has one. */
+  readonly simulated?: SimulatedDecode | undefined;
 }
 
 /**
@@ -61,7 +64,8 @@ export async function answerDecode(
         return;
       }
       record.kv = 'recomputed';
-      await worker.computePrompt(record);
+      // Simulated, the prompt is computed by the job below (a whole one).
+      if (worker.simulated === undefined) await worker.computePrompt(record);
     } else {
       read = taken;
       if (taken !== 'none') record.kv = taken;
@@ -76,7 +80,7 @@ export async function answerDecode(
     res.end(typed ? '' : 'data: [DONE]\n\n');
     return;
   }
-  const tokens = worker.options.tokens ?? 8;
+  const tokens = worker.options.tokens ?? worker.simulated?.tokensLeft(body) ?? 8;
   // Computed on blocks that were not this request's: what comes out is not its answer.
   const answer = read === 'stale' ? { content: Array.from({ length: tokens }, (_, i) => `stale${i} `) } : undefined;
   const remote = read !== 'none';
@@ -84,15 +88,18 @@ export async function answerDecode(
   if (remote && plan.prompt.asked && engine.recomputesPrompt === true) {
     // The transferred KV is not used: the prompt is computed again, here.
     record.kv = 'recomputed';
-    await worker.computePrompt(record);
+    if (worker.simulated === undefined) await worker.computePrompt(record);
   }
+  // Simulated: the engine decodes after receiving the prefill's KV, or computes the prompt itself.
+  const kind = remote && record.kv !== 'recomputed' ? 'decode' : 'whole';
+  const pace = await worker.simulated?.generate(record, kind, plan.completionTokens);
   const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (worker.options.tokenIntervalMs ?? 0);
   const format = formatFor(record.path, worker.options.model);
   // Decode counts the whole prompt as cached: its KV came from prefill. A router must give the
   // client prefill's figure instead.
   const usage = usageOf(body, plan.completionTokens, promptTokens(body));
   if (body.stream !== true) {
-    await worker.pause(interval * plan.completionTokens);
+    await (pace === undefined ? worker.pause(interval * plan.completionTokens) : pace.finished);
     if (res.destroyed) return;
     record.completed = true;
     if (plan.error !== undefined)
@@ -113,7 +120,7 @@ export async function answerDecode(
     );
   for (const [i, chunk] of chunks.entries()) {
     if (breaking !== undefined && i === breakAt) return broken(i);
-    if (tokenAt.has(i)) await worker.pause(interval);
+    if (tokenAt.has(i)) await (pace === undefined ? worker.pause(interval) : pace.next());
     if (res.destroyed) return;
     const json = stringifyJson(chunk);
     // As a real server does: no faster than the client reads.

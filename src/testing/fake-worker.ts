@@ -7,11 +7,13 @@ import { fakeTrtllm } from '../engines/trtllm/fake.js';
 import { fakeVllm } from '../engines/vllm/fake.js';
 import { BatchSeats } from '../fakes/fake-batch.js';
 import { answerHandlerError, endpointAt, POOLING_PATHS, poolingAnswer } from '../fakes/fake-formats.js';
-import { FakeKvCache } from '../fakes/fake-kv-cache.js';
+import { FakeKvCache, fakePromptTokenIds } from '../fakes/fake-kv-cache.js';
 import { FakeKvPublisher } from '../fakes/fake-kv-publisher.js';
+import { loadMetricsText, modelList } from '../fakes/fake-metrics.js';
 import { type FakeAnswer, promptTokens } from '../fakes/fake-plan.js';
 import { FakePrefixCache } from '../fakes/fake-prefix-cache.js';
 import { type FakeProtocol, servedPaths, type WorkerSide } from '../fakes/fake-protocol.js';
+import { FakeSimulation, type SimulatedDecode } from '../fakes/fake-simulation.js';
 import type { FakeRequest, FakeWorkerOptions } from '../fakes/fake-types.js';
 import { KvLedger } from '../fakes/kv-ledger.js';
 import { parseJson } from '../http/json.js';
@@ -47,6 +49,8 @@ export interface FakeWorker {
    * `.replayEndpoint`), when started with `kvCache`.
    */
   readonly kvCache: FakeKvCache | undefined;
+  /** Its simulated engine and that engine's clock, when started with `simulated`. */
+  readonly simulation: FakeSimulation | undefined;
   /** Stops accepting, ends every open connection and pending wait, and resolves once closed. */
   close(): Promise<void>;
 }
@@ -127,7 +131,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   readonly protocol: EngineName;
   readonly host: string;
   readonly bootstrapHost: string;
-  readonly ledger = new KvLedger();
+  readonly ledger = new KvLedger({ onChange: (handoff, owner) => this.simulation?.handoff(handoff, owner) });
   readonly requests: FakeRequest[] = [];
   readonly options: FakeWorkerOptions;
   readonly engineId = randomUUID();
@@ -145,6 +149,8 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   readonly #cancels = new Set<() => void>();
   readonly #prefixCache: FakePrefixCache | undefined;
   readonly kvCache: FakeKvCache | undefined;
+  readonly simulation: FakeSimulation | undefined;
+  readonly simulated: SimulatedDecode | undefined;
   /** When the prefills taken so far are computed (with a prefix cache: one at a time). */
   #computingUntil = 0;
   #fault: FakeWorkerOptions['fault'];
@@ -171,6 +177,9 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     this.#fault = options.fault;
     this.#prefixCache = options.prefixCache === undefined ? undefined : new FakePrefixCache(options.prefixCache);
     this.kvCache = publisher === undefined ? undefined : new FakeKvCache(publisher, options.kvCache);
+    this.simulation = options.simulated === undefined ? undefined : new FakeSimulation(options.simulated, publisher);
+    this.simulated =
+      this.simulation === undefined ? undefined : this.simulation.decodeSide((record) => this.#promptIds(record));
     this.#server.on('connection', (socket) => {
       this.#connections++;
       this.#sockets.add(socket);
@@ -213,6 +222,7 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
   }
 
   close(): Promise<void> {
+    this.simulation?.close();
     this.kvCache?.publisher.close();
     void this.kvCache?.close();
     for (const timer of this.#timers) clearTimeout(timer);
@@ -241,21 +251,11 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     }
     if (req.method === 'GET' && path === '/metrics') return this.#answerMetrics(res);
     if (req.method === 'GET' && path === '/v1/models') {
-      const id = this.options.model ?? 'fake-model';
-      const max_model_len = this.options.maxModelLen ?? 4096;
-      // As vLLM lists them: the base model, then each LoRA adapter with its `parent`.
-      const adapters = (this.options.lora?.running ?? []).map((name) => ({
-        id: name,
-        object: 'model',
-        owned_by: 'disagg-fake',
-        root: `/adapters/${name}`,
-        parent: id,
-        max_model_len,
-      }));
-      return this.answerJson(res, 200, {
-        object: 'list',
-        data: [{ id, object: 'model', owned_by: 'disagg-fake', max_model_len }, ...adapters],
-      });
+      return this.answerJson(
+        res,
+        200,
+        modelList(this.options.model ?? 'fake-model', this.#maxModelLen(), this.options.lora),
+      );
     }
     if (path.startsWith('/v1/responses/') && this.#routes.has('/v1/responses')) {
       // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response: its GET and cancel of
@@ -304,13 +304,17 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       return this.#refuse(res, record, prefill, { status: fault.status, message });
     }
     // The engine's request handler: its own refusals (vLLM frees a handoff's KV on them).
-    const refusal = this.#engine.handlerRefusal?.(this, body) ?? refuseContext(path, body, this.options.maxModelLen);
+    const refusal = this.#engine.handlerRefusal?.(this, body) ?? refuseContext(path, body, this.#maxModelLen());
     if (refusal !== undefined) return this.#refuse(res, record, prefill, refusal);
     if (fault?.type === 'hang') {
       if (!prefill) res.on('close', () => void this.#engine.gaveUp?.(this, body, 'aborted'));
       return;
     }
-    if (prefill) return this.#engine.prefill(this, res, record, fault);
+    if (prefill) {
+      // Simulated, its KV goes once its answer is over and the decode side has it.
+      if (this.simulation !== undefined) res.on('close', () => this.simulation?.answered(record));
+      return this.#engine.prefill(this, res, record, fault);
+    }
     // Past its batch, a decode waits in the engine's queue before anything of it happens.
     if (!(await this.#batch.seat(res))) {
       // As vLLM frees the KV a request still waiting in its queue would have pulled.
@@ -375,6 +379,9 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
    * then counts half the prompt as cached).
    */
   async computePrompt(record: FakeRequest): Promise<number | undefined> {
+    if (this.simulation !== undefined) {
+      return this.simulation.prefill(record, this.simulation.prompt(await this.#promptIds(record)));
+    }
     if (this.kvCache !== undefined) {
       const { cachedTokens, computeMs } = await this.kvCache.compute(record.body, record.path);
       await this.#computeFor(computeMs);
@@ -391,6 +398,16 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
     );
     await this.#computeFor(computeMs);
     return cachedTokens;
+  }
+
+  /** The context it serves: `maxModelLen`, else its simulated engine's, else 4,096. */
+  #maxModelLen(): number {
+    return this.options.maxModelLen ?? this.simulation?.contextTokens ?? 4096;
+  }
+
+  /** A call's prompt token ids, as its engine has them (see `FakeKvCache.tokens`). */
+  #promptIds(record: FakeRequest): Promise<number[]> | number[] {
+    return this.kvCache?.tokens(record.body, record.path) ?? fakePromptTokenIds(record.body, record.path);
   }
 
   /** One prefill at a time, as an engine's prefill queue: a busy worker makes the next wait. */
@@ -413,24 +430,14 @@ class FakeWorkerServer implements FakeWorker, WorkerSide {
       this.answerError(res, 404, 'no route GET /metrics');
       return;
     }
-    const usage = this.kvCache === undefined ? 0 : this.kvCache.size / this.kvCache.capacity;
-    const model = `model_name="${this.options.model ?? 'fake-model'}"`;
-    const lines = [
-      `# TYPE ${names.running} gauge`,
-      `${names.running}{${model}} ${this.#running - this.#batch.waiting}`,
-      `# TYPE ${names.waiting} gauge`,
-      `${names.waiting}{${model}} ${this.#waiting + this.#batch.waiting}`,
-      `# TYPE ${names.kvUsage} gauge`,
-      `${names.kvUsage}{${model}} ${usage}`,
-    ];
-    const { lora } = this.options;
-    if (lora !== undefined && names.loraInfo !== undefined) {
-      // As vLLM: the value is when the series was set (the latest one wins).
-      const labels = `max_lora="${lora.max}",running_lora_adapters="${(lora.running ?? []).join(',')}",waiting_lora_adapters="${(lora.waiting ?? []).join(',')}"`;
-      lines.push(`# TYPE ${names.loraInfo} gauge`, `${names.loraInfo}{${labels}} ${Date.now() / 1000}`);
-    }
+    // Simulated, the engine's own queues; else the requests under way and the fake cache's fill.
+    const load = this.simulation?.load() ?? {
+      running: this.#running - this.#batch.waiting,
+      waiting: this.#waiting + this.#batch.waiting,
+      kvUsage: this.kvCache === undefined ? 0 : this.kvCache.size / this.kvCache.capacity,
+    };
     res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
-    res.end(`${lines.join('\n')}\n`);
+    res.end(loadMetricsText(names, this.options.model ?? 'fake-model', load, this.options.lora));
   }
 
   nextBlocks(): number[] {

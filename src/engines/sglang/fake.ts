@@ -38,7 +38,7 @@ export const fakeSglang: FakeProtocol = {
     if (res.destroyed) return;
     // A batched request (several prompts, or n > 1) has a room per element, all on both legs.
     const rooms = roomsOf(record.body);
-    for (const room of rooms) worker.ledger.commit(room, requestId);
+    for (const room of rooms) worker.ledger.commit(room, requestId, record);
     if (fault?.type === 'never-bootstrap') return; // never answers
     const released = await Promise.all(rooms.map((room) => worker.untilDone(res, worker.ledger.whenReleased(room))));
     const missing = rooms.filter((_, i) => released[i] !== 'claimed');

@@ -77,7 +77,7 @@ export const fakeTrtllm: FakeProtocol = {
     if (res.destroyed) return;
     const ctxRequestId = nextRequestId++;
     const key = `ctx-${ctxRequestId}`;
-    worker.ledger.commit(key, record.requestId ?? key);
+    worker.ledger.commit(key, record.requestId ?? key, record);
     worker.strandLater(key);
     record.completed = true;
     const answer = oneTokenAnswer(record, worker.options.model, worker.answerFor(record), cached, {

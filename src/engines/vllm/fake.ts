@@ -74,7 +74,7 @@ export const fakeVllm: FakeProtocol = {
       remote_request_id: requestId,
       tp_size: 1,
     };
-    worker.ledger.commit(kvKey(worker.engineId, blocks), requestId);
+    worker.ledger.commit(kvKey(worker.engineId, blocks), requestId, record);
     worker.strandLater(kvKey(worker.engineId, blocks));
     record.completed = true;
     worker.answerJson(res, 200, { ...body, kv_transfer_params: params });
