@@ -4,6 +4,8 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { EngineProfile } from '../simulation/profile-types.js';
+import { PROFILES, ProfileError, profileSummary, readProfile } from '../simulation/profiles.js';
 import { type FakeKubernetesApi, fakeKubeconfig, startFakeKubernetesApi } from '../testing/fake-kubernetes-api.js';
 import {
   FAKE_POD_APP,
@@ -32,9 +34,21 @@ export async function fakeWorkers(args: string[]): Promise<number> {
     console.log(FAKE_WORKERS_USAGE);
     return 0;
   }
+  if (plan === 'list-profiles') {
+    for (const profile of PROFILES.values()) console.log(profileSummary(profile));
+    return 0;
+  }
+  let profile: EngineProfile | undefined;
+  try {
+    profile = plan.profile === undefined ? undefined : await readProfile(plan.profile);
+  } catch (error) {
+    if (!ProfileError.is(error)) throw error;
+    console.error(`disagg fake-workers: ${error.message}`);
+    return 2;
+  }
   let fleet: Awaited<ReturnType<typeof startFakeFleet>>;
   try {
-    fleet = await startFakeFleet(plan);
+    fleet = await startFakeFleet(plan, profile);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     if (code === 'ERR_MODULE_NOT_FOUND' && plan.kvEventsPort !== undefined) {
@@ -50,7 +64,8 @@ export async function fakeWorkers(args: string[]): Promise<number> {
   for (const worker of [...fleet.prefill, ...fleet.decode]) {
     const kv = worker.kvCache?.publisher;
     const events = kv === undefined ? '' : `, KV events at ${kv.endpoint} (replay ${kv.replayEndpoint})`;
-    console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}${events}`);
+    const simulated = profile === undefined ? '' : `, simulating ${profile.name} at ${plan.speedup}x`;
+    console.log(`fake ${plan.protocol} ${worker.role} worker at ${worker.url}${events}${simulated}`);
   }
   let path: string | undefined;
   let api: FakeKubernetesApi | undefined;

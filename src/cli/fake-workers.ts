@@ -4,6 +4,7 @@
 import { parseArgs } from 'node:util';
 import { BOOTSTRAP_PORT_ANNOTATION, WORKER_PORTS_ANNOTATION } from '../discovery/kubernetes-discovery.js';
 import { ENGINE_NAMES, type EngineName, engineOf } from '../engines/registry.js';
+import type { EngineProfile } from '../simulation/profile-types.js';
 import type { FakePod } from '../testing/fake-kubernetes-api.js';
 import { type FakeWorker, type FakeWorkerOptions, type Fault, startFakeWorker } from '../testing/fake-worker.js';
 
@@ -20,8 +21,17 @@ Options:
   --decode-port N                 the first decode worker's port (8200; 0: any free port)
   --prefills N                    how many prefill workers, on consecutive ports (1)
   --decodes N                     how many decode workers, on consecutive ports (1)
-  --tokens N                      tokens a decode answers at most (8)
-  --token-interval-ms N           the time between two tokens (20)
+  --tokens N                      tokens a decode answers at most (8; with --profile, as many
+                                  as the request's max_tokens asks or its context leaves)
+  --token-interval-ms N           the time between two tokens (20; not with --profile)
+  --profile NAME|FILE             each worker runs a simulated engine of this profile (a built-in
+                                  name, or a profile's JSON file): its prefills, KV transfers and
+                                  decode steps take the profile's time, its /metrics report the
+                                  engine's queues and KV cache usage, and with --kv-events it
+                                  publishes the engine's cache (blocks of 512 tokens)
+  --speedup X                     with --profile, the simulated time runs X times faster than
+                                  the wall's (1)
+  --list-profiles                 the built-in profiles, one a line
   --model NAME                    the model the fakes serve (fake-model)
   --prefill-fault FAULT           every prefill call fails so: status:CODE, hang, reset, error-event
   --decode-fault FAULT            every decode call fails so (the same faults)
@@ -52,8 +62,8 @@ const OPTIONS = {
   'decode-port': { type: 'string', default: '8200' },
   prefills: { type: 'string', default: '1' },
   decodes: { type: 'string', default: '1' },
-  tokens: { type: 'string', default: '8' },
-  'token-interval-ms': { type: 'string', default: '20' },
+  tokens: { type: 'string' },
+  'token-interval-ms': { type: 'string' },
   model: { type: 'string', default: 'fake-model' },
   'prefill-fault': { type: 'string' },
   'decode-fault': { type: 'string' },
@@ -61,8 +71,14 @@ const OPTIONS = {
   'kubernetes-port': { type: 'string', default: '0' },
   'kv-events': { type: 'boolean' },
   'kv-events-port': { type: 'string', default: '5557' },
+  profile: { type: 'string' },
+  speedup: { type: 'string' },
+  'list-profiles': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
+
+// Defaults of the options that mean something else when not given (with --profile).
+const UNSET_DEFAULTS: Readonly<Record<string, string>> = { tokens: '8', 'token-interval-ms': '20' };
 
 /** What `disagg fake-workers` was asked for. */
 export interface FakeFleetPlan {
@@ -72,7 +88,8 @@ export interface FakeFleetPlan {
   decodePort: number;
   prefills: number;
   decodes: number;
-  tokens: number;
+  /** Tokens a decode answers at most; undefined with a profile: the request's budget, or what the context leaves. */
+  tokens: number | undefined;
   tokenIntervalMs: number;
   model: string;
   prefillFault: Fault | undefined;
@@ -81,6 +98,10 @@ export interface FakeFleetPlan {
   kubernetesPort: number | undefined;
   /** The first prefill worker's KV event port (0: any free ports), when they publish KV events. */
   kvEventsPort: number | undefined;
+  /** The simulated engines' profile (a built-in name or a file), when the workers simulate one. */
+  profile: string | undefined;
+  /** Virtual ms per wall ms of the simulated engines. */
+  speedup: number;
 }
 
 /** A problem with the arguments of `disagg fake-workers`: one line that says what to change. */
@@ -89,10 +110,10 @@ export class FakeWorkersUsageError extends Error {}
 /**
  * Reads the arguments of `disagg fake-workers`.
  *
- * @returns the plan, or `'help'`.
+ * @returns the plan, `'help'`, or `'list-profiles'`.
  * @throws {FakeWorkersUsageError} naming the argument and what it takes.
  */
-export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
+export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' | 'list-profiles' {
   let values: Record<string, string | boolean | undefined>;
   try {
     values = parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
@@ -100,6 +121,7 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     throw new FakeWorkersUsageError((error as Error).message.split('. ')[0] as string);
   }
   if (values.help === true) return 'help';
+  if (values['list-profiles'] === true) return 'list-profiles';
   const protocol = values.connector as string;
   if (!(ENGINE_NAMES as readonly string[]).includes(protocol)) {
     throw new FakeWorkersUsageError(
@@ -107,7 +129,7 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     );
   }
   const count = (name: string, min: number, max: number): number => {
-    const text = values[name] as string;
+    const text = (values[name] as string | undefined) ?? UNSET_DEFAULTS[name] ?? '';
     const value = Number(text);
     if (!Number.isInteger(value) || value < min || value > max) {
       throw new FakeWorkersUsageError(
@@ -123,6 +145,19 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
   if (kvEventsPort !== undefined && count('prefills', 0, 64) === 0) {
     throw new FakeWorkersUsageError('--kv-events needs a prefill worker: --prefills 1 or more');
   }
+  const profile = values.profile as string | undefined;
+  if (profile === undefined && values.speedup !== undefined) {
+    throw new FakeWorkersUsageError('--speedup needs --profile: only a simulated engine keeps time');
+  }
+  const speedup = Number(values.speedup ?? '1');
+  if (!(Number.isFinite(speedup) && speedup > 0 && speedup <= 1_000_000)) {
+    throw new FakeWorkersUsageError(
+      `--speedup must be a number above 0 and at most 1000000, got ${JSON.stringify(values.speedup)}`,
+    );
+  }
+  if (profile !== undefined && values['token-interval-ms'] !== undefined) {
+    throw new FakeWorkersUsageError('--token-interval-ms cannot be combined with --profile: the engine keeps the time');
+  }
   return {
     protocol: protocol as EngineName,
     host: values.host as string,
@@ -130,13 +165,15 @@ export function parseFakeWorkersArgs(args: string[]): FakeFleetPlan | 'help' {
     decodePort: count('decode-port', 0, 65535),
     prefills: count('prefills', 0, 64),
     decodes: count('decodes', 1, 64),
-    tokens: count('tokens', 1, 1_000_000),
+    tokens: values.tokens === undefined && profile !== undefined ? undefined : count('tokens', 1, 1_000_000),
     tokenIntervalMs: count('token-interval-ms', 0, 60_000),
     model: values.model as string,
     prefillFault: faultOf('prefill-fault', values['prefill-fault'] as string | undefined),
     decodeFault: faultOf('decode-fault', values['decode-fault'] as string | undefined),
     kubernetesPort: values.kubernetes === true ? count('kubernetes-port', 0, 65535) : undefined,
     kvEventsPort,
+    profile,
+    speedup,
   };
 }
 
@@ -156,8 +193,14 @@ function faultOf(name: string, text: string | undefined): Fault | undefined {
   );
 }
 
-/** The workers of a plan, started; the first of a role on its port, the rest on the next ones. */
-export async function startFakeFleet(plan: FakeFleetPlan): Promise<{ prefill: FakeWorker[]; decode: FakeWorker[] }> {
+/**
+ * The workers of a plan, started; the first of a role on its port, the rest on the next ones.
+ * Given `profile` (the plan's, read), each runs a simulated engine of it.
+ */
+export async function startFakeFleet(
+  plan: FakeFleetPlan,
+  profile?: EngineProfile,
+): Promise<{ prefill: FakeWorker[]; decode: FakeWorker[] }> {
   const started: FakeWorker[] = [];
   const start = async (role: 'prefill' | 'decode', index: number): Promise<FakeWorker> => {
     const first = role === 'prefill' ? plan.prefillPort : plan.decodePort;
@@ -171,8 +214,9 @@ export async function startFakeFleet(plan: FakeFleetPlan): Promise<{ prefill: Fa
       protocol: plan.protocol,
       host: plan.host,
       port: first === 0 ? 0 : first + index,
-      tokens: plan.tokens,
+      ...(plan.tokens === undefined ? {} : { tokens: plan.tokens }),
       tokenIntervalMs: plan.tokenIntervalMs,
+      ...(profile === undefined ? {} : { simulated: { profile, speedup: plan.speedup } }),
       model: plan.model,
       ...(fault === undefined ? {} : { fault }),
       ...(plan.kvEventsPort === undefined ? {} : { kvCache: { port: kvPort(slot), replayPort: kvPort(slot + 1) } }),

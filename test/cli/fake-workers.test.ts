@@ -1,8 +1,15 @@
 import { type ChildProcess, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { afterEach, describe, expect, it } from 'vitest';
-import { FakeWorkersUsageError, parseFakeWorkersArgs } from '../../src/cli/fake-workers.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  type FakeFleetPlan,
+  FakeWorkersUsageError,
+  parseFakeWorkersArgs,
+  startFakeFleet,
+} from '../../src/cli/fake-workers.js';
+import { fakeWorkers } from '../../src/cli/fake-workers-command.js';
+import { DEFAULT_PROFILE, PROFILES, profileSummary, readProfile } from '../../src/simulation/profiles.js';
 import { binUntil, serveBin } from '../support/bin.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -146,5 +153,74 @@ describe('parseFakeWorkersArgs', () => {
     expect(parseFakeWorkersArgs(['--kv-events', '--kv-events-port', '0'])).toMatchObject({ kvEventsPort: 0 });
     expect(() => parseFakeWorkersArgs(['--kv-events', '--kubernetes'])).toThrow('cannot be combined');
     expect(() => parseFakeWorkersArgs(['--kv-events', '--prefills', '0'])).toThrow('needs a prefill worker');
+  });
+});
+
+describe('disagg fake-workers --profile: a simulated fleet', () => {
+  it('--profile and --speedup are read; with a profile the answer is as long as asked unless --tokens says', () => {
+    expect(parseFakeWorkersArgs([])).toMatchObject({ profile: undefined, speedup: 1, tokens: 8 });
+    expect(parseFakeWorkersArgs(['--profile', DEFAULT_PROFILE, '--speedup', '50'])).toMatchObject({
+      profile: DEFAULT_PROFILE,
+      speedup: 50,
+      tokens: undefined,
+    });
+    expect(parseFakeWorkersArgs(['--profile', DEFAULT_PROFILE, '--tokens', '16'])).toMatchObject({ tokens: 16 });
+    expect(parseFakeWorkersArgs(['--list-profiles'])).toBe('list-profiles');
+  });
+
+  it('a speed-up without a profile, one that is not a positive number, or a token interval beside a profile is refused', () => {
+    expect(() => parseFakeWorkersArgs(['--speedup', '10'])).toThrow('--speedup needs --profile');
+    expect(() => parseFakeWorkersArgs(['--profile', DEFAULT_PROFILE, '--speedup', '0'])).toThrow(
+      '--speedup must be a number above 0',
+    );
+    expect(() => parseFakeWorkersArgs(['--profile', DEFAULT_PROFILE, '--speedup', 'fast'])).toThrow(
+      '--speedup must be a number above 0',
+    );
+    expect(() => parseFakeWorkersArgs(['--profile', DEFAULT_PROFILE, '--token-interval-ms', '5'])).toThrow(
+      'cannot be combined with --profile',
+    );
+  });
+
+  it('an unknown profile is one line, the profile error’s, and exit 2', async () => {
+    const errors: string[] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((line: string) => errors.push(line));
+    try {
+      expect(await fakeWorkers(['--profile', 'no-such-profile', '--prefill-port', '0', '--decode-port', '0'])).toBe(2);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/^disagg fake-workers: No profile is named no-such-profile: the built-in ones are /);
+  });
+
+  it('--list-profiles prints each built-in profile on a line', async () => {
+    const lines: string[] = [];
+    const spy = vi.spyOn(console, 'log').mockImplementation((line: string) => lines.push(line));
+    try {
+      expect(await fakeWorkers(['--list-profiles'])).toBe(0);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(lines).toEqual([...PROFILES.values()].map(profileSummary));
+  });
+
+  it('the fleet of a plan with a profile runs a simulated engine of it in every worker', async () => {
+    const plan = parseFakeWorkersArgs([
+      '--profile',
+      DEFAULT_PROFILE,
+      '--speedup',
+      '100',
+      '--prefill-port',
+      '0',
+      '--decode-port',
+      '0',
+    ]);
+    const profile = await readProfile(DEFAULT_PROFILE);
+    const fleet = await startFakeFleet(plan as FakeFleetPlan, profile);
+    cleanups.push(() => Promise.all([...fleet.prefill, ...fleet.decode].map((worker) => worker.close())));
+    for (const worker of [...fleet.prefill, ...fleet.decode]) {
+      expect(worker.simulation?.profile).toBe(profile);
+      expect(worker.simulation?.clock.speedup).toBe(100);
+    }
   });
 });
