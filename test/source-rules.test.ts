@@ -12,8 +12,9 @@ describe('no leaks', () => {
     // paces tokens), the proxy server (src/server: health probes, a client's drain limit, the
     // shutdown grace), discovery (src/discovery: the re-resolve interval, the backoff of a
     // failed watch), the replicas' sharing (src/replicas: its sync round) and a KV view's
-    // silence clock (kv/kv-silence.ts: one per worker, never per request), which own their
-    // timers and clear them (checked below).
+    // silence clock (kv/kv-silence.ts: one per worker, never per request) and a simulated
+    // engine's real-time clock (simulation/realtime-clock.ts: one per live simulated worker),
+    // which own their timers and clear them (checked below).
     const files = readdirSync(dir, { recursive: true }).filter((f) => {
       const path = String(f).replaceAll('\\', '/');
       return (
@@ -23,7 +24,8 @@ describe('no leaks', () => {
         !path.startsWith('cli/') &&
         !path.startsWith('discovery/') &&
         !path.startsWith('replicas/') &&
-        path !== 'kv/kv-silence.ts'
+        path !== 'kv/kv-silence.ts' &&
+        path !== 'simulation/realtime-clock.ts'
       );
     });
     expect(files.length).toBeGreaterThan(5);
@@ -44,6 +46,7 @@ describe('no leaks', () => {
       'discovery/inference-pool-discovery.ts',
       'replicas/shared-in-flight.ts',
       'kv/kv-silence.ts',
+      'simulation/realtime-clock.ts',
     ]) {
       const text = readFileSync(`${dir}/${file}`, 'utf8');
       const set = text.match(/this\.#(\w+) = set(Timeout|Interval)\(/g) ?? [];
