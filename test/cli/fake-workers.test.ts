@@ -112,6 +112,29 @@ describe('disagg fake-workers (built): the router tried in two terminals, withou
     expect((failed as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
   }, 20_000);
 
+  it('--profile: the printed disagg serve command serves a completion through simulated engines', async () => {
+    const { found: command } = await run(
+      [
+        'fake-workers',
+        '--profile',
+        DEFAULT_PROFILE,
+        '--speedup',
+        '1000',
+        '--prefill-port',
+        '0',
+        '--decode-port',
+        '0',
+        '--tokens',
+        '3',
+      ],
+      (out) =>
+        out.includes(`simulating ${DEFAULT_PROFILE} at 1000x`)
+          ? /In another terminal:\n {2}disagg serve (.*)\n/.exec(out)?.[1]
+          : undefined,
+    );
+    await servesThrough(command, 'disaggregated-sequential');
+  }, 20_000);
+
   it('a bad argument is one line saying what it takes, exit 2', () => {
     const bad = spawnSync(process.execPath, [bin, 'fake-workers', '--connector', 'tgi'], { encoding: 'utf8' });
     expect(bad.status).toBe(2);
