@@ -54,6 +54,8 @@ export class TokenPace {
   readonly times: number[] = [];
   /** The virtual time its job was put on the engine. */
   readonly startedAt: number;
+  /** Ends the job on the engine (set once it is submitted). */
+  #cancel: () => void = () => {};
 
   constructor(startedAt: number) {
     this.startedAt = startedAt;
@@ -67,6 +69,19 @@ export class TokenPace {
     const index = this.#taken++;
     if (index < this.#produced || this.#done) return Promise.resolve();
     return new Promise((wake) => this.#waiting.push({ index, wake }));
+  }
+
+  /**
+   * Its caller left: the engine drops the job and gives its blocks back, as vLLM aborts a
+   * request whose connection closed. Nothing once the answer is whole.
+   */
+  cancel(): void {
+    if (!this.#done) this.#cancel();
+  }
+
+  /** @internal How {@link cancel} ends the job. */
+  cancelWith(cancel: () => void): void {
+    this.#cancel = cancel;
   }
 
   /** @internal The engine produced a token at `at`. */
@@ -235,10 +250,11 @@ export class FakeSimulation {
   generate(prompt: SimPrompt, outputTokens: number, kind: 'decode' | 'whole'): TokenPace {
     return this.clock.run(() => {
       const pace = new TokenPace(this.clock.now);
-      this.#submit(prompt, Math.max(1, outputTokens), kind, {
+      const job = this.#submit(prompt, Math.max(1, outputTokens), kind, {
         token: (at) => pace.token(at),
         done: () => pace.done(),
       });
+      pace.cancelWith(() => this.clock.run(() => this.engine.cancel(job)));
       return pace;
     });
   }

@@ -125,6 +125,7 @@ export class SimEngine {
       privateUnits: 0,
       cachedAtAdmission: undefined,
       preemptions: 0,
+      cancelled: false,
     };
     if (request.kind === 'decode') {
       this.#arriving.push(job);
@@ -147,6 +148,33 @@ export class SimEngine {
     this.#finish(job);
     this.#receive();
     this.#kick();
+  }
+
+  /**
+   * Ends a job its caller left, as an engine aborts a request whose connection closed: out of
+   * its queue, its blocks given back, its listener told `done`. A job receiving its KV ends once
+   * the transfer lands (the link is busy until then); a computed prefill lets its KV go. Nothing
+   * for a job already done.
+   */
+  cancel(id: number): void {
+    if (this.#holding.has(id)) {
+      this.released(id);
+      return;
+    }
+    for (const queue of [this.#waiting, this.#arriving, this.#running]) {
+      const at = queue.findIndex((job) => job.id === id);
+      if (at === -1) continue;
+      const job = queue[at] as Job;
+      if (job.phase === 'transferring') {
+        job.cancelled = true;
+        return;
+      }
+      queue.splice(at, 1);
+      this.#finish(job);
+      this.#receive();
+      this.#kick();
+      return;
+    }
   }
 
   /** Starts receiving the KV of the decode jobs first in line, while blocks can be had for them. */
@@ -174,6 +202,13 @@ export class SimEngine {
       const end = start + transferMs(this.profile, sent) + cpuLoadMs(this.profile, match.cpuTokens);
       this.#linkFreeAt = end;
       this.#clock.at(end, () => {
+        if (job.cancelled) {
+          this.#arriving.splice(this.#arriving.indexOf(job), 1);
+          this.#finish(job);
+          this.#receive();
+          this.#kick();
+          return;
+        }
         job.computed = inputTokens;
         job.target = inputTokens;
         this.#cacheComputed(job);

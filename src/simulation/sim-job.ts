@@ -68,4 +68,6 @@ export interface Job {
   cachedAtAdmission: number | undefined;
   /** Times it was preempted. */
   preemptions: number;
+  /** Its caller left while its KV was on the way: it ends once the transfer lands. */
+  cancelled: boolean;
 }

@@ -93,6 +93,8 @@ export async function answerDecode(
   // Simulated: the engine decodes after receiving the prefill's KV, or computes the prompt itself.
   const kind = remote && record.kv !== 'recomputed' ? 'decode' : 'whole';
   const pace = await worker.simulated?.generate(record, kind, plan.completionTokens);
+  // A client gone (or a stream broken on purpose) ends the job, as the engine aborts it.
+  if (pace !== undefined) res.once('close', () => pace.cancel());
   const interval = fault?.type === 'slow' ? fault.tokenIntervalMs : (worker.options.tokenIntervalMs ?? 0);
   const format = formatFor(record.path, worker.options.model);
   // Decode counts the whole prompt as cached: its KV came from prefill. A router must give the

@@ -179,6 +179,52 @@ describe('a simulated engine under memory pressure', () => {
   });
 });
 
+describe('a simulated engine whose callers leave', () => {
+  it.each([
+    ['waiting', 0],
+    ['computing its prompt', 30],
+    ['decoding', 400],
+    ['receiving its KV', 1],
+  ])('a job cancelled while %s ends at once, its blocks given back, and the others finish whole', (_phase, atMs) => {
+    const profile = { ...ARITHMETIC_PROFILE, maxRunning: 1, transferGBps: 0.5 };
+    const clock = new VirtualClock();
+    const engine = new SimEngine({ profile, clock });
+    const kind = _phase === 'receiving its KV' ? 'decode' : 'whole';
+    const tokens: number[][] = [[], [], []];
+    const ended: number[] = [];
+    // With one running at a time, the third waits behind the first two.
+    const ids = [0, 1, 2].map((i) =>
+      engine.submit(
+        { blocks: [10 * i, 10 * i + 1], inputTokens: 1024, outputTokens: 50, kind },
+        { token: (_at, index) => tokens[i]?.push(index), done: () => ended.push(i) },
+      ),
+    );
+    const victim = _phase === 'waiting' ? 2 : 0;
+    clock.at(atMs, () => engine.cancel(ids[victim] as number));
+    clock.run();
+    expect(ended.sort()).toEqual([0, 1, 2]);
+    expect((tokens[victim] as number[]).length).toBeLessThan(50);
+    for (const [i, each] of tokens.entries())
+      if (i !== victim) expect(each).toEqual(Array.from({ length: 50 }, (_, k) => k));
+    expect(engine.jobs).toBe(0);
+    expect(engine.kv.privateUnits).toBe(0);
+    expect([...engine.kv.nodes()].every((node) => node.refs === 0)).toBe(true);
+  });
+
+  it('cancelling a job that is done does nothing', () => {
+    const clock = new VirtualClock();
+    const engine = new SimEngine({ profile: ARITHMETIC_PROFILE, clock });
+    let ended = 0;
+    const id = engine.submit(
+      { blocks: [1], inputTokens: 100, outputTokens: 2, kind: 'whole' },
+      { done: () => ended++ },
+    );
+    clock.run();
+    engine.cancel(id);
+    expect(ended).toBe(1);
+  });
+});
+
 describe('a simulated engine’s state, at every step', () => {
   it('its KV events and its load metrics agree with its cache; every request ends with all its tokens; no block is stranded', async () => {
     await fc.assert(

@@ -105,6 +105,27 @@ describe('a simulated fake worker answers at its engine’s pace', () => {
     await Promise.all(calls);
   });
 
+  it('clients that leave end their jobs on the engine, as vLLM aborts them: its queues empty, its blocks given back', async () => {
+    const profile: EngineProfile = { ...ARITHMETIC_PROFILE, maxRunning: 1 };
+    const worker = await fakes.start({ role: 'decode', protocol: 'vllm', simulated: { profile, speedup: 10 } });
+    const controller = new AbortController();
+    const calls = [1, 2, 3].map((i) =>
+      request(`${worker.url}/v1/completions`, {
+        method: 'POST',
+        body: JSON.stringify({ prompt: ids(100, i * 1000), max_tokens: 2000, stream: true }),
+        signal: controller.signal,
+      }).catch(() => undefined),
+    );
+    const engine = (worker.simulation as NonNullable<FakeWorker['simulation']>).engine;
+    await eventuallyAsync(async () => engine.jobs === 3, 'three jobs on the engine');
+    controller.abort();
+    await Promise.all(calls);
+    await eventuallyAsync(async () => engine.jobs === 0, 'every job ended once its client left');
+    expect(engine.load()).toMatchObject({ waiting: 0, running: 0 });
+    expect(engine.kv.privateUnits).toBe(0);
+    expect([...engine.kv.nodes()].every((node) => node.refs === 0)).toBe(true);
+  });
+
   it('SGLang’s names: its /metrics reads the same queues', async () => {
     const worker = await fakes.start({
       role: 'decode',
