@@ -52,6 +52,8 @@ export class KvBlockIndex<W = string> {
   readonly #max: number;
   readonly #views = new Map<W, WorkerView>();
   readonly #now: () => number;
+  /** Each prompt's keys by block size and scope, while its token ids live ({@link #promptKeys}). */
+  readonly #memo = new WeakMap<readonly number[], Map<string, bigint[]>>();
   /** LoRA adapters the engines' events named: a request naming one as its model is in its scope. */
   readonly #loras = new Set<string>();
 
@@ -72,7 +74,7 @@ export class KvBlockIndex<W = string> {
     const view = this.#view(worker);
     const size = view.blockSize ?? blockSize;
     const until = this.#now() + ttlMs;
-    for (const key of this.#keys.keys(tokens, size, this.#keys.root(scope))) {
+    for (const key of this.#promptKeys(tokens, size, scope)) {
       if (view.refs.has(key)) continue;
       view.expected.delete(key);
       view.expected.set(key, until);
@@ -166,7 +168,8 @@ export class KvBlockIndex<W = string> {
   /**
    * For each candidate, how many leading tokens of `tokens` it holds in whole blocks (0 for a
    * worker the index knows nothing of, or whose view is not trusted). `scope` is the LoRA
-   * adapter the request names, if any.
+   * adapter the request names, if any. A prompt's keys are worked out once per array of token
+   * ids (and kept while it lives): an array changed after a call keeps the keys of its first.
    */
   overlap(tokens: readonly number[], candidates: readonly W[], scope?: string): Map<W, number> {
     const result = new Map<W, number>();
@@ -185,7 +188,7 @@ export class KvBlockIndex<W = string> {
       const size = view.blockSize;
       let keys = keysBySize.get(size);
       if (keys === undefined) {
-        keys = this.#keys.keys(tokens, size, this.#keys.root(scope));
+        keys = this.#promptKeys(tokens, size, scope);
         keysBySize.set(size, keys);
       }
       let matched = 0;
@@ -194,6 +197,27 @@ export class KvBlockIndex<W = string> {
       result.set(worker, matched * size);
     }
     return result;
+  }
+
+  /**
+   * A prompt's keys at `size` in `scope`, hashed once per prompt: a request is matched against
+   * each pool, then expected on the worker each picked, all with the same token ids (the
+   * routing input's), so the keys of the first call serve the others. Kept with the token ids'
+   * array, and gone with it.
+   */
+  #promptKeys(tokens: readonly number[], size: number, scope: string | undefined): bigint[] {
+    let bySize = this.#memo.get(tokens);
+    if (bySize === undefined) {
+      bySize = new Map();
+      this.#memo.set(tokens, bySize);
+    }
+    const at = `${size}\u0000${scope ?? ''}`;
+    let keys = bySize.get(at);
+    if (keys === undefined) {
+      keys = this.#keys.keys(tokens, size, this.#keys.root(scope));
+      bySize.set(at, keys);
+    }
+    return keys;
   }
 
   /** Whether the view holds `key`, or expects it (an expired expectation is dropped). */
