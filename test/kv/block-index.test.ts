@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { KvBlockIndex } from '../../src/kv/block-index.js';
-import { type BlockKeys, loadBlockKeys } from '../../src/kv/block-keys.js';
+import { type BlockKeys, BlockKeys as BlockKeysOf, loadBlockKeys } from '../../src/kv/block-keys.js';
 import type { KvEvent } from '../../src/kv/kv-events.js';
 
 let keys: BlockKeys;
@@ -153,5 +153,40 @@ describe('KvBlockIndex: scopes', () => {
     expect(index.overlap(ids(4), all, index.scopeOf({ model: 'Qwen3-8B', cache_salt: 'tenant-a' })).get('base')).toBe(
       0,
     );
+  });
+});
+
+describe("a prompt's keys", () => {
+  it('are hashed once per request however many pools match it and expect it, and again for another prompt', () => {
+    let hashed = 0;
+    const counting = new BlockKeysOf((input, seed) => {
+      hashed++;
+      return keys.keys(
+        Array.from(new Uint32Array(input.buffer, input.byteOffset, input.byteLength / 4)),
+        input.byteLength / 4,
+        seed,
+      )[0] as bigint;
+    });
+    const index = new KvBlockIndex(counting);
+    const ids = Array.from({ length: 64 }, (_, i) => i + 1);
+    index.apply('w0', {
+      kind: 'stored',
+      blocks: ['1'],
+      parent: undefined,
+      tokenIds: ids.slice(0, 16),
+      blockSize: 16,
+      lora: undefined,
+      medium: 'GPU',
+      group: 0,
+    });
+    const stored = hashed;
+    index.overlap(ids, ['w0', 'w1']);
+    index.overlap(ids, ['w0']);
+    index.expect('w1', ids, 1000);
+    expect(hashed - stored).toBe(4);
+    expect(index.overlap(ids, ['w0']).get('w0')).toBe(16);
+    // Another request's token ids, equal or not, are its own.
+    index.overlap([...ids], ['w0']);
+    expect(hashed - stored).toBe(8);
   });
 });
