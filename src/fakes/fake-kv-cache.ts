@@ -138,7 +138,7 @@ export class FakeKvCache {
 
   /**
    * The token ids of `body`'s prompt as this engine computes them: its tokenizer's (when it has
-   * one and the prompt is text), else {@link fakePromptTokenIds}'. `path` as in {@link compute}.
+   * one and the prompt is text), else the fake prompt's own (`fakePromptTokenIds`). `path` as in {@link compute}.
    */
   async tokens(body: Record<string, unknown>, path?: string): Promise<number[]> {
     const endpoint = endpointFor(body, path);

@@ -10,7 +10,7 @@ import { BURSTY_CHAT } from './workload-chat.js';
 import { asTrace, type WorkloadShape } from './workload-common.js';
 import { RAG } from './workload-rag.js';
 
-export type { WorkloadShape } from './workload-common.js';
+export type { WorkloadSettings, WorkloadShape } from './workload-common.js';
 
 /**
  * The built-in workloads by name, each with its help line and default rate (requests a

@@ -17,7 +17,7 @@ export {
   TokenPace,
 } from '../fakes/fake-simulation.js';
 export { type KvHandoff, KvLedger, type KvRead } from '../fakes/kv-ledger.js';
-export { type KvNode, KvTree, type KvTreeEvent, type KvTreeOptions } from '../simulation/kv-tree.js';
+export { type KvMatch, type KvNode, KvTree, type KvTreeEvent, type KvTreeOptions } from '../simulation/kv-tree.js';
 export type { Percentiles } from '../simulation/latency-stats.js';
 export { cpuLoadMs, decodeStepMs, decodeThroughput, prefillMs, transferMs } from '../simulation/profile-timing.js';
 export type { EngineProfile, ProfilePoint, ProfileSource } from '../simulation/profile-types.js';
@@ -56,7 +56,14 @@ export {
   type TraceSummary,
 } from '../simulation/trace.js';
 export { type SimClock, VirtualClock } from '../simulation/virtual-clock.js';
-export { UnknownWorkloadError, WORKLOADS, type WorkloadOptions, workload } from '../simulation/workloads.js';
+export {
+  UnknownWorkloadError,
+  WORKLOADS,
+  type WorkloadOptions,
+  type WorkloadSettings,
+  type WorkloadShape,
+  workload,
+} from '../simulation/workloads.js';
 export {
   type FakeInferencePool,
   type FakeKubernetesApi,
