@@ -5,6 +5,8 @@
 // prefix of a prompt and, when memory runs short, drop blocks nobody holds, least recently
 // used first and a prompt's tail before its head. A tree of blocks keeps exactly that.
 
+import { MinHeap } from './min-heap.js';
+
 /** One cached block of a prompt (a trace's 512-token block, or a prompt's shorter last one). */
 export interface KvNode {
   /** The trace's hash of the block. */
@@ -83,10 +85,10 @@ export class KvTree {
   /** Tokens of the nodes on the CPU. */
   #cpuTokens = 0;
   #serial = 0;
-  /** Droppable GPU nodes (refs 0, no GPU child), oldest first (a heap on lastUse). */
-  readonly #gpuQueue: Queued[] = [];
+  /** Droppable GPU nodes (refs 0, no GPU child), oldest first. */
+  readonly #gpuQueue = new MinHeap<Queued>(older);
   /** CPU nodes without children, oldest first. */
-  readonly #cpuQueue: Queued[] = [];
+  readonly #cpuQueue = new MinHeap<Queued>(older);
 
   constructor(options: KvTreeOptions) {
     this.#options = options;
@@ -257,7 +259,7 @@ export class KvTree {
   /** Drops the least recently used droppable GPU block (to the CPU tier when there is one). */
   #dropOne(): boolean {
     for (;;) {
-      const entry = popOldest(this.#gpuQueue);
+      const entry = this.#gpuQueue.pop();
       if (entry === undefined) return false;
       const { node } = entry;
       if (entry.version !== node.version || !droppable(node)) continue;
@@ -294,7 +296,7 @@ export class KvTree {
   #trimCpu(): void {
     const limit = this.#options.cpuTokens ?? 0;
     while (this.#cpuTokens > limit) {
-      const entry = popOldest(this.#cpuQueue);
+      const entry = this.#cpuQueue.pop();
       if (entry === undefined) return;
       const { node } = entry;
       if (entry.version !== node.version || node.tier !== 'cpu' || (node.children?.size ?? 0) > 0) continue;
@@ -324,12 +326,12 @@ export class KvTree {
   #queueIfDroppable(node: KvNode): void {
     if (!droppable(node)) return;
     node.version++;
-    pushByAge(this.#gpuQueue, { node, version: node.version, lastUse: node.lastUse });
+    this.#gpuQueue.push({ node, version: node.version, lastUse: node.lastUse });
   }
 
   #queueCpu(node: KvNode): void {
     node.version++;
-    pushByAge(this.#cpuQueue, { node, version: node.version, lastUse: node.lastUse });
+    this.#cpuQueue.push({ node, version: node.version, lastUse: node.lastUse });
   }
 }
 
@@ -337,35 +339,7 @@ function droppable(node: KvNode): boolean {
   return node.tier === 'gpu' && node.refs === 0 && node.gpuChildren === 0;
 }
 
-// A binary heap on lastUse (ties: the order queued, by the heap's own stability is not needed:
-// equal ages drop in any fixed order, the same on every run).
-function pushByAge(heap: Queued[], item: Queued): void {
-  heap.push(item);
-  let i = heap.length - 1;
-  while (i > 0) {
-    const parent = (i - 1) >> 1;
-    if ((heap[parent] as Queued).lastUse <= item.lastUse) break;
-    heap[i] = heap[parent] as Queued;
-    i = parent;
-  }
-  heap[i] = item;
-}
-
-function popOldest(heap: Queued[]): Queued | undefined {
-  const top = heap[0];
-  const last = heap.pop();
-  if (top === undefined || last === undefined || heap.length === 0) return top;
-  let i = 0;
-  for (;;) {
-    const left = 2 * i + 1;
-    if (left >= heap.length) break;
-    const right = left + 1;
-    const child =
-      right < heap.length && (heap[right] as Queued).lastUse < (heap[left] as Queued).lastUse ? right : left;
-    if ((heap[child] as Queued).lastUse >= last.lastUse) break;
-    heap[i] = heap[child] as Queued;
-    i = child;
-  }
-  heap[i] = last;
-  return top;
+/** Least recently used first (equal ages in the order queued by the heap: the same on every run). */
+function older(a: Queued, b: Queued): boolean {
+  return a.lastUse < b.lastUse;
 }

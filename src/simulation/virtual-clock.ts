@@ -3,6 +3,8 @@
 // same instant run in the order they were scheduled, which makes a replay the same on every
 // run for a seed.
 
+import { MinHeap } from './min-heap.js';
+
 /**
  * The time a simulated engine keeps: a {@link VirtualClock} in a replay, real timers (sped up)
  * for live fake workers. Times in ms.
@@ -36,7 +38,7 @@ interface Timed {
 export class VirtualClock implements SimClock {
   #now = 0;
   #seq = 0;
-  readonly #heap: Timed[] = [];
+  readonly #heap = new MinHeap<Timed>(before);
 
   /** The current time, in ms from the replay's start. */
   get now(): number {
@@ -45,7 +47,7 @@ export class VirtualClock implements SimClock {
 
   /** Events not run yet. */
   get pending(): number {
-    return this.#heap.length;
+    return this.#heap.size;
   }
 
   /**
@@ -56,7 +58,7 @@ export class VirtualClock implements SimClock {
    */
   at(atMs: number, run: () => void): void {
     if (!Number.isFinite(atMs)) throw new RangeError(`An event's time must be a finite number, got ${atMs}`);
-    this.#push({ at: Math.max(atMs, this.#now), seq: this.#seq++, run });
+    this.#heap.push({ at: Math.max(atMs, this.#now), seq: this.#seq++, run });
   }
 
   /** Schedules `run` `delayMs` from now. */
@@ -70,13 +72,12 @@ export class VirtualClock implements SimClock {
    */
   run(untilMs = Number.POSITIVE_INFINITY): number {
     let ran = 0;
-    while (this.#heap.length > 0) {
-      const next = this.#heap[0] as Timed;
+    for (let next = this.#heap.peek(); next !== undefined; next = this.#heap.peek()) {
       if (next.at > untilMs) {
         this.#now = untilMs;
         return ran;
       }
-      this.#pop();
+      this.#heap.pop();
       this.#now = next.at;
       next.run();
       ran++;
@@ -89,7 +90,7 @@ export class VirtualClock implements SimClock {
    * asynchronous verdict) steps with. False once none is left.
    */
   step(): boolean {
-    const next = this.#pop();
+    const next = this.#heap.pop();
     if (next === undefined) return false;
     this.#now = next.at;
     next.run();
@@ -98,39 +99,7 @@ export class VirtualClock implements SimClock {
 
   /** The time of the next event, or undefined when none is left. */
   get nextAt(): number | undefined {
-    return this.#heap[0]?.at;
-  }
-
-  #push(item: Timed): void {
-    const heap = this.#heap;
-    heap.push(item);
-    let i = heap.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!before(item, heap[parent] as Timed)) break;
-      heap[i] = heap[parent] as Timed;
-      i = parent;
-    }
-    heap[i] = item;
-  }
-
-  #pop(): Timed | undefined {
-    const heap = this.#heap;
-    const top = heap[0];
-    const last = heap.pop();
-    if (top === undefined || last === undefined || heap.length === 0) return top;
-    let i = 0;
-    for (;;) {
-      const left = 2 * i + 1;
-      if (left >= heap.length) break;
-      const right = left + 1;
-      const child = right < heap.length && before(heap[right] as Timed, heap[left] as Timed) ? right : left;
-      if (!before(heap[child] as Timed, last)) break;
-      heap[i] = heap[child] as Timed;
-      i = child;
-    }
-    heap[i] = last;
-    return top;
+    return this.#heap.peek()?.at;
   }
 }
 
