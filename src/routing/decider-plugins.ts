@@ -6,6 +6,7 @@
 import { describeValue } from '../util/describe-value.js';
 import { type PluginSetting, pluginNamed, type RoutingPlugin, readPluginEntry, withDefaults } from './plugin-params.js';
 import type { RoutingInput } from './routing-input.js';
+import type { LoadView } from './routing-policy.js';
 import { type Consumption, mergeConsumption, type RoutingServices } from './services.js';
 
 /**
@@ -29,6 +30,8 @@ export interface DeciderServices<W> extends RoutingServices<W> {
   prefillWorkers?: (() => readonly W[]) | undefined;
   /** The pool's decode workers in rotation now. */
   decodeWorkers?: (() => readonly W[]) | undefined;
+  /** The prefill pool's requests under way per worker (this router's, and its peers' where shared). */
+  prefillLoad?: LoadView<W> | undefined;
   /**
    * The largest share (0 to 1) of `input`'s prompt that the decode pool's policy knows one of
    * its workers in rotation to hold (`RoutingPolicy.cachedShare`: cache-aware's tree,
@@ -110,8 +113,43 @@ const DECODE_CACHED: DeciderPlugin = {
   },
 };
 
+const PREFILL_BUSY: DeciderPlugin = {
+  name: 'prefill-busy',
+  help: "every prefill worker in rotation has inFlight requests or more under way (Dynamo's isl_or_load: the prompt is computed on decode rather than queued behind them)",
+  params: [
+    {
+      name: 'inFlight',
+      help: 'requests under way on a prefill worker (from this router and its peers, or waiting and running as its engine reports them, whichever is more) past which it counts as busy',
+      // Dynamo's max_prefill_queue_size (2): a third request would queue behind a whole prompt.
+      default: 2,
+      expected: 'a positive whole number',
+      valid: (value) => Number.isSafeInteger(value) && value > 0,
+    },
+  ],
+  // The engines' own queues when scraped: another router's requests are there too.
+  consumes: { 'engine-load': 'optional' },
+  create: (params, services) => {
+    const busy = params.inFlight as number;
+    const { prefillWorkers, prefillLoad, engineLoad } = services;
+    if (prefillWorkers === undefined || prefillLoad === undefined) return () => undefined;
+    return () => {
+      const workers = prefillWorkers();
+      if (workers.length === 0) return undefined;
+      for (const worker of workers) {
+        const engine = engineLoad?.(worker);
+        const underWay = Math.max(
+          prefillLoad.inFlight(worker),
+          engine === undefined ? 0 : engine.waiting + engine.running,
+        );
+        if (underWay < busy) return undefined;
+      }
+      return 'prefill-busy';
+    };
+  },
+};
+
 /** Every decider, the built-in ones first: the settings' choices, the help and the pools read this list. */
-export const DECIDERS: readonly DeciderPlugin[] = [SHORT_PROMPT, DECODE_CACHED];
+export const DECIDERS: readonly DeciderPlugin[] = [SHORT_PROMPT, DECODE_CACHED, PREFILL_BUSY];
 
 /** Every built-in decider's name, in the registry's order. */
 export const DECIDER_NAMES: readonly string[] = DECIDERS.map((each) => each.name);

@@ -105,7 +105,7 @@ export function poolDecider<W extends { url: string }>(
   const { prefill, decode } = pools;
   return decidersFrom<W>(settings, {
     ...services,
-    ...(prefill === undefined ? {} : { prefillWorkers: () => prefill.available }),
+    ...(prefill === undefined ? {} : { prefillWorkers: () => prefill.available, prefillLoad: prefill.load }),
     decodeWorkers: () => decode.available,
     ...(cachedShare === undefined
       ? {}

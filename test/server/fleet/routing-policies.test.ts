@@ -121,3 +121,46 @@ describe('poolDecider: the deciders --aggregate-below-chars and --aggregate-cach
     ).toEqual([{ name: 'short-prompt', params: { belowChars: 3 } }]);
   });
 });
+
+describe("prefill-busy: the prompt computed on decode rather than queued behind every prefill worker's (Dynamo's isl_or_load)", () => {
+  const busy = { ...routing, deciders: [{ name: 'prefill-busy' }] };
+  function pools() {
+    const prefill = new WorkerPool<W>([{ url: 'http://p0' }, { url: 'http://p1' }]);
+    const decode = new WorkerPool<W>([{ url: 'http://d0' }]);
+    return { prefill, decode };
+  }
+  const ask = (decider: ReturnType<typeof poolDecider<W>>) => decider?.(new RoutingInput({ prompt: 'Hello' }));
+
+  it('disaggregates while some prefill worker has fewer than inFlight (2) requests under way; serves on decode alone once each has them', () => {
+    const { prefill, decode } = pools();
+    const decider = poolDecider<W>(busy, { prefill, decode }, 'least-in-flight', {});
+    const leases = [prefill.acquire(), prefill.acquire(), prefill.acquire()];
+    // p0 2, p1 1: p1 has room.
+    expect(ask(decider)).toBeUndefined();
+    leases.push(prefill.acquire());
+    expect(ask(decider)).toBe('prefill-busy');
+    leases[0]?.release('success');
+    expect(ask(decider)).toBeUndefined();
+  });
+
+  it('takes its inFlight param, and counts an engine’s own queue where it is read (another router’s requests are there too)', () => {
+    const { prefill, decode } = pools();
+    const one = { ...routing, deciders: [{ name: 'prefill-busy', params: { inFlight: 1 } }] };
+    const loads = new Map<W, { waiting: number; running: number; kvUsage: number }>();
+    const decider = poolDecider<W>(one, { prefill, decode }, 'least-in-flight', {
+      engineLoad: (worker) => loads.get(worker),
+    });
+    prefill.acquire();
+    expect(ask(decider)).toBeUndefined();
+    const [, p1] = prefill.workers as [W, W];
+    loads.set(p1, { waiting: 1, running: 0, kvUsage: 0.1 });
+    expect(ask(decider)).toBe('prefill-busy');
+  });
+
+  it('never answers without a prefill worker in rotation: the scheduler’s no-prefill-worker says why', () => {
+    const { prefill, decode } = pools();
+    const decider = poolDecider<W>(busy, { prefill, decode }, 'least-in-flight', {});
+    for (const worker of prefill.workers) prefill.setAvailable(worker, false);
+    expect(ask(decider)).toBeUndefined();
+  });
+});
