@@ -1,0 +1,141 @@
+#!/usr/bin/env node
+// `npm run bench:decisions`: the router's decisions measured under load. The built `disagg
+// simulate` replays each workload at each rate scale under each routing, and this writes what
+// users would have felt: a table of goodput and p99 TTFT per load, and SVG plots of both against
+// load, per workload (docs/decisions/).
+//
+//   node bench/decisions.mjs [--trace FILE] [--requests N] [--scales 1,2,4] [--out DIR]
+//
+// --trace adds a Mooncake-format trace (kvcache-ai/Mooncake FAST25-release/traces/
+// conversation_trace.jsonl is the reference) to the built-in workloads.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { linePlot } from './svg-plot.mjs';
+
+const { values } = parseArgs({
+  options: {
+    trace: { type: 'string' },
+    requests: { type: 'string', default: '2000' },
+    // Each workload's own by default: from light load to past where the fleet saturates.
+    scales: { type: 'string' },
+    out: { type: 'string', default: fileURLToPath(new URL('../docs/decisions', import.meta.url)) },
+    prefill: { type: 'string', default: '4' },
+    decode: { type: 'string', default: '4' },
+    'slo-ttft-ms': { type: 'string', default: '2000' },
+    'slo-itl-ms': { type: 'string', default: '100' },
+  },
+});
+const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
+
+/** The routings compared: a baseline's name, or disagg's with flags. */
+const POLICIES = [
+  { name: 'random', flags: ['--routing', 'random'] },
+  { name: 'round-robin', flags: ['--routing', 'round-robin'] },
+  { name: 'llm-d', flags: ['--routing', 'llm-d'] },
+  { name: 'disagg', flags: [] },
+  { name: 'disagg + prefill-busy', flags: ['--deciders', 'prefill-busy'] },
+];
+const workloads = [
+  ...(values.trace === undefined
+    ? []
+    : [{ name: basename(values.trace, '.jsonl'), flags: ['--trace', values.trace], scales: [0.5, 1, 2, 3, 4] }]),
+  { name: 'agent-sessions', flags: ['--workload', 'agent-sessions'], scales: [1, 2, 4, 6, 8, 12] },
+  { name: 'bursty-chat', flags: ['--workload', 'bursty-chat'], scales: [1, 2, 4, 8, 12, 16] },
+];
+const scalesOf = (workload) => (values.scales === undefined ? workload.scales : values.scales.split(',').map(Number));
+
+const results = [];
+for (const workload of workloads) {
+  for (const policy of POLICIES) {
+    for (const scale of scalesOf(workload)) {
+      const args = [
+        bin,
+        'simulate',
+        ...workload.flags,
+        '--requests',
+        values.requests,
+        '--prefill',
+        values.prefill,
+        '--decode',
+        values.decode,
+        '--slo-ttft-ms',
+        values['slo-ttft-ms'],
+        '--slo-itl-ms',
+        values['slo-itl-ms'],
+        '--rate-scale',
+        String(scale),
+        ...policy.flags,
+        '--json',
+      ];
+      const run = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+      if (run.status !== 0) {
+        process.stderr.write(run.stderr);
+        process.exit(1);
+      }
+      const s = JSON.parse(run.stdout);
+      results.push({
+        workload: workload.name,
+        policy: policy.name,
+        scale,
+        goodput_rps: s.goodput_rps,
+        slo_attainment: s.slo_attainment,
+        ttft_p99_ms: s.ttft_ms.p99,
+        itl_p99_ms: s.itl_ms.p99,
+        prefix_hit_rate: s.prefix_hit_rate,
+        decisions: s.decisions,
+      });
+      process.stderr.write(`\r${workload.name} ${policy.name} x${scale}`.padEnd(60));
+    }
+  }
+}
+process.stderr.write('\n');
+
+mkdirSync(values.out, { recursive: true });
+writeFileSync(join(values.out, 'results.json'), `${JSON.stringify({ settings: values, results }, null, 2)}\n`);
+for (const workload of workloads) {
+  const of = (policy) => results.filter((r) => r.workload === workload.name && r.policy === policy.name);
+  const series = (metric) =>
+    POLICIES.map((policy) => ({ name: policy.name, points: of(policy).map((r) => [r.scale, r[metric]]) }));
+  const slug = workload.name.replace(/[^a-z0-9]+/gi, '-');
+  writeFileSync(
+    join(values.out, `${slug}-goodput.svg`),
+    linePlot({
+      title: `${workload.name}: goodput`,
+      x: 'rate scale',
+      y: 'req/s within both SLOs',
+      series: series('goodput_rps'),
+    }),
+  );
+  writeFileSync(
+    join(values.out, `${slug}-ttft-p99.svg`),
+    linePlot({
+      title: `${workload.name}: TTFT p99`,
+      x: 'rate scale',
+      y: 'ms',
+      series: series('ttft_p99_ms'),
+      logY: true,
+    }),
+  );
+  console.log(
+    `\n${workload.name} (${values.prefill}P + ${values.decode}D, TTFT <= ${values['slo-ttft-ms']} ms, mean ITL <= ${values['slo-itl-ms']} ms): goodput req/s | TTFT p99 ms`,
+  );
+  console.log(
+    `| routing | ${scalesOf(workload)
+      .map((scale) => `x${scale}`)
+      .join(' | ')} |`,
+  );
+  console.log(
+    `|---|${scalesOf(workload)
+      .map(() => '---:')
+      .join('|')}|`,
+  );
+  for (const policy of POLICIES) {
+    const cells = of(policy).map(
+      (r) => `${r.goodput_rps.toFixed(2)} / ${Math.round(r.ttft_p99_ms).toLocaleString('en')}`,
+    );
+    console.log(`| ${policy.name} | ${cells.join(' | ')} |`);
+  }
+}
