@@ -38,7 +38,16 @@ const ROWS: readonly Row[] = [
  */
 export function resultTable(results: readonly (SimulationResult & { wall_s: number })[]): string {
   const header = ['routing', ...results.map((r) => r.routing)];
-  const body = ROWS.map(([label, value]) => [label, ...results.map(value)]);
+  // A row per tenant, where the requests name tenants: each one's own service.
+  const tenants = [...new Set(results.flatMap((r) => Object.keys(r.tenants ?? {})))];
+  const tenantRows: Row[] = tenants.map((name) => [
+    `${name}: attained, TTFT p99`,
+    (r) => {
+      const tenant = r.tenants?.[name];
+      return tenant === undefined ? '' : `${share(tenant.slo_attainment)}, ${ms(tenant.ttft_ms.p99)} ms`;
+    },
+  ]);
+  const body = [...ROWS, ...tenantRows].map(([label, value]) => [label, ...results.map(value)]);
   const rows = [header, ...body];
   const widths = header.map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)));
   const line = (row: readonly string[]) =>
@@ -50,6 +59,6 @@ export function resultTable(results: readonly (SimulationResult & { wall_s: numb
   const footer =
     first === undefined
       ? ''
-      : `\nService levels: TTFT <= ${first.slo.ttftMs} ms and mean ITL <= ${first.slo.itlMs} ms; profile ${first.profile}; ${results[results.length - 1]?.wall_s.toFixed(1)} s of wall time in all.`;
+      : `\nService levels: TTFT <= ${first.slo.ttftMs} ms and mean ITL <= ${first.slo.itlMs} ms${tenants.length > 0 ? " (a request's own where it names them)" : ''}; profile ${first.profile}; ${results[results.length - 1]?.wall_s.toFixed(1)} s of wall time in all.`;
   return `${rows.map(line).join('\n')}${footer}`;
 }

@@ -26,7 +26,7 @@ export interface SimRouter {
   route(request: TraceRequest, index: number): SimDecision | PromiseLike<SimDecision>;
 }
 
-/** Service levels a request must meet to count in the goodput. */
+/** Service levels a request must meet to count in the goodput (a request's own, where it has them, win). */
 export interface ServiceLevels {
   /** Time to first token, ms. */
   readonly ttftMs: number;
@@ -73,6 +73,25 @@ export interface ReplaySummary {
   /** From the first arrival to the last token, in simulated seconds. */
   readonly simulated_s: number;
   readonly slo: ServiceLevels;
+  /** Each tenant's service apart, where the requests name tenants (those that name none under `default`). */
+  readonly tenants?: Readonly<Record<string, TenantSummary>>;
+}
+
+/** One tenant's service in a replay (each request held to its own service levels, where it has them). */
+export interface TenantSummary {
+  readonly requests: number;
+  readonly completed: number;
+  readonly slo_attainment: number;
+  readonly goodput_rps: number;
+  readonly ttft_ms: Percentiles;
+}
+
+/** A tenant's counts while replaying. */
+interface TenantCounts {
+  requests: number;
+  completed: number;
+  good: number;
+  readonly ttfts: number[];
 }
 
 /** One request's progress. */
@@ -100,6 +119,18 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
   const ttfts: number[] = [];
   const gaps = new LatencyHistogram();
   const decisions: Record<string, number> = {};
+  const tenants = new Map<string, TenantCounts>();
+  const named = requests.some((request) => request.tenant !== undefined);
+  const tenantOf = (request: TraceRequest): TenantCounts | undefined => {
+    if (!named) return undefined;
+    const name = request.tenant ?? 'default';
+    let counts = tenants.get(name);
+    if (counts === undefined) {
+      counts = { requests: 0, completed: 0, good: 0, ttfts: [] };
+      tenants.set(name, counts);
+    }
+    return counts;
+  };
   let completed = 0;
   let rejected = 0;
   let good = 0;
@@ -121,6 +152,8 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
 
   const serve = (request: TraceRequest, decision: SimDecision): void => {
     const decode = engineOf(decision.decode.worker);
+    const tenant = tenantOf(request);
+    if (tenant !== undefined) tenant.requests++;
     if (request.inputTokens + request.outputTokens > contextLimit(decode.profile)) {
       // The engine refuses it (vLLM's 400 "maximum context length"): a failure, never served.
       rejected++;
@@ -149,7 +182,13 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
         ttfts.push(ttft);
         const itl =
           tracked.tokens > 1 ? (tracked.lastTokenAt - (tracked.firstTokenAt as number)) / (tracked.tokens - 1) : 0;
-        if (ttft <= slo.ttftMs && itl <= slo.itlMs) good++;
+        const met = ttft <= (request.sloTtftMs ?? slo.ttftMs) && itl <= (request.sloItlMs ?? slo.itlMs);
+        if (met) good++;
+        if (tenant !== undefined) {
+          tenant.completed++;
+          tenant.ttfts.push(ttft);
+          if (met) tenant.good++;
+        }
         finished();
       },
     };
@@ -207,6 +246,22 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
     preemptions,
     simulated_s: simulatedS,
     slo,
+    ...(named
+      ? {
+          tenants: Object.fromEntries(
+            [...tenants].map(([name, counts]) => [
+              name,
+              {
+                requests: counts.requests,
+                completed: counts.completed,
+                slo_attainment: counts.requests === 0 ? 1 : counts.good / counts.requests,
+                goodput_rps: perSecond(counts.good),
+                ttft_ms: percentilesOf(counts.ttfts),
+              },
+            ]),
+          ),
+        }
+      : {}),
   };
 }
 

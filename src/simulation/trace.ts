@@ -3,7 +3,8 @@
 // share a block hash share that block of their prompt, which is what a prefix cache can hold).
 // The file format is Mooncake's published one (kvcache-ai/Mooncake, FAST25-release/traces:
 // one JSON object a line, `timestamp` in ms, `input_length`, `output_length`, `hash_ids` of
-// 512-token blocks), as their FAST'25 traces and AIPerf use it.
+// 512-token blocks), as their FAST'25 traces and AIPerf use it; a line may also say its
+// `tenant`, `priority` and its own `slo_ttft_ms` and `slo_itl_ms` (this project's fields).
 
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -30,6 +31,14 @@ export interface TraceRequest {
    * sessions; a Mooncake line never has one): what session routing keys on.
    */
   readonly session?: string;
+  /** The tenant it belongs to, where the trace says (our field `tenant`): a replay reports each tenant's service apart. */
+  readonly tenant?: string;
+  /** Its priority, higher first (our field `priority`); none: the default. */
+  readonly priority?: number;
+  /** Its own time-to-first-token target in ms (our field `slo_ttft_ms`), over the run's. */
+  readonly sloTtftMs?: number;
+  /** Its own mean inter-token target in ms (our field `slo_itl_ms`), over the run's. */
+  readonly sloItlMs?: number;
 }
 
 /**
@@ -80,7 +89,35 @@ export function parseTraceLine(text: string, line: number, where: string): Trace
       `hash_ids holds ${hashes.length} blocks, but ${input} tokens are ${needed} blocks of ${TRACE_BLOCK_TOKENS}`,
     );
   }
-  return { arrivalMs: timestamp, inputTokens: input, outputTokens: output, blocks: hashes };
+  return {
+    arrivalMs: timestamp,
+    inputTokens: input,
+    outputTokens: output,
+    blocks: hashes,
+    ...serviceOf(value as Record<string, unknown>, fail),
+  };
+}
+
+/**
+ * The fields this project adds to Mooncake's format, each optional: who a request is for and
+ * what it must meet (`tenant`, `priority`, `slo_ttft_ms`, `slo_itl_ms`).
+ */
+function serviceOf(
+  line: Record<string, unknown>,
+  fail: (what: string) => TraceFormatError,
+): Pick<TraceRequest, 'tenant' | 'priority' | 'sloTtftMs' | 'sloItlMs'> {
+  const { tenant, priority, slo_ttft_ms: ttft, slo_itl_ms: itl } = line;
+  if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) throw fail('tenant must be a name');
+  if (priority !== undefined && !Number.isSafeInteger(priority)) throw fail('priority must be a whole number');
+  const positive = (value: unknown) => typeof value === 'number' && Number.isFinite(value) && value > 0;
+  if (ttft !== undefined && !positive(ttft)) throw fail('slo_ttft_ms must be a positive number of ms');
+  if (itl !== undefined && !positive(itl)) throw fail('slo_itl_ms must be a positive number of ms');
+  return {
+    ...(tenant === undefined ? {} : { tenant: tenant as string }),
+    ...(priority === undefined ? {} : { priority: priority as number }),
+    ...(ttft === undefined ? {} : { sloTtftMs: ttft as number }),
+    ...(itl === undefined ? {} : { sloItlMs: itl as number }),
+  };
 }
 
 /**

@@ -8,13 +8,14 @@ import type { TraceRequest } from './trace.js';
 import { AGENT_SESSIONS } from './workload-agents.js';
 import { BURSTY_CHAT } from './workload-chat.js';
 import { asTrace, type WorkloadShape } from './workload-common.js';
+import { MIXED } from './workload-mixed.js';
 import { RAG } from './workload-rag.js';
 
 export type { WorkloadSettings, WorkloadShape } from './workload-common.js';
 
 /**
  * The built-in workloads by name, each with its help line and default rate (requests a
- * second): `agent-sessions` (6), `rag` (2), `bursty-chat` (10).
+ * second): `agent-sessions` (6), `rag` (2), `bursty-chat` (10), `mixed` (10: two tenants).
  *
  * @example
  * const lines = Object.entries(WORKLOADS).map(([name, shape]) => `${name}: ${shape.help}`);
@@ -23,6 +24,7 @@ export const WORKLOADS: Readonly<Record<string, WorkloadShape>> = Object.freeze(
   'agent-sessions': AGENT_SESSIONS,
   rag: RAG,
   'bursty-chat': BURSTY_CHAT,
+  mixed: MIXED,
 });
 
 /** What a built-in workload is generated with. */

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   parseTrace,
+  parseTraceLine,
   readTrace,
   scaleRate,
   summarizeTrace,
@@ -92,5 +93,32 @@ describe("a Mooncake trace (kvcache-ai/Mooncake's FAST'25 format)", () => {
     const broken = join(dir, 'broken.jsonl');
     writeFileSync(broken, `${TRACE}\n{"timestamp": 0}\n`);
     await expect(readTrace(broken)).rejects.toThrow(`${broken}:6: input_length must be`);
+  });
+});
+
+describe("a trace line's service fields (this project's, beside Mooncake's)", () => {
+  const base = { timestamp: 0, input_length: 600, output_length: 20, hash_ids: [1, 2] };
+  it('reads who a request is for and what it must meet, each where given', () => {
+    const line = JSON.stringify({ ...base, tenant: 'team-a', priority: 2, slo_ttft_ms: 500, slo_itl_ms: 40 });
+    expect(parseTraceLine(line, 1, 't.jsonl')).toEqual({
+      arrivalMs: 0,
+      inputTokens: 600,
+      outputTokens: 20,
+      blocks: [1, 2],
+      tenant: 'team-a',
+      priority: 2,
+      sloTtftMs: 500,
+      sloItlMs: 40,
+    });
+    expect(parseTraceLine(JSON.stringify(base), 1, 't.jsonl')).not.toHaveProperty('tenant');
+  });
+
+  it.each([
+    [{ tenant: '' }, 'tenant must be a name'],
+    [{ priority: 1.5 }, 'priority must be a whole number'],
+    [{ slo_ttft_ms: 0 }, 'slo_ttft_ms must be a positive number of ms'],
+    [{ slo_itl_ms: 'fast' }, 'slo_itl_ms must be a positive number of ms'],
+  ])('refuses %j, naming the file, the line and the field', (extra, message) => {
+    expect(() => parseTraceLine(JSON.stringify({ ...base, ...extra }), 3, 't.jsonl')).toThrow(`t.jsonl:3: ${message}`);
   });
 });

@@ -4,13 +4,17 @@ import { UnknownWorkloadError, WORKLOADS, workload } from '../../src/simulation/
 
 const NAMES = Object.keys(WORKLOADS);
 
-/** A request as a line of Mooncake's format, which never carries a session. */
+/** A request as a line of Mooncake's format, which never carries a session (with this project's service fields, where it has them). */
 const asMooncakeLine = (request: TraceRequest) =>
   JSON.stringify({
     timestamp: request.arrivalMs,
     input_length: request.inputTokens,
     output_length: request.outputTokens,
     hash_ids: request.blocks,
+    tenant: request.tenant,
+    priority: request.priority,
+    slo_ttft_ms: request.sloTtftMs,
+    slo_itl_ms: request.sloItlMs,
   });
 
 /** Requests a second in 10-s windows: their variance over their mean (1 for a Poisson process). */
@@ -25,9 +29,25 @@ function dispersion(requests: readonly TraceRequest[]): number {
   return counts.reduce((sum, count) => sum + (count - mean) ** 2, 0) / (windows - 1) / mean;
 }
 
+describe('the mixed workload', () => {
+  it('is two tenants nine to one, each request with its priority and service levels, their prompts sharing no block', () => {
+    const requests = workload('mixed', { requests: 4000 });
+    const of = (tenant: string) => requests.filter((request) => request.tenant === tenant);
+    const interactive = of('interactive');
+    const batch = of('batch');
+    expect(interactive.length + batch.length).toBe(4000);
+    expect(interactive.length / 4000).toBeGreaterThan(0.85);
+    expect(interactive.length / 4000).toBeLessThan(0.95);
+    expect(interactive[0]).toMatchObject({ priority: 1, sloTtftMs: 1000, sloItlMs: 50 });
+    expect(batch[0]).toMatchObject({ priority: 0, sloTtftMs: 10_000, sloItlMs: 200 });
+    const chatBlocks = new Set(interactive.flatMap((request) => request.blocks));
+    expect(batch.some((request) => request.blocks.some((block) => chatBlocks.has(block)))).toBe(false);
+  });
+});
+
 describe('the built-in workloads', () => {
-  it('lists agent sessions, RAG and bursty chat, each with its help line and default rate', () => {
-    expect(NAMES).toEqual(['agent-sessions', 'rag', 'bursty-chat']);
+  it('lists agent sessions, RAG, bursty chat and the two tenants mixed, each with its help line and default rate', () => {
+    expect(NAMES).toEqual(['agent-sessions', 'rag', 'bursty-chat', 'mixed']);
     for (const shape of Object.values(WORKLOADS)) {
       expect(shape.help).not.toContain('\n');
       expect(shape.defaultRatePerS).toBeGreaterThan(0);
@@ -157,7 +177,7 @@ describe('the built-in workloads', () => {
     const { code, message, workload: asked } = error as UnknownWorkloadError;
     expect(code).toBe('DISAGG_WORKLOAD');
     expect(asked).toBe('agents');
-    expect(message).toBe('No workload named "agents": the built-in ones are agent-sessions, rag, bursty-chat');
+    expect(message).toBe('No workload named "agents": the built-in ones are agent-sessions, rag, bursty-chat, mixed');
     // Not a name inherited from Object.prototype either.
     expect(() => workload('toString')).toThrow(UnknownWorkloadError);
   });
