@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { POLICY_NAMES } from '../../src/routing/registry.js';
 import { createProxy, type ProxyOptions } from '../../src/server/proxy.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
+import { eventually } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
 
 const harness = proxyHarness();
@@ -176,6 +177,34 @@ describe('conditional disaggregation, built in', () => {
     const fields = logs.map((record) => record.fields as Record<string, unknown>);
     expect(fields.find((entry) => entry.strategy === 'skipped-prefill')).toMatchObject({
       aggregatedBecause: 'short-prompt',
+    });
+  });
+
+  it('--deciders prefill-busy: once every prefill worker has two requests under way, the next is served on decode alone; the header, the metrics and the log say so', async () => {
+    // Each prefill takes 1.5 s: six requests keep the three prefill workers busy meanwhile.
+    const { client, url, prefill, logs } = await cluster(
+      { routing: { deciders: [{ name: 'prefill-busy' }] } },
+      {
+        tokenIntervalMs: 1500,
+      },
+    );
+    const ask = () =>
+      client.completions.create({ model: 'fake-model', prompt: 'x'.repeat(300), max_tokens: 2 }).withResponse();
+    const busy = Array.from({ length: 6 }, ask);
+    await eventually(
+      () => prefill.reduce((sum, worker) => sum + worker.requests.length, 0) === 6,
+      'six prefills under way',
+    );
+    const next = await ask();
+    expect(next.response.headers.get('x-disagg-strategy')).toBe('skipped-prefill');
+    const strategies = (await Promise.all(busy)).map(({ response }) => response.headers.get('x-disagg-strategy'));
+    expect(strategies).toEqual(Array(6).fill('disaggregated-sequential'));
+    expect(await routedMetrics(url)).toContain(
+      'disagg_routed_requests_total{strategy="aggregated",reason="prefill-busy"} 1',
+    );
+    const fields = logs.map((record) => record.fields as Record<string, unknown>);
+    expect(fields.find((entry) => entry.strategy === 'skipped-prefill')).toMatchObject({
+      aggregatedBecause: 'prefill-busy',
     });
   });
 
