@@ -40,6 +40,7 @@ export {
   type SimDecision,
   type SimLease,
   type SimRouter,
+  type TenantSummary,
 } from '../simulation/replay.js';
 export { type EngineCounters, SimEngine, type SimEngineOptions } from '../simulation/sim-engine.js';
 export type { JobKind, JobListener, JobRequest } from '../simulation/sim-job.js';
