@@ -40,6 +40,24 @@ async function streamed(url: string, body: object, pace: () => TokenPace | undef
   return events;
 }
 
+/**
+ * A decode worker that runs one sequence at a time, and three streams on it long enough to
+ * stay (2,000 steps of 10 ms): one running, two waiting, until `controller` aborts them.
+ */
+async function threeLongStreams() {
+  const profile: EngineProfile = { ...ARITHMETIC_PROFILE, maxRunning: 1 };
+  const worker = await fakes.start({ role: 'decode', protocol: 'vllm', simulated: { profile, speedup: 10 } });
+  const controller = new AbortController();
+  const calls = [1, 2, 3].map((i) =>
+    request(`${worker.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt: ids(100, i * 1000), max_tokens: 2000, stream: true }),
+      signal: controller.signal,
+    }).catch(() => undefined),
+  );
+  return { worker, controller, calls };
+}
+
 describe('a simulated fake worker answers at its engine’s pace', () => {
   it('a chat stream’s tokens come one per engine step, at the times the engine gives on a virtual clock', async () => {
     const worker = await fakes.start({
@@ -77,17 +95,7 @@ describe('a simulated fake worker answers at its engine’s pace', () => {
   });
 
   it('/metrics reports the engine’s queue: past its running limit, requests wait', async () => {
-    // One sequence at a time, and answers long enough to stay (2,000 steps of 10 ms).
-    const profile: EngineProfile = { ...ARITHMETIC_PROFILE, maxRunning: 1 };
-    const worker = await fakes.start({ role: 'decode', protocol: 'vllm', simulated: { profile, speedup: 10 } });
-    const controller = new AbortController();
-    const calls = [1, 2, 3].map((i) =>
-      request(`${worker.url}/v1/completions`, {
-        method: 'POST',
-        body: JSON.stringify({ prompt: ids(100, i * 1000), max_tokens: 2000, stream: true }),
-        signal: controller.signal,
-      }).catch(() => undefined),
-    );
+    const { worker, controller, calls } = await threeLongStreams();
     const metrics = async () => (await (await request(`${worker.url}/metrics`)).body.text()) as string;
     await eventuallyAsync(
       async () => (await metrics()).includes('vllm:num_requests_waiting{model_name="fake-model"} 2'),
@@ -106,16 +114,7 @@ describe('a simulated fake worker answers at its engine’s pace', () => {
   });
 
   it('clients that leave end their jobs on the engine, as vLLM aborts them: its queues empty, its blocks given back', async () => {
-    const profile: EngineProfile = { ...ARITHMETIC_PROFILE, maxRunning: 1 };
-    const worker = await fakes.start({ role: 'decode', protocol: 'vllm', simulated: { profile, speedup: 10 } });
-    const controller = new AbortController();
-    const calls = [1, 2, 3].map((i) =>
-      request(`${worker.url}/v1/completions`, {
-        method: 'POST',
-        body: JSON.stringify({ prompt: ids(100, i * 1000), max_tokens: 2000, stream: true }),
-        signal: controller.signal,
-      }).catch(() => undefined),
-    );
+    const { worker, controller, calls } = await threeLongStreams();
     const engine = (worker.simulation as NonNullable<FakeWorker['simulation']>).engine;
     await eventuallyAsync(async () => engine.jobs === 3, 'three jobs on the engine');
     controller.abort();
