@@ -246,7 +246,7 @@ export {
   type RoutingServices,
 } from './routing/registry.js';
 export { roundRobin } from './routing/round-robin.js';
-export { RoutingInput, routingText } from './routing/routing-input.js';
+export { RoutingInput, routingText, type ServiceLevelTargets } from './routing/routing-input.js';
 export type { LoadView, RoutingPolicy } from './routing/routing-policy.js';
 export { type Avoid, type Decision, LEG_ORDER, Scheduler, type SchedulerOptions } from './routing/scheduler.js';
 export {

@@ -3,6 +3,19 @@ import { endpointOf } from '../endpoints/registry.js';
 import type { SessionBinding } from './session-bindings.js';
 
 /**
+ * The service levels one request asks for, in ms: time to its first token and the mean gap
+ * between its tokens (either may be missing). From its headers (`x-disagg-slo-ttft-ms`,
+ * llm-d's `x-slo-ttft-ms`, ...) or its tenant's defaults; what SLO-aware plugins route by.
+ *
+ * @example
+ * const levels: ServiceLevelTargets = { ttftMs: 2000, itlMs: 100 };
+ */
+export interface ServiceLevelTargets {
+  readonly ttftMs?: number | undefined;
+  readonly itlMs?: number | undefined;
+}
+
+/**
  * What a routing policy may look at in one request: its routing text (the prompt, or the chat
  * messages rendered in order) and its session key. Both are worked out on first use only, so
  * a policy that needs neither (round-robin) costs nothing per request, and one that needs the
@@ -21,6 +34,18 @@ export class RoutingInput {
    * before routing it (replicas sharing session bindings); undefined when none were looked up.
    */
   sessionBindings: SessionBinding | undefined;
+  /**
+   * The service levels the request asks for, once the router has read them (its headers, its
+   * tenant's defaults); undefined: none, and SLO-aware plugins route it as any other.
+   */
+  serviceLevels: ServiceLevelTargets | undefined;
+  /**
+   * Its priority band, its tenant's (0 by default): higher is served first; below 0 it is
+   * sheddable (llm-d's rule), refused early rather than served late when no worker can meet
+   * its service levels.
+   */
+  priority = 0;
+  #unmeetable: Set<string> | undefined;
   readonly #sessionKey: string | undefined;
   readonly #prefixKey: string | undefined;
   #promptText: string | undefined;
@@ -149,6 +174,22 @@ export class RoutingInput {
   /** Forgets every leg's pick: a new decision (another attempt of the request) begins. */
   clearPicked(): void {
     this.#picked?.clear();
+    this.#unmeetable?.clear();
+  }
+
+  /**
+   * Notes that no worker of `leg`'s pool was predicted to meet the request's service levels
+   * (an SLO filter kept them all, serving it best effort): what lets the router shed a
+   * sheddable request before any worker is called. Cleared with the picks.
+   */
+  noteUnmeetable(leg: string): void {
+    this.#unmeetable ??= new Set();
+    this.#unmeetable.add(leg);
+  }
+
+  /** The legs of the decision under way whose pools could not meet its service levels (see {@link noteUnmeetable}). */
+  get unmeetable(): readonly string[] {
+    return this.#unmeetable === undefined ? [] : [...this.#unmeetable];
   }
 
   /** The request body as the client sent it (what a policy may read beyond text and ids, such as `model`). */

@@ -214,3 +214,22 @@ describe('RoutingInput: the endpoint and the tokenizer', () => {
     expect(fromBody.tokenIds).toEqual([5, 6]);
   });
 });
+
+describe("a request's service levels and the legs that cannot meet them", () => {
+  it('starts with no service levels, priority 0 and no leg unmeetable', () => {
+    const input = new RoutingInput({ prompt: 'Hi' });
+    expect(input.serviceLevels).toBeUndefined();
+    expect(input.priority).toBe(0);
+    expect(input.unmeetable).toEqual([]);
+  });
+
+  it('remembers each leg noted unmeetable once, until a new decision clears the picks', () => {
+    const input = new RoutingInput({ prompt: 'Hi' });
+    input.noteUnmeetable('prefill');
+    input.noteUnmeetable('prefill');
+    input.noteUnmeetable('decode');
+    expect(input.unmeetable).toEqual(['prefill', 'decode']);
+    input.clearPicked();
+    expect(input.unmeetable).toEqual([]);
+  });
+});
