@@ -2,6 +2,7 @@
 // other flag is `disagg serve`'s, passed on to its own table so that a simulated fleet is
 // routed exactly as the proxy would be with the same command line.
 
+import { WORKLOADS } from '../simulation/workloads.js';
 /** The baselines `--routing` names, as the settings that make each (rules as data). */
 export const ROUTING_BASELINES: Readonly<Record<string, { readonly help: string; readonly args: readonly string[] }>> =
   Object.freeze({
@@ -46,6 +47,8 @@ export interface SimulateRequest {
   readonly sloTtftMs: number;
   readonly sloItlMs: number;
   readonly rateScale: number;
+  /** A workload's tenants sped up apart (`--tenant-rate-scale batch=3`): a flood of one. */
+  readonly tenantRateScale: Readonly<Record<string, number>> | undefined;
   readonly json: boolean;
   /** `disagg plan`: the most GPUs the fleet may take. */
   readonly gpus: number | undefined;
@@ -71,6 +74,22 @@ const positive: Reader = (value, flag) => {
   return n;
 };
 const text: Reader = (value) => value;
+const tenantScales: Reader = (value, flag) => {
+  const scales: Record<string, number> = {};
+  for (const item of value.split(',').filter((part) => part.trim() !== '')) {
+    const [tenant = '', scale = ''] = item.split('=').map((part) => part.trim());
+    const n = Number(scale);
+    if (tenant === '' || !(n > 0) || !Number.isFinite(n)) {
+      throw new SimulateUsageError(
+        `${flag} takes TENANT=X[,TENANT=X] with X a positive number, got ${JSON.stringify(value)}`,
+      );
+    }
+    scales[tenant] = n;
+  }
+  if (Object.keys(scales).length === 0)
+    throw new SimulateUsageError(`${flag} takes TENANT=X[,TENANT=X], got ${JSON.stringify(value)}`);
+  return scales;
+};
 const routingList: Reader = (value, flag) => {
   const names = value
     .split(',')
@@ -100,6 +119,7 @@ const FLAGS: Readonly<Record<string, { key: keyof SimulateRequest; read: Reader 
   '--slo-ttft-ms': { key: 'sloTtftMs', read: positive },
   '--slo-itl-ms': { key: 'sloItlMs', read: positive },
   '--rate-scale': { key: 'rateScale', read: positive },
+  '--tenant-rate-scale': { key: 'tenantRateScale', read: tenantScales },
   '--gpus': { key: 'gpus', read: positive },
   '--json': { key: 'json', read: undefined },
 };
@@ -143,6 +163,19 @@ export function parseSimulateArgs(
     throw new SimulateUsageError('give a trace (--trace FILE) or a workload (--workload NAME)');
   if (trace !== undefined && given.workload !== undefined)
     throw new SimulateUsageError('--trace and --workload are two sources of requests: give one');
+  const scaled = given.tenantRateScale as Record<string, number> | undefined;
+  if (trace !== undefined && scaled !== undefined)
+    throw new SimulateUsageError(
+      "--tenant-rate-scale speeds up a workload's tenants (--workload mixed), not a trace's",
+    );
+  const tenants =
+    workload === undefined || !Object.hasOwn(WORKLOADS, workload) ? undefined : WORKLOADS[workload]?.tenants;
+  const stranger = Object.keys(scaled ?? {}).find((tenant) => !(tenants ?? []).includes(tenant));
+  if (stranger !== undefined) {
+    throw new SimulateUsageError(
+      `--tenant-rate-scale names ${stranger}, which is not a tenant of the ${workload} workload${tenants === undefined ? ' (it names none)' : ` (${tenants.join(', ')})`}`,
+    );
+  }
   const prefill = (given.prefill as number | undefined) ?? 2;
   const decode = (given.decode as number | undefined) ?? 2;
   if (decode === 0)
@@ -159,6 +192,7 @@ export function parseSimulateArgs(
     sloTtftMs: (given.sloTtftMs as number | undefined) ?? 2000,
     sloItlMs: (given.sloItlMs as number | undefined) ?? 50,
     rateScale: (given.rateScale as number | undefined) ?? 1,
+    tenantRateScale: given.tenantRateScale as Record<string, number> | undefined,
     json: given.json === true,
     gpus: given.gpus as number | undefined,
     serveArgs,

@@ -34,6 +34,8 @@ Options:
   --slo-ttft-ms N         the time to first token a request must meet (2000)
   --slo-itl-ms N          the mean inter-token latency it must meet (50)
   --rate-scale X          the requests arrive X times as fast (1)
+  --tenant-rate-scale T=X one tenant of a workload arrives X times as fast again
+                          (mixed: batch=6 floods the fleet with its jobs)
   --seed N                the workload's and the random policies' seed (1)
   --json                  the summary as JSON (one object, or an array for several routings)
   --help                  this text

@@ -12,12 +12,13 @@ import { RoutingInput } from '../routing/routing-input.js';
 import type { Lease } from '../routing/worker-pool.js';
 import { modelPool } from '../server/fleet/model-pools.js';
 import { consumedBy, routingServices } from '../server/fleet/routing-policies.js';
+import { Admission, OverloadedError } from '../server/pipeline/admission.js';
 import { resolveProxyOptions } from '../server/settings/resolve.js';
 import { ConfigError } from '../server/settings/setting.js';
 import type { ResolvedProxyOptions, ServeConfig } from '../server/settings/types.js';
 import type { KvTreeEvent } from '../simulation/kv-tree.js';
 import type { EngineProfile } from '../simulation/profile-types.js';
-import type { SimDecision, SimLease, SimRouter } from '../simulation/replay.js';
+import type { ServiceLevels, SimDecision, SimEnding, SimLease, SimRouter } from '../simulation/replay.js';
 import { SimEngine } from '../simulation/sim-engine.js';
 import { TRACE_BLOCK_TOKENS, type TraceRequest } from '../simulation/trace.js';
 import type { VirtualClock } from '../simulation/virtual-clock.js';
@@ -97,14 +98,18 @@ export function simulatedSettings(
 
 /**
  * The fleet: an engine of `profile` per worker of the settings, and the router that is the
- * settings' pool (its scheduler, policies, deciders and the services they read). Policies
- * that draw at random draw from `seed` (1 by default).
+ * settings' pool (its scheduler, policies, deciders and the services they read) behind the
+ * proxy's admission (its slots, queue and priority bands, as the settings give them). Each
+ * request carries its tenant, its priority and its service levels (its own, else `slo`, as a
+ * client sending its SLO headers would). Policies that draw at random draw from `seed` (1 by
+ * default).
  */
 export async function simulatedFleet(
   options: ResolvedProxyOptions,
   profile: EngineProfile,
   clock: VirtualClock,
   seed = 1,
+  slo?: ServiceLevels,
 ): Promise<SimulatedFleet> {
   type Worker = ResolvedProxyOptions['prefill'][number] | ResolvedProxyOptions['decode'][number];
   const consumed = consumedBy(options);
@@ -143,13 +148,33 @@ export async function simulatedFleet(
   };
   const pool = modelPool(options, services, poolSettings);
   const tokens = consumed.tokens !== undefined || wantsIndex;
+  // The proxy's admission, its queue's wait limit left out: its timers keep wall-clock time.
+  const admission = new Admission({
+    maxConcurrent: options.maxConcurrentRequests,
+    queueSize: options.queueSize,
+    queueTimeoutMs: 2 ** 31 - 1,
+  });
+  const never = new Promise<never>(() => {});
   const router: SimRouter = {
-    async route(request: TraceRequest): Promise<SimDecision> {
+    async route(request: TraceRequest, _index: number, ending: SimEnding): Promise<SimDecision> {
       const input = new RoutingInput(bodyOf(request), request.session, tokens ? tokenIdsOf(request) : undefined);
+      input.priority = request.priority ?? 0;
+      const ttftMs = request.sloTtftMs ?? slo?.ttftMs;
+      const itlMs = request.sloItlMs ?? slo?.itlMs;
+      if (ttftMs !== undefined || itlMs !== undefined) input.serviceLevels = { ttftMs, itlMs };
+      let ticket: { release(): void };
+      try {
+        ticket = await admission.enter(never, { tenant: request.tenant ?? 'default', priority: input.priority });
+      } catch (error) {
+        if (OverloadedError.is(error)) return { strategy: 'refused', reason: error.limit };
+        throw error;
+      }
+      void ending;
       // As the prepare stage asks it (a decider that throws: disaggregated), then the decide stage.
       const verdict = await pool.scheduler.verdict(input).catch(() => undefined);
       const decision = pool.scheduler.decide(input, {}, verdict);
-      const decode = leaseOf(decision.decode);
+      // The slot is the request's until its decode leg ends, as the proxy's is until its answer does.
+      const decode = leaseOf(decision.decode, () => ticket.release());
       if (decision.strategy === 'aggregated' || decision.prefill === undefined) {
         return {
           strategy: 'aggregated',
@@ -163,10 +188,16 @@ export async function simulatedFleet(
   return { engines, router };
 }
 
-/** A pool's lease as the replay holds it. */
-function leaseOf(lease: Lease<{ url: string }> | undefined): SimLease {
+/** A pool's lease as the replay holds it, `alsoRelease` with it. */
+function leaseOf(lease: Lease<{ url: string }> | undefined, alsoRelease?: () => void): SimLease {
   if (lease === undefined) throw new RangeError('The pool leased no decode worker');
-  return { worker: lease.worker.url, release: (outcome) => lease.release(outcome) };
+  return {
+    worker: lease.worker.url,
+    release: (outcome) => {
+      lease.release(outcome);
+      alsoRelease?.();
+    },
+  };
 }
 
 /**

@@ -8,9 +8,19 @@ type Row = readonly [label: string, value: (result: SimulationResult) => string]
 const ms = (value: number) => (value >= 100 ? value.toFixed(0) : value.toFixed(1));
 const share = (value: number) => `${(value * 100).toFixed(1)}%`;
 
+/** Why requests were not served, where some were not: too long for the engine, refused by the router, preempted. */
+function notServed(r: SimulationResult): string {
+  const why = [
+    ...(r.rejected > 0 ? [`${r.rejected} too long`] : []),
+    ...Object.entries(r.shed).map(([reason, count]) => `${count} shed: ${reason}`),
+    ...(r.preempted > 0 ? [`${r.preempted} preempted`] : []),
+  ];
+  return why.length === 0 ? '' : ` (${why.join(', ')})`;
+}
+
 const ROWS: readonly Row[] = [
   ['fleet', (r) => `${r.prefill_workers}P + ${r.decode_workers}D (${r.gpus} GPUs)`],
-  ['requests', (r) => `${r.completed}/${r.requests}${r.rejected > 0 ? ` (${r.rejected} too long)` : ''}`],
+  ['requests', (r) => `${r.completed}/${r.requests}${notServed(r)}`],
   ['TTFT p50 / p90 / p99 ms', (r) => `${ms(r.ttft_ms.p50)} / ${ms(r.ttft_ms.p90)} / ${ms(r.ttft_ms.p99)}`],
   ['ITL p50 / p90 / p99 ms', (r) => `${ms(r.itl_ms.p50)} / ${ms(r.itl_ms.p90)} / ${ms(r.itl_ms.p99)}`],
   ['goodput req/s', (r) => r.goodput_rps.toFixed(2)],
@@ -44,7 +54,9 @@ export function resultTable(results: readonly (SimulationResult & { wall_s: numb
     `${name}: attained, TTFT p99`,
     (r) => {
       const tenant = r.tenants?.[name];
-      return tenant === undefined ? '' : `${share(tenant.slo_attainment)}, ${ms(tenant.ttft_ms.p99)} ms`;
+      if (tenant === undefined) return '';
+      const lost = tenant.shed + tenant.preempted;
+      return `${share(tenant.slo_attainment)}, ${ms(tenant.ttft_ms.p99)} ms${lost > 0 ? `, ${tenant.shed} shed, ${tenant.preempted} preempted` : ''}`;
     },
   ]);
   const body = [...ROWS, ...tenantRows].map(([label, value]) => [label, ...results.map(value)]);

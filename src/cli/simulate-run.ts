@@ -28,7 +28,8 @@ export interface SimulationResult extends ReplaySummary {
  *   error for a file that cannot be read; {@link UnknownWorkloadError} for an unknown workload.
  */
 export async function requestsOf(
-  asked: Pick<SimulateRequest, 'trace' | 'workload' | 'requests' | 'seed' | 'rateScale'>,
+  asked: Pick<SimulateRequest, 'trace' | 'workload' | 'requests' | 'seed' | 'rateScale'> &
+    Partial<Pick<SimulateRequest, 'tenantRateScale'>>,
 ): Promise<TraceRequest[]> {
   let requests: TraceRequest[];
   if (asked.trace !== undefined) {
@@ -37,6 +38,7 @@ export async function requestsOf(
   } else {
     requests = workload(asked.workload as string, {
       seed: asked.seed,
+      tenantRateScale: asked.tenantRateScale,
       ...(asked.requests === undefined ? {} : { requests: asked.requests }),
     });
   }
@@ -72,7 +74,7 @@ export async function simulateOnce(
       loadServeConfig(args, {}),
   );
   const clock = new VirtualClock();
-  const fleet = await simulatedFleet(settings, options.profile, clock, options.seed);
+  const fleet = await simulatedFleet(settings, options.profile, clock, options.seed, options.slo);
   const summary = await replay({
     requests,
     engines: fleet.engines,

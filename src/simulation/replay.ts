@@ -16,14 +16,43 @@ export interface SimLease {
   release(outcome?: 'success' | 'failure'): void;
 }
 
-/** Which workers serve a request: its prefill and decode, or decode alone and why. */
+/**
+ * Which workers serve a request: its prefill and decode, or decode alone and why; or none, the
+ * router refusing it before any worker (`refused`: shed for its service levels, over an
+ * admission limit), with why.
+ */
 export type SimDecision =
   | { readonly strategy: 'disaggregated'; readonly prefill: SimLease; readonly decode: SimLease }
-  | { readonly strategy: 'aggregated'; readonly reason: string; readonly decode: SimLease };
+  | { readonly strategy: 'aggregated'; readonly reason: string; readonly decode: SimLease }
+  | { readonly strategy: 'refused'; readonly reason: string };
 
-/** What routes a replay's requests: asked once per request, when it arrives. */
+/**
+ * What the router may do to a request it routed, later: `preempt()` ends it as the proxy ends a
+ * preempted request (its client's 503): its decode job aborted, a prefill under way left to
+ * finish and its KV let go (nothing the router does cancels a prefill), its leases released
+ * without an outcome. Before the request is served, or after it ended, nothing happens.
+ */
+export interface SimEnding {
+  preempt(): void;
+}
+
+/** What the replay tells a router of a request it routed, in simulated ms (a router that learns from timings reads it). */
+export type SimObservation =
+  | { readonly type: 'firstToken'; readonly at: number; readonly ttftMs: number }
+  | {
+      readonly type: 'finished';
+      readonly at: number;
+      readonly ttftMs: number;
+      /** The mean gap between its tokens (0 for an answer of one token). */
+      readonly itlMs: number;
+      readonly tokens: number;
+    };
+
+/** What routes a replay's requests: asked once per request, when it arrives (it may answer later: a queue). */
 export interface SimRouter {
-  route(request: TraceRequest, index: number): SimDecision | PromiseLike<SimDecision>;
+  route(request: TraceRequest, index: number, ending: SimEnding): SimDecision | PromiseLike<SimDecision>;
+  /** Told each served request's first token and its end, as they happen. */
+  observe?(index: number, observation: SimObservation): void;
 }
 
 /** Service levels a request must meet to count in the goodput (a request's own, where it has them, win). */
@@ -53,6 +82,10 @@ export interface ReplaySummary {
   readonly completed: number;
   /** Requests no engine could take: longer than the profile's context ({@link contextLimit}). */
   readonly rejected: number;
+  /** Requests the router refused before any worker, by why (`slo`, `capacity`, ...). */
+  readonly shed: Readonly<Record<string, number>>;
+  /** Requests ended by the router while under way, for a request of higher priority (a 503). */
+  readonly preempted: number;
   readonly ttft_ms: Percentiles;
   readonly itl_ms: Percentiles;
   /** Completed requests per simulated second that met both service levels. */
@@ -81,6 +114,9 @@ export interface ReplaySummary {
 export interface TenantSummary {
   readonly requests: number;
   readonly completed: number;
+  /** Refused before any worker, for whatever reason. */
+  readonly shed: number;
+  readonly preempted: number;
   readonly slo_attainment: number;
   readonly goodput_rps: number;
   readonly ttft_ms: Percentiles;
@@ -90,6 +126,8 @@ export interface TenantSummary {
 interface TenantCounts {
   requests: number;
   completed: number;
+  shed: number;
+  preempted: number;
   good: number;
   readonly ttfts: number[];
 }
@@ -99,6 +137,10 @@ interface Tracked {
   firstTokenAt: number | undefined;
   lastTokenAt: number;
   tokens: number;
+  /** Where it is: routed but not yet served, served, ended. */
+  phase: 'routing' | 'serving' | 'ended';
+  /** Ends it as preempted, once it is being served. */
+  preempt: (() => void) | undefined;
 }
 
 /**
@@ -126,13 +168,15 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
     const name = request.tenant ?? 'default';
     let counts = tenants.get(name);
     if (counts === undefined) {
-      counts = { requests: 0, completed: 0, good: 0, ttfts: [] };
+      counts = { requests: 0, completed: 0, shed: 0, preempted: 0, good: 0, ttfts: [] };
       tenants.set(name, counts);
     }
     return counts;
   };
   let completed = 0;
   let rejected = 0;
+  let preempted = 0;
+  const shed: Record<string, number> = {};
   let good = 0;
   let promptTokens = 0;
   let cachedTokens = 0;
@@ -144,16 +188,23 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
     return engine;
   };
   const finished = () => {
-    const done = completed + rejected;
+    const done = completed + rejected + preempted + Object.values(shed).reduce((a, b) => a + b, 0);
     if (options.progress !== undefined && (done % 256 === 0 || done === requests.length)) {
       options.progress(done, requests.length);
     }
   };
 
-  const serve = (request: TraceRequest, decision: SimDecision): void => {
-    const decode = engineOf(decision.decode.worker);
+  const serve = (request: TraceRequest, index: number, tracked: Tracked, decision: SimDecision): void => {
     const tenant = tenantOf(request);
     if (tenant !== undefined) tenant.requests++;
+    if (decision.strategy === 'refused') {
+      tracked.phase = 'ended';
+      shed[decision.reason] = (shed[decision.reason] ?? 0) + 1;
+      if (tenant !== undefined) tenant.shed++;
+      finished();
+      return;
+    }
+    const decode = engineOf(decision.decode.worker);
     if (request.inputTokens + request.outputTokens > contextLimit(decode.profile)) {
       // The engine refuses it (vLLM's 400 "maximum context length"): a failure, never served.
       rejected++;
@@ -165,16 +216,22 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
     const reason = decision.strategy === 'disaggregated' ? 'disaggregated' : decision.reason;
     decisions[reason] = (decisions[reason] ?? 0) + 1;
     promptTokens += request.inputTokens;
-    const tracked: Tracked = { firstTokenAt: undefined, lastTokenAt: 0, tokens: 0 };
+    tracked.phase = 'serving';
     const listener = {
       token(at: number) {
-        if (tracked.firstTokenAt === undefined) tracked.firstTokenAt = at;
-        else gaps.add(at - tracked.lastTokenAt);
+        if (tracked.phase !== 'serving') return;
+        if (tracked.firstTokenAt === undefined) {
+          tracked.firstTokenAt = at;
+          router.observe?.(index, { type: 'firstToken', at, ttftMs: at - request.arrivalMs });
+        } else gaps.add(at - tracked.lastTokenAt);
         tracked.lastTokenAt = at;
         tracked.tokens++;
         outputTokens++;
       },
       done(at: number) {
+        // A preempted request's job ends too (aborted): it was counted then.
+        if (tracked.phase !== 'serving') return;
+        tracked.phase = 'ended';
         decision.decode.release('success');
         completed++;
         lastAt = Math.max(lastAt, at);
@@ -182,6 +239,7 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
         ttfts.push(ttft);
         const itl =
           tracked.tokens > 1 ? (tracked.lastTokenAt - (tracked.firstTokenAt as number)) / (tracked.tokens - 1) : 0;
+        router.observe?.(index, { type: 'finished', at, ttftMs: ttft, itlMs: itl, tokens: tracked.tokens });
         const met = ttft <= (request.sloTtftMs ?? slo.ttftMs) && itl <= (request.sloItlMs ?? slo.itlMs);
         if (met) good++;
         if (tenant !== undefined) {
@@ -193,8 +251,24 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
       },
     };
     const job = { blocks: request.blocks, inputTokens: request.inputTokens, outputTokens: request.outputTokens };
+    let decodeJob: number | undefined;
+    // The prefill worker's hold on the KV, let go when its decode is aborted (the proxy's handoff release).
+    let letGo: (() => void) | undefined;
+    const preempt = (at: number) => {
+      tracked.phase = 'ended';
+      preempted++;
+      if (tenant !== undefined) tenant.preempted++;
+      lastAt = Math.max(lastAt, at);
+      // Released without an outcome: the worker did nothing wrong.
+      if (decision.strategy === 'disaggregated') decision.prefill.release();
+      decision.decode.release();
+      if (decodeJob !== undefined) decode.cancel(decodeJob);
+      letGo?.();
+      finished();
+    };
+    tracked.preempt = () => preempt(options.clock.now);
     if (decision.strategy === 'aggregated') {
-      decode.submit(
+      decodeJob = decode.submit(
         { ...job, kind: 'whole' },
         { ...listener, admitted: (_at: number, cached: number) => (cachedTokens += cached) },
       );
@@ -207,19 +281,66 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
       {
         admitted: (_at, cached) => (cachedTokens += cached),
         prefilled: () => {
+          // Preempted while its prompt was computed: no decode comes for the KV.
+          if (tracked.phase !== 'serving') {
+            prefill.released(prefillJob);
+            return;
+          }
           decision.prefill.release('success');
-          decode.submit({ ...job, kind: 'decode' }, { ...listener, received: () => prefill.released(prefillJob) });
+          letGo = () => prefill.released(prefillJob);
+          decodeJob = decode.submit(
+            { ...job, kind: 'decode' },
+            { ...listener, received: () => prefill.released(prefillJob) },
+          );
         },
       },
     );
   };
 
-  while (clock.step()) {
-    while (arrived.length > 0) {
-      const index = arrived.shift() as number;
-      const request = requests[index] as TraceRequest;
-      const routed = router.route(request, index);
-      serve(request, isThenable(routed) ? await routed : routed);
+  // Routings that answer later (a request waiting in the router's queue) are served when they
+  // do, on the clock's time then; the clock only stops once none is left waiting.
+  let waiting = 0;
+  const arrive = (index: number): void => {
+    const request = requests[index] as TraceRequest;
+    const tracked: Tracked = {
+      firstTokenAt: undefined,
+      lastTokenAt: 0,
+      tokens: 0,
+      phase: 'routing',
+      preempt: undefined,
+    };
+    const ending: SimEnding = { preempt: () => (tracked.phase === 'serving' ? tracked.preempt?.() : undefined) };
+    const routed = router.route(request, index, ending);
+    if (!isThenable(routed)) {
+      serve(request, index, tracked, routed);
+      return;
+    }
+    waiting++;
+    routed.then(
+      (decision) => {
+        waiting--;
+        serve(request, index, tracked, decision);
+      },
+      (error: unknown) => {
+        waiting--;
+        failure ??= error;
+      },
+    );
+  };
+  let failure: unknown;
+  for (;;) {
+    while (clock.step()) {
+      while (arrived.length > 0) arrive(arrived.shift() as number);
+      // A routing waiting on a promise the last step settled (a slot freed) goes on now.
+      if (waiting > 0) await settle();
+      if (failure !== undefined) throw failure;
+    }
+    if (waiting === 0) break;
+    await settle();
+    if (failure !== undefined) throw failure;
+    // Nothing on the clock and a routing still waiting: nothing will free it.
+    if (clock.pending === 0 && waiting > 0 && arrived.length === 0) {
+      throw new RangeError(`${waiting} requests still wait to be routed with nothing left to happen on the fleet`);
     }
   }
   let preemptions = 0;
@@ -234,6 +355,8 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
     requests: requests.length,
     completed,
     rejected,
+    shed,
+    preempted,
     ttft_ms: percentilesOf(ttfts),
     itl_ms: gaps.percentiles(),
     goodput_rps: perSecond(good),
@@ -254,6 +377,8 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
               {
                 requests: counts.requests,
                 completed: counts.completed,
+                shed: counts.shed,
+                preempted: counts.preempted,
                 slo_attainment: counts.requests === 0 ? 1 : counts.good / counts.requests,
                 goodput_rps: perSecond(counts.good),
                 ttft_ms: percentilesOf(counts.ttfts),
@@ -272,6 +397,11 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
  */
 export function contextLimit(profile: EngineProfile): number {
   return Math.min(profile.maxContextTokens, profile.kvCacheTokens);
+}
+
+/** Lets promises settled by the last step run their continuations (a macrotask: every microtask before it). */
+function settle(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {

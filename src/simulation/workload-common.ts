@@ -10,6 +10,11 @@ export interface WorkloadSettings {
   readonly requests: number;
   /** The mean arrival rate of requests, per second. */
   readonly ratePerS: number;
+  /**
+   * A tenant's arrivals this many times as fast as its share of `ratePerS` (a workload of
+   * several tenants: one of them floods the fleet); none by default.
+   */
+  readonly tenantRateScale?: Readonly<Record<string, number>> | undefined;
 }
 
 /** A built-in workload: its one-line description, its default rate, and its generator. */
@@ -18,6 +23,8 @@ export interface WorkloadShape {
   readonly help: string;
   /** The mean arrival rate, requests per second, when none is given. */
   readonly defaultRatePerS: number;
+  /** The tenants its requests name, where they name any (what `tenantRateScale` may scale). */
+  readonly tenants?: readonly string[] | undefined;
   /**
    * At least `settings.requests` requests (in any order), such that no request it leaves out
    * would arrive before the first `settings.requests` of them.

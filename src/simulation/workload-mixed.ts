@@ -22,24 +22,33 @@ const TENANTS = [
  */
 const HASH_SPACE = 2 ** 40;
 
-function generate({ seed, requests, ratePerS }: WorkloadSettings): TraceRequest[] {
-  return TENANTS.flatMap(({ shape, share, ...service }, i) =>
-    // Each tenant's stream long enough for the mix's first `requests` by arrival: twice its
-    // expected share of them, and a hundred more (a Poisson count that far above its mean does
-    // not happen at these sizes).
-    shape
-      .generate({ seed: seed + i, requests: Math.ceil(requests * share * 2) + 100, ratePerS: ratePerS * share })
-      .map((request) => ({
-        ...request,
-        blocks: i === 0 ? request.blocks : request.blocks.map((hash) => hash + i * HASH_SPACE),
-        ...service,
-      })),
-  );
+function generate({ seed, requests, ratePerS, tenantRateScale }: WorkloadSettings): TraceRequest[] {
+  return TENANTS.flatMap(({ shape, share, ...service }, i) => {
+    const rate = ratePerS * share * (tenantRateScale?.[service.tenant] ?? 1);
+    return (
+      // Each tenant's stream long enough for the mix's first `requests` by arrival: twice its
+      // expected share of them, and a hundred more (a Poisson count that far above its mean does
+      // not happen at these sizes).
+      shape
+        // With a tenant's rate scaled, the shares move: each stream long enough to be all of them.
+        .generate({
+          seed: seed + i,
+          requests: tenantRateScale === undefined ? Math.ceil(requests * share * 2) + 100 : requests,
+          ratePerS: rate,
+        })
+        .map((request) => ({
+          ...request,
+          blocks: i === 0 ? request.blocks : request.blocks.map((hash) => hash + i * HASH_SPACE),
+          ...service,
+        }))
+    );
+  });
 }
 
 /** The `mixed` workload. */
 export const MIXED: WorkloadShape = {
   help: 'two tenants: interactive chat (priority 1; TTFT 1 s, ITL 50 ms) and batch long-context RAG (priority 0; TTFT 10 s, ITL 200 ms), 9 to 1',
   defaultRatePerS: 10,
+  tenants: TENANTS.map((each) => each.tenant),
   generate,
 };

@@ -35,6 +35,8 @@ export interface WorkloadOptions {
   readonly requests?: number;
   /** The mean arrival rate, requests per second. Default: the workload's own (`defaultRatePerS`). */
   readonly ratePerS?: number;
+  /** One tenant's arrivals faster than its share (the `mixed` workload's tenants, by name); none by default. */
+  readonly tenantRateScale?: Readonly<Record<string, number>> | undefined;
 }
 
 /**
@@ -78,5 +80,15 @@ export function workload(name: string, options: WorkloadOptions = {}): TraceRequ
   if (!(ratePerS > 0) || !Number.isFinite(ratePerS)) {
     throw new RangeError(`A workload's rate is a positive number of requests a second, got ${ratePerS}`);
   }
-  return asTrace(shape.generate({ seed, requests, ratePerS }), requests);
+  const { tenantRateScale } = options;
+  for (const [tenant, scale] of Object.entries(tenantRateScale ?? {})) {
+    if (!(shape.tenants ?? []).includes(tenant)) {
+      throw new RangeError(
+        `The ${name} workload has no tenant ${tenant}${shape.tenants === undefined ? '' : `: its tenants are ${shape.tenants.join(', ')}`}`,
+      );
+    }
+    if (!(scale > 0) || !Number.isFinite(scale))
+      throw new RangeError(`A tenant's rate scale is a positive number, got ${scale}`);
+  }
+  return asTrace(shape.generate({ seed, requests, ratePerS, tenantRateScale }), requests);
 }

@@ -105,6 +105,8 @@ describe('disagg simulate', () => {
     [['--prefill-dns', 'x.svc'], 2, /makes its own workers: drop --prefill-dns/],
     [['--routing', 'fastest'], 2, /choose from disagg, random, round-robin, llm-d/],
     [['--decode', '0'], 2, /--decode takes 1 worker or more/],
+    [['--tenant-rate-scale', 'batch=2'], 2, /not a tenant of the bursty-chat workload \(it names none\)/],
+    [['--tenant-rate-scale', 'batch'], 2, /--tenant-rate-scale takes TENANT=X/],
   ])("an operator's mistake (%j) is one line saying what to change", (args, status, message) => {
     const run = disagg('simulate', ...SMALL, ...(args as string[]));
     expect(run.status).toBe(status);
@@ -112,6 +114,15 @@ describe('disagg simulate', () => {
     expect(run.stderr).toMatch(message as RegExp);
     expect(run.stderr).not.toMatch(/\n\s+at /);
     expect(run.stderr.trim().split('\n').length).toBeLessThanOrEqual(2);
+  });
+
+  it('admits as the proxy does: past --max-concurrent-requests a request waits, the higher priority first', () => {
+    // Batch floods a small fleet; the router's slots hold it back and let the interactive tenant by.
+    const flood = ['--workload', 'mixed', '--requests', '600', '--tenant-rate-scale', 'batch=15'];
+    const open = json('simulate', ...flood);
+    const held = json('simulate', ...flood, '--max-concurrent-requests', '16');
+    expect(held.tenants.interactive.slo_attainment).toBeGreaterThan(open.tenants.interactive.slo_attainment + 0.2);
+    expect(held.tenants.batch.ttft_ms.p99).toBeGreaterThan(open.tenants.batch.ttft_ms.p99);
   });
 
   it('a trace that is not there is one line and exit 1', () => {

@@ -253,9 +253,9 @@ describe('a simulated engine’s state, at every step', () => {
         const requests = toRequests(drawn);
         const tokens = new Map<number, number>();
         const router: SimRouter = {
-          route: (_request, index) => {
+          route: (_request, index, ending) => {
             tokens.set(index, 0);
-            return fixed(split ? 'disaggregated' : 'aggregated').route(_request, index);
+            return fixed(split ? 'disaggregated' : 'aggregated').route(_request, index, ending);
           },
         };
         const check = () => {

@@ -43,6 +43,29 @@ describe('the mixed workload', () => {
     const chatBlocks = new Set(interactive.flatMap((request) => request.blocks));
     expect(batch.some((request) => request.blocks.some((block) => chatBlocks.has(block)))).toBe(false);
   });
+
+  it('floods the fleet with one tenant sped up: its requests arrive that many times as fast, the other’s as before', () => {
+    const rateOf = (requests: readonly TraceRequest[], tenant: string) => {
+      const own = requests.filter((request) => request.tenant === tenant);
+      return own.length / ((own.at(-1) as TraceRequest).arrivalMs - (own[0] as TraceRequest).arrivalMs);
+    };
+    const plain = workload('mixed', { requests: 4000 });
+    const flooded = workload('mixed', { requests: 4000, tenantRateScale: { batch: 6 } });
+    expect(rateOf(flooded, 'batch') / rateOf(plain, 'batch')).toBeCloseTo(6, 0);
+    expect(rateOf(flooded, 'interactive') / rateOf(plain, 'interactive')).toBeGreaterThan(0.9);
+    expect(rateOf(flooded, 'interactive') / rateOf(plain, 'interactive')).toBeLessThan(1.1);
+    // Batch was 1 part in 10; sped up 6 times it is 0.6 parts against 0.9: 40 % of the arrivals.
+    const share = flooded.filter((request) => request.tenant === 'batch').length / 4000;
+    expect(share).toBeGreaterThan(0.35);
+    expect(share).toBeLessThan(0.5);
+  });
+
+  it('refuses to speed up a tenant the workload does not have, naming those it has', () => {
+    expect(() => workload('mixed', { tenantRateScale: { chat: 2 } })).toThrow(
+      'The mixed workload has no tenant chat: its tenants are interactive, batch',
+    );
+    expect(() => workload('rag', { tenantRateScale: { batch: 2 } })).toThrow('The rag workload has no tenant batch');
+  });
 });
 
 describe('the built-in workloads', () => {
