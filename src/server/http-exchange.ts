@@ -64,10 +64,10 @@ export class HttpExchange implements Exchange {
   }
 
   /**
-   * The preemption as a shutdown past its grace period ends a request (the same path, with its
-   * own error): the context stops (the flow ends decode and lets prefill's handoff be taken or
-   * freed, as for a client that leaves), and the client gets the 503 or, once streaming, its
-   * API's error event. Before the tracking stage made its entry, that stage refuses it instead.
+   * Ends the request as a shutdown past its grace period does, with the preemption's error: its
+   * context stops (the flow ends decode once it took the KV and lets prefill's handoff be taken,
+   * as for a client that leaves), and the client gets the 503 or, once streaming, its API's
+   * error event. Before the tracking stage made its entry, that stage refuses it instead.
    */
   preempt(error: PreemptedError): boolean {
     // Answered whole already (its slot is given back once its hooks run): nothing to end.
