@@ -11,6 +11,7 @@ import { ProxyCore } from '../server/proxy-core.js';
 import { readiness } from '../server/readiness.js';
 import type { ProxyOptions } from '../server/settings/proxy-options.js';
 import { resolveProxyOptions } from '../server/settings/resolve.js';
+import { ConfigError } from '../server/settings/setting.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { EndpointPicker, type Pick } from './endpoint-picker.js';
 import { EppMetrics } from './epp-metrics.js';
@@ -41,6 +42,10 @@ export class EppUnavailableError extends DisaggError {
     );
   }
 }
+
+/** Why `disagg epp` refuses `--preempt`, in one line. */
+const PREEMPT_REFUSED =
+  "--preempt (preempt) is disagg serve's: an endpoint picker only picks the pods, and the requests it admits run between the gateway and the pods, where it cannot end them; drop it";
 
 /** Where {@link startEndpointPicker} listens. */
 export interface EppListen {
@@ -86,7 +91,7 @@ export interface EndpointPickerServer {
  * const epp = await startEndpointPicker({ connector: 'vllm', prefill: ['http://10.0.0.5:8000'], decode: ['http://10.0.0.7:8000'] });
  * process.on('SIGTERM', () => epp.close());
  *
- * @throws {ConfigError} for options that do not check; {EppUnavailableError} without the gRPC
+ * @throws {ConfigError} for options that do not check (`preempt` among them, a proxy's alone); {EppUnavailableError} without the gRPC
  *   packages; a listen error (`EADDRINUSE`) for a port in use (nothing is left listening).
  */
 export async function startEndpointPicker(
@@ -94,6 +99,9 @@ export async function startEndpointPicker(
   listen: EppListen = {},
 ): Promise<EndpointPickerServer> {
   const resolved = resolveProxyOptions(options);
+  // The picker holds a slot per request, but the request runs between Envoy and the pods: it
+  // has no leg of its own to end, so a preemption would free a slot while the work went on.
+  if (resolved.preempt) throw new ConfigError(PREEMPT_REFUSED);
   const { grpc, protoLoader, health } = await loadGrpc();
   const core = new ProxyCore(resolved);
   const picker = new EndpointPicker(core);

@@ -3,6 +3,7 @@ import type { Endpoint } from '../endpoints/endpoint.js';
 import { RequestError, readBody } from '../http/node-server.js';
 import { BackgroundSink } from './agents/background-runs.js';
 import { PROXY_ENDPOINT_STAGES } from './endpoint-stages.js';
+import type { PreemptedError } from './pipeline/admission.js';
 import { answerApiError } from './pipeline/api-errors.js';
 import type { Exchange, RequestHeaders } from './pipeline/exchange.js';
 import type { InFlightRequest } from './pipeline/in-flight.js';
@@ -11,6 +12,9 @@ import type { ProxyState } from './pipeline/proxy-state.js';
 import { RequestContext } from './pipeline/request-context.js';
 import { enterStages } from './pipeline/stage.js';
 import { trackingStage } from './tracking-stage.js';
+
+/** The header that tells a client its request was preempted (SGLang Model Gateway's word for it). */
+export const PREEMPTED_HEADER = 'x-disagg-preempted';
 
 /**
  * A request that came to the proxy's HTTP server, as the pipeline sees it: a Node request and
@@ -25,6 +29,8 @@ export class HttpExchange implements Exchange {
   entry: InFlightRequest | undefined;
   /** The client's response, once the request was detached from it (a background response). */
   client: ServerResponse | undefined;
+  /** Why the request was preempted, once it was (see {@link HttpExchange.preempt}). */
+  preempted: PreemptedError | undefined;
   #gone: Promise<unknown> | undefined;
 
   constructor(
@@ -55,6 +61,22 @@ export class HttpExchange implements Exchange {
   setHeader(name: string, value: string): void {
     const res = this.client ?? this.res;
     if (!res.headersSent) res.setHeader(name, value);
+  }
+
+  /**
+   * Ends the request as a shutdown past its grace period does, with the preemption's error: its
+   * context stops (the flow ends decode once it took the KV and lets prefill's handoff be taken,
+   * as for a client that leaves), and the client gets the 503 or, once streaming, its API's
+   * error event. Before the tracking stage made its entry, that stage refuses it instead.
+   */
+  preempt(error: PreemptedError): boolean {
+    // Answered whole already (its slot is given back once its hooks run): nothing to end.
+    if (this.preempted !== undefined || this.res.writableEnded) return false;
+    this.preempted = error;
+    this.setHeader('retry-after', String(error.retryAfterS));
+    this.setHeader(PREEMPTED_HEADER, 'true');
+    this.entry?.shutdown(error);
+    return true;
   }
 
   detach(): void {

@@ -247,6 +247,7 @@ export class ProxyCore implements ProxyState {
       queueTimeoutMs: (priority) => tenants.queueTimeoutMs(priority) ?? options.queueTimeoutMs,
       onWait: (seconds, applicant) => this.metrics.queueWait(seconds, this.tenantLabel(applicant.tenant)),
       tenantNames: () => tenants.tenants.map((tenant) => tenant.name),
+      preempt: options.preempt,
     });
     this.metrics = new ProxyMetrics(
       this.pools,

@@ -63,9 +63,9 @@ export async function relaySse(
     if (!started) answerJson(res, answer.status, writer.errorBody(answer));
     else res.end(writer.failure(answer));
   };
-  entry.shutdown = () => {
+  entry.shutdown = (error) => {
     entry.context.stopGenerating();
-    fail(hooks.shutdownError?.() ?? new ShutdownError());
+    fail(error ?? hooks.shutdownError?.() ?? new ShutdownError());
   };
   try {
     for (;;) {

@@ -7,7 +7,7 @@ import { errorAnswer, ShutdownError } from './pipeline/error-answers.js';
 import type { RequestContext } from './pipeline/request-context.js';
 import { requestEvents } from './pipeline/request-events.js';
 import { logRequest } from './pipeline/request-log.js';
-import type { RequestStage } from './pipeline/stage.js';
+import { type RequestStage, refusalOf } from './pipeline/stage.js';
 
 /**
  * The proxy's request as shutdown, the metrics, health, the trace and the log see it: a context
@@ -23,14 +23,17 @@ export const trackingStage: RequestStage<HttpExchange> = {
   run: (request) => {
     const { proxy, exchange } = request;
     const { res } = exchange;
+    // Preempted between its admission and here (a stage of the user's took a while): no
+    // worker is called for it.
+    if (exchange.preempted !== undefined) return refusalOf(request, exchange.preempted);
     const context = new Controller(request.requestId);
     request.context = context;
     const entry = {
       context,
       res,
-      shutdown: () => {
+      shutdown: (error: unknown = new ShutdownError()) => {
         context.stopGenerating();
-        answerApiError(res, request.endpoint, errorAnswer(new ShutdownError()));
+        answerApiError(res, request.endpoint, errorAnswer(error));
       },
     };
     exchange.entry = entry;
@@ -55,6 +58,7 @@ export const trackingStage: RequestStage<HttpExchange> = {
           started: request.started,
           failure: request.failure,
           ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
+          ...(exchange.preempted === undefined ? {} : { preemptedBy: exchange.preempted.preemptedBy }),
         });
         request.trace?.end(
           res.statusCode,

@@ -18,6 +18,7 @@
  * - `DISAGG_NO_WORKER`: no worker of a pool in rotation (503).
  * - `DISAGG_OVERLOADED`: admission's slots and queue full, or a limit of the tenant's hit (429).
  * - `DISAGG_PLUGIN_NAME_TAKEN`: a routing plugin registered under a name its registry has (a built-in's, or one registered before).
+ * - `DISAGG_PREEMPTED`: a request under way gave its slot to one of higher priority (`--preempt`; 503).
  * - `DISAGG_PREFILL_TARGET_REFUSED`: a sidecar's request named a prefill worker outside its allow-list (403).
  * - `DISAGG_PREFILL_FAILED`, `DISAGG_PREFILL_NOT_ACTIVATED`, `DISAGG_PREFILL_NO_HANDOFF_PARAMS`: the prefill leg failed, as `PrefillError` says.
  * - `DISAGG_PROFILE`: a simulated engine's profile unknown by name, or a profile file that does not check (`disagg simulate --profile`).
@@ -53,6 +54,7 @@ export type ErrorCode =
   | 'DISAGG_NO_WORKER'
   | 'DISAGG_OVERLOADED'
   | 'DISAGG_PLUGIN_NAME_TAKEN'
+  | 'DISAGG_PREEMPTED'
   | 'DISAGG_PREFILL_FAILED'
   | 'DISAGG_PREFILL_NOT_ACTIVATED'
   | 'DISAGG_PREFILL_NO_HANDOFF_PARAMS'

@@ -93,6 +93,7 @@ describe('disagg epp', () => {
 
   it.each([
     [['--prefill-from', 'header'], "disagg epp: --prefill-from header is a sidecar's"],
+    [['--preempt'], "disagg epp: --preempt (preempt) is disagg serve's: an endpoint picker only picks the pods"],
     [['--health-port', 'nine'], 'disagg epp: --health-port must be a port number'],
   ])('refuses %j in one line, exit 2', (flags, said) => {
     const run = spawnSync(process.execPath, [bin, 'epp', ...WORKERS, ...flags], {

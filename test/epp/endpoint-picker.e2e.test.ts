@@ -222,6 +222,25 @@ describe('disagg epp through a scripted Envoy', () => {
     second.cancel();
   });
 
+  it('refuses preempt: it only picks, and has no request under way of its own to end', async () => {
+    await expect(
+      startEndpointPicker(
+        {
+          connector: 'vllm',
+          prefill: [{ url: 'http://127.0.0.1:9' }],
+          decode: [{ url: 'http://127.0.0.1:9' }],
+          preempt: true,
+        },
+        { port: 0, healthPort: 0, metricsPort: 0, host: '127.0.0.1' },
+      ),
+    ).rejects.toMatchObject({
+      code: 'DISAGG_CONFIG',
+      message: expect.stringMatching(
+        /^--preempt \(preempt\) is disagg serve's: an endpoint picker only picks the pods/,
+      ),
+    });
+  });
+
   it("refuses a bad body with a 400 in the API's own shape (Anthropic's for Messages), and removes P/D headers a client sent", async () => {
     const { envoy } = await picker({ routing: { aggregateBelowChars: 1_000_000 } });
     const call = envoy.open();

@@ -99,6 +99,7 @@ describe('disagg serve configuration', () => {
       maxConcurrentRequests: 1024,
       queueSize: 1024,
       queueTimeoutMs: 30_000,
+      preempt: false,
       gracePeriodMs: 30_000,
       drainDelayMs: 5000,
       keepAliveTimeoutMs: 72_000,

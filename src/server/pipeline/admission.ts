@@ -31,7 +31,39 @@ export class OverloadedError extends DisaggError {
   }
 }
 
-/** A place taken in {@link Admission}: `release()` once the request is over (idempotent). */
+/**
+ * A request under way whose slot was given to one of higher priority (`preempt` on): it is to
+ * end now, both legs, with a 503, `Retry-After` (`retryAfterS`) and `x-disagg-preempted:
+ * true`, or its API's error event once its stream has begun. `code`: `DISAGG_PREEMPTED`; the
+ * API error's own code is `preempted` (`apiCode`).
+ */
+export class PreemptedError extends DisaggError {
+  static override readonly is = branded<PreemptedError>('PreemptedError');
+  declare readonly code: 'DISAGG_PREEMPTED';
+  /** When the client may try again, in whole seconds. */
+  readonly retryAfterS: number;
+  /** The priority of the request that took its slot. */
+  readonly preemptedBy: number;
+  /** Its own priority. */
+  readonly priority: number;
+  /** What OpenAI's error body and stream event say as `code`, so that a client can tell it from other 503s. */
+  readonly apiCode = 'preempted';
+
+  constructor(priority: number, preemptedBy: number, retryAfterS = 1) {
+    super(
+      'DISAGG_PREEMPTED',
+      `The proxy is at capacity and gave this request's slot to one of higher priority (${preemptedBy} over ${priority}): it was preempted; try again later`,
+    );
+    this.retryAfterS = retryAfterS;
+    this.preemptedBy = preemptedBy;
+    this.priority = priority;
+  }
+}
+
+/**
+ * A place taken in {@link Admission}: `release()` once the request is over (idempotent; a
+ * no-op for a request that was preempted, whose slot Admission gave on already).
+ */
 export interface Ticket {
   release(): void;
 }
@@ -39,12 +71,22 @@ export interface Ticket {
 /**
  * Who asks for a slot: its tenant (fair turns are taken between tenants), its priority band
  * (higher first; 0 by default) and how many of its requests may be under way or waiting at
- * once (no bound by default).
+ * once (no bound by default). With `preempt` it may be preempted once under way (where the
+ * admission preempts): the callback is told, once, and must end the request (it must not
+ * throw); without it the request is never preempted.
  */
 export interface Applicant {
   tenant: string;
   priority: number;
   maxConcurrent?: number | undefined;
+  preempt?: ((error: PreemptedError) => void) | undefined;
+}
+
+/** A slot held, as preemption looks for one to take. */
+interface Holder {
+  readonly applicant: Applicant;
+  /** Released, or preempted: the slot is no longer its own. */
+  over: boolean;
 }
 
 const ANYONE: Applicant = { tenant: 'default', priority: 0 };
@@ -77,6 +119,19 @@ interface Band {
  * than with cockatiel 3's bulkhead: that one keeps a cancelled waiter in its queue until its
  * turn, has no wait limit, and stalls its queue when a cancelled waiter comes up.
  *
+ * With `preempt`, a request that finds every slot busy takes at once the slot of the
+ * lowest-priority request under way below its own (of those as low, the one admitted last),
+ * among those whose applicant gave a `preempt` callback: that one is told with a
+ * {@link PreemptedError}, its ticket is released here, and the newcomer neither waits nor
+ * sheds anyone. A request of equal priority never preempts: it waits as before.
+ *
+ * @example
+ * const admission = new Admission({ maxConcurrent: 1, queueSize: 0, queueTimeoutMs: 1000, preempt: true });
+ * const never = new Promise<never>(() => {});
+ * await admission.enter(never, { tenant: 'batch', priority: 0, preempt: (error) => error.preemptedBy });
+ * const ticket = await admission.enter(never, { tenant: 'chat', priority: 1 }); // batch's request is told
+ * ticket.release();
+ *
  * @internal
  */
 export class Admission {
@@ -84,6 +139,9 @@ export class Admission {
   readonly #queueSize: number;
   readonly #timeoutMs: (priority: number) => number;
   readonly #onWait: ((seconds: number, applicant: Applicant) => void) | undefined;
+  readonly #preempt: boolean;
+  /** The slots held by requests that may be preempted, in the order they were admitted. */
+  readonly #preemptible = new Set<Holder>();
   #active = 0;
   #queued = 0;
   /** Bands with waiters, highest priority first. */
@@ -101,7 +159,10 @@ export class Admission {
     onWait?: (seconds: number, applicant: Applicant) => void;
     /** The tenants whose waiting requests {@link Admission.queuedByTenant} reports (the metrics' gauge). */
     tenantNames?: () => readonly string[];
+    /** Whether a request of higher priority preempts one under way when every slot is busy; off by default. */
+    preempt?: boolean | undefined;
   }) {
+    this.#preempt = options.preempt ?? false;
     this.#tenantNames = options.tenantNames ?? (() => []);
     this.#max = options.maxConcurrent;
     this.#queueSize = options.queueSize;
@@ -152,6 +213,9 @@ export class Admission {
    * `gaveUp` resolving (the client left) takes the request out of the queue; the promise then
    * never settles, as nobody waits for it.
    *
+   * With preemption on and every slot busy, the slot of a request under way of lower priority
+   * is taken at once instead (see the class).
+   *
    * @throws {OverloadedError} (rejects) when the tenant is at its own limit, the queue is full
    *   (or it is shed for a higher priority), or the wait runs past its band's limit.
    */
@@ -175,6 +239,8 @@ export class Admission {
       this.#onWait?.(0, applicant);
       return Promise.resolve(this.#ticket(applicant));
     }
+    const victim = this.#victimBelow(applicant.priority);
+    if (victim !== undefined) return Promise.resolve(this.#preemptFor(victim, applicant));
     if (this.#queued >= this.#queueSize && !this.#shedBelow(applicant.priority)) {
       return Promise.reject(
         new OverloadedError(
@@ -294,17 +360,53 @@ export class Admission {
   }
 
   #ticket(applicant: Applicant): Ticket {
-    let released = false;
+    const holder: Holder = { applicant, over: false };
+    if (this.#preempt && applicant.preempt !== undefined) this.#preemptible.add(holder);
     return {
       release: () => {
-        if (released) return;
-        released = true;
-        this.#active -= 1;
-        this.#usage(applicant.tenant).active -= 1;
-        this.#tidy(applicant.tenant);
-        this.#next();
+        if (this.#end(holder)) this.#next();
       },
     };
+  }
+
+  /** Frees `holder`'s slot, once: false when it was freed before (released, or preempted). */
+  #end(holder: Holder): boolean {
+    if (holder.over) return false;
+    holder.over = true;
+    this.#preemptible.delete(holder);
+    const { tenant } = holder.applicant;
+    this.#active -= 1;
+    this.#usage(tenant).active -= 1;
+    this.#tidy(tenant);
+    return true;
+  }
+
+  /**
+   * The request under way to preempt for one of `priority`: of the preemptible ones below it,
+   * the lowest, and of those as low the one admitted last (its work lost is the least). None
+   * with preemption off, or none lower.
+   */
+  #victimBelow(priority: number): Holder | undefined {
+    let victim: Holder | undefined;
+    // In the order admitted: `<=` leaves the newest of the lowest.
+    for (const holder of this.#preemptible) {
+      const own = holder.applicant.priority;
+      if (own < priority && (victim === undefined || own <= victim.applicant.priority)) victim = holder;
+    }
+    return victim;
+  }
+
+  /** Gives `victim`'s slot to `applicant` at once, then tells the victim. */
+  #preemptFor(victim: Holder, applicant: Applicant): Ticket {
+    this.#end(victim);
+    this.#active += 1;
+    // Read again: ending the victim may have dropped a record of the same tenant.
+    this.#usage(applicant.tenant).active += 1;
+    this.#onWait?.(0, applicant);
+    const ticket = this.#ticket(applicant);
+    const preempt = victim.applicant.preempt as NonNullable<Applicant['preempt']>;
+    preempt(new PreemptedError(victim.applicant.priority, applicant.priority));
+    return ticket;
   }
 
   /** A slot came free: the highest band's next tenant in turn takes it with its oldest waiter. */

@@ -1,7 +1,7 @@
 import type { OverLimit } from '../../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../../tenancy/redis-windows.js';
 import { poolLabel } from '../observability/scaling-metrics.js';
-import { OverloadedError } from './admission.js';
+import { OverloadedError, type PreemptedError } from './admission.js';
 import { type RequestStage, refusalOf } from './stage.js';
 
 const LIMIT_WORDS = { requestsPerMinute: 'requests', tokensPerMinute: 'tokens' } as const;
@@ -18,9 +18,10 @@ function overLimit(tenant: string, over: OverLimit): OverloadedError {
 /**
  * The tenant's per-minute limits, then a slot of the router's admission (by the tenant's
  * priority, fair between tenants), or a wait for one; a client that leaves meanwhile leaves the
- * queue. Over a limit: a 429 with Retry-After naming it, before any worker is called. Once the
- * request is over, the slot is freed and the tokens counted before are corrected by what the
- * answer said it used.
+ * queue. Over a limit: a 429 with Retry-After naming it, before any worker is called. With
+ * `--preempt`, a request of a host that can end it (the proxy's) may be preempted once under
+ * way: counted for its tenant, then ended by its exchange. Once the request is over, the slot
+ * is freed and the tokens counted before are corrected by what the answer said it used.
  */
 export const admitStage: RequestStage = {
   name: 'admit',
@@ -43,6 +44,14 @@ export const admitStage: RequestStage = {
         tenant: tenant.name,
         priority: tenant.priority,
         maxConcurrent: tenant.maxConcurrent,
+        // Only a host that can end its request itself offers it for preemption (`--preempt`).
+        ...(exchange.preempt === undefined
+          ? {}
+          : {
+              preempt: (error: PreemptedError) => {
+                if (exchange.preempt?.(error) === true) proxy.metrics.tenantRequest(label, 'preempted');
+              },
+            }),
       });
       release = () => ticket.release();
     } catch (error) {

@@ -64,6 +64,7 @@ const ANSWERS: { readonly [code in ErrorCode]: Answer | typeof BY_CAUSE } = {
   DISAGG_NO_WORKER: { status: 503, type: 'service_unavailable' },
   DISAGG_ROUTE_UNSUPPORTED: { status: 501, type: 'not_implemented' },
   DISAGG_SHUTTING_DOWN: { status: 503, type: 'service_unavailable' },
+  DISAGG_PREEMPTED: { status: 503, type: 'service_unavailable' },
   DISAGG_LIMITS_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   DISAGG_STORE_UNAVAILABLE: { status: 503, type: 'service_unavailable' },
   DISAGG_STORE_QUOTA: { status: 429, type: 'insufficient_quota' },

@@ -1,3 +1,5 @@
+import type { PreemptedError } from './admission.js';
+
 /** A request's headers as the pipeline reads them: lower-case names, a value or its repeats. */
 export type RequestHeaders = Readonly<Record<string, string | string[] | undefined>>;
 
@@ -34,4 +36,14 @@ export interface Exchange {
    * A host that cannot (the endpoint picker) has none.
    */
   detach?(): void;
+  /**
+   * Ends the request under way now, because admission gave its slot to one of higher priority
+   * (`preempt`): both its legs end as when its client leaves, and the client reads the
+   * preemption (a 503 with `Retry-After` and `x-disagg-preempted: true`, or its API's error
+   * event once its stream has begun), never a truncated success. A host that cannot end its
+   * requests itself (the endpoint picker) has none, and its requests are never preempted.
+   * False when there was nothing left to end (its answer had been sent whole, its slot not yet
+   * given back).
+   */
+  preempt?(error: PreemptedError): boolean;
 }

@@ -6,8 +6,11 @@ import type { Controller } from '../../runtime/controller.js';
 export interface InFlightRequest {
   readonly context: Controller;
   readonly res: ServerResponse;
-  /** Ends the response now with a shutdown error (a 503, or an SSE error once streaming). */
-  shutdown: () => void;
+  /**
+   * Ends the request now: stops its context and answers `error` (a shutdown's by default; a
+   * preemption's), a 503 before the first byte or the API's error event once streaming.
+   */
+  shutdown: (error?: unknown) => void;
 }
 
 /**

@@ -26,6 +26,8 @@ export function logRequest(
     failure: unknown;
     /** The request's tenant (see `--tenants-file`). */
     tenant?: string;
+    /** The priority of the request that took its slot, when it was preempted (`--preempt`). */
+    preemptedBy?: number;
   },
 ): void {
   const { routed, finished } = request.events;
@@ -62,6 +64,7 @@ export function logRequest(
       outcome: verdict?.outcome,
       leg: verdict?.leg,
       status: request.res.statusCode,
+      ...(request.preemptedBy === undefined ? {} : { preempted: true, preemptedBy: request.preemptedBy }),
       durationMs: Math.round(performance.now() - request.started),
       ...(request.failure === undefined ? {} : { err: request.failure }),
     },

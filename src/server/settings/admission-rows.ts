@@ -8,6 +8,7 @@ import {
   positiveInteger,
   positiveMs,
   redisUrl,
+  switchValue,
   text,
 } from './parsers.js';
 import { inGroup } from './setting.js';
@@ -37,6 +38,15 @@ export const ADMISSION_ROWS = inGroup('Admission', [
     help: 'how long a request may wait in the queue (then a 429)',
     default: 30_000,
     parse: positiveMs,
+  },
+  {
+    key: 'preempt',
+    flag: 'preempt',
+    arg: '',
+    help: "when every slot is busy, a request of higher priority (its tenant's) takes the slot of the lowest-priority request under way, newest first, which ends with a 503 (Retry-After, x-disagg-preempted: true), or its API's error event once its stream has begun; its legs end as when a client leaves. Counted in disagg_tenant_requests_total{outcome=\"preempted\"}; disagg serve's alone (disagg epp refuses it)",
+    default: false,
+    boolean: true,
+    parse: switchValue,
   },
   {
     key: 'tenantsFile',

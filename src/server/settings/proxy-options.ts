@@ -295,6 +295,15 @@ export interface ProxyOptions {
   /** How long a request may wait in the queue before it gets a 429; 30,000 ms by default. */
   queueTimeoutMs?: number | undefined;
   /**
+   * Preemption by priority: when every slot is busy, a request of higher priority (its
+   * tenant's) takes the slot of the lowest-priority request under way, the newest of those,
+   * which ends at once with a 503 (`Retry-After`, `x-disagg-preempted: true`), or with its
+   * API's error event once its stream has begun; both its legs end and its KV is freed, as for
+   * a client that leaves. Equal priorities never preempt. False by default. The endpoint
+   * picker refuses it: the requests it admits run between the gateway and the pods.
+   */
+  preempt?: boolean | undefined;
+  /**
    * Tenants: a YAML or JSON file of `tenants: [{ name, keys, priority, requestsPerMinute,
    * tokensPerMinute, maxConcurrent }]`, `default:` (the limits of requests that name no
    * tenant) and `bands: [{ priority, queueTimeoutMs }]`, read again when it changes. A

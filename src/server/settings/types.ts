@@ -162,6 +162,7 @@ export interface ServeConfig {
   replicaSyncMs: number;
   queueSize: number;
   queueTimeoutMs: number;
+  preempt: boolean;
   gracePeriodMs: number;
   drainDelayMs: number;
   keepAliveTimeoutMs: number;
