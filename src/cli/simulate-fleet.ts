@@ -148,11 +148,15 @@ export async function simulatedFleet(
   };
   const pool = modelPool(options, services, poolSettings);
   const tokens = consumed.tokens !== undefined || wantsIndex;
-  // The proxy's admission, its queue's wait limit left out: its timers keep wall-clock time.
+  // The proxy's admission, on simulated time: its slots, its queue and how long a request may
+  // wait in it, preemption where the settings turn it on. (Priority bands' own time-to-live
+  // come from a tenants file, which a simulation's requests, naming their priority, do not read.)
   const admission = new Admission({
     maxConcurrent: options.maxConcurrentRequests,
     queueSize: options.queueSize,
-    queueTimeoutMs: 2 ** 31 - 1,
+    queueTimeoutMs: options.queueTimeoutMs,
+    preempt: options.preempt,
+    clock,
   });
   const never = new Promise<never>(() => {});
   const router: SimRouter = {
@@ -164,12 +168,15 @@ export async function simulatedFleet(
       if (ttftMs !== undefined || itlMs !== undefined) input.serviceLevels = { ttftMs, itlMs };
       let ticket: { release(): void };
       try {
-        ticket = await admission.enter(never, { tenant: request.tenant ?? 'default', priority: input.priority });
+        ticket = await admission.enter(never, {
+          tenant: request.tenant ?? 'default',
+          priority: input.priority,
+          preempt: () => ending.preempt(),
+        });
       } catch (error) {
         if (OverloadedError.is(error)) return { strategy: 'refused', reason: error.limit };
         throw error;
       }
-      void ending;
       // As the prepare stage asks it (a decider that throws: disaggregated), then the decide stage.
       const verdict = await pool.scheduler.verdict(input).catch(() => undefined);
       const decision = pool.scheduler.decide(input, {}, verdict);

@@ -140,6 +140,7 @@ export class Admission {
   readonly #timeoutMs: (priority: number) => number;
   readonly #onWait: ((seconds: number, applicant: Applicant) => void) | undefined;
   readonly #preempt: boolean;
+  readonly #clock: { readonly now: number; after(delayMs: number, run: () => void): void } | undefined;
   /** The slots held by requests that may be preempted, in the order they were admitted. */
   readonly #preemptible = new Set<Holder>();
   #active = 0;
@@ -161,7 +162,14 @@ export class Admission {
     tenantNames?: () => readonly string[];
     /** Whether a request of higher priority preempts one under way when every slot is busy; off by default. */
     preempt?: boolean | undefined;
+    /**
+     * The clock waits are timed on: the wall clock by default; a simulation's virtual one
+     * (`disagg simulate` admits on simulated time). Its timers are never cancelled: one that
+     * fires for a request no longer waiting does nothing.
+     */
+    clock?: { readonly now: number; after(delayMs: number, run: () => void): void } | undefined;
   }) {
+    this.#clock = options.clock;
     this.#preempt = options.preempt ?? false;
     this.#tenantNames = options.tenantNames ?? (() => []);
     this.#max = options.maxConcurrent;
@@ -256,9 +264,9 @@ export class Admission {
         admit: resolve,
         refuse: reject,
         timer: undefined,
-        queuedAt: performance.now(),
+        queuedAt: this.#now(),
       };
-      waiter.timer = setTimeout(() => {
+      const expire = () => {
         if (!this.#leave(waiter)) return;
         reject(
           new OverloadedError(
@@ -267,13 +275,19 @@ export class Admission {
             'queue_timeout',
           ),
         );
-      }, timeoutMs);
+      };
+      if (this.#clock === undefined) waiter.timer = setTimeout(expire, timeoutMs);
+      else this.#clock.after(timeoutMs, expire);
       this.#enqueue(waiter);
       gaveUp.then(
         () => this.#leave(waiter),
         () => this.#leave(waiter),
       );
     });
+  }
+
+  #now(): number {
+    return this.#clock === undefined ? performance.now() : this.#clock.now;
   }
 
   #usage(tenant: string): { active: number; queued: number } {
@@ -425,7 +439,7 @@ export class Admission {
     usage.queued -= 1;
     usage.active += 1;
     this.#active += 1;
-    this.#onWait?.((performance.now() - waiter.queuedAt) / 1000, waiter.applicant);
+    this.#onWait?.((this.#now() - waiter.queuedAt) / 1000, waiter.applicant);
     waiter.admit(this.#ticket(waiter.applicant));
   }
 }
