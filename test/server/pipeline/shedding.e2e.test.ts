@@ -35,6 +35,22 @@ registerFilter({
   }),
 });
 
+// Finds a request unmeetable only once a worker is passed over (one candidate left): what a
+// retry's decision sees after its first worker failed.
+registerFilter({
+  name: 'test-slo-unmeetable-on-retry',
+  help: 'notes the decode leg unmeetable when one candidate is left, keeping it',
+  params: [],
+  consumes: {},
+  create: () => ({
+    name: 'test-slo-unmeetable-on-retry',
+    filter: (candidates, _load, input) => {
+      if (input?.serviceLevels !== undefined && candidates.length === 1) input.noteUnmeetable('decode');
+      return candidates;
+    },
+  }),
+});
+
 const TENANTS = `
 tenants:
   - name: batch
@@ -49,6 +65,12 @@ default:
 `;
 
 const harness = proxyHarness();
+
+function tenantsFile(): string {
+  const file = join(mkdtempSync(join(tmpdir(), 'disagg-slo-')), 'tenants.yaml');
+  writeFileSync(file, TENANTS);
+  return file;
+}
 
 async function setup() {
   const file = join(mkdtempSync(join(tmpdir(), 'disagg-slo-')), 'tenants.yaml');
@@ -175,6 +197,35 @@ describe('service levels on requests, through disagg serve', () => {
     const { ask, logs } = await setup();
     expect((await ask(batch)).status).toBe(200);
     expect(requestLine(logs)).not.toHaveProperty('sloBestEffort');
+  });
+});
+
+describe('service levels on a passthrough request (embeddings)', () => {
+  it('a sheddable one is shed at its first decision only: a retry, after a worker was called, is served best effort', async () => {
+    seen.length = 0;
+    const { url, decode, logs } = await harness.cluster(
+      'vllm',
+      { prefill: [{}], decode: [{}, {}] },
+      {
+        tenantsFile: tenantsFile(),
+        decodePolicy: 'scored',
+        routing: { filters: [{ name: 'test-slo-unmeetable-on-retry' }] },
+      },
+    );
+    const embed = (headers: Record<string, string>) =>
+      request(`${url}/v1/embeddings`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...batch, ...headers },
+        body: JSON.stringify({ model: 'fake-model', input: 'x' }),
+      }).then(async (answer) => ({ status: answer.statusCode, text: await answer.body.text() }));
+    // Two workers: the first decision has both, so it is met; it picks the first (the scores
+    // tie), which cannot be reached; the retry has one candidate left, found unmeetable.
+    await decode[0]?.close();
+    const answer = await embed({ 'x-slo-ttft-ms': '100' });
+    expect(logs.some((log) => log.message?.startsWith('Retrying the request on another worker'))).toBe(true);
+    expect(answer.status).toBe(200);
+    expect(decode[1]?.requests.map((each) => each.path)).toEqual(['/v1/embeddings']);
+    expect(requestLine(logs)).toMatchObject({ tenant: 'batch', sloBestEffort: ['decode'] });
   });
 });
 
