@@ -1,4 +1,5 @@
 import type { ServiceLevelTargets } from '../../routing/routing-input.js';
+import { shedForServiceLevels } from '../../routing/shedding-rule.js';
 import { DEFAULT_TENANT } from '../../tenancy/tenants.js';
 import { poolLabel } from '../observability/scaling-metrics.js';
 import { OverloadedError } from './admission.js';
@@ -34,10 +35,9 @@ function targetsOf(levels: ServiceLevelTargets | undefined): string {
 }
 
 /**
- * What becomes of a request once the scheduler decided: refused when it is sheddable (priority
- * below 0, llm-d's rule) and an SLO-aware filter found no worker of one of its legs' pools
- * predicted to meet its service levels (`RoutingInput.unmeetable`); else served, best effort
- * where a leg was unmeetable. A refusal is a 429 {@link OverloadedError} of limit `slo`, its
+ * What becomes of a request once the scheduler decided: refused when it is sheddable and no
+ * worker of one of its legs' pools was predicted to meet its service levels
+ * ({@link shedForServiceLevels}); else served, best effort where a leg was unmeetable. A refusal is a 429 {@link OverloadedError} of limit `slo`, its
  * `Retry-After` set on the answer ({@link sloRetryAfterS}) and counted as refused `slo` for its
  * pool and its tenant (after its `admitted`: it was admitted before the decision). The caller
  * releases the decision's leases and answers the error before any worker is called.
@@ -46,8 +46,8 @@ function targetsOf(levels: ServiceLevelTargets | undefined): string {
  */
 export function sloRefusal(request: RequestContext): OverloadedError | undefined {
   const { input, proxy } = request;
+  if (!shedForServiceLevels(input)) return undefined;
   const legs = input.unmeetable;
-  if (legs.length === 0 || input.priority >= 0) return undefined;
   const levels = input.serviceLevels;
   const retryAfterS = sloRetryAfterS(levels);
   const error = new OverloadedError(
