@@ -5,7 +5,7 @@
 import type { Endpoint } from '../endpoints/endpoint.js';
 import type { endpointOf } from '../endpoints/registry.js';
 import type { RoutingInput } from '../routing/routing-input.js';
-import type { Scheduler } from '../routing/scheduler.js';
+import type { Decision, Scheduler } from '../routing/scheduler.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import type { AsyncEngineContext } from '../runtime/controller.js';
 import type { Engine } from '../runtime/engine.js';
@@ -166,6 +166,17 @@ export interface DisaggregateOptions<P = PrefillWorker, D = unknown> {
         input: RoutingInput,
       ) => boolean | string | undefined | PromiseLike<boolean | string | undefined>)
     | undefined;
+  /**
+   * A look at the request's first decision before either leg is called: return an error to
+   * refuse the request with it (the call rejects with it, the decision's leases given back
+   * untouched), or undefined to let it on. Not asked of a retry's decision (a worker was called
+   * by then) nor of a migration's continuation. `disagg serve` sheds with it a sheddable request
+   * no worker was predicted to meet the service levels of (`input.unmeetable`). None by default.
+   *
+   * @example
+   * disaggregate({ ...options, refuseDecision: (_decision, input) => (input.unmeetable.length > 0 && input.priority < 0 ? new Error('shed') : undefined) });
+   */
+  refuseDecision?: ((decision: Decision<P, D>, input: RoutingInput) => Error | undefined) | undefined;
   /**
    * Budgets per phase; each overrun is a `DeadlineError` naming its phase. By default
    * {@link DEFAULT_DEADLINES} (every phase but the total, so that every hang ends); given

@@ -129,6 +129,13 @@ export async function disaggregate<P = PrefillWorker, D = unknown>(
     const prefillLease =
       decision.strategy === 'disaggregated' ? (decision.prefill as Lease<unknown> | undefined) : undefined;
     const decodeLease = decision.decode as Lease<unknown> | undefined;
+    const refusal = attempt === 0 ? options.refuseDecision?.(decision, input) : undefined;
+    if (refusal !== undefined) {
+      // Refused before either leg is called: the workers chosen are given back untouched.
+      prefillLease?.release();
+      decodeLease?.release();
+      throw refusal;
+    }
     if (unsupported !== undefined && decision.strategy === 'disaggregated') {
       // Refused before either leg is called: the workers chosen are given back untouched.
       prefillLease?.release();
@@ -270,6 +277,7 @@ function migrationFor<P, D>(
         avoid: { ...options.avoid, decode: [...(options.avoid?.decode ?? []), ...(avoid as D[])] },
         migration: undefined,
         retryPrefill: undefined,
+        refuseDecision: undefined,
         promptTokenIds: undefined,
         ...(migration.via === 'prefill' ? {} : { skipPrefill: () => 'migration' }),
         onEvent: (event) => {
@@ -337,6 +345,11 @@ function checkOptions<P, D>(options: DisaggregateOptions<P, D>): void {
   }
   if (options.sessionKey !== undefined && typeof options.sessionKey !== 'string') {
     throw new TypeError(`sessionKey must be a string, got ${describeValue(options.sessionKey)}`);
+  }
+  if (options.refuseDecision !== undefined && typeof options.refuseDecision !== 'function') {
+    throw new TypeError(
+      `refuseDecision must be a function (decision, input) => Error | undefined, got ${describeValue(options.refuseDecision)}`,
+    );
   }
   for (const option of ['retryDecode', 'retryPrefill'] as const) {
     if (options[option] !== undefined && typeof options[option] !== 'function') {

@@ -19,6 +19,7 @@ import type { InFlightRequest } from './pipeline/in-flight.js';
 import type { ProxyState } from './pipeline/proxy-state.js';
 import { countFailure, type RequestEvents, type Routed } from './pipeline/request-events.js';
 import { STRATEGY_HEADER } from './pipeline/request-log.js';
+import { sloRefusal } from './pipeline/shedding.js';
 import { relaySse } from './sse-relay.js';
 import { answerWhole } from './whole-response.js';
 
@@ -185,6 +186,9 @@ async function startFlow(
       // built with the proxy's --require-disaggregation).
       scheduler: pool.scheduler,
       ...(verdict === undefined ? {} : { skipPrefill: () => verdict }),
+      // A sheddable request no worker is predicted to serve within its service levels: a 429
+      // before any worker is called, as the picker refuses it.
+      refuseDecision: () => sloRefusal(request.request),
       retryDecode: retry,
       // Not once the proxy is shutting down: the request is ended then, not started again.
       retryPrefill: (error) => (proxy.closing ? undefined : retryFromPrefill(error)),

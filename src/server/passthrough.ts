@@ -60,7 +60,7 @@ export async function servePassthrough(request: HttpRequest): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     let lease: Lease<ProxyDecodeWorker>;
     try {
-      lease = decide(request, { decode: avoid }).decode as Lease<ProxyDecodeWorker>;
+      lease = decide(request, { decode: avoid }, attempt).decode as Lease<ProxyDecodeWorker>;
     } catch (error) {
       return fail(request, error, undefined);
     }

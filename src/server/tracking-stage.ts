@@ -2,6 +2,7 @@ import { Controller } from '../runtime/controller.js';
 import type { HttpExchange } from './http-exchange.js';
 import { poolLabel } from './observability/scaling-metrics.js';
 import { incomingTrace, RequestTrace } from './observability/tracing.js';
+import { OverloadedError } from './pipeline/admission.js';
 import { answerApiError } from './pipeline/api-errors.js';
 import { errorAnswer, ShutdownError } from './pipeline/error-answers.js';
 import type { RequestContext } from './pipeline/request-context.js';
@@ -59,6 +60,7 @@ export const trackingStage: RequestStage<HttpExchange> = {
           failure: request.failure,
           ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
           ...(exchange.preempted === undefined ? {} : { preemptedBy: exchange.preempted.preemptedBy }),
+          bestEffort: bestEffortLegs(request),
         });
         request.trace?.end(
           res.statusCode,
@@ -70,6 +72,16 @@ export const trackingStage: RequestStage<HttpExchange> = {
     };
   },
 };
+
+/**
+ * The legs of a request served although no worker was predicted to meet its service levels on
+ * them (an SLO-aware filter kept every worker): none for one shed for it, which was not served.
+ */
+function bestEffortLegs(request: RequestContext<HttpExchange>): readonly string[] {
+  const { failure } = request;
+  if (OverloadedError.is(failure) && failure.limit === 'slo') return [];
+  return request.input.unmeetable;
+}
 
 /**
  * The request's trace: with OpenTelemetry recording, or a client's `traceparent` to pass on;

@@ -21,6 +21,8 @@ export interface TenantFileKeys {
   limits: readonly string[];
   /** A band of `bands`. */
   band: readonly string[];
+  /** A tenant's or `default`'s `slo`. */
+  slo: readonly string[];
 }
 
 /**
@@ -28,7 +30,7 @@ export interface TenantFileKeys {
  * what is wrong, with the closest known key for an unknown one.
  *
  * @example
- * const keys = { file: ['tenants'], tenant: ['name', 'requestsPerMinute'], limits: [], band: [] };
+ * const keys = { file: ['tenants'], tenant: ['name', 'requestsPerMinute'], limits: [], band: [], slo: [] };
  * describeIssue({ code: 'unrecognized_keys', path: ['tenants', 0], keys: ['requestPerMinute'], message: 'Unrecognized key: "requestPerMinute"' }, { tenants: [{ name: 'batch' }] }, keys);
  * // 'tenant "batch": Unrecognized key: "requestPerMinute"; did you mean "requestsPerMinute"?'
  */
@@ -62,5 +64,6 @@ function knownAt(path: readonly PropertyKey[], keys: TenantFileKeys): readonly s
   if (path[0] === 'tenants' && path.length === 2) return keys.tenant;
   if (path[0] === 'default' && path.length === 1) return keys.limits;
   if (path[0] === 'bands' && path.length === 2) return keys.band;
+  if (path.at(-1) === 'slo') return keys.slo;
   return [];
 }

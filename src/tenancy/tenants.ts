@@ -5,6 +5,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync, type Stats, unwatchFile, watchFile } from 'node:fs';
 import * as z from 'zod/mini';
 import en from 'zod/v4/locales/en.js';
+import type { ServiceLevelTargets } from '../routing/routing-input.js';
 import type { Logger } from '../runtime/logger.js';
 import { branded, DisaggError } from '../util/disagg-error.js';
 import { parseYaml, yamlProblem } from '../util/yaml.js';
@@ -15,6 +16,15 @@ import { describeIssue, type TenantFileKeys } from './tenant-problems.js';
 z.config(en());
 
 const positiveInt = () => z.optional(z.int().check(z.positive()));
+const positiveMs = () => z.optional(z.number().check(z.positive()));
+
+/** A tenant's service levels, in ms: the targets of its requests that name none in their headers. */
+const SLO = z.strictObject({
+  /** Time to the first token. */
+  ttftMs: positiveMs(),
+  /** The mean gap between tokens (llm-d's time per output token). */
+  itlMs: positiveMs(),
+});
 
 const limits = {
   /** Its priority band: higher is admitted first (0 by default). */
@@ -25,6 +35,8 @@ const limits = {
   tokensPerMinute: positiveInt(),
   /** Requests under way or waiting at once. */
   maxConcurrent: positiveInt(),
+  /** Its requests' service levels where their headers give none (`x-disagg-slo-ttft-ms`, ...). */
+  slo: z.optional(SLO),
 };
 
 const LIMITS = z.strictObject(limits);
@@ -49,6 +61,7 @@ const FILE_KEYS: TenantFileKeys = {
   tenant: Object.keys(TENANT.shape),
   limits: Object.keys(LIMITS.shape),
   band: ['priority', 'queueTimeoutMs'],
+  slo: Object.keys(SLO.shape),
 };
 
 /** One tenant as the file gives it (the default tenant is named `default`). */
@@ -58,6 +71,8 @@ export interface Tenant {
   requestsPerMinute: number | undefined;
   tokensPerMinute: number | undefined;
   maxConcurrent: number | undefined;
+  /** Its requests' service levels where their headers name none; undefined: none. */
+  slo?: ServiceLevelTargets | undefined;
 }
 
 /** A tenants file that cannot be used: its path and what is wrong. `code`: `DISAGG_TENANTS_FILE`. */
@@ -87,7 +102,7 @@ export interface TenantsTable {
  * file; a key given to two tenants and a name used twice are refused.
  *
  * @example
- * parseTenants('tenants:\n  - { name: chat, keys: [sk-chat-0001], priority: 10, requestsPerMinute: 600 }\n', 'tenants.yaml');
+ * parseTenants('tenants:\n  - { name: chat, keys: [sk-chat-0001], priority: 10, requestsPerMinute: 600, slo: { ttftMs: 2000, itlMs: 100 } }\n', 'tenants.yaml');
  *
  * @throws {TenantsFileError} for text that is not YAML or JSON, or a table that does not check.
  */
@@ -110,6 +125,7 @@ export function parseTenants(text: string, path: string): TenantsTable {
     requestsPerMinute: given.requestsPerMinute,
     tokensPerMinute: given.tokensPerMinute,
     maxConcurrent: given.maxConcurrent,
+    slo: sloOf(given.slo),
   });
   const byKey = new Map<string, Tenant>();
   const byName = new Map<string, Tenant>();
@@ -133,6 +149,15 @@ export function parseTenants(text: string, path: string): TenantsTable {
   byName.set(DEFAULT_TENANT, defaultTenant);
   const bands = new Map(table.bands.map((band) => [band.priority, band.queueTimeoutMs]));
   return { tenants, byKey, byName, defaultTenant, bands };
+}
+
+/** A tenant's service levels as the file gives them; undefined for none (an empty `slo` too). */
+function sloOf(given: z.infer<typeof SLO> | undefined): ServiceLevelTargets | undefined {
+  if (given?.ttftMs === undefined && given?.itlMs === undefined) return undefined;
+  return {
+    ...(given.ttftMs === undefined ? {} : { ttftMs: given.ttftMs }),
+    ...(given.itlMs === undefined ? {} : { itlMs: given.itlMs }),
+  };
 }
 
 /** The bearer key a request sends, if any. */

@@ -22,6 +22,8 @@ const REFUSED_FOR: Record<OverloadedError['limit'], 'capacity' | 'own limit'> = 
   capacity: 'capacity',
   shed: 'capacity',
   queue_timeout: 'capacity',
+  // No worker predicted to meet a sheddable request's service levels: the fleet's lack of room.
+  slo: 'capacity',
   max_concurrent: 'own limit',
   requests_per_minute: 'own limit',
   tokens_per_minute: 'own limit',

@@ -99,6 +99,41 @@ describe('tenants', () => {
     );
   });
 
+  it("a tenant's service levels (slo) are its requests' defaults, the default tenant's too; a tenant without any has none", () => {
+    const table = parseTenants(
+      [
+        'tenants:',
+        '  - { name: chat, slo: { ttftMs: 500, itlMs: 25.5 } }',
+        '  - { name: batch, slo: { itlMs: 200 } }',
+        '  - { name: bulk }',
+        '  - { name: empty, slo: {} }',
+        'default: { slo: { ttftMs: 2000 } }',
+      ].join('\n'),
+      't.yaml',
+    );
+    expect(table.byName.get('chat')?.slo).toEqual({ ttftMs: 500, itlMs: 25.5 });
+    expect(table.byName.get('batch')?.slo).toEqual({ itlMs: 200 });
+    expect(table.byName.get('bulk')?.slo).toBeUndefined();
+    expect(table.byName.get('empty')?.slo).toBeUndefined();
+    expect(table.defaultTenant.slo).toEqual({ ttftMs: 2000 });
+    // A tenant a trusted gateway names but the file does not has the default's.
+    const directory = new TenantDirectory({ file: fileWith('default: { slo: { itlMs: 80 } }'), header: 'x-tenant' });
+    directories.push(directory);
+    expect(directory.tenantOf({ 'x-tenant': 'newcomer' }).slo).toEqual({ itlMs: 80 });
+  });
+
+  it('refuses a service level that is not a positive number of ms, and suggests the key meant for a misspelt one', () => {
+    expect(() => parseTenants('tenants: [{ name: a, slo: { ttftMs: 0 } }]', 't.yaml')).toThrow(
+      /tenant "a"\.slo\.ttftMs: Too small/,
+    );
+    expect(() => parseTenants('default: { slo: { itlMs: -5 } }', 't.yaml')).toThrow(/default\.slo\.itlMs: Too small/);
+    expect(() => parseTenants("default: { slo: { itlMs: '100' } }", 't.yaml')).toThrow(/default\.slo\.itlMs/);
+    expect(() => parseTenants('tenants: [{ name: a, slo: { tpotMs: 50 } }]', 't.yaml')).toThrow(
+      't.yaml: tenant "a".slo: Unrecognized key: "tpotMs"; did you mean "ttftMs"?',
+    );
+    expect(() => parseTenants('default: { slo: { itlMS: 50 } }', 't.yaml')).toThrow(/did you mean "itlMs"\?/);
+  });
+
   it('reads the file again when it changes; a change that does not check leaves the tenants as they were', async () => {
     const path = fileWith(FILE);
     const logger = recordingLogger();

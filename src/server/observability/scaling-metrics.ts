@@ -65,7 +65,7 @@ export class ScalingMetrics {
     const engineOf = readings.engineOf ?? (() => undefined);
     this.#decisions = new Counter({
       name: 'disagg_decisions_total',
-      help: 'P/D decisions by pool: disaggregated (reason none), aggregated on decode alone and why (short-prompt, decode-cached, no-prefill-worker, no-prefill-header, migration, passthrough, skipPrefill, other), refused before any worker and why (no-worker, capacity, shed, queue_timeout, max_concurrent, requests_per_minute, tokens_per_minute, limits_unavailable); a request retried from prefill is decided again',
+      help: 'P/D decisions by pool: disaggregated (reason none), aggregated on decode alone and why (short-prompt, decode-cached, no-prefill-worker, no-prefill-header, migration, passthrough, skipPrefill, other), refused before any worker and why (no-worker, capacity, shed, queue_timeout, max_concurrent, requests_per_minute, tokens_per_minute, limits_unavailable, slo: a sheddable request no worker was predicted to serve within its service levels); a request retried from prefill is decided again',
       labelNames: ['pool', 'decision', 'reason'],
       registers,
     });

@@ -33,7 +33,7 @@ export class TenancyMetrics {
     });
     this.#tenantRequests = new Counter({
       name: 'disagg_tenant_requests_total',
-      help: "Generation requests by tenant and what admission did: admitted, or refused by a limit (requests_per_minute, tokens_per_minute, max_concurrent: the tenant's own; capacity: the proxy's slots and queue full; shed: its place given to a higher priority; queue_timeout: a wait past its band's time-to-live; limits_unavailable: Redis unreachable with --redis-failure closed); and preempted: admitted, then its slot given to a higher priority while under way (--preempt), counted besides its admitted",
+      help: "Generation requests by tenant and what admission did: admitted, or refused by a limit (requests_per_minute, tokens_per_minute, max_concurrent: the tenant's own; capacity: the proxy's slots and queue full; shed: its place given to a higher priority; queue_timeout: a wait past its band's time-to-live; limits_unavailable: Redis unreachable with --redis-failure closed); preempted: admitted, then its slot given to a higher priority while under way (--preempt); slo: admitted, then refused as sheddable once no worker was predicted to serve it within its service levels (both counted besides their admitted)",
       labelNames: ['tenant', 'outcome'],
       registers,
     });

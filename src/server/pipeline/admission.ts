@@ -1,8 +1,9 @@
 import { branded, DisaggError } from '../../util/disagg-error.js';
 
 /**
- * A request the proxy would not take on: every slot busy and the queue full, or a wait in the
- * queue past its limit. Answered 429 with `Retry-After` (`retryAfterS`). `code`:
+ * A request the proxy would not take on: every slot busy and the queue full, a wait in the
+ * queue past its limit, or a sheddable one no worker is predicted to serve within its service
+ * levels. Answered 429 with `Retry-After` (`retryAfterS`). `code`:
  * `DISAGG_OVERLOADED`.
  */
 export class OverloadedError extends DisaggError {
@@ -13,8 +14,9 @@ export class OverloadedError extends DisaggError {
   /**
    * The limit that was hit: the proxy's `capacity` (every slot busy and the queue full), a
    * `shed` (its place given to a request of higher priority), a `queue_timeout` (a wait past
-   * its band's time-to-live), or the tenant's own `max_concurrent`, `requests_per_minute`,
-   * `tokens_per_minute`.
+   * its band's time-to-live), the tenant's own `max_concurrent`, `requests_per_minute`,
+   * `tokens_per_minute`, or `slo` (a sheddable request no worker was predicted to meet the
+   * service levels of, refused once the scheduler decided).
    */
   readonly limit:
     | 'capacity'
@@ -22,7 +24,8 @@ export class OverloadedError extends DisaggError {
     | 'queue_timeout'
     | 'max_concurrent'
     | 'requests_per_minute'
-    | 'tokens_per_minute';
+    | 'tokens_per_minute'
+    | 'slo';
 
   constructor(message: string, retryAfterS: number, limit: OverloadedError['limit'] = 'capacity') {
     super('DISAGG_OVERLOADED', message);

@@ -2,6 +2,7 @@ import type { OverLimit } from '../../tenancy/rate-window.js';
 import { LimitsUnavailableError } from '../../tenancy/redis-windows.js';
 import { poolLabel } from '../observability/scaling-metrics.js';
 import { OverloadedError, type PreemptedError } from './admission.js';
+import { serviceLevelsOf } from './service-levels.js';
 import { type RequestStage, refusalOf } from './stage.js';
 
 const LIMIT_WORDS = { requestsPerMinute: 'requests', tokensPerMinute: 'tokens' } as const;
@@ -16,7 +17,9 @@ function overLimit(tenant: string, over: OverLimit): OverloadedError {
 }
 
 /**
- * The tenant's per-minute limits, then a slot of the router's admission (by the tenant's
+ * The request's service levels (its headers, else its tenant's) and its tenant's priority, as
+ * the decision reads them; a malformed level is a 400 before anything is counted. Then the
+ * tenant's per-minute limits, then a slot of the router's admission (by the tenant's
  * priority, fair between tenants), or a wait for one; a client that leaves meanwhile leaves the
  * queue. Over a limit: a 429 with Retry-After naming it, before any worker is called. With
  * `--preempt`, a request of a host that can end it (the proxy's) may be preempted once under
@@ -30,6 +33,13 @@ export const admitStage: RequestStage = {
     const tenant = proxy.tenants.tenantOf(request.headers);
     const label = proxy.tenantLabel(tenant.name);
     request.tenant = tenant.name;
+    try {
+      request.input.serviceLevels = serviceLevelsOf(request.headers, tenant.slo);
+    } catch (error) {
+      return refusalOf(request, error);
+    }
+    // What a sheddable request (below 0) is told apart by once the scheduler has decided.
+    request.input.priority = tenant.priority;
     // A tokens-per-minute limit is held to what answers used: every answer must say it.
     request.usageNeeded = tenant.tokensPerMinute !== undefined;
     // Tokens per minute: the prompt's by the router's tokenizer where there is one (only for a

@@ -28,6 +28,11 @@ export function logRequest(
     tenant?: string;
     /** The priority of the request that took its slot, when it was preempted (`--preempt`). */
     preemptedBy?: number;
+    /**
+     * The legs no worker was predicted to meet the request's service levels on, where it was
+     * served anyway (best effort: its priority is not sheddable); none by default.
+     */
+    bestEffort?: readonly string[];
   },
 ): void {
   const { routed, finished } = request.events;
@@ -49,6 +54,10 @@ export function logRequest(
       ...(request.tenant === undefined ? {} : { tenant: request.tenant }),
       strategy: routed === undefined ? undefined : STRATEGY_HEADER[routed.strategy],
       ...(routed?.reason === undefined ? {} : { aggregatedBecause: routed.reason }),
+      // Served although no worker was predicted to meet its service levels on these legs.
+      ...(request.bestEffort === undefined || request.bestEffort.length === 0
+        ? {}
+        : { sloBestEffort: request.bestEffort }),
       // Each worker by its name and, in a field of its own, its address (as every line names workers).
       prefillWorker: name(routed?.prefillWorker),
       ...(routed?.prefillWorker === undefined ? {} : { prefillUrl: routed.prefillWorker.url }),

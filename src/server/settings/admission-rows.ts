@@ -52,7 +52,7 @@ export const ADMISSION_ROWS = inGroup('Admission', [
     key: 'tenantsFile',
     flag: 'tenants-file',
     arg: 'FILE',
-    help: 'tenants (YAML or JSON: names, API keys, priority, requests and tokens per minute, requests at once; the default tenant; a queue time-to-live per priority band), read again when it changes; a tenant key is an API key too',
+    help: 'tenants (YAML or JSON: names, API keys, priority (below 0: sheddable), requests and tokens per minute, requests at once, service levels (slo: ttftMs, itlMs, where a request names none); the default tenant; a queue time-to-live per priority band), read again when it changes; a tenant key is an API key too',
     parse: text,
   },
   {

@@ -305,11 +305,23 @@ export interface ProxyOptions {
   preempt?: boolean | undefined;
   /**
    * Tenants: a YAML or JSON file of `tenants: [{ name, keys, priority, requestsPerMinute,
-   * tokensPerMinute, maxConcurrent }]`, `default:` (the limits of requests that name no
-   * tenant) and `bands: [{ priority, queueTimeoutMs }]`, read again when it changes. A
-   * request is its key's tenant (a tenant's key is an API key too), or the tenant a trusted
-   * gateway names in `tenantHeader` (from the keys in `tenantHeaderKeys`, or any request), else
-   * the default tenant. None by default: one tenant without limits.
+   * tokensPerMinute, maxConcurrent, slo: { ttftMs, itlMs } }]`, `default:` (the limits of
+   * requests that name no tenant) and `bands: [{ priority, queueTimeoutMs }]`, read again when
+   * it changes. A request is its key's tenant (a tenant's key is an API key too), or the tenant
+   * a trusted gateway names in `tenantHeader` (from the keys in `tenantHeaderKeys`, or any
+   * request), else the default tenant. A tenant's `slo` is its requests' service levels where
+   * their headers name none (`x-disagg-slo-ttft-ms`, `x-disagg-slo-itl-ms`, or llm-d's
+   * `x-slo-ttft-ms`, `x-slo-tpot-ms`); a tenant of negative priority is sheddable: its request
+   * that no worker is predicted to meet them is refused (429). None by default: one tenant
+   * without limits.
+   *
+   * @example
+   * // tenants.yaml:
+   * // tenants:
+   * //   - { name: chat, keys: [sk-chat-0001], priority: 10, slo: { ttftMs: 2000, itlMs: 100 } }
+   * //   - { name: batch, keys: [sk-batch-001], priority: -1, tokensPerMinute: 200000 }
+   * // default: { requestsPerMinute: 60, slo: { ttftMs: 5000 } }
+   * createProxy({ connector: 'vllm', prefill: [{ url: 'http://p:8100' }], decode: [{ url: 'http://d:8200' }], tenantsFile: 'tenants.yaml' });
    */
   tenantsFile?: string | undefined;
   tenantHeader?: string | undefined;

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startEndpointPicker } from '../../../src/epp/epp-server.js';
+import { registerFilter } from '../../../src/routing/plugin-registration.js';
 import type { Stage } from '../../../src/server/pipeline/stage.js';
 import { createProxy, type ProxyOptions } from '../../../src/server/proxy.js';
 import type { FakeWorker } from '../../../src/testing/index.js';
@@ -15,6 +16,22 @@ import { envoyStandIn, requestBody, requestHeaders, setHeader } from '../../supp
 import { eventuallyAsync, fakeWorkers } from '../../support/http.js';
 
 const fakes = fakeWorkers();
+
+// A stand-in for an SLO-aware filter whose predictor finds no worker meeting a request's service
+// levels: it notes the leg unmeetable and keeps every worker.
+registerFilter({
+  name: 'parity-slo-unmeetable',
+  help: 'notes every leg of a request with service levels unmeetable, keeping every worker',
+  params: [],
+  consumes: {},
+  create: () => ({
+    name: 'parity-slo-unmeetable',
+    filter: (candidates, _load, input) => {
+      if (input?.serviceLevels !== undefined) input.noteUnmeetable(input.picked.has('prefill') ? 'decode' : 'prefill');
+      return candidates;
+    },
+  }),
+});
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   await Promise.all(cleanups.splice(0).map((cleanup) => cleanup()));
@@ -205,6 +222,34 @@ describe('disagg serve and disagg epp refuse a request alike', () => {
     const answer = await refusedAlike(hosts, '/v1/completions', completion());
     expect(answer.status).toBe(429);
     expect(answer.headers['retry-after']).toBeDefined();
+  });
+
+  it('a sheddable request no worker is predicted to meet the service levels of: the same 429 with Retry-After, no worker called, counted alike', async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'disagg-parity-')), 'tenants.yaml');
+    writeFileSync(file, 'tenants:\n  - name: batch\n    keys: [sk-batch-0000001]\n    priority: -1\n');
+    const hosts = await bothHosts(() => ({
+      tenantsFile: file,
+      prefillPolicy: 'scored',
+      decodePolicy: 'scored',
+      routing: { filters: [{ name: 'parity-slo-unmeetable' }] },
+    }));
+    const headers = { authorization: 'Bearer sk-batch-0000001', 'x-slo-ttft-ms': '1500' };
+    const answer = await refusedAlike(hosts, '/v1/completions', completion(), headers);
+    expect(answer).toMatchObject({ status: 429, headers: { 'retry-after': '2' } });
+    expect(JSON.stringify(answer.body)).toMatch(
+      /No prefill or decode worker is predicted to meet this request's TTFT target of 1500 ms/,
+    );
+    expect(hosts.decode.requests).toEqual([]);
+    expect((await hosts.metrics()).picker).toContain('disagg_tenant_requests_total{tenant="batch",outcome="slo"} 1');
+    // Every lease given back: no pod holds the request.
+    const pool = hosts.epp.core.pools.all()[0];
+    const held = [...hosts.epp.core.pools.workers('prefill'), ...hosts.epp.core.pools.workers('decode')].map(
+      (worker) => (pool?.prefill.inFlight(worker as never) ?? 0) + (pool?.decode.inFlight(worker as never) ?? 0),
+    );
+    expect(held).toEqual([0, 0]);
+    // Its malformed level is the same 400 from either host.
+    const malformed = await refusedAlike(hosts, '/v1/completions', completion(), { 'x-disagg-slo-itl-ms': '-1' });
+    expect(malformed).toMatchObject({ status: 400, body: { error: { param: 'x-disagg-slo-itl-ms' } } });
   });
 
   it('no decode worker in rotation: the same 503 naming the pool, counted as refused for no worker', async () => {
