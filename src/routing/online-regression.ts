@@ -32,6 +32,7 @@ export interface OnlineRidgeOptions {
  * @throws {RangeError} for a dimension that is not a positive whole number, or options out of range.
  */
 export class OnlineRidge {
+  /** How many features each sample has (the bias among them, where the caller adds one). */
   readonly dimension: number;
   readonly #forgetting: number;
   /** Weights, one per feature. */
