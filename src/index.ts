@@ -186,8 +186,16 @@ export {
   type PrecisePrefixOptions,
   precisePrefix,
 } from './routing/kv-prefix.js';
+export {
+  type LatencyFeatures,
+  type LatencyPrediction,
+  LatencyPredictor,
+  type LatencyPredictorOptions,
+  type LatencyRole,
+} from './routing/latency-predictor.js';
 export { leastInFlight } from './routing/least-in-flight.js';
 export { lowKvUsageFilter, lowQueueFilter } from './routing/load-filters.js';
+export { OnlineRidge, type OnlineRidgeOptions } from './routing/online-regression.js';
 export { sameLabelFilter, UNPAIRED, type Unpaired } from './routing/pairing-filters.js';
 export {
   DEFAULT_PICKER,
@@ -269,6 +277,7 @@ export type {
   SessionBindingStore,
   SessionBindingView,
 } from './routing/session-bindings.js';
+export { sloFeasibleFilter, sloHeadroomScorer } from './routing/slo-plugins.js';
 export {
   attributeOf,
   type WellKnownAttribute,

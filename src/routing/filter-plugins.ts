@@ -16,6 +16,7 @@ import {
 } from './plugin-params.js';
 import type { Filter } from './scoring.js';
 import type { RoutingServices } from './services.js';
+import { LATENCY_CONSUMES, latencyOf, sloFeasibleFilter } from './slo-plugins.js';
 import { WORKER_ATTRIBUTES } from './worker-attributes.js';
 
 /**
@@ -103,6 +104,13 @@ export const FILTERS: readonly FilterPlugin[] = [
     ],
     consumes: {},
     create: (params) => sameLabelFilter(params.key as string, params.unpaired as Unpaired),
+  },
+  {
+    name: 'slo-feasible',
+    help: "drops the workers predicted (from the requests served) to miss the request's service levels; keeps them all, best effort, when none would meet them",
+    params: [],
+    consumes: LATENCY_CONSUMES,
+    create: (_params, services) => sloFeasibleFilter(latencyOf(services, 'slo-feasible'), services.role),
   },
 ];
 

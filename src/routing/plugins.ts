@@ -11,6 +11,7 @@ import { pluginNamed, type RoutingPlugin, readParams, withDefaults } from './plu
 import type { RoutingPolicy } from './routing-policy.js';
 import { loadScorer, prefixScorer, type Scorer, scoredPolicy } from './scoring.js';
 import { type Consumption, mergeConsumption, type RoutingServices } from './services.js';
+import { LATENCY_CONSUMES, latencyOf, sloHeadroomScorer } from './slo-plugins.js';
 
 export type { PluginParam } from './plugin-params.js';
 
@@ -106,6 +107,13 @@ export const SCORERS: readonly ScorerPlugin[] = [
     params: [],
     consumes: { 'engine-load': 'required' },
     create: (_params, services) => loraAffinityScorer(needed(services.engineLoad, 'lora-affinity', ENGINE_LOAD)),
+  },
+  {
+    name: 'slo-headroom',
+    help: "the most headroom under the request's service levels by the worker's predicted latency (learned from the requests served), else the lowest predicted latency",
+    params: [],
+    consumes: LATENCY_CONSUMES,
+    create: (_params, services) => sloHeadroomScorer(latencyOf(services, 'slo-headroom'), services.role),
   },
 ];
 

@@ -1,8 +1,12 @@
 import type { RoutingInput } from './routing-input.js';
 
-/** What a policy may ask of the pool it chooses for: each worker's requests in flight. */
+/**
+ * What a policy may ask of the pool it chooses for: each worker's requests in flight, and, where
+ * the pool counts them (its `promptTokens` option), the prompt tokens of this router's leases on it.
+ */
 export interface LoadView<W> {
   inFlight(worker: W): number;
+  promptTokens?(worker: W): number;
 }
 
 /**

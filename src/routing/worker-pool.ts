@@ -124,6 +124,8 @@ interface Leaving {
  */
 interface PoolRecord {
   inFlight: number;
+  /** The prompt tokens of those leases (see `WorkerPoolOptions.promptTokens`). */
+  tokens: number;
   down: boolean;
   leaving: Leaving | undefined;
 }
@@ -171,6 +173,11 @@ export class WorkerPool<W> {
   readonly #policy: RoutingPolicy<W> | undefined;
   readonly #load: LoadView<W>;
   readonly #promptTokens: ((input: RoutingInput | undefined) => number) | undefined;
+  /** The prompt tokens of `worker`'s leases not yet released, as the `promptTokens` option counts them (0 without it). */
+  promptTokens(worker: W): number {
+    return this.#records.get(worker)?.tokens ?? 0;
+  }
+
   /** Leases not yet released, over every worker (removed ones' included), and their prompt tokens. */
   #leasesOut = 0;
   #tokensOut = 0;
@@ -189,7 +196,8 @@ export class WorkerPool<W> {
       throw new TypeError('WorkerPool expects each worker once: the list names one twice');
     }
     this.#workers = Object.freeze([...workers]);
-    for (const worker of this.#workers) this.#records.set(worker, { inFlight: 0, down: false, leaving: undefined });
+    for (const worker of this.#workers)
+      this.#records.set(worker, { inFlight: 0, tokens: 0, down: false, leaving: undefined });
     this.#available = this.#workers;
     // The two names are the built-in policies of the same names (one turn per pool, as before).
     const given = options.selection ?? 'round-robin';
@@ -198,7 +206,13 @@ export class WorkerPool<W> {
     // What a policy sees: this pool's own leases, and the other replicas' where they are shared.
     const peers = options.peerLoad;
     const load: LoadView<W> =
-      peers === undefined ? this : { inFlight: (worker) => this.inFlight(worker) + peers.inFlight(worker) };
+      peers === undefined
+        ? this
+        : {
+            inFlight: (worker) => this.inFlight(worker) + peers.inFlight(worker),
+            // The replicas share counts of requests, not of their tokens: this router's own.
+            promptTokens: (worker) => this.promptTokens(worker),
+          };
     this.#load = load;
     this.#promptTokens = options.promptTokens;
     if (typeof selection === 'function') this.#select = selection;
@@ -244,7 +258,7 @@ export class WorkerPool<W> {
     this.#workers = Object.freeze([...this.#workers, worker]);
     // A worker removed earlier with leases still out keeps its count (releasing them stays
     // exact) and is no longer leaving: whoever waited for it to leave is answered now.
-    const record = this.#records.get(worker) ?? { inFlight: 0, down: false, leaving: undefined };
+    const record = this.#records.get(worker) ?? { inFlight: 0, tokens: 0, down: false, leaving: undefined };
     this.#records.set(worker, record);
     const leaving = record.leaving;
     record.leaving = undefined;
@@ -459,6 +473,7 @@ export class WorkerPool<W> {
     record.inFlight++;
     // Counted once at the lease and given back the same at its release, whatever the input becomes.
     const tokens = this.#promptTokens?.(input) ?? 0;
+    record.tokens += tokens;
     this.#leasesOut++;
     this.#tokensOut += tokens;
     this.#policy?.routed?.(worker, input);
@@ -469,6 +484,7 @@ export class WorkerPool<W> {
         if (released) return;
         released = true;
         record.inFlight--;
+        record.tokens -= tokens;
         this.#leasesOut--;
         this.#tokensOut -= tokens;
         this.#settleIfIdle(worker);

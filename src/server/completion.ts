@@ -130,7 +130,10 @@ async function serve(proxy: ProxyState, request: ServeRequest): Promise<Response
     await relaySse(flow.stream, res, writer, request.entry, {
       slowClientTimeoutMs: proxy.options.slowClientTimeoutMs,
       answerFor,
-      interToken: (seconds) => proxy.metrics.interToken(seconds),
+      interToken: (seconds) => {
+        proxy.metrics.interToken(seconds);
+        events.latency?.gap(seconds);
+      },
       settle,
     });
   }

@@ -9,6 +9,7 @@ import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
 import { RedisSessionBindings } from '../replicas/redis-session-bindings.js';
 import { SharedInFlight } from '../replicas/shared-in-flight.js';
+import type { LatencyPredictor } from '../routing/latency-predictor.js';
 import { mergeConsumption } from '../routing/services.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { libraryLogger } from '../runtime/library-logger.js';
@@ -134,6 +135,8 @@ export class ProxyCore implements ProxyState {
   /** Stored Responses and Conversations (`responses.store`), opened on first use. */
   readonly agents: AgentState;
   readonly #stages: Stage[] = [];
+  /** The workers' predicted latency, where a configured plugin reads it (fed by each request's events). */
+  readonly latency: LatencyPredictor<ProxyPrefillWorker | ProxyDecodeWorker> | undefined;
   /** The engines' KV events, followed per worker, and the block index precise-prefix reads. */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** The router's tokenizer (`--tokenizer`), once started; for precise-prefix on text and chat. */
@@ -191,6 +194,7 @@ export class ProxyCore implements ProxyState {
     });
     this.#engineLoad = engineLoadScraper(consumed, options, this.workerHeaders, dispatcher, this.records);
     const services = routingServices(consumed, () => this.kv.index, this.#engineLoad);
+    this.latency = services.latency;
     // Replicas that share a Redis balance as one: each policy sees the others' requests in
     // flight beside its own pool's.
     this.sharedInFlight =

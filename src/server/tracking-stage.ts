@@ -5,6 +5,7 @@ import { incomingTrace, RequestTrace } from './observability/tracing.js';
 import { OverloadedError } from './pipeline/admission.js';
 import { answerApiError } from './pipeline/api-errors.js';
 import { errorAnswer, ShutdownError } from './pipeline/error-answers.js';
+import { latencyFeed } from './pipeline/latency-feed.js';
 import type { RequestContext } from './pipeline/request-context.js';
 import { requestEvents } from './pipeline/request-events.js';
 import { logRequest } from './pipeline/request-log.js';
@@ -43,7 +44,12 @@ export const trackingStage: RequestStage<HttpExchange> = {
     res.on('close', () => {
       if (!res.writableFinished) context.stopGenerating();
     });
-    const events = requestEvents(proxy, poolLabel(request.pool), () => request.input.promptTokens);
+    // Only a generation has a first token and a stream to time.
+    const latency =
+      request.endpoint.serving === 'disaggregated'
+        ? latencyFeed(proxy.latency, request.pool, () => request.input)
+        : undefined;
+    const events = requestEvents(proxy, poolLabel(request.pool), () => request.input.promptTokens, latency);
     request.events = events;
     request.trace = traceOf(request);
     events.trace = request.trace;

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { RoutingInput } from '../../src/routing/routing-input.js';
 import { WorkerPool } from '../../src/routing/worker-pool.js';
 
 describe("a pool's peerLoad: the other replicas' requests in flight", () => {
@@ -21,5 +22,22 @@ describe("a pool's peerLoad: the other replicas' requests in flight", () => {
   it('without it, the pool balances on its own leases alone', () => {
     const pool = new WorkerPool(['a', 'b'], { selection: 'least-in-flight' });
     expect([pool.acquire().worker, pool.acquire().worker]).toEqual(['a', 'b']);
+  });
+
+  it("its load view gives each worker's prompt tokens under way, this router's own (replicas share requests, not tokens), until each lease is released", () => {
+    const tokens = (input: RoutingInput | undefined) => input?.promptTokens ?? 0;
+    const shared = new WorkerPool(['a', 'b'], { peerLoad: { inFlight: () => 5 }, promptTokens: tokens });
+    const lone = new WorkerPool(['a', 'b'], { promptTokens: tokens });
+    for (const pool of [shared, lone]) {
+      const first = pool.acquire(undefined, new RoutingInput({ prompt: [1, 2, 3] }));
+      const second = pool.acquire(undefined, new RoutingInput({ prompt: [1, 2, 3, 4, 5] }));
+      expect([first.worker, second.worker]).toEqual(['a', 'b']);
+      expect(pool.load.promptTokens?.('a')).toBe(3);
+      expect(pool.load.promptTokens?.('b')).toBe(5);
+      first.release('success');
+      expect(pool.load.promptTokens?.('a')).toBe(0);
+      expect(pool.promptTokensInFlight).toBe(5);
+      second.release();
+    }
   });
 });

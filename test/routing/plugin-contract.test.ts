@@ -7,6 +7,7 @@ import type { EngineLoad } from '../../src/protocol/engines/load-metrics.js';
 import { DECIDERS, type DeciderServices } from '../../src/routing/decider-plugins.js';
 import { FILTERS } from '../../src/routing/filter-plugins.js';
 import type { KvIndexView } from '../../src/routing/kv-prefix.js';
+import { LatencyPredictor } from '../../src/routing/latency-predictor.js';
 import { PICKERS } from '../../src/routing/picker-plugins.js';
 import { type AnyParam, type RoutingPlugin, withDefaults } from '../../src/routing/plugin-params.js';
 import {
@@ -104,9 +105,28 @@ const INDEX: KvIndexView<W> = {
   expect: () => {},
 };
 
+/** A latency predictor that has learned a TTFT and an inter-token time for `a` and `b` (not `c`). */
+function latency(): LatencyPredictor<W> {
+  const predictor = new LatencyPredictor<W>({ kvIndex: () => INDEX, engineLoad: (worker) => LOADS.get(worker) });
+  for (const [worker, ms] of [
+    [a, 300],
+    [b, 80],
+  ] as const) {
+    for (const role of ['prefill', 'decode'] as const) {
+      const features = predictor.features(worker, new RoutingInput({ prompt: [1, 2, 3, 4] }), role, load);
+      for (let i = 0; i < 10; i++) {
+        predictor.learnTtft(worker, features, ms);
+        predictor.learnItl(worker, features, ms / 10);
+      }
+    }
+  }
+  return predictor;
+}
+
 /** Everything a plugin may read, each source the same for the same seed. */
 function services(seed: number): DeciderServices<W> {
   return {
+    latency: latency(),
     kvIndex: () => INDEX,
     engineLoad: (worker) => LOADS.get(worker),
     random: seeded(seed),
@@ -120,6 +140,8 @@ function services(seed: number): DeciderServices<W> {
 function inputs(): RoutingInput[] {
   return [
     new RoutingInput({ prompt: 'You are a helpful assistant. Where is Paris?' }, undefined, [1, 2, 3, 4, 5, 6, 7, 8]),
+    // One with service levels, for the SLO plugins.
+    Object.assign(new RoutingInput({ prompt: 'Say hello.' }), { serviceLevels: { ttftMs: 200, itlMs: 20 } }),
     new RoutingInput({ model: 'adapter-1', messages: [{ role: 'user', content: 'Hi' }] }),
     new RoutingInput({ prompt: '' }),
     new RoutingInput({ prompt: [11, 12, 13, 14] }),

@@ -212,6 +212,7 @@ describe('what plugins consume, declared', () => {
       queue: { 'engine-load': 'required' },
       'kv-usage': { 'engine-load': 'required' },
       'lora-affinity': { 'engine-load': 'required' },
+      'slo-headroom': { latency: 'required', 'kv-index': 'optional', 'engine-load': 'optional' },
     });
   });
 

@@ -2,7 +2,9 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { POLICY_NAMES } from '../../src/routing/registry.js';
+import type { RoutingInput } from '../../src/routing/routing-input.js';
 import { createProxy, type ProxyOptions } from '../../src/server/proxy.js';
+import type { ProxyCore } from '../../src/server/proxy-core.js';
 import type { FakeWorkerOptions } from '../../src/testing/index.js';
 import { eventually } from '../support/http.js';
 import { proxyHarness } from '../support/proxy.js';
@@ -237,5 +239,46 @@ describe('conditional disaggregation, built in', () => {
         routing: { aggregateCachedRatio: 0.9 },
       }),
     ).toThrow("needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy)");
+  });
+});
+
+describe('routing by predicted latency, learned from the requests served', () => {
+  it("--filters slo-feasible: once the router has timed each prefill worker's first tokens, the one too slow for the request's TTFT target is passed over", async () => {
+    // The first prefill worker takes 400 ms a prompt, the others none; each request asks for its
+    // first token within 200 ms (set by a stage, as the SLO headers' would).
+    const { client, proxy, prefill, decode } = await harness.cluster(
+      'vllm',
+      { prefill: [{ tokenIntervalMs: 400 }, {}, {}], decode: [{ tokens: 2 }, { tokens: 2 }, { tokens: 2 }] },
+      { prefillPolicy: 'scored', decodePolicy: 'scored', routing: { filters: [{ name: 'slo-feasible' }] } },
+    );
+    proxy.addStage({
+      name: 'slo',
+      run: (request) => {
+        (request as unknown as { input: RoutingInput }).input.serviceLevels = { ttftMs: 200 };
+        return undefined;
+      },
+    });
+    const ask = async () => {
+      const stream = await client.completions.create({
+        model: 'fake-model',
+        prompt: 'x'.repeat(300),
+        max_tokens: 2,
+        stream: true,
+      });
+      for await (const _chunk of stream) {
+        // Read to the end: the router times the stream's gaps.
+      }
+    };
+    // Served in turn while nothing is predicted: five each, enough for each worker's own fit.
+    for (let i = 0; i < 15; i++) await ask();
+    const slow = prefill[0] as (typeof prefill)[number];
+    expect(slow.requests).toHaveLength(5);
+    for (let i = 0; i < 6; i++) await ask();
+    expect(slow.requests).toHaveLength(5);
+    expect(prefill.map((worker) => worker.requests.length)).toEqual([5, 8, 8]);
+    // What the router learned: the slow worker's TTFT, and each decode worker's inter-token time.
+    const latency = (proxy as unknown as { core: ProxyCore }).core.latency;
+    expect(latency?.samples({ url: slow.url }).ttft).toBe(5);
+    for (const worker of decode) expect(latency?.samples({ url: worker.url }).itl).toBe(7);
   });
 });

@@ -104,13 +104,16 @@ export function modelPool(
   };
 }
 
-/** A pool side's routing services with the replicas' session bindings, where they are shared. */
+/**
+ * A pool side's routing services: with its role (what the SLO plugins judge a worker of it by)
+ * and the replicas' session bindings, where they are shared.
+ */
 function withBindings<W extends { url: string }>(
   role: 'prefill' | 'decode',
   services: RoutingServices<ProxyPrefillWorker | ProxyDecodeWorker>,
   store: SessionBindingStore | undefined,
 ): RoutingServices<W> {
-  const own = services as unknown as RoutingServices<W>;
+  const own = { ...(services as unknown as RoutingServices<W>), role };
   return store === undefined ? own : { ...own, sessionBindings: { role, store, keyOf: (worker: W) => worker.url } };
 }
 

@@ -1,5 +1,6 @@
 import { type Decider, decidersConsume, decidersFrom, decidersOf } from '../../routing/decider-plugins.js';
 import type { EngineLoadSource, KvIndexSource } from '../../routing/kv-prefix.js';
+import { LatencyPredictor } from '../../routing/latency-predictor.js';
 import { createPolicy, type PolicyName, policyConsumes, type RoutingServices } from '../../routing/registry.js';
 import type { RoutingInput } from '../../routing/routing-input.js';
 import { type Consumption, mergeConsumption } from '../../routing/services.js';
@@ -67,21 +68,28 @@ export function consumedBy(
 
 /**
  * The services the policies get: only the kinds they declared (a policy that did not declare
- * the KV index does not get one to read by accident).
+ * the KV index does not get one to read by accident). For `latency`, a new predictor reading the
+ * KV index and the engines' load where they are declared too: whoever serves the requests feeds
+ * it (`services.latency`), the proxy from each request's events.
  *
  * @example
  * routingServices(consumedBy(options), () => kv.index, (worker) => scraper.loadOf(worker));
  */
-export function routingServices<W>(
+export function routingServices<W extends { url: string }>(
   consumed: Consumption,
   kvIndex: KvIndexSource<W>,
   engineLoad: { loadOf: EngineLoadSource<W> } | undefined,
 ): RoutingServices<W> {
-  return {
+  const services: RoutingServices<W> = {
     ...(consumed['kv-index'] === undefined ? {} : { kvIndex }),
     ...(consumed['engine-load'] === undefined || engineLoad === undefined
       ? {}
       : { engineLoad: (worker: W) => engineLoad.loadOf(worker) }),
+  };
+  if (consumed.latency === undefined) return services;
+  return {
+    ...services,
+    latency: new LatencyPredictor<W>({ kvIndex: services.kvIndex, engineLoad: services.engineLoad }),
   };
 }
 

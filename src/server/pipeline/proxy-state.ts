@@ -3,6 +3,7 @@ import type { AgentState } from '../../agent-state/agent-state.js';
 import type { Endpoint } from '../../endpoints/endpoint.js';
 import type { GenerationName } from '../../endpoints/registry.js';
 import type { Engine } from '../../flow/disaggregate.js';
+import type { LatencyPredictor } from '../../routing/latency-predictor.js';
 import type { SessionBindingStore } from '../../routing/session-bindings.js';
 import type { Logger } from '../../runtime/logger.js';
 import type { MinuteWindows, TenantLimits } from '../../tenancy/rate-window.js';
@@ -61,6 +62,11 @@ export interface ProxyState {
   readonly health: HealthChecker;
   readonly metrics: ProxyMetrics;
   readonly inFlight: InFlightRequests;
+  /**
+   * The workers' predicted latency, where a configured plugin reads it (`slo-headroom`,
+   * `slo-feasible`): each generation request's timings teach it (`latencyFeed`).
+   */
+  readonly latency?: LatencyPredictor<ProxyPrefillWorker | ProxyDecodeWorker> | undefined;
   /** The engines' KV events, followed per worker: told which worker computed each prompt (its silence clock). */
   readonly kv: KvFollower<ProxyPrefillWorker | ProxyDecodeWorker>;
   /** What the decode workers say of their models (the context length requests are checked against). */

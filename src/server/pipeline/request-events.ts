@@ -4,6 +4,7 @@ import { repeatedLogOf } from '../../runtime/repeated-log.js';
 import { chargedWorker } from '../fleet/failure-rules.js';
 import type { RequestTrace } from '../observability/tracing.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../settings/worker-entries.js';
+import type { LatencyFeed } from './latency-feed.js';
 import type { ProxyState } from './proxy-state.js';
 
 /** The flow's `routed` event, as the proxy's workers type it. */
@@ -15,8 +16,9 @@ export type RequestEvents = ReturnType<typeof requestEvents>;
 /**
  * The request's events (a request of `pool`, by its label, with a prompt of `tokens`): fed to the metrics and to the embedding application's tap (whose
  * errors are logged and ignored), and the two the handler reads (`routed`, `finished`) kept.
+ * With a `latency` feed, to the latency predictor too (and `latency` kept, for the relay's gaps).
  */
-export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => number) {
+export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => number, latency?: LatencyFeed) {
   const observe = proxy.metrics.listener(pool, tokens);
   const kvWork = kvWorkOf(proxy, () => seen.routed, tokens);
   const tap = proxy.options.onEvent;
@@ -24,6 +26,8 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     routed: Routed | undefined;
     finished: FlowEventOf<'finished'> | undefined;
     trace: RequestTrace | undefined;
+    /** What the request teaches the latency predictor, where a plugin reads it. */
+    latency: LatencyFeed | undefined;
     /** Retries of this request so far, of both kinds (one budget). */
     retries: number;
     /** The decode workers whose stream broke and was continued elsewhere, in order. */
@@ -33,6 +37,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     routed: undefined,
     finished: undefined,
     trace: undefined,
+    latency,
     retries: 0,
     brokeOn: [],
     onEvent: (event) => {
@@ -48,6 +53,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
       // Rotation and circuits learn from every request's events (as watchHealth's do).
       proxy.health.observe(event);
       kvWork(event);
+      latency?.observe(event);
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);

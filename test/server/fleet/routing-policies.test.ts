@@ -1,10 +1,12 @@
 import { describe, expect, it, vi } from 'vitest';
 import { WorkerPool } from '../../../src/flow/worker-pool.js';
+import type { EngineLoad } from '../../../src/protocol/engines/load-metrics.js';
 import { decidersOf } from '../../../src/routing/decider-plugins.js';
+import { LatencyPredictor } from '../../../src/routing/latency-predictor.js';
 import { POLICY_NAMES } from '../../../src/routing/registry.js';
 import { RoutingInput } from '../../../src/routing/routing-input.js';
 import type { Selection } from '../../../src/routing/worker-pool.js';
-import { poolDecider, selectionFor } from '../../../src/server/fleet/routing-policies.js';
+import { consumedBy, poolDecider, routingServices, selectionFor } from '../../../src/server/fleet/routing-policies.js';
 import type { ResolvedProxyOptions } from '../../../src/server/options.js';
 
 vi.mock('../../../src/routing/cache-aware.js', async (importOriginal) => {
@@ -162,5 +164,30 @@ describe("prefill-busy: the prompt computed on decode rather than queued behind 
     const decider = poolDecider<W>(busy, { prefill, decode }, 'least-in-flight', {});
     for (const worker of prefill.workers) prefill.setAvailable(worker, false);
     expect(ask(decider)).toBeUndefined();
+  });
+});
+
+describe('routingServices: the predicted latency, for the plugins that declare it', () => {
+  it("builds a latency predictor only where a plugin declares 'latency', reading the KV index and engine load it is given", () => {
+    const loads = new Map<W, EngineLoad>([[{ url: 'http://d0' }, { waiting: 4, running: 3, kvUsage: 0.5 }]]);
+    const worker = [...loads.keys()][0] as W;
+    const engineLoad = { loadOf: (each: W) => loads.get(each) };
+    expect(routingServices<W>({ 'engine-load': 'required' }, () => undefined, engineLoad).latency).toBeUndefined();
+    const services = routingServices<W>(
+      consumedBy({
+        prefillPolicy: 'least-in-flight',
+        decodePolicy: 'scored',
+        customPolicies: { prefill: undefined, decode: undefined },
+        routing: { ...routing, scorers: [{ name: 'slo-headroom' }], filters: [{ name: 'slo-feasible' }] },
+      } as Parameters<typeof consumedBy>[0]),
+      () => undefined,
+      engineLoad,
+    );
+    expect(services.latency).toBeInstanceOf(LatencyPredictor);
+    expect(services.latency?.features(worker, undefined, 'decode')).toMatchObject({
+      queue: 7,
+      running: 3,
+      kvUsage: 0.5,
+    });
   });
 });
