@@ -186,16 +186,8 @@ export {
   type PrecisePrefixOptions,
   precisePrefix,
 } from './routing/kv-prefix.js';
-export {
-  type LatencyFeatures,
-  type LatencyPrediction,
-  LatencyPredictor,
-  type LatencyPredictorOptions,
-  type LatencyRole,
-} from './routing/latency-predictor.js';
 export { leastInFlight } from './routing/least-in-flight.js';
 export { lowKvUsageFilter, lowQueueFilter } from './routing/load-filters.js';
-export { OnlineRidge, type OnlineRidgeOptions } from './routing/online-regression.js';
 export { sameLabelFilter, UNPAIRED, type Unpaired } from './routing/pairing-filters.js';
 export {
   DEFAULT_PICKER,
@@ -277,7 +269,15 @@ export type {
   SessionBindingStore,
   SessionBindingView,
 } from './routing/session-bindings.js';
-export { sloFeasibleFilter, sloHeadroomScorer } from './routing/slo-plugins.js';
+export {
+  type LatencyFeatures,
+  type LatencyPrediction,
+  LatencyPredictor,
+  type LatencyPredictorOptions,
+  type LatencyRole,
+} from './routing/slo/latency-predictor.js';
+export { OnlineRidge, type OnlineRidgeOptions } from './routing/slo/online-regression.js';
+export { sloFeasibleFilter, sloHeadroomScorer } from './routing/slo/slo-plugins.js';
 export {
   attributeOf,
   type WellKnownAttribute,

@@ -16,7 +16,7 @@ import {
 } from './plugin-params.js';
 import type { Filter } from './scoring.js';
 import type { RoutingServices } from './services.js';
-import { LATENCY_CONSUMES, latencyOf, sloFeasibleFilter } from './slo-plugins.js';
+import { LATENCY_CONSUMES, latencyOf, sloFeasibleFilter } from './slo/slo-plugins.js';
 import { WORKER_ATTRIBUTES } from './worker-attributes.js';
 
 /**

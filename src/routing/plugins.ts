@@ -11,7 +11,7 @@ import { pluginNamed, type RoutingPlugin, readParams, withDefaults } from './plu
 import type { RoutingPolicy } from './routing-policy.js';
 import { loadScorer, prefixScorer, type Scorer, scoredPolicy } from './scoring.js';
 import { type Consumption, mergeConsumption, type RoutingServices } from './services.js';
-import { LATENCY_CONSUMES, latencyOf, sloHeadroomScorer } from './slo-plugins.js';
+import { LATENCY_CONSUMES, latencyOf, sloHeadroomScorer } from './slo/slo-plugins.js';
 
 export type { PluginParam } from './plugin-params.js';
 

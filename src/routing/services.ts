@@ -1,8 +1,8 @@
 // What routing plugins read beyond a pool's own counts, and how they declare it: the proxy
 // feeds a kind of data only when a configured plugin declares it (llm-d's `Consumes()`).
 import type { EngineLoadSource, KvIndexSource } from './kv-prefix.js';
-import type { LatencyPredictor, LatencyRole } from './latency-predictor.js';
 import type { SessionBindingView } from './session-bindings.js';
+import type { LatencyPredictor, LatencyRole } from './slo/latency-predictor.js';
 
 /**
  * The data a routing plugin may read besides the pool's requests in flight and the request's

@@ -9,8 +9,8 @@ import { answerJson, pathOf, RequestError } from '../http/node-server.js';
 import { Agent } from '../http/undici-parts.js';
 import { RedisSessionBindings } from '../replicas/redis-session-bindings.js';
 import { SharedInFlight } from '../replicas/shared-in-flight.js';
-import type { LatencyPredictor } from '../routing/latency-predictor.js';
 import { mergeConsumption } from '../routing/services.js';
+import type { LatencyPredictor } from '../routing/slo/latency-predictor.js';
 import type { WorkerPool } from '../routing/worker-pool.js';
 import { libraryLogger } from '../runtime/library-logger.js';
 import type { Logger } from '../runtime/logger.js';
@@ -169,8 +169,7 @@ export class ProxyCore implements ProxyState {
     const { dispatcher } = this;
     const { workerApiKey } = options;
     this.workerHeaders = workerApiKey === undefined ? {} : { authorization: `Bearer ${workerApiKey}` };
-    // The proxy feeds what the configured policies declare they read, never by their names:
-    // the top level's and every pool's own.
+    // What the configured policies declare they read (the top level's, every pool's), never by name.
     const consumed = mergeConsumption([
       consumedBy(options),
       ...options.pools.map((pool) => consumedBy(policiesOf(options, pool))),

@@ -7,7 +7,6 @@ import type { EngineLoad } from '../../src/protocol/engines/load-metrics.js';
 import { DECIDERS, type DeciderServices } from '../../src/routing/decider-plugins.js';
 import { FILTERS } from '../../src/routing/filter-plugins.js';
 import type { KvIndexView } from '../../src/routing/kv-prefix.js';
-import { LatencyPredictor } from '../../src/routing/latency-predictor.js';
 import { PICKERS } from '../../src/routing/picker-plugins.js';
 import { type AnyParam, type RoutingPlugin, withDefaults } from '../../src/routing/plugin-params.js';
 import {
@@ -20,6 +19,7 @@ import { SCORERS } from '../../src/routing/plugins.js';
 import { RoutingInput } from '../../src/routing/routing-input.js';
 import type { LoadView } from '../../src/routing/routing-policy.js';
 import { ROUTING_DATA } from '../../src/routing/services.js';
+import { LatencyPredictor } from '../../src/routing/slo/latency-predictor.js';
 
 type W = { url: string };
 const a: W = { url: 'http://a:8000' };

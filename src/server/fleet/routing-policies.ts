@@ -1,9 +1,9 @@
 import { type Decider, decidersConsume, decidersFrom, decidersOf } from '../../routing/decider-plugins.js';
 import type { EngineLoadSource, KvIndexSource } from '../../routing/kv-prefix.js';
-import { LatencyPredictor } from '../../routing/latency-predictor.js';
 import { createPolicy, type PolicyName, policyConsumes, type RoutingServices } from '../../routing/registry.js';
 import type { RoutingInput } from '../../routing/routing-input.js';
 import { type Consumption, mergeConsumption } from '../../routing/services.js';
+import { LatencyPredictor } from '../../routing/slo/latency-predictor.js';
 import type { Selection, WorkerPool } from '../../routing/worker-pool.js';
 import type { ResolvedProxyOptions } from '../settings/types.js';
 

@@ -1,6 +1,6 @@
 import type { FlowEvent } from '../../flow/events.js';
-import type { LatencyFeatures, LatencyPredictor } from '../../routing/latency-predictor.js';
 import type { RoutingInput } from '../../routing/routing-input.js';
+import type { LatencyFeatures, LatencyPredictor } from '../../routing/slo/latency-predictor.js';
 import type { ModelPool } from '../fleet/pool-set.js';
 import type { ProxyDecodeWorker, ProxyPrefillWorker } from '../settings/worker-entries.js';
 

@@ -1,5 +1,5 @@
 import type { ServiceLevelTargets } from '../../routing/routing-input.js';
-import { shedForServiceLevels } from '../../routing/shedding-rule.js';
+import { shedForServiceLevels } from '../../routing/slo/shedding-rule.js';
 import { DEFAULT_TENANT } from '../../tenancy/tenants.js';
 import { poolLabel } from '../observability/scaling-metrics.js';
 import { OverloadedError } from './admission.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { LatencyPredictor } from '../../../src/routing/latency-predictor.js';
 import { RoutingInput } from '../../../src/routing/routing-input.js';
+import { LatencyPredictor } from '../../../src/routing/slo/latency-predictor.js';
 import { WorkerPool } from '../../../src/routing/worker-pool.js';
 import type { ModelPool } from '../../../src/server/fleet/pool-set.js';
 import { latencyFeed } from '../../../src/server/pipeline/latency-feed.js';

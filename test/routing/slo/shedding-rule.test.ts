@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { RoutingInput } from '../../src/routing/routing-input.js';
-import { shedForServiceLevels } from '../../src/routing/shedding-rule.js';
+import { RoutingInput } from '../../../src/routing/routing-input.js';
+import { shedForServiceLevels } from '../../../src/routing/slo/shedding-rule.js';
 
 const input = (priority: number, unmeetable: string[]) => {
   const made = new RoutingInput({ prompt: 'Hi' });

@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { FILTER_NAMES, filterPlugin } from '../../src/routing/filter-plugins.js';
+import { FILTER_NAMES, filterPlugin } from '../../../src/routing/filter-plugins.js';
+import { SCORER_NAMES, scoredFrom, scorerPlugin } from '../../../src/routing/plugins.js';
+import { RoutingInput } from '../../../src/routing/routing-input.js';
 import {
   type LatencyFeatures,
   type LatencyPrediction,
   LatencyPredictor,
   type LatencyRole,
-} from '../../src/routing/latency-predictor.js';
-import { SCORER_NAMES, scoredFrom, scorerPlugin } from '../../src/routing/plugins.js';
-import { RoutingInput } from '../../src/routing/routing-input.js';
-import { sloFeasibleFilter, sloHeadroomScorer } from '../../src/routing/slo-plugins.js';
-import { WorkerPool } from '../../src/routing/worker-pool.js';
+} from '../../../src/routing/slo/latency-predictor.js';
+import { sloFeasibleFilter, sloHeadroomScorer } from '../../../src/routing/slo/slo-plugins.js';
+import { WorkerPool } from '../../../src/routing/worker-pool.js';
 
 type W = { url: string };
 const fast: W = { url: 'http://fast' };

@@ -1,4 +1,4 @@
-import type { RoutingInput } from './routing-input.js';
+import type { RoutingInput } from '../routing-input.js';
 
 /**
  * Whether a decided request is to be shed for its service levels rather than served: it is

@@ -3,10 +3,10 @@
 // and the work ahead of it, and its inter-token time from the requests it decodes beside. Each
 // is a small recursive least squares fit with forgetting; a worker with few samples borrows its
 // pool's fit, so that a new worker is predicted from the first request.
-import type { EngineLoadSource, KvIndexSource, KvIndexView } from './kv-prefix.js';
+import type { EngineLoadSource, KvIndexSource, KvIndexView } from '../kv-prefix.js';
+import type { RoutingInput } from '../routing-input.js';
+import type { LoadView } from '../routing-policy.js';
 import { OnlineRidge } from './online-regression.js';
-import type { RoutingInput } from './routing-input.js';
-import type { LoadView } from './routing-policy.js';
 
 /** Which leg a worker serves a request on: prefill, or decode (with the prompt, when aggregated). */
 export type LatencyRole = 'prefill' | 'decode';

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import type { EngineLoad } from '../../src/protocol/engines/load-metrics.js';
-import type { KvIndexView } from '../../src/routing/kv-prefix.js';
-import { type LatencyFeatures, LatencyPredictor } from '../../src/routing/latency-predictor.js';
-import { RoutingInput } from '../../src/routing/routing-input.js';
-import { WorkerPool } from '../../src/routing/worker-pool.js';
+import type { EngineLoad } from '../../../src/protocol/engines/load-metrics.js';
+import type { KvIndexView } from '../../../src/routing/kv-prefix.js';
+import { RoutingInput } from '../../../src/routing/routing-input.js';
+import { type LatencyFeatures, LatencyPredictor } from '../../../src/routing/slo/latency-predictor.js';
+import { WorkerPool } from '../../../src/routing/worker-pool.js';
 
 type W = { url: string };
 const p0: W = { url: 'http://p0' };

@@ -3,11 +3,12 @@
 // service levels. Which latencies a pool answers for depends on its leg: a prefill worker the
 // time to first token; a decode worker the inter-token time, and the first token too when it
 // serves the request alone (no prefill leg was picked).
+
+import type { RoutingInput, ServiceLevelTargets } from '../routing-input.js';
+import type { LoadView } from '../routing-policy.js';
+import type { Filter, Scorer } from '../scoring.js';
+import type { Consumption, RoutingServices } from '../services.js';
 import type { LatencyPrediction, LatencyPredictor, LatencyRole } from './latency-predictor.js';
-import type { RoutingInput, ServiceLevelTargets } from './routing-input.js';
-import type { LoadView } from './routing-policy.js';
-import type { Filter, Scorer } from './scoring.js';
-import type { Consumption, RoutingServices } from './services.js';
 
 /** One latency a service level sets a target for. */
 type Metric = 'ttft' | 'itl';

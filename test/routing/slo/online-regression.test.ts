@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { OnlineRidge } from '../../src/routing/online-regression.js';
+import { OnlineRidge } from '../../../src/routing/slo/online-regression.js';
 
 /** A seeded source of numbers in [0, 1) (mulberry32), so that the noise is the same every run. */
 function seeded(seed: number): () => number {
