@@ -9,6 +9,8 @@ import { loadBlockKeys } from '../kv/block-keys.js';
 import type { KvEvent } from '../kv/kv-events.js';
 import type { EngineLoad } from '../protocol/engines/load-metrics.js';
 import { RoutingInput } from '../routing/routing-input.js';
+import type { LatencyFeatures } from '../routing/slo/latency-predictor.js';
+import { shedForServiceLevels } from '../routing/slo/shedding-rule.js';
 import type { Lease } from '../routing/worker-pool.js';
 import { modelPool } from '../server/fleet/model-pools.js';
 import { consumedBy, routingServices } from '../server/fleet/routing-policies.js';
@@ -159,8 +161,12 @@ export async function simulatedFleet(
     clock,
   });
   const never = new Promise<never>(() => {});
+  const { latency } = services;
+  // What each request will teach the predictor, where a plugin reads one: the workers' features
+  // at dispatch, as the proxy's feed reads them from the flow's events.
+  const lessons = new Map<number, Lesson<Worker>>();
   const router: SimRouter = {
-    async route(request: TraceRequest, _index: number, ending: SimEnding): Promise<SimDecision> {
+    async route(request: TraceRequest, index: number, ending: SimEnding): Promise<SimDecision> {
       const input = new RoutingInput(bodyOf(request), request.session, tokens ? tokenIdsOf(request) : undefined);
       input.priority = request.priority ?? 0;
       const ttftMs = request.sloTtftMs ?? slo?.ttftMs;
@@ -180,6 +186,29 @@ export async function simulatedFleet(
       // As the prepare stage asks it (a decider that throws: disaggregated), then the decide stage.
       const verdict = await pool.scheduler.verdict(input).catch(() => undefined);
       const decision = pool.scheduler.decide(input, {}, verdict);
+      // A sheddable request no worker is predicted to meet: refused before any worker, as the proxy's 429.
+      if (shedForServiceLevels(input)) {
+        if (decision.strategy === 'disaggregated') decision.prefill?.release();
+        decision.decode?.release();
+        ticket.release();
+        return { strategy: 'refused', reason: 'slo' };
+      }
+      if (latency !== undefined && decision.decode !== undefined) {
+        const decodeWorker = decision.decode.worker as Worker;
+        const onDecode = {
+          worker: decodeWorker,
+          features: latency.features(decodeWorker, input, 'decode', pool.decode.load, { counted: true }),
+        };
+        const prefillWorker = decision.strategy === 'disaggregated' ? (decision.prefill?.worker as Worker) : undefined;
+        const computes =
+          prefillWorker === undefined
+            ? onDecode
+            : {
+                worker: prefillWorker,
+                features: latency.features(prefillWorker, input, 'prefill', pool.prefill.load, { counted: true }),
+              };
+        lessons.set(index, { first: computes, decode: onDecode, dispatchedAt: clock.now });
+      }
       // The slot is the request's until its decode leg ends, as the proxy's is until its answer does.
       const decode = leaseOf(decision.decode, () => ticket.release());
       if (decision.strategy === 'aggregated' || decision.prefill === undefined) {
@@ -191,8 +220,27 @@ export async function simulatedFleet(
       }
       return { strategy: 'disaggregated', prefill: leaseOf(decision.prefill), decode };
     },
+    observe(index, observation) {
+      const lesson = lessons.get(index);
+      if (latency === undefined || lesson === undefined) return;
+      if (observation.type === 'firstToken') {
+        latency.learnTtft(lesson.first.worker, lesson.first.features, observation.at - lesson.dispatchedAt);
+        return;
+      }
+      lessons.delete(index);
+      // The mean gap of a streamed answer, as the proxy times its chunks: none for one token.
+      if (observation.tokens > 1) latency.learnItl(lesson.decode.worker, lesson.decode.features, observation.itlMs);
+    },
   };
   return { engines, router };
+}
+
+/** What a request will teach the latency predictor: the workers and their features at dispatch. */
+interface Lesson<W> {
+  /** The worker that computes the prompt (prefill's, or decode's on decode alone). */
+  readonly first: { readonly worker: W; readonly features: LatencyFeatures };
+  readonly decode: { readonly worker: W; readonly features: LatencyFeatures };
+  readonly dispatchedAt: number;
 }
 
 /** A pool's lease as the replay holds it, `alsoRelease` with it. */
