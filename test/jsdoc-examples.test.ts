@@ -70,6 +70,9 @@ const CONTEXT: Record<string, string> = {
   profile: 'declare const profile: EngineProfile;',
   clock: 'declare const clock: VirtualClock;',
   text: 'declare const text: string;',
+  predictor: 'declare const predictor: LatencyPredictor<{ url: string }>;',
+  input: 'declare const input: RoutingInput;',
+  next: 'declare const next: RoutingInput;',
 };
 
 /** Every export name of each entry point, from the `export { ... }` lists of its typings. */

@@ -9,11 +9,20 @@ export const ROUTING_BASELINES: Readonly<Record<string, { readonly help: string;
     disagg: { help: "disagg serve's own routing: its defaults, with the serve flags given", args: [] },
     random: {
       help: "a worker of each pool at random, per request (SGLang's mini_lb)",
-      args: ['--prefill-policy', 'random', '--decode-policy', 'random'],
+      args: ['--prefill-policy', 'random', '--decode-policy', 'random', '--deciders', ''],
     },
     'round-robin': {
       help: "each pool's workers in turn (vLLM's disaggregated example proxy, itertools.cycle)",
-      args: ['--selection', 'round-robin', '--prefill-policy', 'round-robin', '--decode-policy', 'round-robin'],
+      args: [
+        '--selection',
+        'round-robin',
+        '--prefill-policy',
+        'round-robin',
+        '--decode-policy',
+        'round-robin',
+        '--deciders',
+        '',
+      ],
     },
     'llm-d': {
       help: "llm-d's inference-scheduling guide: prefix-cache 3, queue 2, kv-cache-utilization 2, the highest score; metrics every 50 ms",
@@ -26,6 +35,8 @@ export const ROUTING_BASELINES: Readonly<Record<string, { readonly help: string;
         'prefix:3,queue:2,kv-usage:2',
         '--engine-load-interval-ms',
         '50',
+        '--deciders',
+        '',
       ],
     },
   });

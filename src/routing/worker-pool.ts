@@ -1,4 +1,3 @@
-import { FAILURE_RULES } from '../protocol/failure-rules.js';
 import { describeValue } from '../util/describe-value.js';
 import { leastInFlight } from './least-in-flight.js';
 import { NoWorkerError } from './no-worker-error.js';

@@ -58,6 +58,8 @@ async function poolBehindProxy(model: string, slow: 'prefill' | 'decode'): Promi
     scaling: { prefillRequests: 2, decodeRequests: 2 },
     metricsPort: 0,
     logger: recordingLogger().logger,
+    // Every prompt queues on the slow stage: prefill-busy would serve some on decode alone.
+    routing: { deciders: [] },
   });
   proxies.push(proxy);
   const url = await proxy.listen(0, '127.0.0.1');

@@ -156,7 +156,8 @@ describe('registerScorer, registerFilter, registerPicker, registerDecider', () =
     );
     const resolved = resolveProxyOptions({ ...WORKERS, routing: { deciders, engineLoadIntervalMs: 100 } });
     expect(consumedBy(resolved)['engine-load']).toBe('required');
-    expect(consumedBy(resolveProxyOptions(WORKERS))['engine-load']).toBeUndefined();
+    // Without deciders (the default's prefill-busy reads the load where it is scraped), nothing reads it.
+    expect(consumedBy(resolveProxyOptions({ ...WORKERS, routing: { deciders: [] } }))['engine-load']).toBeUndefined();
   });
 
   it('a name no decider has is refused with the closest one as a hint', () => {

@@ -58,7 +58,7 @@ describe('disagg serve configuration', () => {
       routing: {
         aggregateBelowChars: 0,
         aggregateCachedRatio: 0,
-        deciders: [],
+        deciders: [{ name: 'prefill-busy' }],
         cacheThreshold: 0.5,
         balanceAbsThreshold: 32,
         balanceRelThreshold: 1.1,

@@ -78,6 +78,8 @@ describe('every leg ends under faults', () => {
         // injected faults: what is tested here is that every leg ends, not ejection.
         healthIntervalMs: 600_000,
         breaker: { failureThreshold: 1_000_000 },
+        // Every request disaggregated, so that each leg meets the fault drawn for it.
+        routing: { deciders: [] },
       });
       const url = await proxy.listen(0);
       const client = new Agent({ connections: STREAMS });

@@ -47,6 +47,8 @@ describe('the scaling signals', () => {
       decode: [{ url: decode.url }],
       scaling: { prefillRequests: 2, decodeRequests: 4 },
       logger: recordingLogger().logger,
+      // Four prompts queue on the one prefill worker: prefill-busy would serve two on decode.
+      routing: { deciders: [] },
     });
     const url = await proxy.listen(0, '127.0.0.1');
     const requests = Array.from({ length: 4 }, () => chat(url));

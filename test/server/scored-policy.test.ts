@@ -97,7 +97,7 @@ describe('the filters and the picker of a scored policy, as settings', () => {
 
   it('a misspelt filter or picker, or a parameter out of range, is one line naming the setting', () => {
     expect(refusal({ routing: { filters: [{ name: 'low-kv' }] } })).toMatch(
-      /^routing.filters names no filter "low-kv"(.*): the filters are low-queue, low-kv-usage, same-label$/,
+      /^routing.filters names no filter "low-kv"(.*): the filters are low-queue, low-kv-usage, same-label, slo-feasible$/,
     );
     expect(() => served(['--picker', 'max'])).toThrow(/^--picker \(routing.picker\) names no picker "max"/);
     expect(refusal({ routing: { filters: [{ name: 'low-kv-usage', params: { maxKvUsage: 0 } }] } })).toBe(
@@ -189,8 +189,12 @@ describe("the proxy scrapes the engines' load only when a configured plugin cons
   }
 
   it('no scrape for policies that declare no engine load, even with an interval set', async () => {
-    expect(await scrapesWith({ prefillPolicy: 'least-in-flight', decodePolicy: 'cache-aware' })).toBe(0);
-    expect(await scrapesWith({ decodePolicy: 'scored', routing: { scorers: [{ name: 'load' }] } })).toBe(0);
+    // No decider either: the default prefill-busy reads the engines' load where it is scraped.
+    const none = { deciders: [] };
+    expect(
+      await scrapesWith({ prefillPolicy: 'least-in-flight', decodePolicy: 'cache-aware', routing: { ...none } }),
+    ).toBe(0);
+    expect(await scrapesWith({ decodePolicy: 'scored', routing: { ...none, scorers: [{ name: 'load' }] } })).toBe(0);
   });
 
   it('scrapes for a scored policy with kv-usage, and for precise-prefix (which reads it when given)', async () => {

@@ -59,8 +59,10 @@ export const ROUTING_ROWS = inGroup('Routing', [
     flag: 'deciders',
     arg: 'NAME,...',
     help: `the P/D deciders, asked in order, the first that answers serving a request on decode alone (${DECIDER_NAMES.join(', ')}, or one a program registered); a file may give each its params, as [{ name, params }]`,
-    default: [],
-    shownDefault: 'none',
+    // Measured: on Mooncake's conversation trace at 3x, goodput 1.42x and p99 TTFT 0.68x
+    // without it (docs/routing.md, "Decisions under load, measured").
+    default: [{ name: 'prefill-busy' }],
+    shownDefault: 'prefill-busy',
     parse: deciderList,
   },
   {
