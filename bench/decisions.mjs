@@ -26,6 +26,8 @@ const { values } = parseArgs({
     decode: { type: 'string', default: '4' },
     'slo-ttft-ms': { type: 'string', default: '2000' },
     'slo-itl-ms': { type: 'string', default: '100' },
+    // The flood alone (its table and results-flood.json), without the sweep.
+    'flood-only': { type: 'boolean', default: false },
   },
 });
 const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
@@ -71,6 +73,83 @@ const workloads = [
   { name: 'mixed', flags: ['--workload', 'mixed'], scales: [1, 2, 3, 4, 5, 6, 8] },
 ];
 const scalesOf = (workload) => (values.scales === undefined ? workload.scales : values.scales.split(',').map(Number));
+
+/** One `disagg simulate --json` run; exits on a failed one. */
+function simulate(args) {
+  const run = spawnSync(process.execPath, [bin, 'simulate', ...args, '--json'], {
+    encoding: 'utf8',
+    maxBuffer: 16 * 1024 * 1024,
+  });
+  if (run.status !== 0) {
+    process.stderr.write(run.stderr);
+    process.exit(1);
+  }
+  return JSON.parse(run.stdout);
+}
+
+// A tenant floods the fleet: the mixed workload's batch tenant (priority 0) arriving 15 times as
+// fast (three times the x5 at which the fleet, serving everything, saturates) beside the
+// interactive tenant (priority 1) at its own rate, against the same without the flood; under
+// the proxy's admission as it is by default (1,024 slots), with 24 slots (3 per worker) and
+// priorities, and with 24 slots and preemption. Seeds 1 to 3.
+const FLOOD_SETUPS = [
+  { name: 'default admission (1,024 slots)', flags: [] },
+  { name: '24 slots, by priority', flags: ['--max-concurrent-requests', '24'] },
+  { name: '24 slots, by priority, --preempt', flags: ['--max-concurrent-requests', '24', '--preempt'] },
+];
+const flood = [];
+for (const setup of FLOOD_SETUPS) {
+  for (const seed of [1, 2, 3]) {
+    for (const batch of [1, 15]) {
+      const s = simulate([
+        '--workload',
+        'mixed',
+        '--requests',
+        values.requests,
+        '--prefill',
+        values.prefill,
+        '--decode',
+        values.decode,
+        '--tenant-rate-scale',
+        `batch=${batch}`,
+        '--seed',
+        String(seed),
+        ...setup.flags,
+      ]);
+      flood.push({
+        setup: setup.name,
+        seed,
+        batch_rate_scale: batch,
+        tenants: s.tenants,
+        shed: s.shed,
+        preempted: s.preempted,
+      });
+      process.stderr.write(`\rflood ${setup.name} seed ${seed} batch x${batch}`.padEnd(70));
+    }
+  }
+}
+process.stderr.write('\n');
+mkdirSync(values.out, { recursive: true });
+writeFileSync(join(values.out, 'results-flood.json'), `${JSON.stringify({ settings: values, flood }, null, 2)}\n`);
+console.log(
+  "\nmixed, the batch tenant flooding (x15): the interactive tenant's SLO attainment, unflooded -> flooded (points lost), per seed; batch attained, shed, preempted",
+);
+console.log('| admission | seed 1 | seed 2 | seed 3 | batch (seed 1) |');
+console.log('|---|---:|---:|---:|---|');
+for (const setup of FLOOD_SETUPS) {
+  const at = (seed, batch) =>
+    flood.find((r) => r.setup === setup.name && r.seed === seed && r.batch_rate_scale === batch);
+  const cells = [1, 2, 3].map((seed) => {
+    const calm = at(seed, 1).tenants.interactive.slo_attainment * 100;
+    const flooded = at(seed, 15).tenants.interactive.slo_attainment * 100;
+    return `${calm.toFixed(1)} -> ${flooded.toFixed(1)} % (${(calm - flooded).toFixed(1)})`;
+  });
+  const batch = at(1, 15).tenants.batch;
+  console.log(
+    `| ${setup.name} | ${cells.join(' | ')} | ${(batch.slo_attainment * 100).toFixed(1)} %, ${batch.shed} shed, ${batch.preempted} preempted |`,
+  );
+}
+if (values['flood-only']) process.exit(0);
 
 const results = [];
 for (const workload of workloads) {

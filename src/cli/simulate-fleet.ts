@@ -178,6 +178,7 @@ export async function simulatedFleet(
           tenant: request.tenant ?? 'default',
           priority: input.priority,
           preempt: () => ending.preempt(),
+          stoppable: () => ending.stoppable,
         });
       } catch (error) {
         if (OverloadedError.is(error)) return { strategy: 'refused', reason: error.limit };

@@ -34,6 +34,8 @@ export type SimDecision =
  */
 export interface SimEnding {
   preempt(): void;
+  /** Whether preempting it now would stop its work: no prefill of it is computing (nothing cancels one). */
+  readonly stoppable: boolean;
 }
 
 /** What the replay tells a router of a request it routed, in simulated ms (a router that learns from timings reads it). */
@@ -141,6 +143,8 @@ interface Tracked {
   phase: 'routing' | 'serving' | 'ended';
   /** Ends it as preempted, once it is being served. */
   preempt: (() => void) | undefined;
+  /** Whether its prefill is computing (dispatched to a prefill worker, not yet done). */
+  prefilling: boolean;
 }
 
 /**
@@ -275,12 +279,14 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
       return;
     }
     const prefill = engineOf(decision.prefill.worker);
+    tracked.prefilling = true;
     let prefillJob = -1;
     prefillJob = prefill.submit(
       { ...job, outputTokens: 0, kind: 'prefill' },
       {
         admitted: (_at, cached) => (cachedTokens += cached),
         prefilled: () => {
+          tracked.prefilling = false;
           // Preempted while its prompt was computed: no decode comes for the KV.
           if (tracked.phase !== 'serving') {
             prefill.released(prefillJob);
@@ -308,8 +314,14 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
       tokens: 0,
       phase: 'routing',
       preempt: undefined,
+      prefilling: false,
     };
-    const ending: SimEnding = { preempt: () => (tracked.phase === 'serving' ? tracked.preempt?.() : undefined) };
+    const ending: SimEnding = {
+      preempt: () => (tracked.phase === 'serving' ? tracked.preempt?.() : undefined),
+      get stoppable() {
+        return !tracked.prefilling;
+      },
+    };
     const routed = router.route(request, index, ending);
     if (!isThenable(routed)) {
       serve(request, index, tracked, routed);

@@ -148,6 +148,26 @@ describe('a replay’s router that refuses, holds back, preempts and learns', ()
     expect(summary.preempted).toBe(1);
   });
 
+  it('says a request is stoppable except while its prefill computes: nothing cancels a prefill', async () => {
+    const { clock, engines } = fleet();
+    const seen: boolean[] = [];
+    let ending: { readonly stoppable: boolean } | undefined;
+    const router: SimRouter = {
+      route: (_request, _index, given) => {
+        ending = given;
+        seen.push(given.stoppable);
+        return { strategy: 'disaggregated', prefill: lease('P', []), decode: lease('D', []) };
+      },
+      observe: (_index, observation) => {
+        if (observation.type === 'firstToken') seen.push(ending?.stoppable as boolean);
+      },
+    };
+    clock.at(10, () => seen.push(ending?.stoppable as boolean));
+    await replay({ requests: [traceRequest(0, [1, 2], 5)], engines, router, slo: { ttftMs: 1, itlMs: 1 }, clock });
+    // Routed: nothing runs yet; 10 ms in, its prefill computes; at its first token, decode alone runs.
+    expect(seen).toEqual([true, false, true]);
+  });
+
   it('tells the router each served request’s first token and its end, with its TTFT and mean inter-token time', async () => {
     const { clock, engines } = fleet();
     const seen: string[] = [];

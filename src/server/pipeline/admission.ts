@@ -83,6 +83,14 @@ export interface Applicant {
   priority: number;
   maxConcurrent?: number | undefined;
   preempt?: ((error: PreemptedError) => void) | undefined;
+  /**
+   * Whether ending it now ends its work on the workers too; asked when a victim is sought, and
+   * one that says no is passed over. A prefill under way is never cancelled (its KV could be
+   * stranded), so preempting a request whose prefill still runs frees a slot of the router's
+   * but not the worker: the slot's new holder would then run beside it, past the limit the
+   * slots keep. Always, without it.
+   */
+  stoppable?: (() => boolean) | undefined;
 }
 
 /** A slot held, as preemption looks for one to take. */
@@ -399,16 +407,17 @@ export class Admission {
   }
 
   /**
-   * The request under way to preempt for one of `priority`: of the preemptible ones below it,
-   * the lowest, and of those as low the one admitted last (its work lost is the least). None
-   * with preemption off, or none lower.
+   * The request under way to preempt for one of `priority`: of the preemptible ones below it
+   * that can be stopped (no prefill running), the lowest, and of those as low the one admitted
+   * last (its work lost is the least). None with preemption off, or none lower and stoppable.
    */
   #victimBelow(priority: number): Holder | undefined {
     let victim: Holder | undefined;
     // In the order admitted: `<=` leaves the newest of the lowest.
     for (const holder of this.#preemptible) {
       const own = holder.applicant.priority;
-      if (own < priority && (victim === undefined || own <= victim.applicant.priority)) victim = holder;
+      if (own >= priority || holder.applicant.stoppable?.() === false) continue;
+      if (victim === undefined || own <= victim.applicant.priority) victim = holder;
     }
     return victim;
   }

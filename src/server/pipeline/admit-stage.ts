@@ -61,6 +61,8 @@ export const admitStage: RequestStage = {
               preempt: (error: PreemptedError) => {
                 if (exchange.preempt?.(error) === true) proxy.metrics.tenantRequest(label, 'preempted');
               },
+              // Not while its prefill runs: that goes on whatever happens, and its worker with it.
+              stoppable: () => request.events?.prefillRunning !== true,
             }),
       });
       release = () => ticket.release();

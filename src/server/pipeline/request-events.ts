@@ -32,6 +32,8 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     retries: number;
     /** The decode workers whose stream broke and was continued elsewhere, in order. */
     brokeOn: ProxyDecodeWorker[];
+    /** Whether a prefill leg is under way: dispatched to a worker and not yet over. */
+    prefillRunning: boolean;
     onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
   } = {
     routed: undefined,
@@ -40,6 +42,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     latency,
     retries: 0,
     brokeOn: [],
+    prefillRunning: false,
     onEvent: (event) => {
       observe(event);
       seen.trace?.onEvent(event);
@@ -54,6 +57,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
       proxy.health.observe(event);
       kvWork(event);
       latency?.observe(event);
+      seen.prefillRunning = prefillRunning(seen.prefillRunning, event);
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
@@ -62,6 +66,20 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     },
   };
   return seen;
+}
+
+/** Whether a prefill leg runs after `event`: from its dispatch to its end, whichever way it ends. */
+function prefillRunning(running: boolean, event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>): boolean {
+  switch (event.type) {
+    case 'prefillDispatched':
+      return true;
+    case 'prefillCompleted':
+    case 'prefillFailed':
+    case 'prefillRetried':
+      return false;
+    default:
+      return running;
+  }
 }
 
 /**

@@ -105,6 +105,31 @@ describe('Admission with preemption', () => {
     next.catch(() => {});
   });
 
+  it('a request whose prefill still runs is passed over: preempting it would free a slot, not its worker', async () => {
+    vi.useFakeTimers();
+    const admission = new Admission({ maxConcurrent: 2, queueSize: 10, queueTimeoutMs: 60_000, preempt: true });
+    const preempted: string[] = [];
+    const prefilling = new Set(['low-new', 'low-old']);
+    const low = (name: string): Applicant => ({
+      tenant: 'batch',
+      priority: 0,
+      preempt: () => preempted.push(name),
+      stoppable: () => !prefilling.has(name),
+    });
+    await admission.enter(never, low('low-old'));
+    await admission.enter(never, low('low-new'));
+    // Both prefills run: the newcomer waits rather than overcommit the workers.
+    const first = admission.enter(never, { tenant: 'vip', priority: 5 });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(preempted).toEqual([]);
+    expect([admission.active, admission.queued]).toEqual([2, 1]);
+    // The older one's prefill is done (it decodes now): it is the one to go, though not the newest.
+    prefilling.delete('low-old');
+    await admission.enter(never, { tenant: 'vip', priority: 5 });
+    expect(preempted).toEqual(['low-old']);
+    first.catch(() => {});
+  });
+
   it('with preemption off (the default) a request under way is never preempted, callback or not', async () => {
     vi.useFakeTimers();
     for (const admission of [
