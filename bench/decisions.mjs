@@ -34,28 +34,17 @@ const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 
 /**
  * The routings compared: a baseline's name, or disagg's with flags. `disagg` is `disagg
- * serve`'s defaults as they are; the one before it, the defaults before prefill-busy.
+ * serve`'s defaults as they are (the SLO-aware scored policy on both pools, prefill-busy);
+ * the two before it, the defaults of earlier releases.
  */
 const POLICIES = [
   { name: 'random', flags: ['--routing', 'random'] },
   { name: 'round-robin', flags: ['--routing', 'round-robin'] },
   { name: 'llm-d', flags: ['--routing', 'llm-d'] },
-  { name: 'least-in-flight, no decider', flags: ['--deciders', ''] },
+  { name: 'least-in-flight, no decider', flags: ['--selection', 'least-in-flight', '--deciders', ''] },
+  { name: 'least-in-flight + prefill-busy', flags: ['--selection', 'least-in-flight'] },
+  { name: 'cache-aware + prefill-busy', flags: ['--prefill-policy', 'cache-aware', '--decode-policy', 'cache-aware'] },
   { name: 'disagg', flags: [] },
-  { name: 'disagg + cache-aware', flags: ['--prefill-policy', 'cache-aware', '--decode-policy', 'cache-aware'] },
-  {
-    name: 'disagg + SLO plugins',
-    flags: [
-      '--prefill-policy',
-      'scored',
-      '--decode-policy',
-      'scored',
-      '--scorers',
-      'prefix:2,slo-headroom:2,load:1',
-      '--filters',
-      'slo-feasible',
-    ],
-  },
 ];
 const workloads = [
   ...(values.trace === undefined

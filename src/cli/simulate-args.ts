@@ -35,6 +35,8 @@ export const ROUTING_BASELINES: Readonly<Record<string, { readonly help: string;
         'prefix:3,queue:2,kv-usage:2',
         '--engine-load-interval-ms',
         '50',
+        '--filters',
+        '',
         '--deciders',
         '',
       ],

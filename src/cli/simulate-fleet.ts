@@ -222,6 +222,11 @@ export async function simulatedFleet(
       return { strategy: 'disaggregated', prefill: leaseOf(decision.prefill), decode };
     },
     observe(index, observation) {
+      // Its KV handed off, it can be stopped: a waiter of higher priority may take its slot now.
+      if (observation.type === 'handedOff') {
+        admission.recheck();
+        return;
+      }
       const lesson = lessons.get(index);
       if (latency === undefined || lesson === undefined) return;
       if (observation.type === 'firstToken') {

@@ -34,13 +34,15 @@ export type SimDecision =
  */
 export interface SimEnding {
   preempt(): void;
-  /** Whether preempting it now would stop its work: no prefill of it is computing (nothing cancels one). */
+  /** Whether preempting it now would stop its work: its KV is not being computed or sent (nothing cancels a prefill). */
   readonly stoppable: boolean;
 }
 
 /** What the replay tells a router of a request it routed, in simulated ms (a router that learns from timings reads it). */
 export type SimObservation =
   | { readonly type: 'firstToken'; readonly at: number; readonly ttftMs: number }
+  /** Its KV reached its decode worker: it can be stopped now (see {@link SimEnding.stoppable}). */
+  | { readonly type: 'handedOff'; readonly at: number }
   | {
       readonly type: 'finished';
       readonly at: number;
@@ -143,7 +145,7 @@ interface Tracked {
   phase: 'routing' | 'serving' | 'ended';
   /** Ends it as preempted, once it is being served. */
   preempt: (() => void) | undefined;
-  /** Whether its prefill is computing (dispatched to a prefill worker, not yet done). */
+  /** Whether its KV is being computed or sent (dispatched to a prefill worker, not yet received by decode). */
   prefilling: boolean;
 }
 
@@ -286,7 +288,6 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
       {
         admitted: (_at, cached) => (cachedTokens += cached),
         prefilled: () => {
-          tracked.prefilling = false;
           // Preempted while its prompt was computed: no decode comes for the KV.
           if (tracked.phase !== 'serving') {
             prefill.released(prefillJob);
@@ -296,7 +297,14 @@ export async function replay(options: ReplayOptions): Promise<ReplaySummary> {
           letGo = () => prefill.released(prefillJob);
           decodeJob = decode.submit(
             { ...job, kind: 'decode' },
-            { ...listener, received: () => prefill.released(prefillJob) },
+            {
+              ...listener,
+              received: (at: number) => {
+                prefill.released(prefillJob);
+                tracked.prefilling = false;
+                if (tracked.phase === 'serving') router.observe?.(index, { type: 'handedOff', at });
+              },
+            },
           );
         },
       },

@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { type PlanFleet, searchPlan } from '../../src/cli/plan-search.js';
+import { ROUTING_BASELINES } from '../../src/cli/simulate-args.js';
+import { simulatedSettings } from '../../src/cli/simulate-fleet.js';
 import { requestsOf, type SimulationResult, simulateOnce } from '../../src/cli/simulate-run.js';
+import { loadServeConfig } from '../../src/server/config.js';
 import { DEFAULT_PROFILE, findProfile } from '../../src/simulation/profiles.js';
 
 const profile = findProfile(DEFAULT_PROFILE);
@@ -53,7 +56,7 @@ describe('a simulated fleet routed by the pipeline', () => {
       seed: 1,
       rateScale: 1,
     });
-    const leastLoaded = await run(requests, 'disagg');
+    const leastLoaded = await run(requests, 'disagg', ['--selection', 'least-in-flight']);
     const sessions = await run(requests, 'disagg', ['--prefill-policy', 'session', '--decode-policy', 'session']);
     expect(sessions.prefix_hit_rate).toBeGreaterThan(leastLoaded.prefix_hit_rate);
   });
@@ -134,4 +137,22 @@ describe('the plan search', () => {
     });
     expect(answer.best).toBeUndefined();
   });
+});
+
+describe("the baselines: their anchors' settings alone", () => {
+  it.each(['random', 'round-robin', 'llm-d'])(
+    '%s takes none of disagg serve’s own defaults: no P/D decider, no SLO filter, no SLO scorer',
+    (name) => {
+      const baseline = ROUTING_BASELINES[name] as { args: readonly string[] };
+      const settings = simulatedSettings({ prefill: 2, decode: 2 }, 'vllm', baseline.args, (args) =>
+        loadServeConfig(args, {}),
+      );
+      expect(settings.routing.deciders).toEqual([]);
+      for (const policy of [settings.prefillPolicy, settings.decodePolicy]) {
+        if (policy !== 'scored') continue;
+        expect(settings.routing.filters).toEqual([]);
+        expect(settings.routing.scorers.map((scorer) => scorer.name)).not.toContain('slo-headroom');
+      }
+    },
+  );
 });

@@ -142,7 +142,11 @@ describe('startup errors (built bin)', () => {
 
   it('the listening line says what the proxy runs with; --kv-events-port that no policy reads is one warning', async () => {
     const tenants = file('two-tenants.yaml', 'tenants:\n  - { name: chat }\n  - { name: batch }\n');
-    const served = await serveBin([...WORKERS, '--tenants-file', tenants, '--kv-events-port', '5557'], { cleanups });
+    // Least in flight: the default scored policy's slo-headroom reads the KV events where given.
+    const served = await serveBin(
+      [...WORKERS, '--selection', 'least-in-flight', '--tenants-file', tenants, '--kv-events-port', '5557'],
+      { cleanups },
+    );
     expect(served.listening).toMatchObject({
       policies: { prefill: 'least-in-flight', decode: 'least-in-flight' },
       migrationLimit: expect.any(Number),

@@ -256,7 +256,13 @@ describe('the fastify plugin with the app', () => {
   it('with an admin key, the admin API under the prefix: a worker added there takes requests', async () => {
     const { options } = await workers();
     const app = Fastify({ forceCloseConnections: true });
-    await app.register(disaggPlugin, { ...options, prefix: '/llm', adminKey: 'admin-secret' });
+    // Least in flight: the same prompt four times would stay where its prefix is, by default.
+    await app.register(disaggPlugin, {
+      ...options,
+      prefix: '/llm',
+      adminKey: 'admin-secret',
+      selection: 'least-in-flight',
+    });
     await app.listen({ port: 0, host: '127.0.0.1' });
     cleanups.push(() => app.close());
     const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/llm`;

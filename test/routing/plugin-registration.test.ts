@@ -157,7 +157,11 @@ describe('registerScorer, registerFilter, registerPicker, registerDecider', () =
     const resolved = resolveProxyOptions({ ...WORKERS, routing: { deciders, engineLoadIntervalMs: 100 } });
     expect(consumedBy(resolved)['engine-load']).toBe('required');
     // Without deciders (the default's prefill-busy reads the load where it is scraped), nothing reads it.
-    expect(consumedBy(resolveProxyOptions({ ...WORKERS, routing: { deciders: [] } }))['engine-load']).toBeUndefined();
+    expect(
+      consumedBy(resolveProxyOptions({ ...WORKERS, selection: 'least-in-flight', routing: { deciders: [] } }))[
+        'engine-load'
+      ],
+    ).toBeUndefined();
   });
 
   it('a name no decider has is refused with the closest one as a hint', () => {

@@ -31,6 +31,9 @@ describe('the proxy under load', () => {
         decode: decode.map((worker) => ({ url: worker.url })),
         logger: recordingLogger().logger,
         dispatcher: new Agent({ connections: 256 }),
+        // Every request disaggregated and spread by load: the ledgers below count each handoff.
+        selection: 'least-in-flight',
+        routing: { deciders: [] },
       });
       const url = await proxy.listen(0);
       const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60_000 });

@@ -138,9 +138,8 @@ describe('one table of settings for createProxy, disagg serve and its help', () 
       decode: [{ url: 'http://d0:30000' }],
     });
     expect(resolved).toMatchObject({
-      selection: 'least-in-flight',
-      prefillPolicy: 'least-in-flight',
-      decodePolicy: 'least-in-flight',
+      prefillPolicy: 'scored',
+      decodePolicy: 'scored',
       healthIntervalMs: 5000,
       slowClientTimeoutMs: 30_000,
       keepAliveTimeoutMs: 72_000,
@@ -271,12 +270,12 @@ describe('what createProxy, createHandler and the admin API take besides the set
 
   it('serving on decode alone by its cache needs the cache-aware decode policy', () => {
     expect(message(() => resolveProxyOptions({ ...base, routing: { aggregateCachedRatio: 0.5 } }))).toContain(
-      "needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is 'least-in-flight'",
+      "needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is 'scored'",
     );
     expect(
       resolveProxyOptions({ ...base, decodePolicy: 'cache-aware', routing: { aggregateCachedRatio: 0.5 } }).routing,
     ).toMatchObject({ aggregateCachedRatio: 0.5 });
-    expect(resolveProxyOptions({ ...base, routing: { aggregateCachedRatio: 0 } }).decodePolicy).toBe('least-in-flight');
+    expect(resolveProxyOptions({ ...base, routing: { aggregateCachedRatio: 0 } }).decodePolicy).toBe('scored');
   });
 
   it("createHandler's base path starts with / and does not end with one; none by default", () => {

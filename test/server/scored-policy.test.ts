@@ -66,8 +66,8 @@ describe('the filters and the picker of a scored policy, as settings', () => {
     return loaded;
   };
 
-  it('come as flags, file keys and options; none and max-score by default', () => {
-    expect(served([]).routing).toMatchObject({ filters: [], picker: { name: 'max-score' } });
+  it('come as flags, file keys and options; slo-feasible and max-score by default', () => {
+    expect(served([]).routing).toMatchObject({ filters: [{ name: 'slo-feasible' }], picker: { name: 'max-score' } });
     expect(
       served([
         '--decode-policy',
@@ -90,8 +90,10 @@ describe('the filters and the picker of a scored policy, as settings', () => {
       picker: { name: 'weighted-random' },
     });
     expect(
-      resolveProxyOptions({ ...WORKERS, routing: { filters: [{ name: 'low-queue', params: { maxWaiting: 4 } }] } })
-        .routing.filters,
+      resolveProxyOptions({
+        ...WORKERS,
+        routing: { engineLoadIntervalMs: 50, filters: [{ name: 'low-queue', params: { maxWaiting: 4 } }] },
+      }).routing.filters,
     ).toEqual([{ name: 'low-queue', params: { maxWaiting: 4 } }]);
   });
 
@@ -106,7 +108,13 @@ describe('the filters and the picker of a scored policy, as settings', () => {
   });
 
   it("a filter reading the engines' load needs --engine-load-interval-ms, as a scorer does", () => {
-    expect(refusal({ decodePolicy: 'scored', routing: { filters: [{ name: 'low-queue' }] } })).toBe(
+    expect(
+      refusal({
+        prefillPolicy: 'least-in-flight',
+        decodePolicy: 'scored',
+        routing: { filters: [{ name: 'low-queue' }] },
+      }),
+    ).toBe(
       "decodePolicy 'scored' scores the engines' load from their /metrics: set routing.engineLoadIntervalMs (--engine-load-interval-ms), such as 100",
     );
   });
@@ -114,7 +122,11 @@ describe('the filters and the picker of a scored policy, as settings', () => {
 
 describe('the settings refuse a policy the data it requires is not provided for', () => {
   it("a scorer reading the engines' load needs --engine-load-interval-ms, and an engine that reports it", () => {
-    const kvUsage = { decodePolicy: 'scored', routing: { scorers: [{ name: 'kv-usage' }] } } as const;
+    const kvUsage = {
+      prefillPolicy: 'least-in-flight',
+      decodePolicy: 'scored',
+      routing: { scorers: [{ name: 'kv-usage' }] },
+    } as const;
     expect(refusal(kvUsage)).toBe(
       "decodePolicy 'scored' scores the engines' load from their /metrics: set routing.engineLoadIntervalMs (--engine-load-interval-ms), such as 100",
     );
@@ -194,7 +206,13 @@ describe("the proxy scrapes the engines' load only when a configured plugin cons
     expect(
       await scrapesWith({ prefillPolicy: 'least-in-flight', decodePolicy: 'cache-aware', routing: { ...none } }),
     ).toBe(0);
-    expect(await scrapesWith({ decodePolicy: 'scored', routing: { ...none, scorers: [{ name: 'load' }] } })).toBe(0);
+    expect(
+      await scrapesWith({
+        prefillPolicy: 'least-in-flight',
+        decodePolicy: 'scored',
+        routing: { ...none, scorers: [{ name: 'load' }], filters: [] },
+      }),
+    ).toBe(0);
   });
 
   it('scrapes for a scored policy with kv-usage, and for precise-prefix (which reads it when given)', async () => {

@@ -22,6 +22,8 @@ const WITH: Record<string, Record<string, string>> = {
   'sidecar.prefillAllow': { 'sidecar.prefillFrom': 'header' },
   'sidecar.prefillMaxRetries': { 'sidecar.prefillFrom': 'header' },
   'scaling.saturationSource': { 'routing.engineLoadIntervalMs': '50' },
+  // The default scored policy applies a filter: one reading the engines' load needs them read.
+  'routing.filters': { 'routing.engineLoadIntervalMs': '50' },
 };
 
 /** A text value the row accepts that is not its default, so that arriving proves something. */

@@ -148,7 +148,7 @@ describe('a replay’s router that refuses, holds back, preempts and learns', ()
     expect(summary.preempted).toBe(1);
   });
 
-  it('says a request is stoppable except while its prefill computes: nothing cancels a prefill', async () => {
+  it('says a request is stoppable except while its KV is computed or sent: nothing cancels a prefill', async () => {
     const { clock, engines } = fleet();
     const seen: boolean[] = [];
     let ending: { readonly stoppable: boolean } | undefined;
@@ -164,7 +164,7 @@ describe('a replay’s router that refuses, holds back, preempts and learns', ()
     };
     clock.at(10, () => seen.push(ending?.stoppable as boolean));
     await replay({ requests: [traceRequest(0, [1, 2], 5)], engines, router, slo: { ttftMs: 1, itlMs: 1 }, clock });
-    // Routed: nothing runs yet; 10 ms in, its prefill computes; at its first token, decode alone runs.
+    // Routed: nothing runs yet; 10 ms in, its prefill computes; at its first token decode holds its KV.
     expect(seen).toEqual([true, false, true]);
   });
 
@@ -177,7 +177,9 @@ describe('a replay’s router that refuses, holds back, preempts and learns', ()
         seen.push(
           observation.type === 'firstToken'
             ? `${index} first ${observation.ttftMs}`
-            : `${index} finished ${observation.tokens} ${observation.itlMs}`,
+            : observation.type === 'finished'
+              ? `${index} finished ${observation.tokens} ${observation.itlMs}`
+              : `${index} handed off`,
         ),
     };
     await replay({ requests: [traceRequest(0, [1, 2], 5)], engines, router, slo: { ttftMs: 1, itlMs: 1 }, clock });

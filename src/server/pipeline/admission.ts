@@ -394,6 +394,24 @@ export class Admission {
     };
   }
 
+  /**
+   * Looks again, for the first of the highest band waiting, for a request under way to preempt:
+   * one of lower priority may have become stoppable since that waiter came (its prefill over).
+   * Its slot goes to that waiter, then it is told. Nothing with preemption off, nobody waiting,
+   * or no such request. The host calls it when a request's prefill ends.
+   */
+  recheck(): void {
+    if (!this.#preempt) return;
+    const first = this.#bands.keys().next();
+    if (first.done === true) return;
+    const victim = this.#victimBelow(first.value);
+    if (victim === undefined || !this.#end(victim)) return;
+    // Its slot to the waiter that asked (the highest band's next in turn), then the victim told.
+    this.#next();
+    const preempt = victim.applicant.preempt as NonNullable<Applicant['preempt']>;
+    preempt(new PreemptedError(victim.applicant.priority, first.value));
+  }
+
   /** Frees `holder`'s slot, once: false when it was freed before (released, or preempted). */
   #end(holder: Holder): boolean {
     if (holder.over) return false;

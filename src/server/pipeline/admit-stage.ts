@@ -61,8 +61,9 @@ export const admitStage: RequestStage = {
               preempt: (error: PreemptedError) => {
                 if (exchange.preempt?.(error) === true) proxy.metrics.tenantRequest(label, 'preempted');
               },
-              // Not while its prefill runs: that goes on whatever happens, and its worker with it.
-              stoppable: () => request.events?.prefillRunning !== true,
+              // Not while its KV is made or in transit: nothing cancels a prefill, so ending it
+              // then would free no worker (and its KV must still be taken or freed).
+              stoppable: () => request.events?.handoffOpen !== true,
             }),
       });
       release = () => ticket.release();

@@ -32,8 +32,12 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     retries: number;
     /** The decode workers whose stream broke and was continued elsewhere, in order. */
     brokeOn: ProxyDecodeWorker[];
-    /** Whether a prefill leg is under way: dispatched to a worker and not yet over. */
-    prefillRunning: boolean;
+    /**
+     * Whether its KV is in the making or in transit: from its prefill's dispatch until decode
+     * took the KV (or the prefill failed, or its handoff was released). Ending the request then
+     * would end no prefill (nothing cancels one): it cannot be stopped at once.
+     */
+    handoffOpen: boolean;
     onEvent: (event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>) => void;
   } = {
     routed: undefined,
@@ -42,7 +46,7 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
     latency,
     retries: 0,
     brokeOn: [],
-    prefillRunning: false,
+    handoffOpen: false,
     onEvent: (event) => {
       observe(event);
       seen.trace?.onEvent(event);
@@ -57,7 +61,11 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
       proxy.health.observe(event);
       kvWork(event);
       latency?.observe(event);
-      seen.prefillRunning = prefillRunning(seen.prefillRunning, event);
+      const wasOpen = seen.handoffOpen;
+      seen.handoffOpen = handoffOpen(wasOpen, event);
+      // Its KV taken by decode, the request can be stopped now: a waiter of higher priority may
+      // take its slot (after this event's listeners, never inside them).
+      if (wasOpen && !seen.handoffOpen) queueMicrotask(() => proxy.admission.recheck());
       if (event.type === 'routed') seen.routed = event;
       else if (event.type === 'decodeRetried') decodeRetried(proxy, seen, event);
       else if (event.type === 'prefillRetried') prefillRetried(proxy, seen, event);
@@ -68,17 +76,19 @@ export function requestEvents(proxy: ProxyState, pool?: string, tokens?: () => n
   return seen;
 }
 
-/** Whether a prefill leg runs after `event`: from its dispatch to its end, whichever way it ends. */
-function prefillRunning(running: boolean, event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>): boolean {
+/** Whether a request's KV is in the making or in transit after `event` (see `handoffOpen`). */
+function handoffOpen(open: boolean, event: FlowEvent<ProxyPrefillWorker, ProxyDecodeWorker>): boolean {
   switch (event.type) {
     case 'prefillDispatched':
       return true;
-    case 'prefillCompleted':
+    case 'kvClaimed':
     case 'prefillFailed':
     case 'prefillRetried':
+    case 'handoffReleased':
+    case 'cleanupExpired':
       return false;
     default:
-      return running;
+      return open;
   }
 }
 

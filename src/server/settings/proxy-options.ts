@@ -124,7 +124,11 @@ export interface ProxyOptions {
   metricsPort?: number | undefined;
   /** SGLang: the bootstrap port of prefill workers that do not name their own; 8998 by default. */
   bootstrapPort?: number | undefined;
-  /** How a worker is chosen for each leg; `least-in-flight` by default. */
+  /**
+   * How a worker is chosen for each leg where no policy is named for it: `least-in-flight` or
+   * `round-robin`. Without it, `scored` with the SLO-aware scorers (`routing.scorers`: prefix,
+   * slo-headroom, load; `routing.filters`: slo-feasible).
+   */
   selection?: 'round-robin' | 'least-in-flight' | undefined;
   /**
    * Refuse to serve prompts on decode alone: without a prefill worker in rotation `/ready`
@@ -138,10 +142,10 @@ export interface ProxyOptions {
    * (to the worker whose cache most likely holds the prompt's prefix), `power-of-two`,
    * `session` (one worker per session key), `precise-prefix` and the rest of the registry; or
    * a policy of your own (a `RoutingPolicy`, or a function of the proxy's routing services
-   * making one: see {@link PolicyOption}). `selection` by default.
+   * making one: see {@link PolicyOption}). `selection` by default, else `scored`.
    */
   prefillPolicy?: PolicyOption<ProxyPrefillWorker> | undefined;
-  /** How the decode worker of a request is chosen, as `prefillPolicy`; `selection` by default. */
+  /** How the decode worker of a request is chosen, as `prefillPolicy`; `selection` by default, else `scored`. */
   decodePolicy?: PolicyOption<ProxyDecodeWorker> | undefined;
   /**
    * The cache-aware and session policies' settings: a match must cover more than

@@ -65,8 +65,9 @@ export function resolveProxyOptions(options: ProxyOptions): ResolvedProxyOptions
       );
     }
   }
-  const decodePolicy = (values.decodePolicy ?? values.selection) as PolicyName;
-  const prefillPolicy = (values.prefillPolicy ?? values.selection) as PolicyName;
+  // Without a policy named for a leg or --selection for both: the SLO-aware scored policy.
+  const decodePolicy = (values.decodePolicy ?? values.selection ?? 'scored') as PolicyName;
+  const prefillPolicy = (values.prefillPolicy ?? values.selection ?? 'scored') as PolicyName;
   const kv = kvEventsOf(values);
   checkConsumption(values, { prefill: prefillPolicy, decode: decodePolicy }, customPolicies, kv);
   return {

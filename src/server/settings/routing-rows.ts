@@ -4,7 +4,8 @@ import { CACHE_AWARE_DEFAULTS } from '../../routing/cache-aware.js';
 import { DECIDER_NAMES } from '../../routing/decider-plugins.js';
 import { FILTER_NAMES } from '../../routing/filter-plugins.js';
 import { DEFAULT_PICKER, PICKER_NAMES } from '../../routing/picker-plugins.js';
-import { DEFAULT_SCORERS, SCORER_NAMES } from '../../routing/plugins.js';
+import { SCORER_NAMES } from '../../routing/plugins.js';
+
 import { POLICY_NAMES } from '../../routing/registry.js';
 import { DEFAULT_SESSION_HEADER } from '../../routing/session-affinity.js';
 import {
@@ -25,6 +26,17 @@ import {
 } from './parsers.js';
 import { inGroup, row } from './setting.js';
 
+/**
+ * `disagg serve`'s scorers: the prompt's prefix where this router sent it before, the most
+ * headroom under the request's service levels (else the lowest predicted latency), then load.
+ * Measured against llm-d's and the others' with `npm run bench:decisions` (docs/routing.md).
+ */
+const SERVE_SCORERS = [
+  { name: 'prefix', weight: 2 },
+  { name: 'slo-headroom', weight: 2 },
+  { name: 'load', weight: 1 },
+];
+
 /** The settings of `--help`'s Routing group. */
 export const ROUTING_ROWS = inGroup('Routing', [
   {
@@ -40,8 +52,8 @@ export const ROUTING_ROWS = inGroup('Routing', [
     key: 'selection',
     flag: 'selection',
     arg: 'least-in-flight|round-robin',
-    help: 'how a worker is chosen for each leg',
-    default: 'least-in-flight',
+    help: 'how a worker is chosen for each leg, where --prefill-policy and --decode-policy name none (by default, scored: the SLO-aware scorers below)',
+    shownDefault: 'scored',
     parse: oneOf(['least-in-flight', 'round-robin']),
   },
   ...(['prefill', 'decode'] as const).map((leg) =>
@@ -50,7 +62,7 @@ export const ROUTING_ROWS = inGroup('Routing', [
       flag: `${leg}-policy`,
       arg: POLICY_NAMES.join('|'),
       help: `how the ${leg} worker is chosen (cache-aware: where the prompt's prefix most likely is cached; session: one worker per session key)`,
-      shownDefault: 'as --selection',
+      shownDefault: 'as --selection, else scored',
       parse: oneOf(POLICY_NAMES),
     }),
   ),
@@ -134,8 +146,8 @@ export const ROUTING_ROWS = inGroup('Routing', [
     flag: 'scorers',
     arg: 'NAME[:W],...',
     help: `scored: its scorers and their weights (${SCORER_NAMES.join(', ')}); a file may give each its params, as [{ name, weight, params }]`,
-    default: DEFAULT_SCORERS,
-    shownDefault: 'load:1',
+    default: SERVE_SCORERS,
+    shownDefault: 'prefix:2,slo-headroom:2,load:1',
     parse: scorerList,
   },
   {
@@ -143,8 +155,8 @@ export const ROUTING_ROWS = inGroup('Routing', [
     flag: 'filters',
     arg: 'NAME,...',
     help: `scored: the filters that pass workers over before scoring (${FILTER_NAMES.join(', ')}); a file may give each its params, as [{ name, params }]`,
-    default: [],
-    shownDefault: 'none',
+    default: [{ name: 'slo-feasible' }],
+    shownDefault: 'slo-feasible',
     parse: filterList,
   },
   {

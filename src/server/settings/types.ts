@@ -33,6 +33,7 @@ export interface ResolvedProxyOptions
       | 'tenantHeader'
       | 'tenantHeaderKeys'
       | 'redisUrl'
+      | 'selection'
       | 'maxExtProcStreams'
       | 'metricsPort'
       | 'discovery'
@@ -59,13 +60,15 @@ export interface ResolvedProxyOptions
       | 'rewrites'
     >
   > {
+  /** As given: the policies below are resolved from it (`scored` without it). */
+  selection: ProxyOptions['selection'];
   /** Models served as weighted targets (see `ProxyOptions.rewrites`). */
   rewrites: readonly ProxyRewriteOption[];
   prefill: readonly ProxyPrefillWorker[];
   decode: readonly ProxyDecodeWorker[];
   /** More pools, one per model, as read (see `ProxyOptions.pools`). */
   pools: readonly ResolvedPool[];
-  /** As given, else `selection` (the name in force when a policy of your own replaces it). */
+  /** As given, else `selection`, else `scored` (the name in force when a policy of your own replaces it). */
   prefillPolicy: PolicyName;
   decodePolicy: PolicyName;
   /** The policies of your own, per pool: they replace the names above. */
@@ -137,7 +140,7 @@ export interface ServeConfig {
   bootstrapPort: number;
   host: string;
   port: number;
-  selection: 'round-robin' | 'least-in-flight';
+  selection: 'round-robin' | 'least-in-flight' | undefined;
   requireDisaggregation: boolean;
   /** As given; `selection` applies when undefined. */
   prefillPolicy: PolicyName | undefined;

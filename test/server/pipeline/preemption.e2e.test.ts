@@ -169,22 +169,25 @@ describe('--preempt: a request of higher priority takes the slot of one under wa
     ).toMatchObject({ status: 503, preempted: true, preemptedBy: 1 });
   });
 
-  it('a stream not yet begun (its prefill under way) gets the 503 with Retry-After and x-disagg-preempted: true; its prefill finishes and its decode takes the KV, then ends', async () => {
+  it('a stream whose KV is still made or in transit is not preempted (nothing cancels a prefill: it would free no worker); once decode has taken its KV, the waiting higher request takes its slot and it gets the 503', async () => {
     const { url, prefill, decode } = await preempting(true, 1000);
     const body = { model: 'fake-model', prompt: 'Hi', max_tokens: 4, stream: true };
     const low = post(url, '/v1/completions', LOW_KEY, body);
     await eventually(() => prefill.requests.length === 1, 'the low request reached prefill');
-    const high = await post(url, '/v1/completions', HIGH_KEY, body);
+    const high = post(url, '/v1/completions', HIGH_KEY, body);
+    // Nothing is preempted while the low one's prefill runs (1 s): only once its decode has the KV.
+    await eventually(() => decode.requests.length === 1, "the low request's decode took its KV");
     const refused = await low;
     expect(refused.statusCode).toBe(503);
     expect(refused.headers['retry-after']).toBe('1');
     expect(refused.headers['x-disagg-preempted']).toBe('true');
-    expect(refused.headers['content-type']).toMatch(/^application\/json/);
     expect(await refused.body.json()).toMatchObject({ error: { type: 'service_unavailable', code: 'preempted' } });
-    expect(high.statusCode).toBe(200);
-    expect(await high.body.text()).toContain('data: [DONE]');
+    const served = await high;
+    expect(served.statusCode).toBe(200);
+    expect(await served.body.text()).toContain('data: [DONE]');
     await noneLeftOpen([prefill, decode]);
-    // Nothing read the low one's decode for a client: it was ended once it had taken the KV.
+    // Its prefill ran to its end, its decode took the KV, then was ended: nothing held.
+    expect(prefill.requests[0]).toMatchObject({ completed: true });
     expect(decode.requests.filter((each) => each.headers.authorization === `Bearer ${LOW_KEY}`)).toMatchObject([
       { kv: 'taken', aborted: true },
     ]);

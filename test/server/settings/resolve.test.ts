@@ -85,7 +85,11 @@ describe("resolveProxyOptions: the engines' load, for the policies that read it"
     expect(resolve({ connector: 'trtllm', routing: { engineLoadIntervalMs: 0 } }).connector).toBe('trtllm');
     // Only the pool whose policy reads it is named.
     expect(
-      refusal({ decodePolicy: 'scored', routing: { scorers: [{ name: 'queue' }], engineLoadIntervalMs: 0 } }),
+      refusal({
+        prefillPolicy: 'least-in-flight',
+        decodePolicy: 'scored',
+        routing: { scorers: [{ name: 'queue' }], engineLoadIntervalMs: 0 },
+      }),
     ).toMatch(/^decodePolicy 'scored'/);
   });
 
@@ -106,7 +110,7 @@ describe("resolveProxyOptions: the engines' load, for the policies that read it"
 describe('resolveProxyOptions: the deciders, checked by what they declare', () => {
   it('decode-cached listed in routing.deciders needs a decode policy that knows the caches, named as listed', () => {
     expect(refusal({ routing: { deciders: [{ name: 'decode-cached' }] } })).toBe(
-      "the decode-cached decider (routing.deciders) needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is 'least-in-flight'",
+      "the decode-cached decider (routing.deciders) needs decodePolicy 'cache-aware' or 'precise-prefix' (--decode-policy): only then does the router know what decode workers hold; decodePolicy is 'scored'",
     );
     expect(
       resolve({ decodePolicy: 'cache-aware', routing: { deciders: [{ name: 'decode-cached' }] } }).routing.deciders,
