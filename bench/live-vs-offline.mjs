@@ -63,7 +63,12 @@ async function timed(url, r) {
   const sent = performance.now();
   const answer = await request(`${url}/v1/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    // Its service levels, as the offline replay gives each request the run's.
+    headers: {
+      'content-type': 'application/json',
+      'x-disagg-slo-ttft-ms': String(slo.ttft),
+      'x-disagg-slo-itl-ms': String(slo.itl),
+    },
     body: JSON.stringify({ model: 'fake-model', prompt: tokenIds(r), max_tokens: r.outputTokens, stream: true }),
   });
   let first;

@@ -37,6 +37,18 @@ const SCALE = args.quick ? 0.25 : 1;
 // precise-prefix, which routes on KV events these text-cache workers do not publish: the fleet
 // part (bench/routing-fleet.mjs) measures it on workers that do.
 const POLICIES = POLICY_NAMES.filter((name) => name !== 'precise-prefix');
+/**
+ * The flags of each row: a registry policy for prefill, decode by least in flight and no
+ * P/D decider (what the policy alone does); `serve defaults`, disagg serve's default policies
+ * (the SLO-aware scored policy on both pools) without its decider: these fake decode workers
+ * compute a prompt for nothing, so prefill-busy's requests on decode alone would read as free.
+ */
+const DEFAULTS = 'serve defaults';
+const ROWS = [...POLICIES, DEFAULTS];
+const flagsOf = (row) =>
+  row === DEFAULTS
+    ? ['--deciders', '']
+    : ['--prefill-policy', row, '--decode-policy', 'least-in-flight', '--deciders', ''];
 const PREFILL = 4;
 const DECODE = 2;
 const CAPACITY_BLOCKS = 800; // 50 KB of prompt per worker: a quarter of the multi-turn working set
@@ -122,8 +134,7 @@ async function stack(policy) {
       'vllm',
       ...workers.info.prefill.flatMap((url) => ['--prefill', url]),
       ...workers.info.decode.flatMap((url) => ['--decode', url]),
-      '--prefill-policy',
-      policy,
+      ...flagsOf(policy),
       '--port',
       '0',
       '--host',
@@ -197,7 +208,7 @@ try {
     console.log(
       `  oracle          | ${(bound * 100).toFixed(1).padStart(5)}% |           |          |          |        |            |`,
     );
-    for (const policy of POLICIES) {
+    for (const policy of ROWS) {
       const proxy = await stack(policy);
       const cpuBefore = cpuMs(proxy.pid);
       const result = await drive(proxy.url, sessions);
@@ -213,7 +224,10 @@ try {
   }
   const ratio = (workload, policy) => summary[`${workload}/${policy}`].p50 / summary[`${workload}/least-in-flight`].p50;
   console.log(
-    `cache-aware against least-in-flight, TTFT p50: multi-turn ${ratio('multi-turn', 'cache-aware').toFixed(2)} x, shared-prefix ${ratio('shared-prefix', 'cache-aware').toFixed(2)} x, cold ${ratio('cold', 'cache-aware').toFixed(2)} x\n`,
+    `cache-aware against least-in-flight, TTFT p50: multi-turn ${ratio('multi-turn', 'cache-aware').toFixed(2)} x, shared-prefix ${ratio('shared-prefix', 'cache-aware').toFixed(2)} x, cold ${ratio('cold', 'cache-aware').toFixed(2)} x`,
+  );
+  console.log(
+    `serve defaults against least-in-flight, TTFT p50: multi-turn ${ratio('multi-turn', DEFAULTS).toFixed(2)} x, shared-prefix ${ratio('shared-prefix', DEFAULTS).toFixed(2)} x, cold ${ratio('cold', DEFAULTS).toFixed(2)} x\n`,
   );
   console.log('routing decision, µs per request (chat request of 1 KB / 16 KB / 128 KB, 4 workers):');
   for (const policy of POLICIES) {

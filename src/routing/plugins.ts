@@ -120,7 +120,7 @@ export const SCORERS: readonly ScorerPlugin[] = [
 /** Every built-in scorer's name, in the registry's order. */
 export const SCORER_NAMES: readonly string[] = SCORERS.map((each) => each.name);
 
-/** The `scored` policy's scorers when the settings name none: this router's load alone. */
+/** The `scored` policy's scorers when a program names none (`createPolicy('scored')`): this router's load alone. `disagg serve`'s settings default to their own (`routing.scorers`: prefix, slo-headroom, load). */
 export const DEFAULT_SCORERS: readonly ScorerSetting[] = [{ name: 'load', weight: 1 }];
 
 /**
