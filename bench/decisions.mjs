@@ -144,9 +144,7 @@ const results = [];
 for (const workload of workloads) {
   for (const policy of POLICIES) {
     for (const scale of scalesOf(workload)) {
-      const args = [
-        bin,
-        'simulate',
+      const s = simulate([
         ...workload.flags,
         '--requests',
         values.requests,
@@ -161,14 +159,7 @@ for (const workload of workloads) {
         '--rate-scale',
         String(scale),
         ...policy.flags,
-        '--json',
-      ];
-      const run = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
-      if (run.status !== 0) {
-        process.stderr.write(run.stderr);
-        process.exit(1);
-      }
-      const s = JSON.parse(run.stdout);
+      ]);
       results.push({
         workload: workload.name,
         policy: policy.name,
