@@ -82,6 +82,8 @@ export class PostgresAgentStore implements AgentStore {
   readonly #sweepIntervalMs: number;
   #lastSweep = performance.now();
   #sweep: Promise<unknown> | undefined;
+  /** A sweep came due while one ran (which may have read the clock before rows expired): one more follows it. */
+  #sweepAgain = false;
 
   private constructor(
     sessions: PostgresSessions,
@@ -437,7 +439,8 @@ export class PostgresAgentStore implements AgentStore {
   }
 
   async close(): Promise<void> {
-    await this.#sweep;
+    // A sweep that came due while another ran follows it: wait for both.
+    while (this.#sweep !== undefined) await this.#sweep;
     await this.#sessions.close();
   }
 
@@ -465,13 +468,25 @@ export class PostgresAgentStore implements AgentStore {
   /** Starts a sweep of every owner's expired rows, unless one ran within the interval (or runs). */
   #maybeSweep(): void {
     const now = performance.now();
-    if (this.#sweep !== undefined || now - this.#lastSweep < this.#sweepIntervalMs) return;
+    if (now - this.#lastSweep < this.#sweepIntervalMs) return;
+    // One runs: it read its clock before this write, so rows expired since are not its own.
+    if (this.#sweep !== undefined) {
+      this.#sweepAgain = true;
+      return;
+    }
+    this.#startSweep(now);
+  }
+
+  #startSweep(now: number): void {
     this.#lastSweep = now;
     // Its failure was logged by the sessions; the next write's sweep tries again.
     this.#sweep = this.purgeExpired()
       .catch(() => 0)
       .finally(() => {
         this.#sweep = undefined;
+        if (!this.#sweepAgain) return;
+        this.#sweepAgain = false;
+        this.#startSweep(performance.now());
       });
   }
 }
