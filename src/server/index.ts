@@ -32,6 +32,7 @@ export { type FollowedPool, KvFollower, type KvFollowerOptions, type KvWorker } 
 export { type WatchHealthOptions, type WorkerHealth, watchHealth } from './fleet/watch-health.js';
 export type { TracerLike } from './observability/tracing.js';
 export type { Route } from './openai-format.js';
+export type { PreemptedError } from './pipeline/admission.js';
 export { type ErrorAnswer, errorToResponse } from './pipeline/error-answers.js';
 export type { Exchange, RequestHeaders } from './pipeline/exchange.js';
 export type { RequestAnswer, RequestVariables, ResolvedModel } from './pipeline/request-context.js';

@@ -38,7 +38,9 @@ export {
   replay,
   type ServiceLevels,
   type SimDecision,
+  type SimEnding,
   type SimLease,
+  type SimObservation,
   type SimRouter,
   type TenantSummary,
 } from '../simulation/replay.js';
