@@ -43,7 +43,7 @@ export const ADMISSION_ROWS = inGroup('Admission', [
     key: 'preempt',
     flag: 'preempt',
     arg: '',
-    help: "when every slot is busy, a request of higher priority (its tenant's) takes the slot of the lowest-priority request under way, newest first, which ends with a 503 (Retry-After, x-disagg-preempted: true), or its API's error event once its stream has begun; its legs end as when a client leaves. Counted in disagg_tenant_requests_total{outcome=\"preempted\"}; disagg serve's alone (disagg epp refuses it)",
+    help: "when every slot is busy, a request of higher priority (its tenant's) takes the slot of the lowest-priority request under way whose decode worker holds its KV (newest first; a prefill is never cut short), which ends with a 503 (Retry-After, x-disagg-preempted: true), or its API's error event once its stream has begun; its legs end as when a client leaves. Counted in disagg_tenant_requests_total{outcome=\"preempted\"}; disagg serve's alone (disagg epp refuses it)",
     default: false,
     boolean: true,
     parse: switchValue,
