@@ -63,6 +63,9 @@ const workloads = [
 ];
 const scalesOf = (workload) => (values.scales === undefined ? workload.scales : values.scales.split(',').map(Number));
 
+/** The requests and the fleet every replay here has. */
+const fleetArgs = ['--requests', values.requests, '--prefill', values.prefill, '--decode', values.decode];
+
 /** One `disagg simulate --json` run; exits on a failed one. */
 function simulate(args) {
   const run = spawnSync(process.execPath, [bin, 'simulate', ...args, '--json'], {
@@ -93,12 +96,7 @@ for (const setup of FLOOD_SETUPS) {
       const s = simulate([
         '--workload',
         'mixed',
-        '--requests',
-        values.requests,
-        '--prefill',
-        values.prefill,
-        '--decode',
-        values.decode,
+        ...fleetArgs,
         '--tenant-rate-scale',
         `batch=${batch}`,
         '--seed',
@@ -146,12 +144,7 @@ for (const workload of workloads) {
     for (const scale of scalesOf(workload)) {
       const s = simulate([
         ...workload.flags,
-        '--requests',
-        values.requests,
-        '--prefill',
-        values.prefill,
-        '--decode',
-        values.decode,
+        ...fleetArgs,
         '--slo-ttft-ms',
         values['slo-ttft-ms'],
         '--slo-itl-ms',

@@ -1,16 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { OnlineRidge } from '../../../src/routing/slo/online-regression.js';
+import { SeededRandom } from '../../../src/simulation/workload-random.js';
 
-/** A seeded source of numbers in [0, 1) (mulberry32), so that the noise is the same every run. */
+/** A seeded source of numbers in [0, 1), so that the noise is the same every run. */
 function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = new SeededRandom(seed);
+  return () => random.next();
 }
 
 describe('OnlineRidge', () => {
