@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,13 +41,23 @@ export function postgresTool(): { present: boolean; skip: boolean; why: string }
   };
 }
 
-/** A free TCP port on loopback (listened on for a moment, then let go). */
+/**
+ * A free TCP port on loopback below Linux's ephemeral range (32768 and up): a port from that
+ * range could be taken by any test's outgoing connection between this check and the server's
+ * bind, which once failed a CI run's `pg_ctl start`; below it only an explicit bind competes.
+ */
 async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
+  for (;;) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    const server = createServer();
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (!bound) continue;
+    await new Promise((resolve) => server.close(resolve));
+    return port;
+  }
 }
 
 /**
@@ -113,7 +123,6 @@ export async function startPostgres(): Promise<TestPostgres> {
     chownSync(dir, user.uid, user.gid);
     chownSync(passwordFile, user.uid, user.gid);
   }
-  const port = await freePort();
   const ctl = (...args: string[]) => runChecked([...prefix, join(bin, 'pg_ctl'), ...args]);
   runChecked([
     ...prefix,
@@ -131,9 +140,30 @@ export async function startPostgres(): Promise<TestPostgres> {
     'UTF8',
     '--locale=C',
   ]);
-  const options = `-p ${port} -c listen_addresses=127.0.0.1 -k ${dir} -c fsync=off -c full_page_writes=off -c synchronous_commit=off`;
-  const start = async () => ctl('start', '-w', '-s', '-D', data, '-l', join(dir, 'log'), '-o', options);
+  const log = join(dir, 'log');
+  let port = await freePort();
+  // pg_ctl only says "could not start server": the reason is in the server's log, so a failed
+  // start says what the log says.
+  const start = async () => {
+    try {
+      const options = `-p ${port} -c listen_addresses=127.0.0.1 -k ${dir} -c fsync=off -c full_page_writes=off -c synchronous_commit=off`;
+      ctl('start', '-w', '-s', '-D', data, '-l', log, '-o', options);
+    } catch (error) {
+      const said = existsSync(log) ? readFileSync(log, 'utf8').split('\n').slice(-15).join('\n') : '(no log)';
+      throw new Error(`${(error as Error).message}\nthe server's log ends:\n${said}`);
+    }
+  };
   const stop = async () => ctl('stop', '-w', '-s', '-D', data, '-m', 'fast');
+  // Another test may bind the chosen port first: a first start that finds it taken tries another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await start();
+      break;
+    } catch (error) {
+      if (attempt >= 3 || !/could not (bind|create listen)|already in use/i.test((error as Error).message)) throw error;
+      port = await freePort();
+    }
+  }
   const base = `postgres://postgres:${POSTGRES_TEST_PASSWORD}@127.0.0.1:${port}`;
   let made = 0;
   const database = async () => {
@@ -147,7 +177,6 @@ export async function startPostgres(): Promise<TestPostgres> {
     }
     return `${base}/${name}`;
   };
-  await start();
   const url = await database();
   return {
     url,
