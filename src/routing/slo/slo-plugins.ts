@@ -49,8 +49,11 @@ function predictions<W extends { url: string }>(
  * Prefers the worker whose predicted latency leaves the most headroom under the request's
  * service levels: each scores 0.5 plus half its smallest relative headroom over the targets it
  * answers for (1 − predicted / target), within 0 to 1, so that meeting a target scores above
- * 0.5 and missing it below. A request without a target for this pool's latencies prefers the
- * lowest predicted latency (the best scores 1, another best / its own). A worker not yet
+ * 0.5 and missing it below. A request without a target for this pool's latencies, or one that
+ * no candidate is predicted to meet, prefers the lowest predicted latency: without targets the
+ * best scores 1, another best / its own; when every candidate misses them, the least late
+ * scores 1 and the latest 0 (rather than all 0, which would leave the choice to the other
+ * scorers, blind to how late each would be). A worker not yet
  * predicted (too few samples, its pool's too) scores midway between the others, neither best
  * nor worst, so that it is still tried.
  *
@@ -67,10 +70,17 @@ export function sloHeadroomScorer<W extends { url: string }>(
       const metrics = metricsOf(role, input);
       const predicted = predictions(predictor, role, candidates, load, input);
       const targeted = metrics.filter((metric) => targetOf(input?.serviceLevels, metric) !== undefined);
+      const headroom = predicted.map((prediction) => headroomScore(prediction, targeted, input?.serviceLevels));
+      // No candidate predicted to meet the targets (a long prompt, a loaded pool): each would
+      // score 0 and the scorer would say nothing, so the least late scores 1 and the latest 0,
+      // spread as the load scorer spreads its counts (a pool's fewest requests in flight are
+      // not its least work when the prompts differ a hundredfold).
       const scores =
-        targeted.length > 0
-          ? predicted.map((prediction) => headroomScore(prediction, targeted, input?.serviceLevels))
-          : lowestScores(predicted, metrics);
+        targeted.length === 0
+          ? lowestScores(predicted, metrics)
+          : headroom.some((score) => score !== undefined && score >= 0.5)
+            ? headroom
+            : leastLateScores(predicted, targeted);
       const known = scores.filter((score): score is number => score !== undefined);
       const neutral = known.length === 0 ? 0.5 : (Math.min(...known) + Math.max(...known)) / 2;
       return scores.map((score) => score ?? neutral);
@@ -92,6 +102,30 @@ function headroomScore(
     headroom = Math.min(headroom, 1 - predicted / target);
   }
   return Math.min(1, Math.max(0, 0.5 + headroom / 2));
+}
+
+/**
+ * Per latency, the candidates' predictions spread from 1 (the lowest) to 0 (the highest), the
+ * worst latency counting; all 1 where they are equal; undefined for a candidate with a latency
+ * not predicted.
+ */
+function leastLateScores(predicted: readonly LatencyPrediction[], metrics: readonly Metric[]): (number | undefined)[] {
+  const spans = metrics.map((metric) => {
+    const known = predicted
+      .map((prediction) => prediction[PREDICTED[metric]])
+      .filter((value): value is number => value !== undefined);
+    return known.length === 0 ? undefined : { low: Math.min(...known), high: Math.max(...known) };
+  });
+  return predicted.map((prediction) => {
+    let score = 1;
+    for (const [i, metric] of metrics.entries()) {
+      const value = prediction[PREDICTED[metric]];
+      const span = spans[i];
+      if (value === undefined || span === undefined) return undefined;
+      if (span.high > span.low) score = Math.min(score, (span.high - value) / (span.high - span.low));
+    }
+    return score;
+  });
 }
 
 /**

@@ -60,6 +60,23 @@ describe('slo-headroom', () => {
     expect(s).toBeCloseTo(0.1, 3);
   });
 
+  it('when every worker is predicted to miss the target, the least late scores 1 and the latest 0, rather than all 0 and the choice left to load', () => {
+    // A long prompt on a loaded pool: 2.5, 4 and 8 times its 500 ms target.
+    const predictor = taught('prefill', [
+      [fast, { ttft: 1250 }],
+      [middling, { ttft: 2000 }],
+      [slow, { ttft: 4000 }],
+    ]);
+    const [f, m, s] = sloHeadroomScorer(predictor, 'prefill').score(
+      [fast, middling, slow],
+      idle,
+      request({ ttftMs: 500 }),
+    ) as number[];
+    expect(f).toBeCloseTo(1, 3);
+    expect(m).toBeCloseTo(2000 / 2750, 3);
+    expect(s).toBeCloseTo(0, 3);
+  });
+
   it('without service levels, prefers the lowest predicted latency', () => {
     const predictor = taught('prefill', [
       [fast, { ttft: 99 }],
