@@ -34,16 +34,21 @@ const bin = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 
 /**
  * The routings compared: a baseline's name, or disagg's with flags. `disagg` is `disagg
- * serve`'s defaults as they are (the SLO-aware scored policy on both pools, prefill-busy);
- * the two before it, the defaults of earlier releases.
+ * serve`'s defaults as they are (the SLO-aware scored policy on both pools, predicted-wait);
+ * `least-in-flight, no decider` the defaults of earlier releases, the rest steps between.
  */
 const POLICIES = [
   { name: 'random', flags: ['--routing', 'random'] },
   { name: 'round-robin', flags: ['--routing', 'round-robin'] },
   { name: 'llm-d', flags: ['--routing', 'llm-d'] },
   { name: 'least-in-flight, no decider', flags: ['--selection', 'least-in-flight', '--deciders', ''] },
-  { name: 'least-in-flight + prefill-busy', flags: ['--selection', 'least-in-flight'] },
-  { name: 'cache-aware + prefill-busy', flags: ['--prefill-policy', 'cache-aware', '--decode-policy', 'cache-aware'] },
+  { name: 'least-in-flight + prefill-busy', flags: ['--selection', 'least-in-flight', '--deciders', 'prefill-busy'] },
+  {
+    name: 'cache-aware + prefill-busy',
+    flags: ['--prefill-policy', 'cache-aware', '--decode-policy', 'cache-aware', '--deciders', 'prefill-busy'],
+  },
+  // The scored policy with the decider of the release before: what predicted-wait adds.
+  { name: 'scored + prefill-busy', flags: ['--deciders', 'prefill-busy'] },
   { name: 'disagg', flags: [] },
 ];
 const workloads = [

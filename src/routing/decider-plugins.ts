@@ -8,6 +8,7 @@ import { type PluginSetting, pluginNamed, type RoutingPlugin, readPluginEntry, w
 import type { RoutingInput } from './routing-input.js';
 import type { LoadView } from './routing-policy.js';
 import { type Consumption, mergeConsumption, type RoutingServices } from './services.js';
+import type { LatencyPredictor } from './slo/latency-predictor.js';
 
 /**
  * One pool's P/D decider: the reason to serve `input`'s request on decode alone (`'short-prompt'`),
@@ -32,6 +33,8 @@ export interface DeciderServices<W> extends RoutingServices<W> {
   decodeWorkers?: (() => readonly W[]) | undefined;
   /** The prefill pool's requests under way per worker (this router's, and its peers' where shared). */
   prefillLoad?: LoadView<W> | undefined;
+  /** The decode pool's requests under way per worker. */
+  decodeLoad?: LoadView<W> | undefined;
   /**
    * The largest share (0 to 1) of `input`'s prompt that the decode pool's policy knows one of
    * its workers in rotation to hold (`RoutingPolicy.cachedShare`: cache-aware's tree,
@@ -113,43 +116,121 @@ const DECODE_CACHED: DeciderPlugin = {
   },
 };
 
+/** `inFlight`, as prefill-busy and predicted-wait (its rule while nothing is predicted) take it. */
+const IN_FLIGHT = {
+  name: 'inFlight',
+  help: 'requests under way on a prefill worker (from this router and its peers, or waiting and running as its engine reports them, whichever is more) past which it counts as busy',
+  // Dynamo's max_prefill_queue_size (2): a third request would queue behind a whole prompt.
+  default: 2,
+  expected: 'a positive whole number',
+  valid: (value: number) => Number.isSafeInteger(value) && value > 0,
+};
+
+/**
+ * Whether every prefill worker in rotation has `busy` requests or more under way (none in
+ * rotation: false, so that the scheduler's no-prefill-worker says why).
+ */
+function everyPrefillBusy<W extends { url: string }>(busy: number, services: DeciderServices<W>): () => boolean {
+  const { prefillWorkers, prefillLoad, engineLoad } = services;
+  if (prefillWorkers === undefined || prefillLoad === undefined) return () => false;
+  return () => {
+    const workers = prefillWorkers();
+    if (workers.length === 0) return false;
+    for (const worker of workers) {
+      const engine = engineLoad?.(worker);
+      const underWay = Math.max(
+        prefillLoad.inFlight(worker),
+        engine === undefined ? 0 : engine.waiting + engine.running,
+      );
+      if (underWay < busy) return false;
+    }
+    return true;
+  };
+}
+
 const PREFILL_BUSY: DeciderPlugin = {
   name: 'prefill-busy',
   help: "every prefill worker in rotation has inFlight requests or more under way (Dynamo's isl_or_load: the prompt is computed on decode rather than queued behind them)",
-  params: [
-    {
-      name: 'inFlight',
-      help: 'requests under way on a prefill worker (from this router and its peers, or waiting and running as its engine reports them, whichever is more) past which it counts as busy',
-      // Dynamo's max_prefill_queue_size (2): a third request would queue behind a whole prompt.
-      default: 2,
-      expected: 'a positive whole number',
-      valid: (value) => Number.isSafeInteger(value) && value > 0,
-    },
-  ],
+  params: [IN_FLIGHT],
   // The engines' own queues when scraped: another router's requests are there too.
   consumes: { 'engine-load': 'optional' },
   create: (params, services) => {
-    const busy = params.inFlight as number;
-    const { prefillWorkers, prefillLoad, engineLoad } = services;
+    const busy = everyPrefillBusy(params.inFlight as number, services);
+    return () => (busy() ? 'prefill-busy' : undefined);
+  },
+};
+
+/**
+ * How long `input`'s prompt is predicted to wait on prefill worker `worker` before its own
+ * compute: its predicted time to first token with the work ahead of it, less the same on the
+ * worker idle; undefined while the worker is not predicted.
+ */
+function prefillWaitMs<W extends { url: string }>(
+  predictor: LatencyPredictor<W>,
+  worker: W,
+  input: RoutingInput,
+  load: LoadView<W>,
+): number | undefined {
+  const features = predictor.features(worker, input, 'prefill', load);
+  const loaded = predictor.predict(worker, features).ttftMs;
+  const idle = predictor.predict(worker, { ...features, queue: 0, tokensInFlight: 0 }).ttftMs;
+  return loaded === undefined || idle === undefined ? undefined : Math.max(0, loaded - idle);
+}
+
+/** The least of the known values, undefined when none is known. */
+function leastKnown(values: readonly (number | undefined)[]): number | undefined {
+  let least: number | undefined;
+  for (const value of values) if (value !== undefined && (least === undefined || value < least)) least = value;
+  return least;
+}
+
+/**
+ * What computing `input`'s prompt on decode worker `worker` is predicted to take to its first
+ * token: the decode fit's (its own, else its pool's, learnt from the requests served on decode
+ * alone), else, while decode has computed too few prompts to have one, the prefill pool's fit
+ * for an idle worker given what `worker` holds cached (the same hardware computing the same
+ * tokens; its transfer counted, so that it errs toward disaggregating).
+ */
+function onDecodeMs<W extends { url: string }>(
+  predictor: LatencyPredictor<W>,
+  worker: W,
+  input: RoutingInput,
+  load: LoadView<W> | undefined,
+): number | undefined {
+  const features = predictor.features(worker, input, 'decode', load);
+  return (
+    predictor.predict(worker, features).ttftMs ??
+    predictor.predictPool('prefill', { ...features, role: 'prefill', queue: 0, tokensInFlight: 0 }).ttftMs
+  );
+}
+
+const PREDICTED_WAIT: DeciderPlugin = {
+  name: 'predicted-wait',
+  help: "the prompt's predicted wait on the best prefill worker (the work queued ahead of it there) exceeds the predicted cost of computing it on decode, with what decode holds cached (Dynamo's load-aware decision, on the latency the router learnt); prefill-busy's rule while too little is learnt to predict",
+  params: [IN_FLIGHT],
+  consumes: { latency: 'required', 'kv-index': 'optional', 'engine-load': 'optional' },
+  create: (params, services) => {
+    const busy = everyPrefillBusy(params.inFlight as number, services);
+    const { prefillWorkers, prefillLoad, decodeWorkers, decodeLoad } = services;
+    const predictor = services.latency;
     if (prefillWorkers === undefined || prefillLoad === undefined) return () => undefined;
-    return () => {
-      const workers = prefillWorkers();
-      if (workers.length === 0) return undefined;
-      for (const worker of workers) {
-        const engine = engineLoad?.(worker);
-        const underWay = Math.max(
-          prefillLoad.inFlight(worker),
-          engine === undefined ? 0 : engine.waiting + engine.running,
-        );
-        if (underWay < busy) return undefined;
-      }
-      return 'prefill-busy';
+    // A router of its own that gave no predictor: nothing is ever predicted.
+    if (predictor === undefined) return () => (busy() ? 'prefill-busy' : undefined);
+    return (input) => {
+      const prefill = prefillWorkers();
+      if (prefill.length === 0) return undefined;
+      const wait = leastKnown(prefill.map((worker) => prefillWaitMs(predictor, worker, input, prefillLoad)));
+      const onDecode = leastKnown(
+        (decodeWorkers?.() ?? []).map((worker) => onDecodeMs(predictor, worker, input, decodeLoad)),
+      );
+      if (wait === undefined || onDecode === undefined) return busy() ? 'prefill-busy' : undefined;
+      return wait > onDecode ? 'predicted-wait' : undefined;
     };
   },
 };
 
 /** Every decider, the built-in ones first: the settings' choices, the help and the pools read this list. */
-export const DECIDERS: readonly DeciderPlugin[] = [SHORT_PROMPT, DECODE_CACHED, PREFILL_BUSY];
+export const DECIDERS: readonly DeciderPlugin[] = [SHORT_PROMPT, DECODE_CACHED, PREFILL_BUSY, PREDICTED_WAIT];
 
 /** Every built-in decider's name, in the registry's order. */
 export const DECIDER_NAMES: readonly string[] = DECIDERS.map((each) => each.name);

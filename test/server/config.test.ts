@@ -57,7 +57,7 @@ describe('disagg serve configuration', () => {
       routing: {
         aggregateBelowChars: 0,
         aggregateCachedRatio: 0,
-        deciders: [{ name: 'prefill-busy' }],
+        deciders: [{ name: 'predicted-wait' }],
         cacheThreshold: 0.5,
         balanceAbsThreshold: 32,
         balanceRelThreshold: 1.1,

@@ -172,6 +172,22 @@ export class LatencyPredictor<W extends { url: string }> {
     };
   }
 
+  /**
+   * The latency of a request with `features` by `role`'s pool-wide fit alone (every worker of
+   * that leg, whatever its own fit says), undefined while that fit has too few samples: what a
+   * worker of that leg would take, for a worker that has not served the leg (a decode worker
+   * computing a prompt it never computed before).
+   */
+  predictPool(role: LatencyRole, features: LatencyFeatures): LatencyPrediction {
+    const fits = this.#pools.get(role);
+    const ttft = this.#trusted(undefined, fits?.ttft);
+    const itl = role === 'decode' ? this.#trusted(undefined, fits?.itl) : undefined;
+    return {
+      ttftMs: ttft === undefined ? undefined : Math.max(0, ttft.predict(ttftVector(features))),
+      itlMs: itl === undefined ? undefined : Math.max(0, itl.predict(itlVector(features))),
+    };
+  }
+
   /** How many TTFT and inter-token samples `worker` has given. */
   samples(worker: W): { ttft: number; itl: number } {
     const own = this.#workers.get(worker.url);

@@ -115,6 +115,7 @@ export function poolDecider<W extends { url: string }>(
     ...services,
     ...(prefill === undefined ? {} : { prefillWorkers: () => prefill.available, prefillLoad: prefill.load }),
     decodeWorkers: () => decode.available,
+    decodeLoad: decode.load,
     ...(cachedShare === undefined
       ? {}
       : { decodeCachedShare: (input: RoutingInput) => cachedShare(decode.available, input) }),

@@ -167,6 +167,99 @@ describe("prefill-busy: the prompt computed on decode rather than queued behind 
   });
 });
 
+describe("predicted-wait: on decode when the prompt's wait on the best prefill worker exceeds what decode would take to compute it", () => {
+  const waiting = { ...routing, deciders: [{ name: 'predicted-wait' }] };
+  const tokensOf = (input: RoutingInput | undefined) => input?.promptTokens ?? 0;
+  function pools() {
+    const prefill = new WorkerPool<W>([{ url: 'http://p0' }, { url: 'http://p1' }], { promptTokens: tokensOf });
+    const decode = new WorkerPool<W>([{ url: 'http://d0' }], { promptTokens: tokensOf });
+    return { prefill, decode };
+  }
+  /** A prompt of `tokens` tokens, as the router counts a text's (4 characters a token). */
+  const prompt = (tokens: number) => new RoutingInput({ prompt: 'x'.repeat(tokens * 4) });
+  /**
+   * A predictor that learnt prefill's TTFT as 100 ms, 50 ms per thousand uncached tokens and 40
+   * per thousand prompt tokens queued ahead (and nothing yet of decode computing prompts).
+   */
+  function taught(worker: W): LatencyPredictor<W> {
+    const predictor = new LatencyPredictor<W>();
+    for (let i = 0; i < 40; i++) {
+      const uncached = 1000 + ((i * 3137) % 20_000);
+      const ahead = (i * 7919) % 60_000;
+      const features = {
+        role: 'prefill' as const,
+        uncachedTokens: uncached,
+        queue: i % 4,
+        tokensInFlight: ahead,
+        running: 0,
+        kvUsage: undefined,
+      };
+      predictor.learnTtft(worker, features, 100 + 50 * (uncached / 1000) + 40 * (ahead / 1000));
+    }
+    return predictor;
+  }
+
+  it("serves on decode alone once the work ahead on every prefill worker would take longer than computing the prompt there (prefill's fit, idle, while decode has learnt none)", () => {
+    const { prefill, decode } = pools();
+    const [p0, p1] = prefill.workers as [W, W];
+    const decider = poolDecider<W>(waiting, { prefill, decode }, 'least-in-flight', { latency: taught(p0) });
+    // A 2,000-token prompt: 200 ms to compute on decode. 10,000 tokens ahead on p0 (400 ms of wait), 2,000 on p1 (80 ms).
+    prefill.lease(p0, prompt(10_000));
+    const short = prefill.lease(p1, prompt(2000));
+    expect(decider?.(prompt(2000))).toBeUndefined();
+    short.release('success');
+    prefill.lease(p1, prompt(10_000));
+    expect(decider?.(prompt(2000))).toBe('predicted-wait');
+    // A 20,000-token prompt costs decode 1,100 ms: worth 400 ms of wait on prefill.
+    expect(decider?.(prompt(20_000))).toBeUndefined();
+  });
+
+  it("disaggregates where prefill-busy's count would not: every prefill worker has two requests under way, but short ones", () => {
+    const { prefill, decode } = pools();
+    const [p0, p1] = prefill.workers as [W, W];
+    const decider = poolDecider<W>(waiting, { prefill, decode }, 'least-in-flight', { latency: taught(p0) });
+    for (const worker of [p0, p1, p0, p1]) prefill.lease(worker, prompt(200));
+    expect(decider?.(prompt(2000))).toBeUndefined();
+    const busy = poolDecider<W>(
+      { ...routing, deciders: [{ name: 'prefill-busy' }] },
+      { prefill, decode },
+      'least-in-flight',
+      {},
+    );
+    expect(busy?.(prompt(2000))).toBe('prefill-busy');
+  });
+
+  it("weighs decode's own fit once it has learnt from prompts it computed (a decode worker busy decoding computes them slower)", () => {
+    const { prefill, decode } = pools();
+    const [p0, p1] = prefill.workers as [W, W];
+    const [d0] = decode.workers as [W];
+    const predictor = taught(p0);
+    for (let i = 0; i < 10; i++) {
+      const features = predictor.features(d0, prompt(1000 + i * 500), 'decode', decode.load);
+      predictor.learnTtft(d0, features, 1000 + i * 250);
+    }
+    const decider = poolDecider<W>(waiting, { prefill, decode }, 'least-in-flight', { latency: predictor });
+    prefill.lease(p0, prompt(10_000));
+    prefill.lease(p1, prompt(10_000));
+    // 400 ms of wait on prefill; 1,500 ms to compute 2,000 tokens on decode as it has learnt.
+    expect(decider?.(prompt(2000))).toBeUndefined();
+  });
+
+  it("is prefill-busy's rule until anything is predicted, and without a predictor at all", () => {
+    const { prefill, decode } = pools();
+    const cold = poolDecider<W>(waiting, { prefill, decode }, 'least-in-flight', {
+      latency: new LatencyPredictor<W>(),
+    });
+    const none = poolDecider<W>(waiting, { prefill, decode }, 'least-in-flight', {});
+    for (let i = 0; i < 3; i++) prefill.acquire();
+    expect(cold?.(prompt(2000))).toBeUndefined();
+    expect(none?.(prompt(2000))).toBeUndefined();
+    prefill.acquire();
+    expect(cold?.(prompt(2000))).toBe('prefill-busy');
+    expect(none?.(prompt(2000))).toBe('prefill-busy');
+  });
+});
+
 describe('routingServices: the predicted latency, for the plugins that declare it', () => {
   it("builds a latency predictor only where a plugin declares 'latency', reading the KV index and engine load it is given", () => {
     const loads = new Map<W, EngineLoad>([[{ url: 'http://d0' }, { waiting: 4, running: 3, kvUsage: 0.5 }]]);
