@@ -77,10 +77,10 @@ export function sloHeadroomScorer<W extends { url: string }>(
       // not its least work when the prompts differ a hundredfold).
       const scores =
         targeted.length === 0
-          ? lowestScores(predicted, metrics)
+          ? relativeScores(predicted, metrics, lowestOverOwn)
           : headroom.some((score) => score !== undefined && score >= 0.5)
             ? headroom
-            : leastLateScores(predicted, targeted);
+            : relativeScores(predicted, targeted, leastLate);
       const known = scores.filter((score): score is number => score !== undefined);
       const neutral = known.length === 0 ? 0.5 : (Math.min(...known) + Math.max(...known)) / 2;
       return scores.map((score) => score ?? neutral);
@@ -104,53 +104,45 @@ function headroomScore(
   return Math.min(1, Math.max(0, 0.5 + headroom / 2));
 }
 
+/** The lowest and highest of a latency predicted among the candidates, undefined where none is. */
+interface Span {
+  readonly low: number;
+  readonly high: number;
+}
+
 /**
- * Per latency, the candidates' predictions spread from 1 (the lowest) to 0 (the highest), the
- * worst latency counting; all 1 where they are equal; undefined for a candidate with a latency
+ * Each candidate's score against the others': per latency, `score` of its prediction within
+ * the candidates' span, the worst latency counting; undefined for a candidate with a latency
  * not predicted.
  */
-function leastLateScores(predicted: readonly LatencyPrediction[], metrics: readonly Metric[]): (number | undefined)[] {
-  const spans = metrics.map((metric) => {
+function relativeScores(
+  predicted: readonly LatencyPrediction[],
+  metrics: readonly Metric[],
+  score: (value: number, span: Span) => number,
+): (number | undefined)[] {
+  const spans = metrics.map((metric): Span | undefined => {
     const known = predicted
       .map((prediction) => prediction[PREDICTED[metric]])
       .filter((value): value is number => value !== undefined);
     return known.length === 0 ? undefined : { low: Math.min(...known), high: Math.max(...known) };
   });
   return predicted.map((prediction) => {
-    let score = 1;
+    let worst = 1;
     for (const [i, metric] of metrics.entries()) {
       const value = prediction[PREDICTED[metric]];
       const span = spans[i];
       if (value === undefined || span === undefined) return undefined;
-      if (span.high > span.low) score = Math.min(score, (span.high - value) / (span.high - span.low));
+      worst = Math.min(worst, score(value, span));
     }
-    return score;
+    return worst;
   });
 }
 
-/**
- * Without targets: per latency, the lowest predicted among the candidates over each one's
- * (1 ms added to both, so that a prediction of 0 is not infinitely better), the worst latency
- * counting; undefined for a candidate with a latency not predicted.
- */
-function lowestScores(predicted: readonly LatencyPrediction[], metrics: readonly Metric[]): (number | undefined)[] {
-  const best = metrics.map((metric) => {
-    const known = predicted
-      .map((prediction) => prediction[PREDICTED[metric]])
-      .filter((value): value is number => value !== undefined);
-    return known.length === 0 ? undefined : Math.min(...known);
-  });
-  return predicted.map((prediction) => {
-    let score = 1;
-    for (const [i, metric] of metrics.entries()) {
-      const value = prediction[PREDICTED[metric]];
-      const lowest = best[i];
-      if (value === undefined || lowest === undefined) return undefined;
-      score = Math.min(score, (lowest + 1) / (value + 1));
-    }
-    return score;
-  });
-}
+/** Spread from 1 (the lowest prediction) to 0 (the highest); 1 where they are all equal. */
+const leastLate = (value: number, { low, high }: Span) => (high > low ? (high - value) / (high - low) : 1);
+
+/** The lowest prediction over this one (1 ms added to both, so that a prediction of 0 is not infinitely better). */
+const lowestOverOwn = (value: number, { low }: Span) => (low + 1) / (value + 1);
 
 /**
  * Drops the workers predicted to miss the request's service levels for this pool's latencies
